@@ -1,0 +1,1 @@
+"""The command-line layer: parses options, calls library code, renders results."""

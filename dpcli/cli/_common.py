@@ -1,0 +1,90 @@
+"""Shared CLI plumbing: global settings, error → exit-code mapping, stderr messages."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from dpcli.errors import DpcliError, ExitCode
+from dpcli.state.paths import default_state_dir, validate_analyst
+
+
+@dataclass
+class Settings:
+    """Global options shared by every command."""
+
+    state_dir: Path
+    analyst: str
+    verbosity: int  # <0 quiet, 0 default, >0 verbose
+    lock_timeout: float
+
+    @property
+    def chatty(self) -> bool:
+        """Print informational messages? Yes on a terminal or with -v; never with -q."""
+        if self.verbosity < 0:
+            return False
+        return self.verbosity > 0 or sys.stderr.isatty()
+
+
+def settings(ctx: typer.Context) -> Settings:
+    obj = ctx.find_root().obj
+    if isinstance(obj, Settings):
+        return obj
+    return Settings(default_state_dir(), os.environ.get("DPCLI_ANALYST", "default"), 0, 30.0)
+
+
+def info(ctx: typer.Context, message: str) -> None:
+    """An informational line on stderr (suppressed when quiet)."""
+    if settings(ctx).chatty:
+        typer.echo(message, err=True)
+
+
+def emit_json(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handles_errors(func: F) -> F:
+    """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose = False
+        for a in list(args) + list(kwargs.values()):
+            if isinstance(a, typer.Context):
+                verbose = settings(a).verbosity > 0
+        try:
+            return func(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except DpcliError as exc:
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            typer.echo(f"dpcli: error: {exc}", err=True)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            typer.echo("dpcli: interrupted", err=True)
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except Exception as exc:  # a bug: say so, keep the one-line contract
+            if verbose:
+                traceback.print_exc(file=sys.stderr)
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {msg}", err=True)
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def resolve_analyst(name: str | None, ctx: typer.Context) -> str:
+    return validate_analyst(name or settings(ctx).analyst)

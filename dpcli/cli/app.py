@@ -1,0 +1,73 @@
+"""The root ``dpcli`` command: global options and command registration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dpcli import __version__
+from dpcli.cli import budget as budget_cli
+from dpcli.cli._common import Settings
+from dpcli.state.paths import default_state_dir
+
+app = typer.Typer(
+    name="dpcli",
+    help=(
+        "Differentially private statistics from CSV/Parquet files, with a local "
+        "privacy-budget ledger. Data goes to stdout or -o; messages to stderr."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(budget_cli.app, name="budget")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"dpcli {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            envvar="DPCLI_STATE_DIR",
+            help="State directory (ledgers, secret key). Default: $XDG_DATA_HOME/dpcli or ~/.local/share/dpcli.",
+            show_default=False,
+        ),
+    ] = None,
+    analyst: Annotated[
+        str | None,
+        typer.Option("--analyst", envvar="DPCLI_ANALYST", help="Whose budget ledger to charge. Default: 'default'."),
+    ] = None,
+    quiet: Annotated[int, typer.Option("--quiet", "-q", count=True, help="Less output on stderr.")] = 0,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More output (tracebacks on errors).")] = 0,
+    lock_timeout: Annotated[
+        float, typer.Option("--lock-timeout", help="Seconds to wait for the ledger lock before exit 75.", min=0.0)
+    ] = 30.0,
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Differentially private statistics from files, with a privacy-budget ledger."""
+    ctx.obj = Settings(
+        state_dir=(state_dir or default_state_dir()).expanduser(),
+        analyst=analyst or os.environ.get("DPCLI_ANALYST") or "default",
+        verbosity=verbose - quiet,
+        lock_timeout=lock_timeout,
+    )
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

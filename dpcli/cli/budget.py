@@ -1,0 +1,231 @@
+"""``dpcli budget``: create, inspect and verify ledgers; compose guarantees; manage the key."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Annotated, Any
+
+import typer
+
+from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings
+from dpcli.cli._options import positive, probability
+from dpcli.core import accounting as acc
+from dpcli.core import budget as bud
+from dpcli.core.events import fraction_text
+from dpcli.errors import UsageError
+from dpcli.state import keys, ledger
+from dpcli.state.paths import ensure_state_dir
+
+app = typer.Typer(help="Privacy-budget ledgers, composition calculator and the secret key.", no_args_is_help=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
+AnalystArg = Annotated[str | None, typer.Argument(help="Analyst name (default: --analyst / DPCLI_ANALYST).")]
+
+
+@app.command("init")
+@handles_errors
+def init(
+    ctx: typer.Context,
+    analyst: Annotated[str, typer.Argument(help="Analyst whose ledger to create.")],
+    mode: Annotated[str, typer.Option("--mode", help="Accounting mode: pure, approx, zcdp, rdp or br.")] = "pure",
+    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε limit (pure, approx, rdp).")] = None,
+    delta: Annotated[str | None, typer.Option("--delta", help="δ limit (approx, zcdp, rdp); per-call δ in br.")] = None,
+    rho: Annotated[str | None, typer.Option("--rho", help="ρ limit (zcdp).")] = None,
+    epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per of every release (br).")] = None,
+    info_budget: Annotated[int | None, typer.Option("--info-budget", help="Information budget k* (br).")] = None,
+    call_budget: Annotated[int | None, typer.Option("--call-budget", help="Call budget ℓ* (br).")] = None,
+    delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br).")] = None,
+    refresh_days: Annotated[
+        int | None, typer.Option("--refresh-days", help="Budget resets every N days (only if the data is replaced as often).")
+    ] = None,
+    report_delta: Annotated[
+        str, typer.Option("--report-delta", help="δ used to state zcdp ledgers' guarantee as (ε, δ).")
+    ] = "1e-9",
+    as_json: JsonOpt = False,
+) -> None:
+    """Create a budget ledger for ANALYST with limits in one accounting mode."""
+    s = settings(ctx)
+    analyst = resolve_analyst(analyst, ctx)
+    if mode not in bud.MODES:
+        raise UsageError(f"--mode must be one of {', '.join(bud.MODES)}, got {mode!r}")
+    given: dict[str, Fraction | None] = {
+        "epsilon": positive("--epsilon", epsilon),
+        "delta": probability("--delta", delta),
+        "rho": positive("--rho", rho),
+        "epsilon_per": positive("--epsilon-per", epsilon_per),
+        "info_budget": Fraction(info_budget) if info_budget is not None else None,
+        "call_budget": Fraction(call_budget) if call_budget is not None else None,
+        "delta_prime": probability("--delta-prime", delta_prime),
+    }
+    wanted = bud.LIMIT_FIELDS[mode]
+    if mode == "zcdp" and given["delta"] is None:
+        given["delta"] = Fraction(0)
+    flags = {k: "--" + k.replace("_", "-") for k in given}
+    missing = [flags[k] for k in wanted if given[k] is None]
+    if missing:
+        raise UsageError(f"--mode {mode} needs {', '.join(missing)}")
+    extra = [flags[k] for k, v in given.items() if v is not None and k not in wanted]
+    if extra:
+        raise UsageError(f"--mode {mode} does not use {', '.join(extra)}")
+    try:
+        limits = bud.Limits(mode, {k: given[k] for k in wanted})  # type: ignore[misc]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    rd = probability("--report-delta", report_delta, allow_zero=False)
+    led = ledger.init_ledger(s.state_dir, analyst, limits, refresh_days, float(rd), s.lock_timeout)  # type: ignore[arg-type]
+    if as_json:
+        emit_json(_show_json(led))
+    else:
+        info(ctx, f"created {mode} ledger for {analyst!r} at {led.path}")
+
+
+def _show_json(led: ledger.Ledger) -> dict[str, Any]:
+    spend = led.spend()
+    eps, dlt = led.guarantee()
+    charged = [e for e in led.current_entries() if e["events"]]
+    return {
+        "analyst": led.analyst,
+        "mode": led.limits.mode,
+        "limits": led.limits.to_json(),
+        "refresh_days": led.refresh_days,
+        "spent": spend.to_json(led.limits.mode),
+        "remaining": ledger.remaining_text(led),
+        "guarantee": {"epsilon": eps, "delta": dlt},
+        "releases": len(charged),
+        "replays": sum(1 for e in led.current_entries() if e.get("replay_of")),
+        "entries": len(led.entries),
+    }
+
+
+@app.command("show")
+@handles_errors
+def show(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
+    """Spent and remaining budget, and the overall (ε, δ) guarantee so far."""
+    led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
+    data = _show_json(led)
+    if as_json:
+        emit_json(data)
+        return
+    lines = [
+        f"analyst      {data['analyst']}",
+        f"mode         {data['mode']}",
+        "limits       " + ", ".join(f"{k}={v}" for k, v in data["limits"].items() if k != "mode"),
+        "spent        " + ", ".join(f"{k}={v}" for k, v in data["spent"].items()),
+        "remaining    " + ", ".join(f"{k}={v}" for k, v in data["remaining"].items()),
+        f"guarantee    (ε, δ) = ({data['guarantee']['epsilon']:.6g}, {data['guarantee']['delta']:.3g})",
+        f"releases     {data['releases']} charged, {data['replays']} free replays",
+    ]
+    if led.refresh_days:
+        lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(ledger._now())})")
+    typer.echo("\n".join(lines))
+
+
+@app.command("history")
+@handles_errors
+def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
+    """Every ledger entry: time, command, cost, seed id."""
+    led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
+    rows = [
+        {
+            "seq": e["seq"],
+            "time": e["time"],
+            "command": e["command"],
+            "query_id": e["query_id"],
+            "seed_id": e["seed_id"],
+            "replay_of": e.get("replay_of"),
+            "events": e["events"],
+            "summary": e.get("summary", ""),
+        }
+        for e in led.entries
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        cost = "; ".join(
+            ",".join(f"{k}={v}" for k, v in ev.items() if k not in ("kind", "detail")) for ev in r["events"]
+        )
+        tag = f"replay of #{r['replay_of']}" if r["replay_of"] else (cost or "free")
+        typer.echo(f"#{r['seq']:<4} {r['time']}  {r['command']:<10} {tag}  {r['summary']}".rstrip())
+
+
+@app.command("verify")
+@handles_errors
+def verify(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
+    """Check a ledger's hash chain and high-water mark (exit 78 if tampered)."""
+    led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
+    if as_json:
+        emit_json({"analyst": led.analyst, "ok": True, "entries": len(led.entries)})
+    else:
+        typer.echo(f"ledger {led.analyst!r}: OK ({len(led.entries)} entries, hash chain and high-water mark verified)")
+
+
+@app.command("compose")
+@handles_errors
+def compose(
+    mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx or rdp-geometric.")],
+    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp-geometric).")] = None,
+    epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per (br).")] = None,
+    count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1)] = 1,
+    calls: Annotated[int, typer.Option("--calls", help="Call budget ℓ* (br).", min=0)] = 0,
+    delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or mechanism (approx).")] = None,
+    delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, approx).")] = None,
+    rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp).")] = None,
+    delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp-geometric).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compose privacy guarantees (a calculator; no ledger is touched)."""
+    out: dict[str, Any] = {"mode": mode}
+    if mode == "br":
+        e = float(positive("--epsilon-per", epsilon_per, required=True))  # type: ignore[arg-type]
+        dp = float(probability("--delta-per", delta_per, required=True, allow_zero=False))  # type: ignore[arg-type]
+        dq = float(probability("--delta-prime", delta_prime, required=True, allow_zero=False))  # type: ignore[arg-type]
+        eps, dlt = acc.br_budget_guarantee(e, count, calls, dp, dq)
+        out.update(epsilon=eps, delta=dlt, basic_epsilon=count * e)
+    elif mode == "zcdp":
+        r = float(positive("--rho", rho, required=True))  # type: ignore[arg-type]
+        d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
+        out.update(epsilon=acc.zcdp_to_approx(r, d), epsilon_analytic=acc.zcdp_to_approx_analytic(r, d), delta=d)
+    elif mode == "pure":
+        e = positive("--epsilon", epsilon, required=True)
+        out.update(epsilon=fraction_text(e * count), delta=0)  # type: ignore[operator]
+    elif mode == "approx":
+        e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
+        dp = float(probability("--delta-per", delta_per) or 0)
+        be, bd = acc.basic_composition([(e, dp)] * count)
+        out.update(epsilon=be, delta=bd)
+        if delta_prime is not None:
+            dq = float(probability("--delta-prime", delta_prime, allow_zero=False))  # type: ignore[arg-type]
+            ae, ad = acc.advanced_composition(e, dp, count, dq)
+            out.update(advanced_epsilon=ae, advanced_delta=ad)
+    elif mode == "rdp-geometric":
+        e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
+        d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
+        eps, alpha = acc.rdp_to_approx(count * acc.discrete_laplace_rdp(e), d)
+        out.update(epsilon=eps, delta=d, alpha=alpha, pure_epsilon=count * e)
+    else:
+        raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp-geometric, got {mode!r}")
+    if as_json:
+        emit_json(out)
+    else:
+        typer.echo(", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in out.items()))
+
+
+@app.command("key")
+@handles_errors
+def key(
+    ctx: typer.Context,
+    rotate: Annotated[bool, typer.Option("--rotate", help="Replace the key (old one kept, renamed, for audits).")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the secret key's fingerprint (never the key), or rotate it."""
+    root = ensure_state_dir(settings(ctx).state_dir)
+    if rotate:
+        old, new, archive = keys.rotate_key(root)
+        data = {"old_fingerprint": old, "fingerprint": new, "archived_as": str(archive)}
+    else:
+        data = {"fingerprint": keys.key_fingerprint(keys.load_or_create_key(root)), "path": str(keys.key_path(root))}
+    if as_json:
+        emit_json(data)
+    else:
+        typer.echo("\n".join(f"{k}: {v}" for k, v in data.items()))

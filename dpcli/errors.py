@@ -1,0 +1,73 @@
+"""The exception hierarchy and the frozen table of exit codes.
+
+Every error dpcli reports on purpose is a :class:`DpcliError`; the CLI maps
+its ``exit_code`` to the process exit status and prints its message as one
+line on stderr. Anything else that escapes is a bug (exit code 1).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit statuses. Frozen: scripts and cron jobs depend on them."""
+
+    OK = 0
+    INTERNAL = 1  # a bug in dpcli
+    USAGE = 2  # bad options or arguments (also typer's own usage errors)
+    DATA = 65  # bad input data: missing column, wrong type, nulls, empty file
+    NO_INPUT = 66  # input file missing or unreadable
+    CANT_WRITE = 73  # output cannot be written
+    LOCK_TIMEOUT = 75  # state lock not acquired in time; safe to retry
+    BUDGET = 77  # privacy budget refused
+    STATE = 78  # corrupt, tampered, insecure or newer-version state
+    INTERRUPTED = 130  # SIGINT
+
+
+class DpcliError(Exception):
+    """Base class of all expected errors. ``str(err)`` is the one-line message."""
+
+    exit_code: ExitCode = ExitCode.INTERNAL
+
+
+class UsageError(DpcliError):
+    """Options or arguments that cannot be honoured (ε ≤ 0, k too large, ...)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class DataError(DpcliError):
+    """The input data does not fit the query (missing column, nulls, wrong type)."""
+
+    exit_code = ExitCode.DATA
+
+
+class InputMissingError(DpcliError):
+    """The input file does not exist or cannot be read."""
+
+    exit_code = ExitCode.NO_INPUT
+
+
+class OutputError(DpcliError):
+    """The output cannot be written."""
+
+    exit_code = ExitCode.CANT_WRITE
+
+
+class LockTimeoutError(DpcliError):
+    """Another process holds the state lock for too long."""
+
+    exit_code = ExitCode.LOCK_TIMEOUT
+
+
+class BudgetError(DpcliError):
+    """The ledger refuses the charge: the query would overspend the budget."""
+
+    exit_code = ExitCode.BUDGET
+
+
+class StateError(DpcliError):
+    """The state directory, key file or a ledger is corrupt, insecure or too new."""
+
+    exit_code = ExitCode.STATE

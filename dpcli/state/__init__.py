@@ -1,0 +1,1 @@
+"""The local state directory: secret key, ledgers, locks (see README "State directory")."""

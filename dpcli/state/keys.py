@@ -1,0 +1,95 @@
+"""The secret seed key: 32 bytes from the OS, in a 0600 file, never printed.
+
+Only its fingerprint (a hash) is ever shown. Rotation keeps the old key,
+renamed with a timestamp, so earlier releases can still be audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+
+from dpcli.errors import StateError
+from dpcli.state.atomic import atomic_write_bytes, fsync_dir
+
+KEY_FILE = "secret.key"
+KEY_BYTES = 32
+_HEADER = b"dpcli-secret-key-v1\n"
+
+
+def key_path(root: Path) -> Path:
+    return root / KEY_FILE
+
+
+def _check_permissions(path: Path) -> None:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise StateError(
+            f"key file {path} is accessible by group or others (mode {mode:03o}); run: chmod 600 {path}"
+        )
+
+
+def _parse(path: Path) -> bytes:
+    data = path.read_bytes()
+    if not data.startswith(_HEADER):
+        raise StateError(f"key file {path} is not a dpcli key (corrupt?)")
+    body = data[len(_HEADER) :].strip()
+    try:
+        key = bytes.fromhex(body.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise StateError(f"key file {path} is corrupt") from None
+    if len(key) != KEY_BYTES:
+        raise StateError(f"key file {path} is corrupt (wrong length)")
+    return key
+
+
+def _key_bytes(key: bytes) -> bytes:
+    return _HEADER + key.hex().encode("ascii") + b"\n"
+
+
+def _create_if_absent(path: Path) -> None:
+    """Create the key file without ever replacing an existing one (link(2) is atomic, no clobber)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(_key_bytes(secrets.token_bytes(KEY_BYTES)))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first: use theirs
+    finally:
+        os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
+def load_or_create_key(root: Path) -> bytes:
+    """The state directory's key, created on first use (0600)."""
+    path = key_path(root)
+    if not path.exists():
+        _create_if_absent(path)
+    _check_permissions(path)
+    return _parse(path)
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A public fingerprint of the key (SHA-256 prefix); reveals nothing usable."""
+    return "sha256:" + hashlib.sha256(b"dpcli/key-fingerprint/v1\x00" + key).hexdigest()[:32]
+
+
+def rotate_key(root: Path) -> tuple[str, str, Path]:
+    """Replace the key with a fresh one; returns (old fingerprint, new fingerprint, archive path)."""
+    path = key_path(root)
+    old = load_or_create_key(root)
+    archive = root / f"{KEY_FILE}.{time.strftime('%Y%m%dT%H%M%S')}.{os.getpid()}.old"
+    os.link(path, archive)
+    fsync_dir(root)
+    new = secrets.token_bytes(KEY_BYTES)
+    atomic_write_bytes(path, _key_bytes(new), mode=0o600)
+    return key_fingerprint(old), key_fingerprint(new), archive

@@ -1,0 +1,76 @@
+"""Where state lives and how it is created.
+
+Resolution order: ``--state-dir`` > ``DPCLI_STATE_DIR`` > ``$XDG_DATA_HOME/dpcli``
+> ``~/.local/share/dpcli``. It is *data*, not disposable state: deleting a
+ledger silently hands back spent budget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+
+from dpcli.errors import StateError, UsageError
+
+_README = """\
+This directory belongs to dpcli (differential privacy CLI).
+
+  secret.key          the secret seed key (0600). Whoever holds it can recompute
+                      every noise value dpcli released. Back it up privately.
+  ledgers/NAME.json   privacy-budget ledgers, one per analyst. Deleting or editing
+                      one hands back spent budget: don't.
+  ledgers/NAME.lock   lock files (never delete while dpcli runs).
+
+Do not edit these files by hand. See `dpcli budget --help`.
+"""
+
+_ANALYST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def default_state_dir(environ: dict[str, str] | None = None) -> Path:
+    """The state directory when ``--state-dir`` is not given."""
+    env = os.environ if environ is None else environ
+    if env.get("DPCLI_STATE_DIR"):
+        return Path(env["DPCLI_STATE_DIR"]).expanduser()
+    if env.get("XDG_DATA_HOME"):
+        return Path(env["XDG_DATA_HOME"]).expanduser() / "dpcli"
+    return Path.home() / ".local" / "share" / "dpcli"
+
+
+def validate_analyst(name: str) -> str:
+    """Analyst names become file names: letters, digits, ``_ . -``, at most 64 characters."""
+    if not _ANALYST_RE.match(name):
+        raise UsageError(
+            f"invalid analyst name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def ensure_state_dir(root: Path) -> Path:
+    """Create the state directory (0700) with its README if needed; refuse an insecure one."""
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (root / "ledgers").mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StateError(f"cannot create state directory {root}: {exc.strerror}") from exc
+    if not root.is_dir():
+        raise StateError(f"state directory {root} is not a directory")
+    mode = stat.S_IMODE(root.stat().st_mode)
+    if mode & 0o022:
+        raise StateError(f"state directory {root} is writable by group or others (mode {mode:o}); run: chmod 700 {root}")
+    readme = root / "README.txt"
+    if not readme.exists():
+        from dpcli.state.atomic import atomic_write_bytes
+
+        atomic_write_bytes(readme, _README.encode(), mode=0o600)
+    return root
+
+
+def ledger_path(root: Path, analyst: str) -> Path:
+    return root / "ledgers" / f"{validate_analyst(analyst)}.json"
+
+
+def lock_path(root: Path, analyst: str) -> Path:
+    return root / "ledgers" / f"{validate_analyst(analyst)}.lock"

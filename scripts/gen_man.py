@@ -1,0 +1,120 @@
+"""Generate roff man pages from the typer app (typer's public ``typer.main.get_command``).
+
+Usage: ``python scripts/gen_man.py man`` writes man/*.1; ``--check`` exits 1 if
+any page in the directory differs from what the CLI would generate now.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from dpcli import __version__
+from dpcli.cli.app import app
+from dpcli.errors import ExitCode
+
+_EXIT_MEANING = {
+    ExitCode.OK: "success",
+    ExitCode.INTERNAL: "internal error (a bug; please report it)",
+    ExitCode.USAGE: "usage error: bad option or argument",
+    ExitCode.DATA: "bad input data (missing column, wrong type, nulls in the privacy unit, empty input)",
+    ExitCode.NO_INPUT: "input file missing or unreadable",
+    ExitCode.CANT_WRITE: "output cannot be written",
+    ExitCode.LOCK_TIMEOUT: "ledger lock not acquired in time (safe to retry)",
+    ExitCode.BUDGET: "privacy budget refused (or no ledger for the analyst)",
+    ExitCode.STATE: "corrupt, tampered, insecure or newer-version state",
+    ExitCode.INTERRUPTED: "interrupted",
+}
+
+
+def _esc(text: str) -> str:
+    text = text.replace("\\", "\\\\").replace("-", "\\-")
+    return "\n".join(("\\&" + ln) if ln.startswith((".", "'")) else ln for ln in text.splitlines())
+
+
+def _page(path: list[str], cmd, parents_params) -> str:
+    name = "-".join(path)
+    summary = (cmd.help or "").strip().splitlines()[0] if cmd.help else ""
+    out = [
+        f'.TH "{name.upper()}" "1" "" "dpcli {__version__}" "dpcli manual"',
+        ".SH NAME",
+        f"{_esc(name)} \\- {_esc(summary)}",
+        ".SH SYNOPSIS",
+        f".B {_esc(' '.join(path))}",
+    ]
+    params = [p for p in cmd.params if p.name not in ("help",)]
+    args = [p for p in params if not getattr(p, "opts", [""])[0].startswith("-")]
+    out.append(_esc(" [OPTIONS]" + "".join(f" {p.name.upper()}" for p in args)))
+    subs = getattr(cmd, "commands", {}) or {}
+    if subs:
+        out.append(_esc(" COMMAND [ARGS]..."))
+    out += [".SH DESCRIPTION", _esc((cmd.help or "").strip())]
+    if params:
+        out.append(".SH OPTIONS")
+        for p in params:
+            opts = ", ".join(list(p.opts) + list(getattr(p, "secondary_opts", [])))
+            if args and p in args:
+                opts = p.name.upper()
+            out.append(".TP")
+            out.append(f".B {_esc(opts)}")
+            help_text = (getattr(p, "help", None) or "").strip()
+            extra = []
+            if getattr(p, "envvar", None):
+                extra.append(f"env: {p.envvar}")
+            if p.default not in (None, False, 0, "", ()) and not callable(p.default):
+                extra.append(f"default: {p.default}")
+            if p.required:
+                extra.append("required")
+            out.append(_esc(help_text + (f" [{'; '.join(extra)}]" if extra else "")))
+    if subs:
+        out.append(".SH COMMANDS")
+        for sub_name, sub in sorted(subs.items()):
+            first = (sub.help or "").strip().splitlines()[0] if sub.help else ""
+            out += [".TP", f".B {_esc(sub_name)}", _esc(first + f" See {name}-{sub_name}(1).")]
+    out.append(".SH EXIT STATUS")
+    for code, meaning in _EXIT_MEANING.items():
+        out += [".TP", f".B {int(code)}", _esc(meaning)]
+    if len(path) > 1:
+        out += [".SH SEE ALSO", "dpcli(1)"]
+    return "\n".join(out) + "\n"
+
+
+def render_all() -> dict[str, str]:
+    """File name → roff text for the root command and every subcommand."""
+    pages: dict[str, str] = {}
+
+    def walk(path: list[str], cmd) -> None:
+        pages["-".join(path) + ".1"] = _page(path, cmd, [])
+        for sub_name, sub in sorted((getattr(cmd, "commands", {}) or {}).items()):
+            walk(path + [sub_name], sub)
+
+    walk(["dpcli"], typer.main.get_command(app))
+    return pages
+
+
+def main(argv: list[str]) -> int:
+    check = "--check" in argv
+    args = [a for a in argv if a != "--check"]
+    outdir = Path(args[0] if args else "man")
+    pages = render_all()
+    if check:
+        existing = {p.name for p in outdir.glob("*.1")}
+        stale = sorted(n for n, text in pages.items() if not (outdir / n).exists() or (outdir / n).read_text() != text)
+        stale += sorted(existing - set(pages))
+        if stale:
+            print("stale man pages (run `make man`): " + ", ".join(stale), file=sys.stderr)
+            return 1
+        return 0
+    outdir.mkdir(exist_ok=True)
+    for old in outdir.glob("*.1"):
+        if old.name not in pages:
+            old.unlink()
+    for name, text in pages.items():
+        (outdir / name).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
