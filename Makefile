@@ -32,5 +32,8 @@ audit: $(STAMP)
 man: $(STAMP)
 	$(BIN)/python scripts/gen_man.py man
 
+bench: $(STAMP)
+	$(BIN)/python bench/bench_samplers.py
+
 clean:
 	rm -rf $(VENV) .demo-state .pytest_cache
