@@ -47,3 +47,11 @@ def test_stream_is_identical_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     here = ",".join(map(str, KeyedStream(bytes(range(32)), "det").uint64(5)))
     assert out == here
+
+
+def test_non_finite_numbers_are_rejected():
+    import pytest
+
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="non-finite"):
+            canonical_json({"epsilon": bad})

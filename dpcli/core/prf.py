@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -36,6 +37,8 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value.normalize())
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite number {value!r} in a query")
         # repr round-trips exactly; normalise -0.0 and integral floats.
         if value == int(value) and abs(value) < 2**53:
             return int(value)
