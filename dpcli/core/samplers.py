@@ -142,14 +142,16 @@ def discrete_laplace(stream: KeyedStream, scale: Fraction | int, n: int) -> np.n
     while pending.size:
         m = pending.size
         u = uniform_below(stream, np.full(m, t, dtype=np.int64))
-        d = bernoulli_exp(stream, u, np.full(m, t, dtype=np.int64))
-        v = _geometric_exp_minus_one(stream, m)
-        y = (u + t * v) // s
-        b = random_bits(stream, m)
-        accept = d & ~(b & (y == 0))
-        idx = pending[accept]
-        out[idx] = np.where(b[accept], -y[accept], y[accept])
-        pending = pending[~accept]
+        keep = np.flatnonzero(bernoulli_exp(stream, u, np.full(m, t, dtype=np.int64)))
+        # Only proposals that passed the first test need the geometric part and the sign.
+        v = _geometric_exp_minus_one(stream, keep.size)
+        y = (u[keep] + t * v) // s
+        b = random_bits(stream, keep.size)
+        ok = ~(b & (y == 0))
+        out[pending[keep[ok]]] = np.where(b[ok], -y[ok], y[ok])
+        accepted = np.zeros(m, dtype=bool)
+        accepted[keep[ok]] = True
+        pending = pending[~accepted]
     return out
 
 
@@ -188,7 +190,8 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
     out = np.empty(n, dtype=np.int64)
     pending = np.arange(n)
     while pending.size:
-        m = pending.size
+        # Propose more than is still missing to save rounds (acceptance is lower for small σ).
+        m = pending.size * (3 if t <= 2 else 2) // 2 + 8
         y = discrete_laplace(stream, t, m)
         ay = np.abs(y)
         safe = ay <= y_safe
@@ -199,8 +202,9 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
             accept[si] = bernoulli_exp(stream, diff * diff, np.full(si.size, den, dtype=np.int64))
         for i in np.flatnonzero(~safe):  # astronomically rare; exact big-integer path
             accept[i] = _bernoulli_exp_big(stream, (q * int(ay[i]) - p) ** 2, den)
-        out[pending[accept]] = y[accept]
-        pending = pending[~accept]
+        got = y[accept][: pending.size]
+        out[pending[: got.size]] = got
+        pending = pending[got.size :]
     return out
 
 
