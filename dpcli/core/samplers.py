@@ -190,8 +190,8 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
     out = np.empty(n, dtype=np.int64)
     pending = np.arange(n)
     while pending.size:
-        # Propose more than is still missing to save rounds (acceptance is lower for small σ).
-        m = pending.size * (3 if t <= 2 else 2) // 2 + 8
+        # Propose 1.5x what is still missing (surplus acceptances are discarded) to save rounds.
+        m = pending.size + pending.size // 2 + 8
         y = discrete_laplace(stream, t, m)
         ay = np.abs(y)
         safe = ay <= y_safe
