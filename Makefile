@@ -14,13 +14,25 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
+DEMO := DPCLI_STATE_DIR=.demo-state DPCLI_ANALYST=demo $(BIN)/dpcli
+
 demo: $(STAMP)
 	rm -rf .demo-state
-	DPCLI_STATE_DIR=.demo-state $(BIN)/dpcli budget init demo --mode pure --epsilon 1
-	DPCLI_STATE_DIR=.demo-state $(BIN)/python scripts/demo_count.py sample_data/page_views.csv --epsilon 0.25
-	DPCLI_STATE_DIR=.demo-state $(BIN)/python scripts/demo_count.py sample_data/page_views.csv --epsilon 0.25
-	DPCLI_STATE_DIR=.demo-state $(BIN)/dpcli budget show demo
-	DPCLI_STATE_DIR=.demo-state $(BIN)/dpcli budget history demo
+	$(DEMO) budget init demo --mode approx --epsilon 2 --delta 1e-6
+	@echo "--- page views per country: groups discovered from the data (thresholded), 95% margins"
+	$(DEMO) histogram sample_data/page_views.parquet --by country --privacy-unit user_id \
+	    --agg count,count-units,mean --value duration_s --bounds 0:600 \
+	    --max-contributions 5 --epsilon 0.5 --delta 1e-7 --with-error
+	@echo "--- the same query again: identical numbers, not charged again"
+	$(DEMO) histogram sample_data/page_views.parquet --by country --privacy-unit user_id \
+	    --agg count,count-units,mean --value duration_s --bounds 0:600 \
+	    --max-contributions 5 --epsilon 0.5 --delta 1e-7 --with-error
+	@echo "--- distinct users per published page (known domain), to a file"
+	$(DEMO) histogram sample_data/page_views.parquet --by page --privacy-unit user_id --agg count-units \
+	    --keys sample_data/pages_public.csv --max-partitions 8 --epsilon 0.5 -o .demo-state/pages.csv
+	head -5 .demo-state/pages.csv
+	$(DEMO) budget show demo
+	$(DEMO) budget history demo
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
 
 test: $(STAMP)

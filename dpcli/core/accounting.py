@@ -82,6 +82,25 @@ def zcdp_to_approx(rho: float, delta: float) -> float:
     return hi
 
 
+def rho_for_epsilon(epsilon: float, delta: float) -> float:
+    """The largest ρ (to 12 bisection digits, rounded down) whose optimal conversion gives ≤ ε at δ.
+
+    Used to calibrate Gaussian noise to a requested (ε, δ): rounding ρ down
+    means the released guarantee is never weaker than asked.
+    """
+    _check_delta(delta)
+    if epsilon <= 0:
+        raise ValueError("ε must be > 0")
+    lo, hi = 0.0, epsilon  # ρ ≤ ε always suffices as an upper bracket (ε ≥ ρ for any δ < 1)
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if zcdp_to_approx(mid, delta) <= epsilon:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray = RDP_ORDERS) -> tuple[float, float]:
     """Convert an RDP curve ε(α) to (ε, δ)-DP by SafeTab eq. 6; returns (ε, best α)."""
     _check_delta(delta)

@@ -1,0 +1,196 @@
+"""User-level contribution bounding on polars LazyFrames.
+
+This is the relational half of every release: it turns raw rows into one row
+per (privacy unit, group) whose influence is bounded, so the mechanism core
+only ever sees a small table with known sensitivities. The steps follow the
+two-stage rewrite of Wilson et al. (paper 002):
+
+1. **Per-row**: values are clamped to ``[lo, hi]`` and rounded to a grid of
+   spacing ``granularity`` (a power of two), becoming integers in grid units,
+   so sums can get exact integer noise.
+2. **Rows per unit per group**: at most ``max_contributions`` rows of a unit
+   count in a group. When row values are aggregated, which rows is decided by
+   ranking a keyed hash (a uniform sample without replacement, as reservoir
+   sampling gives); for row counts alone the cap is simply ``min(n, C)``.
+   Rows whose value is null are ignored when a value column is used.
+3. **Per-unit per-group partial aggregation**: row count, sum and sum of
+   squares of the centred grid values, one row per (unit, group).
+4. **Groups per unit**: at most ``max_partitions`` groups per unit, chosen
+   uniformly at random per unit by ranking a keyed hash of (unit, group).
+
+Everything stays lazy and runs on polars' streaming engine; there is no
+per-row Python. The randomness used for *selection* here only affects which
+contributions are kept, never the privacy guarantee (any selection rule that
+respects the caps gives the same sensitivity); it comes from polars' seeded
+hash, keyed by a salt drawn from the release's keyed stream, and the polars
+version is part of the release seed so an upgrade that changes the hash gets
+fresh noise (and a fresh charge) instead of a "replay" over different rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from math import floor, log2
+
+import polars as pl
+
+from dpcli.errors import DataError
+
+#: Internal column names (prefixed so they cannot clash with user columns).
+N_ROWS = "__dp_rows"
+C_SUM = "__dp_csum"
+C_SUMSQ = "__dp_csumsq"
+GRID = "__dp_grid"
+NONFINITE = "__dp_nonfinite"
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class ValueGrid:
+    """How real values are clamped and snapped to integers.
+
+    A value x becomes ``round(clamp(x, lo, hi) / granularity)`` grid units; the
+    bounds in grid units are ``lo_units``/``hi_units``; the centre used for
+    mean and variance is ``mid_units``.
+    """
+
+    lo: float
+    hi: float
+    granularity: Fraction
+
+    @property
+    def lo_units(self) -> int:
+        return round(Fraction(self.lo) / self.granularity)
+
+    @property
+    def hi_units(self) -> int:
+        return round(Fraction(self.hi) / self.granularity)
+
+    @property
+    def mid_units(self) -> int:
+        return (self.lo_units + self.hi_units) // 2
+
+    @property
+    def max_abs_units(self) -> int:
+        """Largest |value| in grid units (sensitivity of one row in a plain sum)."""
+        return max(abs(self.lo_units), abs(self.hi_units))
+
+    @property
+    def half_width_units(self) -> int:
+        """Largest |value − centre| in grid units."""
+        return max(self.hi_units - self.mid_units, self.mid_units - self.lo_units)
+
+
+def default_granularity(lo: float, hi: float, steps: int = 1 << 12) -> Fraction:
+    """The largest power of two g with (hi − lo)/g ≥ ``steps`` (at least 4096 grid steps)."""
+    width = hi - lo
+    if not width > 0:
+        raise ValueError("bounds must satisfy lo < hi")
+    exponent = floor(log2(width / steps))
+    return Fraction(2) ** exponent
+
+
+@dataclass(frozen=True)
+class BoundingSpec:
+    """What to bound and how tightly (all caps ≥ 1)."""
+
+    unit: str
+    by: tuple[str, ...]
+    max_partitions: int
+    max_contributions: int
+    value: str | None = None
+    grid: ValueGrid | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_partitions < 1 or self.max_contributions < 1:
+            raise ValueError("contribution caps must be ≥ 1")
+        if (self.value is None) != (self.grid is None):
+            raise ValueError("a value column needs a grid and vice versa")
+
+
+def _check_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
+    cols = [spec.unit, *spec.by] + ([spec.value] if spec.value else [])
+    return frame.select([pl.col(c) for c in dict.fromkeys(cols)])
+
+
+def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
+    """Steps 1-2 for a value column: clamped grid values (``GRID``, centred) of at most C rows per (unit, group).
+
+    Without a value column the rows are returned as they are (row counts are
+    capped after aggregation instead). Non-finite values are kept, flagged in
+    ``NONFINITE``, so they can be reported; rows with a null value are dropped.
+    """
+    lf = _check_columns(frame, spec)
+    if spec.value is None or spec.grid is None:
+        return lf
+    g = spec.grid
+    keys = [spec.unit, *spec.by]
+    units = (pl.col(spec.value).cast(pl.Float64).clip(g.lo, g.hi) / float(g.granularity)).round(0).cast(
+        pl.Int64, strict=False
+    ) - g.mid_units
+    bad = pl.col(spec.value).cast(pl.Float64).is_finite().not_()
+    lf = lf.filter(pl.col(spec.value).is_not_null()).with_columns(units.alias(GRID), bad.alias(NONFINITE))
+    rank = pl.struct(keys + [GRID]).hash(salt & _MASK64).rank("ordinal").over(keys)
+    return lf.filter((rank <= spec.max_contributions) | pl.col(NONFINITE))
+
+
+def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
+    """Per-(unit, group) partial aggregates after all contribution bounds.
+
+    ``salt`` is 128 bits: the low 64 key the row sample, the high 64 the group sample.
+
+    Columns: the unit, the group columns, ``N_ROWS`` (rows counted, ≤ C) and,
+    with a value column, ``C_SUM``/``C_SUMSQ`` (sum and sum of squares of the
+    centred grid values of the kept rows) and ``NONFINITE``. Rows whose unit is
+    null are kept (as a null unit) so that :func:`check_bounded` can report them.
+    """
+    keys = [spec.unit, *spec.by]
+    lf = bounded_rows(frame, spec, salt)
+    aggs: list[pl.Expr] = [pl.len().alias(N_ROWS)]
+    if spec.value is not None:
+        aggs += [
+            pl.col(GRID).sum().alias(C_SUM),
+            (pl.col(GRID) * pl.col(GRID)).sum().alias(C_SUMSQ),
+            pl.col(NONFINITE).sum().alias(NONFINITE),
+        ]
+    partial = lf.group_by(keys).agg(aggs)
+    partial = partial.with_columns(pl.col(N_ROWS).cast(pl.Int64).clip(upper_bound=spec.max_contributions))
+    group_rank = pl.struct(keys).hash((salt >> 64) & _MASK64).rank("ordinal").over(spec.unit)
+    return partial.filter(group_rank <= spec.max_partitions)
+
+
+def check_bounded(partial: pl.DataFrame, spec: BoundingSpec, name: str) -> pl.DataFrame:
+    """Refuse data that cannot be released: null units and non-finite values.
+
+    Works on the collected partial table (no extra pass over the input).
+    Returns it without the null-unit and diagnostic columns.
+    """
+    if partial.height == 0:
+        raise DataError(f"{name} has no rows to aggregate")
+    nulls = partial.filter(pl.col(spec.unit).is_null())
+    if nulls.height:
+        raise DataError(
+            f"column {spec.unit!r} (the privacy unit) has null values in {name}; "
+            "every row must belong to a unit (drop or fill them first)"
+        )
+    if NONFINITE in partial.columns:
+        bad = int(partial[NONFINITE].sum())
+        if bad:
+            raise DataError(
+                f"column {spec.value!r} has {bad} non-finite value(s) (NaN or ±inf) in {name}; clean or drop them first"
+            )
+        partial = partial.drop(NONFINITE)
+    return partial
+
+
+def group_totals(partial: pl.DataFrame, spec: BoundingSpec) -> pl.DataFrame:
+    """Sum the bounded partials per group, sorted by the group columns (deterministic order).
+
+    Columns: the group columns, ``units`` (distinct units), ``rows`` (bounded
+    row count) and, with a value column, ``csum``/``csumsq`` in grid units.
+    """
+    aggs = [pl.len().cast(pl.Int64).alias("units"), pl.col(N_ROWS).sum().cast(pl.Int64).alias("rows")]
+    if C_SUM in partial.columns:
+        aggs += [pl.col(C_SUM).sum().cast(pl.Int64).alias("csum"), pl.col(C_SUMSQ).sum().cast(pl.Int64).alias("csumsq")]
+    return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)

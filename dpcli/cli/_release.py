@@ -1,0 +1,95 @@
+"""The tail every releasing command shares: debit the ledger, then write, then report.
+
+Order matters: the output is computed in memory first (so bad data fails
+before any debit), the ledger is charged durably, and only then is anything
+written. A failed write after the debit loses the output but never
+under-counts the budget; the identical re-run is then a free replay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import typer
+
+from dpcli.cli._common import Settings, emit_json
+from dpcli.core.events import PrivacyEvent
+from dpcli.core.prf import canonical_json, derive_seed, seed_id
+from dpcli.state import keys, ledger
+from dpcli.tables import write_output
+
+
+@dataclass(frozen=True)
+class ReleaseSeed:
+    """The seed of one release and its public id."""
+
+    seed: bytes
+    id: str
+    query_id: str
+
+
+def release_seed(root: Any, query: dict[str, Any], data: dict[str, Any]) -> ReleaseSeed:
+    """seed = HMAC(key, canonical query + data fingerprints + engine version); query id = hash of the query alone."""
+    material = {"query": query, **data, "engine": f"polars {pl.__version__}"}
+    seed = derive_seed(keys.load_or_create_key(root), material)
+    qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
+    return ReleaseSeed(seed, seed_id(seed), qid)
+
+
+def charge_and_write(
+    s: Settings,
+    analyst: str,
+    command: str,
+    seed: ReleaseSeed,
+    events: list[PrivacyEvent],
+    table: pl.DataFrame,
+    output: str | None,
+    out_format: str,
+    metadata: dict[str, Any],
+    as_json: bool,
+    summary_line: str,
+    actual: list[PrivacyEvent] | None = None,
+) -> dict[str, Any]:
+    """Debit ``events`` (free if this seed was already released), write ``table``, report."""
+    receipt = ledger.charge(
+        s.state_dir,
+        analyst,
+        command=command,
+        query_id=seed.query_id,
+        seed_id=seed.id,
+        reserve=events,
+        actual=actual,
+        summary=summary_line,
+        lock_timeout=s.lock_timeout,
+    )
+    led = ledger.read_ledger(s.state_dir, analyst)
+    report = {
+        **metadata,
+        "cost": [e.to_json() for e in (actual if actual is not None else events)],
+        "charged": not receipt.replay,
+        "seed_id": seed.id,
+        "ledger": {**receipt.to_json(), "remaining": ledger.remaining_text(led)},
+    }
+    if as_json and (not output or output == "-"):
+        emit_json({"result": json.loads(table.write_json()), "summary": report})
+        return report
+    write_output(table, output, out_format)
+    if as_json:
+        emit_json(report)
+    elif s.chatty:
+        cost = "free replay of an earlier identical release" if receipt.replay else "charged " + _cost_text(events)
+        remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
+        typer.echo(f"dpcli: {summary_line}; {cost}; remaining {remaining}", err=True)
+    return report
+
+
+def _cost_text(events: list[PrivacyEvent]) -> str:
+    parts = []
+    for e in events:
+        bits = [f"{k}={v}" for k, v in e.to_json().items() if k in ("epsilon", "delta", "rho", "units", "calls")]
+        parts.append(f"{e.mechanism} ({', '.join(bits)})")
+    return " + ".join(parts)

@@ -1,0 +1,208 @@
+"""Noise mechanisms on integer arrays, their calibration and their error.
+
+A :class:`Noise` is one calibrated integer noise distribution (discrete
+Laplace with scale b, or discrete Gaussian with variance parameter σ²). It
+draws from a keyed stream through the exact samplers, and knows its own tail
+probabilities, which the partition-selection thresholds and the 95% margins
+of error are computed from.
+
+Thresholds (all for data where one privacy unit can create at most ``K`` new
+groups, each with a true count of 1):
+
+* :func:`selection_threshold` — minimum-unit thresholding (Wilson et al.,
+  paper 002): the smallest integer τ with 1 − (1 − P[1 + Z ≥ τ])^K ≤ δ.
+* :func:`unklap_threshold_offset` — LinkedIn's UnkLap (paper 000, Alg. 3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from statistics import NormalDist
+from typing import Literal
+
+import numpy as np
+
+from dpcli.core.prf import KeyedStream
+from dpcli.core.samplers import (
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_laplace,
+    effective_sigma2,
+    rational_at_least,
+    uniform_below,
+)
+
+NoiseKind = Literal["laplace", "gaussian"]
+
+#: Exact tail sums of the discrete Gaussian are used up to this σ; beyond it the
+#: (indistinguishable at 1e-9) continuous normal quantile is used for margins.
+_EXACT_GAUSS_SIGMA = 20_000.0
+
+
+@dataclass(frozen=True)
+class Noise:
+    """Integer noise: ``laplace`` with scale ``param`` = b, or ``gaussian`` with ``param`` = σ².
+
+    ``param`` is the value the sampler really uses (scales are rounded *up*
+    by :func:`laplace` / :func:`gaussian`, never down).
+    """
+
+    kind: NoiseKind
+    param: Fraction
+
+    def sample(self, stream: KeyedStream, n: int) -> np.ndarray:
+        """``n`` independent draws as int64."""
+        if self.kind == "laplace":
+            return discrete_laplace(stream, self.param, n)
+        return discrete_gaussian(stream, self.param, n)
+
+    @property
+    def std(self) -> float:
+        """Standard deviation of one draw."""
+        if self.kind == "laplace":
+            r = math.exp(-1.0 / float(self.param))
+            return math.sqrt(2.0 * r) / (1.0 - r)
+        return math.sqrt(float(self.param))  # within 1e-6 relative for σ ≥ 1; ≤ σ below
+
+    def tail(self, m: int) -> float:
+        """P[Z ≥ m] (an upper bound for the Gaussian when σ is large)."""
+        if m <= 0:  # symmetry: P[Z ≥ m] = 1 − P[Z ≥ 1 − m]
+            return 1.0 - self.tail(1 - m)
+        if self.kind == "laplace":
+            b = float(self.param)
+            return math.exp(-m / b) / (1.0 + math.exp(-1.0 / b))
+        sigma2 = float(self.param)
+        if math.sqrt(sigma2) <= _EXACT_GAUSS_SIGMA:
+            return _gauss_upper_tail(sigma2, m)
+        return math.exp(-(m * m) / (2.0 * sigma2))  # sub-Gaussian bound (CKS 2020)
+
+    def margin95(self) -> int:
+        """The smallest integer m with P[|Z| ≤ m] ≥ 0.95 (exact up to float rounding of the tail sum)."""
+        if self.param == 0:
+            return 0
+        if self.kind == "gaussian" and math.sqrt(float(self.param)) > _EXACT_GAUSS_SIGMA:
+            return math.ceil(NormalDist(0.0, math.sqrt(float(self.param))).inv_cdf(0.975))
+        guess = max(0, int(1.96 * self.std) if self.kind == "gaussian" else int(float(self.param) * 3.0))
+        m = guess
+        while m > 0 and 2.0 * self.tail(m) <= 0.05:  # P[|Z| > m-1] = 2 P[Z ≥ m]
+            m -= 1
+        while 2.0 * self.tail(m + 1) > 0.05:
+            m += 1
+        return m
+
+    def describe(self) -> dict[str, str]:
+        if self.kind == "laplace":
+            return {"noise": "discrete_laplace", "scale": f"{float(self.param):.6g}"}
+        return {"noise": "discrete_gaussian", "sigma": f"{math.sqrt(float(self.param)):.6g}"}
+
+
+def _gauss_upper_tail(sigma2: float, m: int) -> float:
+    """P[Z ≥ m] for the discrete Gaussian N_Z(0, σ²) by direct summation (m ≥ 1)."""
+    sigma = math.sqrt(sigma2)
+    width = int(40 * sigma) + 50
+    xs = np.arange(0, width + 1, dtype=np.float64)
+    w = np.exp(-(xs * xs) / (2.0 * sigma2))
+    total = w[0] + 2.0 * w[1:].sum()
+    if m > width:
+        return math.exp(-(m * m) / (2.0 * sigma2))
+    return float(w[m:].sum() / total)
+
+
+def laplace(l1_sensitivity: Fraction | int, epsilon: Fraction) -> Noise:
+    """Discrete Laplace noise giving ε-DP for an integer query with the given ℓ1 sensitivity."""
+    if epsilon <= 0:
+        raise ValueError("ε must be > 0")
+    return Noise("laplace", rational_at_least(Fraction(l1_sensitivity) / Fraction(epsilon)))
+
+
+def gaussian(l2_sensitivity_squared: Fraction | int, rho: Fraction) -> Noise:
+    """Discrete Gaussian noise giving ρ-zCDP: σ² = Δ₂² / (2ρ) (CKS Thm. 4), rounded up."""
+    if rho <= 0:
+        raise ValueError("ρ must be > 0")
+    return Noise("gaussian", effective_sigma2(Fraction(l2_sensitivity_squared) / (2 * Fraction(rho))))
+
+
+def selection_threshold(noise: Noise, max_partitions: int, delta: float) -> int:
+    """Minimum-unit threshold τ for releasing discovered groups (paper 002, Sec. 4.2.3).
+
+    A unit that is alone in up to ``max_partitions`` = K groups makes each of
+    them appear with probability p = P[1 + Z ≥ τ]; all of them stay hidden
+    with probability (1 − p)^K, so we need 1 − (1 − p)^K ≤ δ, i.e.
+    p ≤ p* = 1 − (1 − δ)^{1/K}. Returns the smallest integer τ ≥ 1 meeting it
+    (computed in floats with log1p/expm1 and then checked against the tail).
+    """
+    if not 0 < delta < 1:
+        raise ValueError("partition selection needs 0 < δ < 1")
+    p_star = -math.expm1(math.log1p(-delta) / max_partitions)
+    if noise.kind == "laplace":
+        b = float(noise.param)
+        m = math.ceil(-b * (math.log(p_star) + math.log1p(math.exp(-1.0 / b))))
+    else:
+        m = math.ceil(math.sqrt(2.0 * float(noise.param) * math.log(1.0 / p_star)))
+    m = max(m, 1)
+    while m > 1 and noise.tail(m - 1) <= p_star:
+        m -= 1
+    while noise.tail(m) > p_star:
+        m += 1
+    return 1 + m
+
+
+def unklap_delta_hat(epsilon_per: float, delta: float, max_partitions: int) -> float:
+    """Solve δ = δ̂/4 · (e^{ε_per/2} + 1) · (3 + ln(Δ/δ̂)) for δ̂ (paper 000, Alg. 3), rounding δ̂ down."""
+    c = (math.exp(epsilon_per / 2.0) + 1.0) / 4.0
+
+    def f(x: float) -> float:
+        return x * c * (3.0 + math.log(max_partitions / x))
+
+    lo, hi = 0.0, min(delta, max_partitions)
+    for _ in range(300):
+        mid = (lo + hi) / 2.0
+        if mid > 0 and f(mid) <= delta:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def unklap_threshold_offset(tau: int, max_partitions: int, epsilon_per: float, delta: float) -> int:
+    """The integer offset added to h_(d̄+1) for UnkLap's ⊥ threshold.
+
+    The paper's offset is τ·(1 + 2Δ·ln(Δ/δ̂)/ε_per) for continuous Laplace
+    noise. Discrete Laplace tails are slightly heavier: P[Z ≥ m] =
+    e^{−m/b}/(1 + e^{−1/b}) ≤ ½·e^{−(m−½)/b}, so we use ⌈offset⌉ + 1, whose
+    discrete tail is below the continuous tail at the paper's offset.
+    """
+    dh = unklap_delta_hat(epsilon_per, delta, max_partitions)
+    offset = tau * (1.0 + 2.0 * max_partitions * math.log(max_partitions / dh) / epsilon_per)
+    return math.ceil(offset) + 1
+
+
+def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate: Fraction) -> np.ndarray:
+    """One index per row of ``utilities`` (G × B, int64), chosen ∝ exp(rate · u), exactly.
+
+    Vectorised over rows: each round proposes B uniform candidates for every
+    undecided row and accepts candidate j with Bernoulli(exp(−rate·(max − u_j)));
+    a row takes its first accepted proposal. Per row this is the exponential
+    mechanism by rejection, the same construction as
+    :func:`dpcli.core.samplers.exponential_mechanism_top_k` with k = 1.
+    """
+    utilities = np.asarray(utilities, dtype=np.int64)
+    g, b = utilities.shape
+    rate = Fraction(rate)
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    gap = utilities.max(axis=1, keepdims=True) - utilities
+    out = np.empty(g, dtype=np.int64)
+    pending = np.arange(g)
+    while pending.size:
+        m = pending.size
+        prop = uniform_below(stream, np.full(m * b, b, dtype=np.int64)).reshape(m, b)
+        num = gap[pending[:, None], prop].ravel() * rate.numerator
+        ok = bernoulli_exp(stream, num, np.full(m * b, rate.denominator, dtype=np.int64)).reshape(m, b)
+        hit = ok.any(axis=1)
+        first = ok.argmax(axis=1)
+        out[pending[hit]] = prop[hit, first[hit]]
+        pending = pending[~hit]
+    return out

@@ -1,0 +1,1 @@
+"""The papers' algorithms as importable tasks (no CLI code)."""

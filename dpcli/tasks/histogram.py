@@ -1,0 +1,574 @@
+"""User-level DP group-by (``dpcli histogram``), importable without the CLI.
+
+A release goes through three functions:
+
+1. :func:`plan_histogram` — from the query and the ledger's accounting mode
+   alone (no data): which noisy *measurements* are needed, how the budget is
+   split between them, their noise, the partition-selection threshold and the
+   privacy events to charge.
+2. :func:`run_histogram` — bound contributions on the lazy frame, aggregate
+   per group, select partitions, add noise, post-process into aggregates.
+3. The caller charges the ledger with ``plan.events`` and only then writes
+   ``release.table``.
+
+Measurements and their per-group ℓ∞ sensitivity (C = ``max_contributions``,
+K = ``max_partitions``; grid units are values / granularity):
+
+=============  ============================  ===============================
+measurement    what                          sensitivity in one group
+=============  ============================  ===============================
+``rows``       bounded row count             C
+``units``      distinct privacy units        1
+``sum``        sum of grid values            C · max(|lo|, |hi|)
+``csum``       sum of centred grid values    C · half-width
+``csumsq``     sum of their squares          C · half-width²
+``q<p>``       exponential-mechanism rank    C · den(p)  (utility scale)
+=============  ============================  ===============================
+
+Aggregations use: count → rows; count-units → units; sum → sum; mean → rows,
+csum; variance → rows, csum, csumsq; quantiles → one q measurement each.
+Unknown-domain thresholding adds ``units`` if it is not already there. The
+budget (ε, or ρ for Gaussian noise) is split *equally* between the distinct
+measurements; a unit touches at most K groups, so the ℓ1 sensitivity of a
+measurement is K times its per-group one (ℓ2²: K times the square).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from dpcli import bounding
+from dpcli.core import accounting as acc
+from dpcli.core import mechanisms as mech
+from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import DataError, UsageError
+from dpcli.tables import InputTable, collect
+
+Domain = Literal["keys", "threshold", "unklap"]
+SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
+VALUE_AGGREGATIONS = ("sum", "mean", "variance")
+QUANTILE_BINS = 1024
+_QUANTILE = re.compile(r"^(median|p(\d{1,2}(?:\.\d+)?))$")
+
+
+def parse_quantile(name: str) -> Fraction | None:
+    """``median`` → 1/2, ``p90`` → 9/10, ``p99.9`` → 999/1000; None if not a quantile name."""
+    m = _QUANTILE.match(name)
+    if not m:
+        return None
+    if m.group(1) == "median":
+        return Fraction(1, 2)
+    q = Fraction(m.group(2)) / 100
+    if not 0 < q < 1:
+        return None
+    return q
+
+
+def _q_label(q: Fraction) -> str:
+    return "median" if q == Fraction(1, 2) else "p" + fraction_text(q * 100)
+
+
+@dataclass(frozen=True)
+class HistogramQuery:
+    """Everything that defines a histogram release (validated by :meth:`validate`)."""
+
+    by: tuple[str, ...]
+    unit: str
+    aggregations: tuple[str, ...] = ("count",)
+    value: str | None = None
+    bounds: tuple[float, float] | None = None
+    granularity: Fraction | None = None
+    max_partitions: int = 1
+    max_contributions: int = 1
+    epsilon: Fraction | None = None
+    delta: Fraction = Fraction(0)
+    rho: Fraction | None = None
+    noise: Literal["laplace", "gaussian"] = "laplace"
+    domain: Domain = "threshold"
+    max_groups: int = 1000
+    with_error: bool = False
+
+    def validate(self) -> None:
+        """Refuse inconsistent queries with one-line usage errors."""
+        if not self.by:
+            raise UsageError("--by needs at least one column")
+        if self.unit in self.by:
+            raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column (it would release units)")
+        if not self.aggregations:
+            raise UsageError("--agg needs at least one aggregation")
+        for a in self.aggregations:
+            if a not in SIMPLE_AGGREGATIONS and parse_quantile(a) is None:
+                raise UsageError(
+                    f"unknown aggregation {a!r} (choose from {', '.join(SIMPLE_AGGREGATIONS)}, median, pNN)"
+                )
+        if len(set(self.aggregations)) != len(self.aggregations):
+            raise UsageError("--agg lists an aggregation twice")
+        needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
+        if needs_value and (self.value is None or self.bounds is None):
+            raise UsageError("sum, mean, variance and quantiles need --value COL and --bounds LO:HI")
+        if not needs_value and self.value is not None:
+            raise UsageError("--value is only used by sum, mean, variance and quantiles")
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise UsageError(f"--bounds must be finite with LO < HI, got {lo}:{hi}")
+        if self.max_partitions < 1 or self.max_contributions < 1:
+            raise UsageError("--max-partitions and --max-contributions must be ≥ 1")
+        if self.domain == "unklap":
+            counts = [a for a in self.aggregations if a in ("count", "count-units")]
+            if len(self.aggregations) != 1 or not counts:
+                raise UsageError("--selection unklap releases exactly one of count or count-units")
+            if self.noise != "laplace":
+                raise UsageError("--selection unklap uses Laplace noise (drop --noise gaussian)")
+            if self.max_groups < 1:
+                raise UsageError("--max-groups must be ≥ 1")
+
+    @property
+    def grid(self) -> bounding.ValueGrid | None:
+        if self.bounds is None or self.value is None:
+            return None
+        g = self.granularity or bounding.default_granularity(*self.bounds)
+        return bounding.ValueGrid(self.bounds[0], self.bounds[1], g)
+
+    @property
+    def quantiles(self) -> list[Fraction]:
+        return [q for a in self.aggregations if (q := parse_quantile(a)) is not None]
+
+    def canonical(self) -> dict[str, Any]:
+        """The query as plain data, for the release seed and the ledger."""
+        grid = self.grid
+        return {
+            "by": list(self.by),
+            "unit": self.unit,
+            "aggregations": list(self.aggregations),
+            "value": self.value,
+            "bounds": [grid.lo, grid.hi] if grid else None,
+            "granularity": fraction_text(grid.granularity) if grid else None,
+            "max_partitions": self.max_partitions,
+            "max_contributions": self.max_contributions,
+            "epsilon": fraction_text(self.epsilon) if self.epsilon is not None else None,
+            "delta": fraction_text(self.delta),
+            "rho": fraction_text(self.rho) if self.rho is not None else None,
+            "noise": self.noise,
+            "domain": self.domain,
+            "max_groups": self.max_groups if self.domain == "unklap" else None,
+        }
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One noisy per-group statistic and its calibration."""
+
+    name: str
+    sensitivity: int  # per-group ℓ∞ sensitivity, in the measurement's units
+    noise: mech.Noise | None = None  # None for exponential-mechanism quantiles
+    em_rate: Fraction | None = None  # exponential-mechanism rate for quantiles
+    share: str = ""  # the budget share, for display
+
+
+@dataclass(frozen=True)
+class HistogramPlan:
+    """What a query costs and how it is calibrated (decided without the data)."""
+
+    measurements: dict[str, Measurement]
+    events: list[PrivacyEvent]
+    threshold: int | None = None  # minimum noisy unit count (thresholding)
+    unklap_offset: int | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _measurement_names(q: HistogramQuery) -> list[str]:
+    names: list[str] = []
+
+    def add(n: str) -> None:
+        if n not in names:
+            names.append(n)
+
+    for a in q.aggregations:
+        if a == "count":
+            add("rows")
+        elif a == "count-units":
+            add("units")
+        elif a == "sum":
+            add("sum")
+        elif a == "mean":
+            add("rows"), add("csum")
+        elif a == "variance":
+            add("rows"), add("csum"), add("csumsq")
+        else:
+            add("q" + fraction_text(parse_quantile(a)))  # type: ignore[arg-type]
+    if q.domain == "threshold":
+        add("units")
+    return names
+
+
+def _sensitivity(name: str, q: HistogramQuery) -> int:
+    c = q.max_contributions
+    grid = q.grid
+    if name == "rows":
+        return c
+    if name == "units":
+        return 1
+    assert grid is not None
+    if name == "sum":
+        return c * max(grid.max_abs_units, 1)
+    if name == "csum":
+        return c * max(grid.half_width_units, 1)
+    if name == "csumsq":
+        return c * max(grid.half_width_units, 1) ** 2
+    return c * Fraction(name[1:]).denominator  # quantile utility scale
+
+
+def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
+    """Calibrate every measurement and list the privacy events, from the query alone."""
+    q.validate()
+    k = q.max_partitions
+    if ledger_mode == "br":
+        return _plan_br(q, ledger_limits)
+    if q.domain != "keys" and not 0 < q.delta < 1:
+        raise UsageError(
+            "discovering groups from the data needs --delta in (0, 1) (the chance a rare group leaks); "
+            "or give the public list of groups with --keys"
+        )
+    names = _measurement_names(q)
+    m = len(names)
+    measurements: dict[str, Measurement] = {}
+    events: list[PrivacyEvent] = []
+    summary: dict[str, Any] = {"split": f"equal, 1/{m} of the budget per measurement", "measurements": names}
+    if q.domain == "unklap":
+        if q.epsilon is None:
+            raise UsageError("give --epsilon")
+        name = names[0]
+        tau = _sensitivity(name, q)
+        eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
+        noise = mech.laplace(2 * tau * k, eps_per)
+        offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(q.delta))
+        measurements[name] = Measurement(name, tau, noise, share="all")
+        events.append(
+            PrivacyEvent("approx", "histogram/unklap", epsilon=q.epsilon, delta=q.delta, detail={"max_groups": str(q.max_groups)})
+        )
+        return HistogramPlan(measurements, events, unklap_offset=offset, summary=summary)
+    if q.noise == "laplace":
+        if q.rho is not None:
+            raise UsageError("--rho calibrates Gaussian noise; use --epsilon with Laplace noise (or --noise gaussian)")
+        if q.epsilon is None:
+            raise UsageError("give --epsilon")
+        eps_m = q.epsilon / m
+        for name in names:
+            s = _sensitivity(name, q)
+            if name.startswith("q"):
+                # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
+                rate = eps_m / k / (2 * s)
+                measurements[name] = Measurement(name, s, em_rate=rate, share=fraction_text(eps_m))
+            else:
+                measurements[name] = Measurement(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
+        if q.domain == "keys":
+            curve = "discrete_laplace" if names == ["units"] and k == 1 else "pure"
+            events.append(PrivacyEvent("pure", "histogram/laplace", epsilon=q.epsilon, rdp_curve=curve))
+        else:
+            events.append(PrivacyEvent("approx", "histogram/laplace+threshold", epsilon=q.epsilon, delta=q.delta))
+    else:
+        if q.rho is not None:
+            if q.epsilon is not None:
+                raise UsageError("give either --rho or --epsilon/--delta for Gaussian noise, not both")
+            rho = q.rho
+            conv_delta, sel_delta = q.delta, q.delta
+        else:
+            if q.epsilon is None or not 0 < q.delta < 1:
+                raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
+            conv_delta = q.delta if q.domain == "keys" else q.delta / 2
+            sel_delta = q.delta - conv_delta
+            rho = _fraction_at_most(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
+        rho_m = rho / m
+        for name in names:
+            s = _sensitivity(name, q)
+            if name.startswith("q"):
+                # ε-BR exponential mechanism is ε²/8-zCDP; K groups: K·ε²/8 = ρ_m.
+                eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
+                while eps_pp * eps_pp * k / 8 > rho_m:
+                    eps_pp -= Fraction(1, 10**9)
+                measurements[name] = Measurement(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
+            else:
+                measurements[name] = Measurement(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
+        events.append(
+            PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))
+        )
+        if q.domain == "threshold":
+            events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
+            q = _with_delta(q, sel_delta)
+    threshold = None
+    if q.domain == "threshold":
+        threshold = mech.selection_threshold(measurements["units"].noise, k, float(q.delta))  # type: ignore[arg-type]
+    return HistogramPlan(measurements, events, threshold=threshold, summary=summary)
+
+
+def _fraction_at_most(x: float, digits: int = 12) -> Fraction:
+    """A decimal Fraction ≤ ``x`` with ``digits`` decimals (calibrating to a little less budget is safe)."""
+    return Fraction(math.floor(x * 10**digits), 10**digits)
+
+
+def _with_delta(q: HistogramQuery, delta: Fraction) -> HistogramQuery:
+    from dataclasses import replace
+
+    return replace(q, delta=delta)
+
+
+def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:
+    noise = make(sensitivity, budget)
+    try:
+        noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
+    except ValueError as exc:
+        raise UsageError(f"noise too large to sample ({exc}); use a coarser --granularity or tighter bounds") from None
+    return noise
+
+
+def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
+    """LinkedIn's budget system (paper 000, Alg. 5): KnownLap or UnkLap at the ledger's ε_per and δ."""
+    if len(q.aggregations) != 1 or q.aggregations[0] not in ("count", "count-units"):
+        raise UsageError("a br ledger releases one count or count-units per histogram (LinkedIn's KnownLap/UnkLap)")
+    if q.noise != "laplace":
+        raise UsageError("a br ledger uses Laplace noise")
+    eps_per = limits["epsilon_per"]
+    if q.epsilon is not None and q.epsilon != eps_per:
+        raise UsageError(f"this br ledger fixes ε_per = {fraction_text(eps_per)}; drop --epsilon or match it")
+    name = "rows" if q.aggregations[0] == "count" else "units"
+    tau = _sensitivity(name, q)
+    k = q.max_partitions
+    summary = {"split": "all of ε_per", "measurements": [name]}
+    if q.domain == "keys":
+        # KnownLap: Lap(2τ/ε_per) per count; Δ·ε_per-BR → Δ information units.
+        noise = mech.laplace(2 * tau, eps_per)
+        ev = PrivacyEvent("br", "histogram/knownlap", epsilon=eps_per, units=k)
+        return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], summary=summary)
+    if q.domain == "threshold":
+        raise UsageError("a br ledger discovers groups with --selection unklap (or give --keys)")
+    delta = limits["delta"]
+    noise = mech.laplace(2 * tau * k, eps_per)
+    offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(delta))
+    ev = PrivacyEvent("br", "histogram/unklap", epsilon=eps_per, delta=delta, units=1, calls=1)
+    return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], unklap_offset=offset, summary=summary)
+
+
+@dataclass
+class HistogramRelease:
+    """The released table and what a reader needs to interpret it."""
+
+    table: pl.DataFrame
+    groups_released: int
+    metadata: dict[str, Any]
+
+
+def run_histogram(
+    table: InputTable,
+    q: HistogramQuery,
+    plan: HistogramPlan,
+    stream: KeyedStream,
+    keys: pl.DataFrame | None = None,
+) -> HistogramRelease:
+    """Bound, aggregate, select and noise one histogram (the plan must come from the same query)."""
+    grid = q.grid
+    spec = bounding.BoundingSpec(
+        unit=q.unit,
+        by=q.by,
+        max_partitions=q.max_partitions,
+        max_contributions=q.max_contributions,
+        value=q.value,
+        grid=grid,
+    )
+    salt_words = stream.child("bounding-salt").uint64(2)
+    salt = int(salt_words[0]) | (int(salt_words[1]) << 64)
+    partial_lf = bounding.bound_contributions(table.frame, spec, salt)
+    partial = bounding.check_bounded(collect(partial_lf, f"cannot read {table.name}"), spec, table.name)
+    totals = bounding.group_totals(partial, spec)
+    qhist = _quantile_counts(table, q, spec, salt, partial) if q.quantiles else None
+
+    if q.domain == "keys":
+        assert keys is not None
+        totals = keys.join(totals, on=list(q.by), how="left", nulls_equal=True).with_columns(
+            pl.col(c).fill_null(0) for c in totals.columns if c not in q.by
+        )
+        totals = totals.sort(list(q.by), nulls_last=True)
+    noisy: dict[str, np.ndarray] = {}
+    meta: dict[str, Any] = {}
+    if q.domain == "threshold":
+        units_noise = plan.measurements["units"].noise
+        assert units_noise is not None and plan.threshold is not None
+        u = totals["units"].to_numpy() + units_noise.sample(stream.child("units"), totals.height)
+        keep = u >= plan.threshold
+        totals = totals.filter(pl.Series(keep))
+        noisy["units"] = u[keep]
+        meta["threshold"] = plan.threshold
+        meta["groups_seen"] = int(keep.size)
+    elif q.domain == "unklap":
+        totals, noisy, bottom = _unklap(totals, q, plan, stream)
+        meta["bottom"] = bottom
+    for name, mmt in plan.measurements.items():
+        if name in noisy or mmt.noise is None:
+            continue
+        noisy[name] = _true_values(totals, name, grid) + mmt.noise.sample(stream.child(name), totals.height)
+    out = totals.select(list(q.by))
+    margins: dict[str, str] = {}
+    for agg in q.aggregations:
+        col, values, margin, how = _aggregate(agg, q, plan, noisy, totals, grid, qhist, stream)
+        out = out.with_columns(pl.Series(col, values))
+        if q.with_error:
+            if margin is not None:
+                out = out.with_columns(pl.Series(col + "_moe95", margin))
+            margins[col] = how
+    if q.domain == "unklap":
+        out = out.with_columns(pl.Series("__order", -noisy[next(iter(plan.measurements))])).sort(
+            ["__order", *q.by], nulls_last=True
+        ).drop("__order")
+    meta.update(
+        {
+            "measurements": {
+                n: {"share": m.share, **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
+                for n, m in plan.measurements.items()
+            },
+            "granularity": fraction_text(grid.granularity) if grid else None,
+        }
+    )
+    if margins:
+        meta["margins"] = margins
+    return HistogramRelease(out, out.height, meta)
+
+
+def _true_values(totals: pl.DataFrame, name: str, grid: bounding.ValueGrid | None) -> np.ndarray:
+    if name in ("rows", "units", "csum", "csumsq"):
+        return totals[name].to_numpy().astype(np.int64)
+    if name == "sum":
+        assert grid is not None
+        return (totals["csum"] + grid.mid_units * totals["rows"]).to_numpy().astype(np.int64)
+    raise KeyError(name)
+
+
+def _unklap(
+    totals: pl.DataFrame, q: HistogramQuery, plan: HistogramPlan, stream: KeyedStream
+) -> tuple[pl.DataFrame, dict[str, np.ndarray], int]:
+    """UnkLap (paper 000, Alg. 3): top-d̄ groups and a noisy ⊥ threshold."""
+    name = next(iter(plan.measurements))
+    mmt = plan.measurements[name]
+    assert mmt.noise is not None and plan.unklap_offset is not None
+    ranked = totals.sort([name, *q.by], descending=[True] + [False] * len(q.by), nulls_last=True)
+    h = ranked[name].to_numpy().astype(np.int64)
+    dbar = q.max_groups
+    h_next = int(h[dbar]) if h.size > dbar else 0
+    top = ranked.head(dbar)
+    v = h[: top.height] + mmt.noise.sample(stream.child(name), top.height)
+    bottom = h_next + plan.unklap_offset + int(mmt.noise.sample(stream.child("bottom"), 1)[0])
+    keep = v > bottom
+    return top.filter(pl.Series(keep)), {name: v[keep]}, bottom
+
+
+def _quantile_counts(
+    table: InputTable, q: HistogramQuery, spec: bounding.BoundingSpec, salt: int, partial: pl.DataFrame
+) -> pl.DataFrame:
+    """Per group, the count of bounded rows in each of ``QUANTILE_BINS`` equal bins of [lo, hi]."""
+    grid = q.grid
+    assert grid is not None
+    rows = bounding.bounded_rows(table.frame, spec, salt)
+    width = grid.hi_units - grid.lo_units
+    binned = rows.join(
+        partial.lazy().select([q.unit, *q.by]), on=[q.unit, *q.by], how="semi", nulls_equal=True
+    ).select(
+        [
+            *[pl.col(c) for c in q.by],
+            ((pl.col(bounding.GRID) + grid.mid_units - grid.lo_units) * QUANTILE_BINS // max(width, 1))
+            .clip(0, QUANTILE_BINS - 1)
+            .alias("__bin"),
+        ]
+    )
+    return collect(binned.group_by([*q.by, "__bin"]).agg(pl.len().alias("__n")), f"cannot read {table.name}")
+
+
+def _quantile_values(
+    q: HistogramQuery,
+    p: Fraction,
+    rate: Fraction,
+    totals: pl.DataFrame,
+    qhist: pl.DataFrame,
+    stream: KeyedStream,
+) -> np.ndarray:
+    """The exponential-mechanism quantile of every group in ``totals`` (in its order)."""
+    grid = q.grid
+    assert grid is not None
+    g = totals.height
+    idx = totals.select(list(q.by)).with_row_index("__g")
+    counts = np.zeros((g, QUANTILE_BINS), dtype=np.int64)
+    joined = qhist.join(idx, on=list(q.by), how="inner", nulls_equal=True)
+    if joined.height:
+        np.add.at(counts, (joined["__g"].to_numpy(), joined["__bin"].to_numpy()), joined["__n"].to_numpy())
+    # rank_i = rows strictly below candidate i (candidates are the B + 1 bin edges).
+    rank = np.concatenate([np.zeros((g, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
+    n = rank[:, -1:]
+    utility = -np.abs(p.denominator * rank - p.numerator * n)
+    choice = mech.exponential_mechanism_rows(stream, utility, rate)
+    edges_units = grid.lo_units + (choice * (grid.hi_units - grid.lo_units)) / QUANTILE_BINS
+    return np.clip(edges_units * float(grid.granularity), grid.lo, grid.hi)
+
+
+def _aggregate(
+    agg: str,
+    q: HistogramQuery,
+    plan: HistogramPlan,
+    noisy: dict[str, np.ndarray],
+    totals: pl.DataFrame,
+    grid: bounding.ValueGrid | None,
+    qhist: pl.DataFrame | None,
+    stream: KeyedStream,
+) -> tuple[str, Any, Any, str]:
+    """(column name, values, 95% margins (None: no margin column), how the margin is meant)."""
+    def margin_for(name: str, scale: float | None = None) -> list[Any]:
+        noise = plan.measurements[name].noise
+        assert noise is not None
+        m = noise.margin95()
+        return [m if scale is None else m * scale] * totals.height
+
+    if agg == "count":
+        return "count", noisy["rows"], margin_for("rows"), "exact 95% interval of the noise"
+    if agg == "count-units":
+        return "count_units", noisy["units"], margin_for("units"), "exact 95% interval of the noise"
+    assert grid is not None and q.value is not None
+    g = float(grid.granularity)
+    v = q.value
+    if agg == "sum":
+        return f"sum_{v}", noisy["sum"] * g, margin_for("sum", g), "exact 95% interval of the noise"
+    n = np.maximum(noisy["rows"], 1).astype(np.float64)
+    mean_c = noisy["csum"] / n
+    if agg == "mean":
+        values = np.clip((grid.mid_units + mean_c) * g, grid.lo, grid.hi)
+        return f"mean_{v}", values, None, "not provided (ratio of noisy values)"
+    if agg == "variance":
+        var_units = np.clip(noisy["csumsq"] / n - mean_c * mean_c, 0.0, float(grid.half_width_units) ** 2)
+        return f"variance_{v}", var_units * g * g, None, "not provided (ratio of noisy values)"
+    p = parse_quantile(agg)
+    assert p is not None and qhist is not None
+    mmt = plan.measurements["q" + fraction_text(p)]
+    assert mmt.em_rate is not None
+    values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
+    return f"{_q_label(p)}_{v}", values, None, "not provided (exponential mechanism)"
+
+
+def read_keys(keys_table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:
+    """The public list of groups: distinct rows of the ``by`` columns, cast to the data's types."""
+    schema = keys_table.frame.collect_schema()
+    missing = [c for c in by if c not in schema]
+    if missing:
+        raise DataError(f"keys file {keys_table.name} lacks column {missing[0]!r} (it needs: {', '.join(by)})")
+    try:
+        keys = keys_table.frame.select(
+            [pl.col(c).cast(data_schema[c], strict=True) for c in by]
+        ).unique().collect()
+    except pl.exceptions.PolarsError as exc:
+        raise DataError(f"keys file {keys_table.name}: values do not match the data's column types ({exc})".splitlines()[0]) from None
+    if keys.height == 0:
+        raise DataError(f"keys file {keys_table.name} lists no groups")
+    return keys.sort(list(by), nulls_last=True)

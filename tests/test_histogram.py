@@ -1,0 +1,322 @@
+"""dpcli histogram: bounding, partition selection, known domain, replay, errors (library and CLI)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from dpcli import bounding
+from dpcli.cli.app import app
+from dpcli.core import mechanisms as mech
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import DataError, UsageError
+from dpcli.tables import InputTable
+from dpcli.tasks import histogram as hist
+
+runner = CliRunner()
+
+
+def table(df: pl.DataFrame, name: str = "t") -> InputTable:
+    return InputTable(df.lazy(), "sha256:test", name, "csv")
+
+
+def base_data(n_units: int = 300, seed: int = 1) -> pl.DataFrame:
+    rng = np.random.default_rng(seed)  # test data only; never noise
+    rows = rng.integers(1, 6, n_units)
+    unit = np.repeat([f"u{i}" for i in range(n_units)], rows)
+    return pl.DataFrame(
+        {
+            "user": unit,
+            "g": rng.choice(["a", "b", "c"], unit.size),
+            "x": rng.uniform(0, 10, unit.size).round(2),
+        }
+    )
+
+
+def release(df, q, seed=b"s" * 32, keys=None, mode="approx"):
+    plan = hist.plan_histogram(q, mode, {})
+    return hist.run_histogram(table(df), q, plan, KeyedStream(seed, "histogram"), keys)
+
+
+# ---- contribution bounding -------------------------------------------------------------------
+
+
+def test_one_heavy_unit_moves_outputs_by_at_most_the_bound():
+    """Same seed on D and D + one unit with 10,000 rows in group 'a': the noise is identical,
+    so the difference is exactly the bounded contribution (count ≤ C, sum ≤ C·max|bound|)."""
+    d = base_data()
+    heavy = pl.DataFrame({"user": ["heavy"] * 10_000, "g": ["a"] * 10_000, "x": [1e9] * 10_000})
+    keys = pl.DataFrame({"g": ["a", "b", "c"]})
+    q = hist.HistogramQuery(
+        by=("g",), unit="user", aggregations=("count", "sum"), value="x", bounds=(0.0, 10.0),
+        max_contributions=3, max_partitions=1, epsilon=Fraction(1), domain="keys",
+    )
+    r0 = release(d, q, keys=keys).table
+    r1 = release(pl.concat([d, heavy]), q, keys=keys).table
+    diff = (r1["count"] - r0["count"]).to_list()
+    assert diff == [3, 0, 0]
+    assert (r1["sum_x"] - r0["sum_x"]).to_list() == [30.0, 0.0, 0.0]
+
+
+def test_cross_partition_bound_keeps_k_groups_uniformly():
+    """4000 units each in the same 4 groups, K = 1: every unit keeps one group, each group is
+    kept by Binomial(4000, 1/4) units (mean 1000, sd 27.4): 5 sd = 137 is the tolerance."""
+    n = 4000
+    df = pl.DataFrame({"user": np.repeat(np.arange(n), 4), "g": np.tile(["a", "b", "c", "d"], n)})
+    spec = bounding.BoundingSpec("user", ("g",), max_partitions=1, max_contributions=1)
+    part = bounding.bound_contributions(df.lazy(), spec, salt=12345 << 64).collect()
+    assert part.height == n and part["user"].n_unique() == n
+    counts = part.group_by("g").len()["len"].to_list()
+    assert all(abs(c - 1000) < 137 for c in counts)
+    other = bounding.bound_contributions(df.lazy(), spec, salt=999 << 64).collect()
+    assert not part.sort("user").equals(other.sort("user"))  # the salt (seed) decides
+
+
+def test_rows_per_unit_are_capped_and_values_clamped():
+    df = pl.DataFrame({"user": [1] * 50 + [2], "g": ["a"] * 51, "x": [100.0] * 50 + [-5.0]})
+    grid = bounding.ValueGrid(0.0, 10.0, Fraction(1, 4))
+    spec = bounding.BoundingSpec("user", ("g",), 1, 4, value="x", grid=grid)
+    part = bounding.bound_contributions(df.lazy(), spec, salt=1).collect().sort("user")
+    assert part[bounding.N_ROWS].to_list() == [4, 1]
+    # centred grid units: mid = 20; 10.0 → 40 - 20 = 20 per row; -5 → 0 - 20.
+    assert part[bounding.C_SUM].to_list() == [80, -20]
+
+
+def test_non_finite_and_null_units_are_refused():
+    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
+    bad = pl.DataFrame({"user": [1, 2], "g": ["a", "a"], "x": [0.5, float("inf")]})
+    with pytest.raises(DataError, match="non-finite"):
+        bounding.check_bounded(bounding.bound_contributions(bad.lazy(), spec, 1).collect(), spec, "t")
+    nulls = pl.DataFrame({"user": [1, None], "g": ["a", "a"], "x": [0.5, 0.5]})
+    with pytest.raises(DataError, match="privacy unit"):
+        bounding.check_bounded(bounding.bound_contributions(nulls.lazy(), spec, 1).collect(), spec, "t")
+
+
+# ---- partition selection ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 4])
+def test_singleton_groups_leak_with_probability_at_most_delta(k):
+    """3000 units, each alone in k groups of its own. A unit is exposed if any of its groups is
+    released; the exposure rate must match 1 - (1 - p)^k ≤ δ where p is the exact tail at the
+    threshold. Tolerance: 5 binomial standard deviations around the exact rate."""
+    n, delta = 3000, Fraction(1, 20)
+    df = pl.DataFrame({"user": np.repeat(np.arange(n), k), "g": np.arange(n * k)})
+    q = hist.HistogramQuery(by=("g",), unit="user", aggregations=("count-units",), max_partitions=k,
+                            epsilon=Fraction(1), delta=delta)
+    plan = hist.plan_histogram(q, "approx", {})
+    p = plan.measurements["units"].noise.tail(plan.threshold - 1)
+    rate = 1 - (1 - p) ** k
+    assert rate <= float(delta)
+    out = hist.run_histogram(table(df), q, plan, KeyedStream(b"x" * 32, "h")).table
+    exposed = (out["g"] // k).n_unique() if out.height else 0
+    sd = math.sqrt(n * rate * (1 - rate))
+    assert abs(exposed - n * rate) <= 5 * sd + 1
+    # Power: the rate is not trivially small, so a threshold one lower would be caught.
+    assert n * rate > 30
+
+
+def test_selection_threshold_matches_the_closed_form():
+    """Laplace: τ = 1 + ⌈−b·ln(p*(1 + e^{−1/b}))⌉ with p* = 1 − (1 − δ)^{1/K} (continuous analogue
+    in paper 002: 1 − b·ln(2 − 2(1 − δ)^{1/K}))."""
+    noise = mech.laplace(4, Fraction(1, 2))  # b = 8
+    tau = mech.selection_threshold(noise, 4, 1e-6)
+    p_star = 1 - (1 - 1e-6) ** 0.25
+    assert noise.tail(tau - 1) <= p_star < noise.tail(tau - 2)
+    continuous = 1 - 8 * math.log(2 - 2 * (1 - 1e-6) ** 0.25)
+    assert abs(tau - continuous) <= 2
+
+
+def test_known_domain_lists_every_key_and_nothing_else():
+    d = base_data()
+    keys = pl.DataFrame({"g": ["a", "zzz", "b"]})  # 'c' is in the data but not public; 'zzz' is empty
+    q = hist.HistogramQuery(by=("g",), unit="user", epsilon=Fraction(1, 2), domain="keys")
+    out = release(d, q, keys=keys.sort("g")).table
+    assert out["g"].to_list() == ["a", "b", "zzz"]
+    assert abs(out.filter(pl.col("g") == "zzz")["count"].item()) < 40  # pure noise around 0 (b = 2)
+
+
+def test_unklap_returns_top_groups_above_noisy_bottom():
+    rng = np.random.default_rng(3)
+    sizes = {f"g{i}": int(s) for i, s in enumerate([2000, 800, 300, 5, 1, 1])}
+    users = np.concatenate([[f"{g}-{j}" for j in range(s)] for g, s in sizes.items()])
+    groups = np.concatenate([[g] * s for g, s in sizes.items()])
+    df = pl.DataFrame({"user": users, "g": groups})
+    rng.shuffle(users)
+    q = hist.HistogramQuery(by=("g",), unit="user", aggregations=("count-units",), epsilon=Fraction(1),
+                            delta=Fraction(1, 10**9), domain="unklap", max_groups=4)
+    r = release(df, q)
+    assert r.table["g"].to_list() == ["g0", "g1", "g2"]  # sorted by noisy count; small groups below ⊥
+    assert r.metadata["bottom"] > 5
+
+
+def test_quantiles_and_means_are_close_with_a_large_budget():
+    rng = np.random.default_rng(5)
+    n = 20000
+    df = pl.DataFrame({"user": np.arange(n), "g": ["a"] * n, "x": rng.uniform(0, 100, n)})
+    q = hist.HistogramQuery(by=("g",), unit="user", aggregations=("mean", "median", "p90"), value="x",
+                            bounds=(0.0, 100.0), epsilon=Fraction(20), domain="keys")
+    out = release(df, q, keys=pl.DataFrame({"g": ["a"]})).table.row(0, named=True)
+    assert abs(out["mean_x"] - df["x"].mean()) < 0.5
+    assert abs(out["median_x"] - df["x"].median()) < 1.0
+    assert abs(out["p90_x"] - df["x"].quantile(0.9)) < 1.0
+
+
+def test_plan_is_data_independent_and_splits_the_budget():
+    q = hist.HistogramQuery(by=("g",), unit="u", aggregations=("count", "mean"), value="x", bounds=(0.0, 1.0),
+                            epsilon=Fraction(1), delta=Fraction(1, 10**6), max_partitions=2)
+    plan = hist.plan_histogram(q, "approx", {})
+    assert list(plan.measurements) == ["rows", "csum", "units"]
+    assert plan.measurements["rows"].noise.param == Fraction(2 * 3)  # K·C / (ε/3)
+    assert [e.kind for e in plan.events] == ["approx"] and plan.events[0].epsilon == 1
+    with pytest.raises(UsageError, match="--delta"):
+        hist.plan_histogram(hist.HistogramQuery(by=("g",), unit="u", epsilon=Fraction(1)), "approx", {})
+    g = hist.plan_histogram(
+        hist.HistogramQuery(by=("g",), unit="u", noise="gaussian", rho=Fraction(1, 2), domain="keys"), "zcdp", {}
+    )
+    assert g.events[0].kind == "zcdp" and g.measurements["rows"].noise.kind == "gaussian"
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    p = tmp_path / "events.csv"
+    base_data(400).write_csv(p)
+    return p
+
+
+def init(mode_args=("--mode", "approx", "--epsilon", "10", "--delta", "1e-5")):
+    r = runner.invoke(app, ["budget", "init", "default", *mode_args])
+    assert r.exit_code == 0, r.stderr
+
+
+def entries():
+    r = runner.invoke(app, ["budget", "history", "default", "--json"])
+    return json.loads(r.stdout)
+
+
+def hist_cli(*args):
+    return runner.invoke(app, ["histogram", *map(str, args)])
+
+
+def test_cli_replay_is_identical_and_free_and_new_data_is_renoised(data_file, tmp_path):
+    init()
+    args = [data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", "--max-partitions", "2"]
+    r1, r2 = hist_cli(*args), hist_cli(*args)
+    assert r1.exit_code == 0, r1.stderr
+    assert r1.stdout == r2.stdout and r1.stdout.startswith("g,count\n")
+    h = entries()
+    assert len(h) == 2 and h[1]["replay_of"] == 1 and h[1]["events"] == []
+    changed = tmp_path / "changed.csv"
+    changed.write_text(data_file.read_text() + "newuser,a,1.0\n")
+    r3 = hist_cli(changed, *args[1:])
+    assert r3.exit_code == 0 and r3.stdout != r1.stdout
+    assert len(entries()) == 3 and entries()[2]["events"]
+
+
+def test_cli_json_and_output_file(data_file, tmp_path):
+    init()
+    out = tmp_path / "out.parquet"
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--keys", _keys(tmp_path),
+                 "--with-error", "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["charged"] and summary["groups"] == 3 and summary["ledger"]["remaining"]["epsilon"] == "9"
+    df = pl.read_parquet(out)
+    assert df.columns == ["g", "count", "count_moe95"] and df["g"].to_list() == ["a", "b", "c"]
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--keys", _keys(tmp_path), "--json")
+    doc = json.loads(r.stdout)
+    assert [row["g"] for row in doc["result"]] == ["a", "b", "c"] and "summary" in doc
+
+
+def _keys(tmp_path):
+    p = tmp_path / "keys.csv"
+    p.write_text("g\na\nb\nc\n")
+    return p
+
+
+@pytest.mark.parametrize(
+    "opts, code, needle",
+    [
+        ({"--value": "x", "--agg": "sum", "--bounds": "5:1"}, 2, "--bounds"),
+        ({"--value": "x", "--agg": "sum", "--bounds": "abc"}, 2, "--bounds"),
+        ({"--value": "nope", "--agg": "sum", "--bounds": "0:1"}, 65, "'nope' not found"),
+        ({"--value": "g", "--agg": "sum", "--bounds": "0:1"}, 65, "must be numeric"),
+        ({"--by": "missing"}, 65, "'missing' not found"),
+        ({"--privacy-unit": "who"}, 65, "'who' not found"),
+        ({"--epsilon": "0"}, 2, "--epsilon must be > 0"),
+        ({"--epsilon": "-1"}, 2, "--epsilon must be > 0"),
+        ({"--delta": "1"}, 2, "--delta must be in"),
+        ({"--agg": "bogus"}, 2, "unknown aggregation"),
+        ({"--epsilon": "100"}, 77, "budget refused"),
+    ],
+)
+def test_cli_bad_options_and_columns_fail_cleanly(data_file, tmp_path, opts, code, needle):
+    init()
+    out = tmp_path / "o.csv"
+    merged = {"--by": "g", "--privacy-unit": "user", "--epsilon": "1", "--delta": "1e-6", **opts}
+    r = hist_cli(data_file, *[x for kv in merged.items() for x in kv], "-o", out)
+    assert r.exit_code == code, (r.stdout, r.stderr)
+    assert needle in r.stderr and r.stderr.count("\n") == 1 and r.stderr.startswith("dpcli: error:")
+    assert entries() == [] and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "content, code, needle",
+    [
+        (None, 66, "does not exist"),
+        ("", 65, "is empty"),
+        ("user,g,x\n", 65, "no rows"),
+        ('user,g,x\n"unterminated,a,1\n', 65, "cannot"),
+        ("user,g,x\n,a,1\nu2,a,2\n", 65, "null values"),
+        ("user,g,x\nu1,a,NaN\n", 65, "non-finite"),
+    ],
+)
+def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle):
+    init()
+    f = tmp_path / "in.csv"
+    if content is not None:
+        f.write_text(content)
+    out = tmp_path / "o.csv"
+    agg = ["--agg", "sum", "--value", "x", "--bounds", "0:5"] if "NaN" in (content or "") else []
+    r = hist_cli(f, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", *agg, "-o", out)
+    assert r.exit_code == code, (r.stdout, r.stderr)
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+    assert entries() == [] and not out.exists()
+
+
+def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path):
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6")
+    assert r.exit_code == 77 and "budget init" in r.stderr
+    init(("--mode", "br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
+          "--delta-prime", "1e-9"))
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--selection", "unklap", "--agg", "count-units",
+                 "--max-partitions", "2")
+    assert r.exit_code == 0, r.stderr
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--keys", _keys(tmp_path), "--max-partitions", "3")
+    assert r.exit_code == 0, r.stderr
+    ev = [e["events"][0] for e in entries()]
+    assert (ev[0]["units"], ev[0]["calls"]) == (1, 1) and (ev[1]["units"], ev[1].get("calls", 0)) == (3, 0)
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--agg", "count,count-units", "--keys", _keys(tmp_path))
+    assert r.exit_code == 2 and "br ledger" in r.stderr
+
+
+def test_cli_zcdp_ledger_defaults_to_gaussian(data_file):
+    init(("--mode", "zcdp", "--rho", "1"))  # no δ in the ledger: thresholding (δ > 0) is refused
+    r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--rho", "0.25", "--delta", "1e-6")
+    assert r.exit_code == 77 and "δ left is 0" in r.stderr
+    runner.invoke(app, ["--analyst", "z2", "budget", "init", "z2", "--mode", "zcdp", "--rho", "1", "--delta", "1e-5"])
+    r = runner.invoke(app, ["--analyst", "z2", "histogram", str(data_file), "--by", "g", "--privacy-unit", "user", "--rho", "0.25", "--delta", "1e-6", "--json",
+                            "-o", "-"])
+    assert r.exit_code == 0, r.stderr
+    s = json.loads(r.stdout)["summary"]
+    assert s["measurements"]["units"]["noise"] == "discrete_gaussian"
+    assert s["ledger"]["remaining"]["rho"] == "0.75"
