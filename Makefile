@@ -46,6 +46,7 @@ man: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_samplers.py
+	$(BIN)/python bench/bench_histogram.py
 
 clean:
 	rm -rf $(VENV) .demo-state .pytest_cache
