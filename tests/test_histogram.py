@@ -320,3 +320,13 @@ def test_cli_zcdp_ledger_defaults_to_gaussian(data_file):
     s = json.loads(r.stdout)["summary"]
     assert s["measurements"]["units"]["noise"] == "discrete_gaussian"
     assert s["ledger"]["remaining"]["rho"] == "0.75"
+
+
+def test_cli_reads_stdin_with_input_format(data_file):
+    init()
+    args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6"]
+    r = runner.invoke(app, ["histogram", "-", *args], input=data_file.read_bytes())
+    assert r.exit_code == 2 and "--input-format" in r.stderr
+    r = runner.invoke(app, ["histogram", "-", "--input-format", "csv", *args], input=data_file.read_bytes())
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout == hist_cli(data_file, *args).stdout  # same bytes, same fingerprint → same release

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,6 +47,19 @@ def info(ctx: typer.Context, message: str) -> None:
     """An informational line on stderr (suppressed when quiet)."""
     if settings(ctx).chatty:
         typer.echo(message, err=True)
+
+
+@contextlib.contextmanager
+def working(ctx: typer.Context, message: str) -> Iterator[None]:
+    """A rich spinner on stderr while long work runs, only when stderr is a terminal and not quiet."""
+    s = settings(ctx)
+    if s.verbosity < 0 or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    with Console(stderr=True).status(message):
+        yield
 
 
 def emit_json(data: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings
+from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DeltaOpt,
     EpsilonOpt,
@@ -140,7 +140,8 @@ def histogram(
         key_frame = hist.read_keys(keys_table, query.by, schema)
         data["keys"] = keys_table.fingerprint
     seed = release_seed(s.state_dir, {"command": "histogram", "v": 1, **query.canonical()}, data)
-    release = hist.run_histogram(table, query, plan, KeyedStream(seed.seed, "histogram"), key_frame)
+    with working(ctx, f"bounding contributions and aggregating {table.name}"):
+        release = hist.run_histogram(table, query, plan, KeyedStream(seed.seed, "histogram"), key_frame)
     line = f"histogram of {table.name}: {release.groups_released} group(s) released"
     if plan.threshold is not None:
         line += f" (threshold {plan.threshold} noisy units)"
