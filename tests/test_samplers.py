@@ -16,6 +16,7 @@ import pytest
 from scipy import stats
 
 from dpcli.core.prf import KeyedStream
+from dpcli.core import samplers
 from dpcli.core.samplers import (
     bernoulli_exp,
     discrete_gaussian,
@@ -117,6 +118,29 @@ def test_bernoulli_exp_matches_exp():
     p = bernoulli_exp(_stream("b"), num, den).mean()
     # Binomial sd sqrt(p(1-p)/N); 6 sd.
     assert abs(p - math.exp(-1.5)) < 6 * math.sqrt(math.exp(-1.5) / N)
+
+
+@pytest.mark.parametrize("num, den", [(3, 2), (1, 1000), (7, 1)])
+def test_bernoulli_exp_exact_path_matches_exp(monkeypatch, num, den):
+    """With the float margin forced to 1/2 most decisions take the exact decimal path;
+    the frequency must still be exp(-γ) (binomial, 6 sd)."""
+    monkeypatch.setattr(samplers, "_MARGIN", 0.5)
+    n = 20_000
+    x = bernoulli_exp(_stream(f"x{num}/{den}"), np.full(n, num), np.full(n, den))
+    p = math.exp(-num / den)
+    assert abs(x.mean() - p) < 6 * math.sqrt(p * (1 - p) / n) + 1e-12
+
+
+def test_compare_exact_boundaries():
+    s = _stream("cmp")
+    assert samplers._compare_exact(s, 0, 1, 1) is True  # V < 2^-64 < e^-1
+    assert samplers._compare_exact(s, (1 << 64) - 1, 1, 1) is False
+    # exp(-1/2) = 0.60653..., u just below/above its 64-bit expansion
+    e = int(math.exp(-0.5) * 2**64)
+    assert samplers._compare_exact(s, e - 5000, 1, 2) is True
+    assert samplers._compare_exact(s, e + 5000, 1, 2) is False
+    # huge γ: only V with all-zero leading bits can be below exp(-10^6)
+    assert samplers._compare_exact(s, 1, 10**6, 1) is False
 
 
 def test_exponential_mechanism_probabilities():

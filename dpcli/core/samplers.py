@@ -2,10 +2,12 @@
 
 All randomness is integer: uniform integers by rejection from 64-bit words,
 Bernoulli(n/d) by comparing a uniform integer with ``n``, Bernoulli(exp(-γ))
-for rational γ by the series method, and the discrete Laplace and discrete
-Gaussian samplers of Canonne, Kamath & Steinke (2020, Algorithms 1-3). No
-floating point touches a sampled value, so the output distribution is exactly
-the one the privacy proof assumes (no Mironov-style float artefacts).
+for rational γ by comparing a lazily drawn uniform real with exp(−γ) (floats
+only decide comparisons that are certain by a wide margin; the rest is done
+in exact arithmetic), and the discrete Laplace and discrete Gaussian samplers
+of Canonne, Kamath & Steinke (2020, Algorithms 2-3). No floating point value
+ever becomes a sample, so the output distribution is exactly the one the
+privacy proof assumes (no Mironov-style float artefacts).
 
 Every function works on whole numpy arrays; loops run over rejection *rounds*
 (a handful, geometrically fewer elements each round), never over elements.
@@ -16,6 +18,7 @@ noise, never less).
 
 from __future__ import annotations
 
+import decimal
 from fractions import Fraction
 from math import ceil, isqrt
 
@@ -74,51 +77,82 @@ def random_bits(stream: KeyedStream, n: int) -> np.ndarray:
     return (stream.uint64(n) >> _U64(63)).astype(bool)
 
 
-def _bernoulli_exp_unit(stream: KeyedStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) for ``0 ≤ num/den ≤ 1`` (CKS Algorithm 1, first branch)."""
-    k = np.ones(num.shape, dtype=np.int64)
-    alive = np.arange(num.size)
-    while alive.size:
-        success = bernoulli_rational(stream, num[alive], k[alive] * den[alive])
-        k[alive[success]] += 1
-        alive = alive[success]
-    return (k % 2) == 1
+#: Relative safety margin of the float fast path of :func:`bernoulli_exp`. The
+#: float estimate of exp(−γ) is within γ·2^-52 (division) plus a few ulps (exp)
+#: of the truth for γ ≤ 700, far inside 2^-36; anything closer is decided exactly.
+_MARGIN = 2.0**-36
+_TWO_M64 = 2.0**-64
 
 
 def bernoulli_exp(stream: KeyedStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(-num/den)) per element for any rational ``num/den ≥ 0``, exactly.
+    """Bernoulli(exp(−num/den)) per element for any rational ``num/den ≥ 0``, exactly.
 
-    exp(-γ) = exp(-1)^⌊γ⌋ · exp(-(γ-⌊γ⌋)): the integer part is a run of
-    Bernoulli(exp(-1)) trials that must all succeed (elements drop out at the
-    first failure), the fractional part one more unit draw.
+    Each element draws a 64-bit word ``u``: the first 64 bits of a uniform real
+    V ∈ [0, 1), so V ∈ [u/2^64, (u+1)/2^64). The result is V < exp(−γ), which
+    has probability exactly exp(−γ). In floating point we only decide when the
+    whole interval of V lies clearly (relative margin 2^-36, far beyond any
+    rounding error) on one side of exp(−γ); the rare remaining elements
+    (probability ~2^-35) are decided by :func:`_compare_exact`, which draws
+    further bits of V and bounds exp(−γ) with correctly rounded decimal
+    arithmetic until the comparison is certain. The float value never becomes
+    part of a sample, so the distribution is exact (no Mironov-style artefacts).
     """
     num = np.asarray(num, dtype=np.int64)
-    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape).copy()
+    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
     if num.size and (num.min() < 0 or den.min() < 1):
         raise ValueError("need num ≥ 0 and den ≥ 1")
-    result = np.ones(num.shape, dtype=bool)
-    remaining = num // den
-    frac = num - remaining * den
-    active = np.flatnonzero(remaining > 0)
-    ones = np.ones(num.shape, dtype=np.int64)
-    while active.size:
-        ok = _bernoulli_exp_unit(stream, ones[active], ones[active])
-        result[active[~ok]] = False
-        remaining[active] -= 1
-        active = active[ok & (remaining[active] > 0)]
-    live = np.flatnonzero(result)
-    if live.size:
-        result[live] = _bernoulli_exp_unit(stream, frac[live], den[live])
-    return result
+    gamma = num.astype(np.float64) / den.astype(np.float64)
+    huge = gamma > 700.0  # exp(−700) < 2^-1000: only u = 0 can be below it
+    with np.errstate(under="ignore"):
+        f = np.exp(-np.where(huge, 0.0, gamma))
+    f_lo = np.where(huge, 0.0, f * (1.0 - _MARGIN))
+    f_hi = np.where(huge, 2.0**-1000, f * (1.0 + _MARGIN))
+    u = stream.uint64(num.size).reshape(num.shape)
+    uf = u.astype(np.float64) * _TWO_M64
+    v_lo = uf * (1.0 - 2.0**-50)
+    v_hi = (uf + _TWO_M64) * (1.0 + 2.0**-50)
+    accept = v_hi < f_lo
+    unsure = ~accept & ~(v_lo > f_hi)
+    for i in zip(*np.nonzero(unsure)):
+        accept[i] = _compare_exact(stream, int(u[i]), int(num[i]), int(den[i]))
+    return accept
+
+
+def _compare_exact(stream: KeyedStream, u: int, num: int, den: int) -> bool:
+    """Is V < exp(−num/den), where V's leading 64 bits are ``u`` and later bits come from ``stream``?
+
+    Works with arbitrary-size integers. exp(−γ) is bracketed with Python's
+    ``decimal`` (whose exp is correctly rounded, so within one unit in the last
+    place) at growing precision; V's interval shrinks by 2^-64 per extra word.
+    Terminates with probability 1 because exp(−γ) is irrational for γ > 0.
+    """
+    if num == 0:
+        return True
+    bits, prec = 64, 40
+    while True:
+        ctx = decimal.Context(prec=prec, Emin=-10**9, Emax=10**9)
+        g_lo = ctx.divide(decimal.Decimal(num), decimal.Decimal(den))
+        g_hi = g_lo
+        slack = decimal.Decimal(10) ** (-prec + 3)
+        e_lo = Fraction(ctx.exp(-(g_hi * (1 + slack)))) * (1 - Fraction(slack))
+        e_hi = Fraction(ctx.exp(-(g_lo * (1 - slack)))) * (1 + Fraction(slack))
+        v_lo = Fraction(u, 1 << bits)
+        v_hi = Fraction(u + 1, 1 << bits)
+        if v_hi <= e_lo:
+            return True
+        if v_lo >= e_hi:
+            return False
+        u = (u << 64) | int(stream.uint64(1)[0])
+        bits += 64
+        prec += 20
 
 
 def _geometric_exp_minus_one(stream: KeyedStream, n: int) -> np.ndarray:
     """Number of successes of Bernoulli(exp(-1)) before the first failure, ``n`` times."""
     v = np.zeros(n, dtype=np.int64)
     alive = np.arange(n)
-    ones = np.ones(n, dtype=np.int64)
     while alive.size:
-        ok = _bernoulli_exp_unit(stream, ones[alive], ones[alive])
+        ok = bernoulli_exp(stream, np.ones(alive.size, np.int64), np.ones(alive.size, np.int64))
         v[alive[ok]] += 1
         alive = alive[ok]
     return v
@@ -201,7 +235,7 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
             diff = q * ay[si] - p
             accept[si] = bernoulli_exp(stream, diff * diff, np.full(si.size, den, dtype=np.int64))
         for i in np.flatnonzero(~safe):  # astronomically rare; exact big-integer path
-            accept[i] = _bernoulli_exp_big(stream, (q * int(ay[i]) - p) ** 2, den)
+            accept[i] = _compare_exact(stream, int(stream.uint64(1)[0]), (q * int(ay[i]) - p) ** 2, den)
         got = y[accept][: pending.size]
         out[pending[: got.size]] = got
         pending = pending[got.size :]
@@ -215,29 +249,6 @@ def effective_sigma2(sigma2: Fraction | int) -> Fraction:
         return sigma2
     t, p, q = _discrete_gaussian_parameters(sigma2)
     return Fraction(t * p, q)
-
-
-def _bernoulli_exp_big(stream: KeyedStream, num: int, den: int) -> bool:
-    """Scalar Bernoulli(exp(-num/den)) with arbitrary-size integers (rare fallback)."""
-    whole, frac = divmod(num, den)
-    for _ in range(whole):
-        if not _bernoulli_exp_unit(stream, np.ones(1, np.int64), np.ones(1, np.int64))[0]:
-            return False
-    k = 1
-    while True:
-        # Bernoulli(frac / (k·den)) with big integers: 128-bit uniform by rejection.
-        bound = k * den
-        nbytes = (bound.bit_length() + 71) // 64
-        while True:
-            words = stream.uint64(nbytes)
-            u = int.from_bytes(words.astype("<u8").tobytes(), "little")
-            limit = (1 << (64 * nbytes)) // bound * bound
-            if u < limit:
-                break
-        if u % bound < frac:
-            k += 1
-        else:
-            return k % 2 == 1
 
 
 def exponential_mechanism_top_k(
