@@ -97,13 +97,13 @@ class BoundingSpec:
 
     unit: str
     by: tuple[str, ...]
-    max_partitions: int
+    max_partitions: int | None  # None: unrestricted (a unit may touch every group)
     max_contributions: int
     value: str | None = None
     grid: ValueGrid | None = None
 
     def __post_init__(self) -> None:
-        if self.max_partitions < 1 or self.max_contributions < 1:
+        if (self.max_partitions is not None and self.max_partitions < 1) or self.max_contributions < 1:
             raise ValueError("contribution caps must be ≥ 1")
         if (self.value is None) != (self.grid is None):
             raise ValueError("a value column needs a grid and vice versa")
@@ -156,6 +156,8 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
         ]
     partial = lf.group_by(keys).agg(aggs)
     partial = partial.with_columns(pl.col(N_ROWS).cast(pl.Int64).clip(upper_bound=spec.max_contributions))
+    if spec.max_partitions is None:
+        return partial
     group_rank = pl.struct(keys).hash((salt >> 64) & _MASK64).rank("ordinal").over(spec.unit)
     return partial.filter(group_rank <= spec.max_partitions)
 

@@ -152,6 +152,22 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
     return schema
 
 
+def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:
+    """A public list of groups (``--keys``/``--domain``): distinct rows of the ``by`` columns,
+    cast to the data's column types, sorted."""
+    schema = table.frame.collect_schema()
+    missing = [c for c in by if c not in schema]
+    if missing:
+        raise DataError(f"{table.name} lacks column {missing[0]!r} (a list of groups needs: {', '.join(by)})")
+    try:
+        groups = table.frame.select([pl.col(c).cast(data_schema[c], strict=True) for c in by]).unique().collect()
+    except pl.exceptions.PolarsError as exc:
+        raise DataError(f"{table.name}: values do not match the data's column types ({_first_line(exc)})") from None
+    if groups.height == 0:
+        raise DataError(f"{table.name} lists no groups")
+    return groups.sort(list(by), nulls_last=True)
+
+
 def collect(frame: pl.LazyFrame, what: str, streaming: bool = True) -> pl.DataFrame:
     """Collect a lazy frame (streaming engine), turning polars errors into one-line DataErrors."""
     try:

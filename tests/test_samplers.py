@@ -131,6 +131,19 @@ def test_bernoulli_exp_exact_path_matches_exp(monkeypatch, num, den):
     assert abs(x.mean() - p) < 6 * math.sqrt(p * (1 - p) / n) + 1e-12
 
 
+@pytest.mark.parametrize("margin", [2.0**-36, 0.5])
+def test_scaled_bernoulli_exp(monkeypatch, margin):
+    """Bernoulli((3/7)·exp(+1/2)) = 0.7066 with a negative exponent and a scale, on the fast and
+    the forced exact path (binomial, 6 sd); a probability above 1 is refused."""
+    monkeypatch.setattr(samplers, "_MARGIN", margin)
+    n = 20_000
+    x = bernoulli_exp(_stream(f"sc{margin}"), np.full(n, -1), np.full(n, 2), np.full(n, 3), np.full(n, 7))
+    p = 3 / 7 * math.exp(0.5)
+    assert abs(x.mean() - p) < 6 * math.sqrt(p * (1 - p) / n)
+    with pytest.raises(ValueError):
+        bernoulli_exp(_stream("z"), np.array([-1]), np.array([1]), np.array([1]), np.array([2]))
+
+
 def test_compare_exact_boundaries():
     s = _stream("cmp")
     assert samplers._compare_exact(s, 0, 1, 1) is True  # V < 2^-64 < e^-1

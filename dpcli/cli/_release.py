@@ -20,7 +20,8 @@ from dpcli.cli._common import Settings, emit_json
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import canonical_json, derive_seed, seed_id
 from dpcli.state import keys, ledger
-from dpcli.tables import write_output
+from dpcli.errors import UsageError
+from dpcli.tables import check_output_path, output_format_for, write_output
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,15 @@ def release_seed(root: Any, query: dict[str, Any], data: dict[str, Any]) -> Rele
     seed = derive_seed(keys.load_or_create_key(root), material)
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)
+
+
+def output_plan(output: str | None, out_format: str | None, as_json: bool) -> str:
+    """The output format, checked (with the -o path) before any data is read or budget spent."""
+    fmt = output_format_for(output, out_format)
+    if as_json and (not output or output == "-") and out_format not in (None, "json"):
+        raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
+    check_output_path(output)
+    return fmt
 
 
 def charge_and_write(
@@ -81,7 +91,8 @@ def charge_and_write(
     if as_json:
         emit_json(report)
     elif s.chatty:
-        cost = "free replay of an earlier identical release" if receipt.replay else "charged " + _cost_text(events)
+        charged = actual if actual is not None else events
+        cost = "free replay of an earlier identical release" if receipt.replay else "charged " + _cost_text(charged)
         remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
         typer.echo(f"dpcli: {summary_line}; {cost}; remaining {remaining}", err=True)
     return report

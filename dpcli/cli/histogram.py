@@ -21,13 +21,13 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import charge_and_write, release_seed
+from dpcli.cli._release import charge_and_write, output_plan, release_seed
 from dpcli.core.events import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import check_output_path, open_input, output_format_for, require_columns
+from dpcli.tables import open_input, read_group_list, require_columns
 from dpcli.tasks import histogram as hist
 
 
@@ -124,10 +124,7 @@ def histogram(
             }
         )
         return
-    fmt = output_format_for(output, out_format)
-    if as_json and (not output or output == "-") and out_format not in (None, "json"):
-        raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
-    check_output_path(output)
+    fmt = output_plan(output, out_format, as_json)
     table = open_input(input, input_format)
     wanted = {privacy_unit: "key", **{c: "key" for c in query.by}}
     if value:
@@ -137,7 +134,7 @@ def histogram(
     data = {"data": table.fingerprint}
     if keys:
         keys_table = open_input(keys)
-        key_frame = hist.read_keys(keys_table, query.by, schema)
+        key_frame = read_group_list(keys_table, query.by, schema)
         data["keys"] = keys_table.fingerprint
     seed = release_seed(s.state_dir, {"command": "histogram", "v": 1, **query.canonical()}, data)
     with working(ctx, f"bounding contributions and aggregating {table.name}"):

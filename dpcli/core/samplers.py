@@ -84,27 +84,49 @@ _MARGIN = 2.0**-36
 _TWO_M64 = 2.0**-64
 
 
-def bernoulli_exp(stream: KeyedStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(exp(−num/den)) per element for any rational ``num/den ≥ 0``, exactly.
+def bernoulli_exp(
+    stream: KeyedStream,
+    num: np.ndarray,
+    den: np.ndarray,
+    scale_num: np.ndarray | None = None,
+    scale_den: np.ndarray | None = None,
+) -> np.ndarray:
+    """Bernoulli(s · exp(−num/den)) per element, exactly; s = scale_num/scale_den (default 1).
+
+    ``num`` may be negative when a scale s < 1 keeps the probability ≤ 1 (the
+    exponential races of :mod:`dpcli.core.selection` need that); the
+    probability must never exceed 1.
 
     Each element draws a 64-bit word ``u``: the first 64 bits of a uniform real
-    V ∈ [0, 1), so V ∈ [u/2^64, (u+1)/2^64). The result is V < exp(−γ), which
-    has probability exactly exp(−γ). In floating point we only decide when the
-    whole interval of V lies clearly (relative margin 2^-36, far beyond any
-    rounding error) on one side of exp(−γ); the rare remaining elements
-    (probability ~2^-35) are decided by :func:`_compare_exact`, which draws
-    further bits of V and bounds exp(−γ) with correctly rounded decimal
-    arithmetic until the comparison is certain. The float value never becomes
-    part of a sample, so the distribution is exact (no Mironov-style artefacts).
+    V ∈ [0, 1), so V ∈ [u/2^64, (u+1)/2^64). The result is V < p, which has
+    probability exactly p. In floating point we only decide when the whole
+    interval of V lies clearly (relative margin 2^-36, far beyond any rounding
+    error) on one side of p; the rare remaining elements (probability ~2^-35)
+    are decided by :func:`_compare_exact`, which draws further bits of V and
+    brackets p with correctly rounded decimal arithmetic until the comparison is
+    certain. The float value never becomes part of a sample, so the
+    distribution is exact (no Mironov-style artefacts).
     """
     num = np.asarray(num, dtype=np.int64)
     den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
-    if num.size and (num.min() < 0 or den.min() < 1):
-        raise ValueError("need num ≥ 0 and den ≥ 1")
-    gamma = num.astype(np.float64) / den.astype(np.float64)
-    huge = gamma > 700.0  # exp(−700) < 2^-1000: only u = 0 can be below it
+    if den.size and den.min() < 1:
+        raise ValueError("need den ≥ 1")
+    log_p = -(num.astype(np.float64) / den.astype(np.float64))
+    if scale_num is None:
+        if num.size and num.min() < 0:
+            raise ValueError("need num ≥ 0 without a scale")
+        sn = sd = None
+    else:
+        sn = np.broadcast_to(np.asarray(scale_num, dtype=np.int64), num.shape)
+        sd = np.broadcast_to(np.asarray(scale_den, dtype=np.int64), num.shape)
+        if sn.size and (sn.min() < 1 or sd.min() < 1):
+            raise ValueError("scales must be positive")
+        log_p = log_p + np.log(sn.astype(np.float64) / sd.astype(np.float64))
+    if log_p.size and log_p.max() > 1e-9:
+        raise ValueError("probability above 1")
+    huge = log_p < -700.0  # p < 2^-1000: only u = 0 can be below it
     with np.errstate(under="ignore"):
-        f = np.exp(-np.where(huge, 0.0, gamma))
+        f = np.exp(np.where(huge, 0.0, log_p))
     f_lo = np.where(huge, 0.0, f * (1.0 - _MARGIN))
     f_hi = np.where(huge, 2.0**-1000, f * (1.0 + _MARGIN))
     u = stream.uint64(num.size).reshape(num.shape)
@@ -114,33 +136,36 @@ def bernoulli_exp(stream: KeyedStream, num: np.ndarray, den: np.ndarray) -> np.n
     accept = v_hi < f_lo
     unsure = ~accept & ~(v_lo > f_hi)
     for i in zip(*np.nonzero(unsure)):
-        accept[i] = _compare_exact(stream, int(u[i]), int(num[i]), int(den[i]))
+        scale = Fraction(1) if sn is None else Fraction(int(sn[i]), int(sd[i]))  # type: ignore[index]
+        accept[i] = _compare_exact(stream, int(u[i]), int(num[i]), int(den[i]), scale)
     return accept
 
 
-def _compare_exact(stream: KeyedStream, u: int, num: int, den: int) -> bool:
-    """Is V < exp(−num/den), where V's leading 64 bits are ``u`` and later bits come from ``stream``?
+def _compare_exact(stream: KeyedStream, u: int, num: int, den: int, scale: Fraction = Fraction(1)) -> bool:
+    """Is V < scale · exp(−num/den), where V's leading 64 bits are ``u`` and later bits come from ``stream``?
 
     Works with arbitrary-size integers. exp(−γ) is bracketed with Python's
     ``decimal`` (whose exp is correctly rounded, so within one unit in the last
-    place) at growing precision; V's interval shrinks by 2^-64 per extra word.
-    Terminates with probability 1 because exp(−γ) is irrational for γ > 0.
+    place) at growing precision; V's interval [lo, hi) shrinks by 2^-64 per
+    extra word. Terminates with probability 1 (a rational p is decided once it
+    falls on or outside the interval; exp(−γ) for γ ≠ 0 is irrational).
     """
-    if num == 0:
-        return True
     bits, prec = 64, 40
     while True:
-        ctx = decimal.Context(prec=prec, Emin=-10**9, Emax=10**9)
-        g_lo = ctx.divide(decimal.Decimal(num), decimal.Decimal(den))
-        g_hi = g_lo
-        slack = decimal.Decimal(10) ** (-prec + 3)
-        e_lo = Fraction(ctx.exp(-(g_hi * (1 + slack)))) * (1 - Fraction(slack))
-        e_hi = Fraction(ctx.exp(-(g_lo * (1 - slack)))) * (1 + Fraction(slack))
+        if num == 0:
+            p_lo = p_hi = scale
+        else:
+            ctx = decimal.Context(prec=prec, Emin=-(10**9), Emax=10**9)
+            g = ctx.divide(decimal.Decimal(num), decimal.Decimal(den))
+            slack = decimal.Decimal(10) ** (-prec + 3)
+            width = abs(g) * slack
+            p_lo = Fraction(ctx.exp(-(g + width))) * (1 - Fraction(slack)) * scale
+            p_hi = Fraction(ctx.exp(-(g - width))) * (1 + Fraction(slack)) * scale
         v_lo = Fraction(u, 1 << bits)
         v_hi = Fraction(u + 1, 1 << bits)
-        if v_hi <= e_lo:
+        if v_hi <= p_lo:
             return True
-        if v_lo >= e_hi:
+        if v_lo >= p_hi:
             return False
         u = (u << 64) | int(stream.uint64(1)[0])
         bits += 64

@@ -49,7 +49,7 @@ from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import UsageError
 from dpcli.tables import InputTable, collect
 
 Domain = Literal["keys", "threshold", "unklap"]
@@ -555,20 +555,3 @@ def _aggregate(
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     return f"{_q_label(p)}_{v}", values, None, "not provided (exponential mechanism)"
-
-
-def read_keys(keys_table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:
-    """The public list of groups: distinct rows of the ``by`` columns, cast to the data's types."""
-    schema = keys_table.frame.collect_schema()
-    missing = [c for c in by if c not in schema]
-    if missing:
-        raise DataError(f"keys file {keys_table.name} lacks column {missing[0]!r} (it needs: {', '.join(by)})")
-    try:
-        keys = keys_table.frame.select(
-            [pl.col(c).cast(data_schema[c], strict=True) for c in by]
-        ).unique().collect()
-    except pl.exceptions.PolarsError as exc:
-        raise DataError(f"keys file {keys_table.name}: values do not match the data's column types ({exc})".splitlines()[0]) from None
-    if keys.height == 0:
-        raise DataError(f"keys file {keys_table.name} lists no groups")
-    return keys.sort(list(by), nulls_last=True)

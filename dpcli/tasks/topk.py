@@ -1,0 +1,221 @@
+"""Differentially private top-k (``dpcli topk``), LinkedIn's KnownGumb and UnkGumb (paper 000).
+
+Counting is per privacy unit: distinct units per group (τ = 1, the default)
+or rows with each unit capped at τ rows per group (ℓ∞ sensitivity τ). A unit
+may touch any number of groups (unrestricted sensitivity), which is why only
+k groups are ever released.
+
+Cost, in ε_per-bounded-range units (Alg. 5) — each Gumbel selection and each
+Laplace(2τ/ε_per) count is ε_per-BR:
+
+=================  ======================  ===============================
+domain             with counts             --no-counts
+=================  ======================  ===============================
+known (--domain)   2k                      k
+unknown            2|o| + 1 − 1{⊥}         |o| + 1
+=================  ======================  ===============================
+
+|o| counts the released groups plus ⊥ when the list ends early. In a ``br``
+ledger the unknown-domain cost is reserved at its maximum (2k + 1, or k + 1)
+and settled at the actual cost (pay-what-you-get), plus one call. Other
+ledgers are charged a fixed guarantee from the papers' theorems:
+known domain 3kε_per/2-DP with counts (Lemma 5.2) or kε_per-DP without;
+unknown domain ((2k + 1)ε_per, δ)-DP (Theorem 1) or ((k + 1)ε_per, δ) without
+counts; zcdp ledgers charge (number of BR units)·ε_per²/8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+import polars as pl
+
+from dpcli import bounding
+from dpcli.core import mechanisms as mech
+from dpcli.core import selection as sel
+from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import UsageError
+from dpcli.tables import InputTable, collect, read_group_list
+
+
+@dataclass(frozen=True)
+class TopKQuery:
+    """Everything that defines a top-k release."""
+
+    by: tuple[str, ...]
+    unit: str
+    k: int
+    count: Literal["units", "rows"] = "units"
+    max_contributions: int = 1
+    known_domain: bool = False
+    dbar: int | None = None
+    with_counts: bool = True
+    epsilon_per: Fraction | None = None
+    delta: Fraction = Fraction(0)
+    with_error: bool = False
+
+    @property
+    def tau(self) -> int:
+        """ℓ∞ sensitivity of one group's count."""
+        return 1 if self.count == "units" else self.max_contributions
+
+    @property
+    def d_bar(self) -> int:
+        """How many of the largest groups UnkGumb may look at (default max(10k, 1000), Sec. 8.3)."""
+        return self.dbar if self.dbar is not None else max(10 * self.k, 1000)
+
+    def validate(self) -> None:
+        if not self.by:
+            raise UsageError("--by needs at least one column")
+        if self.unit in self.by:
+            raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column")
+        if self.k < 1:
+            raise UsageError(f"-k must be ≥ 1, got {self.k}")
+        if self.count not in ("units", "rows"):
+            raise UsageError(f"--count must be units or rows, got {self.count!r}")
+        if self.max_contributions < 1:
+            raise UsageError("--max-contributions (τ) must be ≥ 1")
+        if self.count == "units" and self.max_contributions != 1:
+            raise UsageError("--max-contributions applies to --count rows (distinct units have τ = 1)")
+        if not self.known_domain and self.k > self.d_bar:
+            raise UsageError(f"-k {self.k} is larger than --dbar {self.d_bar}")
+
+    def canonical(self) -> dict[str, Any]:
+        return {
+            "by": list(self.by),
+            "unit": self.unit,
+            "k": self.k,
+            "count": self.count,
+            "tau": self.tau,
+            "domain": "known" if self.known_domain else "unknown",
+            "dbar": None if self.known_domain else self.d_bar,
+            "counts": self.with_counts,
+            "epsilon_per": fraction_text(self.epsilon_per) if self.epsilon_per is not None else None,
+            "delta": fraction_text(self.delta),
+        }
+
+
+@dataclass(frozen=True)
+class TopKPlan:
+    """Calibration and cost, fixed before the data is read."""
+
+    epsilon_per: Fraction
+    delta: Fraction
+    count_noise: mech.Noise | None
+    reserve: list[PrivacyEvent]
+    guarantee: dict[str, Any]
+    ledger_mode: str
+
+
+def _br_units(q: TopKQuery, released: int | None, bottom: bool) -> int:
+    """Alg. 5 information units; ``released`` None means the maximum (the reserve)."""
+    if q.known_domain:
+        return 2 * q.k if q.with_counts else q.k
+    if released is None:
+        return 2 * q.k + 1 if q.with_counts else q.k + 1
+    size = released + (1 if bottom else 0)  # |o| counts ⊥
+    if q.with_counts:
+        return 2 * size + 1 - (1 if bottom else 0)
+    return size + 1
+
+
+def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int) -> list[PrivacyEvent]:
+    calls = 0 if q.known_domain else 1
+    if mode in ("br", "zcdp"):
+        return [PrivacyEvent("br", "topk/" + ("knowngumb" if q.known_domain else "unkgumb"), epsilon=eps,
+                             delta=delta, units=units, calls=calls)]
+    if q.known_domain:
+        total = Fraction(3 * q.k, 2) * eps if q.with_counts else q.k * eps
+        return [PrivacyEvent("pure", "topk/knowngumb", epsilon=total)]
+    total = (2 * q.k + 1) * eps if q.with_counts else (q.k + 1) * eps
+    return [PrivacyEvent("approx", "topk/unkgumb", epsilon=total, delta=delta)]
+
+
+def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:
+    """ε_per and δ from the options (or the br ledger), the count noise, the reserved cost."""
+    q.validate()
+    if ledger_mode == "br":
+        eps = limits["epsilon_per"]
+        if q.epsilon_per is not None and q.epsilon_per != eps:
+            raise UsageError(f"this br ledger fixes ε_per = {fraction_text(eps)}; drop --epsilon-per or match it")
+        delta = Fraction(0) if q.known_domain else limits["delta"]
+        if q.delta and q.delta != limits["delta"]:
+            raise UsageError(f"this br ledger fixes δ = {fraction_text(limits['delta'])}; drop --delta or match it")
+    else:
+        if q.epsilon_per is None:
+            raise UsageError("give --epsilon-per (ε of each selection / count; see the README)")
+        eps = q.epsilon_per
+        delta = q.delta
+        if not q.known_domain and not 0 < delta < 1:
+            raise UsageError("the unknown domain needs --delta in (0, 1); or give the candidates with --domain")
+        if q.known_domain:
+            delta = Fraction(0)
+    noise = mech.laplace(2 * q.tau, eps) if q.with_counts else None
+    reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False))
+    k = q.k
+    if q.known_domain:
+        dp = Fraction(3 * k, 2) * eps if q.with_counts else k * eps
+        guarantee = {"epsilon": float(dp), "delta": 0.0, "br_units": _br_units(q, None, False),
+                     "source": "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"}
+    else:
+        dp = (2 * k + 1) * eps if q.with_counts else (k + 1) * eps
+        guarantee = {"epsilon": float(dp), "delta": float(delta), "br_units_max": _br_units(q, None, False),
+                     "source": "Theorem 1" if q.with_counts else "Sec. 6.2 (ranking only)"}
+    return TopKPlan(eps, delta, noise, reserve, guarantee, ledger_mode)
+
+
+@dataclass
+class TopKRelease:
+    table: pl.DataFrame
+    bottom: bool
+    actual: list[PrivacyEvent]
+    metadata: dict[str, Any]
+
+
+def group_counts(table: InputTable, q: TopKQuery) -> pl.DataFrame:
+    """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
+    spec = bounding.BoundingSpec(q.unit, q.by, max_partitions=None, max_contributions=q.max_contributions)
+    partial = bounding.check_bounded(
+        collect(bounding.bound_contributions(table.frame, spec, 0), f"cannot read {table.name}"), spec, table.name
+    )
+    totals = bounding.group_totals(partial, spec)
+    return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
+
+
+def run_topk(
+    table: InputTable, q: TopKQuery, plan: TopKPlan, stream: KeyedStream, domain: pl.DataFrame | None = None
+) -> TopKRelease:
+    """Count, select (KnownGumb or UnkGumb), add count noise; the cost actually incurred."""
+    counts = group_counts(table, q)
+    by = list(q.by)
+    meta: dict[str, Any] = {"tau": q.tau}
+    if q.known_domain:
+        assert domain is not None
+        if q.k > domain.height:
+            raise UsageError(f"-k {q.k} is larger than the domain ({domain.height} candidates)")
+        cand = domain.join(counts, on=by, how="left", nulls_equal=True).with_columns(pl.col("h").fill_null(0))
+        cand = cand.sort(by, nulls_last=True)
+        picks = sel.known_top_k(stream, cand["h"].to_numpy(), q.k, plan.epsilon_per, q.tau)
+        chosen = cand[picks]
+        bottom = False
+    else:
+        ranked = counts.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True).head(q.d_bar + 1)
+        res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.d_bar, plan.epsilon_per, q.tau, plan.delta)
+        chosen = ranked[res.positions]
+        bottom = res.bottom
+        meta.update({"k_bar": res.k_bar, "h_bottom": round(res.h_bottom, 6), "dbar": q.d_bar})
+    out = chosen.select(by).with_row_index("rank", offset=1).with_columns(pl.col("rank").cast(pl.Int64))
+    if q.with_counts:
+        assert plan.count_noise is not None
+        noisy = chosen["h"].to_numpy() + plan.count_noise.sample(stream.child("counts"), chosen.height)
+        out = out.with_columns(pl.Series("count", noisy, dtype=pl.Int64))
+        if q.with_error:
+            out = out.with_columns(pl.lit(plan.count_noise.margin95(), dtype=pl.Int64).alias("count_moe95"))
+        meta["count_noise"] = plan.count_noise.describe()
+    units = _br_units(q, out.height, bottom)
+    actual = _events(q, plan.ledger_mode, plan.epsilon_per, plan.delta, units) if plan.ledger_mode == "br" else plan.reserve
+    meta.update({"found": out.height, "k": q.k, "bottom": bottom, "br_units": units})
+    return TopKRelease(out, bottom, actual, meta)
