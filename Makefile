@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench clean
+.PHONY: demo test audit man bench bench-fig3 clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ man: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_samplers.py
 	$(BIN)/python bench/bench_histogram.py
+
+bench-fig3: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python bench/fig3_unkgumb.py --seeds 200
 
 clean:
 	rm -rf $(VENV) .demo-state .pytest_cache
