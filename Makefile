@@ -33,6 +33,11 @@ demo: $(STAMP)
 	head -5 .demo-state/pages.csv
 	$(DEMO) budget show demo
 	$(DEMO) budget history demo
+	@echo "--- top-10 pages by distinct users, LinkedIn's budget system (br ledger), groups discovered"
+	$(DEMO) --analyst li budget init li --mode br --epsilon-per 0.1 --delta 1e-10 \
+	    --info-budget 3000 --call-budget 30 --delta-prime 1e-9
+	$(DEMO) --analyst li topk sample_data/page_views.parquet --by page -k 10 --privacy-unit user_id --with-error
+	$(DEMO) --analyst li budget show li
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
 
 test: $(STAMP)
