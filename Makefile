@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench bench-fig3 clean
+.PHONY: demo test audit man bench bench-fig3 bench-growing clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,10 @@ bench: $(STAMP)
 bench-fig3: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/python bench/fig3_unkgumb.py --seeds 200
+
+bench-growing: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
+	$(BIN)/python bench/growing_schedules.py
 
 clean:
 	rm -rf $(VENV) .demo-state .pytest_cache

@@ -165,3 +165,14 @@ def test_exponential_mechanism_probabilities():
     assert stats.chisquare(np.bincount(picks, minlength=4), expected).pvalue > 1e-4
     top = exponential_mechanism_top_k(_stream("k"), np.arange(50), 5, Fraction(10))
     assert len(set(top.tolist())) == 5
+
+
+def test_awkward_large_scales_are_rounded_up_not_refused():
+    """A scale like 10^15/44800000001 (from an ε rounded to 15 decimals) has a huge numerator;
+    it is rounded up by < 1e-12 relative so the integer samplers can use it."""
+    x = Fraction(10**15, 44_800_000_001)
+    y = samplers.rational_at_least(x)
+    assert y >= x and float(y / x - 1) < 1e-12 and y.numerator <= 1 << 44
+    z = discrete_laplace(_stream("awkward"), x, 20_000)
+    # sd of discrete Laplace with scale b ≈ b·√2 = 31,567; sample sd within 5%
+    assert abs(z.std() / (float(x) * math.sqrt(2)) - 1) < 0.05

@@ -63,8 +63,9 @@ def charge_and_write(
     as_json: bool,
     summary_line: str,
     actual: list[PrivacyEvent] | None = None,
+    covered_by: str | None = None,
 ) -> dict[str, Any]:
-    """Debit ``events`` (free if this seed was already released), write ``table``, report."""
+    """Debit ``events`` (free if this seed was already released, or paid by ``covered_by``), write, report."""
     receipt = ledger.charge(
         s.state_dir,
         analyst,
@@ -75,27 +76,46 @@ def charge_and_write(
         actual=actual,
         summary=summary_line,
         lock_timeout=s.lock_timeout,
+        covered_by=covered_by,
     )
     led = ledger.read_ledger(s.state_dir, analyst)
+    charged = actual if actual is not None else events
     report = {
         **metadata,
-        "cost": [e.to_json() for e in (actual if actual is not None else events)],
-        "charged": not receipt.replay,
+        "cost": [] if covered_by else [e.to_json() for e in charged],
+        "charged": not receipt.replay and not covered_by,
         "seed_id": seed.id,
         "ledger": {**receipt.to_json(), "remaining": ledger.remaining_text(led)},
     }
+    if receipt.replay:
+        cost = "free replay of an earlier identical release"
+    elif covered_by:
+        cost = "covered by the schedule's reservation"
+    else:
+        cost = "charged " + _cost_text(charged)
+    remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
+    write_and_report(s, table, output, out_format, report, as_json, f"{summary_line}; {cost}; remaining {remaining}")
+    return report
+
+
+def write_and_report(
+    s: Settings,
+    table: pl.DataFrame,
+    output: str | None,
+    out_format: str,
+    report: dict[str, Any],
+    as_json: bool,
+    line: str,
+) -> None:
+    """Write the result (stdout or -o) and the summary (--json) or one line on stderr."""
     if as_json and (not output or output == "-"):
         emit_json({"result": json.loads(table.write_json()), "summary": report})
-        return report
+        return
     write_output(table, output, out_format)
     if as_json:
         emit_json(report)
     elif s.chatty:
-        charged = actual if actual is not None else events
-        cost = "free replay of an earlier identical release" if receipt.replay else "charged " + _cost_text(charged)
-        remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
-        typer.echo(f"dpcli: {summary_line}; {cost}; remaining {remaining}", err=True)
-    return report
+        typer.echo(f"dpcli: {line}", err=True)
 
 
 def _cost_text(events: list[PrivacyEvent]) -> str:

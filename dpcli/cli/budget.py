@@ -13,7 +13,7 @@ from dpcli.core import accounting as acc
 from dpcli.core import budget as bud
 from dpcli.core.events import fraction_text
 from dpcli.errors import UsageError
-from dpcli.state import keys, ledger
+from dpcli.state import keys, ledger, schedules
 from dpcli.state.paths import ensure_state_dir
 
 app = typer.Typer(help="Privacy-budget ledgers, composition calculator and the secret key.", no_args_is_help=True)
@@ -94,6 +94,7 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
         "releases": len(charged),
         "replays": sum(1 for e in led.current_entries() if e.get("replay_of")),
         "entries": len(led.entries),
+        "schedules": schedules.summaries(led.path.parent.parent, led.analyst),
     }
 
 
@@ -117,6 +118,12 @@ def show(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = Fals
     ]
     if led.refresh_days:
         lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(ledger._now())})")
+    for sc in data["schedules"]:
+        epochs = f", epochs {sc['epochs']}" if sc["epochs"] is not None else ""
+        lines.append(
+            f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s){epochs}, "
+            f"ε spent {sc['epsilon_spent']} of {sc['epsilon_reserved']} reserved"
+        )
     typer.echo("\n".join(lines))
 
 
@@ -133,6 +140,7 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             "query_id": e["query_id"],
             "seed_id": e["seed_id"],
             "replay_of": e.get("replay_of"),
+            "covered_by": e.get("covered_by"),
             "events": e["events"],
             "summary": e.get("summary", ""),
         }
@@ -145,7 +153,12 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
         cost = "; ".join(
             ",".join(f"{k}={v}" for k, v in ev.items() if k not in ("kind", "detail")) for ev in r["events"]
         )
-        tag = f"replay of #{r['replay_of']}" if r["replay_of"] else (cost or "free")
+        if r["replay_of"]:
+            tag = f"replay of #{r['replay_of']}"
+        elif r["covered_by"]:
+            tag = f"covered by schedule reservation #{r['covered_by']}"
+        else:
+            tag = cost or "free"
         typer.echo(f"#{r['seq']:<4} {r['time']}  {r['command']:<10} {tag}  {r['summary']}".rstrip())
 
 

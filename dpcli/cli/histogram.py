@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import replace
+from fractions import Fraction
+from typing import Annotated, Any
+
+import polars as pl
 
 import typer
 
@@ -21,8 +25,19 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import charge_and_write, output_plan, release_seed
-from dpcli.core.events import fraction_text
+from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed
+from dpcli.cli._schedule import (
+    BetaOpt,
+    GammaOpt,
+    ImproverCOpt,
+    ScheduleOpt,
+    SchedulerOpt,
+    TotalDeltaOpt,
+    TotalEpsilonOpt,
+    run_scheduled,
+    schedule_spec,
+)
+from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
@@ -76,6 +91,13 @@ def histogram(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the calibration and cost without reading data or charging.")
     ] = False,
+    schedule: ScheduleOpt = None,
+    scheduler: SchedulerOpt = "bbscheduler",
+    total_epsilon: TotalEpsilonOpt = None,
+    total_delta: TotalDeltaOpt = None,
+    gamma: GammaOpt = None,
+    beta: BetaOpt = "0.05",
+    improver_c: ImproverCOpt = "0.25",
     input_format: InputFormatOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
@@ -112,18 +134,29 @@ def histogram(
         max_groups=max_groups,
         with_error=with_error,
     )
-    plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
-    if dry_run:
-        emit_json(
-            {
-                "query": query.canonical(),
-                "measurements": {n: m.noise.describe() if m.noise else {"mechanism": "exponential"} for n, m in plan.measurements.items()},
-                "threshold": plan.threshold,
-                "cost": [e.to_json() for e in plan.events],
-                **plan.summary,
-            }
-        )
-        return
+    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, query.epsilon)
+    if spec is not None:
+        if query.domain != "keys" or query.noise != "laplace":
+            raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
+        if dry_run:
+            raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
+        query.validate()
+    else:
+        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
+        if dry_run:
+            emit_json(
+                {
+                    "query": query.canonical(),
+                    "measurements": {
+                        n: m.noise.describe() if m.noise else {"mechanism": "exponential"}
+                        for n, m in plan.measurements.items()
+                    },
+                    "threshold": plan.threshold,
+                    "cost": [e.to_json() for e in plan.events],
+                    **plan.summary,
+                }
+            )
+            return
     fmt = output_plan(output, out_format, as_json)
     table = open_input(input, input_format)
     wanted = {privacy_unit: "key", **{c: "key" for c in query.by}}
@@ -136,21 +169,34 @@ def histogram(
         keys_table = open_input(keys)
         key_frame = read_group_list(keys_table, query.by, schema)
         data["keys"] = keys_table.fingerprint
-    seed = release_seed(s.state_dir, {"command": "histogram", "v": 1, **query.canonical()}, data)
-    with working(ctx, f"bounding contributions and aggregating {table.name}"):
-        release = hist.run_histogram(table, query, plan, KeyedStream(seed.seed, "histogram"), key_frame)
-    line = f"histogram of {table.name}: {release.groups_released} group(s) released"
-    if plan.threshold is not None:
-        line += f" (threshold {plan.threshold} noisy units)"
-    metadata = {
-        "command": "histogram",
-        "groups": release.groups_released,
-        "aggregations": list(query.aggregations),
-        "max_partitions": query.max_partitions,
-        "max_contributions": query.max_contributions,
-        "split": plan.summary.get("split"),
-        **release.metadata,
-    }
-    if query.epsilon is not None:
-        metadata["epsilon"] = fraction_text(query.epsilon)
-    charge_and_write(s, analyst, "histogram", seed, plan.events, release.table, output, fmt, metadata, as_json, line)
+
+    def release_for(eps: Fraction | None) -> tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]:
+        q = replace(query, epsilon=eps)
+        plan = hist.plan_histogram(q, led.limits.mode, led.limits.values)
+        seed = release_seed(s.state_dir, {"command": "histogram", "v": 1, **q.canonical()}, data)
+        with working(ctx, f"bounding contributions and aggregating {table.name}"):
+            release = hist.run_histogram(table, q, plan, KeyedStream(seed.seed, "histogram"), key_frame)
+        metadata = {
+            "command": "histogram",
+            "groups": release.groups_released,
+            "aggregations": list(q.aggregations),
+            "max_partitions": q.max_partitions,
+            "max_contributions": q.max_contributions,
+            "split": plan.summary.get("split"),
+            "threshold": plan.threshold,
+            **release.metadata,
+        }
+        if q.epsilon is not None:
+            metadata["epsilon"] = fraction_text(q.epsilon)
+        return seed, plan.events, release.table, metadata
+
+    if spec is not None:
+        scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon"}
+        run_scheduled(s, analyst, "histogram", spec, {"command": "histogram", **scheduled, "keys": data["keys"]},
+                      table, release_for, output, fmt, as_json)
+        return
+    seed, events, result, metadata = release_for(query.epsilon)
+    line = f"histogram of {table.name}: {metadata['groups']} group(s) released"
+    if metadata.get("threshold") is not None:
+        line += f" (threshold {metadata['threshold']} noisy units)"
+    charge_and_write(s, analyst, "histogram", seed, events, result, output, fmt, metadata, as_json, line)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import replace
+from fractions import Fraction
+from typing import Annotated, Any
+
+import polars as pl
 
 import typer
 
@@ -19,7 +23,19 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import charge_and_write, output_plan, release_seed
+from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed
+from dpcli.cli._schedule import (
+    BetaOpt,
+    GammaOpt,
+    ImproverCOpt,
+    ScheduleOpt,
+    SchedulerOpt,
+    TotalDeltaOpt,
+    TotalEpsilonOpt,
+    run_scheduled,
+    schedule_spec,
+)
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
@@ -54,6 +70,16 @@ def topk(
     delta: DeltaOpt = None,
     with_error: Annotated[bool, typer.Option("--with-error", help="Add the 95% margin of the count noise.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show calibration and cost; read no data, charge nothing.")] = False,
+    schedule: ScheduleOpt = None,
+    scheduler: SchedulerOpt = "bbscheduler",
+    total_epsilon: TotalEpsilonOpt = None,
+    total_delta: TotalDeltaOpt = None,
+    gamma: GammaOpt = None,
+    beta: BetaOpt = "0.05",
+    improver_c: ImproverCOpt = "0.25",
+    epsilon: Annotated[
+        str | None, typer.Option("--epsilon", help="--scheduler fixed: the ε of each run (3kε_per/2).")
+    ] = None,
     input_format: InputFormatOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
@@ -83,12 +109,25 @@ def topk(
     )
     if dbar is not None and dbar < 1:
         raise UsageError(f"--dbar must be ≥ 1, got {dbar}")
-    plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
-    if dry_run:
-        emit_json({"query": query.canonical(), "guarantee": plan.guarantee,
-                   "reserve": [e.to_json() for e in plan.reserve],
-                   "count_noise": plan.count_noise.describe() if plan.count_noise else None})
-        return
+    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
+                         positive("--epsilon", epsilon) if schedule else None)
+    if spec is not None:
+        if not query.known_domain:
+            raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --domain")
+        if query.epsilon_per is not None:
+            raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
+        if dry_run:
+            raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
+        query.validate()
+    else:
+        if epsilon is not None:
+            raise UsageError("--epsilon is the per-run ε of --scheduler fixed; use --epsilon-per")
+        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
+        if dry_run:
+            emit_json({"query": query.canonical(), "guarantee": plan.guarantee,
+                       "reserve": [e.to_json() for e in plan.reserve],
+                       "count_noise": plan.count_noise.describe() if plan.count_noise else None})
+            return
     fmt = output_plan(output, out_format, as_json)
     table = open_input(input, input_format)
     schema = require_columns(table, {privacy_unit: "key", **{c: "key" for c in query.by}})
@@ -98,15 +137,33 @@ def topk(
         domain_table = open_input(domain)
         cand = read_group_list(domain_table, query.by, schema)
         data["domain"] = domain_table.fingerprint
-    seed = release_seed(s.state_dir, {"command": "topk", "v": 1, **query.canonical()}, data)
-    with working(ctx, f"counting groups in {table.name}"):
-        release = tk.run_topk(table, query, plan, KeyedStream(seed.seed, "topk"), cand)
+
+    def release_for(q: tk.TopKQuery, mode: str) -> tuple[ReleaseSeed, tk.TopKPlan, tk.TopKRelease]:
+        plan = tk.plan_topk(q, mode, led.limits.values)
+        seed = release_seed(s.state_dir, {"command": "topk", "v": 1, **q.canonical()}, data)
+        with working(ctx, f"counting groups in {table.name}"):
+            release = tk.run_topk(table, q, plan, KeyedStream(seed.seed, "topk"), cand)
+        release.metadata.update({"command": "topk", "guarantee": plan.guarantee})
+        return seed, plan, release
+
+    if spec is not None:
+
+        def scheduled_run(eps: Fraction) -> tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]:
+            # The run's whole ε: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
+            per = eps * 2 / (3 * query.k) if query.with_counts else eps / query.k
+            seed, plan, release = release_for(replace(query, epsilon_per=per), "pure")
+            return seed, plan.reserve, release.table, release.metadata
+
+        scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon_per"}
+        run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": data["domain"]},
+                      table, scheduled_run, output, fmt, as_json)
+        return
+    seed, plan, release = release_for(query, led.limits.mode)
     found = release.metadata["found"]
     line = f"top-{query.k} of {table.name}: {found} group(s)"
     if release.bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
-    metadata = {"command": "topk", **release.metadata, "guarantee": plan.guarantee}
-    charge_and_write(s, analyst, "topk", seed, plan.reserve, release.table, output, fmt, metadata, as_json, line,
-                     actual=release.actual)
+    charge_and_write(s, analyst, "topk", seed, plan.reserve, release.table, output, fmt, release.metadata, as_json,
+                     line, actual=release.actual)
     if release.bottom and not as_json:
         info(ctx, f"dpcli: note: fewer than k = {query.k} groups pass the threshold (⊥)")

@@ -31,14 +31,21 @@ _MAX_DEN = 1 << 32  # denominators of scales are kept ≤ 2^32 (int64-safe produ
 _MAX_NUM = 1 << 44  # numerators of scales (≈ 1.7e13) likewise
 
 
-def rational_at_least(x: Fraction | int, max_den: int = _MAX_DEN) -> Fraction:
-    """The smallest fraction with denominator ``max_den`` that is ≥ ``x`` (or ``x`` if already small)."""
+def rational_at_least(x: Fraction | int, max_den: int = _MAX_DEN, max_num: int = _MAX_NUM) -> Fraction:
+    """The smallest fraction with a bounded denominator that is ≥ ``x`` (or ``x`` if already small).
+
+    The denominator is at most ``max_den`` and, when possible, small enough that
+    the numerator stays ≤ ``max_num`` (the samplers' int64 arithmetic). The
+    relative rounding is below max(1/(x·max_den), (x + 1)/max_num): noise only
+    ever gets (negligibly) larger.
+    """
     x = Fraction(x)
     if x < 0:
         raise ValueError("scale must be non-negative")
-    if x.denominator <= max_den:
+    if x.denominator <= max_den and x.numerator <= max_num:
         return x
-    return Fraction(ceil(x * max_den), max_den)
+    den = min(max_den, max(1, max_num // (ceil(x) + 1)))
+    return Fraction(ceil(x * den), den)
 
 
 def uniform_below(stream: KeyedStream, bound: np.ndarray) -> np.ndarray:

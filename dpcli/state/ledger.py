@@ -234,6 +234,7 @@ def charge(
     summary: str = "",
     lock_timeout: float = 30.0,
     now: datetime | None = None,
+    covered_by: str | None = None,
 ) -> Receipt:
     """Debit a release durably, before its output is written.
 
@@ -243,6 +244,11 @@ def charge(
     Under the lock: a seed already charged this period is a free replay;
     otherwise the reserve must fit the remaining budget and the actual cost is
     appended and fsynced. Raises :class:`BudgetError` when it does not fit.
+
+    ``covered_by`` names the seed id of an earlier entry that already paid for
+    this release (a schedule's up-front reservation): the release is recorded
+    with no cost of its own, and refused if that reservation is not in the
+    current period.
     """
     actual = reserve if actual is None else actual
     path = ledger_path(root, analyst)
@@ -259,7 +265,14 @@ def charge(
         mode = ledger.limits.mode
         spent = ledger.spend(when)
         events_json: list[dict[str, Any]] = []
-        if replay_of is None:
+        covered_seq = None
+        if replay_of is None and covered_by is not None:
+            covered_seq = next(
+                (e["seq"] for e in current if e["seed_id"] == covered_by and e["events"]), None
+            )
+            if covered_seq is None:
+                raise BudgetError(f"analyst {analyst!r}: the schedule's reservation is not in this ledger period")
+        elif replay_of is None:
             try:
                 need = bud.total_spend(mode, reserve, ledger.limits)
                 actual_spend = bud.total_spend(mode, actual, ledger.limits)
@@ -285,6 +298,8 @@ def charge(
         }
         if replay_of is not None:
             entry["replay_of"] = replay_of
+        if covered_seq is not None:
+            entry["covered_by"] = covered_seq
         if summary:
             entry["summary"] = summary
         entry["prev"] = entries[-1]["hash"] if entries else doc.get("genesis", _GENESIS)

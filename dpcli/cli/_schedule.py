@@ -1,0 +1,270 @@
+"""``--schedule``: re-running ``histogram``/``topk`` on growing snapshots with one total budget (paper 004).
+
+Shared by both commands. The whole schedule's total is debited from the
+analyst's ledger at its first run; each later run is recorded in the ledger
+as covered by that reservation, and calls that fall inside an epoch already
+run return the cached release (post-processing: free).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from fractions import Fraction
+from typing import Annotated, Any
+
+import polars as pl
+import typer
+
+from dpcli.cli._common import Settings
+from dpcli.cli._options import positive, probability
+from dpcli.cli._release import ReleaseSeed, charge_and_write, write_and_report
+from dpcli.core import schedules as sch
+from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.errors import BudgetError, DataError, UsageError
+from dpcli.state import ledger
+from dpcli.state import schedules as store
+from dpcli.tables import InputTable, collect
+
+ScheduleOpt = Annotated[
+    str | None, typer.Option("--schedule", help="Run as part of the named schedule over growing snapshots.")
+]
+SchedulerOpt = Annotated[
+    str, typer.Option("--scheduler", help="bbscheduler (epochs at (1+γ)^i·n), bbimprover (every run) or fixed.")
+]
+TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε of the whole schedule, forever.")]
+TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
+GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: Alg. 1).")]
+BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
+ImproverCOpt = Annotated[str, typer.Option("--improver-c", help="bbimprover: c in ε_t ∝ t^-(1/2+c), 0 < c ≤ 1/2.")]
+
+#: A run's black box: ε for this run → (seed, privacy events, result table, metadata).
+RunRelease = Callable[[Fraction], tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule's fixed parameters (validated)."""
+
+    name: str
+    scheduler: str
+    total_epsilon: Fraction
+    total_delta: Fraction
+    gamma: Fraction | None
+    beta: float
+    c: float
+    run_epsilon: Fraction | None  # fixed only
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "scheduler": self.scheduler,
+            "total_epsilon": fraction_text(self.total_epsilon),
+            "total_delta": fraction_text(self.total_delta),
+            "gamma": fraction_text(self.gamma) if self.gamma is not None else None,
+            "beta": self.beta,
+            "c": self.c,
+            "run_epsilon": fraction_text(self.run_epsilon) if self.run_epsilon is not None else None,
+        }
+
+
+def schedule_spec(
+    name: str | None,
+    scheduler: str,
+    total_epsilon: str | None,
+    total_delta: str | None,
+    gamma: str | None,
+    beta: str,
+    c: str,
+    run_epsilon: Fraction | None,
+) -> ScheduleSpec | None:
+    """Parse the schedule options (None when ``--schedule`` is absent)."""
+    if name is None:
+        if total_epsilon or total_delta or gamma:
+            raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+        return None
+    if scheduler not in sch.SCHEDULERS:
+        raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {scheduler!r}")
+    total = positive("--total-epsilon", total_epsilon, required=True)
+    delta = probability("--total-delta", total_delta) or Fraction(0)
+    g = positive("--gamma", gamma)
+    if g is not None and not g < 1:
+        raise UsageError("--gamma must be in (0, 1)")
+    b = probability("--beta", beta, allow_zero=False)
+    cc = positive("--improver-c", c)
+    if cc is None or cc > Fraction(1, 2):
+        raise UsageError("--improver-c must be in (0, 1/2]")
+    if scheduler == "fixed":
+        if run_epsilon is None:
+            raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
+        if delta:
+            raise UsageError("--scheduler fixed composes pure runs: drop --total-delta")
+    elif run_epsilon is not None:
+        raise UsageError(f"--scheduler {scheduler} sets each run's ε itself; drop --epsilon")
+    if scheduler == "bbimprover" and not delta:
+        raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
+    if delta:
+        try:
+            sch.check_cdp_total(float(total), float(delta))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return ScheduleSpec(name, scheduler, total, delta, g, float(b), float(cc), run_epsilon)  # type: ignore[arg-type]
+
+
+def snapshot_size(table: InputTable) -> int:
+    """Rows in the snapshot (treated as public, as in the paper)."""
+    return int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())
+
+
+def run_scheduled(
+    s: Settings,
+    analyst: str,
+    command: str,
+    spec: ScheduleSpec,
+    query: dict[str, Any],
+    table: InputTable,
+    run: RunRelease,
+    output: str | None,
+    out_format: str,
+    as_json: bool,
+) -> None:
+    """One call of a scheduled query: reserve (first call), run a new epoch or return the cached one."""
+    size = snapshot_size(table)
+    key = store.schedule_key(spec.name, query)
+    reservation = f"schedule:{analyst}:{key}"
+    with store.locked(s.state_dir, analyst, key, s.lock_timeout) as directory:
+        state = store.load(directory, key)
+        if state is None:
+            state = _create(s, analyst, command, spec, query, size, key, reservation)
+            store.save(directory, key, state)
+        elif state["spec"] != spec.to_json():
+            raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
+        runs: list[dict[str, Any]] = state["runs"]
+        last = runs[-1] if runs else None
+        if last is not None and size < last["size"]:
+            raise DataError(
+                f"snapshot has {size} rows, fewer than the {last['size']} of schedule {spec.name!r}'s last run: "
+                "schedules are for growing databases; start a new --schedule name for a replaced dataset"
+            )
+        step, epsilon = _next_step(spec, state, size, table.fingerprint, last)
+        if step is None:
+            assert last is not None
+            cached = store.cached_release(directory, key, len(runs))
+            label = _label(spec, state, last, cached=True)
+            report = {**last["metadata"], "schedule": label, "charged": False, "seed_id": last["seed_id"]}
+            write_and_report(s, cached, output, out_format, report, as_json,
+                             f"{command}: cached release of {_where(spec, last)} (free)")
+            return
+        if epsilon <= 0:
+            raise BudgetError(f"schedule {spec.name!r}: the ε for {step} is below 10^-15; the schedule is spent")
+        seed, events, result, metadata = run(epsilon)
+        if any(e.kind != "pure" for e in events) or sum(e.epsilon for e in events) > epsilon:
+            raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
+        entry = {
+            **step_fields(spec, step),
+            "size": size,
+            "fingerprint": table.fingerprint,
+            "epsilon": fraction_text(epsilon),
+            "seed_id": seed.id,
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "metadata": metadata,
+        }
+        runs.append(entry)
+        store.save(directory, key, state, result)  # before output: one release per epoch, even after a crash
+        label = _label(spec, state, entry, cached=False)
+        charge_and_write(s, analyst, command, seed, events, result, output, out_format,
+                         {**metadata, "schedule": label}, as_json,
+                         f"{command}: {_where(spec, entry)} of schedule {spec.name!r} (ε = {fraction_text(epsilon)})",
+                         covered_by=reservation)
+
+
+def _create(
+    s: Settings, analyst: str, command: str, spec: ScheduleSpec, query: dict[str, Any], size: int, key: str,
+    reservation: str,
+) -> dict[str, Any]:
+    if size < 1:
+        raise DataError("the first snapshot of a schedule is empty")
+    gamma = spec.gamma
+    if spec.scheduler == "bbscheduler" and gamma is None:
+        gamma = sch.default_gamma(float(spec.total_epsilon), size, float(spec.total_delta), spec.beta)
+    if spec.total_delta:
+        ev = PrivacyEvent("approx", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon, delta=spec.total_delta)
+    else:
+        ev = PrivacyEvent("pure", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon)
+    ledger.charge(
+        s.state_dir, analyst, command=f"{command} --schedule", query_id=f"schedule:{key}", seed_id=reservation,
+        reserve=[ev], summary=f"schedule {spec.name!r} ({spec.scheduler}) reserves its whole budget",
+        lock_timeout=s.lock_timeout,
+    )
+    return {
+        "schema_version": store.SCHEMA_VERSION,
+        "key": key,
+        "command": command,
+        "query": query,
+        "spec": spec.to_json(),
+        "n0": size,
+        "gamma": fraction_text(gamma) if gamma is not None else None,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "runs": [],
+    }
+
+
+def _next_step(
+    spec: ScheduleSpec, state: dict[str, Any], size: int, fingerprint: str, last: dict[str, Any] | None
+) -> tuple[Any, Fraction]:
+    """(None, 0) to return the cached release; else (the step id, its ε)."""
+    total = spec.total_epsilon
+    if spec.scheduler == "bbscheduler":
+        gamma = Fraction(state["gamma"])
+        epoch = sch.epoch_of(size, state["n0"], gamma)
+        if last is not None and epoch == last["epoch"]:
+            return None, Fraction(0)
+        return epoch, sch.bbscheduler_epsilon(epoch, gamma, total, float(spec.total_delta))
+    if last is not None and last["fingerprint"] == fingerprint:
+        return None, Fraction(0)
+    if spec.scheduler == "bbimprover":
+        if last is not None and size == last["size"]:
+            raise DataError(
+                f"snapshot changed but still has {size} rows: bbimprover runs once per database size; wait for growth"
+            )
+        return size, sch.bbimprover_epsilon(size, total, float(spec.total_delta), spec.c)
+    spent = sum(Fraction(r["epsilon"]) for r in state["runs"])
+    assert spec.run_epsilon is not None
+    if spent + spec.run_epsilon > total:
+        raise BudgetError(
+            f"schedule {spec.name!r} (fixed) has spent {fraction_text(spent)} of {fraction_text(total)}: no more runs"
+        )
+    return len(state["runs"]), spec.run_epsilon
+
+
+def step_fields(spec: ScheduleSpec, step: Any) -> dict[str, Any]:
+    if spec.scheduler == "bbscheduler":
+        return {"epoch": step}
+    if spec.scheduler == "bbimprover":
+        return {"t": step}
+    return {"run": step}
+
+
+def _where(spec: ScheduleSpec, run: dict[str, Any]) -> str:
+    if spec.scheduler == "bbscheduler":
+        return f"epoch {run['epoch']} (computed on {run['size']} rows)"
+    return f"run at {run['size']} rows"
+
+
+def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cached: bool) -> dict[str, Any]:
+    spent = sum(Fraction(r["epsilon"]) for r in state["runs"])
+    label = {
+        "name": spec.name,
+        "scheduler": spec.scheduler,
+        "cached": cached,
+        "computed_on_rows": run["size"],
+        "run_epsilon": run["epsilon"],
+        "runs": len(state["runs"]),
+        "epsilon_spent": fraction_text(spent),
+        "epsilon_reserved": fraction_text(spec.total_epsilon),
+    }
+    label.update(step_fields(spec, run.get("epoch", run.get("t", run.get("run")))))
+    if state.get("gamma"):
+        label["gamma"] = state["gamma"]
+    return label

@@ -1,0 +1,99 @@
+"""Privacy schedules for re-running a release on a growing database (paper 004).
+
+* **BBScheduler** (Alg. 1): epoch i starts when the database reaches
+  t_i = (1 + γ)^i · n (n: the size at the first run); epoch i's release uses
+  ε_i and is reused until the next epoch.
+  - δ = 0: ε_i = γ²(i + 1)/(1 + γ)^{i+2} · ε; Σ_{i≥0} ε_i = ε exactly
+    (basic composition, Theorem 3).
+  - δ > 0: ε_i = γ^{1.5}(i + 1)/(1 + γ)^{i+1.5} · ε/(3√ln(1/δ)); by CDP
+    composition (Theorem 4) the total loss is ≤ ε²/(9 ln(1/δ)) + 2ε/3, which
+    is ≤ ε whenever ε ≤ 3 ln(1/δ) (the paper states the sufficient ε < 1).
+  - γ = g^{1/(2p+1)}·(ln(1/β)/(εn))^{p/(2p+1)} (δ = 0) or with exponents
+    1/(1.5p+1), p/(1.5p+1) (δ > 0); a noisy-count histogram is a
+    (p = 1, g = 1) black box for counts normalised by n.
+* **BBImprover** (Alg. 2): a run at every size t ≥ n with
+  ε_t = √c/(3√ln(1/δ)) · ε / t^{1/2 + c}; Σ_t ε_t² ≤ ε²/(9 ln(1/δ)), so the
+  same CDP bound applies.
+* **fixed**: the naive baseline, a constant ε per run until the total is spent.
+
+Per-run ε values are rounded *down* to 15 decimals (never more budget than
+the formula gives), so any number of epochs stays within the total.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+SCHEDULERS = ("bbscheduler", "bbimprover", "fixed")
+_QUANTUM = 10**15
+
+
+def floor_fraction(x: float | Fraction, quantum: int = _QUANTUM) -> Fraction:
+    """``x`` rounded down to a multiple of 1/quantum."""
+    return Fraction(math.floor(Fraction(x) * quantum), quantum)
+
+
+def default_gamma(epsilon: float, n: int, delta: float, beta: float = 0.05, p: float = 1.0, g: float = 1.0) -> Fraction:
+    """γ of Algorithm 1 for a (p, g) black box, as a decimal fraction in (0, 1)."""
+    if not (0 < beta < 1) or n < 1 or epsilon <= 0:
+        raise ValueError("need 0 < β < 1, n ≥ 1, ε > 0")
+    base = math.log(1.0 / beta) / (epsilon * n)
+    if delta == 0:
+        gamma = g ** (1.0 / (2 * p + 1)) * base ** (p / (2 * p + 1))
+    else:
+        gamma = g ** (1.0 / (1.5 * p + 1)) * base ** (p / (1.5 * p + 1))
+    gamma = min(max(gamma, 1e-6), 0.999)
+    return Fraction(round(gamma * 10**9), 10**9)
+
+
+def check_cdp_total(epsilon: float, delta: float) -> None:
+    """The δ > 0 schedules need ε ≤ 3·ln(1/δ) for their CDP bound to come out at ≤ ε."""
+    if not 0 < delta < 1:
+        raise ValueError("δ must be in (0, 1)")
+    if epsilon > 3 * math.log(1.0 / delta):
+        raise ValueError(f"with δ = {delta:g} the schedule's total ε must be ≤ 3·ln(1/δ) = {3 * math.log(1 / delta):.4g}")
+
+
+def epoch_start(i: int, n0: int, gamma: Fraction) -> Fraction:
+    """t_i = (1 + γ)^i · n0, exactly."""
+    return n0 * (1 + gamma) ** i
+
+
+def epoch_of(size: int, n0: int, gamma: Fraction) -> int:
+    """The epoch a database of ``size`` rows is in: the largest i with t_i ≤ size (exact)."""
+    if size < n0:
+        raise ValueError("the database is smaller than at the schedule's first run")
+    i = 0
+    t = Fraction(n0) * (1 + gamma)
+    while t <= size:
+        i += 1
+        t *= 1 + gamma
+    return i
+
+
+def bbscheduler_epsilon(i: int, gamma: Fraction, total: Fraction, delta: float) -> Fraction:
+    """ε_i of Algorithm 1 for epoch i (rounded down)."""
+    if i < 0:
+        raise ValueError("epochs start at 0")
+    if delta == 0:
+        return floor_fraction(gamma**2 * (i + 1) / (1 + gamma) ** (i + 2) * total)
+    # Computed in log space: (1+γ)^{i+1.5} overflows floats for large i.
+    g = float(gamma)
+    log_eps = 1.5 * math.log(g) + math.log(i + 1) - (i + 1.5) * math.log1p(g) + math.log(float(total))
+    log_eps -= math.log(3.0 * math.sqrt(math.log(1.0 / delta)))
+    return floor_fraction(math.exp(log_eps)) if log_eps > -700 else Fraction(0)
+
+
+def bbimprover_epsilon(t: int, total: Fraction, delta: float, c: float) -> Fraction:
+    """ε_t of Algorithm 2 for a run on a database of size t (rounded down)."""
+    if t < 1 or not 0 < c <= 0.5:
+        raise ValueError("need t ≥ 1 and 0 < c ≤ 1/2")
+    value = math.sqrt(c) / (3.0 * math.sqrt(math.log(1.0 / delta))) * float(total) / t ** (0.5 + c)
+    return floor_fraction(value)
+
+
+def cdp_total(epsilons: list[Fraction], delta: float) -> float:
+    """Theorem 4: ½Σε_i² + √(2 Σε_i² · ln(1/δ)), the (ε, δ) loss of composing ε_i-DP runs."""
+    s2 = sum(float(e) ** 2 for e in epsilons)
+    return 0.5 * s2 + math.sqrt(2.0 * s2 * math.log(1.0 / delta))

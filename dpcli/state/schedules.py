@@ -1,0 +1,117 @@
+"""Schedule state: which epochs/runs of a scheduled query happened, and the cached release.
+
+Layout: ``schedules/ANALYST/KEY.json`` (the state) and ``KEY.run-N.parquet``
+(the release of run N), where KEY hashes the schedule name and the canonical
+query without its input file, so the same daily job finds its schedule. The
+state is written (atomically, under ``KEY.lock``) *before* a release is
+output, so a crash can never lead to two different releases for one epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dpcli.core.prf import canonical_json
+from dpcli.errors import StateError
+from dpcli.state.atomic import atomic_write_bytes
+from dpcli.state.lock import exclusive_lock
+from dpcli.state.paths import validate_analyst
+
+SCHEMA_VERSION = 1
+
+
+def schedule_key(name: str, query: dict[str, Any]) -> str:
+    """The id of a schedule: its name plus the canonical query (input file excluded)."""
+    return hashlib.sha256(canonical_json({"schedule": name, "query": query})).hexdigest()[:24]
+
+
+def _dir(root: Path, analyst: str) -> Path:
+    d = root / "schedules" / validate_analyst(analyst)
+    d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return d
+
+
+@contextmanager
+def locked(root: Path, analyst: str, key: str, timeout: float) -> Iterator[Path]:
+    """Hold the schedule's lock; yields its directory."""
+    d = _dir(root, analyst)
+    with exclusive_lock(d / f"{key}.lock", timeout):
+        yield d
+
+
+def load(directory: Path, key: str) -> dict[str, Any] | None:
+    """The schedule state, or None if the schedule has never run."""
+    path = directory / f"{key}.json"
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise StateError(f"schedule state {path} is corrupt ({exc}); it is never reset automatically") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise StateError(f"schedule state {path} has an unknown schema; upgrade dpcli")
+    return data
+
+
+def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame | None = None) -> None:
+    """Write the cached release of the newest run (if given), then the state, both atomically."""
+    if release is not None:
+        buf = io.BytesIO()
+        release.write_parquet(buf)
+        atomic_write_bytes(directory / f"{key}.run-{len(state['runs'])}.parquet", buf.getvalue())
+    atomic_write_bytes(directory / f"{key}.json", (json.dumps(state, indent=1) + "\n").encode())
+
+
+def cached_release(directory: Path, key: str, run: int) -> pl.DataFrame:
+    path = directory / f"{key}.run-{run}.parquet"
+    try:
+        return pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise StateError(f"cached release {path} is missing or corrupt ({exc})".splitlines()[0]) from None
+
+
+def all_schedules(root: Path, analyst: str) -> list[dict[str, Any]]:
+    """Every schedule of an analyst (for ``budget show``)."""
+    d = root / "schedules" / analyst
+    if not d.is_dir():
+        return []
+    out = []
+    for p in sorted(d.glob("*.json")):
+        data = load(d, p.stem)
+        if data is not None:
+            out.append(data)
+    return out
+
+
+def summaries(root: Path, analyst: str) -> list[dict[str, Any]]:
+    """What ``budget show`` lists for each schedule: runs, epochs, ε spent and reserved."""
+    from fractions import Fraction
+
+    from dpcli.core.events import fraction_text
+
+    out = []
+    for st in all_schedules(root, analyst):
+        spec = st["spec"]
+        runs = st["runs"]
+        out.append(
+            {
+                "name": spec["name"],
+                "scheduler": spec["scheduler"],
+                "command": st["command"],
+                "runs": len(runs),
+                "epochs": [r["epoch"] for r in runs] if spec["scheduler"] == "bbscheduler" else None,
+                "epsilon_spent": fraction_text(sum((Fraction(r["epsilon"]) for r in runs), Fraction(0))),
+                "epsilon_reserved": spec["total_epsilon"],
+                "delta_reserved": spec["total_delta"],
+                "last_size": runs[-1]["size"] if runs else None,
+            }
+        )
+    return out
