@@ -173,3 +173,9 @@ def test_topk_shares_the_schedule_code(snapshots):
     assert Fraction(d0["summary"]["schedule"]["run_epsilon"]) == eps0
     r = runner.invoke(app, ["topk", str(paths[1000]), *args[:-2], "--epsilon-per", "0.1"])
     assert r.exit_code == 2 and "drop --epsilon-per" in r.stderr
+
+
+def test_bbscheduler_accuracy_parameters():
+    a, b = sch.bbscheduler_accuracy(2, Fraction(1, 100), Fraction(1, 10), 1000, 0.05)
+    assert b == pytest.approx((0.05 / 1.05) ** 3)
+    assert a == pytest.approx(np.log(1 / b) / (0.01 * 1210))

@@ -85,6 +85,16 @@ def bbscheduler_epsilon(i: int, gamma: Fraction, total: Fraction, delta: float) 
     return floor_fraction(math.exp(log_eps)) if log_eps > -700 else Fraction(0)
 
 
+def bbscheduler_accuracy(i: int, epsilon_i: Fraction, gamma: Fraction, n0: int, beta: float) -> tuple[float, float]:
+    """(α_i, β_i) of Algorithm 1 for a (p = 1, g = 1) black box: β_i = (β/(1+β))^{i+1} and
+    α_i = ln(1/β_i) / (ε_i·(1+γ)^i·n): epoch i's error bound on normalised counts, w.p. 1 − β_i."""
+    beta_i = (beta / (1.0 + beta)) ** (i + 1)
+    if epsilon_i <= 0:
+        return math.inf, beta_i
+    alpha_i = math.log(1.0 / beta_i) / (float(epsilon_i) * float(epoch_start(i, n0, gamma)))
+    return alpha_i, beta_i
+
+
 def bbimprover_epsilon(t: int, total: Fraction, delta: float, c: float) -> Fraction:
     """ε_t of Algorithm 2 for a run on a database of size t (rounded down)."""
     if t < 1 or not 0 < c <= 0.5:
