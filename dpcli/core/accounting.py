@@ -19,7 +19,7 @@ RDP totals against a limit with a documented safety margin.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -72,13 +72,7 @@ def zcdp_to_approx(rho: float, delta: float) -> float:
         raise ValueError("ρ must be ≥ 0")
     if rho == 0:
         return 0.0
-    lo, hi = 0.0, zcdp_to_approx_analytic(rho, delta)
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if zcdp_delta(rho, mid) <= delta:
-            hi = mid
-        else:
-            lo = mid
+    _, hi = _bisect(lambda eps: zcdp_delta(rho, eps) > delta, 0.0, zcdp_to_approx_analytic(rho, delta))
     return hi
 
 
@@ -91,14 +85,20 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
     _check_delta(delta)
     if epsilon <= 0:
         raise ValueError("ε must be > 0")
-    lo, hi = 0.0, epsilon  # ρ ≤ ε always suffices as an upper bracket (ε ≥ ρ for any δ < 1)
-    for _ in range(200):
+    # ρ ≤ ε always suffices as an upper bracket (the conversion gives ε ≥ ρ for any δ < 1).
+    lo, _ = _bisect(lambda rho: zcdp_to_approx(rho, delta) <= epsilon, 0.0, epsilon)
+    return lo
+
+
+def _bisect(below: Callable[[float], bool], lo: float, hi: float, steps: int = 200) -> tuple[float, float]:
+    """Shrink [lo, hi] around the point where ``below`` turns from True to False (``below(lo)`` True)."""
+    for _ in range(steps):
         mid = (lo + hi) / 2.0
-        if zcdp_to_approx(mid, delta) <= epsilon:
+        if below(mid):
             lo = mid
         else:
             hi = mid
-    return lo
+    return lo, hi
 
 
 def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray = RDP_ORDERS) -> tuple[float, float]:
