@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -303,7 +303,7 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         )
         if q.domain == "threshold":
             events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
-            q = _with_delta(q, sel_delta)
+            q = replace(q, delta=sel_delta)
     threshold = None
     if q.domain == "threshold":
         threshold = mech.selection_threshold(measurements["units"].noise, k, float(q.delta))  # type: ignore[arg-type]
@@ -313,12 +313,6 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
 def _fraction_at_most(x: float, digits: int = 12) -> Fraction:
     """A decimal Fraction ≤ ``x`` with ``digits`` decimals (calibrating to a little less budget is safe)."""
     return Fraction(math.floor(x * 10**digits), 10**digits)
-
-
-def _with_delta(q: HistogramQuery, delta: Fraction) -> HistogramQuery:
-    from dataclasses import replace
-
-    return replace(q, delta=delta)
 
 
 def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:
