@@ -52,6 +52,7 @@ man: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_samplers.py
 	$(BIN)/python bench/bench_histogram.py
+	$(BIN)/python bench/bench_tabulate.py
 
 bench-fig3: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

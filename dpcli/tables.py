@@ -73,11 +73,12 @@ def fingerprint_file(path: Path, chunk: int = 1 << 20) -> str:
     return "sha256:" + h.hexdigest()
 
 
-def _scan(source: Path | io.BytesIO, fmt: str) -> pl.LazyFrame:
+def _scan(source: Path | io.BytesIO, fmt: str, text_columns: tuple[str, ...] = ()) -> pl.LazyFrame:
     if fmt == "csv":
+        overrides = {c: pl.String for c in text_columns}
         if isinstance(source, io.BytesIO):
-            return pl.read_csv(source, infer_schema_length=10000).lazy()
-        return pl.scan_csv(source, infer_schema_length=10000)
+            return pl.read_csv(source, infer_schema_length=10000, schema_overrides=overrides).lazy()
+        return pl.scan_csv(source, infer_schema_length=10000, schema_overrides=overrides)
     if fmt == "parquet":
         if isinstance(source, io.BytesIO):
             return pl.read_parquet(source).lazy()
@@ -87,8 +88,13 @@ def _scan(source: Path | io.BytesIO, fmt: str) -> pl.LazyFrame:
     return pl.scan_ndjson(source)
 
 
-def open_input(path: str, input_format: str | None = None, stdin: IO[bytes] | None = None) -> InputTable:
+def open_input(
+    path: str, input_format: str | None = None, stdin: IO[bytes] | None = None, text_columns: tuple[str, ...] = ()
+) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
+
+    ``text_columns`` are read as strings from CSV (codes such as block ids keep
+    their leading zeros).
 
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
@@ -100,7 +106,7 @@ def open_input(path: str, input_format: str | None = None, stdin: IO[bytes] | No
             raise DataError("standard input is empty")
         fingerprint = "sha256:" + hashlib.sha256(data).hexdigest()
         try:
-            frame = _scan(io.BytesIO(data), fmt)
+            frame = _scan(io.BytesIO(data), fmt, text_columns)
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot parse standard input as {fmt}: {_first_line(exc)}") from None
         name = "<stdin>"
@@ -116,7 +122,7 @@ def open_input(path: str, input_format: str | None = None, stdin: IO[bytes] | No
             raise DataError(f"input file {path!r} is empty")
         fingerprint = fingerprint_file(p)
         try:
-            frame = _scan(p, fmt)
+            frame = _scan(p, fmt, text_columns)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot read {path!r} as {fmt}: {_first_line(exc)}") from None

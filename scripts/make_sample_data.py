@@ -4,6 +4,11 @@
 is its first 50,000 rows for CSV and stdin examples; ``pages_public.csv`` lists
 the 50 pages a site publishes (a known domain for ``--keys``/``--domain``).
 
+``persons.parquet`` (200,000 synthetic persons; ``--persons N`` for more, e.g. the
+1M of the tabulate benchmark) and ``blocks.csv`` (the public list of 1,000
+invented blocks: 5 states × 4 counties × 50 blocks, some in one of 3 AIANNH
+areas) feed ``dpcli tabulate`` with ``safetab_spec.toml``.
+
 Deterministic (fixed numpy seed): this is *data generation*, not DP noise.
 """
 
@@ -42,5 +47,39 @@ def main(out_dir: Path, rows: int = 300_000) -> None:
     keys.write_csv(out_dir / "pages_public.csv")
 
 
+def persons(out_dir: Path, n: int = 200_000) -> None:
+    """Synthetic persons over an invented geography: race codes with multiplicity 1-3."""
+    rng = np.random.default_rng(20261123)
+    blocks = [f"{st:02d}{co:03d}{bl:04d}" for st in range(1, 6) for co in range(1, 5) for bl in range(50)]
+    aiannh = np.where(rng.random(len(blocks)) < 0.08, rng.choice(["A01", "A02", "A03"], len(blocks)), "")
+    pl.DataFrame({"block": blocks, "aiannh": aiannh}).write_csv(out_dir / "blocks.csv")
+    block_w = rng.pareto(1.5, len(blocks)) + 1.0
+    major_w = np.array([0.55, 0.15, 0.03, 0.12, 0.02, 0.13])  # six major race groups, codes M000-M999
+    n_codes = rng.choice([1, 2, 3], size=n, p=[0.85, 0.12, 0.03])
+    majors = rng.choice(6, size=(n, 3), p=major_w)
+    detail = rng.choice(10, size=(n, 3), p=np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05, 0.03, 0.02, 0.01]))
+    codes = (majors + 1) * 1000 + detail * 100 + rng.integers(0, 100, size=(n, 3))
+    race = [";".join(str(c) for c in row[:k]) for row, k in zip(codes.tolist(), n_codes.tolist())]
+    df = pl.DataFrame(
+        {
+            "block_id": np.array(blocks)[rng.choice(len(blocks), size=n, p=block_w / block_w.sum())],
+            "race": race,
+            "hispanic": rng.choice([1, 2], size=n, p=[0.82, 0.18]),
+            "sex": rng.choice(["1", "2"], size=n),
+            "age": np.minimum(rng.gamma(2.2, 18.0, n).astype(np.int64), 110),
+        }
+    )
+    df.write_parquet(out_dir / "persons.parquet", compression="zstd", compression_level=19)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "sample_data"))
+    args = sys.argv[1:]
+    n_persons = 200_000
+    if "--persons" in args:
+        i = args.index("--persons")
+        n_persons = int(args[i + 1])
+        del args[i : i + 2]
+    target = Path(args[0] if args else "sample_data")
+    if n_persons == 200_000:
+        main(target)
+    persons(target, n_persons)

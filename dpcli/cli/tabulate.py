@@ -1,0 +1,94 @@
+"""``dpcli tabulate``: SafeTab-style adaptive tabulation (and ``dpcli tabulate plan``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
+from dpcli.cli._options import FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
+from dpcli.cli._release import charge_and_write, output_plan, release_seed
+from dpcli.core.prf import KeyedStream
+from dpcli.state import ledger
+from dpcli.state.paths import ensure_state_dir
+from dpcli.tables import fingerprint_file, open_input
+from dpcli.tasks import tabulate as tab
+from dpcli.tasks.tabulate_spec import load_spec
+
+
+@handles_errors
+def tabulate(
+    ctx: typer.Context,
+    input: Annotated[
+        str,
+        typer.Argument(help="Person file (CSV/Parquet/NDJSON, '-' for stdin), or the word 'plan' for the plan only."),
+    ],
+    spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).")],
+    delta: Annotated[str, typer.Option("--delta", help="plan: δ at which the (ε, δ) totals are stated.")] = "1e-10",
+    with_error: Annotated[bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")] = False,
+    input_format: InputFormatOpt = None,
+    output: OutputOpt = None,
+    out_format: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Noisy totals and adaptive Sex × Age marginals for every population group of a spec.
+
+    `dpcli tabulate plan --spec SPEC` prints the per-level parameters (MOE
+    targets → ε or ρ) and the total privacy loss under pure DP, RDP and zCDP,
+    without reading data or charging. (A person file literally named `plan`
+    can be given as `./plan`.)
+    """
+    spec = load_spec(spec_path)
+    if input == "plan":
+        d = probability("--delta", delta, allow_zero=False)
+        result = tab.plan(spec, float(d))  # type: ignore[arg-type]
+        if as_json:
+            emit_json(result)
+        else:
+            typer.echo(_plan_text(result))
+        return
+    s = settings(ctx)
+    analyst = resolve_analyst(None, ctx)
+    ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    events = tab.events(spec)
+    fmt = output_plan(output, out_format, as_json)
+    c = spec.columns
+    table = open_input(input, input_format, text_columns=(c["block"], c["race"], c["sex"]))
+    data = {
+        "data": table.fingerprint,
+        "spec": fingerprint_file(Path(spec_path)),
+        "blocks": fingerprint_file(spec.blocks_file) if spec.blocks_file and spec.blocks_file.exists() else None,
+    }
+    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
+    with working(ctx, f"tabulating {table.name}"):
+        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error)
+    metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}
+    line = f"tabulate {table.name}: {release.metadata['rows']} cell(s) over {len(spec.levels)} level(s)"
+    charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line)
+
+
+def _plan_text(p: dict[str, Any]) -> str:
+    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", ""]
+    geo = p.get("geometric")
+    dg = p.get("discrete_gaussian")
+    header = f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}"
+    lines.append(header)
+    n = len((geo or dg)["levels"])  # type: ignore[index]
+    for i in range(n):
+        g = geo["levels"][i] if geo else None
+        d = dg["levels"][i] if dg else None
+        row = g or d
+        moe = f"{row['moe']:g}" if row["moe"] is not None else "-"  # type: ignore[index]
+        eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
+        rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
+        lines.append(f"{row['level']:<26}{moe:>6}  {eps}  {rho}")  # type: ignore[index]
+    lines.append("")
+    if geo:
+        lines.append(f"geometric, pure DP:             ε = {geo['pure_epsilon']:.3g}")
+        lines.append(f"geometric, RDP (eq. 39-40):     ε = {geo['rdp_epsilon']:.3g}  (α = {geo['rdp_alpha']:g})")
+    if dg:
+        lines.append(f"discrete Gaussian, zCDP analytic:  ε = {dg['zcdp_analytic_epsilon']:.3g}  (ρ = {dg['rho']:.4g})")
+        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = {dg['zcdp_numerical_alpha']:g})")
+    return "\n".join(lines)

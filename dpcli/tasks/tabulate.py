@@ -1,0 +1,426 @@
+"""SafeTab-style adaptive tabulation of population groups (``dpcli tabulate``, paper 003).
+
+For every population-group level i (a geography level × an iteration level)
+with budget ρ_i (ε_i for geometric noise) and stability s:
+
+* each record maps to at most s population groups (geographic entity ×
+  characteristic iteration) — enforced, not trusted;
+* each group P gets ρ_i/s (Alg. 1): TotalOnly groups release a noisy total with
+  all of it; the others spend γ·ρ_i/s on a noisy total (step 1, not released)
+  and (1 − γ)·ρ_i/s on the statistics it selects (step 2, Alg. 2): the total
+  when it is below θ1, else a Sex × Age marginal with the coarse, medium or
+  fine age bins depending on which of θ1 ≤ · < θ2 ≤ · < θ3 ≤ · it falls in;
+* every count gets independent integer noise: geometric (discrete Laplace,
+  scale 1/ε) or discrete Gaussian (σ² = 1/(2ρ)), from the keyed stream.
+
+Groups are enumerated from public information only (the spec's iterations and
+the public block list), so empty groups are released too and the set of rows
+never depends on the data — only which granularity a group gets does, through
+the noisy step-1 total. Counts may be negative; no consistency is imposed.
+
+:func:`plan` converts MOE targets to parameters (eq. 37–38) and states the
+total loss under pure DP, RDP (eq. 39–40) and zCDP (analytic and numerical).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dpcli.core import accounting as acc
+from dpcli.core import mechanisms as mech
+from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import DataError
+from dpcli.tables import InputTable, collect, open_input
+from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
+
+#: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
+SAFETAB_ORDERS = np.round(np.arange(1.01, 10.0001, 0.01), 2)
+
+
+# ---- planning (no data) ------------------------------------------------------------------------
+
+
+def base_from_moe(moe: float, noise: str, calibration: str = "paper") -> float:
+    """The step-2 per-cell parameter (ε or ρ) for a 95% MOE target.
+
+    ``paper``: eq. 38, ε = ln 20/(⌊MOE⌋ + 1) (geometric), or eq. 37, ρ = 1.92/⌊MOE⌋²
+    (discrete Gaussian), as SafeTab prints them. Eq. 38 comes from eq. 35-36,
+    which take a floor where the tail bound needs a ceiling: at MOE 6 the exact
+    P[|Z| > 6] is 0.0605, so the interval covers 94%, not 95%.
+    ``exact``: the smallest parameter (least budget) whose *exact* noise
+    distribution has P[|Z| > ⌊MOE⌋] ≤ 0.05, found by bisection on the exact tail.
+    """
+    m = math.floor(moe)
+    if calibration == "paper":
+        if noise == "geometric":
+            return math.log(20.0) / (m + 1)
+        return 1.92 / (m * m)
+
+    def covered(param: float) -> bool:
+        noise_q = _noise_for(noise, Fraction(param))
+        return 2.0 * noise_q.tail(m + 1) <= 0.05
+
+    lo, hi = 1e-9, 50.0
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        if covered(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass(frozen=True)
+class LevelBudget:
+    """A level's parameters: per-cell step-2 value, the level's step-2 and total (× s, ÷ (1 − γ))."""
+
+    level: Level
+    base: float  # per population group, step 2 (ε or ρ of one NoisyCount)
+    step2: float  # aggregated over the level: base · s
+    total: float  # the level's input ρ_i: step2 / (1 − γ)
+
+    @property
+    def charged(self) -> Fraction:
+        """The level's ρ_i as an exact decimal: the spec's value, or the MOE-derived one rounded *up*
+        to 12 decimals (slightly less noise than the formula, charged exactly as used)."""
+        if self.level.budget is not None:
+            return self.level.budget
+        return Fraction(math.ceil(self.total * 10**12), 10**12)
+
+    @property
+    def per_group(self) -> Fraction:
+        """ρ_i/s: what each population group's TabulatePopulationGroup call gets (Alg. 1, line 11)."""
+        return self.charged / self.level.stability
+
+
+def level_budgets(spec: Spec, noise: str) -> list[LevelBudget]:
+    """Per-level parameters for ``noise`` (levels given as budgets only convert for the spec's own noise)."""
+    out = []
+    g = float(spec.gamma)
+    for lv in spec.levels:
+        s = lv.stability
+        if lv.moe is not None:
+            base = base_from_moe(lv.moe, noise, spec.moe_calibration)
+            total = base * s / (1.0 - g)
+        else:
+            if noise != spec.noise:
+                continue
+            total = float(lv.budget)  # type: ignore[arg-type]
+            base = total * (1.0 - g) / s
+        out.append(LevelBudget(lv, base, base * s, total))
+    return out
+
+
+def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) -> tuple[float, float]:
+    """Eq. 39–40: f(α) = Σ_i s·max[τ(α, γρ_i/s) + τ(α, (1−γ)ρ_i/s), τ(α, ρ_i/s)], minimised over α ∈ {1.01…10}."""
+    a = SAFETAB_ORDERS
+    f = np.zeros(a.size)
+    for b in budgets:
+        s, r = b.level.stability, b.total
+        two = acc.geometric_rdp(gamma * r / s, a) + acc.geometric_rdp((1 - gamma) * r / s, a)
+        f += s * np.maximum(two, acc.geometric_rdp(r / s, a))
+    return acc.rdp_to_approx(f, delta, a)
+
+
+def plan(spec: Spec, delta: float = 1e-10) -> dict[str, Any]:
+    """Table 4 (per-level parameters) and Table 2 (total loss under each analysis) for a spec."""
+    out: dict[str, Any] = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
+                           "moe_calibration": spec.moe_calibration}
+    geo = level_budgets(spec, "geometric")
+    dg = level_budgets(spec, "discrete-gaussian")
+
+    def rows(bs: list[LevelBudget], key: str) -> list[dict[str, Any]]:
+        return [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
+                 f"{key}_base": b.base, f"{key}_step2": b.step2, f"{key}_total": b.total} for b in bs]
+
+    if geo:
+        eps_rdp, alpha = geometric_rdp_total(geo, float(spec.gamma), delta)
+        out["geometric"] = {
+            "levels": rows(geo, "epsilon"),
+            "pure_epsilon": sum(b.total for b in geo),
+            "rdp_epsilon": eps_rdp,
+            "rdp_alpha": alpha,
+        }
+    if dg:
+        rho = sum(b.total for b in dg)
+        numerical, alpha = acc.rdp_to_approx(acc.zcdp_rdp(rho, SAFETAB_ORDERS), delta, SAFETAB_ORDERS)
+        out["discrete_gaussian"] = {
+            "levels": rows(dg, "rho"),
+            "rho": rho,
+            "zcdp_analytic_epsilon": acc.zcdp_to_approx_analytic(rho, delta),
+            "zcdp_numerical_epsilon": numerical,
+            "zcdp_numerical_alpha": alpha,
+        }
+    return out
+
+
+def events(spec: Spec) -> list[PrivacyEvent]:
+    """What a run costs: Σ ε_i (pure) or Σ ρ_i (zCDP), as exact decimals rounded up."""
+    total = sum((b.charged for b in level_budgets(spec, spec.noise)), Fraction(0))
+    if spec.noise == "geometric":
+        return [PrivacyEvent("pure", "tabulate/geometric", epsilon=total)]
+    return [PrivacyEvent("zcdp", "tabulate/discrete-gaussian", rho=total)]
+
+
+def _noise(spec: Spec, param: Fraction) -> mech.Noise:
+    return _noise_for(spec.noise, param)
+
+
+def _noise_for(noise: str, param: Fraction) -> mech.Noise:
+    """BaseGeometric(ε = param) or BaseDiscreteGaussian(ρ = param) for a sensitivity-1 count."""
+    if noise == "geometric":
+        return mech.laplace(1, param)
+    return mech.gaussian(1, param)
+
+
+# ---- running ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TabulateRelease:
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+
+
+def _in_ranges(expr: pl.Expr, ranges: tuple[tuple[int, int], ...]) -> pl.Expr:
+    cond = pl.lit(False)
+    for lo, hi in ranges:
+        cond = cond | expr.is_between(lo, hi)
+    return cond
+
+
+def _membership(it: Iteration) -> pl.Expr:
+    if it.kind == "ethnicity":
+        return _in_ranges(pl.col("__eth"), it.ranges)
+    inside = pl.col("__race").list.eval(_in_ranges(pl.element(), it.ranges))
+    return inside.list.all() if it.alone else inside.list.any()
+
+
+def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
+    c = spec.columns
+    schema = table.frame.collect_schema()
+    for key, col in c.items():
+        if col not in schema:
+            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {table.name}")
+    if not schema[c["age"]].is_integer():
+        raise DataError(f"column {c['age']!r} (age) must hold integers, but is {schema[c['age']]}")
+    race = pl.col(c["race"])
+    if schema[c["race"]] == pl.String:
+        race = race.str.split(";")
+    elif not isinstance(schema[c["race"]], pl.List):
+        race = pl.concat_list(race.cast(pl.String))
+    return table.frame.select(
+        pl.col(c["block"]).cast(pl.String).alias("__block"),
+        race.list.eval(pl.element().cast(pl.String).str.strip_chars().cast(pl.Int64)).alias("__race"),
+        pl.col(c["ethnicity"]).cast(pl.String).str.strip_chars().cast(pl.Int64).alias("__eth"),
+        pl.col(c["sex"]).cast(pl.String).alias("__sex"),
+        pl.col(c["age"]).cast(pl.Int64).alias("__age"),
+    )
+
+
+def _entities(blocks: pl.DataFrame, spec: Spec, level: Level) -> pl.DataFrame:
+    """The level's geographic entities, from the public block list only."""
+    geo = spec.geo_levels[level.geography]
+    if geo.prefix == 0:
+        return pl.DataFrame({"geo_id": ["ALL"]})
+    if geo.prefix is not None:
+        ids = blocks.select(pl.col("block").str.slice(0, geo.prefix).alias("geo_id"))
+    else:
+        ids = blocks.select(pl.col(geo.column).alias("geo_id")).filter(  # type: ignore[arg-type]
+            pl.col("geo_id").is_not_null() & (pl.col("geo_id") != "")
+        )
+    return ids.unique().sort("geo_id")
+
+
+def _geo_expr(spec: Spec, level: Level) -> pl.Expr:
+    geo = spec.geo_levels[level.geography]
+    if geo.prefix == 0:
+        return pl.lit("ALL")
+    if geo.prefix is not None:
+        return pl.col("__block").str.slice(0, geo.prefix)
+    area = pl.col(f"__area_{geo.column}")
+    return pl.when(area == "").then(None).otherwise(area)
+
+
+def read_blocks(spec: Spec) -> pl.DataFrame:
+    """The public block list: column ``block`` plus any area columns the geography levels use."""
+    if spec.blocks_file is None:
+        raise DataError("the spec needs geography.blocks: the public list of blocks groups are enumerated from")
+    cols = ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
+    table = open_input(str(spec.blocks_file), text_columns=tuple(cols))
+    schema = table.frame.collect_schema()
+    for col in cols:
+        if col not in schema:
+            raise DataError(f"public block list {spec.blocks_file} lacks column {col!r}")
+    df = table.frame.select([pl.col(c).cast(pl.String) for c in cols]).collect()
+    if df["block"].null_count() or df["block"].n_unique() != df.height:
+        raise DataError(f"public block list {spec.blocks_file}: block ids must be unique and non-null")
+    return df
+
+
+def _age_bin(edges: tuple[int, ...]) -> pl.Expr:
+    idx = pl.lit(0, dtype=pl.Int64)
+    for j, e in enumerate(edges[1:], start=1):
+        idx = pl.when(pl.col("__age") >= e).then(pl.lit(j, dtype=pl.Int64)).otherwise(idx)
+    return idx
+
+
+def _bin_labels(edges: tuple[int, ...]) -> list[str]:
+    """``0-17``, ``18-44`` …, a single year as ``20``, the last as ``65+``."""
+    inner = [f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo) for lo, hi in zip(edges, edges[1:])]
+    return inner + [f"{edges[-1]}+"]
+
+
+def run_tabulate(table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False) -> TabulateRelease:
+    """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order."""
+    blocks = read_blocks(spec)
+    persons = _prepare(table, spec)
+    areas = [g.column for g in spec.geo_levels.values() if g.column]
+    if areas:
+        persons = persons.join(
+            blocks.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
+            on="__block", how="left",
+        )
+    persons_df = collect(persons, f"cannot read {table.name}")
+    if persons_df.height == 0:
+        raise DataError(f"{table.name} has no records")
+    for col, what in (("__block", "block"), ("__race", "race"), ("__eth", "ethnicity"), ("__sex", "sex"), ("__age", "age")):
+        nulls = persons_df[col].null_count()
+        if nulls:
+            raise DataError(f"column {spec.columns[what]!r} has {nulls} null or unparsable value(s) in {table.name}")
+    unknown_blocks = persons_df.filter(~pl.col("__block").is_in(blocks["block"].implode())).height
+    if unknown_blocks:
+        raise DataError(f"{unknown_blocks} record(s) have a block id missing from the public block list")
+    bad_sex = persons_df.filter(~pl.col("__sex").is_in(list(spec.sexes))).height
+    if bad_sex:
+        raise DataError(f"{bad_sex} record(s) have a sex code not in the spec's sexes {list(spec.sexes)}")
+    if persons_df["__age"].min() < 0:  # type: ignore[operator]
+        raise DataError("ages must be ≥ 0")
+    # Which iterations each person belongs to, once per iteration level (codes in sorted order).
+    persons_lf = persons_df.lazy().with_columns(
+        _age_bin(spec.age_bins[0]).alias("__a0"), _age_bin(spec.age_bins[1]).alias("__a1"),
+        _age_bin(spec.age_bins[2]).alias("__a2"),
+        *[
+            pl.concat_list([pl.when(_membership(it)).then(pl.lit(it.code)) for it in its]).list.drop_nulls().alias(
+                f"__its_{name}"
+            )
+            for name, its in spec.iterations.items()
+        ],
+    ).drop("__race", "__eth")
+    persons_lf = collect(persons_lf, "matching characteristic iterations").lazy()
+    budgets = {b.level.index: b for b in level_budgets(spec, spec.noise)}
+    parts: list[pl.DataFrame] = []
+    meta_levels = []
+    for level in spec.levels:
+        part, info = _tabulate_level(persons_lf, blocks, spec, level, budgets[level.index],
+                                     stream.child(f"level-{level.index}"), with_error)
+        parts.append(part)
+        meta_levels.append(info)
+    out = pl.concat(parts, how="vertical")
+    return TabulateRelease(out, {"levels": meta_levels, "rows": out.height})
+
+
+def _tabulate_level(
+    persons: pl.LazyFrame, blocks: pl.DataFrame, spec: Spec, level: Level, budget: LevelBudget,
+    stream: KeyedStream, with_error: bool,
+) -> tuple[pl.DataFrame, dict[str, Any]]:
+    its = spec.iterations[level.iterations]
+    geo = _geo_expr(spec, level)
+    lf = persons.with_columns(pl.col(f"__its_{level.iterations}").alias("__its"), geo.alias("geo_id"))
+    lf = lf.with_columns(
+        pl.when(pl.col("geo_id").is_null()).then(pl.lit(0)).otherwise(pl.col("__its").list.len()).alias("__n")
+    )
+    over = int(collect(lf.select((pl.col("__n") > level.stability).sum()), "checking stability").item())
+    if over and not level.truncate:
+        raise DataError(
+            f"level {level.name}: {over} record(s) map to more than stability = {level.stability} population "
+            "groups; raise the level's stability or set on_unstable = \"truncate\""
+        )
+    lf = lf.with_columns(pl.col("__its").list.head(level.stability))
+    rows = lf.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
+    counts = collect(
+        rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
+        "counting population groups",
+    ).rename({"__its": "iteration"})
+    groups = _entities(blocks, spec, level).join(
+        pl.DataFrame({"iteration": [it.code for it in its], "__total_only": [it.total_only for it in its]}),
+        how="cross",
+    ).sort(["geo_id", "iteration"])
+    totals = groups.join(counts.group_by(["geo_id", "iteration"]).agg(pl.col("n").sum().alias("true")),
+                         on=["geo_id", "iteration"], how="left").with_columns(pl.col("true").fill_null(0))
+    per_group = budget.per_group
+    gamma = spec.gamma
+    total_only = totals["__total_only"].to_numpy() | level.total_only
+    true = totals["true"].to_numpy().astype(np.int64)
+    n = totals.height
+    # Step 1 (not released): noisy totals with γ·ρ_i/s, for groups that are not TotalOnly.
+    step1 = true + _noise(spec, gamma * per_group).sample(stream.child("step1"), n)
+    th1, th2, th3 = spec.thresholds
+    branch = np.where(step1 < th1, 0, np.where(step1 < th2, 1, np.where(step1 < th3, 2, 3)))
+    branch = np.where(total_only, -1, branch)
+    out_rows = []
+    # Totals: TotalOnly groups (full ρ_i/s) and branch 0 (the (1 − γ) share).
+    for kind, mask, param in (("total_only", branch == -1, per_group), ("total", branch == 0, (1 - gamma) * per_group)):
+        if not mask.any():
+            continue
+        noise = _noise(spec, param)
+        sel = totals.filter(pl.Series(mask))
+        values = sel["true"].to_numpy() + noise.sample(stream.child(kind), sel.height)
+        df = sel.select("geo_id", "iteration").with_columns(
+            pl.lit(None, dtype=pl.String).alias("sex"), pl.lit("total").alias("age"), pl.Series("count", values),
+            pl.lit(-1, dtype=pl.Int64).alias("__bin"),
+        )
+        if with_error:
+            df = df.with_columns(pl.lit(noise.margin95()).alias("moe95"))
+        out_rows.append(df)
+    cell_noise = _noise(spec, (1 - gamma) * per_group)
+    for b in (1, 2, 3):
+        mask = branch == b
+        if not mask.any():
+            continue
+        edges = spec.age_bins[b - 1]
+        labels = _bin_labels(edges)
+        sel = totals.filter(pl.Series(mask)).select("geo_id", "iteration")
+        cells = sel.join(pl.DataFrame({"sex": list(spec.sexes)}), how="cross").join(
+            pl.DataFrame({"__bin": list(range(len(labels))), "age": labels}), how="cross"
+        )
+        binned = counts.group_by(["geo_id", "iteration", "__sex", f"__a{b - 1}"]).agg(pl.col("n").sum()).rename(
+            {"__sex": "sex", f"__a{b - 1}": "__bin"}
+        )
+        cells = cells.join(binned, on=["geo_id", "iteration", "sex", "__bin"], how="left").with_columns(
+            pl.col("n").fill_null(0)
+        ).sort(["geo_id", "iteration", "sex", "__bin"])
+        values = cells["n"].to_numpy() + cell_noise.sample(stream.child(f"marginal-{b}"), cells.height)
+        df = cells.select("geo_id", "iteration", "sex", "age", pl.col("__bin").cast(pl.Int64)).with_columns(
+            pl.Series("count", values)
+        )
+        if with_error:
+            df = df.with_columns(pl.lit(cell_noise.margin95()).alias("moe95"))
+        out_rows.append(df)
+    result = pl.concat(out_rows, how="diagonal") if out_rows else None
+    if result is None:
+        result = pl.DataFrame(schema={"geo_id": pl.String, "iteration": pl.String, "sex": pl.String,
+                                      "age": pl.String, "count": pl.Int64, "__bin": pl.Int64})
+    result = result.sort(["geo_id", "iteration", "sex", "__bin"], nulls_last=False).with_columns(
+        pl.lit(level.name).alias("level")
+    ).select(["level", "geo_id", "iteration", "sex", "age", "count"] + (["moe95"] if with_error else []))
+    info = {
+        "level": level.name,
+        "groups": n,
+        "truncated_records": over if level.truncate else 0,
+        "branches": {name: int((branch == v).sum()) for v, name in
+                     ((-1, "total_only"), (0, "total"), (1, "coarse"), (2, "medium"), (3, "fine"))},
+        "per_group": f"{float(per_group):.6g}",
+        "noise": cell_noise.describe(),
+    }
+    return result, info
+
+
+__all__ = ["plan", "events", "run_tabulate", "level_budgets", "base_from_moe", "fraction_text"]

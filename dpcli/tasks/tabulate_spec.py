@@ -1,0 +1,252 @@
+"""The TOML spec of ``dpcli tabulate`` (SafeTab-style tabulation, paper 003), parsed and validated.
+
+Every error names the offending key (``levels[2].moe``, ``iterations.detailed.1010.race``…).
+See ``sample_data/safetab_spec.toml`` for a complete example and the README for the format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from dpcli.core.events import to_fraction
+from dpcli.errors import InputMissingError, StateError
+
+NOISES = ("geometric", "discrete-gaussian")
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
+
+
+class SpecError(StateError):
+    """A malformed spec (exit 78, like other malformed configuration)."""
+
+
+@dataclass(frozen=True)
+class Iteration:
+    """A characteristic iteration: which persons belong to it."""
+
+    code: str
+    kind: str  # "race" or "ethnicity"
+    ranges: tuple[tuple[int, int], ...]
+    alone: bool  # race: all of a person's codes in range (True) or at least one (False)
+    total_only: bool
+
+
+@dataclass(frozen=True)
+class GeoLevel:
+    name: str
+    prefix: int | None  # entities = the first `prefix` characters of the block id (0: one national entity)
+    column: str | None  # or: a column of the public blocks file (non-nested areas)
+
+
+@dataclass(frozen=True)
+class Level:
+    """A population-group level: geography level × iteration level, with its budget."""
+
+    index: int
+    geography: str
+    iterations: str
+    stability: int
+    moe: float | None
+    budget: Fraction | None  # the level's total ε (geometric) or ρ (discrete Gaussian), if given directly
+    total_only: bool
+    truncate: bool  # records in more than `stability` groups: truncate (True) or refuse (False)
+
+    @property
+    def name(self) -> str:
+        return f"({self.geography}, {self.iterations})"
+
+
+@dataclass(frozen=True)
+class Spec:
+    noise: str
+    moe_calibration: str  # "paper": eq. 37-38 as printed; "exact": the exact 95% margin is ≤ the target
+    gamma: Fraction
+    thresholds: tuple[int, int, int]
+    sexes: tuple[str, ...]
+    age_bins: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # lower edges, 3 granularities
+    columns: dict[str, str]
+    blocks_file: Path | None
+    geo_levels: dict[str, GeoLevel]
+    iterations: dict[str, tuple[Iteration, ...]]
+    levels: tuple[Level, ...]
+
+
+def _err(key: str, msg: str) -> SpecError:
+    return SpecError(f"spec: {key}: {msg}")
+
+
+def _get(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if key not in d:
+        if default is ...:
+            raise _err(f"{where}{key}", "is required")
+        return default
+    value = d[key]
+    if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise _err(f"{where}{key}", f"must be {_kind_name(kind)}, got {value!r}")
+    if not isinstance(value, kind):
+        raise _err(f"{where}{key}", f"must be {_kind_name(kind)}, got {value!r}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a table"}
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def _ranges(values: Any, key: str) -> tuple[tuple[int, int], ...]:
+    if not isinstance(values, list) or not values:
+        raise _err(key, "must be a non-empty list of codes or ranges like \"1000-1999\"")
+    out = []
+    for v in values:
+        m = _RANGE.match(str(v))
+        if not m:
+            raise _err(key, f"{v!r} is not a code or a range like \"1000-1999\"")
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) else lo
+        if hi < lo:
+            raise _err(key, f"range {v!r} is empty")
+        out.append((lo, hi))
+    return tuple(out)
+
+
+def load_spec(path: str) -> Spec:
+    """Read and validate a spec file."""
+    p = Path(path)
+    try:
+        raw = tomllib.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputMissingError(f"spec file {path!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputMissingError(f"cannot read spec file {path!r}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"spec: {path}: not valid TOML ({exc})") from None
+    return parse_spec(raw, p.parent)
+
+
+def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
+    known = {"noise", "gamma", "thresholds", "sexes", "age_bins", "columns", "geography", "iterations", "levels",
+             "moe_calibration"}
+    for k in raw:
+        if k not in known:
+            raise _err(k, f"unknown key (expected one of {', '.join(sorted(known))})")
+    noise = _get(raw, "noise", "", str, "geometric")
+    if noise not in NOISES:
+        raise _err("noise", f"must be one of {', '.join(NOISES)}, got {noise!r}")
+    calibration = _get(raw, "moe_calibration", "", str, "paper")
+    if calibration not in ("paper", "exact"):
+        raise _err("moe_calibration", f"must be paper (eq. 37-38) or exact, got {calibration!r}")
+    gamma_raw = _get(raw, "gamma", "", (int, float, str), 0.1)
+    try:
+        gamma = to_fraction(gamma_raw)
+    except (ValueError, ArithmeticError):
+        raise _err("gamma", f"must be a number, got {gamma_raw!r}") from None
+    if not 0 < gamma < 1:
+        raise _err("gamma", f"must be in (0, 1), got {gamma_raw}")
+    th = _get(raw, "thresholds", "", list)
+    if len(th) != 3 or not all(isinstance(t, int) and not isinstance(t, bool) for t in th) or not th[0] < th[1] < th[2]:
+        raise _err("thresholds", f"must be three integers θ1 < θ2 < θ3, got {th!r}")
+    sexes = _get(raw, "sexes", "", list, ["1", "2"])
+    if not sexes or len(set(map(str, sexes))) != len(sexes):
+        raise _err("sexes", "must be a non-empty list of distinct codes")
+    bins = _get(raw, "age_bins", "", list)
+    if len(bins) != 3:
+        raise _err("age_bins", "must list three bin sets (coarse, medium, fine), each as lower edges starting at 0")
+    age_bins = []
+    for j, b in enumerate(bins):
+        if not isinstance(b, list) or not b or b[0] != 0 or any(not isinstance(x, int) for x in b) or b != sorted(set(b)):
+            raise _err(f"age_bins[{j}]", "must be increasing integer lower edges starting at 0")
+        age_bins.append(tuple(b))
+    if not len(age_bins[0]) < len(age_bins[1]) < len(age_bins[2]):
+        raise _err("age_bins", "bin sets must get finer: fewer bins first (e.g. 4, 9, 23)")
+    columns = _get(raw, "columns", "", dict)
+    for c in ("block", "race", "ethnicity", "sex", "age"):
+        if not isinstance(columns.get(c), str):
+            raise _err(f"columns.{c}", "is required (the input column's name)")
+    geo = _get(raw, "geography", "", dict)
+    blocks = geo.get("blocks")
+    if blocks is not None and not isinstance(blocks, str):
+        raise _err("geography.blocks", "must be a file name")
+    geo_levels: dict[str, GeoLevel] = {}
+    for name, g in _get(geo, "levels", "geography.", dict).items():
+        where = f"geography.levels.{name}."
+        if not isinstance(g, dict):
+            raise _err(where[:-1], "must be a table like { prefix = 2 } or { column = \"aiannh\" }")
+        prefix = _get(g, "prefix", where, int, None)
+        column = _get(g, "column", where, str, None)
+        if (prefix is None) == (column is None):
+            raise _err(where[:-1], "needs exactly one of prefix or column")
+        if prefix is not None and prefix < 0:
+            raise _err(where + "prefix", "must be ≥ 0")
+        if column is not None and blocks is None:
+            raise _err(where + "column", "needs geography.blocks (the public block list holding that column)")
+        geo_levels[name] = GeoLevel(name, prefix, column)
+    iterations: dict[str, tuple[Iteration, ...]] = {}
+    for lname, its in _get(raw, "iterations", "", dict).items():
+        if not isinstance(its, dict) or not its:
+            raise _err(f"iterations.{lname}", "must be a table of iteration codes")
+        items = []
+        for code, it in its.items():
+            where = f"iterations.{lname}.{code}."
+            if not isinstance(it, dict):
+                raise _err(where[:-1], "must be a table like { race = [\"1000-1999\"], alone = true }")
+            if ("race" in it) == ("ethnicity" in it):
+                raise _err(where[:-1], "needs exactly one of race or ethnicity")
+            kind = "race" if "race" in it else "ethnicity"
+            alone = _get(it, "alone", where, bool, False)
+            if kind == "ethnicity" and "alone" in it:
+                raise _err(where + "alone", "applies to race iterations only")
+            items.append(Iteration(str(code), kind, _ranges(it[kind], where + kind), alone,
+                                   _get(it, "total_only", where, bool, False)))
+        iterations[lname] = tuple(sorted(items, key=lambda i: i.code))
+    levels = []
+    raw_levels = _get(raw, "levels", "", list)
+    if not raw_levels:
+        raise _err("levels", "needs at least one population-group level")
+    for i, lv in enumerate(raw_levels):
+        where = f"levels[{i}]."
+        if not isinstance(lv, dict):
+            raise _err(where[:-1], "must be a table")
+        g = _get(lv, "geography", where, str)
+        if g not in geo_levels:
+            raise _err(where + "geography", f"{g!r} is not in geography.levels")
+        it = _get(lv, "iterations", where, str)
+        if it not in iterations:
+            raise _err(where + "iterations", f"{it!r} is not in iterations")
+        s = _get(lv, "stability", where, int)
+        if s < 1:
+            raise _err(where + "stability", "must be ≥ 1")
+        moe = _get(lv, "moe", where, (int, float), None)
+        budget_key = "epsilon" if noise == "geometric" else "rho"
+        other = "rho" if noise == "geometric" else "epsilon"
+        if other in lv:
+            raise _err(where + other, f"does not apply to {noise} noise (use {budget_key} or moe)")
+        budget_raw = lv.get(budget_key)
+        if (moe is None) == (budget_raw is None):
+            raise _err(where[:-1], f"needs exactly one of moe or {budget_key}")
+        if moe is not None and not (math.isfinite(moe) and moe >= 1):
+            raise _err(where + "moe", f"must be ≥ 1, got {moe}")
+        budget = None
+        if budget_raw is not None:
+            try:
+                budget = to_fraction(budget_raw)
+            except (ValueError, ArithmeticError):
+                raise _err(where + budget_key, f"must be a number, got {budget_raw!r}") from None
+            if budget <= 0:
+                raise _err(where + budget_key, "must be > 0")
+        unstable = _get(lv, "on_unstable", where, str, "error")
+        if unstable not in ("error", "truncate"):
+            raise _err(where + "on_unstable", "must be error or truncate")
+        for k in lv:
+            if k not in ("geography", "iterations", "stability", "moe", "epsilon", "rho", "total_only", "on_unstable"):
+                raise _err(where + k, "unknown key")
+        levels.append(Level(i, g, it, s, float(moe) if moe is not None else None, budget,
+                            _get(lv, "total_only", where, bool, False), unstable == "truncate"))
+    return Spec(noise, calibration, gamma, (th[0], th[1], th[2]), tuple(map(str, sexes)),
+                (age_bins[0], age_bins[1], age_bins[2]), dict(columns),
+                (base / blocks) if blocks else None, geo_levels, iterations, tuple(levels))
