@@ -38,6 +38,12 @@ demo: $(STAMP)
 	    --info-budget 3000 --call-budget 30 --delta-prime 1e-9
 	$(DEMO) --analyst li topk sample_data/page_views.parquet --by page -k 10 --privacy-unit user_id --with-error
 	$(DEMO) --analyst li budget show li
+	@echo "--- SafeTab-style tabulation: the plan (Tables 4 and 2 of the paper), then a run"
+	$(DEMO) tabulate plan --spec sample_data/safetab_spec.toml
+	$(DEMO) --analyst census budget init census --mode pure --epsilon 16
+	$(DEMO) --analyst census tabulate sample_data/persons.parquet --spec sample_data/safetab_spec.toml \
+	    --with-error -o .demo-state/cells.csv
+	head -5 .demo-state/cells.csv
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
 
 test: $(STAMP)
