@@ -11,6 +11,7 @@ import typer
 from dpcli import __version__
 from dpcli.cli import budget as budget_cli
 from dpcli.cli import histogram as histogram_cli
+from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
 from dpcli.cli._common import Settings
@@ -30,6 +31,7 @@ app = typer.Typer(
 app.command("topk")(topk_cli.topk)
 app.command("histogram")(histogram_cli.histogram)
 app.command("tabulate")(tabulate_cli.tabulate)
+app.command("stream-replay")(stream_replay_cli.stream_replay)
 app.add_typer(budget_cli.app, name="budget")
 
 

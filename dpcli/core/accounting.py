@@ -72,7 +72,7 @@ def zcdp_to_approx(rho: float, delta: float) -> float:
         raise ValueError("ρ must be ≥ 0")
     if rho == 0:
         return 0.0
-    _, hi = _bisect(lambda eps: zcdp_delta(rho, eps) > delta, 0.0, zcdp_to_approx_analytic(rho, delta))
+    _, hi = _bisect(lambda eps: zcdp_delta(rho, eps) > delta, 0.0, zcdp_to_approx_analytic(rho, delta), steps=100)
     return hi
 
 
@@ -85,8 +85,10 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
     _check_delta(delta)
     if epsilon <= 0:
         raise ValueError("ε must be > 0")
-    # ρ ≤ ε always suffices as an upper bracket (the conversion gives ε ≥ ρ for any δ < 1).
-    lo, _ = _bisect(lambda rho: zcdp_to_approx(rho, delta) <= epsilon, 0.0, epsilon)
+    # Brackets: the analytic conversion is never better than the optimal one, so the ρ solving
+    # ρ + 2√(ρ ln(1/δ)) = ε is feasible; ρ = ε is not (the conversion gives ε' ≥ ρ).
+    root = math.sqrt(math.log(1.0 / delta) + epsilon) - math.sqrt(math.log(1.0 / delta))
+    lo, _ = _bisect(lambda rho: zcdp_to_approx(rho, delta) <= epsilon, min(root * root, epsilon), epsilon, steps=64)
     return lo
 
 

@@ -1,0 +1,124 @@
+"""dpcli stream-replay (DP-SQLP): trees, Honaker variance, bounding, selection, prediction, CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from dpcli.cli.app import app
+from dpcli.core import tree
+from dpcli.core.prf import KeyedStream
+from dpcli.tables import InputTable
+from dpcli.tasks import stream_replay as sr
+
+runner = CliRunner()
+
+
+def stream(i, label="t"):
+    return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
+
+
+def test_honaker_variance_matches_eq_1_and_prefix_is_unbiased():
+    """3000 trees of 64 leaves, σ² = 16. The sample variance of the error of node-level and prefix
+    estimates must match eq. 1/2 within 5 standard errors (se of a variance = V·√(2/(N−1)))."""
+    n, s2, reps = 64, Fraction(16), 3000
+    leaves = np.arange(n) % 5
+    errs = np.array([tree.prefix_estimates(leaves, tree.draw_tree_noise(stream(k), s2, n), 16.0) - np.cumsum(leaves)
+                     for k in range(reps)])
+    expected = tree.prefix_variances(16.0, n)
+    for i in (0, 1, 3, 31, 63, 62):  # prefixes [1..1], [1..2] (a level-1 node), [1..4], [1..32], [1..64], [1..63]
+        se = expected[i] * math.sqrt(2 / (reps - 1))
+        assert abs(errs[:, i].var(ddof=1) - expected[i]) < 5 * se
+        assert abs(errs[:, i].mean()) < 5 * math.sqrt(expected[i] / reps)
+    # eq. 1 for a node with κ levels: σ²/(2(1 − 2^{−κ})); [1..64] is one node with κ = 7.
+    assert expected[63] == pytest.approx(16 / (2 * (1 - 2**-7)))
+
+
+def test_levels_and_thresholds():
+    assert [tree.levels(n) for n in (1, 2, 3, 100, 1000, 1024)] == [1, 2, 2, 7, 10, 11]
+    tau = tree.selection_thresholds(4.0, 10, 1e-6, 10)
+    assert tau[0] == pytest.approx(2.0 * math.sqrt(2 * math.log(10 / 1e-6)))
+
+
+def events_table(rows):
+    df = pl.DataFrame(rows, schema=["ts", "user", "key", "v"], orient="row")
+    return InputTable(df.lazy(), "sha256:" + hashlib.sha256(repr(rows).encode()).hexdigest(), "events", "csv")
+
+
+def query(**kw):
+    base = dict(time="ts", keys=("key",), unit="user", window=1000, triggers=10, max_records=3,
+                epsilon=Fraction(6), delta=Fraction(1, 10**9))
+    base.update(kw)
+    return sr.StreamQuery(**base)
+
+
+def test_unit_cap_holds_across_micro_batches():
+    rows = [(t, "heavy", "a", 1.0) for t in range(0, 1000, 10)] + [(5, "light", "a", 1.0)]
+    ev = sr.prepare_events(events_table(rows), query(max_records=3))
+    heavy = ev.filter(pl.col("__unit") == "heavy")
+    assert heavy.height == 3 and heavy["__t"].to_list() == [0, 10, 20]  # the first 3 in time order
+    assert ev.filter(pl.col("__unit") == "light").height == 1
+
+
+def test_single_unit_keys_are_not_released_and_big_keys_are():
+    """2,000 keys with one unit each plus 3 keys with 400 units. β ≈ 1e-11 per key: the expected
+    number of single-unit releases is ~2e-8, so any release means a broken threshold."""
+    rows = [(i % 1000, f"u{i}", f"k{i}", 1.0) for i in range(2000)]
+    rows += [(j % 1000, f"b{j}", f"big{j % 3}", 1.0) for j in range(1200)]
+    q = query(max_records=1)
+    plan = sr.plan_stream(q)
+    for seed in range(2):
+        out = sr.run_stream(events_table(rows), q, plan, stream(("one", seed))).table
+        assert set(out["key"]) <= {"big0", "big1", "big2"}
+        assert set(out["key"]) == {"big0", "big1", "big2"}
+
+
+def test_work_per_trigger_follows_the_batch_not_all_keys():
+    """300 keys active only in the first trigger, then one key per trigger: evaluations per trigger
+    after the first stay at the batch size plus predicted releases, not 300."""
+    rows = [(1, f"u{i}", f"old{i}", 1.0) for i in range(300)]
+    rows += [(t * 100 + 1, f"n{t}-{j}", "live", 1.0) for t in range(1, 10) for j in range(50)]
+    q = query(max_records=1)
+    r = sr.run_stream(events_table(rows), q, sr.plan_stream(q), stream("work"))
+    assert r.metadata["keys_seen"] == 301
+    assert r.metadata["key_evaluations_total"] <= 300 + 9 + 300  # each old key at most once more (a prediction)
+
+
+def test_deterministic_and_value_sums_snap_to_the_grid():
+    rows = [(t % 1000, f"u{t}", "a" if t % 2 else "b", (t % 7) * 1.5) for t in range(3000)]
+    q = query(value="v", clamp=10.0, max_records=2)
+    plan = sr.plan_stream(q)
+    a = sr.run_stream(events_table(rows), q, plan, stream("det")).table
+    b = sr.run_stream(events_table(rows), q, plan, stream("det")).table
+    assert a.equals(b) and a.height > 0
+    g = float(q.grid.granularity)
+    assert all(abs(x / g - round(x / g)) < 1e-9 for x in a["sum_v"])
+
+
+def test_cli_runs_charges_replays_and_refuses_bad_timestamps(tmp_path):
+    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-6"])
+    data = tmp_path / "ev.csv"
+    pl.DataFrame({"ts": [f"2026-11-01T{h:02d}:{m:02d}:00" for h in range(24) for m in range(0, 60, 5)],
+                  "user": [f"u{i % 60}" for i in range(288)], "page": [f"p{i % 3}" for i in range(288)]}).write_csv(data)
+    args = ["stream-replay", str(data), "--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d",
+            "--trigger-every", "6h", "--max-records", "5", "--epsilon", "6", "--delta", "1e-9"]
+    a, b = runner.invoke(app, args), runner.invoke(app, args)
+    assert a.exit_code == 0, a.stderr
+    assert a.stdout == b.stdout and a.stdout.splitlines()[0] == "window_start,trigger,trigger_time,page,count"
+    h = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert h[0]["events"][0]["epsilon"] == "6" and h[1]["replay_of"] == 1
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,user,page\n2026-11-01T00:00:00,u1,p\nnot-a-time,u2,p\n,u3,p\n")
+    out = tmp_path / "o.csv"
+    r = runner.invoke(app, [args[0], str(bad), *args[2:], "-o", str(out)])
+    assert r.exit_code == 65 and "2 missing or unparseable timestamp(s)" in r.stderr and not out.exists()
+    assert len(json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)) == 2
+    r = runner.invoke(app, [*args[:10], "--trigger-every", "7h", *args[12:]])
+    assert r.exit_code == 2 and "does not divide" in r.stderr
