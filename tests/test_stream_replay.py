@@ -15,14 +15,19 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core import tree
 from dpcli.core.prf import KeyedStream
+from dpcli.errors import DataError, UsageError
 from dpcli.tables import InputTable
 from dpcli.tasks import stream_replay as sr
 
 runner = CliRunner()
 
 
+def seed(i):
+    return hashlib.sha256(repr(i).encode()).digest()
+
+
 def stream(i, label="t"):
-    return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
+    return KeyedStream(seed(i), label)
 
 
 def test_honaker_variance_matches_eq_1_and_prefix_is_unbiased():
@@ -74,8 +79,8 @@ def test_single_unit_keys_are_not_released_and_big_keys_are():
     rows += [(j % 1000, f"b{j}", f"big{j % 3}", 1.0) for j in range(1200)]
     q = query(max_records=1)
     plan = sr.plan_stream(q)
-    for seed in range(2):
-        out = sr.run_stream(events_table(rows), q, plan, stream(("one", seed))).table
+    for rep in range(2):
+        out = sr.run_stream(events_table(rows), q, plan, seed(("one", rep))).table
         assert set(out["key"]) <= {"big0", "big1", "big2"}
         assert set(out["key"]) == {"big0", "big1", "big2"}
 
@@ -86,7 +91,7 @@ def test_work_per_trigger_follows_the_batch_not_all_keys():
     rows = [(1, f"u{i}", f"old{i}", 1.0) for i in range(300)]
     rows += [(t * 100 + 1, f"n{t}-{j}", "live", 1.0) for t in range(1, 10) for j in range(50)]
     q = query(max_records=1)
-    r = sr.run_stream(events_table(rows), q, sr.plan_stream(q), stream("work"))
+    r = sr.run_stream(events_table(rows), q, sr.plan_stream(q), seed("work"))
     assert r.metadata["keys_seen"] == 301
     assert r.metadata["key_evaluations_total"] <= 300 + 9 + 300  # each old key at most once more (a prediction)
 
@@ -95,8 +100,8 @@ def test_deterministic_and_value_sums_snap_to_the_grid():
     rows = [(t % 1000, f"u{t}", "a" if t % 2 else "b", (t % 7) * 1.5) for t in range(3000)]
     q = query(value="v", clamp=10.0, max_records=2)
     plan = sr.plan_stream(q)
-    a = sr.run_stream(events_table(rows), q, plan, stream("det")).table
-    b = sr.run_stream(events_table(rows), q, plan, stream("det")).table
+    a = sr.run_stream(events_table(rows), q, plan, seed("det")).table
+    b = sr.run_stream(events_table(rows), q, plan, seed("det")).table
     assert a.equals(b) and a.height > 0
     g = float(q.grid.granularity)
     assert all(abs(x / g - round(x / g)) < 1e-9 for x in a["sum_v"])
@@ -122,3 +127,118 @@ def test_cli_runs_charges_replays_and_refuses_bad_timestamps(tmp_path):
     assert len(json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)) == 2
     r = runner.invoke(app, [*args[:10], "--trigger-every", "7h", *args[12:]])
     assert r.exit_code == 2 and "does not divide" in r.stderr
+
+
+def _roundtrip(state, q, plan, s):
+    """A state as a later cron run sees it: JSON text and back."""
+    return sr.StreamState.from_json(json.loads(json.dumps(state.to_json())), q, plan, s)
+
+
+def test_incremental_runs_equal_one_full_replay():
+    """Feeding the stream one micro-batch at a time, with the state serialised in between and empty
+    triggers run with `through`, gives exactly the rows of one full replay with the same seed."""
+    rows = [(t * 7 % 2000, f"u{t % 3000}", f"k{t % 5}", float(t % 11)) for t in range(8000)]
+    rows += [(t, "heavy", "k0", 9.0) for t in range(0, 2000, 50)]  # 40 records, capped at C = 3 across batches
+    rows += [(j, f"solo{j}", "quiet", 1.0) for j in range(30)]  # a key whose release may come by prediction only
+    q = query(value="v", clamp=10.0, max_records=3)
+    plan = sr.plan_stream(q)
+    full = sr.run_stream(events_table(rows), q, plan, seed("inc")).table
+    state = sr.StreamState(q, plan, seed("inc"))
+    parts = []
+    for g in range(1, 21):  # two windows of ten 100 s triggers
+        batch = [r for r in rows if r[0] // 100 + 1 == g]
+        state = _roundtrip(state, q, plan, seed("inc"))
+        tbl = events_table(batch) if batch else events_table([(0, "x", "x", 0.0)])
+        if not batch:  # a trigger with no events: the schema only, run with --through
+            tbl = InputTable(tbl.frame.head(0), "sha256:empty", "empty", "csv")
+        parts.append(sr.advance_stream(tbl, state, state.time_of(g) if not batch else None).table)
+    assert state.watermark == 20 and not state.windows and state.used["heavy"] == 3
+    inc = pl.concat(parts)
+    assert full.height > 10 and inc.equals(full)
+    assert full["trigger"].n_unique() > 3 and full["window_start"].n_unique() == 2
+
+
+def test_incremental_refuses_late_events_and_bad_through():
+    q = query()
+    plan = sr.plan_stream(q)
+    state = sr.StreamState(q, plan, seed("late"))
+    sr.advance_stream(events_table([(150, "a", "k", 1.0)]), state)
+    assert state.watermark == 2
+    with pytest.raises(DataError, match="1 event\\(s\\) fall in triggers already released"):
+        sr.advance_stream(events_table([(199, "b", "k", 1.0), (250, "c", "k", 1.0)]), state)
+    with pytest.raises(UsageError, match="before the latest event"):
+        sr.advance_stream(events_table([(450, "b", "k", 1.0)]), state, state.time_of(3))
+    assert state.watermark == 2
+
+
+def _cli_stream(tmp_path):
+    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-6"])
+    days = []
+    for d in range(8):  # 8 half-days: two windows of 2 days with 4 triggers of 12 h
+        ts = [f"2026-11-{1 + d // 2:02d}T{12 * (d % 2) + h:02d}:{m:02d}:00" for h in range(12) for m in range(60)]
+        f = tmp_path / f"day{d}.csv"
+        pl.DataFrame({"ts": ts, "user": [f"u{(i + 720 * d) % 2000}" for i in range(720)],
+                      "page": [f"p{i % 3}" for i in range(720)]}).write_csv(f)
+        days.append(f)
+    args = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
+            "--max-records", "6", "--epsilon", "6", "--delta", "1e-9"]
+    return days, args
+
+
+def test_cli_state_mode_matches_full_replay_and_charges_once(tmp_path):
+    days, args = _cli_stream(tmp_path)
+    state = tmp_path / "stream.state"
+    outs = []
+    for f in days:
+        r = runner.invoke(app, ["stream-replay", str(f), *args, "--state", str(state)])
+        assert r.exit_code == 0, r.stderr
+        outs.append(pl.read_csv(r.stdout.encode()) if r.stdout.count("\n") > 1 else None)
+    assert oct(state.stat().st_mode & 0o777) == "0o600"
+    again = runner.invoke(app, ["stream-replay", str(days[-1]), *args, "--state", str(state)])
+    assert again.exit_code == 0 and again.stdout == r.stdout  # an idempotent retry of the last run
+    body = json.loads(state.read_text())["body"]
+    allf = tmp_path / "all.csv"
+    pl.concat([pl.read_csv(f) for f in days]).write_csv(allf)
+    q = sr.StreamQuery(time="ts", keys=("page",), unit="user", window=2 * 86400, triggers=4, max_records=6,
+                       epsilon=Fraction(6), delta=Fraction(1, 10**9))
+    from dpcli.tables import open_input
+    full = sr.run_stream(open_input(str(allf)), q, sr.plan_stream(q), bytes.fromhex(body["seed"])).table
+    inc = pl.concat([o for o in outs if o is not None])
+    assert full.height >= 8 and inc.height == full.height
+    assert inc["count"].to_list() == full["count"].to_list() and inc["page"].to_list() == full["page"].to_list()
+    h = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    charged = [e for e in h if e["events"]]
+    assert len(charged) == 1 and charged[0]["events"][0]["epsilon"] == "6"
+    assert sum(1 for e in h if e.get("covered_by") == charged[0]["seq"]) == 8
+    late = runner.invoke(app, ["stream-replay", str(days[3]), *args, "--state", str(state)])
+    assert late.exit_code == 65 and "already released" in late.stderr
+
+
+def test_cli_state_refuses_mismatch_corruption_and_open_permissions(tmp_path):
+    days, args = _cli_stream(tmp_path)
+    state = tmp_path / "s.state"
+    assert runner.invoke(app, ["stream-replay", str(days[0]), *args, "--state", str(state)]).exit_code == 0
+    good = state.read_bytes()
+    other = [*args[:-3], "5", *args[-2:]]
+    r = runner.invoke(app, ["stream-replay", str(days[1]), *other, "--state", str(state)])
+    assert r.exit_code == 2 and "created with other parameters: epsilon (state: '6', now: '5')" in r.stderr
+    state.write_bytes(good[: len(good) // 2])
+    r = runner.invoke(app, ["stream-replay", str(days[1]), *args, "--state", str(state)])
+    assert r.exit_code == 78 and "corrupt" in r.stderr
+    state.write_bytes(good.replace(b'"watermark": ', b'"watermark": 1'))
+    r = runner.invoke(app, ["stream-replay", str(days[1]), *args, "--state", str(state)])
+    assert r.exit_code == 78 and "checksum" in r.stderr
+    state.write_bytes(good)
+    state.chmod(0o644)
+    r = runner.invoke(app, ["stream-replay", str(days[1]), *args, "--state", str(state)])
+    assert r.exit_code == 78 and "readable by others" in r.stderr
+    state.chmod(0o600)
+    h = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert len(h) == 2  # the reservation and the first run: refused runs leave no trace
+    empty = tmp_path / "empty.csv"
+    empty.write_text("ts,user,page\n")
+    r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state)])
+    assert r.exit_code == 2 and "--through" in r.stderr
+    r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-03"])
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(state.read_text())["body"]["stream"]["windows"] == []  # the first window is complete

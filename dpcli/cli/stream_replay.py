@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import io
+import secrets
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Annotated
+
+import polars as pl
 
 import typer
 
@@ -20,12 +27,11 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import charge_and_write, output_plan, release_seed
-from dpcli.core.prf import KeyedStream
+from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed, write_and_report
 from dpcli.errors import UsageError
-from dpcli.state import ledger
+from dpcli.state import ledger, stream_state
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import open_input, require_columns
+from dpcli.tables import InputTable, open_input, require_columns
 from dpcli.tasks import stream_replay as sr
 
 
@@ -47,6 +53,16 @@ def stream_replay(
     value: Annotated[str | None, typer.Option("--value", help="Numeric column to sum (with --clamp).")] = None,
     clamp: Annotated[float | None, typer.Option("--clamp", help="L: values are clamped to [-L, L].")] = None,
     mu: Annotated[int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.")] = 0,
+    state: Annotated[
+        str | None,
+        typer.Option("--state", help="Incremental mode: keep the stream in FILE between runs (cron); each run "
+                     "feeds the events after the last run and emits the triggers they complete."),
+    ] = None,
+    through: Annotated[
+        str | None,
+        typer.Option("--through", help="With --state: run every trigger ending at or before TIME (ISO or epoch "
+                     "seconds), even with no events."),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the calibration and cost; read no data.")] = False,
     input_format: InputFormatOpt = None,
     output: OutputOpt = None,
@@ -58,6 +74,11 @@ def stream_replay(
     At every trigger of every event-time window, the keys released then get
     their window's noisy cumulative count (and sum), under one (ε, δ)
     user-level guarantee for the whole output stream.
+
+    With --state FILE the stream persists between runs: the first run creates
+    FILE (0600) and debits the whole stream's (ε, δ) once; each later run takes
+    only events after the last trigger already run, and a run repeated with the
+    same input returns the same rows again.
     """
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
@@ -84,10 +105,69 @@ def stream_replay(
     if value:
         wanted[value] = "numeric"
     require_columns(table, wanted)  # type: ignore[arg-type]
+    if state is not None:
+        _incremental(ctx, analyst, Path(state), through, query, plan, table, output, fmt, as_json)
+        return
+    if through is not None:
+        raise UsageError("--through needs --state FILE")
     seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 1, **query.canonical()}, {"data": table.fingerprint})
     with working(ctx, f"replaying {table.name}"):
-        release = sr.run_stream(table, query, plan, KeyedStream(seed.seed, "stream-replay"))
+        release = sr.run_stream(table, query, plan, seed.seed)
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s) over "
             f"{release.metadata['keys_seen']} key(s)")
     charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), release.table, output, fmt,
                      {"command": "stream-replay", **release.metadata}, as_json, line)
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        if text.strip().lstrip("-").isdigit():
+            return datetime.fromtimestamp(int(text), tz=timezone.utc)
+        moment = datetime.fromisoformat(text.strip())
+    except (ValueError, OverflowError):
+        raise UsageError(f"cannot read --through {text!r} (use e.g. 2026-11-02T00:00:00 or epoch seconds)") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _incremental(
+    ctx: typer.Context, analyst: str, path: Path, through: str | None, query: sr.StreamQuery, plan: sr.StreamPlan,
+    table: InputTable, output: str | None, fmt: str, as_json: bool,
+) -> None:
+    """One cron run against a state file: check it, run the new triggers, charge (first run), save, write."""
+    s = settings(ctx)
+    moment = _parse_time(through) if through is not None else None
+    schema = sr.key_schema_of(table, query)
+    with stream_state.locked(path, s.lock_timeout):
+        body = stream_state.read(path)
+        if body is not None:
+            sr.check_state_body(body, query, analyst, schema, str(path))
+            last = body.get("last")
+            if last and last["input"] == table.fingerprint and last["through"] == through:
+                cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
+                write_and_report(s, cached, output, fmt, {**last["metadata"], "charged": False, "retry": True},
+                                 as_json, f"stream-replay: repeated run, same rows as before (state {path}, free)")
+                return
+        else:
+            seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 1, **query.canonical(),
+                                              "state": secrets.token_hex(16)}, {})
+            body = sr.new_state_body(query, analyst, seed.seed, seed.id, schema,
+                                     datetime.now(timezone.utc).isoformat(timespec="seconds"))
+        stream = sr.load_state(body, query, plan)
+        with working(ctx, f"feeding {table.name} to {path}"):
+            release = sr.advance_stream(table, stream, moment)
+        reservation = f"stream:{body['seed_id']}"
+        if body["stream"] is None:  # a new stream: debit all of it before anything is written
+            ledger.charge(s.state_dir, analyst, command="stream-replay --state", query_id=reservation,
+                          seed_id=reservation, reserve=list(plan.events), lock_timeout=s.lock_timeout,
+                          summary=f"stream {path.name} reserves its whole (ε, δ)")
+        buf = io.BytesIO()
+        release.table.write_parquet(buf)
+        metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
+        last = {"input": table.fingerprint, "through": through, "metadata": metadata,
+                "release": base64.b64encode(buf.getvalue()).decode("ascii")}
+        stream_state.write(path, sr.state_body(body, stream, last))  # before output: a trigger runs once
+    run_id = ReleaseSeed(b"", f"{body['seed_id']}/{release.metadata['through']}", reservation)
+    line = (f"stream-replay of {table.name} into {path}: {release.metadata['releases']} release row(s), "
+            f"triggers run through {release.metadata['through']}")
+    charge_and_write(s, analyst, "stream-replay --state", run_id, list(plan.events), release.table, output, fmt,
+                     metadata, as_json, line, covered_by=reservation)

@@ -40,7 +40,7 @@ import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from fractions import Fraction
 from typing import Any
 
@@ -53,7 +53,7 @@ from dpcli.core import tree
 from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import effective_sigma2
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import DataError, StateError, UsageError
 from dpcli.tables import InputTable, collect
 
 
@@ -178,7 +178,18 @@ def parse_duration(text: str) -> int:
 
 
 def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
-    """Events in time order with window, trigger, bounded to C per unit, values in grid units."""
+    """Events in time order with their window, trigger and global trigger index ``__g``.
+
+    Each unit keeps its first C records in time order; values are clamped and
+    converted to grid units.
+    """
+    return _prepare(table, q, None, False)[0]
+
+
+def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None,
+             allow_empty: bool) -> tuple[pl.DataFrame, int | None]:
+    """:func:`prepare_events`, with the records ``used`` by units in earlier runs counting towards C;
+    also returns the global trigger of the latest event before the cap (None without events)."""
     schema = table.frame.collect_schema()
     dtype = schema[q.time]
     t = pl.col(q.time)
@@ -199,7 +210,7 @@ def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
         cols.append(pl.col(q.value).cast(pl.Float64).is_finite().not_().alias("__bad"))
     lf = table.frame.select(cols)
     df = collect(lf, f"cannot read {table.name}")
-    if df.height == 0:
+    if df.height == 0 and not allow_empty:
         raise DataError(f"{table.name} has no events")
     bad_t = df["__t"].null_count()
     if bad_t:
@@ -212,16 +223,69 @@ def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
         df = df.drop("__bad").with_columns(pl.col("__v").fill_null(0))
     step = q.window // q.triggers
     df = df.with_row_index("__row").sort(["__t", "__row"])
-    df = df.filter(pl.int_range(pl.len()).over("__unit") < q.max_records)  # global bound: first C per unit
+    latest = int(df["__t"][-1]) // step + 1 if df.height else None
+    rank = pl.int_range(pl.len()).over("__unit")
+    if used:
+        prior = pl.DataFrame({"__unit": pl.Series(list(used), dtype=df["__unit"].dtype),
+                              "__used": pl.Series(list(used.values()), dtype=pl.Int64)})
+        df = df.join(prior, on="__unit", how="left", maintain_order="left")
+        df = df.filter(rank + pl.col("__used").fill_null(0) < q.max_records).drop("__used")
+    else:
+        df = df.filter(rank < q.max_records)  # global bound: first C per unit
     return df.with_columns(
         (pl.col("__t") // q.window * q.window).alias("__window"),
         ((pl.col("__t") % q.window) // step + 1).cast(pl.Int64).alias("__trigger"),
-    )
+        (pl.col("__t") // step + 1).alias("__g"),
+    ), latest
+
+
+def _batches(events: pl.DataFrame, q: StreamQuery) -> dict[tuple[int, int], pl.DataFrame]:
+    """Per (window, trigger): the micro-batch grouped by key (sorted), with its units, rows and sum."""
+    keys = list(q.keys)
+    aggs = [pl.col("__unit").alias("units"), pl.len().alias("n")]
+    if q.value is not None:
+        aggs.append(pl.col("__v").sum().alias("s"))
+    return {
+        (int(w), int(t)): part.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True)
+        for (w, t), part in events.partition_by(["__window", "__trigger"], as_dict=True, maintain_order=True).items()
+    }
+
+
+def _key_label(key: tuple[Any, ...]) -> str:
+    return json.dumps(list(key), default=str, separators=(",", ":"))
+
+
+def _encode(v: Any) -> Any:
+    """A key or unit value as JSON (temporal values tagged, so they come back with their type)."""
+    if isinstance(v, datetime):
+        return {"$dt": v.isoformat()}
+    if isinstance(v, date):
+        return {"$d": v.isoformat()}
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise UsageError(f"--state cannot store values of type {type(v).__name__} (use string, integer or date columns)")
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "$dt" in v:
+            return datetime.fromisoformat(v["$dt"])
+        return date.fromisoformat(v["$d"])
+    return v
+
+
+def _array(values: np.ndarray | None) -> list[int] | None:
+    return None if values is None else [int(x) for x in values]
+
+
+def _from_array(values: list[int] | None) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=np.int64)
 
 
 @dataclass
 class _KeyState:
-    """One key's state within a window."""
+    """One key's state within a window. Tree noise is drawn from the key's keyed stream when first
+    needed (it is a function of the seed, so it is never stored)."""
 
     round_users: set[Any] = field(default_factory=set)
     round_start: int | None = None  # trigger where the current selection tree starts
@@ -237,85 +301,89 @@ class _KeyState:
     predicted: int | None = None
     rounds: int = 0
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round_users": [_encode(u) for u in self.round_users], "round_start": self.round_start,
+            "select_leaves": _array(self.select_leaves), "buffer_count": self.buffer_count,
+            "buffer_sum": self.buffer_sum, "pert_start": self.pert_start, "pert_count": _array(self.pert_count),
+            "pert_sum": _array(self.pert_sum), "predicted": self.predicted, "rounds": self.rounds,
+        }
 
-@dataclass
-class StreamRelease:
-    table: pl.DataFrame
-    metadata: dict[str, Any]
-
-
-def run_stream(table: InputTable, q: StreamQuery, plan: StreamPlan, stream: KeyedStream) -> StreamRelease:
-    """Replay the whole file; returns the long-format releases and counters."""
-    events = prepare_events(table, q)
-    out: list[tuple[Any, ...]] = []
-    work: list[int] = []
-    seen_total = 0
-    for (window,), wdf in events.partition_by("__window", as_dict=True, maintain_order=True).items():
-        w_out, w_work, seen = _run_window(int(window), wdf, q, plan, stream.child(f"window/{int(window)}"))
-        out.extend(w_out)
-        work.extend(w_work)
-        seen_total += seen
-    schema: dict[str, Any] = {"window_start": pl.Datetime("us"), "trigger": pl.Int64, "trigger_time": pl.Datetime("us")}
-    key_schema = table.frame.collect_schema()
-    for k in q.keys:
-        schema[k] = key_schema[k]
-    schema["count"] = pl.Int64
-    if q.value:
-        schema[f"sum_{q.value}"] = pl.Float64
-    result = pl.DataFrame(out, schema=schema, orient="row") if out else pl.DataFrame(schema=schema)
-    meta = {
-        "events_used": events.height,
-        "releases": result.height,
-        "keys_seen": seen_total,
-        "key_evaluations_per_trigger_max": max(work) if work else 0,
-        "key_evaluations_total": int(sum(work)),
-        **plan.summary,
-    }
-    return StreamRelease(result, meta)
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> _KeyState:
+        return cls(
+            round_users={_decode(u) for u in doc["round_users"]}, round_start=doc["round_start"],
+            select_leaves=_from_array(doc["select_leaves"]), buffer_count=doc["buffer_count"],
+            buffer_sum=doc["buffer_sum"], pert_start=doc["pert_start"], pert_count=_from_array(doc["pert_count"]),
+            pert_sum=_from_array(doc["pert_sum"]), predicted=doc["predicted"], rounds=doc["rounds"],
+        )
 
 
-def _key_label(key: tuple[Any, ...]) -> str:
-    return json.dumps(list(key), default=str, separators=(",", ":"))
+class WindowRun:
+    """One event-time window: its keys' trees and buffers, and the index of predicted releases."""
 
+    def __init__(self, start: int, q: StreamQuery, plan: StreamPlan, stream: KeyedStream) -> None:
+        self.start = start
+        self.q = q
+        self.plan = plan
+        self.stream = stream.child(f"window/{start}")
+        self.fired = 0  # triggers of this window already run
+        self.states: dict[tuple[Any, ...], _KeyState] = {}
+        self.predicted: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
+        self._start_time = datetime.fromtimestamp(start, tz=timezone.utc).replace(tzinfo=None)
 
-def _run_window(
-    window: int, wdf: pl.DataFrame, q: StreamQuery, plan: StreamPlan, stream: KeyedStream
-) -> tuple[list[tuple[Any, ...]], list[int], int]:
-    T = q.triggers
-    step = q.window // T
-    keys = list(q.keys)
-    has_value = q.value is not None
-    g = float(q.grid.granularity) if q.grid else 1.0
-    aggs = [pl.col("__unit").alias("units"), pl.len().alias("n")]
-    if has_value:
-        aggs.append(pl.col("__v").sum().alias("s"))
-    per_trigger = {
-        int(t): part.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True)
-        for (t,), part in wdf.partition_by("__trigger", as_dict=True, maintain_order=True).items()
-    }
-    states: dict[tuple[Any, ...], _KeyState] = {}
-    predicted: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-    rows: list[tuple[Any, ...]] = []
-    work: list[int] = []
-    start = datetime.fromtimestamp(window, tz=timezone.utc).replace(tzinfo=None)
+    # -- persistence ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {"start": self.start, "fired": self.fired,
+                "keys": [[[_encode(v) for v in k], st.to_json()] for k, st in self.states.items()]}
 
-    def release(key: tuple[Any, ...], st: _KeyState, t: int) -> None:
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, stream: KeyedStream) -> WindowRun:
+        run = cls(int(doc["start"]), q, plan, stream)
+        run.fired = int(doc["fired"])
+        for k, st_doc in doc["keys"]:
+            key = tuple(_decode(v) for v in k)
+            st = run.states[key] = _KeyState.from_json(st_doc)
+            if st.predicted is not None:
+                run.predicted[st.predicted].add(key)
+        return run
+
+    # -- noise (drawn once per tree, from the seed) --------------------------------------------
+    def _select_noise(self, key: tuple[Any, ...], st: _KeyState) -> np.ndarray:
+        if st.select_noise is None:
+            n = self.q.triggers - st.round_start + 1  # type: ignore[operator]
+            st.select_noise = tree.draw_tree_noise(
+                self.stream.child(f"select/{_key_label(key)}/{st.rounds}"), self.plan.sigma2_select, n)
+        return st.select_noise
+
+    def _pert_noise(self, key: tuple[Any, ...], st: _KeyState) -> tuple[np.ndarray, np.ndarray | None]:
+        n = self.q.triggers - st.pert_start + 1  # type: ignore[operator]
+        if st.noise_count is None:
+            st.noise_count = tree.draw_tree_noise(self.stream.child(f"pert-count/{_key_label(key)}"),
+                                                  self.plan.sigma2_count, n)
+        if self.q.value is not None and st.noise_sum is None:
+            st.noise_sum = tree.draw_tree_noise(self.stream.child(f"pert-sum/{_key_label(key)}"),
+                                                self.plan.sigma2_sum, n)  # type: ignore[arg-type]
+        return st.noise_count, st.noise_sum
+
+    # -- Alg. 2-4 ------------------------------------------------------------------------------
+    def _release(self, key: tuple[Any, ...], st: _KeyState, t: int, rows: list[tuple[Any, ...]]) -> None:
+        T = self.q.triggers
         if st.pert_start is None:
             st.pert_start = t
-            n = T - t + 1
-            st.pert_count = np.zeros(n, dtype=np.int64)
-            st.noise_count = tree.draw_tree_noise(stream.child(f"pert-count/{_key_label(key)}"), plan.sigma2_count, n)
-            if has_value:
-                st.pert_sum = np.zeros(n, dtype=np.int64)
-                st.noise_sum = tree.draw_tree_noise(stream.child(f"pert-sum/{_key_label(key)}"), plan.sigma2_sum, n)  # type: ignore[arg-type]
+            st.pert_count = np.zeros(T - t + 1, dtype=np.int64)
+            if self.q.value is not None:
+                st.pert_sum = np.zeros(T - t + 1, dtype=np.int64)
+        noise_count, noise_sum = self._pert_noise(key, st)
         i = t - st.pert_start
         st.pert_count[i] += st.buffer_count  # type: ignore[index]
-        count = tree.prefix_estimates(st.pert_count, st.noise_count, float(plan.sigma2_count))[i]  # type: ignore[arg-type]
-        row: list[Any] = [start, t, start + timedelta(seconds=t * step), *key, int(round(count))]
-        if has_value:
+        count = tree.prefix_estimates(st.pert_count, noise_count, float(self.plan.sigma2_count))[i]  # type: ignore[arg-type]
+        step = self.q.window // T
+        row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * step), *key, int(round(count))]
+        if self.q.value is not None:
             st.pert_sum[i] += st.buffer_sum  # type: ignore[index]
-            s = tree.prefix_estimates(st.pert_sum, st.noise_sum, float(plan.sigma2_sum))[i]  # type: ignore[arg-type]
-            row.append(round(s) * g)
+            s = tree.prefix_estimates(st.pert_sum, noise_sum, float(self.plan.sigma2_sum))[i]  # type: ignore[arg-type]
+            row.append(round(s) * float(self.q.grid.granularity))  # type: ignore[union-attr]
         rows.append(tuple(row))
         st.buffer_count = st.buffer_sum = 0
         st.round_users = set()
@@ -323,36 +391,41 @@ def _run_window(
         st.predicted = None
         st.rounds += 1
 
-    def evaluate(key: tuple[Any, ...], st: _KeyState, t: int) -> None:
+    def _evaluate(self, key: tuple[Any, ...], st: _KeyState, t: int, rows: list[tuple[Any, ...]]) -> None:
         i = t - st.round_start  # type: ignore[operator]
-        est = tree.prefix_estimates(st.select_leaves, st.select_noise, float(plan.sigma2_select))  # type: ignore[arg-type]
-        tau = plan.tau(st.select_leaves.size, T)  # type: ignore[union-attr]
-        over = est > q.mu + tau
+        est = tree.prefix_estimates(st.select_leaves, self._select_noise(key, st), float(self.plan.sigma2_select))  # type: ignore[arg-type]
+        tau = self.plan.tau(st.select_leaves.size, self.q.triggers)  # type: ignore[union-attr]
+        over = est > self.q.mu + tau
         if over[i]:
-            release(key, st, t)
+            self._release(key, st, t, rows)
             return
         future = np.flatnonzero(over[i + 1 :])
         if future.size:  # Alg. 4: the first future trigger that would release with no new data
             p = t + 1 + int(future[0])
             st.predicted = p
-            predicted[p].add(key)
+            self.predicted[p].add(key)
         else:
             st.predicted = None
 
-    for t in range(1, T + 1):
+    def fire(self, t: int, batch: pl.DataFrame | None) -> tuple[list[tuple[Any, ...]], int]:
+        """Run trigger t on its micro-batch (grouped by key): the rows released and the keys evaluated."""
+        if t != self.fired + 1:
+            raise ValueError(f"window {self.start}: trigger {t} out of order (last {self.fired})")
+        self.fired = t
+        q, T = self.q, self.q.triggers
+        rows: list[tuple[Any, ...]] = []
         evaluated = 0
-        batch = per_trigger.get(t)
         touched: set[tuple[Any, ...]] = set()
         if batch is not None:
-            cols = [batch[k].to_list() for k in keys]
+            cols = [batch[k].to_list() for k in q.keys]
             users = batch["units"].to_list()
             ns = batch["n"].to_list()
-            sums = batch["s"].to_list() if has_value else [0] * batch.height
+            sums = batch["s"].to_list() if q.value is not None else [0] * batch.height
             for idx in range(batch.height):
                 key = tuple(c[idx] for c in cols)
-                st = states.get(key)
+                st = self.states.get(key)
                 if st is None:
-                    st = states[key] = _KeyState()
+                    st = self.states[key] = _KeyState()
                 touched.add(key)
                 new = set(users[idx]) - st.round_users
                 st.round_users |= new
@@ -362,21 +435,208 @@ def _run_window(
                     if len(st.round_users) <= q.mu:
                         continue  # not in S(t): too few units for a tree yet
                     st.round_start = t
-                    n = T - t + 1
-                    st.select_leaves = np.zeros(n, dtype=np.int64)
-                    st.select_noise = tree.draw_tree_noise(
-                        stream.child(f"select/{_key_label(key)}/{st.rounds}"), plan.sigma2_select, n
-                    )
+                    st.select_leaves = np.zeros(T - t + 1, dtype=np.int64)
                     st.select_leaves[0] = len(st.round_users)
                 else:
                     st.select_leaves[t - st.round_start] += len(new)  # type: ignore[operator]
-                evaluate(key, st, t)
+                self._evaluate(key, st, t, rows)
                 evaluated += 1
-        for key in sorted(predicted.pop(t, set()), key=_key_label):
-            st = states[key]
+        for key in sorted(self.predicted.pop(t, set()), key=_key_label):
+            st = self.states[key]
             if key in touched or st.predicted != t:
                 continue  # re-evaluated this trigger, or an outdated prediction
-            release(key, st, t)
+            self._release(key, st, t, rows)
             evaluated += 1
-        work.append(evaluated)
-    return rows, work, len(states)
+        return rows, evaluated
+
+
+@dataclass
+class StreamRelease:
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+
+
+class StreamState:
+    """Everything a stream needs between micro-batches: per-unit record counts, open windows, watermark.
+
+    ``watermark`` is the global index (trigger end time / trigger length) of the
+    last trigger run; later invocations only accept events after it.
+    """
+
+    def __init__(self, q: StreamQuery, plan: StreamPlan, seed: bytes, track_units: bool = True) -> None:
+        self.q, self.plan, self.seed = q, plan, seed
+        self.stream = KeyedStream(seed, "stream-replay")
+        self.track_units = track_units
+        self.used: dict[Any, int] = {}
+        self.windows: dict[int, WindowRun] = {}
+        self.watermark: int | None = None  # no trigger run yet
+
+    @property
+    def step(self) -> int:
+        return self.q.window // self.q.triggers
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "watermark": self.watermark,
+            "used": {"units": [_encode(u) for u in self.used], "records": list(self.used.values())},
+            "windows": [w.to_json() for _, w in sorted(self.windows.items())],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, seed: bytes) -> StreamState:
+        state = cls(q, plan, seed)
+        state.watermark = doc["watermark"]
+        state.used = {_decode(u): int(n) for u, n in zip(doc["used"]["units"], doc["used"]["records"], strict=True)}
+        for w in doc["windows"]:
+            run = WindowRun.from_json(w, q, plan, state.stream)
+            state.windows[run.start] = run
+        return state
+
+    def time_of(self, g: int) -> datetime:
+        """The end time of global trigger g."""
+        return datetime.fromtimestamp(g * self.step, tz=timezone.utc).replace(tzinfo=None)
+
+    def trigger_through(self, moment: datetime) -> int:
+        """The last global trigger that ends at or before ``moment`` (UTC)."""
+        seconds = int(moment.replace(tzinfo=timezone.utc).timestamp()) if moment.tzinfo is None else int(moment.timestamp())
+        return seconds // self.step
+
+    def advance(self, events: pl.DataFrame, through: int | None = None,
+                latest: int | None = None) -> tuple[list[tuple[Any, ...]], list[int], int]:
+        """Run every trigger after the watermark up to global trigger ``through`` on ``events``.
+
+        ``through`` defaults to ``latest``, the trigger of the input's latest
+        event (capped or not; default: of the latest in ``events``). Returns the
+        release rows (window by window, trigger by trigger), the keys evaluated
+        per trigger run, and the keys tracked by the windows touched.
+        """
+        if latest is None and events.height:
+            latest = int(events["__g"].max())  # type: ignore[arg-type]
+        if latest is not None:
+            first, last = int(events["__g"].min()) if events.height else latest, latest  # type: ignore[arg-type]
+            if self.watermark is not None and first <= self.watermark:
+                late = int((events["__g"] <= self.watermark).sum()) or 1
+                raise DataError(f"{late} event(s) fall in triggers already released (up to "
+                                f"{self.time_of(self.watermark).isoformat()}); the state only takes later events")
+            if through is None:
+                through = last
+            elif through < last:
+                raise UsageError(f"--through {self.time_of(through).isoformat()} is before the latest event's trigger "
+                                 f"(ends {self.time_of(last).isoformat()})")
+        if through is None:
+            raise UsageError("no events: give --through TIME to run the triggers up to TIME")
+        if self.watermark is not None and through < self.watermark:
+            raise UsageError(f"the state has already run the triggers up to {self.time_of(self.watermark).isoformat()}")
+        batches = _batches(events, self.q) if events.height else {}
+        per_window = self.q.window // self.step
+        rows: list[tuple[Any, ...]] = []
+        work: list[int] = []
+        keys_seen = 0
+        for start in sorted(set(self.windows) | {w for w, _ in batches}):
+            run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
+            last_t = min(self.q.triggers, through - start // self.step)
+            for t in range(run.fired + 1, last_t + 1):
+                r, n = run.fire(t, batches.get((start, t)))
+                rows.extend(r)
+                work.append(n)
+            keys_seen += len(run.states)
+            if run.fired >= per_window:
+                self.windows.pop(start, None)
+            else:
+                self.windows[start] = run
+        if self.track_units and events.height:
+            counts = events.group_by("__unit").len()
+            for unit, n in zip(counts["__unit"].to_list(), counts["len"].to_list(), strict=True):
+                self.used[unit] = self.used.get(unit, 0) + n
+        self.watermark = through
+        return rows, work, keys_seen
+
+    def release_table(self, rows: list[tuple[Any, ...]], key_schema: dict[str, Any]) -> pl.DataFrame:
+        schema: dict[str, Any] = {"window_start": pl.Datetime("us"), "trigger": pl.Int64,
+                                  "trigger_time": pl.Datetime("us")}
+        for k in self.q.keys:
+            schema[k] = key_schema[k]
+        schema["count"] = pl.Int64
+        if self.q.value:
+            schema[f"sum_{self.q.value}"] = pl.Float64
+        return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+
+
+def _metadata(events: int, table: pl.DataFrame, keys_seen: int, work: list[int], plan: StreamPlan) -> dict[str, Any]:
+    return {
+        "events_used": events,
+        "releases": table.height,
+        "keys_seen": keys_seen,
+        "key_evaluations_per_trigger_max": max(work) if work else 0,
+        "key_evaluations_total": int(sum(work)),
+        **plan.summary,
+    }
+
+
+def run_stream(table: InputTable, q: StreamQuery, plan: StreamPlan, seed: bytes) -> StreamRelease:
+    """Replay the whole file, every window to its last trigger; returns the long-format releases."""
+    events = prepare_events(table, q)
+    state = StreamState(q, plan, seed, track_units=False)
+    end = (int(events["__window"].max()) + q.window) // state.step  # type: ignore[arg-type]
+    rows, work, keys_seen = state.advance(events, end)
+    result = state.release_table(rows, dict(table.frame.collect_schema()))
+    return StreamRelease(result, _metadata(events.height, result, keys_seen, work, plan))
+
+
+def advance_stream(table: InputTable, state: StreamState, through: datetime | None = None) -> StreamRelease:
+    """Feed the next micro-batch(es) to a persisted stream (``--state``) and run their triggers.
+
+    Runs every trigger after the state's watermark up to the trigger of the
+    latest event, or up to the last trigger ending at or before ``through``.
+    """
+    events, latest = _prepare(table, state.q, state.used, allow_empty=True)
+    g = state.trigger_through(through) if through is not None else None
+    rows, work, keys_seen = state.advance(events, g, latest)
+    result = state.release_table(rows, dict(table.frame.collect_schema()))
+    meta = _metadata(events.height, result, keys_seen, work, state.plan)
+    meta.update(through=state.time_of(state.watermark).isoformat(), open_windows=len(state.windows),
+                units_tracked=len(state.used))
+    return StreamRelease(result, meta)
+
+
+def key_schema_of(table: InputTable, q: StreamQuery) -> dict[str, str]:
+    """The dtypes of the unit and key columns, as recorded in a state file."""
+    schema = table.frame.collect_schema()
+    return {c: str(schema[c]) for c in (q.unit, *q.keys)}
+
+
+def new_state_body(q: StreamQuery, analyst: str, seed: bytes, seed_id: str, key_schema: dict[str, str],
+                   created: str) -> dict[str, Any]:
+    """The body of a fresh ``--state`` file (its stream part is filled in by :func:`state_body`)."""
+    return {"query": q.canonical(), "analyst": analyst, "seed": seed.hex(), "seed_id": seed_id,
+            "key_schema": key_schema, "created": created, "stream": None, "last": None}
+
+
+def check_state_body(body: dict[str, Any], q: StreamQuery, analyst: str, key_schema: dict[str, str], name: str) -> None:
+    """Refuse a state file created for another query, analyst or column types."""
+    if body.get("query") != q.canonical():
+        old = body.get("query") or {}
+        diff = [k for k in sorted(set(old) | set(q.canonical())) if old.get(k) != q.canonical().get(k)]
+        shown = ", ".join(f"{k} (state: {old.get(k)!r}, now: {q.canonical().get(k)!r})" for k in diff)
+        raise UsageError(f"state file {name} was created with other parameters: {shown}")
+    if body.get("analyst") != analyst:
+        raise UsageError(f"state file {name} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
+    if body.get("key_schema") != key_schema:
+        raise DataError(f"column types differ from those of state file {name}: "
+                        f"{body.get('key_schema')} then, {key_schema} now")
+
+
+def state_body(body: dict[str, Any], state: StreamState, last: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the stream's current state and the record of the invocation that produced it."""
+    return {**body, "stream": state.to_json(), "last": last}
+
+
+def load_state(body: dict[str, Any], q: StreamQuery, plan: StreamPlan) -> StreamState:
+    """The stream state held by a verified state-file body."""
+    seed = bytes.fromhex(body["seed"])
+    if body["stream"] is None:
+        return StreamState(q, plan, seed)
+    try:
+        return StreamState.from_json(body["stream"], q, plan, seed)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"stream state is malformed ({type(exc).__name__}: {exc})") from None
