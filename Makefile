@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench bench-fig3 bench-growing clean
+.PHONY: demo test audit man bench bench-fig3 bench-growing bench-dpsqlp clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,9 @@ bench-fig3: $(STAMP)
 bench-growing: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/python bench/growing_schedules.py
+
+bench-dpsqlp: $(STAMP)
+	$(BIN)/python bench/dpsqlp_table1.py --users 1000000
 
 clean:
 	rm -rf $(VENV) .demo-state .pytest_cache

@@ -46,6 +46,20 @@ def test_honaker_variance_matches_eq_1_and_prefix_is_unbiased():
     assert expected[63] == pytest.approx(16 / (2 * (1 - 2**-7)))
 
 
+def test_honaker_estimates_are_true_prefix_plus_noise_only_prefix():
+    """The engine keeps running totals plus each tree's noise-only prefix: check that identity, and that
+    m trees at once equal m single trees (n = 37 is not a power of two: incomplete top levels)."""
+    n, s2 = 37, Fraction(9)
+    st = stream("lin")
+    noise = tree.discrete_gaussian(st, s2, 5 * sum(n >> ell for ell in range(tree.levels(n)))).reshape(5, -1)
+    leaves = np.arange(5 * n).reshape(5, n) % 7
+    both = tree.honaker_prefixes(leaves, noise, 9.0)
+    split = np.cumsum(leaves, axis=1) + tree.honaker_prefixes(np.zeros((5, n)), noise, 9.0)
+    assert np.allclose(both, split, atol=1e-9)
+    for r in range(5):
+        assert np.allclose(tree.prefix_estimates(leaves[r], noise[r], 9.0), both[r], atol=1e-12)
+
+
 def test_levels_and_thresholds():
     assert [tree.levels(n) for n in (1, 2, 3, 100, 1000, 1024)] == [1, 2, 2, 7, 10, 11]
     tau = tree.selection_thresholds(4.0, 10, 1e-6, 10)

@@ -14,8 +14,9 @@ Estimates (post-processing of the noisy nodes, so real-valued is fine):
 * the prefix sum after leaf i is the sum of the estimates of the dyadic
   decomposition of [1, i] (eq. 2), with variance λ²(i) = Σ of those variances.
 
-All node noise of a tree is drawn when the tree is created, from its own keyed
-stream, so a tree's estimates are a deterministic function of (seed, data).
+All node noise of a tree is drawn when the tree is created (the trees created
+together are drawn in one vectorised call, :func:`noise_prefixes`), so a
+tree's estimates are a deterministic function of (seed, data).
 """
 
 from __future__ import annotations
@@ -62,34 +63,51 @@ def draw_tree_noise(stream: KeyedStream, sigma2: Fraction, n: int) -> np.ndarray
 
 
 def prefix_estimates(leaves: np.ndarray, noise: np.ndarray, sigma2: float) -> np.ndarray:
-    """Bottom-up Honaker prefix-sum estimates after each of the n leaves (vectorised by level).
+    """Bottom-up Honaker prefix-sum estimates after each of the n leaves of one tree.
 
     ``leaves`` are the true per-leaf increments (zeros for leaves not yet seen
     when predicting), ``noise`` the tree's node noise from :func:`draw_tree_noise`.
     """
+    return honaker_prefixes(np.asarray(leaves)[None, :], np.asarray(noise)[None, :], sigma2)[0]
+
+
+def honaker_prefixes(leaves: np.ndarray, noise: np.ndarray, sigma2: float) -> np.ndarray:
+    """:func:`prefix_estimates` for m trees of n leaves at once: ``leaves`` (m, n), ``noise`` (m, nodes).
+
+    The estimates are linear in (leaves, noise) and noise-free nodes give exact
+    sums (a node's two weights add up to one), so ``honaker_prefixes(L, N)`` =
+    ``cumsum(L) + honaker_prefixes(0, N)``: callers may keep the noise-only part.
+    """
     leaves = np.asarray(leaves, dtype=np.float64)
-    n = leaves.size
+    n = leaves.shape[1]
     sizes = _level_sizes(n)
     v = node_variances(sigma2, n)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     true = leaves
-    est = leaves + noise[: sizes[0]]
+    est = leaves + noise[:, : sizes[0]]
     estimates = [est]
     for ell in range(1, len(sizes)):
         m = sizes[ell]
-        true = true[0 : 2 * m : 2] + true[1 : 2 * m : 2]
-        y = true + noise[offsets[ell] : offsets[ell] + m]
-        children = est[0 : 2 * m : 2] + est[1 : 2 * m : 2]
+        true = true[:, 0 : 2 * m : 2] + true[:, 1 : 2 * m : 2]
+        y = true + noise[:, offsets[ell] : offsets[ell] + m]
+        children = est[:, 0 : 2 * m : 2] + est[:, 1 : 2 * m : 2]
         w_own = v[ell] / sigma2
         w_children = v[ell] / (2.0 * v[ell - 1])
         est = w_own * y + w_children * children
         estimates.append(est)
     i = np.arange(1, n + 1)
-    out = np.zeros(n)
+    out = np.zeros(leaves.shape)
     for ell, est_l in enumerate(estimates):
         bit = ((i >> ell) & 1).astype(bool)
-        out[bit] += est_l[(i[bit] >> ell) - 1]
+        out[:, bit] += est_l[:, (i[bit] >> ell) - 1]
     return out
+
+
+def noise_prefixes(stream: KeyedStream, sigma2: Fraction, trees: int, n: int) -> np.ndarray:
+    """Noise-only prefix estimates (trees, n) of ``trees`` new trees over n leaves, drawn in one call."""
+    nodes = sum(_level_sizes(n))
+    noise = discrete_gaussian(stream, sigma2, trees * nodes).reshape(trees, nodes)
+    return honaker_prefixes(np.zeros((trees, n)), noise, float(sigma2))
 
 
 def selection_thresholds(sigma2: float, n: int, beta: float, horizon: int) -> np.ndarray:

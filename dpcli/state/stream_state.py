@@ -1,7 +1,7 @@
 """The ``stream-replay --state FILE`` file: a stream's trees, buffers and counters between cron runs.
 
-The file holds unreleased per-key data and the stream's seed (from which all
-tree noise is derived), so it is as secret as the key file: created 0600,
+The file holds unreleased per-key data, the open trees' noise and the
+stream's seed, so it is as secret as the key file: created 0600,
 refused when group or others can read it, replaced atomically (temp file,
 fsync, rename, fsync dir) under an exclusive lock on ``FILE.lock``. Its body is
 covered by a SHA-256 checksum, so a truncated or edited file is refused

@@ -23,6 +23,11 @@ dropped), values are clamped to [−L, L]. Per key and window:
   data is computed once (from the tree's fixed noise) and indexed; triggers
   only ever touch keys in their micro-batch plus keys indexed for them.
 
+All trees a trigger creates draw their node noise in one vectorised call from
+the window's keyed stream for that trigger (keys in sorted order), and a key
+keeps running totals plus its trees' noise-only prefix estimates (the
+estimates are linear, see :func:`dpcli.core.tree.honaker_prefixes`).
+
 Trees start at the trigger where they are created and span the rest of the
 window (the same guarantee as running them from the window's start on zeros,
 without the noise of the empty prefix).
@@ -274,48 +279,55 @@ def _decode(v: Any) -> Any:
     return v
 
 
-def _array(values: np.ndarray | None) -> list[int] | None:
-    return None if values is None else [int(x) for x in values]
+def _floats(values: np.ndarray | None) -> list[float] | None:
+    return None if values is None else values.tolist()  # JSON floats round-trip exactly
 
 
-def _from_array(values: list[int] | None) -> np.ndarray | None:
-    return None if values is None else np.asarray(values, dtype=np.int64)
+def _array(values: list[float] | None) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=np.float64)
 
 
 @dataclass
 class _KeyState:
-    """One key's state within a window. Tree noise is drawn from the key's keyed stream when first
-    needed (it is a function of the seed, so it is never stored)."""
+    """One key's state within a window.
 
-    round_users: set[Any] = field(default_factory=set)
-    round_start: int | None = None  # trigger where the current selection tree starts
-    select_leaves: np.ndarray | None = None
-    select_noise: np.ndarray | None = None
-    buffer_count: int = 0
+    Estimates use linearity: a tree's bottom-up Honaker prefix estimate is the
+    true prefix sum plus the estimate its noise gives on all-zero leaves (the
+    Honaker weights of a node add up to one, so noise-free nodes give exact
+    sums). So a key keeps running totals, and per tree only that noise-only
+    prefix vector (drawn for all trees created at one trigger in one call).
+    """
+
+    round_users: set[Any] = field(default_factory=set)  # distinct units of the current selection round
+    round_start: int | None = None  # trigger where the current selection tree starts (None: no tree yet)
+    buffer_count: int = 0  # records not yet released
     buffer_sum: int = 0
-    pert_start: int | None = None
-    pert_count: np.ndarray | None = None
-    pert_sum: np.ndarray | None = None
-    noise_count: np.ndarray | None = None
-    noise_sum: np.ndarray | None = None
-    predicted: int | None = None
+    pert_start: int | None = None  # trigger where the perturbation trees start
+    pert_count: int = 0  # records released so far (the perturbation tree's true prefix)
+    pert_sum: int = 0
+    predicted: int | None = None  # Alg. 4: trigger of the predicted release with no new data
     rounds: int = 0
+    select_margin: np.ndarray | None = None  # noise-only prefix − μ − τ, per leaf of the selection tree
+    pert_noise: tuple[np.ndarray, np.ndarray | None] | None = None  # noise-only prefixes: count, sum
 
     def to_json(self) -> dict[str, Any]:
+        pert = None if self.pert_noise is None else [_floats(self.pert_noise[0]), _floats(self.pert_noise[1])]
         return {
             "round_users": [_encode(u) for u in self.round_users], "round_start": self.round_start,
-            "select_leaves": _array(self.select_leaves), "buffer_count": self.buffer_count,
-            "buffer_sum": self.buffer_sum, "pert_start": self.pert_start, "pert_count": _array(self.pert_count),
-            "pert_sum": _array(self.pert_sum), "predicted": self.predicted, "rounds": self.rounds,
+            "buffer_count": self.buffer_count, "buffer_sum": self.buffer_sum, "pert_start": self.pert_start,
+            "pert_count": self.pert_count, "pert_sum": self.pert_sum, "predicted": self.predicted,
+            "rounds": self.rounds, "select_margin": _floats(self.select_margin), "pert_noise": pert,
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> _KeyState:
+        pert = doc["pert_noise"]
         return cls(
             round_users={_decode(u) for u in doc["round_users"]}, round_start=doc["round_start"],
-            select_leaves=_from_array(doc["select_leaves"]), buffer_count=doc["buffer_count"],
-            buffer_sum=doc["buffer_sum"], pert_start=doc["pert_start"], pert_count=_from_array(doc["pert_count"]),
-            pert_sum=_from_array(doc["pert_sum"]), predicted=doc["predicted"], rounds=doc["rounds"],
+            buffer_count=int(doc["buffer_count"]), buffer_sum=int(doc["buffer_sum"]), pert_start=doc["pert_start"],
+            pert_count=int(doc["pert_count"]), pert_sum=int(doc["pert_sum"]), predicted=doc["predicted"],
+            rounds=int(doc["rounds"]), select_margin=_array(doc["select_margin"]),
+            pert_noise=None if pert is None else (_array(pert[0]), _array(pert[1])),  # type: ignore[arg-type]
         )
 
 
@@ -348,106 +360,97 @@ class WindowRun:
                 run.predicted[st.predicted].add(key)
         return run
 
-    # -- noise (drawn once per tree, from the seed) --------------------------------------------
-    def _select_noise(self, key: tuple[Any, ...], st: _KeyState) -> np.ndarray:
-        if st.select_noise is None:
-            n = self.q.triggers - st.round_start + 1  # type: ignore[operator]
-            st.select_noise = tree.draw_tree_noise(
-                self.stream.child(f"select/{_key_label(key)}/{st.rounds}"), self.plan.sigma2_select, n)
-        return st.select_noise
+    # -- noise: every tree created at trigger t is drawn in one call from the window's stream for t --
+    def _new_selection_trees(self, keys: list[tuple[Any, ...]], t: int) -> None:
+        n = self.q.triggers - t + 1
+        noise = tree.noise_prefixes(self.stream.child(f"select/{t}"), self.plan.sigma2_select, len(keys), n)
+        margins = noise - self.q.mu - self.plan.tau(n, self.q.triggers)
+        for key, margin in zip(keys, margins, strict=True):
+            self.states[key].select_margin = margin
 
-    def _pert_noise(self, key: tuple[Any, ...], st: _KeyState) -> tuple[np.ndarray, np.ndarray | None]:
-        n = self.q.triggers - st.pert_start + 1  # type: ignore[operator]
-        if st.noise_count is None:
-            st.noise_count = tree.draw_tree_noise(self.stream.child(f"pert-count/{_key_label(key)}"),
-                                                  self.plan.sigma2_count, n)
-        if self.q.value is not None and st.noise_sum is None:
-            st.noise_sum = tree.draw_tree_noise(self.stream.child(f"pert-sum/{_key_label(key)}"),
-                                                self.plan.sigma2_sum, n)  # type: ignore[arg-type]
-        return st.noise_count, st.noise_sum
+    def _new_perturbation_trees(self, keys: list[tuple[Any, ...]], t: int) -> None:
+        n = self.q.triggers - t + 1
+        counts = tree.noise_prefixes(self.stream.child(f"pert-count/{t}"), self.plan.sigma2_count, len(keys), n)
+        sums: Any = [None] * len(keys)
+        if self.q.value is not None:
+            sums = tree.noise_prefixes(self.stream.child(f"pert-sum/{t}"), self.plan.sigma2_sum, len(keys), n)  # type: ignore[arg-type]
+        for key, c, sm in zip(keys, counts, sums, strict=True):
+            st = self.states[key]
+            st.pert_start, st.pert_noise = t, (c, sm)
 
     # -- Alg. 2-4 ------------------------------------------------------------------------------
-    def _release(self, key: tuple[Any, ...], st: _KeyState, t: int, rows: list[tuple[Any, ...]]) -> None:
-        T = self.q.triggers
-        if st.pert_start is None:
-            st.pert_start = t
-            st.pert_count = np.zeros(T - t + 1, dtype=np.int64)
-            if self.q.value is not None:
-                st.pert_sum = np.zeros(T - t + 1, dtype=np.int64)
-        noise_count, noise_sum = self._pert_noise(key, st)
-        i = t - st.pert_start
-        st.pert_count[i] += st.buffer_count  # type: ignore[index]
-        count = tree.prefix_estimates(st.pert_count, noise_count, float(self.plan.sigma2_count))[i]  # type: ignore[arg-type]
-        step = self.q.window // T
-        row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * step), *key, int(round(count))]
-        if self.q.value is not None:
-            st.pert_sum[i] += st.buffer_sum  # type: ignore[index]
-            s = tree.prefix_estimates(st.pert_sum, noise_sum, float(self.plan.sigma2_sum))[i]  # type: ignore[arg-type]
-            row.append(round(s) * float(self.q.grid.granularity))  # type: ignore[union-attr]
-        rows.append(tuple(row))
-        st.buffer_count = st.buffer_sum = 0
-        st.round_users = set()
-        st.round_start = st.select_leaves = st.select_noise = None
-        st.predicted = None
-        st.rounds += 1
-
-    def _evaluate(self, key: tuple[Any, ...], st: _KeyState, t: int, rows: list[tuple[Any, ...]]) -> None:
+    def _selected(self, key: tuple[Any, ...], st: _KeyState, t: int) -> bool:
+        """Alg. 2 at trigger t: is the noisy distinct-unit prefix above μ + τ? If not, Alg. 4's prediction."""
         i = t - st.round_start  # type: ignore[operator]
-        est = tree.prefix_estimates(st.select_leaves, self._select_noise(key, st), float(self.plan.sigma2_select))  # type: ignore[arg-type]
-        tau = self.plan.tau(st.select_leaves.size, self.q.triggers)  # type: ignore[union-attr]
-        over = est > self.q.mu + tau
-        if over[i]:
-            self._release(key, st, t, rows)
-            return
-        future = np.flatnonzero(over[i + 1 :])
-        if future.size:  # Alg. 4: the first future trigger that would release with no new data
-            p = t + 1 + int(future[0])
-            st.predicted = p
-            self.predicted[p].add(key)
+        margin = st.select_margin
+        units = len(st.round_users)  # the selection tree's true prefix
+        if units + margin[i] > 0:  # type: ignore[index]
+            return True
+        future = np.flatnonzero(margin[i + 1 :] > -units)  # type: ignore[index]
+        if future.size:  # the first future trigger that would release with no new data
+            st.predicted = t + 1 + int(future[0])
+            self.predicted[st.predicted].add(key)
         else:
             st.predicted = None
+        return False
+
+    def _release(self, key: tuple[Any, ...], st: _KeyState, t: int) -> tuple[Any, ...]:
+        """Alg. 3: move the buffer into leaf t of the perturbation trees, emit their prefix estimates, restart."""
+        noise_count, noise_sum = st.pert_noise  # type: ignore[misc]
+        i = t - st.pert_start  # type: ignore[operator]
+        st.pert_count += st.buffer_count
+        step = self.q.window // self.q.triggers
+        row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * step), *key,
+                          int(round(st.pert_count + noise_count[i]))]
+        if noise_sum is not None:
+            st.pert_sum += st.buffer_sum
+            row.append(round(st.pert_sum + noise_sum[i]) * float(self.q.grid.granularity))  # type: ignore[union-attr]
+        st.buffer_count = st.buffer_sum = 0
+        st.round_users = set()
+        st.round_start = st.select_margin = st.predicted = None
+        st.rounds += 1
+        return tuple(row)
 
     def fire(self, t: int, batch: pl.DataFrame | None) -> tuple[list[tuple[Any, ...]], int]:
         """Run trigger t on its micro-batch (grouped by key): the rows released and the keys evaluated."""
         if t != self.fired + 1:
             raise ValueError(f"window {self.start}: trigger {t} out of order (last {self.fired})")
         self.fired = t
-        q, T = self.q, self.q.triggers
-        rows: list[tuple[Any, ...]] = []
-        evaluated = 0
-        touched: set[tuple[Any, ...]] = set()
+        q = self.q
+        evaluate: list[tuple[Any, ...]] = []  # keys of the batch with a selection tree, in batch order
+        new_trees: list[tuple[Any, ...]] = []
         if batch is not None:
             cols = [batch[k].to_list() for k in q.keys]
             users = batch["units"].to_list()
             ns = batch["n"].to_list()
-            sums = batch["s"].to_list() if q.value is not None else [0] * batch.height
+            sums = batch["s"].to_list() if q.value is not None else None
             for idx in range(batch.height):
-                key = tuple(c[idx] for c in cols)
+                key = tuple(c[idx] for c in cols) if len(cols) > 1 else (cols[0][idx],)
                 st = self.states.get(key)
                 if st is None:
                     st = self.states[key] = _KeyState()
-                touched.add(key)
-                new = set(users[idx]) - st.round_users
-                st.round_users |= new
+                st.round_users.update(users[idx])
                 st.buffer_count += ns[idx]
-                st.buffer_sum += sums[idx]
-                if st.select_leaves is None:
+                if sums is not None:
+                    st.buffer_sum += sums[idx]
+                if st.round_start is None:
                     if len(st.round_users) <= q.mu:
                         continue  # not in S(t): too few units for a tree yet
                     st.round_start = t
-                    st.select_leaves = np.zeros(T - t + 1, dtype=np.int64)
-                    st.select_leaves[0] = len(st.round_users)
-                else:
-                    st.select_leaves[t - st.round_start] += len(new)  # type: ignore[operator]
-                self._evaluate(key, st, t, rows)
-                evaluated += 1
-        for key in sorted(self.predicted.pop(t, set()), key=_key_label):
-            st = self.states[key]
-            if key in touched or st.predicted != t:
-                continue  # re-evaluated this trigger, or an outdated prediction
-            self._release(key, st, t, rows)
-            evaluated += 1
-        return rows, evaluated
+                    new_trees.append(key)
+                evaluate.append(key)
+        if new_trees:
+            self._new_selection_trees(new_trees, t)
+        touched = set(evaluate)
+        released = [key for key in evaluate if self._selected(key, self.states[key], t)]
+        predicted = [key for key in sorted(self.predicted.pop(t, set()), key=_key_label)
+                     if key not in touched and self.states[key].predicted == t]  # else outdated or re-evaluated
+        released += predicted
+        first = [key for key in released if self.states[key].pert_start is None]
+        if first:
+            self._new_perturbation_trees(first, t)
+        rows = [self._release(key, self.states[key], t) for key in released]
+        return rows, len(evaluate) + len(predicted)
 
 
 @dataclass

@@ -1,0 +1,66 @@
+"""Deterministic synthetic event data modelled on DP-SQLP's synthetic set (paper 001, Sec. 5.1).
+
+* per-unit record counts: Zipf–Mandelbrot on [1, 10^5], P(x) ∝ (x + 26)^-6.738
+  (the paper's parameters; their mean is 6.1, not the 10 the text states, while
+  the "≈15% of users have more than 10 records" it also states holds: 15.9%);
+* the key of each record: Zipf–Mandelbrot over ``n_keys`` keys, q = 1000, s = 1.4;
+* event time uniform over one day (the paper shuffles records within the day; ``span``
+  sets its length, e.g. 100,000 s so that 1,000 triggers have whole-second lengths);
+* a value column uniform on 0..99 (for sums).
+
+numpy's seeded generator is used here to make *data*; it never touches a release.
+Usage: python bench/synthetic.py OUT.parquet ROWS [--keys N] [--seed S]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import polars as pl
+
+DAY_START = 1_760_400_000  # 2025-10-14T00:00:00Z: a multiple of both 86,400 s and 10^5 s (window starts)
+
+
+def zipf_mandelbrot(rng: np.random.Generator, n: int, q: float, s: float, size: int) -> np.ndarray:
+    """``size`` draws from {1..n} with P(x) ∝ (x + q)^-s (inverse CDF on a table)."""
+    x = np.arange(1, n + 1, dtype=np.float64)
+    cdf = np.cumsum((x + q) ** -s)
+    cdf /= cdf[-1]
+    return np.minimum(np.searchsorted(cdf, rng.random(size), side="right"), n - 1) + 1
+
+
+def events(n_users: int, n_keys: int = 10**6, seed: int = 1, max_rows: int | None = None,
+           span: int = 86400) -> pl.DataFrame:
+    """Columns user_id (i64), key (i64), value (i64), ts (epoch seconds, uniform over ``span`` s), shuffled."""
+    rng = np.random.default_rng(seed)
+    counts = zipf_mandelbrot(rng, 10**5, 26.0, 6.738, n_users)
+    users = np.repeat(np.arange(n_users, dtype=np.int64), counts)
+    if max_rows is not None:
+        users = users[rng.permutation(users.size)[:max_rows]]
+    n = users.size
+    return pl.DataFrame({
+        "user_id": users,
+        "key": zipf_mandelbrot(rng, n_keys, 1000.0, 1.4, n).astype(np.int64) - 1,
+        "value": rng.integers(0, 100, n, dtype=np.int64),
+        "ts": DAY_START + rng.integers(0, span, n, dtype=np.int64),
+    }).sample(fraction=1.0, shuffle=True, seed=seed)
+
+
+def events_with_rows(rows: int, n_keys: int = 10**6, seed: int = 1) -> pl.DataFrame:
+    """About ``rows`` events: enough users for that many records (mean 6.1 per user), cut to ``rows``."""
+    return events(int(rows / 6.0) + 1000, n_keys, seed, max_rows=rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out")
+    ap.add_argument("rows", type=int)
+    ap.add_argument("--keys", type=int, default=10**6)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    events_with_rows(a.rows, a.keys, a.seed).write_parquet(a.out)
+
+
+if __name__ == "__main__":
+    main()
