@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench bench-fig3 bench-growing bench-dpsqlp clean
+.PHONY: demo test audit man bench bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,10 +55,19 @@ audit: $(STAMP)
 man: $(STAMP)
 	$(BIN)/python scripts/gen_man.py man
 
-bench: $(STAMP)
+PEERS := .venv-peers/bin/python
+
+# The whole suite (~20 min on 2 cores): writes bench/results.md. Peers get their own venv.
+bench: $(STAMP) $(PEERS)
 	$(BIN)/python bench/bench_samplers.py
-	$(BIN)/python bench/bench_histogram.py
-	$(BIN)/python bench/bench_tabulate.py
+	$(BIN)/python bench/harness.py --peers $(PEERS) --big
+
+$(PEERS): bench/peers/requirements.txt
+	$(PYTHON) -m venv .venv-peers
+	.venv-peers/bin/python -m pip install --quiet -r bench/peers/requirements.txt
+	touch $(PEERS)
+
+bench-peers: $(PEERS)
 
 bench-fig3: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
@@ -69,7 +78,7 @@ bench-growing: $(STAMP)
 	$(BIN)/python bench/growing_schedules.py
 
 bench-dpsqlp: $(STAMP)
-	$(BIN)/python bench/dpsqlp_table1.py --users 1000000
+	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .demo-state .pytest_cache
+	rm -rf $(VENV) .venv-peers .demo-state .pytest_cache

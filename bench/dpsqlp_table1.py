@@ -33,7 +33,8 @@ each (then go quiet), triggers 11–100 carry 200 keys each. Reported: keys seen
 so far vs keys evaluated and wall time per trigger (Alg. 4 keeps the work with
 the batch, not with all keys seen).
 
-Run by hand: ``make bench-dpsqlp`` (about 5 minutes on 2 cores).
+Run by hand: ``make bench-dpsqlp`` (about 12 minutes on 2 cores: 3 runs at 10^6 users; 1 run takes 4).
+Last figures, with the paper's beside them: ``bench/dpsqlp_table1.md``.
 Usage: python bench/dpsqlp_table1.py [--users N] [--keys N] [--runs R] [--triggers 100,1000]
 """
 

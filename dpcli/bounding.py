@@ -29,6 +29,7 @@ fresh noise (and a fresh charge) instead of a "replay" over different rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor, log2
@@ -36,6 +37,7 @@ from math import floor, log2
 import polars as pl
 
 from dpcli.errors import DataError
+from dpcli.tables import InputTable, collect
 
 #: Internal column names (prefixed so they cannot clash with user columns).
 N_ROWS = "__dp_rows"
@@ -44,6 +46,11 @@ C_SUMSQ = "__dp_csumsq"
 GRID = "__dp_grid"
 NONFINITE = "__dp_nonfinite"
 _MASK64 = (1 << 64) - 1
+
+#: Parquet inputs with more rows than this are bounded in buckets of units (one pass over the file
+#: per bucket), so the per-(unit, group) table of a pass stays small: a memory bound, not a speed-up.
+BUCKET_ROWS = 12_000_000
+_BUCKET_SEED = 0x5EED_B0C4
 
 
 @dataclass(frozen=True)
@@ -162,13 +169,13 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
     return partial.filter(group_rank <= spec.max_partitions)
 
 
-def check_bounded(partial: pl.DataFrame, spec: BoundingSpec, name: str) -> pl.DataFrame:
-    """Refuse data that cannot be released: null units and non-finite values.
+def check_bounded(partial: pl.DataFrame, spec: BoundingSpec, name: str, allow_empty: bool = False) -> pl.DataFrame:
+    """Refuse data that cannot be released: null units and non-finite values (and no rows at all).
 
     Works on the collected partial table (no extra pass over the input).
     Returns it without the null-unit and diagnostic columns.
     """
-    if partial.height == 0:
+    if partial.height == 0 and not allow_empty:
         raise DataError(f"{name} has no rows to aggregate")
     nulls = partial.filter(pl.col(spec.unit).is_null())
     if nulls.height:
@@ -196,3 +203,49 @@ def group_totals(partial: pl.DataFrame, spec: BoundingSpec) -> pl.DataFrame:
     if C_SUM in partial.columns:
         aggs += [pl.col(C_SUM).sum().cast(pl.Int64).alias("csum"), pl.col(C_SUMSQ).sum().cast(pl.Int64).alias("csumsq")]
     return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)
+
+
+def unit_buckets(table: InputTable) -> int:
+    """How many unit buckets to bound ``table`` in: 1, or one per :data:`BUCKET_ROWS` rows of a Parquet
+    input (whose row count is in its metadata; other formats would need an extra pass to count)."""
+    if table.format != "parquet":
+        return 1
+    rows = int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())
+    return max(1, -(-rows // BUCKET_ROWS))
+
+
+def bounded_totals(
+    table: InputTable,
+    spec: BoundingSpec,
+    salt: int,
+    buckets: int = 1,
+    each: Callable[[pl.LazyFrame, pl.DataFrame], None] | None = None,
+) -> pl.DataFrame:
+    """:func:`group_totals` of the bounded input, computed in ``buckets`` passes over disjoint sets of units.
+
+    Every bound is per unit, so bounding each bucket of units on its own gives
+    exactly the partials of one pass, and group totals add up across buckets.
+    ``each(frame, partial)`` sees every bucket's input frame and checked
+    partial table (for statistics that need them, e.g. quantile bins).
+    """
+    if buckets == 1:
+        frames = [table.frame]
+    else:
+        bucket = pl.col(spec.unit).hash(_BUCKET_SEED) % buckets
+        frames = [table.frame.filter(bucket == b) for b in range(buckets)]
+    parts = []
+    rows = 0
+    for frame in frames:
+        partial = collect(bound_contributions(frame, spec, salt), f"cannot read {table.name}")
+        partial = check_bounded(partial, spec, table.name, allow_empty=True)
+        rows += partial.height
+        if each is not None:
+            each(frame, partial)
+        parts.append(group_totals(partial, spec))
+    if rows == 0:
+        raise DataError(f"{table.name} has no rows to aggregate")
+    if len(parts) == 1:
+        return parts[0]
+    by = list(spec.by)
+    total = pl.concat(parts).group_by(by).agg(pl.exclude(by).sum())
+    return total.sort(by, nulls_last=True)

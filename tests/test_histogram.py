@@ -330,3 +330,28 @@ def test_cli_reads_stdin_with_input_format(data_file):
     r = runner.invoke(app, ["histogram", "-", "--input-format", "csv", *args], input=data_file.read_bytes())
     assert r.exit_code == 0, r.stderr
     assert r.stdout == hist_cli(data_file, *args).stdout  # same bytes, same fingerprint → same release
+
+
+def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_path, monkeypatch):
+    """Bucketing by unit (to bound memory on big Parquet files) changes no released value: every
+    bound is per unit, and group totals and quantile bins add up across buckets."""
+    from dpcli.tables import open_input
+    from dpcli.tasks import topk as tk
+
+    d = base_data(n_units=2000, seed=5)
+    path = tmp_path / "d.parquet"
+    d.write_parquet(path)
+    q = hist.HistogramQuery(by=("g",), unit="user", aggregations=("count", "count-units", "sum", "median"),
+                            value="x", bounds=(0.0, 10.0), max_partitions=2, max_contributions=2,
+                            epsilon=Fraction(1), delta=Fraction(1, 10**6))
+    plan = hist.plan_histogram(q, "approx", {})
+    tq = tk.TopKQuery(by=("g",), k=2, unit="user", epsilon_per=Fraction(1), delta=Fraction(1, 10**9))
+    tplan = tk.plan_topk(tq, "approx", {})
+    one = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table
+    top_one = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
+    monkeypatch.setattr(bounding, "BUCKET_ROWS", 700)  # ~7,000 rows: 10 passes
+    assert bounding.unit_buckets(open_input(str(path))) >= 5
+    many = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table
+    top_many = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
+    assert one.height == 3 and one.equals(many)
+    assert top_one.equals(top_many)

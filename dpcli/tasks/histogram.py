@@ -379,10 +379,16 @@ def run_histogram(
     )
     salt_words = stream.child("bounding-salt").uint64(2)
     salt = int(salt_words[0]) | (int(salt_words[1]) << 64)
-    partial_lf = bounding.bound_contributions(table.frame, spec, salt)
-    partial = bounding.check_bounded(collect(partial_lf, f"cannot read {table.name}"), spec, table.name)
-    totals = bounding.group_totals(partial, spec)
-    qhist = _quantile_counts(table, q, spec, salt, partial) if q.quantiles else None
+    bins: list[pl.DataFrame] = []
+
+    def quantile_bins(frame: pl.LazyFrame, partial: pl.DataFrame) -> None:
+        bins.append(_quantile_counts(frame, table.name, q, spec, salt, partial))
+
+    totals = bounding.bounded_totals(table, spec, salt, bounding.unit_buckets(table),
+                                     quantile_bins if q.quantiles else None)
+    qhist = None
+    if q.quantiles:
+        qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())
 
     if q.domain == "keys":
         assert keys is not None
@@ -463,12 +469,12 @@ def _unklap(
 
 
 def _quantile_counts(
-    table: InputTable, q: HistogramQuery, spec: bounding.BoundingSpec, salt: int, partial: pl.DataFrame
+    frame: pl.LazyFrame, name: str, q: HistogramQuery, spec: bounding.BoundingSpec, salt: int, partial: pl.DataFrame
 ) -> pl.DataFrame:
     """Per group, the count of bounded rows in each of ``QUANTILE_BINS`` equal bins of [lo, hi]."""
     grid = q.grid
     assert grid is not None
-    rows = bounding.bounded_rows(table.frame, spec, salt)
+    rows = bounding.bounded_rows(frame, spec, salt)
     width = grid.hi_units - grid.lo_units
     binned = rows.join(
         partial.lazy().select([q.unit, *q.by]), on=[q.unit, *q.by], how="semi", nulls_equal=True
@@ -480,7 +486,7 @@ def _quantile_counts(
             .alias("__bin"),
         ]
     )
-    return collect(binned.group_by([*q.by, "__bin"]).agg(pl.len().alias("__n")), f"cannot read {table.name}")
+    return collect(binned.group_by([*q.by, "__bin"]).agg(pl.len().alias("__n")), f"cannot read {name}")
 
 
 def _quantile_values(
@@ -535,8 +541,9 @@ def _aggregate(
     v = q.value
     if agg == "sum":
         return f"sum_{v}", noisy["sum"] * g, margin_for("sum", g), "exact 95% interval of the noise"
-    n = np.maximum(noisy["rows"], 1).astype(np.float64)
-    mean_c = noisy["csum"] / n
+    if agg in ("mean", "variance"):
+        n = np.maximum(noisy["rows"], 1).astype(np.float64)
+        mean_c = noisy["csum"] / n
     if agg == "mean":
         values = np.clip((grid.mid_units + mean_c) * g, grid.lo, grid.hi)
         return f"mean_{v}", values, None, "not provided (ratio of noisy values)"

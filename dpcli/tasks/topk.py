@@ -38,7 +38,7 @@ from dpcli.core import selection as sel
 from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.tables import InputTable, collect, read_group_list
+from dpcli.tables import InputTable, read_group_list
 
 
 @dataclass(frozen=True)
@@ -178,10 +178,7 @@ class TopKRelease:
 def group_counts(table: InputTable, q: TopKQuery) -> pl.DataFrame:
     """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
     spec = bounding.BoundingSpec(q.unit, q.by, max_partitions=None, max_contributions=q.max_contributions)
-    partial = bounding.check_bounded(
-        collect(bounding.bound_contributions(table.frame, spec, 0), f"cannot read {table.name}"), spec, table.name
-    )
-    totals = bounding.group_totals(partial, spec)
+    totals = bounding.bounded_totals(table, spec, 0, bounding.unit_buckets(table))
     return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
 
 
