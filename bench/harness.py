@@ -123,6 +123,11 @@ class Suite:
         self.eps += 1
         return f"1.{self.eps:04d}"  # a new ε per run: every dpcli run is a real, charged release
 
+    def dp_histogram(self, path: Path) -> list[str]:
+        """Workload 1: count per key, unknown domain, ≤ 32 keys per user (a fresh ε: a real release)."""
+        return [self.dpcli, "histogram", str(path), "--by", "key", "--privacy-unit", "user_id",
+                "--max-partitions", "32", "--epsilon", self.fresh_eps(), "--delta", "1e-9"]
+
     def data(self, rows: int) -> Path:
         path = self.tmp / f"events_{rows}.parquet"
         if not path.exists():
@@ -142,9 +147,7 @@ class Suite:
             path = self.data(rows)
             print(f"histogram {rows:,}", file=sys.stderr)
             plain = measure([[sys.executable, "-c", PLAIN_HIST, str(path)]] * self.runs, self.env)
-            dp = measure([[self.dpcli, "histogram", str(path), "--by", "key", "--privacy-unit", "user_id",
-                           "--max-partitions", "32", "--epsilon", self.fresh_eps(), "--delta", "1e-9"]
-                          for _ in range(self.runs)], self.env)
+            dp = measure([self.dp_histogram(path) for _ in range(self.runs)], self.env)
             self.row(rows, "plain polars (bounded, no noise)", plain, plain, "", None)
             ok = None if dp.wall is None or plain.wall is None or rows < 10_000_000 else dp.wall / plain.wall <= 1.3
             self.row(rows, "dpcli histogram", dp, plain, "≤ 1.3× polars at 10M, ≤ 2 GB", ok and (dp.rss or 0) <= 2048)
@@ -218,9 +221,7 @@ class Suite:
         6 GiB address-space cap while its resident set is 1.4 GiB.)"""
         path = self.data(rows)
         print(f"big {rows:,}", file=sys.stderr)
-        dp = measure([[self.dpcli, "histogram", str(path), "--by", "key", "--privacy-unit", "user_id",
-                       "--max-partitions", "32", "--epsilon", self.fresh_eps(), "--delta", "1e-9"]], self.env,
-                     timeout=1800)
+        dp = measure([self.dp_histogram(path)], self.env, timeout=1800)
         plain = measure([[sys.executable, "-c", PLAIN_HIST, str(path)]], self.env, timeout=1800)
         wall, rss = fmt(dp)
         self.lines += ["## 6. Larger inputs: 50M rows (1 run each)", "",

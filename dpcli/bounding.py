@@ -30,6 +30,7 @@ fresh noise (and a fresh charge) instead of a "replay" over different rows.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor, log2
@@ -175,32 +176,34 @@ def check_bounded(partial: pl.DataFrame, spec: BoundingSpec, name: str, allow_em
     Works on the collected partial table (no extra pass over the input).
     Returns it without the null-unit and diagnostic columns.
     """
-    if partial.height == 0 and not allow_empty:
+    bad = int(partial[NONFINITE].sum()) if NONFINITE in partial.columns else 0
+    _refuse(partial.height, partial[spec.unit].null_count(), bad, spec, name, allow_empty)
+    return partial.drop(NONFINITE) if NONFINITE in partial.columns else partial
+
+
+def _refuse(rows: int, null_units: int, nonfinite: int, spec: BoundingSpec, name: str, allow_empty: bool) -> None:
+    if rows == 0 and not allow_empty:
         raise DataError(f"{name} has no rows to aggregate")
-    nulls = partial.filter(pl.col(spec.unit).is_null())
-    if nulls.height:
+    if null_units:
         raise DataError(
             f"column {spec.unit!r} (the privacy unit) has null values in {name}; "
             "every row must belong to a unit (drop or fill them first)"
         )
-    if NONFINITE in partial.columns:
-        bad = int(partial[NONFINITE].sum())
-        if bad:
-            raise DataError(
-                f"column {spec.value!r} has {bad} non-finite value(s) (NaN or ±inf) in {name}; clean or drop them first"
-            )
-        partial = partial.drop(NONFINITE)
-    return partial
+    if nonfinite:
+        raise DataError(
+            f"column {spec.value!r} has {nonfinite} non-finite value(s) (NaN or ±inf) in {name}; clean or drop them first"
+        )
 
 
-def group_totals(partial: pl.DataFrame, spec: BoundingSpec) -> pl.DataFrame:
+def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> Any:
     """Sum the bounded partials per group, sorted by the group columns (deterministic order).
 
     Columns: the group columns, ``units`` (distinct units), ``rows`` (bounded
     row count) and, with a value column, ``csum``/``csumsq`` in grid units.
     """
     aggs = [pl.len().cast(pl.Int64).alias("units"), pl.col(N_ROWS).sum().cast(pl.Int64).alias("rows")]
-    if C_SUM in partial.columns:
+    names = partial.collect_schema().names() if isinstance(partial, pl.LazyFrame) else partial.columns
+    if C_SUM in names:
         aggs += [pl.col(C_SUM).sum().cast(pl.Int64).alias("csum"), pl.col(C_SUMSQ).sum().cast(pl.Int64).alias("csumsq")]
     return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)
 
@@ -236,11 +239,25 @@ def bounded_totals(
     parts = []
     rows = 0
     for frame in frames:
-        partial = collect(bound_contributions(frame, spec, salt), f"cannot read {table.name}")
-        partial = check_bounded(partial, spec, table.name, allow_empty=True)
+        partial_lf = bound_contributions(frame, spec, salt)
+        if each is None:  # totals and checks in one streaming query; the partial table is never materialised
+            checks = [pl.len().alias("rows"), pl.col(spec.unit).null_count().alias("nulls")]
+            if spec.value is not None:
+                checks.append(pl.col(NONFINITE).sum().alias("bad"))
+            try:
+                totals, found = pl.collect_all([group_totals(partial_lf, spec), partial_lf.select(checks)],
+                                               engine="streaming")
+            except pl.exceptions.PolarsError as exc:
+                raise DataError(f"cannot read {table.name}: {str(exc).splitlines()[0]}") from None
+            n = int(found["rows"][0])
+            _refuse(n, int(found["nulls"][0]), int(found["bad"][0]) if "bad" in found.columns else 0, spec,
+                    table.name, allow_empty=True)
+            rows += n
+            parts.append(totals)
+            continue
+        partial = check_bounded(collect(partial_lf, f"cannot read {table.name}"), spec, table.name, allow_empty=True)
         rows += partial.height
-        if each is not None:
-            each(frame, partial)
+        each(frame, partial)
         parts.append(group_totals(partial, spec))
     if rows == 0:
         raise DataError(f"{table.name} has no rows to aggregate")

@@ -86,6 +86,27 @@ def test_discrete_gaussian_fits_and_has_power(sigma):
         assert _chi2_p(x, lambda s: _gauss_pmf(s, eff * wrong**2)) < 1e-6
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,scale", [("laplace", 0.5), ("laplace", 1), ("laplace", 3), ("laplace", 1000),
+                                        ("gauss", 0.5), ("gauss", 1), ("gauss", 3), ("gauss", 10), ("gauss", 1000)])
+def test_samplers_full_audit(kind, scale):
+    """`make audit`: 10^6 samples, false-alarm rate 10^-6 (p > 1e-6), and the ±30% scales rejected
+    (p < 1e-6); also no repeated stream across distinct derived seeds."""
+    n = 1_000_000
+    if kind == "laplace":
+        x = discrete_laplace(_stream(f"full-lap{scale}"), Fraction(scale), n)
+        pmf = lambda s, f=1.0: _laplace_pmf(s, float(scale) * f)  # noqa: E731
+    else:
+        eff = float(effective_sigma2(Fraction(scale) ** 2))
+        x = discrete_gaussian(_stream(f"full-g{scale}"), Fraction(scale) ** 2, n)
+        pmf = lambda s, f=1.0: _gauss_pmf(s, eff * f * f)  # noqa: E731
+    assert _chi2_p(x, pmf) > 1e-6
+    for wrong in (0.7, 1.3):
+        assert _chi2_p(x, lambda s: pmf(s, wrong)) < 1e-6
+    firsts = {discrete_laplace(_stream(f"seed-{i}"), 1000, 8).tobytes() for i in range(2000)}
+    assert len(firsts) == 2000
+
+
 def test_large_scales_have_the_right_spread():
     # Var of discrete Laplace ≈ 2b² for large b; sample variance has relative sd ≈ sqrt(5/N) (kurtosis 6): 6 sd.
     b = 10**6

@@ -69,6 +69,11 @@ def emit_json(data: Any) -> None:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def one_line(text: str) -> str:
+    """``text`` with control and line-separator characters escaped (names from hostile files stay on one line)."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 def handles_errors(func: F) -> F:
     """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
 
@@ -85,7 +90,7 @@ def handles_errors(func: F) -> F:
         except DpcliError as exc:
             if verbose:
                 traceback.print_exc(file=sys.stderr)
-            typer.echo(f"dpcli: error: {exc}", err=True)
+            typer.echo(f"dpcli: error: {one_line(str(exc))}", err=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             typer.echo("dpcli: interrupted", err=True)
@@ -94,7 +99,7 @@ def handles_errors(func: F) -> F:
             if verbose:
                 traceback.print_exc(file=sys.stderr)
             msg = str(exc).splitlines()[0] if str(exc) else ""
-            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {msg}", err=True)
+            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {one_line(msg)}", err=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper  # type: ignore[return-value]

@@ -199,7 +199,8 @@ def run_topk(
         chosen = cand[picks]
         bottom = False
     else:
-        ranked = counts.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True).head(q.d_bar + 1)
+        head = counts.top_k(q.d_bar + 1, by=["h", *by], reverse=[False] + [True] * len(by))  # ties: smaller key first
+        ranked = head.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True)
         res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.d_bar, plan.epsilon_per, q.tau, plan.delta)
         chosen = ranked[res.positions]
         bottom = res.bottom

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -70,6 +70,8 @@ def _histogram_case(tmp: Path, text: str, extra: list[str]) -> None:
 
 @settings(max_examples=FAST, **SETTINGS)
 @given(text=csv_text(), mean=st.booleans())
+@example(text="\n\x1e", mean=False)  # found by the full run: a column name holding a record separator
+@example(text="u\u2028,g\n1,2\n", mean=True)
 def test_hostile_csv_histogram(tmp_path, text, mean):
     _histogram_case(tmp_path, text, ["--agg", "count,mean", "--value", "x", "--bounds", "0:10"] if mean else [])
 
