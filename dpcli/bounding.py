@@ -30,10 +30,10 @@ fresh noise (and a fresh charge) instead of a "replay" over different rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 from dataclasses import dataclass
 from fractions import Fraction
 from math import floor, log2
+from typing import Any
 
 import polars as pl
 
@@ -48,9 +48,11 @@ GRID = "__dp_grid"
 NONFINITE = "__dp_nonfinite"
 _MASK64 = (1 << 64) - 1
 
-#: Parquet inputs with more rows than this are bounded in buckets of units (one pass over the file
-#: per bucket), so the per-(unit, group) table of a pass stays small: a memory bound, not a speed-up.
-BUCKET_ROWS = 12_000_000
+#: Parquet inputs with more rows than ``SINGLE_PASS_ROWS`` are bounded in buckets of units of about
+#: ``BUCKET_ROWS`` rows (one pass over the file per bucket), so the per-(unit, group) table of a pass
+#: stays small: a memory bound (50M rows in about 1 GB instead of 4), not a speed-up.
+SINGLE_PASS_ROWS = 10_000_000
+BUCKET_ROWS = 7_000_000
 _BUCKET_SEED = 0x5EED_B0C4
 
 
@@ -210,11 +212,11 @@ def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> An
 
 def unit_buckets(table: InputTable) -> int:
     """How many unit buckets to bound ``table`` in: 1, or one per :data:`BUCKET_ROWS` rows of a Parquet
-    input (whose row count is in its metadata; other formats would need an extra pass to count)."""
+    input over :data:`SINGLE_PASS_ROWS` (its row count is metadata; other formats would need a pass to count)."""
     if table.format != "parquet":
         return 1
     rows = int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())
-    return max(1, -(-rows // BUCKET_ROWS))
+    return 1 if rows <= SINGLE_PASS_ROWS else -(-rows // BUCKET_ROWS)
 
 
 def bounded_totals(

@@ -349,6 +349,7 @@ def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_p
     tplan = tk.plan_topk(tq, "approx", {})
     one = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table
     top_one = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
+    monkeypatch.setattr(bounding, "SINGLE_PASS_ROWS", 1000)
     monkeypatch.setattr(bounding, "BUCKET_ROWS", 700)  # ~7,000 rows: 10 passes
     assert bounding.unit_buckets(open_input(str(path))) >= 5
     many = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table

@@ -1,9 +1,11 @@
 """OpenDP (Polars Context API): DP count per key, user-level, ≤ 32 keys per user, 1 row per user and key.
 
-Usage: python opendp_histogram.py FILE MODE   (MODE: sample | first | grouped)
+Usage: python opendp_histogram.py FILE MODE   (MODE: sample | sample-rows | first | grouped)
 
 * ``sample``: ``truncate_per_group(1, keep="sample")`` + ``truncate_num_groups(32, keep="sample")``
-  (random-sampling bounds, OpenDP's default);
+  (random-sampling bounds, OpenDP's default; OpenDP 0.16 with its polars 1.36 fails to run this plan:
+  "multiple fields with name 'key' found" in the group-sampling step);
+* ``sample-rows``: rows sampled per group (``keep="sample"``), the first 32 groups per user kept;
 * ``first``: the same truncations with ``keep="first"``;
 * ``grouped``: keep each user's first 32 keys, then group by (user, key) (one row per pair) and count
   (OpenDP requires the group-by truncation to come last).
@@ -32,8 +34,8 @@ def main(path: str, mode: str) -> None:
     if mode == "grouped":
         q = q.truncate_num_groups(32, by=["key"], keep="first").group_by("user_id", "key").agg(pl.len().alias("n"))
     else:
-        keep = "sample" if mode == "sample" else "first"
-        q = q.truncate_per_group(1, by=["key"], keep=keep).truncate_num_groups(32, by=["key"], keep=keep)
+        rows, groups = {"sample": ("sample", "sample"), "sample-rows": ("sample", "first")}.get(mode, ("first", "first"))
+        q = q.truncate_per_group(1, by=["key"], keep=rows).truncate_num_groups(32, by=["key"], keep=groups)
     out = q.group_by("key").agg(dp.len()).release().collect()
     print(out.height)
 
