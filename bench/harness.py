@@ -37,8 +37,6 @@ import numpy as np
 import polars as pl
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import synthetic  # noqa: E402
 
 PLAIN_HIST = """
 import sys, polars as pl
@@ -132,11 +130,10 @@ class Suite:
         path = self.tmp / f"events_{rows}.parquet"
         if not path.exists():
             t0 = time.perf_counter()
-            if rows > 20_000_000:  # write in chunks to keep the generator's memory small
-                chunks = [synthetic.events_with_rows(10_000_000, seed=s) for s in range(rows // 10_000_000)]
-                pl.concat(chunks).write_parquet(path, row_group_size=1_000_000)
-            else:
-                synthetic.events_with_rows(rows).write_parquet(path, row_group_size=1_000_000)
+            # In a child process: a forked child's peak RSS counts the parent's pages, so this process
+            # must never hold the data it measures others on.
+            subprocess.run([sys.executable, str(HERE / "synthetic.py"), str(path), str(rows), "--seed", "0"],
+                           check=True)
             print(f"  data: {rows:,} rows in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         return path
 

@@ -52,6 +52,16 @@ def events_with_rows(rows: int, n_keys: int = 10**6, seed: int = 1) -> pl.DataFr
     return events(int(rows / 6.0) + 1000, n_keys, seed, max_rows=rows)
 
 
+def write(path: str, rows: int, n_keys: int = 10**6, seed: int = 1) -> None:
+    """Write about ``rows`` events to Parquet; above 20M rows, as 10M-row chunks with seeds seed, seed+1, …
+    (their user ids overlap, which only adds records per user) to keep the generator's memory small."""
+    if rows <= 20_000_000:
+        events_with_rows(rows, n_keys, seed).write_parquet(path, row_group_size=1_000_000)
+        return
+    chunks = [events_with_rows(10_000_000, n_keys, seed + s) for s in range(rows // 10_000_000)]
+    pl.concat(chunks).write_parquet(path, row_group_size=1_000_000)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -59,7 +69,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10**6)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
-    events_with_rows(a.rows, a.keys, a.seed).write_parquet(a.out)
+    write(a.out, a.rows, a.keys, a.seed)
 
 
 if __name__ == "__main__":
