@@ -162,3 +162,32 @@ def test_partition_selection_with_100k_single_unit_keys_stays_within_delta():
     out = hist.run_histogram(_table(df), q, plan, KeyedStream(b"p" * 32, "histogram")).table
     bound = int(stats.binom.ppf(0.999, n, float(delta)))
     assert out.height <= bound, (out.height, bound)
+
+
+# ---- top-k selection --------------------------------------------------------------------------
+
+
+def _pick_rate(counts: np.ndarray, eps: Fraction, n: int, label: str) -> int:
+    from dpcli.core import selection as sel
+
+    return sum(sel.known_top_k(KeyedStream(b"\x03" * 32, f"{label}/{i}"), counts, 1, eps, 1)[0] == 0
+               for i in range(n))
+
+
+@pytest.mark.slow
+def test_topk_selection_never_beats_its_epsilon_and_a_broken_one_is_caught():
+    """topk's KnownGumb selection (an exponential race at rate ε/τ): 50 candidates with equal counts vs
+    the neighbour where one more unit counts towards candidate 0. The event "candidate 0 is picked" has
+    ratio 50·e^ε/(e^ε + 49) (ln = 0.966 at ε = 1); 2·10⁵ runs per side, Clopper–Pearson 99.5% per side.
+    The same race at rate 1.2·ε (ln ratio 1.155) must give a bound above ε."""
+    n, eps = 200_000, Fraction(1)
+    base = np.full(50, 100, dtype=np.int64)
+    plus = base.copy()
+    plus[0] += 1
+
+    def bound(rate: Fraction, label: str) -> float:
+        k0, k1 = _pick_rate(base, rate, n, f"{label}/d"), _pick_rate(plus, rate, n, f"{label}/d1")
+        return math.log(_cp(k1, n, "lower", 0.995) / _cp(k0, n, "upper", 0.995))
+
+    assert bound(eps, "ok") <= float(eps)
+    assert bound(eps * Fraction(6, 5), "bad") > float(eps)
