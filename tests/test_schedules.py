@@ -179,3 +179,20 @@ def test_bbscheduler_accuracy_parameters():
     a, b = sch.bbscheduler_accuracy(2, Fraction(1, 100), Fraction(1, 10), 1000, 0.05)
     assert b == pytest.approx((0.05 / 1.05) ** 3)
     assert a == pytest.approx(np.log(1 / b) / (0.01 * 1210))
+
+
+def test_a_damaged_schedule_state_is_refused_not_reset(snapshots, state_dir):
+    """The schedule state is a checked document: an edit (e.g. forgetting runs, which would hand back
+    budget) or a truncation gives exit 78, and nothing is charged or written."""
+    paths, keys = snapshots
+    runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "2"])
+    assert hist(paths[1000], keys, "--gamma", "0.1").exit_code == 0
+    (state,) = (state_dir / "schedules" / "default").glob("*.json")
+    good = state.read_text()
+    doc = json.loads(good)
+    doc["body"]["runs"] = []
+    for damaged in (json.dumps(doc), good[: len(good) // 2]):
+        state.write_text(damaged)
+        r = hist(paths[1100], keys, "--gamma", "0.1")
+        assert r.exit_code == 78 and ("checksum" in r.stderr or "corrupt" in r.stderr), r.stderr
+        assert len(ledger_entries()) == 2

@@ -198,7 +198,6 @@ def _create(
         lock_timeout=s.lock_timeout,
     )
     return {
-        "schema_version": store.SCHEMA_VERSION,
         "key": key,
         "command": command,
         "query": query,

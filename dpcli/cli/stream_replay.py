@@ -29,7 +29,7 @@ from dpcli.cli._options import (
 )
 from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed, write_and_report
 from dpcli.errors import UsageError
-from dpcli.state import ledger, stream_state
+from dpcli.state import documents, ledger
 from dpcli.state.paths import ensure_state_dir
 from dpcli.tables import InputTable, open_input, require_columns
 from dpcli.tasks import stream_replay as sr
@@ -137,8 +137,8 @@ def _incremental(
     s = settings(ctx)
     moment = _parse_time(through) if through is not None else None
     schema = sr.key_schema_of(table, query)
-    with stream_state.locked(path, s.lock_timeout):
-        body = stream_state.read(path)
+    with documents.locked(path, s.lock_timeout):
+        body = documents.read(path, sr.STATE_KIND)
         if body is not None:
             sr.check_state_body(body, query, analyst, schema, str(path))
             last = body.get("last")
@@ -165,7 +165,7 @@ def _incremental(
         metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
         last = {"input": table.fingerprint, "through": through, "metadata": metadata,
                 "release": base64.b64encode(buf.getvalue()).decode("ascii")}
-        stream_state.write(path, sr.state_body(body, stream, last))  # before output: a trigger runs once
+        documents.write(path, sr.STATE_KIND, sr.state_body(body, stream, last))  # before output: a trigger runs once
     run_id = ReleaseSeed(b"", f"{body['seed_id']}/{release.metadata['through']}", reservation)
     line = (f"stream-replay of {table.name} into {path}: {release.metadata['releases']} release row(s), "
             f"triggers run through {release.metadata['through']}")

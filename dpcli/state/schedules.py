@@ -1,17 +1,17 @@
 """Schedule state: which epochs/runs of a scheduled query happened, and the cached release.
 
-Layout: ``schedules/ANALYST/KEY.json`` (the state) and ``KEY.run-N.parquet``
-(the release of run N), where KEY hashes the schedule name and the canonical
-query without its input file, so the same daily job finds its schedule. The
-state is written (atomically, under ``KEY.lock``) *before* a release is
-output, so a crash can never lead to two different releases for one epoch.
+Layout: ``schedules/ANALYST/KEY.json`` (the state, a checked document of
+:mod:`dpcli.state.documents`) and ``KEY.run-N.parquet`` (the release of run
+N), where KEY hashes the schedule name and the canonical query without its
+input file, so the same daily job finds its schedule. The state is written
+(atomically, under ``KEY.json.lock``) *before* a release is output, so a crash
+can never lead to two different releases for one epoch.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,11 +21,11 @@ import polars as pl
 
 from dpcli.core.prf import canonical_json
 from dpcli.errors import StateError
+from dpcli.state import documents
 from dpcli.state.atomic import atomic_write_bytes
-from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import validate_analyst
 
-SCHEMA_VERSION = 1
+KIND = "dpcli-schedule"
 
 
 def schedule_key(name: str, query: dict[str, Any]) -> str:
@@ -43,22 +43,13 @@ def _dir(root: Path, analyst: str) -> Path:
 def locked(root: Path, analyst: str, key: str, timeout: float) -> Iterator[Path]:
     """Hold the schedule's lock; yields its directory."""
     d = _dir(root, analyst)
-    with exclusive_lock(d / f"{key}.lock", timeout):
+    with documents.locked(d / f"{key}.json", timeout):
         yield d
 
 
 def load(directory: Path, key: str) -> dict[str, Any] | None:
-    """The schedule state, or None if the schedule has never run."""
-    path = directory / f"{key}.json"
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StateError(f"schedule state {path} is corrupt ({exc}); it is never reset automatically") from None
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise StateError(f"schedule state {path} has an unknown schema; upgrade dpcli")
-    return data
+    """The schedule state, or None if the schedule has never run (a damaged file: StateError, never reset)."""
+    return documents.read(directory / f"{key}.json", KIND)
 
 
 def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame | None = None) -> None:
@@ -67,7 +58,7 @@ def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame
         buf = io.BytesIO()
         release.write_parquet(buf)
         atomic_write_bytes(directory / f"{key}.run-{len(state['runs'])}.parquet", buf.getvalue())
-    atomic_write_bytes(directory / f"{key}.json", (json.dumps(state, indent=1) + "\n").encode())
+    documents.write(directory / f"{key}.json", KIND, state)
 
 
 def cached_release(directory: Path, key: str, run: int) -> pl.DataFrame:

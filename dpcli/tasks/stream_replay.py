@@ -531,7 +531,6 @@ class StreamState:
         if self.watermark is not None and through < self.watermark:
             raise UsageError(f"the state has already run the triggers up to {self.time_of(self.watermark).isoformat()}")
         batches = _batches(events, self.q) if events.height else {}
-        per_window = self.q.window // self.step
         rows: list[tuple[Any, ...]] = []
         work: list[int] = []
         keys_seen = 0
@@ -543,7 +542,7 @@ class StreamState:
                 rows.extend(r)
                 work.append(n)
             keys_seen += len(run.states)
-            if run.fired >= per_window:
+            if run.fired >= self.q.triggers:
                 self.windows.pop(start, None)
             else:
                 self.windows[start] = run
@@ -600,6 +599,10 @@ def advance_stream(table: InputTable, state: StreamState, through: datetime | No
     meta.update(through=state.time_of(state.watermark).isoformat(), open_windows=len(state.windows),
                 units_tracked=len(state.used))
     return StreamRelease(result, meta)
+
+
+#: The ``format`` of a ``--state`` file (see :mod:`dpcli.state.documents`).
+STATE_KIND = "dpcli-stream-state"
 
 
 def key_schema_of(table: InputTable, q: StreamQuery) -> dict[str, str]:

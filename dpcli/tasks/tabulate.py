@@ -169,10 +169,6 @@ def events(spec: Spec) -> list[PrivacyEvent]:
     return [PrivacyEvent("zcdp", "tabulate/discrete-gaussian", rho=total)]
 
 
-def _noise(spec: Spec, param: Fraction) -> mech.Noise:
-    return _noise_for(spec.noise, param)
-
-
 def _noise_for(noise: str, param: Fraction) -> mech.Noise:
     """BaseGeometric(ε = param) or BaseDiscreteGaussian(ρ = param) for a sensitivity-1 count."""
     if noise == "geometric":
@@ -361,7 +357,7 @@ def _tabulate_level(
     true = totals["true"].to_numpy().astype(np.int64)
     n = totals.height
     # Step 1 (not released): noisy totals with γ·ρ_i/s, for groups that are not TotalOnly.
-    step1 = true + _noise(spec, gamma * per_group).sample(stream.child("step1"), n)
+    step1 = true + _noise_for(spec.noise, gamma * per_group).sample(stream.child("step1"), n)
     th1, th2, th3 = spec.thresholds
     branch = np.where(step1 < th1, 0, np.where(step1 < th2, 1, np.where(step1 < th3, 2, 3)))
     branch = np.where(total_only, -1, branch)
@@ -370,7 +366,7 @@ def _tabulate_level(
     for kind, mask, param in (("total_only", branch == -1, per_group), ("total", branch == 0, (1 - gamma) * per_group)):
         if not mask.any():
             continue
-        noise = _noise(spec, param)
+        noise = _noise_for(spec.noise, param)
         sel = totals.filter(pl.Series(mask))
         values = sel["true"].to_numpy() + noise.sample(stream.child(kind), sel.height)
         df = sel.select("geo_id", "iteration").with_columns(
@@ -380,7 +376,7 @@ def _tabulate_level(
         if with_error:
             df = df.with_columns(pl.lit(noise.margin95()).alias("moe95"))
         out_rows.append(df)
-    cell_noise = _noise(spec, (1 - gamma) * per_group)
+    cell_noise = _noise_for(spec.noise, (1 - gamma) * per_group)
     for b in (1, 2, 3):
         mask = branch == b
         if not mask.any():

@@ -1,17 +1,20 @@
-"""The ``stream-replay --state FILE`` file: a stream's trees, buffers and counters between cron runs.
+"""Checked state documents: the JSON files that carry state from one cron run to the next.
 
-The file holds unreleased per-key data, the open trees' noise and the
-stream's seed, so it is as secret as the key file: created 0600,
-refused when group or others can read it, replaced atomically (temp file,
-fsync, rename, fsync dir) under an exclusive lock on ``FILE.lock``. Its body is
-covered by a SHA-256 checksum, so a truncated or edited file is refused
-rather than silently resetting the stream.
+Used by ``stream-replay --state`` (a stream's trees, buffers and counters) and
+by ``--schedule`` (which epochs ran, and their cached releases). Such a file
+must never be silently reset, since that would hand back spent budget. So
+every document is:
 
-Layout (JSON)::
+* replaced atomically (temp file, fsync, rename, fsync dir), created 0600;
+* read under an exclusive lock on ``FILE.lock`` (never deleted), held for the
+  whole read–compute–write of a run;
+* refused when group or others can read it (stream state holds unreleased data
+  and noise), when its kind or version differ, or when its body fails the
+  SHA-256 checksum (a truncated or edited file), all with exit 78.
 
-    {"format": "dpcli-stream-state", "version": 1, "sha256": "<hex of canonical body>",
-     "body": {"query": {...}, "analyst": "...", "seed": "<hex>", "seed_id": "...",
-              "created": "...", "key_schema": {...}, "stream": {...}, "last": {...} | null}}
+Layout::
+
+    {"format": "<kind>", "version": 1, "sha256": "<hex of the canonical body>", "body": {...}}
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from dpcli.errors import StateError
 from dpcli.state.atomic import atomic_write_bytes
 from dpcli.state.lock import exclusive_lock
 
-FORMAT = "dpcli-stream-state"
 VERSION = 1
 
 
@@ -38,15 +40,15 @@ def _canonical(body: dict[str, Any]) -> bytes:
 
 @contextmanager
 def locked(path: Path, timeout: float) -> Iterator[None]:
-    """Hold the state file's lock (``FILE.lock``, never deleted) for the ``with`` block."""
+    """Hold the document's lock (``FILE.lock``, never deleted) for the ``with`` block."""
     if not path.parent.is_dir():
         raise StateError(f"directory of state file {path} does not exist")
     with exclusive_lock(path.with_name(path.name + ".lock"), timeout):
         yield
 
 
-def read(path: Path) -> dict[str, Any] | None:
-    """The verified body of the state file, or None when it does not exist yet."""
+def read(path: Path, kind: str) -> dict[str, Any] | None:
+    """The verified body of the document at ``path``, or None when it does not exist yet."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -59,8 +61,8 @@ def read(path: Path) -> dict[str, Any] | None:
         doc = json.loads(path.read_bytes())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StateError(f"state file {path} is corrupt ({type(exc).__name__}); restore it from a backup") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("body"), dict):
-        raise StateError(f"{path} is not a dpcli stream state file")
+    if not isinstance(doc, dict) or doc.get("format") != kind or not isinstance(doc.get("body"), dict):
+        raise StateError(f"{path} is not a {kind} file")
     if doc.get("version") != VERSION:
         raise StateError(f"state file {path} has version {doc.get('version')!r}; this dpcli reads version {VERSION}")
     if hashlib.sha256(_canonical(doc["body"])).hexdigest() != doc.get("sha256"):
@@ -68,9 +70,9 @@ def read(path: Path) -> dict[str, Any] | None:
     return doc["body"]
 
 
-def write(path: Path, body: dict[str, Any]) -> None:
-    """Replace the state file with ``body`` (0600, atomic, durable)."""
-    doc = {"format": FORMAT, "version": VERSION, "sha256": hashlib.sha256(_canonical(body)).hexdigest(), "body": body}
+def write(path: Path, kind: str, body: dict[str, Any]) -> None:
+    """Replace the document at ``path`` with ``body`` (0600, atomic, durable)."""
+    doc = {"format": kind, "version": VERSION, "sha256": hashlib.sha256(_canonical(body)).hexdigest(), "body": body}
     try:
         atomic_write_bytes(path, json.dumps(doc, ensure_ascii=False).encode("utf-8"), mode=0o600)
     except OSError as exc:
