@@ -185,7 +185,7 @@ def parse_duration(text: str) -> int:
 def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
     """Events in time order with their window, trigger and global trigger index ``__g``.
 
-    Each unit keeps its first C records in time order; values are clamped and
+    Each unit keeps its first C records in time order (ties broken by content); values are clamped and
     converted to grid units.
     """
     return _prepare(table, q, None, False)[0]
@@ -227,7 +227,9 @@ def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None,
             raise DataError(f"column {q.value!r} has non-finite values in {table.name}")
         df = df.drop("__bad").with_columns(pl.col("__v").fill_null(0))
     step = q.window // q.triggers
-    df = df.with_row_index("__row").sort(["__t", "__row"])
+    # Time order, ties broken by the record's content (not its position in the file), so which of a
+    # unit's records are its first C never depends on row order.
+    df = df.sort(["__t", "__unit", *q.keys, *(["__v"] if "__v" in df.columns else [])], nulls_last=True)
     latest = int(df["__t"][-1]) // step + 1 if df.height else None
     rank = pl.int_range(pl.len()).over("__unit")
     if used:
