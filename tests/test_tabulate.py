@@ -18,6 +18,7 @@ from dpcli.errors import DataError, StateError
 from dpcli.tables import InputTable
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
+from tabulate_specs import write_spec
 
 runner = CliRunner()
 SAMPLE_SPEC = Path(__file__).resolve().parent.parent / "sample_data" / "safetab_spec.toml"
@@ -68,37 +69,6 @@ def test_paper_calibration_undercovers_and_exact_calibration_does_not():
 
 
 # ---- running on constructed data ------------------------------------------------------------------------
-
-
-def write_spec(tmp_path, levels: str, iterations: str | None = None, extra: str = "") -> Path:
-    (tmp_path / "blocks.csv").write_text("block,aiannh\n01001,A1\n01002,\n02001,\n")
-    its = iterations or '''[iterations.reg]
-"W" = { race = ["1000-1999"], alone = true }
-"WC" = { race = ["1000-1999"] }
-"B" = { race = ["2000-2999"] }
-"H" = { ethnicity = ["2"], total_only = true }'''
-    text = f'''noise = "geometric"
-gamma = 0.1
-thresholds = [20, 100, 500]
-age_bins = [[0, 18, 45, 65], [0, 5, 18, 25, 35, 45, 55, 65, 75], [0, 5, 10, 15, 18, 20, 21, 22, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85]]
-{extra}
-[columns]
-block = "block"
-race = "race"
-ethnicity = "eth"
-sex = "sex"
-age = "age"
-[geography]
-blocks = "blocks.csv"
-levels.nation = {{ prefix = 0 }}
-levels.state = {{ prefix = 2 }}
-levels.area = {{ column = "aiannh" }}
-{its}
-{levels}
-'''
-    p = tmp_path / "spec.toml"
-    p.write_text(text)
-    return p
 
 
 def persons(rows: list[tuple[str, str, int, str, int]], n: int = 1) -> InputTable:

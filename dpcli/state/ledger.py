@@ -19,7 +19,6 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -337,4 +336,4 @@ def remaining_text(ledger: Ledger, when: datetime | None = None) -> dict[str, st
     }
 
 
-__all__ = ["Ledger", "Receipt", "charge", "init_ledger", "read_ledger", "remaining_text", "Fraction"]
+__all__ = ["Ledger", "Receipt", "charge", "init_ledger", "read_ledger", "remaining_text"]

@@ -34,7 +34,7 @@ import polars as pl
 
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError
 from dpcli.tables import InputTable, collect, open_input
@@ -419,4 +419,4 @@ def _tabulate_level(
     return result, info
 
 
-__all__ = ["plan", "events", "run_tabulate", "level_budgets", "base_from_moe", "fraction_text"]
+__all__ = ["plan", "events", "run_tabulate", "level_budgets", "base_from_moe"]

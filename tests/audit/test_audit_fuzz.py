@@ -7,7 +7,6 @@ exit code and one line on stderr: never a traceback, never a debit without outpu
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest

@@ -31,6 +31,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.tables import InputTable
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec
+from tabulate_specs import spec_toml
 
 BASE = 2  # x: persons per block under D
 
@@ -38,27 +39,10 @@ BASE = 2  # x: persons per block under D
 def _spec(tmp_path, blocks: int, gamma: str) -> tab.Spec:
     ids = [f"{i:07d}" for i in range(blocks)]
     pl.DataFrame({"block": ids}).write_csv(tmp_path / "blocks.csv")
-    (tmp_path / "spec.toml").write_text(f'''noise = "geometric"
-gamma = {gamma}
-thresholds = [{BASE + 1}, {BASE + 400}, {BASE + 800}]
-age_bins = [[0, 18, 45, 65], [0, 5, 18, 25, 35, 45, 55, 65, 75], [0, 5, 10, 15, 18, 20, 21, 22, 25, 30, 35, 40, 45, 50, 55, 60, 62, 65, 67, 70, 75, 80, 85]]
-[columns]
-block = "block"
-race = "race"
-ethnicity = "eth"
-sex = "sex"
-age = "age"
-[geography]
-blocks = "blocks.csv"
-levels.block = {{ prefix = 7 }}
-[iterations.all]
-"T" = {{ race = ["1000-9999"] }}
-[[levels]]
-geography = "block"
-iterations = "all"
-epsilon = 1
-stability = 1
-''')
+    (tmp_path / "spec.toml").write_text(spec_toml(
+        '[[levels]]\ngeography = "block"\niterations = "all"\nepsilon = 1\nstability = 1',
+        iterations='[iterations.all]\n"T" = { race = ["1000-9999"] }', geography="levels.block = { prefix = 7 }",
+        gamma=gamma, thresholds=(BASE + 1, BASE + 400, BASE + 800)))
     return load_spec(str(tmp_path / "spec.toml"))
 
 
