@@ -185,8 +185,8 @@ def parse_duration(text: str) -> int:
 def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
     """Events in time order with their window, trigger and global trigger index ``__g``.
 
-    Each unit keeps its first C records in time order (ties broken by content); values are clamped and
-    converted to grid units.
+    Each unit keeps its first C records in time order (ties broken by content);
+    values are clamped and converted to grid units.
     """
     return _prepare(table, q, None, False)[0]
 

@@ -30,11 +30,12 @@ def event_epsilon_bound(hits1: int, n1: int, hits0: int, n0: int, delta: float =
 
 
 def threshold_epsilon_bound(x0: np.ndarray, x1: np.ndarray, delta: float = 0.0) -> float:
-    """DP-Sniper-style ε lower bound from samples of a scalar output under D (x0) and D' (x1).
+    """DP-Sniper-style ε lower bound from integer-valued outputs under D (x0) and D' (x1).
 
     Events are tails {X ≥ t}. The threshold t is chosen on the first half of each sample
     (the best bound there) and the bound is computed on the second, fresh half, so choosing
-    the event does not bias it. Clopper–Pearson at 99.5% per side (99% joint).
+    the event does not bias it. Clopper–Pearson at 99.5% per side (99% joint). Candidate
+    thresholds are the distinct values seen, so outputs should be integers (or few distinct values).
     """
     half0, half1 = x0.size // 2, x1.size // 2
     s0, e0, s1, e1 = x0[:half0], x0[half0:], x1[:half1], x1[half1:]
