@@ -15,7 +15,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from auditstats import clopper_pearson, threshold_epsilon_bound
+from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 from scipy import stats
 
 from dpcli.tables import InputTable
@@ -79,7 +79,8 @@ def test_released_counts_never_beat_their_epsilon_and_a_broken_one_is_caught(mon
     count at the first trigger is compared. The perturbation part must satisfy (ε/2, δ/3) = (2, 0.05)
     (ε = 4, δ = 0.15: ρ ≈ 0.49 for the count tree). That claim comes from the zCDP conversion, which is
     looser than the exact Gaussian curve, so the broken variant doubles ρ (σ² halved), whose exact
-    ε at δ = 0.05 (≈ 2.6) exceeds the claim."""
+    ε at δ = 0.05 (≈ 2.6) exceeds the claim. A two-sample (2, 0.05) test over the count values
+    (clipped to 10…32) must find no violation."""
     q = _query(Fraction(4), Fraction(15, 100), max_records=2)
     plan = sr.plan_stream(q)
     eps_m, delta_m = float(q.epsilon) / 2, float(q.delta) / 3
@@ -93,8 +94,12 @@ def test_released_counts_never_beat_their_epsilon_and_a_broken_one_is_caught(mon
         assert x0.table.height == x1.table.height == keys  # every key released once
         return x0.table.sort("key")["count"].to_numpy(), x1.table.sort("key")["count"].to_numpy()
 
-    ok = threshold_epsilon_bound(*counts(plan, "ok"), delta_m)
+    x0, x1 = counts(plan, "ok")
+    ok = threshold_epsilon_bound(x0, x1, delta_m)
+    violations = two_sample_violations(np.clip(x0, 10, 32), np.clip(x1, 10, 32), eps_m, delta_m)
     broken_plan = sr.StreamPlan(plan.beta, plan.sigma2_select, plan.sigma2_count / 2, None, {}, plan.events)
     bad = threshold_epsilon_bound(*counts(broken_plan, "bad"), delta_m)
-    print(f"ε lower bound {ok:.3f} (claim {eps_m}, δ = {delta_m:.3g}), broken {bad:.3f}")
+    print(f"ε lower bound {ok:.3f} (claim {eps_m}, δ = {delta_m:.3g}), broken {bad:.3f}; "
+          f"two-sample violations {len(violations)}")
     assert ok <= eps_m < bad
+    assert violations == []

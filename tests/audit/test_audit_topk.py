@@ -17,20 +17,32 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from auditstats import clopper_pearson, event_epsilon_bound
+from auditstats import clopper_pearson, event_epsilon_bound, two_sample_violations
 
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
 
 
-def _runs(fn, n: int, label: str) -> int:
-    """How many of n independently seeded runs of ``fn(stream)`` return True."""
-    return sum(bool(fn(KeyedStream(b"\x03" * 32, f"{label}/{i}"))) for i in range(n))
+def _outcomes(fn, n: int, label: str) -> np.ndarray:
+    """The integer outcomes of n independently seeded runs of ``fn(stream)``."""
+    return np.fromiter((fn(KeyedStream(b"\x03" * 32, f"{label}/{i}")) for i in range(n)), dtype=np.int64, count=n)
 
 
-def _bound(event_d1, event_d, n: int, label: str) -> float:
-    """ε lower bound of an event: P[E | D'] / P[E | D] with n runs per side."""
-    return event_epsilon_bound(_runs(event_d1, n, f"{label}/d1"), n, _runs(event_d, n, f"{label}/d"), n)
+def _audit(outcome_d1, outcome_d, event: int, eps: Fraction, n: int, label: str) -> tuple[float, list]:
+    """ε lower bound of the event "outcome = event" (P[E | D'] / P[E | D]), n runs per side, and the
+    two-sample (ε, 0) test over all outcomes."""
+    d1, d = _outcomes(outcome_d1, n, f"{label}/d1"), _outcomes(outcome_d, n, f"{label}/d")
+    bound = event_epsilon_bound(int((d1 == event).sum()), n, int((d == event).sum()), n)
+    return bound, two_sample_violations(d1, d, float(eps))
+
+
+def _check(eps: Fraction, audit) -> None:
+    """The claim holds at rate ε_per; rate 1.2·ε_per is caught."""
+    (ok, ok_violations), (bad, _) = audit(eps, "ok"), audit(eps * Fraction(6, 5), "bad")
+    print(f"ε lower bound {ok:.3f} (claim {float(eps)}), broken variant {bad:.3f}; "
+          f"two-sample violations {len(ok_violations)}")
+    assert ok <= float(eps) < bad
+    assert ok_violations == []
 
 
 @pytest.mark.slow
@@ -43,18 +55,18 @@ def test_known_domain_selection_never_beats_its_epsilon_and_a_broken_one_is_caug
     plus = base.copy()
     plus[0] += 1
 
-    def bound(rate: Fraction, label: str) -> float:
-        return _bound(lambda s: sel.known_top_k(s, plus, 1, rate, 1)[0] == 0,
-                      lambda s: sel.known_top_k(s, base, 1, rate, 1)[0] == 0, n, label)
-
-    ok, bad = bound(eps, "ok"), bound(eps * Fraction(6, 5), "bad")
-    print(f"ε lower bound {ok:.3f} (claim {float(eps)}), broken variant {bad:.3f}")
-    assert ok <= float(eps) < bad
+    _check(eps, lambda rate, label: _audit(lambda s: sel.known_top_k(s, plus, 1, rate, 1)[0],
+                                           lambda s: sel.known_top_k(s, base, 1, rate, 1)[0], 0, rate, n, label))
 
 
 def _unknown(counts: list[int], k: int, dbar: int, eps: Fraction, delta: Fraction):
     h = np.asarray(counts, dtype=np.int64)
     return lambda s: sel.unknown_top_k(s, h, k, dbar, eps, 1, delta)
+
+
+def _first(result: sel.UnknownTopK) -> int:
+    """The first released position, or −1 for ⊥ first."""
+    return result.positions[0] if result.positions else -1
 
 
 @pytest.mark.slow
@@ -64,13 +76,8 @@ def test_unknown_domain_bottom_step_never_beats_its_epsilon_and_a_broken_one_is_
     1.97% vs 5.18%, ln ratio 0.966 at ε_per = 1; at rate 1.2 the ln ratio is 1.12. 2·10⁵ runs per side."""
     n, eps, delta = 200_000, Fraction(1), Fraction(1, 1000)
 
-    def bound(rate: Fraction, label: str) -> float:
-        return _bound(lambda s: _unknown([5, 0], 1, 1, rate, delta)(s).positions == [0],
-                      lambda s: _unknown([4, 0], 1, 1, rate, delta)(s).positions == [0], n, label)
-
-    ok, bad = bound(eps, "ok"), bound(eps * Fraction(6, 5), "bad")
-    print(f"ε lower bound {ok:.3f} (claim {float(eps)}), broken variant {bad:.3f}")
-    assert ok <= float(eps) < bad
+    _check(eps, lambda rate, label: _audit(lambda s: _first(_unknown([5, 0], 1, 1, rate, delta)(s)),
+                                           lambda s: _first(_unknown([4, 0], 1, 1, rate, delta)(s)), 0, rate, n, label))
 
 
 @pytest.mark.slow
@@ -81,13 +88,8 @@ def test_unknown_domain_kbar_step_never_beats_its_epsilon_and_a_broken_one_is_ca
     own ε_per, which the accounting composes. 10⁵ runs per side."""
     n, eps, delta = 100_000, Fraction(1), Fraction(1, 1000)
 
-    def bound(rate: Fraction, label: str) -> float:
-        return _bound(lambda s: _unknown([10, 4, 1], 1, 2, rate, delta)(s).k_bar == 1,
-                      lambda s: _unknown([10, 5, 1], 1, 2, rate, delta)(s).k_bar == 1, n, label)
-
-    ok, bad = bound(eps, "ok"), bound(eps * Fraction(6, 5), "bad")
-    print(f"ε lower bound {ok:.3f} (claim {float(eps)}), broken variant {bad:.3f}")
-    assert ok <= float(eps) < bad
+    _check(eps, lambda rate, label: _audit(lambda s: _unknown([10, 4, 1], 1, 2, rate, delta)(s).k_bar,
+                                           lambda s: _unknown([10, 5, 1], 1, 2, rate, delta)(s).k_bar, 1, rate, n, label))
 
 
 @pytest.mark.parametrize("n, delta", [pytest.param(10_000, Fraction(1, 50), id="fast"),
@@ -98,8 +100,9 @@ def test_unknown_domain_releases_a_new_group_with_probability_at_most_delta(n, d
     case (d̄ = 1 makes m = 1). The one-sided 99.5% lower bound on the release rate must stay ≤ δ;
     a threshold computed for 1.5·δ (rate 1.5·δ/(1 + 1.5δ)) must push it above δ."""
     eps = Fraction(1)
-    ok = _runs(lambda s: _unknown([1, 0], 1, 1, eps, delta)(s).positions == [0], n, f"new/{delta}")
-    bad = _runs(lambda s: _unknown([1, 0], 1, 1, eps, delta * Fraction(3, 2))(s).positions == [0], n, f"newbad/{delta}")
+    ok = int(_outcomes(lambda s: _first(_unknown([1, 0], 1, 1, eps, delta)(s)) == 0, n, f"new/{delta}").sum())
+    bad = int(_outcomes(lambda s: _first(_unknown([1, 0], 1, 1, eps, delta * Fraction(3, 2))(s)) == 0, n,
+                        f"newbad/{delta}").sum())
     assert _unknown([0, 0], 1, 1, eps, delta)(KeyedStream(b"\x03" * 32, "empty")).positions == []
     lo_ok, lo_bad = clopper_pearson(ok, n, "lower", 0.995), clopper_pearson(bad, n, "lower", 0.995)
     print(f"released {ok}/{n} (lower bound {lo_ok:.2e} ≤ δ = {float(delta):.0e}), broken {bad}/{n} ({lo_bad:.2e})")
