@@ -99,6 +99,7 @@ def test_histogram(zero_noise, pairs):
         a, calls_a = run(d)
         b, calls_b = run(_units_neighbour(d, rng, ["a", "b", "c", "d"]))
         assert calls_a == calls_b and len(calls_a) == 3
+        assert a["g"].to_list() == b["g"].to_list() == KEYS["g"].to_list()  # the undeclared "zz" never leaks
         assert (a["count"] - b["count"]).abs().sum() <= P * C
         assert (a["count_units"] - b["count_units"]).abs().sum() <= P
         assert (a["sum_x"] - b["sum_x"]).abs().sum() <= P * C * max(abs(lo), abs(hi)) + 1e-9
@@ -159,6 +160,7 @@ def test_topk(zero_noise, monkeypatch, pairs):
             assert [(c[1], c[2]) for c in calls_a] == [(a.height, laplace)]
             assert [(c[1], c[2]) for c in calls_b] == [(b.height, laplace)]
             assert not known_domain or a.height == b.height == q.k
+            assert not known_domain or set(a["g"]) | set(b["g"]) <= set(domain["g"])  # "new" is not a candidate
             both = a.join(b, on="g", suffix="_b")
             assert ((both["count"] - both["count_b"]).abs() <= tau).all()
             sa, fed_s, calls_s = run(_shuffled(d, rng))
