@@ -3,7 +3,7 @@
 Construction (documented in the README):
 
 * ``seed = HMAC-SHA256(key, b"dpcli/seed/v1\\x00" + canonical_json(query))``,
-  where the canonical query contains the data fingerprint (or ``--as-of``).
+  where the canonical query contains the fingerprints of every input read.
 * A :class:`KeyedStream` for a *label* (domain separation between mechanisms of
   one release) is the SHAKE-256 extendable output function in counter mode:
   chunk ``i`` is ``SHAKE256(b"dpcli/stream/v1" || seed || len(label) || label || i)``
