@@ -100,15 +100,60 @@ def test_small_groups_get_only_a_total(tmp_path):
     assert out.height == 8 and set(out["age"]) == {"total"} and set(out["geo_id"]) == {"01", "02"}
 
 
-def test_stability_is_enforced_or_truncated(tmp_path):
+def test_stability_is_enforced_by_truncation_in_code_order(tmp_path):
+    """Stability 1: (B, WC) keeps B, (W, WC) keeps W — their first iteration by code — so WC stays
+    empty. Nothing counts the truncated records (no error, no summary field)."""
     rows = [("01001", "1000;1100;2000", 1, "1", 30), ("01001", "1000", 1, "1", 30)]
-    strict = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 1\nstability = 1\n')))
-    # Both map to two groups: (WC, B) and (W, WC).
-    with pytest.raises(DataError, match="2 record\\(s\\) map to more than stability = 1"):
-        tab.run_tabulate(persons(rows), strict, KeyedStream(b"s" * 32, "tab"))
-    trunc = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 1\nstability = 1\non_unstable = "truncate"\n')))
-    r = tab.run_tabulate(persons(rows), trunc, KeyedStream(b"s" * 32, "tab"))
-    assert r.metadata["levels"][0]["truncated_records"] == 2
+    spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 200\nstability = 1\n')))
+    r = tab.run_tabulate(persons(rows), spec, KeyedStream(b"s" * 32, "tab"))
+    got = dict(zip(r.table["iteration"], r.table["count"]))
+    assert got == {"B": 1, "H": 0, "W": 1, "WC": 0}  # noise scale 1/180: zero here
+    assert "truncated_records" not in r.metadata["levels"][0]
+    # Row order does not matter: the same records reversed give the same release.
+    assert r.table.equals(tab.run_tabulate(persons(rows[::-1]), spec, KeyedStream(b"s" * 32, "tab")).table)
+
+
+def test_on_unstable_error_is_refused_by_the_spec(tmp_path):
+    """Refusing records over the stability would make the exit status depend on private records."""
+    with pytest.raises(StateError, match="on_unstable: can only be truncate"):
+        load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 1\nstability = 1\non_unstable = "error"\n')))
+
+
+def test_bad_records_are_dropped_silently_and_empty_input_is_released(tmp_path):
+    """Unknown blocks, null or unparsable fields, unknown sex codes and negative ages are dropped
+    inside the tabulation: the release equals the one without them (same stream). No records at
+    all is released like any other input (every group, with noise)."""
+    spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 1\nstability = 4\n')))
+    good = pl.DataFrame({"block": ["01001", "02001"] * 30, "race": ["1000", "2000;1000"] * 30, "eth": ["1", "2"] * 30,
+                         "sex": ["1", "2"] * 30, "age": ["30", "70"] * 30})
+    bad = pl.DataFrame({"block": ["09999", None, "01001", "01001", "01001", "01001", "01001", "01001", "01001"],
+                        "race": ["1000", "1000", "abc", "1000;x", "", "1000", "1000", "1000", "1000"],
+                        "eth": ["1", "1", "1", "1", "1", "yes", "1", "1", "1"],
+                        "sex": ["1", "1", "1", "1", "1", "1", "9", "1", "1"],
+                        "age": ["30", "30", "30", "30", "30", "30", "30", "-4", "3.5"]})
+
+    def run(df: pl.DataFrame) -> pl.DataFrame:
+        return tab.run_tabulate(InputTable(df.lazy(), "sha256:x", "p", "csv"), spec, KeyedStream(b"d" * 32, "tab")).table
+
+    clean = run(good)
+    assert clean.equals(run(pl.concat([bad.head(4), good, bad.tail(5)])))
+    empty = run(good.clear())
+    assert empty.select("geo_id", "iteration").unique().height == 8  # 2 states × 4 iterations, all noisy
+
+
+def test_integer_and_list_columns_are_accepted_and_float_ages_are_a_schema_error(tmp_path):
+    spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 1\nstability = 4\n')))
+    text = pl.DataFrame({"block": ["01001", "02001"], "race": ["1000", "2000;1000"], "eth": ["1", "2"],
+                         "sex": ["1", "2"], "age": ["30", "70"]})
+    typed = pl.DataFrame({"block": ["01001", "02001"], "race": [[1000], [2000, 1000]], "eth": [1, 2],
+                          "sex": [1, 2], "age": [30, 70]})
+
+    def run(df: pl.DataFrame) -> pl.DataFrame:
+        return tab.run_tabulate(InputTable(df.lazy(), "sha256:x", "p", "csv"), spec, KeyedStream(b"i" * 32, "tab")).table
+
+    assert run(text).equals(run(typed))
+    with pytest.raises(DataError, match="'age' \\(age\\) must hold integer codes"):
+        run(typed.with_columns(pl.col("age").cast(pl.Float64)))
 
 
 @pytest.mark.parametrize("calibration, lo, hi", [("exact", 0.95, 1.0), ("paper", 0.925, 0.955)])

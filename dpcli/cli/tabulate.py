@@ -55,7 +55,10 @@ def tabulate(
     events = tab.events(spec)
     fmt = output_plan(output, out_format, as_json)
     c = spec.columns
-    table = open_input(input, input_format, text_columns=(c["block"], c["race"], c["sex"]))
+    # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
+    # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
+    # turn into a data-dependent error.
+    table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")))
     data = {
         "data": table.fingerprint,
         "spec": fingerprint_file(Path(spec_path)),
@@ -64,6 +67,8 @@ def tabulate(
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
     with working(ctx, f"tabulating {table.name}"):
         release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error)
+    # The summary holds public values (spec, levels, groups enumerated from the public block list,
+    # noise scales) and functions of the noisy output (branches, rows): no count of records.
     metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}
     line = f"tabulate {table.name}: {release.metadata['rows']} cell(s) over {len(spec.levels)} level(s)"
     charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line)

@@ -108,7 +108,7 @@ class UnknownTopK:
     positions: list[int]  # 0-based positions in the descending sort, in release order
     bottom: bool  # True when ⊥ was reached before k items (fewer than k released)
     k_bar: int  # the threshold index k̄ (1-based, as in the paper)
-    h_bottom: float  # h_⊥ (real-valued; reported, never released with noise)
+    h_bottom: float  # h_⊥ (real-valued; internal only: it is h_(k̄+1) plus a public constant)
 
 
 def _delta_rational(delta: Fraction, m: int) -> Fraction:

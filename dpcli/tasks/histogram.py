@@ -405,11 +405,10 @@ def run_histogram(
         keep = u >= plan.threshold
         totals = totals.filter(pl.Series(keep))
         noisy["units"] = u[keep]
-        meta["threshold"] = plan.threshold
-        meta["groups_seen"] = int(keep.size)
+        meta["threshold"] = plan.threshold  # public: from the plan (no count of the groups seen)
     elif q.domain == "unklap":
         totals, noisy, bottom = _unklap(totals, q, plan, stream)
-        meta["bottom"] = bottom
+        meta["bottom"] = bottom  # v_⊥: the noisy threshold, part of UnkLap's output (Alg. 3)
     for name, mmt in plan.measurements.items():
         if name in noisy or mmt.noise is None:
             continue

@@ -4,7 +4,10 @@ For every population-group level i (a geography level × an iteration level)
 with budget ρ_i (ε_i for geometric noise) and stability s:
 
 * each record maps to at most s population groups (geographic entity ×
-  characteristic iteration) — enforced, not trusted;
+  characteristic iteration) — enforced by truncation, not trusted: a record in
+  more than s groups of a level is kept in its first s iterations of that level
+  in code order (the spec's iteration codes, sorted), a rule that depends on the
+  record's own content only, never on row order or on other records;
 * each group P gets ρ_i/s (Alg. 1): TotalOnly groups release a noisy total with
   all of it; the others spend γ·ρ_i/s on a noisy total (step 1, not released)
   and (1 − γ)·ρ_i/s on the statistics it selects (step 2, Alg. 2): the total
@@ -12,6 +15,21 @@ with budget ρ_i (ε_i for geometric noise) and stability s:
   fine age bins depending on which of θ1 ≤ · < θ2 ≤ · < θ3 ≤ · it falls in;
 * every count gets independent integer noise: geometric (discrete Laplace,
   scale 1/ε) or discrete Gaussian (σ² = 1/(2ρ)), from the keyed stream.
+
+**Control flow depends on public inputs only** (the spec, the public block list
+and the input's schema), never on the records: a run that fails fails for every
+dataset of that schema, and no message, summary field or exit code depends on
+the records (only the noisy counts do). Records that break a per-record
+assumption are handled *inside* the bounded transformation, where the
+sensitivity analysis (one record, at most s groups per level) already covers
+them: records over the stability bound are truncated as above, and records whose
+block id is missing from the public block list, whose block, race, ethnicity,
+sex or age is null or unparsable (an empty race list counts as unparsable, as
+does any code in it that is not an integer), whose sex code is not among the
+spec's ``sexes`` or whose age is negative are dropped. An input with no (usable)
+records is released like any other: every group gets its noisy statistics.
+Schema problems — a spec column missing from the input, or a column whose type
+cannot hold the codes (e.g. a float age) — are errors.
 
 Groups are enumerated from public information only (the spec's iterations and
 the public block list), so empty groups are released too and the set of rows
@@ -199,26 +217,70 @@ def _membership(it: Iteration) -> pl.Expr:
     return inside.list.all() if it.alone else inside.list.any()
 
 
+def _codes(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """Integer codes from an integer or text column; anything unparsable becomes null (dropped later)."""
+    if dtype.is_integer():
+        return expr.cast(pl.Int64, strict=False)
+    return expr.cast(pl.String).str.strip_chars().cast(pl.Int64, strict=False)
+
+
 def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
+    """The spec's columns, typed: ``__block``, ``__race`` (list of codes), ``__eth``, ``__sex``, ``__age``.
+
+    Only the *schema* is checked here (missing columns and unusable types are errors, the
+    same for every dataset of that schema); values that do not parse become nulls, and
+    :func:`_usable` drops their records.
+    """
     c = spec.columns
     schema = table.frame.collect_schema()
     for key, col in c.items():
         if col not in schema:
             raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {table.name}")
-    if not schema[c["age"]].is_integer():
-        raise DataError(f"column {c['age']!r} (age) must hold integers, but is {schema[c['age']]}")
+    for key in ("ethnicity", "age"):
+        dtype = schema[c[key]]
+        if not (dtype.is_integer() or dtype == pl.String):
+            raise DataError(f"column {c[key]!r} ({key}) must hold integer codes (integers or text), but is {dtype}")
+    for key in ("block", "sex"):
+        if schema[c[key]].is_nested():
+            raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {schema[c[key]]}")
+    race_type = schema[c["race"]]
     race = pl.col(c["race"])
-    if schema[c["race"]] == pl.String:
+    if race_type == pl.String:
         race = race.str.split(";")
-    elif not isinstance(schema[c["race"]], pl.List):
-        race = pl.concat_list(race.cast(pl.String))
+        inner: pl.DataType = pl.String()
+    elif isinstance(race_type, pl.List):
+        inner = race_type.inner
+    elif race_type.is_integer():
+        race = pl.concat_list(race)
+        inner = race_type
+    else:
+        raise DataError(f"column {c['race']!r} (race) must hold ';'-separated codes, integers or lists, but is {race_type}")
+    if not (inner.is_integer() or inner == pl.String):
+        raise DataError(f"column {c['race']!r} (race) must hold integer codes, but is {race_type}")
     return table.frame.select(
         pl.col(c["block"]).cast(pl.String).alias("__block"),
-        race.list.eval(pl.element().cast(pl.String).str.strip_chars().cast(pl.Int64)).alias("__race"),
-        pl.col(c["ethnicity"]).cast(pl.String).str.strip_chars().cast(pl.Int64).alias("__eth"),
+        race.list.eval(_codes(pl.element(), inner)).alias("__race"),
+        _codes(pl.col(c["ethnicity"]), schema[c["ethnicity"]]).alias("__eth"),
         pl.col(c["sex"]).cast(pl.String).alias("__sex"),
-        pl.col(c["age"]).cast(pl.Int64).alias("__age"),
+        _codes(pl.col(c["age"]), schema[c["age"]]).alias("__age"),
     )
+
+
+def _usable(spec: Spec) -> pl.Expr:
+    """The records the tabulation keeps: every field present and parsable, a known sex code, age ≥ 0.
+
+    (Blocks outside the public list are dropped by the join with it.) Dropping is part of the
+    bounded transformation: it removes a record's contribution entirely, which the sensitivity
+    analysis already covers, and it is never counted or reported.
+    """
+    race = pl.col("__race")
+    return (
+        pl.all_horizontal(pl.col(c).is_not_null() for c in ("__block", "__race", "__eth", "__sex", "__age"))
+        & (race.list.len() > 0)
+        & ~race.list.eval(pl.element().is_null()).list.any()
+        & pl.col("__sex").is_in(list(spec.sexes))
+        & (pl.col("__age") >= 0)
+    ).fill_null(False)
 
 
 def _entities(blocks: pl.DataFrame, spec: Spec, level: Level) -> pl.DataFrame:
@@ -277,28 +339,16 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
 def run_tabulate(table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order."""
     blocks = read_blocks(spec)
-    persons = _prepare(table, spec)
+    persons = _prepare(table, spec).filter(_usable(spec))
+    # An inner join with the public block list drops records whose block is not on it (and adds
+    # the area columns non-nested geography levels use); block ids are unique there, so no record
+    # is duplicated.
     areas = [g.column for g in spec.geo_levels.values() if g.column]
-    if areas:
-        persons = persons.join(
-            blocks.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
-            on="__block", how="left",
-        )
+    persons = persons.join(
+        blocks.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
+        on="__block", how="inner",
+    )
     persons_df = collect(persons, f"cannot read {table.name}")
-    if persons_df.height == 0:
-        raise DataError(f"{table.name} has no records")
-    for col, what in (("__block", "block"), ("__race", "race"), ("__eth", "ethnicity"), ("__sex", "sex"), ("__age", "age")):
-        nulls = persons_df[col].null_count()
-        if nulls:
-            raise DataError(f"column {spec.columns[what]!r} has {nulls} null or unparsable value(s) in {table.name}")
-    unknown_blocks = persons_df.filter(~pl.col("__block").is_in(blocks["block"].implode())).height
-    if unknown_blocks:
-        raise DataError(f"{unknown_blocks} record(s) have a block id missing from the public block list")
-    bad_sex = persons_df.filter(~pl.col("__sex").is_in(list(spec.sexes))).height
-    if bad_sex:
-        raise DataError(f"{bad_sex} record(s) have a sex code not in the spec's sexes {list(spec.sexes)}")
-    if persons_df["__age"].min() < 0:  # type: ignore[operator]
-        raise DataError("ages must be ≥ 0")
     # Which iterations each person belongs to, once per iteration level (codes in sorted order).
     persons_lf = persons_df.lazy().with_columns(
         _age_bin(spec.age_bins[0]).alias("__a0"), _age_bin(spec.age_bins[1]).alias("__a1"),
@@ -330,15 +380,9 @@ def _tabulate_level(
     its = spec.iterations[level.iterations]
     geo = _geo_expr(spec, level)
     lf = persons.with_columns(pl.col(f"__its_{level.iterations}").alias("__its"), geo.alias("geo_id"))
-    lf = lf.with_columns(
-        pl.when(pl.col("geo_id").is_null()).then(pl.lit(0)).otherwise(pl.col("__its").list.len()).alias("__n")
-    )
-    over = int(collect(lf.select((pl.col("__n") > level.stability).sum()), "checking stability").item())
-    if over and not level.truncate:
-        raise DataError(
-            f"level {level.name}: {over} record(s) map to more than stability = {level.stability} population "
-            "groups; raise the level's stability or set on_unstable = \"truncate\""
-        )
+    # Stability, enforced: each record keeps its first s iterations of this level (in code order:
+    # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
+    # is exactly what `budget.per_group` = ρ_i/s is calibrated for. Nothing counts the truncated.
     lf = lf.with_columns(pl.col("__its").list.head(level.stability))
     rows = lf.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
     counts = collect(
@@ -407,10 +451,11 @@ def _tabulate_level(
     result = result.sort(["geo_id", "iteration", "sex", "__bin"], nulls_last=False).with_columns(
         pl.lit(level.name).alias("level")
     ).select(["level", "geo_id", "iteration", "sex", "age", "count"] + (["moe95"] if with_error else []))
+    # Public or noisy only: `groups` is enumerated from the spec and the public block list;
+    # `branches` is a function of the noisy step-1 totals (it is visible in the rows anyway).
     info = {
         "level": level.name,
         "groups": n,
-        "truncated_records": over if level.truncate else 0,
         "branches": {name: int((branch == v).sum()) for v, name in
                      ((-1, "total_only"), (0, "total"), (1, "coarse"), (2, "medium"), (3, "fine"))},
         "per_group": f"{float(per_group):.6g}",

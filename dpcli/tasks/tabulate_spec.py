@@ -54,7 +54,7 @@ class Level:
     moe: float | None
     budget: Fraction | None  # the level's total ε (geometric) or ρ (discrete Gaussian), if given directly
     total_only: bool
-    truncate: bool  # records in more than `stability` groups: truncate (True) or refuse (False)
+    truncate: bool  # always True: records in more than `stability` groups are truncated, never refused
 
     @property
     def name(self) -> str:
@@ -239,9 +239,12 @@ def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
                 raise _err(where + budget_key, f"must be a number, got {budget_raw!r}") from None
             if budget <= 0:
                 raise _err(where + budget_key, "must be > 0")
-        unstable = _get(lv, "on_unstable", where, str, "error")
-        if unstable not in ("error", "truncate"):
-            raise _err(where + "on_unstable", "must be error or truncate")
+        # Records over the stability bound are always truncated: refusing them would make the exit
+        # status depend on private records. "truncate" is still accepted (the only behaviour).
+        unstable = _get(lv, "on_unstable", where, str, "truncate")
+        if unstable != "truncate":
+            raise _err(where + "on_unstable", "can only be truncate (records over the stability are always "
+                       "truncated to their first s iterations; refusing them would reveal them)")
         for k in lv:
             if k not in ("geography", "iterations", "stability", "moe", "epsilon", "rho", "total_only", "on_unstable"):
                 raise _err(where + k, "unknown key")

@@ -204,7 +204,9 @@ def run_topk(
         res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.d_bar, plan.epsilon_per, q.tau, plan.delta)
         chosen = ranked[res.positions]
         bottom = res.bottom
-        meta.update({"k_bar": res.k_bar, "h_bottom": round(res.h_bottom, 6), "dbar": q.d_bar})
+        # k̄ is the output of an exponential mechanism (paid by the '+1' of Theorem 1), so it may be
+        # shown; h_⊥ = h_(k̄+1) + a public constant is an exact count and is not.
+        meta.update({"k_bar": res.k_bar, "dbar": q.d_bar})
     out = chosen.select(by).with_row_index("rank", offset=1).with_columns(pl.col("rank").cast(pl.Int64))
     if q.with_counts:
         assert plan.count_noise is not None
@@ -215,5 +217,6 @@ def run_topk(
         meta["count_noise"] = plan.count_noise.describe()
     units = _br_units(q, out.height, bottom)
     actual = _events(q, plan.ledger_mode, plan.epsilon_per, plan.delta, units) if plan.ledger_mode == "br" else plan.reserve
+    # found, bottom and br_units are functions of the released list alone (post-processing).
     meta.update({"found": out.height, "k": q.k, "bottom": bottom, "br_units": units})
     return TopKRelease(out, bottom, actual, meta)

@@ -1,0 +1,153 @@
+"""Differential report checks: run a dpcli command on D and D′ under one forced seed, compare what is public.
+
+The threat model says nothing that leaves dpcli may depend on the data except
+through noise. With the data fingerprint kept out of the seed, D and a
+neighbour D′ get the *same* noise draws, so every part of the report that is
+not a noisy released value must come out byte-identical: exit code, stderr,
+the ``--json`` summary and the ledger entries. Any difference is an exact
+statistic leaking (e.g. a count of groups seen, truncated records or a
+threshold computed from a true count).
+
+Usage::
+
+    a, b, diff = differential(["histogram", path, "--json", ...], path, d_csv, d2_csv, tmp_path,
+                              setup=[["budget", "init", "default", ...]], noisy={"json.summary.k_bar"})
+    assert diff == []
+
+Each run gets its own state directory (with the same forced seed the second
+run would otherwise be a free replay); the input path is the same in both
+runs (it appears in summary lines), only its content differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import hashlib
+import json
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import polars as pl
+from typer.testing import CliRunner
+
+from dpcli.cli.app import app
+from dpcli.core.prf import canonical_json
+from dpcli.errors import BudgetError
+from dpcli.state import ledger
+
+runner = CliRunner()
+
+#: Ledger entry fields that differ between any two runs (or state dirs) whatever the data.
+VOLATILE_LEDGER_FIELDS = ("time", "hash", "prev", "seq")
+
+
+@dataclass
+class Report:
+    """Everything one CLI run makes public (stdout parsed when it is JSON)."""
+
+    exit_code: int
+    stdout: str
+    json: Any | None
+    stderr: str
+    ledger: list[dict[str, Any]]
+
+
+def _forced_derive_seed(key: bytes, material: dict[str, Any]) -> bytes:
+    """A seed from the query alone: no key, no data fingerprints, so D and D′ draw the same noise."""
+    return hashlib.sha256(b"report-diff\x00" + canonical_json(material.get("query", {}))).digest()
+
+
+@contextlib.contextmanager
+def forced_seed() -> Iterator[None]:
+    """Patch the release seed so that it ignores the secret key and the data fingerprints."""
+    with mock.patch("dpcli.cli._release.derive_seed", _forced_derive_seed):
+        yield
+
+
+def _ledger_entries(state_dir: Path, analyst: str) -> list[dict[str, Any]]:
+    try:
+        led = ledger.read_ledger(state_dir, analyst)
+    except BudgetError:  # no ledger (none was set up)
+        return []
+    return [{k: v for k, v in e.items() if k not in VOLATILE_LEDGER_FIELDS} for e in led.entries]
+
+
+def run_cli(args: Sequence[str], state_dir: Path, setup: Sequence[Sequence[str]] = (),
+            analyst: str = "default") -> Report:
+    """Run ``setup`` commands then ``args`` (all with state dir ``state_dir``) under the forced seed."""
+    env = {"DPCLI_STATE_DIR": str(state_dir), "DPCLI_ANALYST": analyst}
+    with forced_seed():
+        for cmd in setup:
+            r = runner.invoke(app, [str(a) for a in cmd], env=env)
+            assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
+        r = runner.invoke(app, [str(a) for a in args], env=env)
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        doc = None
+    return Report(r.exit_code, r.stdout, doc, r.stderr, _ledger_entries(state_dir, analyst))
+
+
+def _walk(a: Any, b: Any, path: str, noisy: Collection[str], out: list[str]) -> None:
+    if any(fnmatch.fnmatchcase(path, pat) for pat in noisy):
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in a or k not in b:
+                if not any(fnmatch.fnmatchcase(sub, pat) for pat in noisy):
+                    out.append(f"{sub}: only in {'D′' if k not in a else 'D'}")
+                continue
+            _walk(a[k], b[k], sub, noisy, out)
+        return
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _walk(x, y, f"{path}.{i}", noisy, out)
+        return
+    if a != b:
+        out.append(f"{path}: {a!r} != {b!r}")
+
+
+def report_diff(a: Report, b: Report, noisy: Collection[str] = ()) -> list[str]:
+    """Where two reports differ, as ``path: old != new`` lines (empty: indistinguishable).
+
+    Compared: exit code, stderr, the parsed stdout (``--json``) and the ledger entries. The
+    released rows (``json.result``) are noisy values and skipped; ``noisy`` adds fnmatch
+    patterns of dotted paths that may differ too (noisy values or functions of them only),
+    e.g. ``"json.summary.k_bar"`` or ``"json.summary.levels.*.branches"``.
+    """
+    out: list[str] = []
+    if a.exit_code != b.exit_code:
+        out.append(f"exit_code: {a.exit_code} != {b.exit_code}")
+    if a.stderr != b.stderr:
+        out.append(f"stderr: {a.stderr!r} != {b.stderr!r}")
+    skip = {"json.result", *noisy}
+    if (a.json is None) != (b.json is None):
+        out.append("json: only one run printed JSON")
+    elif a.json is not None:
+        _walk(a.json, b.json, "json", skip, out)
+    _walk(a.ledger, b.ledger, "ledger", skip, out)
+    return out
+
+
+def differential(args: Sequence[Any], data: Path, d: bytes | str, d2: bytes | str, tmp: Path,
+                 setup: Sequence[Sequence[Any]] = (), noisy: Collection[str] = ()) -> tuple[Report, Report, list[str]]:
+    """Run ``args`` with ``data`` holding D, then with ``data`` holding D′, each in a fresh state dir.
+
+    The file path is the same in both runs (it appears in summaries and ledger lines), only its
+    content changes. Returns both reports and :func:`report_diff` of them.
+    """
+    reports = []
+    for label, content in (("D", d), ("D-prime", d2)):
+        data.write_bytes(content.encode() if isinstance(content, str) else content)
+        reports.append(run_cli([str(a) for a in args], tmp / f"state-{label}", setup))
+    return reports[0], reports[1], report_diff(reports[0], reports[1], noisy)
+
+
+def csv_text(df: pl.DataFrame) -> str:
+    """A frame as CSV text (for building D and D′ = D plus rows)."""
+    return df.write_csv()
