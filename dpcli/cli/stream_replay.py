@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import secrets
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -56,12 +56,12 @@ def stream_replay(
     state: Annotated[
         str | None,
         typer.Option("--state", help="Incremental mode: keep the stream in FILE between runs (cron); each run "
-                     "feeds the events after the last run and emits the triggers they complete."),
+                     "feeds the events after the last trigger already run and runs the triggers up to --through."),
     ] = None,
     through: Annotated[
         str | None,
-        typer.Option("--through", help="With --state: run every trigger ending at or before TIME (ISO or epoch "
-                     "seconds), even with no events."),
+        typer.Option("--through", help="Run every trigger ending at or before TIME (ISO 8601 or epoch seconds; "
+                     "default: now); events after it are ignored."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the calibration and cost; read no data.")] = False,
     input_format: InputFormatOpt = None,
@@ -75,10 +75,16 @@ def stream_replay(
     their window's noisy cumulative count (and sum), under one (ε, δ)
     user-level guarantee for the whole output stream.
 
+    Windows are aligned to the epoch; a run executes every trigger ending at
+    or before --through (default: now), whatever the data, and ignores events
+    after it. Records with a missing or unparsable time, a null unit or a
+    missing or non-finite value are dropped before the per-unit cap, never
+    counted or reported.
+
     With --state FILE the stream persists between runs: the first run creates
     FILE (0600) and debits the whole stream's (ε, δ) once; each later run takes
-    only events after the last trigger already run, and a run repeated with the
-    same input returns the same rows again.
+    only events after the last trigger already run (late events are dropped),
+    and a run repeated with the same input returns the same rows again.
     """
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
@@ -99,32 +105,37 @@ def stream_replay(
         emit_json({"query": query.canonical(), **plan.summary, "cost": [e.to_json() for e in plan.events]})
         return
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    moment = _parse_time(through) if through is not None else None
+    if moment is not None:
+        sr.trigger_through(moment, query.window // query.triggers)  # a bad --through fails before any data is read
     fmt = output_plan(output, out_format, as_json)
-    table = open_input(input, input_format)
+    # CSV columns the query reads are taken as text: their types (and the keys' spelling and order) must
+    # not depend on what one record holds; times and values are parsed per record by the task.
+    table = open_input(input, input_format, text_columns=(time, privacy_unit, *query.keys, *([value] if value else [])))
     wanted = {privacy_unit: "key", time: "temporal", **{k: "key" for k in query.keys}}
     if value:
-        wanted[value] = "numeric"
+        wanted[value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
     require_columns(table, wanted)  # type: ignore[arg-type]
     if state is not None:
         _incremental(ctx, analyst, Path(state), through, query, plan, table, output, fmt, as_json)
         return
-    if through is not None:
-        raise UsageError("--through needs --state FILE")
-    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 1, **query.canonical()}, {"data": table.fingerprint})
+    # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
+    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint})
     with working(ctx, f"replaying {table.name}"):
-        release = sr.run_stream(table, query, plan, seed.seed)
-    line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s) over "
-            f"{release.metadata['keys_seen']} key(s)")
+        release = sr.run_stream(table, query, plan, seed.seed, moment)
+    line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
+            f"triggers run through {release.metadata['through']}")
     charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), release.table, output, fmt,
                      {"command": "stream-replay", **release.metadata}, as_json, line)
 
 
 def _parse_time(text: str) -> datetime:
+    """``--through``: ISO 8601 (naive means UTC) or integer epoch seconds; a usage error otherwise."""
     try:
         if text.strip().lstrip("-").isdigit():
-            return datetime.fromtimestamp(int(text), tz=timezone.utc)
+            return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=int(text))
         moment = datetime.fromisoformat(text.strip())
-    except (ValueError, OverflowError):
+    except (ValueError, OverflowError, OSError):
         raise UsageError(f"cannot read --through {text!r} (use e.g. 2026-11-02T00:00:00 or epoch seconds)") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 

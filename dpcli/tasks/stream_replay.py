@@ -32,6 +32,24 @@ Trees start at the trigger where they are created and span the rest of the
 window (the same guarantee as running them from the window's start on zeros,
 without the noise of the empty prefix).
 
+Which records count (the bounded transformation, per record and then per
+unit, so one unit's records never change which records of others count):
+
+* a record is dropped when its time is missing, does not parse (ISO 8601 with
+  an optional offset, or epoch seconds; the layout is fixed, never inferred
+  from the data) or lies in a window not wholly within 0001-01-01 … 9999-12-31
+  UTC; when its unit is null; when ``--value`` is given and its value is
+  missing, unparsable or not finite; when its trigger ends after the run's
+  public ``through`` time; with ``--state``, when its trigger has already run
+  (a late event);
+* then each unit keeps its first C remaining records in time order, over the
+  whole stream.
+
+Dropped records are never counted or reported. The triggers a run executes
+depend only on public inputs: windows are aligned to the epoch and every
+trigger ending at or before ``through`` (default: now) runs; a window without
+events has no keys and releases nothing.
+
 Accounting (Sec. 4.4, Sec. 5 split): key selection gets ε/2 and 2δ/3, of which
 half the δ converts its zCDP to (ε, δ) and half bounds the (e^ε + 1)·C·β
 failure term of Theorem 3.1 over C rounds; perturbation gets ε/2 and δ/3
@@ -61,6 +79,23 @@ from dpcli.core.samplers import effective_sigma2
 from dpcli.errors import DataError, StateError, UsageError
 from dpcli.tables import InputTable, collect
 
+#: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
+MIN_SECONDS = -62_135_596_800
+MAX_SECONDS = 253_402_300_799
+#: Largest public parameters: beyond them the float calibration over- or underflows, or one key's
+#: trees (``triggers`` floats each) and the threshold cache (up to triggers²/2 floats) grow too large.
+MAX_WINDOW_DAYS = 36_500
+MAX_TRIGGERS = 4096
+MAX_RECORDS = 1_000_000
+MAX_MU = 1_000_000_000
+MAX_EPSILON = 100
+MIN_DELTA = Fraction(1, 10**100)
+CLAMP_RANGE = (1e-9, 1e15)
+#: ISO 8601 layouts accepted in text timestamps (a trailing Z counts as +00:00); anything else that is
+#: not a number of epoch seconds is unparsable.
+_ISO_LAYOUTS = ("%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
 
 @dataclass(frozen=True)
 class StreamQuery:
@@ -79,22 +114,27 @@ class StreamQuery:
     mu: int = 0
 
     def validate(self) -> None:
+        """Refuse parameters that cannot be honoured (all public: exit 2, before any data is read)."""
         if self.unit in self.keys:
             raise UsageError("the privacy unit cannot also be a --key column")
         if self.window < 1 or self.triggers < 1:
             raise UsageError("--window and the number of triggers must be positive")
+        if self.window > MAX_WINDOW_DAYS * 86400:
+            raise UsageError(f"--window must be at most {MAX_WINDOW_DAYS}d")
+        if self.triggers > MAX_TRIGGERS:
+            raise UsageError(f"at most {MAX_TRIGGERS} triggers per window (got {self.triggers})")
         if self.window % self.triggers:
             raise UsageError(f"--window {self.window}s does not split into {self.triggers} equal triggers")
-        if self.max_records < 1:
-            raise UsageError("--max-records must be ≥ 1")
-        if not self.epsilon > 0 or not 0 < self.delta < 1:
-            raise UsageError("stream-replay needs --epsilon > 0 and --delta in (0, 1)")
+        if not 1 <= self.max_records <= MAX_RECORDS:
+            raise UsageError(f"--max-records must be between 1 and {MAX_RECORDS}")
+        if not 0 < self.epsilon <= MAX_EPSILON or not MIN_DELTA <= self.delta < 1:
+            raise UsageError(f"stream-replay needs --epsilon in (0, {MAX_EPSILON}] and --delta in [1e-100, 1)")
         if (self.value is None) != (self.clamp is None):
             raise UsageError("--value and --clamp go together")
-        if self.clamp is not None and not (math.isfinite(self.clamp) and self.clamp > 0):
-            raise UsageError("--clamp must be a positive number")
-        if self.mu < 0:
-            raise UsageError("--mu must be ≥ 0")
+        if self.clamp is not None and not (math.isfinite(self.clamp) and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
+            raise UsageError(f"--clamp must be between {CLAMP_RANGE[0]:g} and {CLAMP_RANGE[1]:g}")
+        if not 0 <= self.mu <= MAX_MU:
+            raise UsageError(f"--mu must be between 0 and {MAX_MU}")
 
     def canonical(self) -> dict[str, Any]:
         return {
@@ -182,55 +222,81 @@ def parse_duration(text: str) -> int:
     return value
 
 
-def prepare_events(table: InputTable, q: StreamQuery) -> pl.DataFrame:
+def prepare_events(table: InputTable, q: StreamQuery, through: int | None = None) -> pl.DataFrame:
     """Events in time order with their window, trigger and global trigger index ``__g``.
 
-    Each unit keeps its first C records in time order (ties broken by content);
-    values are clamped and converted to grid units.
+    Records that cannot count are dropped first (see the module docstring; with
+    ``through``, also those whose trigger ends after global trigger
+    ``through``); then each unit keeps its first C records in time order (ties
+    broken by content); values are clamped and converted to grid units.
     """
-    return _prepare(table, q, None, False)[0]
+    return _prepare(table, q, None, None, through)
 
 
-def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None,
-             allow_empty: bool) -> tuple[pl.DataFrame, int | None]:
-    """:func:`prepare_events`, with the records ``used`` by units in earlier runs counting towards C;
-    also returns the global trigger of the latest event before the cap (None without events)."""
-    schema = table.frame.collect_schema()
-    dtype = schema[q.time]
+def _event_seconds(table: InputTable, q: StreamQuery) -> pl.Expr:
+    """The time column as integer epoch seconds (UTC), null where it is missing, unparsable or out of range.
+
+    Text is read as ISO 8601 (:data:`_ISO_LAYOUTS`, naive times are UTC) or
+    as epoch seconds, each value on its own: the layout is never inferred from
+    other rows. Numbers are epoch seconds (floored); dates are midnight UTC.
+    """
+    dtype = table.frame.collect_schema()[q.time]
     t = pl.col(q.time)
     if dtype == pl.String:
-        t = t.str.to_datetime(strict=False)
+        text = t.str.strip_chars()
+        iso = text.str.replace(r"[zZ]$", "+00:00")
+        parsed = [iso.str.to_datetime(f, time_unit="us", strict=False, exact=True).dt.epoch("s") for f in _ISO_LAYOUTS]
+        parsed += [iso.str.to_datetime(f + "%z", time_unit="us", strict=False, exact=True).dt.epoch("s")
+                   for f in _ISO_LAYOUTS[:-1]]
+        seconds = pl.coalesce(*parsed, _float_seconds(text.cast(pl.Float64, strict=False)))
+    elif dtype == pl.Date:
+        seconds = t.cast(pl.Int32).cast(pl.Int64) * 86400
+    elif isinstance(dtype, pl.Datetime):
         seconds = t.dt.epoch("s")
-    elif dtype.is_temporal():
-        seconds = t.cast(pl.Datetime("us")).dt.epoch("s")
     elif dtype.is_numeric():
-        seconds = t.cast(pl.Float64).floor().cast(pl.Int64)
-    else:
+        seconds = _float_seconds(t.cast(pl.Float64, strict=False))
+    else:  # the column's type, not its values, decides: the same for every dataset of this schema
         raise DataError(f"column {q.time!r} must hold timestamps, but is {dtype}")
-    cols = [seconds.alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
+    start = seconds // q.window * q.window  # the window, which must start and end on showable dates
+    return pl.when((start >= MIN_SECONDS) & (start + q.window <= MAX_SECONDS)).then(seconds)
+
+
+def _float_seconds(x: pl.Expr) -> pl.Expr:
+    """Floored epoch seconds of a float, null unless finite and (loosely) in range."""
+    ok = x.is_finite() & (x.abs() <= 1e12)
+    return pl.when(ok).then(x.floor()).cast(pl.Int64, strict=False)
+
+
+def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None, after: int | None,
+             through: int | None) -> pl.DataFrame:
+    """:func:`prepare_events`, with the records ``used`` by units in earlier runs counting towards C and
+    events whose trigger is at or before global trigger ``after`` (already run) dropped."""
+    step = q.window // q.triggers
+    schema = table.frame.collect_schema()
+    cols = [_event_seconds(table, q).alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
+    keep = pl.col("__t").is_not_null() & pl.col("__unit").is_not_null()
     grid = q.grid
     if grid is not None and q.value is not None:
-        units = (pl.col(q.value).cast(pl.Float64).clip(grid.lo, grid.hi) / float(grid.granularity)).round(0)
-        cols.append(units.cast(pl.Int64, strict=False).alias("__v"))
-        cols.append(pl.col(q.value).cast(pl.Float64).is_finite().not_().alias("__bad"))
-    lf = table.frame.select(cols)
+        dtype = schema[q.value]
+        if not (dtype.is_numeric() or dtype == pl.String):
+            raise DataError(f"column {q.value!r} must be numeric but is {dtype} in {table.name}")
+        raw = pl.col(q.value).str.strip_chars() if dtype == pl.String else pl.col(q.value)
+        x = raw.cast(pl.Float64, strict=False)
+        # |units| ≤ 2^10 per record (the grid has ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53
+        # records; totals across triggers are Python integers (no wrap-around).
+        units = (x.clip(grid.lo, grid.hi) / float(grid.granularity)).round(0)
+        cols += [pl.when(x.is_finite()).then(units).cast(pl.Int64, strict=False).alias("__v")]
+        keep &= pl.col("__v").is_not_null()
+    g = pl.col("__t") // step + 1
+    if after is not None:
+        keep &= g > after
+    if through is not None:
+        keep &= g <= through
+    lf = table.frame.select(cols).filter(keep)
     df = collect(lf, f"cannot read {table.name}")
-    if df.height == 0 and not allow_empty:
-        raise DataError(f"{table.name} has no events")
-    bad_t = df["__t"].null_count()
-    if bad_t:
-        raise DataError(f"column {q.time!r} has {bad_t} missing or unparseable timestamp(s) in {table.name}")
-    if df["__unit"].null_count():
-        raise DataError(f"column {q.unit!r} (the privacy unit) has null values in {table.name}")
-    if "__bad" in df.columns:
-        if int(df["__bad"].sum()):
-            raise DataError(f"column {q.value!r} has non-finite values in {table.name}")
-        df = df.drop("__bad").with_columns(pl.col("__v").fill_null(0))
-    step = q.window // q.triggers
     # Time order, ties broken by the record's content (not its position in the file), so which of a
     # unit's records are its first C never depends on row order.
     df = df.sort(["__t", "__unit", *q.keys, *(["__v"] if "__v" in df.columns else [])], nulls_last=True)
-    latest = int(df["__t"][-1]) // step + 1 if df.height else None
     rank = pl.int_range(pl.len()).over("__unit")
     if used:
         prior = pl.DataFrame({"__unit": pl.Series(list(used), dtype=df["__unit"].dtype),
@@ -243,7 +309,7 @@ def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None,
         (pl.col("__t") // q.window * q.window).alias("__window"),
         ((pl.col("__t") % q.window) // step + 1).cast(pl.Int64).alias("__trigger"),
         (pl.col("__t") // step + 1).alias("__g"),
-    ), latest
+    )
 
 
 def _batches(events: pl.DataFrame, q: StreamQuery) -> dict[tuple[int, int], pl.DataFrame]:
@@ -344,7 +410,7 @@ class WindowRun:
         self.fired = 0  # triggers of this window already run
         self.states: dict[tuple[Any, ...], _KeyState] = {}
         self.predicted: dict[int, set[tuple[Any, ...]]] = defaultdict(set)
-        self._start_time = datetime.fromtimestamp(start, tz=timezone.utc).replace(tzinfo=None)
+        self._start_time = _naive_utc(start)
 
     # -- persistence ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -413,8 +479,12 @@ class WindowRun:
         st.rounds += 1
         return tuple(row)
 
-    def fire(self, t: int, batch: pl.DataFrame | None) -> tuple[list[tuple[Any, ...]], int]:
-        """Run trigger t on its micro-batch (grouped by key): the rows released and the keys evaluated."""
+    def fire(self, t: int, batch: pl.DataFrame | None) -> list[tuple[Any, ...]]:
+        """Run trigger t on its micro-batch (grouped by key): the rows released.
+
+        Evaluates only the batch's keys that have a selection tree plus the keys
+        whose predicted release is t (no count of them is kept: it depends on the data).
+        """
         if t != self.fired + 1:
             raise ValueError(f"window {self.start}: trigger {t} out of order (last {self.fired})")
         self.fired = t
@@ -451,8 +521,7 @@ class WindowRun:
         first = [key for key in released if self.states[key].pert_start is None]
         if first:
             self._new_perturbation_trees(first, t)
-        rows = [self._release(key, self.states[key], t) for key in released]
-        return rows, len(evaluate) + len(predicted)
+        return [self._release(key, self.states[key], t) for key in released]
 
 
 @dataclass
@@ -465,7 +534,8 @@ class StreamState:
     """Everything a stream needs between micro-batches: per-unit record counts, open windows, watermark.
 
     ``watermark`` is the global index (trigger end time / trigger length) of the
-    last trigger run; later invocations only accept events after it.
+    last trigger run, the public ``through`` of the last run; later runs drop
+    events at or before it (late events).
     """
 
     def __init__(self, q: StreamQuery, plan: StreamPlan, seed: bytes, track_units: bool = True) -> None:
@@ -498,52 +568,29 @@ class StreamState:
         return state
 
     def time_of(self, g: int) -> datetime:
-        """The end time of global trigger g."""
-        return datetime.fromtimestamp(g * self.step, tz=timezone.utc).replace(tzinfo=None)
+        """The end time of global trigger g (naive UTC)."""
+        return _naive_utc(g * self.step)
 
     def trigger_through(self, moment: datetime) -> int:
-        """The last global trigger that ends at or before ``moment`` (UTC)."""
-        seconds = int(moment.replace(tzinfo=timezone.utc).timestamp()) if moment.tzinfo is None else int(moment.timestamp())
-        return seconds // self.step
+        """The last global trigger that ends at or before ``moment`` (naive: UTC); see :func:`trigger_through`."""
+        return trigger_through(moment, self.step)
 
-    def advance(self, events: pl.DataFrame, through: int | None = None,
-                latest: int | None = None) -> tuple[list[tuple[Any, ...]], list[int], int]:
+    def advance(self, events: pl.DataFrame, through: int) -> list[tuple[Any, ...]]:
         """Run every trigger after the watermark up to global trigger ``through`` on ``events``.
 
-        ``through`` defaults to ``latest``, the trigger of the input's latest
-        event (capped or not; default: of the latest in ``events``). Returns the
-        release rows (window by window, trigger by trigger), the keys evaluated
-        per trigger run, and the keys tracked by the windows touched.
+        ``events`` come from :func:`_prepare` with the same bounds (no event
+        after ``through`` or at or before the watermark). Returns the release
+        rows, window by window, trigger by trigger.
         """
-        if latest is None and events.height:
-            latest = int(events["__g"].max())  # type: ignore[arg-type]
-        if latest is not None:
-            first, last = int(events["__g"].min()) if events.height else latest, latest  # type: ignore[arg-type]
-            if self.watermark is not None and first <= self.watermark:
-                late = int((events["__g"] <= self.watermark).sum()) or 1
-                raise DataError(f"{late} event(s) fall in triggers already released (up to "
-                                f"{self.time_of(self.watermark).isoformat()}); the state only takes later events")
-            if through is None:
-                through = last
-            elif through < last:
-                raise UsageError(f"--through {self.time_of(through).isoformat()} is before the latest event's trigger "
-                                 f"(ends {self.time_of(last).isoformat()})")
-        if through is None:
-            raise UsageError("no events: give --through TIME to run the triggers up to TIME")
         if self.watermark is not None and through < self.watermark:
             raise UsageError(f"the state has already run the triggers up to {self.time_of(self.watermark).isoformat()}")
         batches = _batches(events, self.q) if events.height else {}
         rows: list[tuple[Any, ...]] = []
-        work: list[int] = []
-        keys_seen = 0
         for start in sorted(set(self.windows) | {w for w, _ in batches}):
             run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
             last_t = min(self.q.triggers, through - start // self.step)
             for t in range(run.fired + 1, last_t + 1):
-                r, n = run.fire(t, batches.get((start, t)))
-                rows.extend(r)
-                work.append(n)
-            keys_seen += len(run.states)
+                rows.extend(run.fire(t, batches.get((start, t))))
             if run.fired >= self.q.triggers:
                 self.windows.pop(start, None)
             else:
@@ -553,7 +600,7 @@ class StreamState:
             for unit, n in zip(counts["__unit"].to_list(), counts["len"].to_list(), strict=True):
                 self.used[unit] = self.used.get(unit, 0) + n
         self.watermark = through
-        return rows, work, keys_seen
+        return rows
 
     def release_table(self, rows: list[tuple[Any, ...]], key_schema: dict[str, Any]) -> pl.DataFrame:
         schema: dict[str, Any] = {"window_start": pl.Datetime("us"), "trigger": pl.Int64,
@@ -566,41 +613,64 @@ class StreamState:
         return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
 
 
-def _metadata(events: int, table: pl.DataFrame, keys_seen: int, work: list[int], plan: StreamPlan) -> dict[str, Any]:
-    return {
-        "events_used": events,
-        "releases": table.height,
-        "keys_seen": keys_seen,
-        "key_evaluations_per_trigger_max": max(work) if work else 0,
-        "key_evaluations_total": int(sum(work)),
-        **plan.summary,
-    }
+def _naive_utc(seconds: int) -> datetime:
+    """Epoch seconds as a naive UTC datetime (any second of years 1 … 9999)."""
+    return (_EPOCH + timedelta(seconds=seconds)).replace(tzinfo=None)
 
 
-def run_stream(table: InputTable, q: StreamQuery, plan: StreamPlan, seed: bytes) -> StreamRelease:
-    """Replay the whole file, every window to its last trigger; returns the long-format releases."""
-    events = prepare_events(table, q)
+def trigger_through(moment: datetime, step: int) -> int:
+    """The global index of the last trigger (of ``step`` seconds) ending at or before ``moment`` (naive: UTC).
+
+    Raises :class:`UsageError` when that trigger's end is not a showable date
+    (before 0001-01-01 or after 9999-12-31 UTC): ``moment`` is a public option.
+    """
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    seconds = (aware - _EPOCH) // timedelta(seconds=1)
+    g = seconds // step
+    if not MIN_SECONDS <= g * step <= MAX_SECONDS:
+        raise UsageError(f"--through {moment.isoformat()} is outside 0001-01-01 … 9999-12-31 (UTC) "
+                         "once rounded down to a trigger")
+    return g
+
+
+def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[str, Any]:
+    """The public summary: the released row count (post-processing of noisy output), the public
+    ``through`` time and the calibration. Nothing computed from the data without noise."""
+    return {"releases": table.height, "through": through.isoformat(), **plan.summary}
+
+
+def run_stream(table: InputTable, q: StreamQuery, plan: StreamPlan, seed: bytes,
+               through: datetime | None = None) -> StreamRelease:
+    """Replay the whole file: every trigger ending at or before ``through`` (default: now); long-format releases.
+
+    Events whose trigger ends after ``through`` are dropped (before the
+    per-unit cap), so the rows are exactly those a replay with a later
+    ``through`` gives up to this time: same seed, same noise, a prefix.
+    """
     state = StreamState(q, plan, seed, track_units=False)
-    end = (int(events["__window"].max()) + q.window) // state.step  # type: ignore[arg-type]
-    rows, work, keys_seen = state.advance(events, end)
+    g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
+    events = prepare_events(table, q, g)
+    rows = state.advance(events, g)
     result = state.release_table(rows, dict(table.frame.collect_schema()))
-    return StreamRelease(result, _metadata(events.height, result, keys_seen, work, plan))
+    return StreamRelease(result, _metadata(result, plan, state.time_of(g)))
 
 
 def advance_stream(table: InputTable, state: StreamState, through: datetime | None = None) -> StreamRelease:
     """Feed the next micro-batch(es) to a persisted stream (``--state``) and run their triggers.
 
-    Runs every trigger after the state's watermark up to the trigger of the
-    latest event, or up to the last trigger ending at or before ``through``.
+    Runs every trigger after the state's watermark that ends at or before
+    ``through`` (default: now). Events in triggers already run (late) or
+    ending after ``through`` are dropped before the per-unit cap; a
+    ``through`` before the watermark is a usage error (the watermark is the
+    ``through`` of an earlier run, so this depends on public inputs only).
     """
-    events, latest = _prepare(table, state.q, state.used, allow_empty=True)
-    g = state.trigger_through(through) if through is not None else None
-    rows, work, keys_seen = state.advance(events, g, latest)
+    g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
+    if state.watermark is not None and g < state.watermark:
+        raise UsageError(f"the state has already run the triggers up to {state.time_of(state.watermark).isoformat()}")
+    events = _prepare(table, state.q, state.used, state.watermark, g)
+    rows = state.advance(events, g)
     result = state.release_table(rows, dict(table.frame.collect_schema()))
-    meta = _metadata(events.height, result, keys_seen, work, state.plan)
-    meta.update(through=state.time_of(state.watermark).isoformat(), open_windows=len(state.windows),
-                units_tracked=len(state.used))
-    return StreamRelease(result, meta)
+    return StreamRelease(result, _metadata(result, state.plan, state.time_of(g)))
 
 
 #: The ``format`` of a ``--state`` file (see :mod:`dpcli.state.documents`).
