@@ -31,7 +31,7 @@ from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, relea
 from dpcli.errors import UsageError
 from dpcli.state import documents, ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import InputTable, open_input, require_columns
+from dpcli.tables import InputTable, check_path_is_not_protected, open_input, require_columns
 from dpcli.tasks import stream_replay as sr
 
 
@@ -99,7 +99,9 @@ def stream_replay(
         emit_json({"query": query.canonical(), **plan.summary, "cost": [e.to_json() for e in plan.events]})
         return
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
-    fmt = output_plan(output, out_format, as_json)
+    if state is not None:  # the state file is written: never into the state dir, never over an input
+        check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
     table = open_input(input, input_format)
     wanted = {privacy_unit: "key", time: "temporal", **{k: "key" for k in query.keys}}
     if value:
@@ -116,7 +118,7 @@ def stream_replay(
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s) over "
             f"{release.metadata['keys_seen']} key(s)")
     charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), release.table, output, fmt,
-                     {"command": "stream-replay", **release.metadata}, as_json, line)
+                     {"command": "stream-replay", **release.metadata}, as_json, line, inputs=(table,))
 
 
 def _parse_time(text: str) -> datetime:
