@@ -3,11 +3,17 @@
 Inputs: CSV, Parquet or NDJSON chosen by extension or ``--input-format``;
 ``-`` reads standard input (``--input-format`` is then required). Every input
 is fingerprinted with a streamed SHA-256 of its bytes: the fingerprint enters
-the release seed, so a changed file gets fresh noise.
+the release seed, so a changed file gets fresh noise. A file is opened once,
+by its literal path (no ``~`` or glob expansion), hashed through that open
+file and parsed from it, so the fingerprint is of the bytes parsed; a rewrite
+of the open file in place is caught before the ledger is charged
+(:meth:`InputTable.verify_unchanged`, exit 66).
 
 Outputs: CSV, Parquet or JSON to stdout or a file; a file is written to a
 temporary name in the same directory and renamed, so a failed run never
-leaves a partial file.
+leaves a partial file. An output path inside the state directory, or naming
+one of the run's inputs, is refused before anything is read
+(:func:`check_output_path`, exit 73).
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import sys
 import tempfile
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
@@ -40,14 +49,67 @@ _INPUT_EXT = {
 _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 
 
+#: Test hook: called with the input's path right after its fingerprint is taken and before the parser
+#: is given the file, so tests can swap or rewrite the file in between. None (the default) in real runs.
+after_fingerprint_hook: Callable[[str], None] | None = None
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What ``fstat`` says about an open input: enough to notice a rewrite of the same inode."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 @dataclass(frozen=True)
 class InputTable:
-    """A validated-to-open input: a lazy frame plus the fingerprint of its bytes."""
+    """A validated-to-open input: a lazy frame plus the fingerprint of its bytes.
+
+    For a file, ``source`` is the one open file object that was both hashed and handed to polars
+    (every scan of ``frame`` reads that open file, never the path again), and ``identity`` its
+    ``fstat`` at open; :meth:`verify_unchanged` checks it before a release is charged.
+    """
 
     frame: pl.LazyFrame
     fingerprint: str
     name: str
     format: str
+    source: IO[bytes] | None = field(default=None, compare=False, repr=False)
+    identity: FileIdentity | None = field(default=None, compare=False, repr=False)
+
+    def verify_unchanged(self) -> None:
+        """Refuse (exit 66) if the open input was modified since it was opened and hashed.
+
+        Call after every read of ``frame`` and before the ledger is charged. A symlink swapped or a
+        file renamed over the path changes nothing that is read (the file is held open); a rename
+        over it still unlinks the open file, which moves its ctime, and is refused too. The same
+        inode rewritten in place would change what is read; its size, mtime or ctime then differ
+        (a same-size rewrite within one tick of a coarse file-system clock could go unnoticed; on
+        Linux 6.13+ ext4/xfs/btrfs/tmpfs the times are fine-grained once queried, as here at open).
+        """
+        if self.source is None or self.identity is None:
+            return
+        try:
+            now = FileIdentity.of(os.fstat(self.source.fileno()))
+        except (OSError, ValueError):
+            now = None
+        if now != self.identity:
+            raise InputMissingError(f"input {self.name!r} changed while it was read; rerun")
+
+
+def verify_unchanged(*inputs: InputTable | None) -> None:
+    """:meth:`InputTable.verify_unchanged` for each input given (None entries are skipped)."""
+    for table in inputs:
+        if table is not None:
+            table.verify_unchanged()
 
 
 def input_format_for(path: str, explicit: str | None) -> str:
@@ -64,34 +126,73 @@ def input_format_for(path: str, explicit: str | None) -> str:
     return fmt
 
 
-def fingerprint_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Streamed SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
+def fingerprint_bytes(data: bytes) -> str:
+    """The fingerprint of bytes held in memory (standard input, a spec)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _scan(source: Path | io.BytesIO, fmt: str, text_columns: tuple[str, ...] = ()) -> pl.LazyFrame:
+def fingerprint_fileobj(fh: IO[bytes]) -> str:
+    """Streamed SHA-256 of an open binary file from its start; leaves it at offset 0."""
+    fh.seek(0)
+    digest = hashlib.file_digest(fh, "sha256").hexdigest()  # type: ignore[arg-type]
+    fh.seek(0)
+    return "sha256:" + digest
+
+
+def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """A lazy scan of an open file or of bytes in memory: never a path, so polars expands no glob or ``~``.
+
+    Given an exact ``io.BufferedReader``, polars (unix) duplicates its descriptor and reads that open
+    file at every collect (memory-mapped, as for a path); the bytes are not copied into memory.
+    """
     if fmt == "csv":
         overrides = {c: pl.String for c in text_columns}
-        if isinstance(source, io.BytesIO):
-            return pl.read_csv(source, infer_schema_length=10000, schema_overrides=overrides).lazy()
         return pl.scan_csv(source, infer_schema_length=10000, schema_overrides=overrides)
     if fmt == "parquet":
-        if isinstance(source, io.BytesIO):
-            return pl.read_parquet(source).lazy()
         return pl.scan_parquet(source)
-    if isinstance(source, io.BytesIO):
-        return pl.read_ndjson(source).lazy()
     return pl.scan_ndjson(source)
+
+
+def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
+    """Open ``path`` exactly as written (no ``~`` or glob expansion) for reading, once.
+
+    Refuses, as :class:`InputMissingError`, a missing or unreadable path, a directory and anything
+    that is not a regular file (a FIFO would block or be consumed by the hash: use ``-``); opening
+    with ``O_NONBLOCK`` keeps a FIFO from blocking before it can be refused. Returns the file (an
+    exact ``io.BufferedReader`` at offset 0) and its identity at open.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputMissingError(f"{what} {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise InputMissingError(f"{what} {path!r} is a directory, not a file") from None
+    except OSError as exc:
+        raise InputMissingError(f"{what} {path!r} is not readable ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputMissingError(f"{what} {path!r} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputMissingError(f"{what} {path!r} is not a regular file (pipe data in with '-')")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fh, FileIdentity.of(st)
 
 
 def open_input(
     path: str, input_format: str | None = None, stdin: IO[bytes] | None = None, text_columns: tuple[str, ...] = ()
 ) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
+
+    The file is opened once: its bytes are hashed through that open file, which is then what polars
+    scans (every later scan too), so the fingerprint is of the bytes parsed whatever happens to the
+    path meanwhile; the path is taken literally (``r[1].csv``, ``~/x.csv``). A rewrite of the same
+    file in place is caught by :meth:`InputTable.verify_unchanged`. Standard input is read into
+    memory, hashed and parsed from those bytes.
 
     ``text_columns`` are read as strings from CSV (codes such as block ids keep
     their leading zeros).
@@ -104,30 +205,34 @@ def open_input(
         data = (stdin or sys.stdin.buffer).read()
         if not data:
             raise DataError("standard input is empty")
-        fingerprint = "sha256:" + hashlib.sha256(data).hexdigest()
+        fingerprint = fingerprint_bytes(data)
         try:
-            frame = _scan(io.BytesIO(data), fmt, text_columns)
+            frame = _scan(data, fmt, text_columns)
+            frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot parse standard input as {fmt}: {_first_line(exc)}") from None
-        name = "<stdin>"
-    else:
-        p = Path(path)
-        if not p.exists():
-            raise InputMissingError(f"input file {path!r} does not exist")
-        if p.is_dir():
-            raise InputMissingError(f"input {path!r} is a directory, not a file")
-        if not os.access(p, os.R_OK):
-            raise InputMissingError(f"input file {path!r} is not readable")
-        if p.stat().st_size == 0:
+        return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt)
+    fh, identity = open_binary(path)
+    try:
+        if identity.size == 0:
             raise DataError(f"input file {path!r} is empty")
-        fingerprint = fingerprint_file(p)
         try:
-            frame = _scan(p, fmt, text_columns)
+            fingerprint = fingerprint_fileobj(fh)
+        except OSError as exc:
+            raise InputMissingError(f"input file {path!r} is not readable ({exc.strerror})") from None
+        if after_fingerprint_hook is not None:
+            after_fingerprint_hook(path)
+        try:
+            frame = _scan(fh, fmt, text_columns)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot read {path!r} as {fmt}: {_first_line(exc)}") from None
-        name = path
-    return InputTable(frame=frame, fingerprint=fingerprint, name=name, format=fmt)
+    except BaseException:
+        fh.close()
+        raise
+    table = InputTable(frame=frame, fingerprint=fingerprint, name=path, format=fmt, source=fh, identity=identity)
+    weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
+    return table
 
 
 def _first_line(exc: BaseException) -> str:
@@ -171,6 +276,7 @@ def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Sche
         raise DataError(f"{table.name}: values do not match the data's column types ({_first_line(exc)})") from None
     if groups.height == 0:
         raise DataError(f"{table.name} lists no groups")
+    table.verify_unchanged()  # the whole list has been read: it is the list that was hashed
     return groups.sort(list(by), nulls_last=True)
 
 
@@ -196,10 +302,74 @@ def output_format_for(path: str | None, explicit: str | None) -> str:
     return "csv"
 
 
-def check_output_path(path: str | None) -> None:
-    """Fail early (before any budget is spent) if ``-o PATH`` cannot be written."""
+PathLike = str | os.PathLike[str]
+
+
+def _same_file(a: PathLike, b: PathLike) -> bool:
+    """Do two paths name one file (after symlinks, or as one inode when both exist)?"""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _inside(path: PathLike, directory: PathLike) -> bool:
+    """Is ``path`` (resolved: symlinks of the path and of its parents, ``..``) ``directory`` or below it?
+
+    Compared as resolved text and, for each existing ancestor, by (device, inode), so a bind mount
+    or a second name of the directory is caught too.
+    """
+    real = Path(os.path.realpath(path))
+    root = Path(os.path.realpath(directory))
+    if real == root or root in real.parents:
+        return True
+    try:
+        root_id = (os.stat(root).st_dev, os.stat(root).st_ino)
+    except OSError:
+        return False
+    for ancestor in (real, *real.parents):
+        try:
+            st = os.stat(ancestor)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == root_id:
+            return True
+    return False
+
+
+def check_path_is_not_protected(
+    path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output"
+) -> None:
+    """Refuse (exit 73) a path dpcli is about to write that lies in the state directory or is an input.
+
+    ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
+    a symlinked directory or a dangling symlink into the state directory is caught; an input is the
+    same file when both resolve to one path or (both existing) to one inode. Standard input/output
+    (``-``) and missing entries are skipped.
+    """
+    if state_dir is not None and _inside(path, state_dir):
+        raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
+    for source in inputs:
+        if source is None or str(source) == "-":
+            continue
+        if _same_file(path, source):
+            raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
+
+
+def check_output_path(
+    path: str | None, state_dir: PathLike | None = None, inputs: Sequence[PathLike | None] = ()
+) -> None:
+    """Fail early (before any data is read or budget spent) if ``-o PATH`` cannot or must not be written.
+
+    Must not: inside the state directory ``state_dir`` (ledgers, keys, stream and schedule state) or
+    the same file as one of ``inputs`` (data, public lists, spec, block list), see
+    :func:`check_path_is_not_protected`.
+    """
     if not path or path == "-":
         return
+    check_path_is_not_protected(path, state_dir, inputs)
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -21,7 +23,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import canonical_json, derive_seed, seed_id
 from dpcli.state import keys, ledger
 from dpcli.errors import UsageError
-from dpcli.tables import check_output_path, output_format_for, write_output
+from dpcli.tables import InputTable, check_output_path, output_format_for, verify_unchanged, write_output
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,23 @@ def release_seed(root: Any, query: dict[str, Any], data: dict[str, Any]) -> Rele
     return ReleaseSeed(seed, seed_id(seed), qid)
 
 
-def output_plan(output: str | None, out_format: str | None, as_json: bool) -> str:
-    """The output format, checked (with the -o path) before any data is read or budget spent."""
+def output_plan(
+    output: str | None,
+    out_format: str | None,
+    as_json: bool,
+    *,
+    state_dir: Path,
+    inputs: Sequence[str | Path | None],
+) -> str:
+    """The output format, checked (with the -o path) before any data is read or budget spent.
+
+    ``-o`` must not lie inside ``state_dir`` nor be one of ``inputs`` (every file the run reads:
+    data, public lists, spec, block list, a --state file): exit 73.
+    """
     fmt = output_format_for(output, out_format)
     if as_json and (not output or output == "-") and out_format not in (None, "json"):
         raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
-    check_output_path(output)
+    check_output_path(output, state_dir, inputs)
     return fmt
 
 
@@ -64,8 +77,14 @@ def charge_and_write(
     summary_line: str,
     actual: list[PrivacyEvent] | None = None,
     covered_by: str | None = None,
+    inputs: Sequence[InputTable | None] = (),
 ) -> dict[str, Any]:
-    """Debit ``events`` (free if this seed was already released, or paid by ``covered_by``), write, report."""
+    """Debit ``events`` (free if this seed was already released, or paid by ``covered_by``), write, report.
+
+    ``inputs`` (the tables the release read) are first checked to be unchanged since they were
+    hashed: a file rewritten while it was read is refused (exit 66) with no debit and no output.
+    """
+    verify_unchanged(*inputs)
     receipt = ledger.charge(
         s.state_dir,
         analyst,

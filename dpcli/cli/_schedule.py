@@ -170,6 +170,7 @@ def run_scheduled(
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "metadata": metadata,
         }
+        table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
         runs.append(entry)
         store.save(directory, key, state, result)  # before output: one release per epoch, even after a crash
         label = _label(spec, state, entry, cached=False)

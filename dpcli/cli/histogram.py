@@ -157,13 +157,13 @@ def histogram(
                 }
             )
             return
-    fmt = output_plan(output, out_format, as_json)
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     table = open_input(input, input_format)
     wanted = {privacy_unit: "key", **{c: "key" for c in query.by}}
     if value:
         wanted[value] = "numeric"
     schema = require_columns(table, wanted)  # type: ignore[arg-type]
-    key_frame = None
+    key_frame = keys_table = None
     data = {"data": table.fingerprint}
     if keys:
         keys_table = open_input(keys)
@@ -199,4 +199,5 @@ def histogram(
     line = f"histogram of {table.name}: {metadata['groups']} group(s) released"
     if metadata.get("threshold") is not None:
         line += f" (threshold {metadata['threshold']} noisy units)"
-    charge_and_write(s, analyst, "histogram", seed, events, result, output, fmt, metadata, as_json, line)
+    charge_and_write(s, analyst, "histogram", seed, events, result, output, fmt, metadata, as_json, line,
+                     inputs=(table, keys_table))

@@ -31,7 +31,7 @@ from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, relea
 from dpcli.errors import UsageError
 from dpcli.state import documents, ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import InputTable, open_input, require_columns
+from dpcli.tables import InputTable, check_path_is_not_protected, open_input, require_columns
 from dpcli.tasks import stream_replay as sr
 
 
@@ -108,7 +108,9 @@ def stream_replay(
     moment = _parse_time(through) if through is not None else None
     if moment is not None:
         sr.trigger_through(moment, query.window // query.triggers)  # a bad --through fails before any data is read
-    fmt = output_plan(output, out_format, as_json)
+    if state is not None:  # the state file is written: never into the state dir, never over an input
+        check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
     # CSV columns the query reads are taken as text: their types (and the keys' spelling and order) must
     # not depend on what one record holds; times and values are parsed per record by the task.
     table = open_input(input, input_format, text_columns=(time, privacy_unit, *query.keys, *([value] if value else [])))
@@ -126,7 +128,7 @@ def stream_replay(
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
             f"triggers run through {release.metadata['through']}")
     charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), release.table, output, fmt,
-                     {"command": "stream-replay", **release.metadata}, as_json, line)
+                     {"command": "stream-replay", **release.metadata}, as_json, line, inputs=(table,))
 
 
 def _parse_time(text: str) -> datetime:

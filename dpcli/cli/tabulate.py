@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -13,9 +12,9 @@ from dpcli.cli._release import charge_and_write, output_plan, release_seed
 from dpcli.core.prf import KeyedStream
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import fingerprint_file, open_input
+from dpcli.tables import open_input
 from dpcli.tasks import tabulate as tab
-from dpcli.tasks.tabulate_spec import load_spec
+from dpcli.tasks.tabulate_spec import read_spec
 
 
 @handles_errors
@@ -40,7 +39,7 @@ def tabulate(
     without reading data or charging. (A person file literally named `plan`
     can be given as `./plan`.)
     """
-    spec = load_spec(spec_path)
+    spec, spec_fingerprint = read_spec(spec_path)
     if input == "plan":
         d = probability("--delta", delta, allow_zero=False)
         result = tab.plan(spec, float(d))  # type: ignore[arg-type]
@@ -53,25 +52,23 @@ def tabulate(
     analyst = resolve_analyst(None, ctx)
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
     events = tab.events(spec)
-    fmt = output_plan(output, out_format, as_json)
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, spec_path, spec.blocks_file))
     c = spec.columns
     # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
     # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
     # turn into a data-dependent error.
     table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")))
-    data = {
-        "data": table.fingerprint,
-        "spec": fingerprint_file(Path(spec_path)),
-        "blocks": fingerprint_file(spec.blocks_file) if spec.blocks_file and spec.blocks_file.exists() else None,
-    }
+    blocks = tab.open_blocks(spec)  # every input is hashed as read: the seed covers the bytes parsed
+    data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
     with working(ctx, f"tabulating {table.name}"):
-        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error)
+        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error, blocks)
     # The summary holds public values (spec, levels, groups enumerated from the public block list,
     # noise scales) and functions of the noisy output (branches, rows): no count of records.
     metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}
     line = f"tabulate {table.name}: {release.metadata['rows']} cell(s) over {len(spec.levels)} level(s)"
-    charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line)
+    charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line,
+                     inputs=(table, blocks))
 
 
 def _plan_text(p: dict[str, Any]) -> str:

@@ -128,11 +128,11 @@ def topk(
                        "reserve": [e.to_json() for e in plan.reserve],
                        "count_noise": plan.count_noise.describe() if plan.count_noise else None})
             return
-    fmt = output_plan(output, out_format, as_json)
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, domain))
     table = open_input(input, input_format)
     schema = require_columns(table, {privacy_unit: "key", **{c: "key" for c in query.by}})
     data = {"data": table.fingerprint}
-    cand = None
+    cand = domain_table = None
     if domain:
         domain_table = open_input(domain)
         cand = read_group_list(domain_table, query.by, schema)
@@ -164,6 +164,6 @@ def topk(
     if release.bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
     charge_and_write(s, analyst, "topk", seed, plan.reserve, release.table, output, fmt, release.metadata, as_json,
-                     line, actual=release.actual)
+                     line, actual=release.actual, inputs=(table, domain_table))
     if release.bottom and not as_json:
         info(ctx, f"dpcli: note: fewer than k = {query.k} groups pass the threshold (⊥)")

@@ -64,7 +64,7 @@ def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame
 def cached_release(directory: Path, key: str, run: int) -> pl.DataFrame:
     path = directory / f"{key}.run-{run}.parquet"
     try:
-        return pl.read_parquet(path)
+        return pl.read_parquet(path.read_bytes())  # bytes, not the path: polars would expand globs in it
     except (OSError, pl.exceptions.PolarsError) as exc:
         raise StateError(f"cached release {path} is missing or corrupt ({exc})".splitlines()[0]) from None
 

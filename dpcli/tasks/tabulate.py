@@ -307,12 +307,25 @@ def _geo_expr(spec: Spec, level: Level) -> pl.Expr:
     return pl.when(area == "").then(None).otherwise(area)
 
 
-def read_blocks(spec: Spec) -> pl.DataFrame:
-    """The public block list: column ``block`` plus any area columns the geography levels use."""
+def open_blocks(spec: Spec) -> InputTable:
+    """Open the spec's public block list once (fingerprinted; its fingerprint enters the seed)."""
     if spec.blocks_file is None:
         raise DataError("the spec needs geography.blocks: the public list of blocks groups are enumerated from")
-    cols = ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
-    table = open_input(str(spec.blocks_file), text_columns=tuple(cols))
+    return open_input(str(spec.blocks_file), text_columns=tuple(_block_columns(spec)))
+
+
+def _block_columns(spec: Spec) -> list[str]:
+    return ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
+
+
+def read_blocks(spec: Spec, table: InputTable | None = None) -> pl.DataFrame:
+    """The public block list: column ``block`` plus any area columns the geography levels use.
+
+    ``table`` is the list opened by :func:`open_blocks` (whose fingerprint the seed holds); without
+    it the list is opened here. It is read whole, then checked unchanged since it was hashed.
+    """
+    cols = _block_columns(spec)
+    table = table if table is not None else open_blocks(spec)
     schema = table.frame.collect_schema()
     for col in cols:
         if col not in schema:
@@ -320,6 +333,7 @@ def read_blocks(spec: Spec) -> pl.DataFrame:
     df = table.frame.select([pl.col(c).cast(pl.String) for c in cols]).collect()
     if df["block"].null_count() or df["block"].n_unique() != df.height:
         raise DataError(f"public block list {spec.blocks_file}: block ids must be unique and non-null")
+    table.verify_unchanged()
     return df
 
 
@@ -336,9 +350,13 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
     return inner + [f"{edges[-1]}+"]
 
 
-def run_tabulate(table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False) -> TabulateRelease:
-    """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order."""
-    blocks = read_blocks(spec)
+def run_tabulate(
+    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, blocks_table: InputTable | None = None
+) -> TabulateRelease:
+    """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
+
+    ``blocks_table``: the block list as opened (and fingerprinted) by :func:`open_blocks`."""
+    blocks = read_blocks(spec, blocks_table)
     persons = _prepare(table, spec).filter(_usable(spec))
     # An inner join with the public block list drops records whose block is not on it (and adds
     # the area columns non-nested geography levels use); block ids are unique there, so no record

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpcli.core.events import to_fraction
 from dpcli.errors import InputMissingError, StateError
+from dpcli.tables import fingerprint_bytes, open_binary
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -117,16 +118,29 @@ def _ranges(values: Any, key: str) -> tuple[tuple[int, int], ...]:
 
 def load_spec(path: str) -> Spec:
     """Read and validate a spec file."""
-    p = Path(path)
+    return read_spec(path)[0]
+
+
+def read_spec(path: str) -> tuple[Spec, str]:
+    """Read, fingerprint and validate a spec file: (the spec, the fingerprint of the bytes parsed).
+
+    The file is opened once by its literal path (no ``~`` or glob expansion) and read whole; those
+    bytes are both hashed (the fingerprint enters the release seed) and parsed. The block list it
+    names is resolved next to the spec file, literally too.
+    """
+    fh, _ = open_binary(path, "spec file")
     try:
-        raw = tomllib.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputMissingError(f"spec file {path!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        with fh:
+            data = fh.read()
+    except OSError as exc:
+        raise InputMissingError(f"cannot read spec file {path!r}: {exc.strerror}") from None
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
         raise InputMissingError(f"cannot read spec file {path!r}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"spec: {path}: not valid TOML ({exc})") from None
-    return parse_spec(raw, p.parent)
+    return parse_spec(raw, Path(path).parent), fingerprint_bytes(data)
 
 
 def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
