@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,13 +76,21 @@ def charge_and_write(
     as_json: bool,
     summary_line: str,
     actual: list[PrivacyEvent] | None = None,
-    covered_by: str | None = None,
+    step: ledger.Step | None = None,
+    before_output: Callable[[], None] | None = None,
     inputs: Sequence[InputTable | None] = (),
 ) -> dict[str, Any]:
-    """Debit ``events`` (free if this seed was already released, or paid by ``covered_by``), write, report.
+    """Debit ``events`` (free if this seed was already released), write, report.
 
     ``inputs`` (the tables the release read) are first checked to be unchanged since they were
     hashed: a file rewritten while it was read is refused (exit 66) with no debit and no output.
+
+    With ``step`` the release is a run against a stream's or schedule's state
+    file, paid by its reservation (which ``step.create`` debits on the first
+    run: the report then says ``"charged": true`` and lists it as ``reserved``).
+    ``before_output`` runs after the debit and before anything is written
+    (the state file's own write: ledger first, so a crash in between is
+    retried as an exact, free repeat, never under-counted).
     """
     verify_unchanged(*inputs)
     receipt = ledger.charge(
@@ -95,21 +103,26 @@ def charge_and_write(
         actual=actual,
         summary=summary_line,
         lock_timeout=s.lock_timeout,
-        covered_by=covered_by,
+        step=step,
     )
-    led = ledger.read_ledger(s.state_dir, analyst)
+    if before_output is not None:
+        before_output()
     charged = actual if actual is not None else events
     report = {
         **metadata,
-        "cost": [] if covered_by else [e.to_json() for e in charged],
-        "charged": not receipt.replay and not covered_by,
+        "cost": [] if step else [e.to_json() for e in charged],
+        "charged": not receipt.replay and (step is None or bool(receipt.reserved)),
         "seed_id": seed.id,
-        "ledger": {**receipt.to_json(), "remaining": ledger.remaining_text(led)},
+        "ledger": {**receipt.to_json(), "remaining": receipt.remaining},
     }
+    if receipt.reserved:
+        report["reserved"] = [e.to_json() for e in receipt.reserved]
     if receipt.replay:
         cost = "free replay of an earlier identical release"
-    elif covered_by:
-        cost = "covered by the schedule's reservation"
+    elif receipt.reserved:
+        cost = "reserved " + _cost_text(list(receipt.reserved)) + ", which covers this run"
+    elif step:
+        cost = "covered by the reservation"
     else:
         cost = "charged " + _cost_text(charged)
     remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())

@@ -3,11 +3,13 @@
 Shared by both commands. The whole schedule's total is debited from the
 analyst's ledger at its first run; each later run is recorded in the ledger
 as covered by that reservation, and calls that fall inside an epoch already
-run return the cached release (post-processing: free).
+run return the cached release (post-processing: free). The state is bound to
+the ledger (see :func:`run_scheduled`).
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -22,7 +24,7 @@ from dpcli.cli._options import positive, probability
 from dpcli.cli._release import ReleaseSeed, charge_and_write, write_and_report
 from dpcli.core import schedules as sch
 from dpcli.core.events import PrivacyEvent, fraction_text
-from dpcli.errors import BudgetError, DataError, UsageError
+from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.tables import InputTable, collect
@@ -129,17 +131,33 @@ def run_scheduled(
     out_format: str,
     as_json: bool,
 ) -> None:
-    """One call of a scheduled query: reserve (first call), run a new epoch or return the cached one."""
+    """One call of a scheduled query: reserve (first call), run a new epoch or return the cached one.
+
+    The schedule's state is bound to the ledger (:class:`ledger.Step`): its
+    reservation id is random per creation and every run is recorded with a
+    keyed digest of its snapshot, so an older copy of the state, a deleted and
+    re-created one or one from another analyst is refused (exit 78), never
+    given fresh releases for free. Order: compute in memory, debit or record
+    in the ledger, write the state and cached release, then the output.
+    """
     size = snapshot_size(table)
     key = store.schedule_key(spec.name, query)
-    reservation = f"schedule:{analyst}:{key}"
+    label = f"schedule {spec.name!r}"
     with store.locked(s.state_dir, analyst, key, s.lock_timeout) as directory:
         state = store.load(directory, key)
         if state is None:
-            state = _create(s, analyst, command, spec, query, size, key, reservation)
-            store.save(directory, key, state)
-        elif state["spec"] != spec.to_json():
-            raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
+            led = ledger.read_ledger(s.state_dir, analyst, s.lock_timeout)
+            seq = led.find_reservation("schedule", key)
+            if seq is not None:
+                raise StateError(
+                    f"{label} already has reservation #{seq} in this ledger but no state file (deleted?): "
+                    "restore its state from a backup, or use a new --schedule name"
+                )
+            state = _new_state(analyst, led.ledger_id, command, spec, query, size, key)
+            fresh = True
+        else:
+            _check_state(state, spec, analyst, label)
+            fresh = False
         runs: list[dict[str, Any]] = state["runs"]
         last = runs[-1] if runs else None
         if last is not None and size < last["size"]:
@@ -150,9 +168,10 @@ def run_scheduled(
         step, epsilon = _next_step(spec, state, size, table.fingerprint, last)
         if step is None:
             assert last is not None
+            ledger.check_recorded(s.state_dir, analyst, state["reservation"], len(runs), None, label, s.lock_timeout)
             cached = store.cached_release(directory, key, len(runs))
-            label = _label(spec, state, last, cached=True)
-            report = {**last["metadata"], "schedule": label, "charged": False, "seed_id": last["seed_id"]}
+            report = {**last["metadata"], "schedule": _label(spec, state, last, cached=True), "charged": False,
+                      "seed_id": last["seed_id"]}
             write_and_report(s, cached, output, out_format, report, as_json,
                              f"{command}: cached release of {_where(spec, last)} (free)")
             return
@@ -161,6 +180,15 @@ def run_scheduled(
         seed, events, result, metadata = run(epsilon)
         if any(e.kind != "pure" for e in events) or sum(e.epsilon for e in events) > epsilon:
             raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
+        if fresh:  # on disk before its reservation: a crash in between is retried with the same id
+            store.save(directory, key, state)
+        record = ledger.Step(
+            reservation=state["reservation"],
+            start=len(runs),
+            digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint}),
+            label=label,
+            create=_reservation(state, spec, command) if not runs else None,
+        )
         entry = {
             **step_fields(spec, step),
             "size": size,
@@ -171,35 +199,38 @@ def run_scheduled(
             "metadata": metadata,
         }
         table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
-        runs.append(entry)
-        store.save(directory, key, state, result)  # before output: one release per epoch, even after a crash
-        label = _label(spec, state, entry, cached=False)
+        runs.append(entry)  # in memory; saved once the ledger has recorded the run
         charge_and_write(s, analyst, command, seed, events, result, output, out_format,
-                         {**metadata, "schedule": label}, as_json,
+                         {**metadata, "schedule": _label(spec, state, entry, cached=False)}, as_json,
                          f"{command}: {_where(spec, entry)} of schedule {spec.name!r} (ε = {fraction_text(epsilon)})",
-                         covered_by=reservation)
+                         step=record, before_output=lambda: store.save(directory, key, state, result))
 
 
-def _create(
-    s: Settings, analyst: str, command: str, spec: ScheduleSpec, query: dict[str, Any], size: int, key: str,
-    reservation: str,
+def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
+    """Refuse a state of other settings (exit 2), of another analyst or of an older dpcli (exit 78)."""
+    if state["spec"] != spec.to_json():
+        raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
+    if "reservation" not in state or "secret" not in state:
+        raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); use a new --schedule name")
+    if state.get("analyst") != analyst:
+        raise StateError(f"{label}: the state file belongs to analyst {state.get('analyst')!r}, not {analyst!r}")
+
+
+def _new_state(
+    analyst: str, ledger_id: str, command: str, spec: ScheduleSpec, query: dict[str, Any], size: int, key: str,
 ) -> dict[str, Any]:
+    """A new schedule's state (not yet saved): a random reservation id and input-digest secret."""
     if size < 1:
         raise DataError("the first snapshot of a schedule is empty")
     gamma = spec.gamma
     if spec.scheduler == "bbscheduler" and gamma is None:
         gamma = sch.default_gamma(float(spec.total_epsilon), size, float(spec.total_delta), spec.beta)
-    if spec.total_delta:
-        ev = PrivacyEvent("approx", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon, delta=spec.total_delta)
-    else:
-        ev = PrivacyEvent("pure", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon)
-    ledger.charge(
-        s.state_dir, analyst, command=f"{command} --schedule", query_id=f"schedule:{key}", seed_id=reservation,
-        reserve=[ev], summary=f"schedule {spec.name!r} ({spec.scheduler}) reserves its whole budget",
-        lock_timeout=s.lock_timeout,
-    )
     return {
         "key": key,
+        "analyst": analyst,
+        "ledger_id": ledger_id,
+        "reservation": secrets.token_hex(12),
+        "secret": secrets.token_hex(32),
         "command": command,
         "query": query,
         "spec": spec.to_json(),
@@ -208,6 +239,19 @@ def _create(
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [],
     }
+
+
+def _reservation(state: dict[str, Any], spec: ScheduleSpec, command: str) -> ledger.Reservation:
+    """The whole schedule's debit, made with its first run."""
+    if spec.total_delta:
+        ev = PrivacyEvent("approx", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon, delta=spec.total_delta)
+    else:
+        ev = PrivacyEvent("pure", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon)
+    return ledger.Reservation(
+        id=state["reservation"], kind="schedule", key=state["key"], ledger_id=state["ledger_id"], events=(ev,),
+        command=f"{command} --schedule",
+        summary=f"schedule {spec.name!r} ({spec.scheduler}) reserves its whole budget",
+    )
 
 
 def _next_step(

@@ -141,6 +141,8 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             "seed_id": e["seed_id"],
             "replay_of": e.get("replay_of"),
             "covered_by": e.get("covered_by"),
+            "reservation": e.get("reservation"),
+            "step": e.get("step"),
             "events": e["events"],
             "summary": e.get("summary", ""),
         }
@@ -156,7 +158,7 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
         if r["replay_of"]:
             tag = f"replay of #{r['replay_of']}"
         elif r["covered_by"]:
-            tag = f"covered by schedule reservation #{r['covered_by']}"
+            tag = f"covered by reservation #{r['covered_by']}"
         else:
             tag = cost or "free"
         typer.echo(f"#{r['seq']:<4} {r['time']}  {r['command']:<10} {tag}  {r['summary']}".rstrip())
@@ -164,13 +166,30 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
 
 @app.command("verify")
 @handles_errors
-def verify(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
-    """Check a ledger's hash chain and high-water mark (exit 78 if tampered)."""
-    led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
-    if as_json:
-        emit_json({"analyst": led.analyst, "ok": True, "entries": len(led.entries)})
+def verify(
+    ctx: typer.Context,
+    analyst: AnalystArg = None,
+    reseal: Annotated[
+        bool,
+        typer.Option("--reseal", help="Operator only: accept the ledger file as it is now, after a deliberate move or "
+                     "restore, or to upgrade a schema-1 ledger; recorded in its history. Edited entries are never accepted."),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check a ledger's keyed seal (header and entries) and high-water mark (exit 78 if tampered, rolled back or replaced)."""
+    s = settings(ctx)
+    name = resolve_analyst(analyst, ctx)
+    reason = None
+    if reseal:
+        led, reason = ledger.reseal(s.state_dir, name, s.lock_timeout)
     else:
-        typer.echo(f"ledger {led.analyst!r}: OK ({len(led.entries)} entries, hash chain and high-water mark verified)")
+        led = ledger.read_ledger(s.state_dir, name, s.lock_timeout)
+    if as_json:
+        emit_json({"analyst": led.analyst, "ok": True, "entries": len(led.entries), "resealed": reason})
+    elif reason:
+        typer.echo(f"ledger {led.analyst!r}: resealed ({reason}); {len(led.entries)} entries, the last records this")
+    else:
+        typer.echo(f"ledger {led.analyst!r}: OK ({len(led.entries)} entries, keyed seal and high-water mark verified)")
 
 
 @app.command("compose")

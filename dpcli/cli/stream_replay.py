@@ -28,7 +28,7 @@ from dpcli.cli._options import (
     probability,
 )
 from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed, write_and_report
-from dpcli.errors import UsageError
+from dpcli.errors import StateError, UsageError
 from dpcli.state import documents, ledger
 from dpcli.state.paths import ensure_state_dir
 from dpcli.tables import InputTable, check_path_is_not_protected, open_input, require_columns
@@ -146,41 +146,75 @@ def _incremental(
     ctx: typer.Context, analyst: str, path: Path, through: str | None, query: sr.StreamQuery, plan: sr.StreamPlan,
     table: InputTable, output: str | None, fmt: str, as_json: bool,
 ) -> None:
-    """One cron run against a state file: check it, run the new triggers, charge (first run), save, write."""
+    """One cron run against a state file: check it, run the new triggers, record in the ledger, save, write.
+
+    The state is bound to the ledger (:class:`ledger.Step`): it carries a
+    random reservation id and its step (runs recorded); a run is accepted at
+    the ledger's latest step, or as an exact repeat of a recorded step (same
+    step, same input and ``--through``: the same rows, free). A forked, rolled
+    back or foreign copy is refused (exit 78), so the stream's seed and noise
+    never meet other data. Order: compute in memory; a new stream's state (step
+    0) on disk; the ledger (reservation and step); the state; the output.
+    """
     s = settings(ctx)
-    moment = _parse_time(through) if through is not None else None
+    # The run's last trigger, from public inputs only (--through, default now): it identifies the step.
+    moment = _parse_time(through) if through is not None else datetime.now(timezone.utc)
+    last_trigger = sr.trigger_through(moment, query.window // query.triggers)
     schema = sr.key_schema_of(table, query)
+    label = f"state file {path}"
     with documents.locked(path, s.lock_timeout):
         body = documents.read(path, sr.STATE_KIND)
         if body is not None:
+            if body.get("analyst") != analyst:  # a state moved to another analyst: bound to another ledger
+                raise StateError(f"{label} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
             sr.check_state_body(body, query, analyst, schema, str(path))
-            last = body.get("last")
-            if last and last["input"] == table.fingerprint and last["through"] == through:
-                cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
-                write_and_report(s, cached, output, fmt, {**last["metadata"], "charged": False, "retry": True},
-                                 as_json, f"stream-replay: repeated run, same rows as before (state {path}, free)")
-                return
+            if not isinstance(body.get("reservation"), str) or not isinstance(body.get("step"), int):
+                raise StateError(f"{label} was written by an older dpcli (not bound to the ledger); start a new one")
+            fresh = False
         else:
+            rid = secrets.token_hex(12)
             seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 1, **query.canonical(),
-                                              "state": secrets.token_hex(16)}, {})
+                                              "reservation": rid}, {})
             body = sr.new_state_body(query, analyst, seed.seed, seed.id, schema,
                                      datetime.now(timezone.utc).isoformat(timespec="seconds"))
+            body.update(reservation=rid, step=0,
+                        ledger_id=ledger.read_ledger(s.state_dir, analyst, s.lock_timeout).ledger_id)
+            fresh = True
+        secret = bytes.fromhex(body["seed"])
+        digest = ledger.step_digest(secret, {"input": table.fingerprint, "through": last_trigger})
+        last = body.get("last")
+        if last and last["input"] == table.fingerprint and last["through"] == last_trigger:
+            ledger.check_recorded(s.state_dir, analyst, body["reservation"], body["step"], digest, label,
+                                  s.lock_timeout)
+            cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
+            write_and_report(s, cached, output, fmt, {**last["metadata"], "charged": False, "retry": True},
+                             as_json, f"stream-replay: repeated run, same rows as before (state {path}, free)")
+            return
         stream = sr.load_state(body, query, plan)
         with working(ctx, f"feeding {table.name} to {path}"):
             release = sr.advance_stream(table, stream, moment)
-        reservation = f"stream:{body['seed_id']}"
-        if body["stream"] is None:  # a new stream: debit all of it before anything is written
-            ledger.charge(s.state_dir, analyst, command="stream-replay --state", query_id=reservation,
-                          seed_id=reservation, reserve=list(plan.events), lock_timeout=s.lock_timeout,
-                          summary=f"stream {path.name} reserves its whole (ε, δ)")
+        reservation = f"stream:{body['reservation']}"
+        create = None
+        if body["step"] == 0:
+            create = ledger.Reservation(
+                id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
+                events=tuple(plan.events), command="stream-replay --state",
+                summary=f"stream {path.name} reserves its whole (ε, δ)",
+            )
+        if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
+            documents.write(path, sr.STATE_KIND, body)
         buf = io.BytesIO()
         release.table.write_parquet(buf)
         metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
-        last = {"input": table.fingerprint, "through": through, "metadata": metadata,
+        last = {"input": table.fingerprint, "through": last_trigger, "metadata": metadata,
                 "release": base64.b64encode(buf.getvalue()).decode("ascii")}
-        documents.write(path, sr.STATE_KIND, sr.state_body(body, stream, last))  # before output: a trigger runs once
-    run_id = ReleaseSeed(b"", f"{body['seed_id']}/{release.metadata['through']}", reservation)
-    line = (f"stream-replay of {table.name} into {path}: {release.metadata['releases']} release row(s), "
-            f"triggers run through {release.metadata['through']}")
-    charge_and_write(s, analyst, "stream-replay --state", run_id, list(plan.events), release.table, output, fmt,
-                     metadata, as_json, line, covered_by=reservation)
+        new_body = {**sr.state_body(body, stream, last), "step": body["step"] + 1}
+        run_id = ReleaseSeed(b"", f"{body['seed_id']}/{release.metadata['through']}", reservation)
+        line = (f"stream-replay of {table.name} into {path}: {release.metadata['releases']} release row(s), "
+                f"triggers run through {release.metadata['through']}")
+        step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label,
+                           create=create)
+        charge_and_write(s, analyst, "stream-replay --state", run_id, list(plan.events), release.table, output, fmt,
+                         metadata, as_json, line, step=step, inputs=(table,),
+                         before_output=lambda: documents.write(path, sr.STATE_KIND, new_body))
+

@@ -7,6 +7,7 @@ renamed with a timestamp, so earlier releases can still be audited.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import stat
@@ -76,6 +77,39 @@ def load_or_create_key(root: Path) -> bytes:
         _create_if_absent(path)
     _check_permissions(path)
     return _parse(path)
+
+
+def load_key(root: Path) -> bytes:
+    """The state directory's existing key; never creates one (a missing key is an error, exit 78).
+
+    Used to *check* state that was sealed with the key: a new key could never verify it.
+    """
+    path = key_path(root)
+    if not path.exists():
+        raise StateError(f"secret key {path} is missing: state sealed with it cannot be checked; restore it from a backup")
+    _check_permissions(path)
+    return _parse(path)
+
+
+def archived_keys(root: Path) -> list[bytes]:
+    """Keys retired by :func:`rotate_key` (``secret.key.*.old``), newest first."""
+    out = []
+    for path in sorted(root.glob(f"{KEY_FILE}.*.old"), reverse=True):
+        _check_permissions(path)
+        out.append(_parse(path))
+    return out
+
+
+def derive_key(key: bytes, label: str) -> bytes:
+    """A key for one purpose: ``HMAC-SHA256(key, "dpcli/derived-key/v1\\0" + label)``.
+
+    The seed key itself only ever seeds releases (:mod:`dpcli.core.prf`); everything
+    else (ledger seals, ...) uses a key derived here under its own label, so no two
+    uses can be confused. Derived keys are never stored, printed or logged.
+    """
+    if len(key) != KEY_BYTES:
+        raise ValueError("derive_key needs the 32-byte secret key")
+    return hmac.new(key, b"dpcli/derived-key/v1\x00" + label.encode("ascii"), hashlib.sha256).digest()
 
 
 def key_fingerprint(key: bytes) -> str:

@@ -1,23 +1,62 @@
-"""Per-analyst privacy-budget ledgers: lock → read → check → debit (durable) → unlock.
+"""Per-analyst privacy-budget ledgers: lock → read and verify once → check → debit (durable) → unlock.
 
-A ledger is one JSON file with ``schema_version``, the analyst's accounting
-mode and limits, an optional refresh period, and an append-only list of
-entries. Each entry records when, which command, the query and seed ids, and
-the privacy events charged; entries are hash-chained, and a high-water mark
-(count and last hash, in a separate ``.hwm`` file) detects a rollback to an
-older copy. Any inconsistency is an error: a ledger is never silently reset.
+A ledger (``ledgers/NAME.json``, schema 2) is a header — ``schema_version``,
+``analyst``, a random ``ledger_id``, ``created``, the accounting ``limits``,
+``refresh_days`` and ``report_delta`` — and an append-only list of entries.
+Each entry records when, which command, the query and seed ids, and the
+privacy events charged.
+
+Seal (tamper evidence). With ``K = derive_key(secret key, "ledger-mac/v2")``
+(:func:`dpcli.state.keys.derive_key`; the seed key itself is never used):
+
+* ``genesis = HMAC(K, "dpcli/ledger/genesis/v2" || canonical header)``, so the
+  header is inside the chain;
+* entry *i* carries ``prev`` (the previous hash, or the genesis) and
+  ``hash = HMAC(K, "dpcli/ledger/entry/v2" || canonical entry without hash)``;
+* the high-water mark ``NAME.hwm`` holds the ledger id, the entry count, the
+  last hash and the ledger file's ``st_ctime_ns`` as written, sealed with
+  ``HMAC(K, "dpcli/ledger/hwm/v2" || ...)``.
+
+What this detects: any edit of the header or of an entry, a deleted, added or
+reordered entry, a full rewrite (all of these need the key), a ledger copied
+from another state directory (another key) or renamed to another analyst, a
+ledger older than its mark, a missing mark, and a ledger file restored from
+a backup *together with* its mark: restoring (cp, tar, rsync, mv) gives the
+file a new ctime, which user programs cannot set back (so do chmod, chown
+and hard links: they are refused the same way). Not detected: state
+restored at block level with its ctimes (a file-system or VM snapshot), or a
+clock set back before a restore; someone holding the key can of course
+rewrite everything. A legitimate move or restore is accepted, with a ledger
+entry saying so, by ``dpcli budget verify NAME --reseal`` (:func:`reseal`),
+which also performs the one-time upgrade of a schema-1 (unkeyed) ledger.
+After ``budget key --rotate`` a ledger still verifies with the archived key
+and is resealed with the new key at its next write.
 
 Replays: an entry whose seed id was already charged in the current period is
 recorded with ``replay_of`` and charged nothing (identical noise on identical
 data is post-processing of the earlier release).
+
+Reservations and steps (streams, schedules): a :class:`Reservation` debits a
+stream's or schedule's whole budget once, under a random id that its state
+file records. Every later run against that state file is a :class:`Step`:
+accepted if the state is at the ledger's latest step for that reservation
+(the step and a keyed digest of its input are appended), free if it exactly
+repeats a recorded step (same starting step, same input digest: the release
+is deterministic and identical), and refused otherwise — an older copy
+(rollback), a diverging copy (fork), a deleted-and-recreated schedule or a
+state file from another ledger.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import math
-from dataclasses import dataclass
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -25,12 +64,19 @@ from typing import Any
 from dpcli.core import budget as bud
 from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.errors import BudgetError, StateError, UsageError
+from dpcli.state import keys
 from dpcli.state.atomic import atomic_write_bytes
 from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import ensure_state_dir, ledger_path, lock_path
 
-SCHEMA_VERSION = 1
-_GENESIS = "0" * 64
+SCHEMA_VERSION = 2
+_HEADER_FIELDS = ("schema_version", "analyst", "ledger_id", "created", "limits", "refresh_days", "report_delta")
+_MAC_LABEL = "ledger-mac/v2"
+_GENESIS_DOMAIN = b"dpcli/ledger/genesis/v2\x00"
+_ENTRY_DOMAIN = b"dpcli/ledger/entry/v2\x00"
+_HWM_DOMAIN = b"dpcli/ledger/hwm/v2\x00"
+_STEP_DOMAIN = b"dpcli/ledger/step-input/v1\x00"
+_V1_GENESIS = "0" * 64
 
 
 def _now() -> datetime:
@@ -45,9 +91,75 @@ def _parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
-def _entry_hash(entry: dict[str, Any]) -> str:
+def _canonical(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
+def _mac(key: bytes, domain: bytes, obj: Any) -> str:
+    return hmac.new(key, domain + _canonical(obj), hashlib.sha256).hexdigest()
+
+
+def _same(a: Any, b: Any) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and hmac.compare_digest(a.encode(), b.encode())
+
+
+def _v1_entry_hash(entry: dict[str, Any]) -> str:
     body = {k: v for k, v in entry.items() if k != "hash"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _mac_keys(root: Path) -> Iterator[bytes]:
+    """Ledger seal keys to try: the current key's first, then those of rotated-out keys (newest first)."""
+    yield keys.derive_key(keys.load_key(root), _MAC_LABEL)
+    for old in keys.archived_keys(root):
+        yield keys.derive_key(old, _MAC_LABEL)
+
+
+def _current_mac_key(root: Path) -> bytes:
+    return keys.derive_key(keys.load_or_create_key(root), _MAC_LABEL)
+
+
+def step_digest(secret: bytes, material: dict[str, Any]) -> str:
+    """The public digest of a run's input, recorded with its step: HMAC(secret, canonical material).
+
+    ``secret`` is private to the state file (a stream's seed, a schedule's
+    random secret), so the digest reveals only whether two inputs are equal.
+    """
+    return hmac.new(secret, _STEP_DOMAIN + _canonical(material), hashlib.sha256).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A stream's or schedule's whole budget, debited once when its first run is recorded.
+
+    ``id`` is random per creation (so a re-created schedule never matches an
+    old reservation), ``key`` says what is reserved (a schedule's key, a
+    stream's query id), and ``ledger_id`` is the id of the ledger the state
+    file was created for (a state copied elsewhere is refused).
+    """
+
+    id: str
+    kind: str
+    key: str
+    ledger_id: str
+    events: tuple[PrivacyEvent, ...]
+    command: str
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One run against a state file: the state was at ``start`` recorded runs; its input digest.
+
+    ``create`` (only with ``start == 0``) is the reservation to debit first if
+    the ledger does not hold it yet. ``label`` names the state in messages.
+    """
+
+    reservation: str
+    start: int
+    digest: str
+    label: str
+    create: Reservation | None = None
 
 
 @dataclass(frozen=True)
@@ -56,11 +168,14 @@ class Ledger:
 
     path: Path
     analyst: str
+    ledger_id: str
     limits: bud.Limits
     created: datetime
     refresh_days: int | None
     report_delta: float
     entries: tuple[dict[str, Any], ...]
+    genesis: str = field(default="", repr=False, compare=False)
+    header: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     def period(self, when: datetime) -> int:
         """Index of the refresh period containing ``when`` (always 0 without refresh)."""
@@ -80,6 +195,21 @@ class Ledger:
     def guarantee(self, when: datetime | None = None) -> tuple[float, float]:
         return bud.guarantee(self.limits, self.spend(when), self.report_delta)
 
+    def reservation(self, rid: str) -> dict[str, Any] | None:
+        """The entry that created reservation ``rid``, if any."""
+        return next((e for e in self.entries if (e.get("reservation") or {}).get("id") == rid), None)
+
+    def find_reservation(self, kind: str, key: str, when: datetime | None = None) -> int | None:
+        """The entry number of a reservation of ``kind`` for ``key`` in the current period, if any."""
+        p = self.period(when or _now())
+        return next((e["seq"] for e in self.entries if e.get("period", 0) == p
+                     and (e.get("reservation") or {}).get("kind") == kind and e["reservation"].get("key") == key), None)
+
+    def steps(self, reservation_seq: int) -> list[dict[str, Any]]:
+        """The recorded (non-repeat) steps of a reservation, in order: element i started at step i."""
+        return [e for e in self.entries
+                if e.get("covered_by") == reservation_seq and "step" in e and not e.get("replay_of")]
+
 
 @dataclass(frozen=True)
 class Receipt:
@@ -91,6 +221,9 @@ class Receipt:
     spent: bud.Spend
     guarantee: tuple[float, float]
     limits: bud.Limits
+    remaining: dict[str, str] = field(default_factory=dict)
+    reserved: tuple[PrivacyEvent, ...] = ()  # a reservation debited by this call (a stream's or schedule's first run)
+    covered_by: int | None = None  # the reservation entry that paid for this release
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,83 +241,188 @@ def _hwm_path(path: Path) -> Path:
     return path.with_suffix(".hwm")
 
 
-def _parse(path: Path, raw: bytes) -> Ledger:
+class _MarkError(StateError):
+    """The high-water mark does not vouch for the ledger file; ``reason`` is a short public phrase."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _read(path: Path, analyst: str) -> tuple[bytes, int]:
+    """The ledger's bytes and the ctime of the very file read."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StateError(f"ledger {path} is corrupt (not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc})") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise StateError(f"ledger {path} is corrupt (no schema_version)")
-    version = data["schema_version"]
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads ≤ {SCHEMA_VERSION}: upgrade dpcli")
-    try:
-        limits = bud.Limits.from_json(data["limits"])
-        entries = data["entries"]
-        created = _parse_time(data["created"])
-        refresh = data.get("refresh_days")
-        report_delta = float(data.get("report_delta", 1e-9))
-        analyst = str(data["analyst"])
-        if not isinstance(entries, list):
-            raise TypeError("entries")
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"ledger {path} is corrupt ({exc})") from None
-    prev = data.get("genesis", _GENESIS)
-    for i, entry in enumerate(entries, start=1):
-        if not isinstance(entry, dict) or entry.get("seq") != i or entry.get("prev") != prev:
-            raise StateError(f"ledger {path} fails verification at entry {i} (edited, deleted or reordered entries)")
-        if _entry_hash(entry) != entry.get("hash"):
-            raise StateError(f"ledger {path} fails verification at entry {i} (entry was modified)")
-        try:
-            for ev in entry["events"]:
-                PrivacyEvent.from_json(ev)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateError(f"ledger {path} entry {i} has an invalid event ({exc})") from None
-        prev = entry["hash"]
-    ledger = Ledger(path, analyst, limits, created, refresh, report_delta, tuple(entries))
-    _check_high_water_mark(ledger)
-    return ledger
-
-
-def _check_high_water_mark(ledger: Ledger) -> None:
-    hwm = _hwm_path(ledger.path)
-    if not hwm.exists():
-        return
-    try:
-        mark = json.loads(hwm.read_text())
-        count, last = int(mark["count"]), str(mark["hash"])
-    except (ValueError, KeyError, TypeError):
-        raise StateError(f"high-water mark {hwm} is corrupt") from None
-    if count > len(ledger.entries) or (count and ledger.entries[count - 1]["hash"] != last):
-        raise StateError(
-            f"ledger {ledger.path} is older than its high-water mark ({len(ledger.entries)} entries, "
-            f"{count} recorded): it was rolled back or replaced"
-        )
-
-
-def _serialise(ledger_json: dict[str, Any]) -> bytes:
-    return (json.dumps(ledger_json, indent=1, sort_keys=False) + "\n").encode()
-
-
-def _write(path: Path, ledger_json: dict[str, Any]) -> None:
-    atomic_write_bytes(path, _serialise(ledger_json), mode=0o600)
-    entries = ledger_json["entries"]
-    mark = {"count": len(entries), "hash": entries[-1]["hash"] if entries else _GENESIS}
-    atomic_write_bytes(_hwm_path(path), json.dumps(mark).encode(), mode=0o600)
-
-
-def read_ledger(root: Path, analyst: str) -> Ledger:
-    """Load and verify an analyst's ledger (no lock needed: files are replaced atomically)."""
-    path = ledger_path(root, analyst)
-    try:
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            return fh.read(), os.fstat(fh.fileno()).st_ctime_ns
     except FileNotFoundError:
         raise BudgetError(
             f"analyst {analyst!r} has no budget ledger; create one with: dpcli budget init {analyst} --mode ..."
         ) from None
     except OSError as exc:
         raise StateError(f"cannot read ledger {path}: {exc.strerror}") from None
-    return _parse(path, raw)
+
+
+def _json(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateError(f"ledger {path} is corrupt (not valid JSON: {getattr(exc, 'msg', exc)})") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise StateError(f"ledger {path} is corrupt (no schema_version)")
+    return data
+
+
+def _fields(path: Path, data: dict[str, Any]) -> tuple[bud.Limits, datetime, int | None, float, str, list[Any]]:
+    try:
+        limits = bud.Limits.from_json(data["limits"])
+        created = _parse_time(data["created"])
+        refresh = data.get("refresh_days")
+        if refresh is not None and (not isinstance(refresh, int) or refresh < 1):
+            raise ValueError("refresh_days")
+        report_delta = float(data.get("report_delta", 1e-9))
+        analyst = data["analyst"]
+        entries = data["entries"]
+        if not isinstance(analyst, str) or not isinstance(entries, list):
+            raise TypeError("analyst or entries")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"ledger {path} is corrupt ({exc})") from None
+    return limits, created, refresh, report_delta, analyst, entries
+
+
+def _check_events(path: Path, entries: list[Any]) -> None:
+    for i, entry in enumerate(entries, start=1):
+        try:
+            for ev in entry["events"]:
+                PrivacyEvent.from_json(ev)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"ledger {path} entry {i} has an invalid event ({exc})") from None
+
+
+def _verify_chain(path: Path, entries: list[Any], genesis: str, digest: Any) -> None:
+    prev = genesis
+    for i, entry in enumerate(entries, start=1):
+        if not isinstance(entry, dict) or entry.get("seq") != i or entry.get("prev") != prev:
+            raise StateError(f"ledger {path} fails verification at entry {i} (edited, deleted or reordered entries)")
+        if not _same(digest(entry), entry.get("hash")):
+            raise StateError(f"ledger {path} fails verification at entry {i} (entry was modified)")
+        prev = entry["hash"]
+
+
+def _parse(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path, check_mark: bool = True) -> Ledger:
+    """Parse and verify a schema-2 ledger: header seal, entry chain, then (optionally) its high-water mark."""
+    data = _json(path, raw)
+    version = data["schema_version"]
+    if version == 1:
+        raise StateError(
+            f"ledger {path} has schema_version 1 (no keyed seal); check it, then upgrade it once with: "
+            f"dpcli budget verify {analyst} --reseal"
+        )
+    if version != SCHEMA_VERSION:
+        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade dpcli")
+    limits, created, refresh, report_delta, owner, entries = _fields(path, data)
+    if owner != analyst:
+        raise StateError(f"ledger {path} belongs to analyst {owner!r}, not {analyst!r} (renamed or copied?)")
+    header = {f: data.get(f) for f in _HEADER_FIELDS}
+    if not isinstance(header["ledger_id"], str):
+        raise StateError(f"ledger {path} is corrupt (no ledger_id)")
+    key = next((k for k in _mac_keys(root) if _same(_mac(k, _GENESIS_DOMAIN, header), data.get("genesis"))), None)
+    if key is None:
+        raise StateError(
+            f"ledger {path} fails verification of its header (edited, or sealed with another secret key: "
+            "copied from another state directory?)"
+        )
+    _verify_chain(path, entries, data["genesis"], lambda e: _mac(key, _ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
+    _check_events(path, entries)
+    led = Ledger(path, owner, header["ledger_id"], limits, created, refresh, report_delta, tuple(entries),
+                 data["genesis"], header)
+    if check_mark:
+        _check_mark(led, ctime_ns, root)
+    return led
+
+
+def _check_mark(led: Ledger, ctime_ns: int, root: Path) -> None:
+    """The high-water mark must be sealed, of this ledger, not ahead of it, and name this very file.
+
+    The ledger may be one write ahead of its mark (a crash between the two
+    writes; one write's entries share their time); the file-identity check
+    then has nothing to compare with.
+    """
+    hwm = _hwm_path(led.path)
+    fix = f"restore the newest copy, or accept this one with: dpcli budget verify {led.analyst} --reseal"
+    try:
+        mark = json.loads(hwm.read_bytes())
+        body = {k: mark[k] for k in ("ledger_id", "count", "hash", "ctime_ns")}
+        count, ctime = int(body["count"]), int(body["ctime_ns"])
+        sealed = mark["mac"]
+        if count < 0:
+            raise ValueError("count")
+    except FileNotFoundError:
+        raise _MarkError(f"high-water mark {hwm} is missing, so a rollback cannot be ruled out; {fix}",
+                         "high-water mark missing") from None
+    except (OSError, ValueError, KeyError, TypeError):
+        raise _MarkError(f"high-water mark {hwm} is corrupt; {fix}", "high-water mark unreadable") from None
+    if not any(_same(_mac(k, _HWM_DOMAIN, body), sealed) for k in _mac_keys(root)):
+        raise _MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory); {fix}",
+                         "high-water mark unverifiable")
+    if body["ledger_id"] != led.ledger_id:
+        raise _MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?); {fix}",
+                         "high-water mark of another ledger")
+    n = len(led.entries)
+    if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != body["hash"]:
+        raise _MarkError(
+            f"ledger {led.path} is older than its high-water mark ({n} entries, {count} recorded): "
+            f"it was rolled back or replaced; {fix}",
+            f"ledger older than its high-water mark ({n} entries, {count} recorded)",
+        )
+    if len({e.get("time") for e in led.entries[count:]}) > 1:  # more than one write ahead of the mark
+        raise _MarkError(f"high-water mark {hwm} is older than its ledger (restored from a backup?); {fix}",
+                         "high-water mark older than the ledger")
+    if count == n and ctime != ctime_ns:
+        raise _MarkError(
+            f"ledger {led.path} was replaced since dpcli wrote it (restored from a backup, copied or moved?), "
+            f"which could hand back spent budget; {fix}",
+            "ledger file replaced (restored, copied or moved)",
+        )
+
+
+def _seal(doc: dict[str, Any], key: bytes) -> None:
+    """(Re)compute the genesis and every entry's ``prev``/``hash`` of ``doc`` in place."""
+    header = {f: doc.get(f) for f in _HEADER_FIELDS}
+    prev = doc["genesis"] = _mac(key, _GENESIS_DOMAIN, header)
+    for entry in doc["entries"]:
+        entry.pop("hash", None)
+        entry["prev"] = prev
+        prev = entry["hash"] = _mac(key, _ENTRY_DOMAIN, entry)
+
+
+def _write(root: Path, path: Path, doc: dict[str, Any]) -> None:
+    """Seal ``doc`` with the current key, replace the ledger, then its high-water mark (both atomic)."""
+    key = _current_mac_key(root)
+    _seal(doc, key)
+    atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode(), mode=0o600)
+    entries = doc["entries"]
+    body = {"ledger_id": doc["ledger_id"], "count": len(entries), "hash": entries[-1]["hash"] if entries else doc["genesis"],
+            "ctime_ns": os.stat(path).st_ctime_ns}
+    atomic_write_bytes(_hwm_path(path), json.dumps({**body, "mac": _mac(key, _HWM_DOMAIN, body)}).encode(), mode=0o600)
+
+
+def _doc(led: Ledger, entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**led.header, "genesis": None, "entries": [dict(e) for e in entries]}
+
+
+def _load(root: Path, analyst: str) -> Ledger:
+    path = ledger_path(root, analyst)
+    raw, ctime = _read(path, analyst)
+    return _parse(path, raw, ctime, analyst, root)
+
+
+def read_ledger(root: Path, analyst: str, lock_timeout: float = 30.0) -> Ledger:
+    """Load and verify an analyst's ledger (briefly under its lock, so ledger and mark are read as a pair)."""
+    path = ledger_path(root, analyst)
+    if not path.exists():
+        _read(path, analyst)  # the "no budget ledger" error
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        return _load(root, analyst)
 
 
 def init_ledger(
@@ -210,15 +448,89 @@ def init_ledger(
         doc = {
             "schema_version": SCHEMA_VERSION,
             "analyst": analyst,
+            "ledger_id": secrets.token_hex(16),
             "created": _iso(_now()),
             "limits": limits.to_json(),
             "refresh_days": refresh_days,
             "report_delta": report_delta,
-            "genesis": _GENESIS,
+            "genesis": None,
             "entries": [],
         }
-        _write(path, doc)
-    return read_ledger(root, analyst)
+        _write(root, path, doc)
+        return _load(root, analyst)
+
+
+def _fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEvent], actual: list[PrivacyEvent]) -> None:
+    """Refuse (BudgetError) unless the reserve fits what is left; the actual cost must not exceed it."""
+    mode = led.limits.mode
+    try:
+        need = bud.total_spend(mode, reserve, led.limits)
+        actual_spend = bud.total_spend(mode, actual, led.limits)
+    except bud.ChargeRefused as exc:
+        raise BudgetError(f"analyst {analyst!r} ({mode} ledger): {exc}") from None
+    short = bud.check_fits(led.limits, spent, need)
+    if short is not None:
+        raise BudgetError(f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})")
+    if bud.check_fits(led.limits, spent, actual_spend) is not None:
+        raise BudgetError("internal: actual cost exceeds the reserved cost")
+
+
+def _step_entries(
+    led: Ledger, analyst: str, step: Step, base: dict[str, Any], now: datetime, spent: bud.Spend
+) -> tuple[list[dict[str, Any]], tuple[PrivacyEvent, ...], int | None, int]:
+    """The entries recording ``step`` (a new reservation first, if needed): (entries, reserved, replay_of, covered_by)."""
+    n = len(led.entries)
+    period = led.period(now)
+    new: list[dict[str, Any]] = []
+    reserved: tuple[PrivacyEvent, ...] = ()
+    created = led.reservation(step.reservation)
+    if created is None:
+        c = step.create
+        if c is None or step.start != 0:
+            raise StateError(
+                f"{step.label}: its reservation is not in analyst {analyst!r}'s ledger (state copied from another "
+                "analyst or state directory, or the ledger restored from an older backup)"
+            )
+        if c.ledger_id != led.ledger_id:
+            raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state directory)")
+        clash = led.find_reservation(c.kind, c.key, now) if c.kind == "schedule" else None
+        if clash is not None:
+            raise StateError(
+                f"{step.label} already has reservation #{clash} in this ledger but not this state "
+                "(state deleted or replaced?): restore its state file, or use a new --schedule name"
+            )
+        _fits(led, analyst, spent, list(c.events), list(c.events))
+        reserved = c.events
+        new.append({"seq": n + 1, "time": base["time"], "period": period, "command": c.command,
+                    "query_id": f"{c.kind}:{c.key}", "seed_id": f"{c.kind}:{c.id}",
+                    "events": [ev.to_json() for ev in c.events],
+                    "reservation": {"id": c.id, "kind": c.kind, "key": c.key},
+                    **({"summary": c.summary} if c.summary else {})})
+        res_seq, res_period, steps = n + 1, period, []
+    else:
+        res_seq, res_period, steps = created["seq"], created.get("period", 0), led.steps(created["seq"])
+    if any(s["step"].get("from") != i for i, s in enumerate(steps)):
+        raise StateError(f"ledger {led.path}: the steps of reservation #{res_seq} are out of order")
+    record = {"from": step.start, "input": step.digest}
+    entry = {**base, "seq": n + len(new) + 1, "covered_by": res_seq, "step": record}
+    replay_of = None
+    if step.start == len(steps):
+        if res_period != period:
+            raise BudgetError(f"analyst {analyst!r}: the reservation of {step.label} is not in this ledger period")
+    elif step.start < len(steps):
+        earlier = steps[step.start]
+        if not _same(earlier["step"].get("input"), step.digest):
+            raise StateError(
+                f"{step.label} is behind the ledger (at run {step.start} of {len(steps)}) and its input differs from "
+                f"the one recorded for run {step.start + 1}: it is an older or copied state; use the newest copy"
+            )
+        replay_of = entry["replay_of"] = earlier["seq"]
+    else:
+        raise StateError(
+            f"{step.label} is ahead of the ledger (run {step.start}, ledger has {len(steps)}): "
+            "the ledger was restored from an older backup, or the state belongs to another ledger"
+        )
+    return [*new, entry], reserved, replay_of, res_seq
 
 
 def charge(
@@ -233,9 +545,9 @@ def charge(
     summary: str = "",
     lock_timeout: float = 30.0,
     now: datetime | None = None,
-    covered_by: str | None = None,
+    step: Step | None = None,
 ) -> Receipt:
-    """Debit a release durably, before its output is written.
+    """Debit a release durably, before its output is written (the ledger is read and verified once).
 
     ``reserve`` is the largest cost the query can have, decided without looking
     at the data (so a refusal reveals nothing); ``actual`` (≤ reserve, default
@@ -244,81 +556,130 @@ def charge(
     otherwise the reserve must fit the remaining budget and the actual cost is
     appended and fsynced. Raises :class:`BudgetError` when it does not fit.
 
-    ``covered_by`` names the seed id of an earlier entry that already paid for
-    this release (a schedule's up-front reservation): the release is recorded
-    with no cost of its own, and refused if that reservation is not in the
-    current period.
+    ``step`` records a run against a stream's or schedule's state file instead
+    (its cost is covered by the reservation; see the module docstring): a new
+    step, an exact repeat (free, ``replay``), or :class:`StateError` for a
+    state that is older, forked, re-created or foreign. ``step.create``
+    debits the reservation itself in the same write.
     """
     actual = reserve if actual is None else actual
     path = ledger_path(root, analyst)
     ensure_state_dir(root)
     when = now or _now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
-        ledger = read_ledger(root, analyst)
-        doc = json.loads(path.read_bytes())
-        period = ledger.period(when)
-        current = ledger.current_entries(when)
-        replay_of = next(
-            (e["seq"] for e in current if e["seed_id"] == seed_id and not e.get("replay_of")), None
-        )
-        mode = ledger.limits.mode
-        spent = ledger.spend(when)
-        events_json: list[dict[str, Any]] = []
-        covered_seq = None
-        if replay_of is None and covered_by is not None:
-            covered_seq = next(
-                (e["seq"] for e in current if e["seed_id"] == covered_by and e["events"]), None
-            )
-            if covered_seq is None:
-                raise BudgetError(f"analyst {analyst!r}: the schedule's reservation is not in this ledger period")
-        elif replay_of is None:
-            try:
-                need = bud.total_spend(mode, reserve, ledger.limits)
-                actual_spend = bud.total_spend(mode, actual, ledger.limits)
-            except bud.ChargeRefused as exc:
-                raise BudgetError(f"analyst {analyst!r} ({mode} ledger): {exc}") from None
-            short = bud.check_fits(ledger.limits, spent, need)
-            if short is not None:
-                raise BudgetError(
-                    f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})"
-                )
-            if bud.check_fits(ledger.limits, spent, actual_spend) is not None:
-                raise BudgetError("internal: actual cost exceeds the reserved cost")
-            events_json = [ev.to_json() for ev in actual]
-        entries = doc["entries"]
-        entry: dict[str, Any] = {
-            "seq": len(entries) + 1,
-            "time": _iso(when),
-            "period": period,
-            "command": command,
-            "query_id": query_id,
-            "seed_id": seed_id,
-            "events": events_json,
-        }
-        if replay_of is not None:
-            entry["replay_of"] = replay_of
-        if covered_seq is not None:
-            entry["covered_by"] = covered_seq
+        led = _load(root, analyst)
+        period = led.period(when)
+        spent = led.spend(when)
+        base: dict[str, Any] = {"seq": 0, "time": _iso(when), "period": period, "command": command,
+                                "query_id": query_id, "seed_id": seed_id, "events": []}
         if summary:
-            entry["summary"] = summary
-        entry["prev"] = entries[-1]["hash"] if entries else doc.get("genesis", _GENESIS)
-        entry["hash"] = _entry_hash(entry)
-        entries.append(entry)
-        _write(path, doc)
-        after = read_ledger(root, analyst)
+            base["summary"] = summary
+        reserved: tuple[PrivacyEvent, ...] = ()
+        covered: int | None = None
+        if step is not None:
+            added, reserved, replay_of, covered = _step_entries(led, analyst, step, base, when, spent)
+        else:
+            replay_of = next(
+                (e["seq"] for e in led.current_entries(when)
+                 if e["seed_id"] == seed_id and not e.get("replay_of")), None
+            )
+            entry = {**base, "seq": len(led.entries) + 1}
+            if replay_of is None:
+                _fits(led, analyst, spent, reserve, actual)
+                entry["events"] = [ev.to_json() for ev in actual]
+            else:
+                entry["replay_of"] = replay_of
+            added = [entry]
+        entries = [*led.entries, *added]
+        doc = _doc(led, entries)
+        _write(root, path, doc)
+    after = replace(led, entries=tuple(doc["entries"]), genesis=doc["genesis"])
+    total = after.spend(when)
     return Receipt(
         analyst=analyst,
         replay=replay_of is not None,
-        seq=entry["seq"],
-        spent=after.spend(when),
-        guarantee=after.guarantee(when),
+        seq=added[-1]["seq"],
+        spent=total,
+        guarantee=bud.guarantee(after.limits, total, after.report_delta),
         limits=after.limits,
+        remaining=remaining_text(after, when, total),
+        reserved=reserved,
+        covered_by=covered,
     )
 
 
-def remaining_text(ledger: Ledger, when: datetime | None = None) -> dict[str, str]:
-    """What is left of each limit, as exact text (RDP: the ε reached so far)."""
-    s = ledger.spend(when)
+def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest: str | None, label: str,
+                   lock_timeout: float = 30.0) -> None:
+    """Before handing back a state file's cached release of its run ``runs``: the ledger must record that run.
+
+    ``digest``, if given, must be the input digest recorded for it. A state the
+    ledger does not know (foreign, or ahead of a restored ledger) is refused.
+    """
+    led = read_ledger(root, analyst, lock_timeout)
+    created = led.reservation(reservation)
+    steps = led.steps(created["seq"]) if created is not None else []
+    if created is None or runs < 1 or len(steps) < runs:
+        raise StateError(f"{label} is not recorded in analyst {analyst!r}'s ledger (state from another ledger, or "
+                         "the ledger restored from an older backup)")
+    if digest is not None and not _same(steps[runs - 1]["step"].get("input"), digest):
+        raise StateError(f"{label} differs from the run the ledger recorded (an older or copied state)")
+
+
+def _upgrade_v1(path: Path, data: dict[str, Any], analyst: str) -> tuple[dict[str, Any], str]:
+    """A schema-1 ledger (unkeyed chain) as a schema-2 document, after checking what v1 could check."""
+    _limits, _created, _refresh, _delta, owner, entries = _fields(path, data)
+    if owner != analyst:
+        raise StateError(f"ledger {path} belongs to analyst {owner!r}, not {analyst!r} (renamed or copied?)")
+    _verify_chain(path, entries, data.get("genesis", _V1_GENESIS), _v1_entry_hash)
+    _check_events(path, entries)
+    reason = "upgraded from schema_version 1 (unkeyed)"
+    try:
+        mark = json.loads(_hwm_path(path).read_text())
+        if int(mark["count"]) > len(entries):
+            reason += f"; its high-water mark recorded {int(mark['count'])} entries, the ledger has {len(entries)}"
+    except (OSError, ValueError, KeyError, TypeError):
+        reason += "; no readable high-water mark"
+    header = {**{f: data.get(f) for f in _HEADER_FIELDS}, "schema_version": SCHEMA_VERSION,
+              "ledger_id": secrets.token_hex(16), "report_delta": float(data.get("report_delta", 1e-9))}
+    entries = [{k: v for k, v in e.items() if k not in ("prev", "hash")} for e in entries]
+    return {**header, "genesis": None, "entries": entries}, reason
+
+
+def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime | None = None) -> tuple[Ledger, str | None]:
+    """Accept the ledger file as it is now (after a deliberate move or restore, or to upgrade schema 1).
+
+    The operator's decision, for what the seal cannot decide: the entries must
+    still verify (edits are never accepted), only the high-water mark's
+    objections are overridden, and an entry saying so is appended. Returns the
+    ledger and the reason, or None when the ledger already verified fully.
+    """
+    path = ledger_path(root, analyst)
+    when = now or _now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        raw, ctime = _read(path, analyst)
+        data = _json(path, raw)
+        if data["schema_version"] == 1:
+            doc, reason = _upgrade_v1(path, data, analyst)
+        else:
+            led = _parse(path, raw, ctime, analyst, root, check_mark=False)
+            try:
+                _check_mark(led, ctime, root)
+                return led, None
+            except _MarkError as exc:
+                reason = exc.reason
+            doc = _doc(led, list(led.entries))
+        period = Ledger(path, analyst, doc["ledger_id"], bud.Limits.from_json(doc["limits"]),
+                        _parse_time(doc["created"]), doc["refresh_days"], doc["report_delta"], ()).period(when)
+        doc["entries"].append({"seq": len(doc["entries"]) + 1, "time": _iso(when), "period": period,
+                               "command": "budget reseal", "query_id": "", "seed_id": f"reseal:{secrets.token_hex(8)}",
+                               "events": [], "summary": f"the operator accepted the ledger file as it was: {reason}"})
+        _write(root, path, doc)
+        return _load(root, analyst), reason
+
+
+def remaining_text(ledger: Ledger, when: datetime | None = None, spent: bud.Spend | None = None) -> dict[str, str]:
+    """What is left of each limit, as exact text (RDP: the ε reached so far); ``spent``: if already computed."""
+    s = ledger.spend(when) if spent is None else spent
     lim = ledger.limits
     mode = lim.mode
     if mode == "pure":
@@ -336,4 +697,7 @@ def remaining_text(ledger: Ledger, when: datetime | None = None) -> dict[str, st
     }
 
 
-__all__ = ["Ledger", "Receipt", "charge", "init_ledger", "read_ledger", "remaining_text"]
+__all__ = [
+    "Ledger", "Receipt", "Reservation", "Step", "charge", "check_recorded", "init_ledger",
+    "read_ledger", "remaining_text", "reseal", "step_digest",
+]

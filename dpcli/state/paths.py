@@ -21,12 +21,16 @@ This directory belongs to dpcli (differential privacy CLI).
                       every noise value dpcli released. Back it up privately.
   ledgers/NAME.json   privacy-budget ledgers, one per analyst. Deleting or editing
                       one hands back spent budget: don't.
+  ledgers/NAME.hwm    each ledger's high-water mark. A restored, copied or moved
+                      ledger is refused (exit 78); after a deliberate restore or
+                      move: dpcli budget verify NAME --reseal (recorded).
   ledgers/NAME.lock   lock files (never delete while dpcli runs).
 
 Do not edit these files by hand. See `dpcli budget --help`.
 """
 
-_ANALYST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+#: Matched against the *whole* name (``fullmatch``): ``$`` would also accept a trailing newline.
+_ANALYST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
 
 
 def default_state_dir(environ: dict[str, str] | None = None) -> Path:
@@ -40,8 +44,11 @@ def default_state_dir(environ: dict[str, str] | None = None) -> Path:
 
 
 def validate_analyst(name: str) -> str:
-    """Analyst names become file names: letters, digits, ``_ . -``, at most 64 characters."""
-    if not _ANALYST_RE.match(name):
+    """Analyst names become file names: ASCII letters, digits, ``_ . -``, at most 64 characters.
+
+    The whole string must match (no trailing newline, no control or other characters).
+    """
+    if not isinstance(name, str) or not _ANALYST_RE.fullmatch(name):
         raise UsageError(
             f"invalid analyst name {name!r}: use 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
         )

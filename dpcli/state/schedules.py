@@ -6,6 +6,13 @@ N), where KEY hashes the schedule name and the canonical query without its
 input file, so the same daily job finds its schedule. The state is written
 (atomically, under ``KEY.json.lock``) *before* a release is output, so a crash
 can never lead to two different releases for one epoch.
+
+The state is bound to the analyst's ledger: it records the ``analyst``, the
+``ledger_id``, a random ``reservation`` id (its entry in the ledger) and a random
+``secret`` keying the input digests recorded with each run (see
+:mod:`dpcli.state.ledger`, reservations and steps). It is first saved, with no
+runs, just before the reservation is debited; after that each run is recorded
+in the ledger first, then saved here, then output.
 """
 
 from __future__ import annotations

@@ -1,0 +1,267 @@
+"""Attacks through copied, restored, deleted or moved state files (issue 15, finding 2).
+
+A ``stream-replay --state`` file holds a stream's seed and pre-drawn noise; a ``--schedule`` state says
+which runs its reservation already paid for. A fork (``cp -p``), a rollback (an older copy restored), a
+deleted-and-recreated schedule or a state moved to another analyst must never give reused noise on
+other data, nor fresh noise for free: each is refused (exit 78, one line, no debit, no output). A crash
+between the ledger write and the state write is retried with the same release, never under-counted.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+import dpcli.state.documents as documents
+import dpcli.tasks.stream_replay as sr
+from dpcli.cli.app import app
+
+runner = CliRunner()
+_PLANS: dict = {}
+_plan_stream = sr.plan_stream
+
+
+@pytest.fixture(autouse=True)
+def _plan_once(monkeypatch):
+    """The stream's calibration (a slow numeric search, a pure function of the query) is computed once."""
+    monkeypatch.setattr(sr, "plan_stream", lambda q: _PLANS.get(q) or _PLANS.setdefault(q, _plan_stream(q)))
+
+STREAM = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
+          "--max-records", "4", "--epsilon", "2", "--delta", "1e-9"]
+
+
+def _half_day(path: Path, d: int, variant: int = 0) -> Path:
+    """Events of half-day ``d`` (Nov 2026): 60 events; ``variant`` changes one user's page."""
+    ts = [f"2026-11-{1 + d // 2:02d}T{12 * (d % 2) + i // 6:02d}:{(i % 6) * 10:02d}:00" for i in range(60)]
+    pages = [f"p{i % 3}" for i in range(60)]
+    if variant:
+        pages[0] = "p9"
+    pl.DataFrame({"ts": ts, "user": [f"u{(i + 60 * d) % 150}" for i in range(60)], "page": pages}).write_csv(path)
+    return path
+
+
+@pytest.fixture
+def stream(tmp_path):
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
+                               "--delta", "1e-6"]).exit_code == 0
+    days = [_half_day(tmp_path / f"d{d}.csv", d) for d in range(4)]
+    other = [_half_day(tmp_path / f"d{d}x.csv", d, variant=1) for d in range(4)]
+    return days, other
+
+
+def _ledger_files(state_dir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((state_dir / "ledgers").glob("*.*")) if p.suffix != ".lock"}
+
+
+def _run(data: Path, state: Path, *extra: str, out: Path | None = None):
+    args = ["stream-replay", str(data), *STREAM, "--state", str(state), *extra]
+    return runner.invoke(app, [*args, "-o", str(out)] if out else args)
+
+
+def _refused(result, state_dir: Path, before: dict[str, bytes], out: Path | None = None) -> None:
+    assert result.exit_code == 78, (result.exit_code, result.stdout, result.stderr)
+    assert result.stdout == "" and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert _ledger_files(state_dir) == before  # no debit, no entry
+    assert out is None or not out.exists()
+
+
+def _charged(state_dir: Path) -> list[dict]:
+    h = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    return [e for e in h if e["events"] and not e.get("replay_of")]
+
+
+def test_a_forked_stream_state_is_refused_on_other_data(stream, tmp_path, state_dir):
+    days, other = stream
+    s1, s2 = tmp_path / "s1.state", tmp_path / "s2.state"
+    assert _run(days[0], s1).exit_code == 0
+    shutil.copy2(s1, s2)  # cp -p
+    first = _run(days[1], s1)
+    assert first.exit_code == 0, first.stderr
+    before = _ledger_files(state_dir)
+    out = tmp_path / "fork.csv"
+    _refused(_run(other[1], s2, out=out), state_dir, before, out)
+    # The fork on the very same input is an exact repeat: the same rows again, charged nothing.
+    same = _run(days[1], s2)
+    assert same.exit_code == 0 and same.stdout == first.stdout
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_fork_made_before_the_first_run_is_refused(stream, tmp_path, state_dir):
+    """Copies of a state at step 0 (e.g. left by a crash) share the seed: only one may run on data."""
+    days, other = stream
+    s1, s2 = tmp_path / "s1.state", tmp_path / "s2.state"
+    assert _run(days[0], s1).exit_code == 0
+    before = _ledger_files(state_dir)
+    body = json.loads(s1.read_text())["body"]
+    body.update(step=0, stream=None, last=None)  # what a crash before the first ledger write leaves
+    documents.write(s2, "dpcli-stream-state", body)
+    _refused(_run(other[0], s2), state_dir, before)
+
+
+def test_a_rolled_back_stream_state_is_refused(stream, tmp_path, state_dir):
+    days, other = stream
+    s = tmp_path / "s.state"
+    assert _run(days[0], s).exit_code == 0
+    old = s.read_bytes()
+    assert _run(days[1], s).exit_code == 0
+    assert _run(days[2], s).exit_code == 0
+    s.write_bytes(old)  # restored from yesterday's backup
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    _refused(_run(days[2], s, out=out), state_dir, before, out)  # skipping day 1 after a restore: other data
+    _refused(_run(other[1], s, out=out), state_dir, before, out)
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_stream_state_under_another_analyst_or_state_dir_is_refused(stream, tmp_path, state_dir):
+    days, _ = stream
+    s = tmp_path / "s.state"
+    assert _run(days[0], s).exit_code == 0
+    assert runner.invoke(app, ["budget", "init", "bob", "--mode", "approx", "--epsilon", "10",
+                               "--delta", "1e-6"]).exit_code == 0
+    before = _ledger_files(state_dir)
+    bob = runner.invoke(app, ["--analyst", "bob", "stream-replay", str(days[1]), *STREAM, "--state", str(s)])
+    _refused(bob, state_dir, before)
+    other_dir = tmp_path / "other-state"
+    env = {"DPCLI_STATE_DIR": str(other_dir)}
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
+                               "--delta", "1e-6"], env=env).exit_code == 0
+    other_before = _ledger_files(other_dir)
+    r = runner.invoke(app, ["stream-replay", str(days[1]), *STREAM, "--state", str(s)], env=env)
+    _refused(r, other_dir, other_before)
+
+
+class Crash(Exception):
+    """Stands for a power cut right after the ledger write."""
+
+
+def _crash_after_ledger_write(monkeypatch, state_dir: Path, kind: str, captured: list) -> None:
+    """Make the next write of a ``kind`` document raise if the ledger grew during this run."""
+    real = documents.write
+    start = len(json.loads((state_dir / "ledgers" / "default.json").read_text())["entries"])
+
+    def write(path, k, body):
+        grown = len(json.loads((state_dir / "ledgers" / "default.json").read_text())["entries"]) > start
+        if k == kind and grown and not captured:
+            captured.append(body)
+            raise Crash("power cut")
+        real(path, k, body)
+
+    monkeypatch.setattr(documents, "write", write)
+
+
+@pytest.mark.parametrize("crash_run", [0, 1])
+def test_a_crash_between_ledger_and_state_write_retries_the_same_release(stream, tmp_path, state_dir, monkeypatch,
+                                                                         crash_run):
+    days, _ = stream
+    s = tmp_path / "s.state"
+    if crash_run:
+        assert _run(days[0], s).exit_code == 0
+    captured: list = []
+    with monkeypatch.context() as m:
+        _crash_after_ledger_write(m, state_dir, "dpcli-stream-state", captured)
+        out = tmp_path / "o.csv"
+        r = _run(days[crash_run], s, out=out)
+        assert r.exit_code != 0 and captured and not out.exists()
+    retry = _run(days[crash_run], s, "--json")
+    assert retry.exit_code == 0, retry.stderr
+    import base64
+    import io
+    lost = pl.read_parquet(io.BytesIO(base64.b64decode(captured[0]["last"]["release"])))
+    assert json.loads(retry.stdout)["result"] == json.loads(lost.write_json())  # same input, same release
+    assert len(_charged(state_dir)) == 1  # charged once: not twice, not zero
+    assert _run(days[crash_run + 1], s).exit_code == 0  # and the stream goes on
+
+
+# ---- schedules ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def snapshots(tmp_path):
+    rows = [(f"u{i % 700}", "abc"[i % 3]) for i in range(1400)]
+    paths = {}
+    for size in (1000, 1100, 1300, 1400):
+        p = tmp_path / f"snap{size}.csv"
+        pl.DataFrame(rows[:size], schema=["user", "g"], orient="row").write_csv(p)
+        paths[size] = p
+    keys = tmp_path / "keys.csv"
+    keys.write_text("g\na\nb\nc\n")
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "3"]).exit_code == 0
+    return paths, keys
+
+
+def _hist(path, keys, *extra, out=None):
+    return runner.invoke(app, ["histogram", str(path), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
+                               "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.1", *extra,
+                               *(["-o", str(out)] if out else ["--json", "-o", "-"])])
+
+
+def test_a_deleted_and_recreated_schedule_gets_no_free_release(snapshots, tmp_path, state_dir):
+    paths, keys = snapshots
+    assert _hist(paths[1000], keys).exit_code == 0
+    for f in (state_dir / "schedules" / "default").glob("*"):
+        if f.suffix != ".lock":
+            f.unlink()
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    _refused(_hist(paths[1000], keys, out=out), state_dir, before, out)
+    _refused(_hist(paths[1400], keys, out=out), state_dir, before, out)
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_rolled_back_schedule_state_is_refused(snapshots, tmp_path, state_dir):
+    paths, keys = snapshots
+    assert _hist(paths[1000], keys).exit_code == 0
+    (state,) = (state_dir / "schedules" / "default").glob("*.json")
+    old = state.read_bytes()
+    assert _hist(paths[1100], keys).exit_code == 0  # epoch 1
+    state.write_bytes(old)
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    _refused(_hist(paths[1300], keys, out=out), state_dir, before, out)  # epoch 2 from a state that forgot epoch 1
+    again = _hist(paths[1100], keys)  # the recorded epoch 1, exactly: the same release
+    assert again.exit_code == 0, again.stderr
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_schedule_state_moved_to_another_analyst_is_refused(snapshots, tmp_path, state_dir):
+    paths, keys = snapshots
+    assert _hist(paths[1000], keys).exit_code == 0
+    assert runner.invoke(app, ["budget", "init", "bob", "--mode", "pure", "--epsilon", "3"]).exit_code == 0
+    bob = state_dir / "schedules" / "bob"
+    shutil.copytree(state_dir / "schedules" / "default", bob)
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    r = runner.invoke(app, ["--analyst", "bob", "histogram", str(paths[1100]), "--by", "g", "--privacy-unit", "user",
+                            "--keys", str(keys), "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.1",
+                            "-o", str(out)])
+    _refused(r, state_dir, before, out)
+
+
+def test_a_crash_between_ledger_and_schedule_state_write_retries_the_same_release(snapshots, state_dir, monkeypatch):
+    paths, keys = snapshots
+    assert _hist(paths[1000], keys).exit_code == 0
+    captured: list = []
+    with monkeypatch.context() as m:
+        _crash_after_ledger_write(m, state_dir, "dpcli-schedule", captured)
+        assert _hist(paths[1100], keys).exit_code != 0 and captured
+    retry = _hist(paths[1100], keys)
+    assert retry.exit_code == 0, retry.stderr
+    summary = json.loads(retry.stdout)["summary"]
+    assert summary["schedule"]["epoch"] == 1 and summary["schedule"]["runs"] == 2
+    assert len(_charged(state_dir)) == 1
+    again = _hist(paths[1100], keys)
+    assert json.loads(again.stdout)["result"] == json.loads(retry.stdout)["result"]
+
+
+def test_the_first_scheduled_run_reports_its_reservation(snapshots):
+    paths, keys = snapshots
+    first = json.loads(_hist(paths[1000], keys).stdout)["summary"]
+    assert first["charged"] is True and first["reserved"][0]["epsilon"] == "1"
+    later = json.loads(_hist(paths[1100], keys).stdout)["summary"]
+    assert later["charged"] is False and "reserved" not in later
