@@ -210,8 +210,7 @@ def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None,
     cols = [seconds.alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
     grid = q.grid
     if grid is not None and q.value is not None:
-        units = (pl.col(q.value).cast(pl.Float64).clip(grid.lo, grid.hi) / float(grid.granularity)).round(0)
-        cols.append(units.cast(pl.Int64, strict=False).alias("__v"))
+        cols.append(bounding.grid_units(pl.col(q.value), grid).alias("__v"))  # clamped to the grid's integers
         cols.append(pl.col(q.value).cast(pl.Float64).is_finite().not_().alias("__bad"))
     lf = table.frame.select(cols)
     df = collect(lf, f"cannot read {table.name}")
