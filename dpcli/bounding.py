@@ -5,18 +5,45 @@ per (privacy unit, group) whose influence is bounded, so the mechanism core
 only ever sees a small table with known sensitivities. The steps follow the
 two-stage rewrite of Wilson et al. (paper 002):
 
-1. **Per-row**: values are clamped to ``[lo, hi]`` and rounded to a grid of
-   spacing ``granularity`` (a power of two), becoming integers in grid units,
-   so sums can get exact integer noise.
+1. **Per-row**: values are snapped to a grid of spacing ``granularity`` and
+   clamped to the grid points inside ``[lo, hi]``, becoming integers in grid
+   units (``lo_units = ⌈lo/g⌉ … hi_units = ⌊hi/g⌋``), so sums can get exact
+   integer noise. The snapping is float arithmetic in polars; the clamp is
+   done *on the integers*, so whatever the float division and rounding do, a
+   row's grid value is one of the integers the sensitivities are computed from.
 2. **Rows per unit per group**: at most ``max_contributions`` rows of a unit
    count in a group. When row values are aggregated, which rows is decided by
    ranking a keyed hash (a uniform sample without replacement, as reservoir
    sampling gives); for row counts alone the cap is simply ``min(n, C)``.
-   Rows whose value is null are ignored when a value column is used.
 3. **Per-unit per-group partial aggregation**: row count, sum and sum of
    squares of the centred grid values, one row per (unit, group).
 4. **Groups per unit**: at most ``max_partitions`` groups per unit, chosen
    uniformly at random per unit by ranking a keyed hash of (unit, group).
+
+**Bad records are part of the bounded transformation, never errors.** The
+analyst writes the query, so a refusal that depends on a record ("3 NaN
+values", "null units", "no rows") would count any predicate for free; even
+"fails or not" leaks. So, record by record and independently of every other
+record (which is why the sensitivities above cover them):
+
+* a row whose privacy unit is null belongs to no unit: it is dropped;
+* a row whose value is null or NaN has no value: it is dropped when a value
+  column is aggregated (it is not counted either);
+* a value of ±inf is outside the bounds like any large value: it is clamped
+  to the nearest bound, as every out-of-range value is;
+* an input with no rows is released like any other (thresholding releases
+  nothing, a known domain releases noisy zeros).
+
+Only the schema (public) can make bounding fail: a missing column or one of
+the wrong type is reported before any data is read.
+
+**Exact integers.** The grid is limited, from the options alone, to
+``max(|lo_units|, |hi_units|) ≤ 2^31`` (:data:`MAX_GRID_UNITS`), so a centred
+value's square fits an Int64; per-(unit, group) partials are Int64 when
+``C · half-width²`` fits and Int128 otherwise, and group totals are Int128: a
+total over fewer than 2^64 rows of |value| ≤ 2^62 cannot wrap. A finer grid
+is a usage error: at 2^31 steps per bound the rounding (≤ g/2 a row) is
+already far below the noise any ε needs for such a sensitivity.
 
 Everything stays lazy and runs on polars' streaming engine; there is no
 per-row Python. The randomness used for *selection* here only affects which
@@ -31,13 +58,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from fractions import Fraction
-from math import floor, log2
+from math import ceil, floor, isfinite
 from typing import Any
 
 import polars as pl
 
-from dpcli.errors import DataError
+from dpcli.errors import UsageError
 from dpcli.tables import InputTable, collect
 
 #: Internal column names (prefixed so they cannot clash with user columns).
@@ -45,8 +73,12 @@ N_ROWS = "__dp_rows"
 C_SUM = "__dp_csum"
 C_SUMSQ = "__dp_csumsq"
 GRID = "__dp_grid"
-NONFINITE = "__dp_nonfinite"
 _MASK64 = (1 << 64) - 1
+
+#: Largest |grid value| allowed (see the module docstring: squares fit Int64, totals fit Int128).
+MAX_GRID_UNITS = 1 << 31
+#: Smallest granularity: the smallest normal float (below it ``float(g)`` loses precision or is 0).
+MIN_GRANULARITY = Fraction(2) ** -1022
 
 #: Parquet inputs with more rows than ``SINGLE_PASS_ROWS`` are bounded in buckets of units of about
 #: ``BUCKET_ROWS`` rows (one pass over the file per bucket), so the per-(unit, group) table of a pass
@@ -56,26 +88,64 @@ BUCKET_ROWS = 7_000_000
 _BUCKET_SEED = 0x5EED_B0C4
 
 
+def show_number(x: Fraction) -> str:
+    """A short decimal rendering of an exact number of any magnitude (for messages)."""
+    with localcontext() as ctx:
+        ctx.prec = 6
+        return format((Decimal(x.numerator) / Decimal(x.denominator)).normalize(), "g")
+
+
 @dataclass(frozen=True)
 class ValueGrid:
-    """How real values are clamped and snapped to integers.
+    """How real values are snapped and clamped to integers (validated on construction).
 
-    A value x becomes ``round(clamp(x, lo, hi) / granularity)`` grid units; the
-    bounds in grid units are ``lo_units``/``hi_units``; the centre used for
-    mean and variance is ``mid_units``.
+    A value x becomes ``clamp(round(x / granularity), lo_units, hi_units)``
+    grid units, where ``lo_units = ⌈lo/g⌉`` and ``hi_units = ⌊hi/g⌋`` are
+    exact (so the grid points lie inside ``[lo, hi]``); the centre used for
+    mean and variance is ``mid_units``. Every sensitivity is derived from
+    these integers. Raises :class:`UsageError` (the grid is public) when the
+    granularity is below :data:`MIN_GRANULARITY`, leaves fewer than two grid
+    points in the bounds, or puts a bound more than :data:`MAX_GRID_UNITS`
+    steps from 0.
     """
 
     lo: float
     hi: float
     granularity: Fraction
 
+    def __post_init__(self) -> None:
+        g = Fraction(self.granularity)
+        bounds = f"{self.lo!r}:{self.hi!r}"
+        if not (isfinite(self.lo) and isfinite(self.hi) and self.lo < self.hi):
+            raise UsageError(f"the bounds must be finite with LO < HI, got {bounds}")
+        if not g > 0:
+            raise UsageError(f"the granularity must be > 0, got {show_number(g)}")
+        if g < MIN_GRANULARITY:
+            raise UsageError(
+                f"granularity {show_number(g)} for the bounds {bounds} is below 2.2e-308 (the smallest normal float); "
+                "rescale the values"
+            )
+        if self.hi_units <= self.lo_units:
+            raise UsageError(
+                f"granularity {show_number(g)} leaves fewer than two grid points in the bounds {bounds}; "
+                "use a finer one"
+            )
+        if self.max_abs_units > MAX_GRID_UNITS:
+            raise UsageError(
+                f"granularity {show_number(g)} is too fine for the bounds {bounds}: "
+                f"{show_number(Fraction(self.max_abs_units))} grid steps from 0, more than 2^31 (sums must stay exact); "
+                "use a coarser granularity"
+            )
+
     @property
     def lo_units(self) -> int:
-        return round(Fraction(self.lo) / self.granularity)
+        """The lowest grid point inside the bounds, ⌈lo/g⌉ (exact)."""
+        return ceil(Fraction(self.lo) / Fraction(self.granularity))
 
     @property
     def hi_units(self) -> int:
-        return round(Fraction(self.hi) / self.granularity)
+        """The highest grid point inside the bounds, ⌊hi/g⌋ (exact)."""
+        return floor(Fraction(self.hi) / Fraction(self.granularity))
 
     @property
     def mid_units(self) -> int:
@@ -92,13 +162,38 @@ class ValueGrid:
         return max(self.hi_units - self.mid_units, self.mid_units - self.lo_units)
 
 
+def grid_units(value: pl.Expr, grid: ValueGrid) -> pl.Expr:
+    """``value`` in grid units: ``round(x / g)`` clamped to ``[lo_units, hi_units]``, Int64.
+
+    Null and NaN become null (the caller drops them); ±inf and any value
+    beyond the bounds become the nearest end of the grid. The division and
+    rounding are float, but the clamp is to the exact integers (representable
+    as floats, being ≤ 2^31), so the result is always one of them.
+    """
+    lo, hi = float(grid.lo_units), float(grid.hi_units)
+    return (value.cast(pl.Float64) / float(grid.granularity)).round(0).clip(lo, hi).cast(pl.Int64, strict=False)
+
+
 def default_granularity(lo: float, hi: float, steps: int = 1 << 12) -> Fraction:
-    """The largest power of two g with (hi − lo)/g ≥ ``steps`` (at least 4096 grid steps)."""
-    width = hi - lo
+    """The largest power of two g with (hi − lo)/g ≥ ``steps`` (at least 4096 grid steps), computed exactly.
+
+    Raises :class:`UsageError` when that g would be below :data:`MIN_GRANULARITY`
+    (bounds narrower than about ``steps`` × 2.2e-308).
+    """
+    width = Fraction(hi) - Fraction(lo)
     if not width > 0:
         raise ValueError("bounds must satisfy lo < hi")
-    exponent = floor(log2(width / steps))
-    return Fraction(2) ** exponent
+    target = width / steps
+    exponent = target.numerator.bit_length() - target.denominator.bit_length()
+    if Fraction(2) ** exponent > target:
+        exponent -= 1
+    g = Fraction(2) ** exponent
+    if g < MIN_GRANULARITY:
+        raise UsageError(
+            f"the bounds {lo!r}:{hi!r} are too narrow for a grid of {steps} steps (each below 2.2e-308, the "
+            "smallest normal float); rescale the values"
+        )
+    return g
 
 
 @dataclass(frozen=True)
@@ -118,6 +213,12 @@ class BoundingSpec:
         if (self.value is None) != (self.grid is None):
             raise ValueError("a value column needs a grid and vice versa")
 
+    @property
+    def partial_dtype(self) -> pl.DataType:
+        """Integer type of the per-(unit, group) sums: Int64 when C rows of the largest square fit, else Int128."""
+        hw = self.grid.half_width_units if self.grid is not None else 0
+        return pl.Int64() if self.max_contributions * hw * hw < (1 << 63) else pl.Int128()
+
 
 def _check_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
     cols = [spec.unit, *spec.by] + ([spec.value] if spec.value else [])
@@ -125,24 +226,21 @@ def _check_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
 
 
 def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
-    """Steps 1-2 for a value column: clamped grid values (``GRID``, centred) of at most C rows per (unit, group).
+    """Steps 1-2 for a value column: grid values (``GRID``, centred) of at most C rows per (unit, group).
 
-    Without a value column the rows are returned as they are (row counts are
-    capped after aggregation instead). Non-finite values are kept, flagged in
-    ``NONFINITE``, so they can be reported; rows with a null value are dropped.
+    Rows with a null unit, or a null or NaN value, are dropped (module
+    docstring). Without a value column the rows are returned as they are (row
+    counts are capped, and null units dropped, after aggregation instead).
     """
     lf = _check_columns(frame, spec)
     if spec.value is None or spec.grid is None:
         return lf
     g = spec.grid
     keys = [spec.unit, *spec.by]
-    units = (pl.col(spec.value).cast(pl.Float64).clip(g.lo, g.hi) / float(g.granularity)).round(0).cast(
-        pl.Int64, strict=False
-    ) - g.mid_units
-    bad = pl.col(spec.value).cast(pl.Float64).is_finite().not_()
-    lf = lf.filter(pl.col(spec.value).is_not_null()).with_columns(units.alias(GRID), bad.alias(NONFINITE))
+    lf = lf.with_columns((grid_units(pl.col(spec.value), g) - g.mid_units).alias(GRID))
+    lf = lf.filter(pl.col(GRID).is_not_null() & pl.col(spec.unit).is_not_null())
     rank = pl.struct(keys + [GRID]).hash(salt & _MASK64).rank("ordinal").over(keys)
-    return lf.filter((rank <= spec.max_contributions) | pl.col(NONFINITE))
+    return lf.filter(rank <= spec.max_contributions)
 
 
 def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
@@ -152,19 +250,19 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
 
     Columns: the unit, the group columns, ``N_ROWS`` (rows counted, ≤ C) and,
     with a value column, ``C_SUM``/``C_SUMSQ`` (sum and sum of squares of the
-    centred grid values of the kept rows) and ``NONFINITE``. Rows whose unit is
-    null are kept (as a null unit) so that :func:`check_bounded` can report them.
+    centred grid values of the kept rows, of type :attr:`BoundingSpec.partial_dtype`).
+    Rows whose unit is null are dropped.
     """
     keys = [spec.unit, *spec.by]
     lf = bounded_rows(frame, spec, salt)
     aggs: list[pl.Expr] = [pl.len().alias(N_ROWS)]
     if spec.value is not None:
+        acc = spec.partial_dtype
         aggs += [
-            pl.col(GRID).sum().alias(C_SUM),
-            (pl.col(GRID) * pl.col(GRID)).sum().alias(C_SUMSQ),
-            pl.col(NONFINITE).sum().alias(NONFINITE),
+            pl.col(GRID).cast(acc).sum().alias(C_SUM),
+            (pl.col(GRID) * pl.col(GRID)).cast(acc).sum().alias(C_SUMSQ),
         ]
-    partial = lf.group_by(keys).agg(aggs)
+    partial = lf.group_by(keys).agg(aggs).filter(pl.col(spec.unit).is_not_null())
     partial = partial.with_columns(pl.col(N_ROWS).cast(pl.Int64).clip(upper_bound=spec.max_contributions))
     if spec.max_partitions is None:
         return partial
@@ -172,41 +270,17 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
     return partial.filter(group_rank <= spec.max_partitions)
 
 
-def check_bounded(partial: pl.DataFrame, spec: BoundingSpec, name: str, allow_empty: bool = False) -> pl.DataFrame:
-    """Refuse data that cannot be released: null units and non-finite values (and no rows at all).
-
-    Works on the collected partial table (no extra pass over the input).
-    Returns it without the null-unit and diagnostic columns.
-    """
-    bad = int(partial[NONFINITE].sum()) if NONFINITE in partial.columns else 0
-    _refuse(partial.height, partial[spec.unit].null_count(), bad, spec, name, allow_empty)
-    return partial.drop(NONFINITE) if NONFINITE in partial.columns else partial
-
-
-def _refuse(rows: int, null_units: int, nonfinite: int, spec: BoundingSpec, name: str, allow_empty: bool) -> None:
-    if rows == 0 and not allow_empty:
-        raise DataError(f"{name} has no rows to aggregate")
-    if null_units:
-        raise DataError(
-            f"column {spec.unit!r} (the privacy unit) has null values in {name}; "
-            "every row must belong to a unit (drop or fill them first)"
-        )
-    if nonfinite:
-        raise DataError(
-            f"column {spec.value!r} has {nonfinite} non-finite value(s) (NaN or ±inf) in {name}; clean or drop them first"
-        )
-
-
 def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> Any:
     """Sum the bounded partials per group, sorted by the group columns (deterministic order).
 
     Columns: the group columns, ``units`` (distinct units), ``rows`` (bounded
-    row count) and, with a value column, ``csum``/``csumsq`` in grid units.
+    row count) and, with a value column, ``csum``/``csumsq`` in grid units (Int128).
     """
     aggs = [pl.len().cast(pl.Int64).alias("units"), pl.col(N_ROWS).sum().cast(pl.Int64).alias("rows")]
     names = partial.collect_schema().names() if isinstance(partial, pl.LazyFrame) else partial.columns
-    if C_SUM in names:
-        aggs += [pl.col(C_SUM).sum().cast(pl.Int64).alias("csum"), pl.col(C_SUMSQ).sum().cast(pl.Int64).alias("csumsq")]
+    if C_SUM in names:  # Int128: < 2^64 rows of |centred value|² ≤ 2^62 cannot wrap
+        aggs += [pl.col(C_SUM).cast(pl.Int128).sum().alias("csum"),
+                 pl.col(C_SUMSQ).cast(pl.Int128).sum().alias("csumsq")]
     return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)
 
 
@@ -230,8 +304,9 @@ def bounded_totals(
 
     Every bound is per unit, so bounding each bucket of units on its own gives
     exactly the partials of one pass, and group totals add up across buckets.
-    ``each(frame, partial)`` sees every bucket's input frame and checked
-    partial table (for statistics that need them, e.g. quantile bins).
+    ``each(frame, partial)`` sees every bucket's input frame and partial
+    table (for statistics that need them, e.g. quantile bins). An input with
+    no rows gives an empty table (no error: see the module docstring).
     """
     if buckets == 1:
         frames = [table.frame]
@@ -239,30 +314,14 @@ def bounded_totals(
         bucket = pl.col(spec.unit).hash(_BUCKET_SEED) % buckets
         frames = [table.frame.filter(bucket == b) for b in range(buckets)]
     parts = []
-    rows = 0
     for frame in frames:
         partial_lf = bound_contributions(frame, spec, salt)
-        if each is None:  # totals and checks in one streaming query; the partial table is never materialised
-            checks = [pl.len().alias("rows"), pl.col(spec.unit).null_count().alias("nulls")]
-            if spec.value is not None:
-                checks.append(pl.col(NONFINITE).sum().alias("bad"))
-            try:
-                totals, found = pl.collect_all([group_totals(partial_lf, spec), partial_lf.select(checks)],
-                                               engine="streaming")
-            except pl.exceptions.PolarsError as exc:
-                raise DataError(f"cannot read {table.name}: {str(exc).splitlines()[0]}") from None
-            n = int(found["rows"][0])
-            _refuse(n, int(found["nulls"][0]), int(found["bad"][0]) if "bad" in found.columns else 0, spec,
-                    table.name, allow_empty=True)
-            rows += n
-            parts.append(totals)
+        if each is None:  # totals in one streaming query; the partial table is never materialised
+            parts.append(collect(group_totals(partial_lf, spec), f"cannot read {table.name}"))
             continue
-        partial = check_bounded(collect(partial_lf, f"cannot read {table.name}"), spec, table.name, allow_empty=True)
-        rows += partial.height
+        partial = collect(partial_lf, f"cannot read {table.name}")
         each(frame, partial)
         parts.append(group_totals(partial, spec))
-    if rows == 0:
-        raise DataError(f"{table.name} has no rows to aggregate")
     if len(parts) == 1:
         return parts[0]
     by = list(spec.by)

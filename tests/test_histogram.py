@@ -15,7 +15,7 @@ from dpcli import bounding
 from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import UsageError
 from dpcli.tables import InputTable
 from dpcli.tasks import histogram as hist
 
@@ -88,14 +88,35 @@ def test_rows_per_unit_are_capped_and_values_clamped():
     assert part[bounding.C_SUM].to_list() == [80, -20]
 
 
-def test_non_finite_and_null_units_are_refused():
+def test_bad_records_are_dropped_or_clamped_never_refused():
+    """Null units and null/NaN values are dropped, ±inf clamped to the bounds (bounding's module docstring)."""
     spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
-    bad = pl.DataFrame({"user": [1, 2], "g": ["a", "a"], "x": [0.5, float("inf")]})
-    with pytest.raises(DataError, match="non-finite"):
-        bounding.check_bounded(bounding.bound_contributions(bad.lazy(), spec, 1).collect(), spec, "t")
-    nulls = pl.DataFrame({"user": [1, None], "g": ["a", "a"], "x": [0.5, 0.5]})
-    with pytest.raises(DataError, match="privacy unit"):
-        bounding.check_bounded(bounding.bound_contributions(nulls.lazy(), spec, 1).collect(), spec, "t")
+    df = pl.DataFrame({"user": [1, 2, 3, 4, None, 6], "g": ["a"] * 6,
+                       "x": [0.5, float("inf"), float("-inf"), float("nan"), 0.5, None]})
+    part = bounding.bound_contributions(df.lazy(), spec, 1).collect().sort("user")
+    assert part["user"].to_list() == [1, 2, 3]
+    assert part[bounding.C_SUM].to_list() == [0, 4, -4]  # 0.5 → 4 − mid 4; +inf → 8 − 4; −inf → 0 − 4
+    empty = bounding.group_totals(bounding.bound_contributions(df.clear().lazy(), spec, 1).collect(), spec)
+    assert empty.height == 0 and empty.columns == ["g", "units", "rows", "csum", "csumsq"]
+
+
+def test_value_grid_is_exact_inside_the_bounds_and_refuses_what_it_cannot_honour():
+    g = bounding.ValueGrid(0.0, 1.47, Fraction(49, 50))
+    assert (g.lo_units, g.hi_units, g.max_abs_units) == (0, 1, 1)  # ⌊1.47 / 0.98⌋ = 1, not round(1.5) = 2
+    g = bounding.ValueGrid(-1.3, 2.6, Fraction(1, 2))
+    assert (g.lo_units, g.hi_units, g.mid_units, g.half_width_units) == (-2, 5, 1, 4)
+    snapped = pl.select(bounding.grid_units(pl.lit(pl.Series([1.47, 1e300, -1e300, float("nan")])), g))
+    assert snapped.to_series().to_list() == [3, 5, -2, None]
+    refused = [(0, 1, Fraction(10) ** 300, "fewer than two"), (0, 1, Fraction(1, 10**300), "too fine"),
+               (0, 9.2e18, Fraction(1), "too fine"), (0, 1, Fraction(5, 10**324), "below 2.2e-308"),
+               (0, float("inf"), Fraction(1), "finite")]
+    for lo, hi, gran, needle in refused:
+        with pytest.raises(UsageError, match=needle):
+            bounding.ValueGrid(lo, hi, gran)
+    assert bounding.default_granularity(-1e308, 1e308) == Fraction(2) ** 1012  # no float overflow of the width
+    assert bounding.default_granularity(0, 600) == Fraction(1, 8)
+    with pytest.raises(UsageError, match="too narrow"):
+        bounding.default_granularity(0, 5e-324)
 
 
 # ---- partition selection ---------------------------------------------------------------------
@@ -274,10 +295,7 @@ def test_cli_bad_options_and_columns_fail_cleanly(data_file, tmp_path, opts, cod
     [
         (None, 66, "does not exist"),
         ("", 65, "is empty"),
-        ("user,g,x\n", 65, "no rows"),
         ('user,g,x\n"unterminated,a,1\n', 65, "cannot"),
-        ("user,g,x\n,a,1\nu2,a,2\n", 65, "null values"),
-        ("user,g,x\nu1,a,NaN\n", 65, "non-finite"),
     ],
 )
 def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle):
@@ -286,11 +304,22 @@ def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle):
     if content is not None:
         f.write_text(content)
     out = tmp_path / "o.csv"
-    agg = ["--agg", "sum", "--value", "x", "--bounds", "0:5"] if "NaN" in (content or "") else []
-    r = hist_cli(f, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", *agg, "-o", out)
+    r = hist_cli(f, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", "-o", out)
     assert r.exit_code == code, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1
     assert entries() == [] and not out.exists()
+
+
+@pytest.mark.parametrize("content", ["user,g,x\n", "user,g,x\n,a,1\nu2,a,2\n", "user,g,x\nu1,a,NaN\nu2,a,inf\n"])
+def test_cli_bad_records_and_no_rows_are_released_not_refused(tmp_path, content):
+    """Formerly exit 65 ("no rows", "null values", "non-finite"): an oracle on private records (issue 15)."""
+    init()
+    f = tmp_path / "in.csv"
+    f.write_text(content)
+    agg = ["--agg", "sum", "--value", "x", "--bounds", "0:5"] if "NaN" in content else []
+    r = hist_cli(f, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", *agg)
+    assert r.exit_code == 0 and r.stderr == "", r.stderr
+    assert len(entries()) == 1
 
 
 def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path):

@@ -12,7 +12,9 @@ A release goes through three functions:
    ``release.table``.
 
 Measurements and their per-group ℓ∞ sensitivity (C = ``max_contributions``,
-K = ``max_partitions``; grid units are values / granularity):
+K = ``max_partitions``; in grid units: a row's value is an integer in
+[lo, hi] = [⌈LO/g⌉, ⌊HI/g⌋], clamped *as an integer* by :mod:`dpcli.bounding`,
+and every figure below is computed from those same integers):
 
 =============  ============================  ===============================
 measurement    what                          sensitivity in one group
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
@@ -120,6 +123,14 @@ class HistogramQuery:
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
                 raise UsageError(f"--bounds must be finite with LO < HI, got {lo}:{hi}")
+            grid = self.grid  # the grid is public: one it cannot honour is a usage error (ValueGrid says why)
+            if grid is not None and "variance" in self.aggregations:
+                top = (Fraction(grid.half_width_units) * grid.granularity) ** 2
+                if top > Fraction(sys.float_info.max):
+                    raise UsageError(
+                        f"a variance of values within --bounds {lo!r}:{hi!r} can reach {bounding.show_number(top)}, "
+                        "beyond the float range; rescale the values"
+                    )
         if self.max_partitions < 1 or self.max_contributions < 1:
             raise UsageError("--max-partitions and --max-contributions must be ≥ 1")
         if self.domain == "unklap":
@@ -412,7 +423,7 @@ def run_histogram(
     for name, mmt in plan.measurements.items():
         if name in noisy or mmt.noise is None:
             continue
-        noisy[name] = _true_values(totals, name, grid) + mmt.noise.sample(stream.child(name), totals.height)
+        noisy[name] = _noisy(_true_values(totals, name, grid), mmt.noise.sample(stream.child(name), totals.height))
     out = totals.select(list(q.by))
     margins: dict[str, str] = {}
     for agg in q.aggregations:
@@ -440,13 +451,30 @@ def run_histogram(
     return HistogramRelease(out, out.height, meta)
 
 
-def _true_values(totals: pl.DataFrame, name: str, grid: bounding.ValueGrid | None) -> np.ndarray:
-    if name in ("rows", "units", "csum", "csumsq"):
-        return totals[name].to_numpy().astype(np.int64)
+def _true_values(totals: pl.DataFrame, name: str, grid: bounding.ValueGrid | None) -> pl.Series:
+    """The exact integer aggregate noise is added to: Int64 for counts, Int128 for value sums (never wraps)."""
+    if name in ("rows", "units"):
+        return totals[name].cast(pl.Int64)
+    if name in ("csum", "csumsq"):
+        return totals[name].cast(pl.Int128)
     if name == "sum":
         assert grid is not None
-        return (totals["csum"] + grid.mid_units * totals["rows"]).to_numpy().astype(np.int64)
+        mid = pl.lit(grid.mid_units, dtype=pl.Int128)
+        return totals.select(pl.col("csum").cast(pl.Int128) + pl.col("rows").cast(pl.Int128) * mid).to_series()
     raise KeyError(name)
+
+
+def _noisy(true: pl.Series, noise: np.ndarray) -> np.ndarray:
+    """``true + noise`` exactly (integers), then as int64 for counts or float64 for value sums.
+
+    Value sums are Int128 (up to ~2^126): the exact noisy integer is rounded to
+    a float afterwards, which is post-processing (they are scaled by the
+    granularity into floats anyway).
+    """
+    if true.dtype == pl.Int64:
+        return true.to_numpy() + noise
+    exact = true + pl.Series(noise, dtype=pl.Int64).cast(pl.Int128)
+    return exact.cast(pl.Float64).to_numpy()
 
 
 def _unklap(
@@ -525,9 +553,11 @@ def _aggregate(
     stream: KeyedStream,
 ) -> tuple[str, Any, Any, str]:
     """(column name, values, 95% margins (None: no margin column), how the margin is meant)."""
-    def margin_for(name: str, scale: float | None = None) -> list[Any]:
+    def margin_for(name: str, scale: float | None = None) -> list[Any] | None:
         noise = plan.measurements[name].noise
         assert noise is not None
+        if not q.with_error:
+            return None
         m = noise.margin95()
         return [m if scale is None else m * scale] * totals.height
 

@@ -282,10 +282,10 @@ def _prepare(table: InputTable, q: StreamQuery, used: dict[Any, int] | None, aft
             raise DataError(f"column {q.value!r} must be numeric but is {dtype} in {table.name}")
         raw = pl.col(q.value).str.strip_chars() if dtype == pl.String else pl.col(q.value)
         x = raw.cast(pl.Float64, strict=False)
-        # |units| ≤ 2^10 per record (the grid has ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53
-        # records; totals across triggers are Python integers (no wrap-around).
-        units = (x.clip(grid.lo, grid.hi) / float(grid.granularity)).round(0)
-        cols += [pl.when(x.is_finite()).then(units).cast(pl.Int64, strict=False).alias("__v")]
+        # Snapped, then clamped to the grid's exact integers (|units| ≤ 2^10 per record: the grid has
+        # ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53 records; totals across triggers are
+        # Python integers (no wrap-around). Non-finite values are dropped like unparsable ones.
+        cols += [pl.when(x.is_finite()).then(bounding.grid_units(x, grid)).alias("__v")]
         keep &= pl.col("__v").is_not_null()
     g = pl.col("__t") // step + 1
     if after is not None:
