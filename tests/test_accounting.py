@@ -1,5 +1,6 @@
 """The figures the papers print, recomputed by the accounting library."""
 
+import decimal
 import math
 
 import numpy as np
@@ -71,3 +72,83 @@ def test_pure_to_zcdp_curve_and_group_privacy():
     assert acc.group_privacy(0.5, 1e-9, 2)[0] == 1.0
     eps, _ = acc.advanced_composition(0.1, 0, 100, 1e-6)
     assert eps < 10
+
+
+# ---- extremes: every conversion stays finite and on the safe side (ε up, ρ down) ---------------
+
+DEC = decimal.Context(prec=400, Emin=-(10**6), Emax=10**6)  # also the context of every operator below
+RHOS = [5e-324, 1e-300, 1e-24, 1e-12, 1e-6, 0.01, 1.0, 1e3, 1e6, 1e12]
+DELTAS = [1e-100, 1e-9, 0.5]
+
+
+def _cks_log_delta_exact(rho: float, eps: float, delta: float) -> decimal.Decimal:
+    """ln δ(α) of CKS's bound at a good order α = 1 + x, evaluated in 400-digit decimals (any x is valid)."""
+    a, b = -700.0, 700.0  # bisect ln x on the (float) derivative; the value is then computed exactly
+    for _ in range(200):
+        m = (a + b) / 2
+        x = math.exp(m)
+        if (2 * x + 1) * rho - eps - math.log1p(1 / x) < 0:
+            a = m
+        else:
+            b = m
+    with decimal.localcontext(DEC):
+        x, r, e = decimal.Decimal(math.exp((a + b) / 2)), decimal.Decimal(rho), decimal.Decimal(eps)
+        return x * ((1 + x) * r - e) + x * x.ln() - (1 + x) * (1 + x).ln()
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+def test_zcdp_to_approx_is_valid_and_finite_at_extremes(delta):
+    previous = 0.0
+    for rho in RHOS:
+        eps = acc.zcdp_to_approx(rho, delta)
+        assert math.isfinite(eps) and previous <= eps <= acc.zcdp_to_approx_analytic(rho, delta)
+        previous = eps
+        # the stated ε (even 0: δ above the total variation bound) holds at δ in exact arithmetic
+        if rho > 0:
+            assert _cks_log_delta_exact(rho, eps, delta) <= DEC.ln(decimal.Decimal(delta)), (rho, eps)
+
+
+@pytest.mark.parametrize("delta", DELTAS)
+def test_rho_for_epsilon_rounds_down_and_is_tight_at_extremes(delta):
+    for eps in [1e-12, 1e-6, 0.1, 1.0, 1e3, 1e6]:
+        rho = acc.rho_for_epsilon(eps, delta)
+        assert rho > 0 and acc.zcdp_to_approx(rho, delta) <= eps
+        assert acc.zcdp_to_approx(rho * (1 + 1e-6), delta) > eps  # and not needlessly small
+
+
+def test_br_composition_tiny_epsilon_rounds_up():
+    """r − 1 − ln r cancels in floats for small ε; the series keeps it exact to the last digits."""
+    count, delta = 10**9, 1e-9
+    for eps in [1e-12, 1e-8, 1e-4, 0.05, 3.0, 1e3, 1e6]:
+        with decimal.localcontext(DEC):
+            x = decimal.Decimal(eps)
+            r = x / (1 - (-x).exp())
+            sqrt_term = (decimal.Decimal(count) / 2 * -decimal.Decimal(delta).ln()).sqrt()
+            exact = min(count * (r - 1 - r.ln()) + x * sqrt_term, count * x)
+        got = acc.br_composition(eps, count, delta)
+        assert exact <= decimal.Decimal(got) <= exact * (1 + decimal.Decimal(1e-9)), eps
+
+
+def test_discrete_laplace_rdp_tiny_epsilon_is_not_rounded_away():
+    a = np.array([1.01, 2.0, 10.0, 1e4])
+    for eps in [1e-12, 1e-6, 0.474, 30.0]:
+        got = acc.discrete_laplace_rdp(eps, a)
+        for alpha, value in zip(a, got):
+            with decimal.localcontext(DEC):
+                al, e = decimal.Decimal(alpha), decimal.Decimal(eps)
+                exact = (((al - 1) * e).exp() + (-al * e).exp()) / (1 + (-e).exp())
+                exact = exact.ln() / (al - 1)
+                assert abs(decimal.Decimal(value) - exact) <= exact * decimal.Decimal(1e-9), (eps, alpha)
+    assert np.all(acc.discrete_laplace_rdp(1e-12) > 0)
+
+
+def test_large_epsilon_does_not_overflow():
+    big = 1e6
+    assert np.all(np.isfinite(acc.geometric_rdp(big, np.array([1.5, 10.0]))))
+    assert np.all(np.isfinite(acc.discrete_laplace_rdp(big)))
+    eps, _ = acc.advanced_composition(big, 0.0, 10, 1e-6)
+    assert eps == 10 * big
+    assert acc.group_privacy(big, 1e-9, 3) == (3 * big, 1.0)
+    assert math.isfinite(acc.br_composition(big, 10**12, 1e-9))
+    eps, _ = acc.rdp_to_approx(np.full(acc.RDP_ORDERS.size, np.inf), 1e-9)
+    assert eps == math.inf

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated
 
@@ -12,40 +13,96 @@ from dpcli.core.events import to_fraction
 from dpcli.errors import UsageError
 
 
+#: Longest accepted spelling of a number (longer texts are refused before parsing).
+MAX_NUMBER_TEXT = 100
+
+
+@dataclass(frozen=True)
+class Range:
+    """The closed interval of values a numeric option accepts (0 is handled separately for δ)."""
+
+    lo: Fraction
+    hi: Fraction
+    lo_text: str
+    hi_text: str
+
+    def check(self, option: str, value: Fraction, text: str, zero_ok: bool = False) -> Fraction:
+        """``value`` if it lies in the range (or is 0 and ``zero_ok``), else a one-line usage error."""
+        if (zero_ok and value == 0) or self.lo <= value <= self.hi:
+            return value
+        zero = " or 0" if zero_ok else ""
+        raise UsageError(
+            f"{option} must be in [{self.lo_text}, {self.hi_text}]{zero} "
+            f"(the range dpcli's samplers and accounting honour), got {text.strip()}"
+        )
+
+
+def _range(lo: str, hi: str) -> Range:
+    return Range(to_fraction(lo), to_fraction(hi), lo, hi)
+
+
+#: ε of a release or a ledger (--epsilon, --epsilon-per, --total-epsilon): below 1e-12 the
+#: noise scale leaves the exact samplers' range; above 1e6 nothing is protected anyway.
+EPSILON_RANGE = _range("1e-12", "1e6")
+#: ρ (zCDP) of a release or a ledger: ε ≈ √ρ for small ρ and ≈ ρ for large ρ.
+RHO_RANGE = _range("1e-24", "1e12")
+#: δ-like probabilities (--delta, --delta-per, --delta-prime, --total-delta, --report-delta, --beta):
+#: δ above 1/2 protects nothing, and δ below 1e-100 is far smaller than any float accounting resolves.
+PROBABILITY_RANGE = _range("1e-100", "0.5")
+#: Any other positive number (e.g. --granularity): a finite double, not subnormal.
+ANY_POSITIVE = _range("1e-300", "1e300")
+
+#: Ranges of the positive options, by flag (others get :data:`ANY_POSITIVE`).
+POSITIVE_RANGES: dict[str, Range] = {
+    "--epsilon": EPSILON_RANGE,
+    "--epsilon-per": EPSILON_RANGE,
+    "--total-epsilon": EPSILON_RANGE,
+    "--rho": RHO_RANGE,
+    "--gamma": _range("0.001", "0.999"),  # bbscheduler's growth factor: about ln(growth)/γ epochs
+    "--improver-c": _range("1e-6", "0.5"),
+}
+
+
 def parse_number(option: str, text: str | None) -> Fraction | None:
-    """``text`` as an exact Fraction (decimal or n/d), or None when absent."""
+    """``text`` as an exact Fraction (decimal or n/d), or None when absent.
+
+    Refuses (one-line usage error) non-numbers, non-finite values, texts over
+    :data:`MAX_NUMBER_TEXT` characters and decimal exponents beyond ±1000, so
+    the exact conversion never builds an enormous integer.
+    """
     if text is None:
         return None
+    if len(text) > MAX_NUMBER_TEXT:
+        raise UsageError(f"{option} must be a number of at most {MAX_NUMBER_TEXT} characters, got {len(text)}")
     try:
         value = to_fraction(text)
     except (ValueError, ArithmeticError):
-        raise UsageError(f"{option} must be a number, got {text!r}") from None
+        raise UsageError(f"{option} must be a finite number (decimal or n/d), got {text!r}") from None
     return value
 
 
-def positive(option: str, text: str | None, required: bool = False) -> Fraction | None:
-    """A number > 0 (ε, ρ, scales)."""
+def positive(option: str, text: str | None, required: bool = False, limits: Range | None = None) -> Fraction | None:
+    """A number > 0 (ε, ρ, scales) inside ``limits`` (default: :data:`POSITIVE_RANGES` by flag)."""
     value = parse_number(option, text)
     if value is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
     if value <= 0:
-        raise UsageError(f"{option} must be > 0, got {text}")
-    return value
+        raise UsageError(f"{option} must be > 0, got {text.strip()}")  # type: ignore[union-attr]
+    return (limits or POSITIVE_RANGES.get(option, ANY_POSITIVE)).check(option, value, text)  # type: ignore[arg-type]
 
 
-def probability(option: str, text: str | None, required: bool = False, allow_zero: bool = True) -> Fraction | None:
-    """A δ in [0, 1) (or (0, 1) when ``allow_zero`` is false)."""
+def probability(
+    option: str, text: str | None, required: bool = False, allow_zero: bool = True, limits: Range = PROBABILITY_RANGE
+) -> Fraction | None:
+    """A δ: 0 (when ``allow_zero``) or a number in ``limits`` (default [1e-100, 1/2])."""
     value = parse_number(option, text)
     if value is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
-    if not (0 <= value < 1) or (value == 0 and not allow_zero):
-        interval = "[0, 1)" if allow_zero else "(0, 1)"
-        raise UsageError(f"{option} must be in {interval}, got {text}")
-    return value
+    return limits.check(option, value, text, zero_ok=allow_zero)  # type: ignore[arg-type]
 
 
 def bounds(option: str, text: str | None) -> tuple[float, float] | None:

@@ -68,6 +68,8 @@ def root(
     ] = False,
 ) -> None:
     """Differentially private statistics from files, with a privacy-budget ledger."""
+    if not lock_timeout <= 10**6:  # also refuses nan, which the range check lets through (a wait forever)
+        raise typer.BadParameter("must be a number of seconds in [0, 1e6]", param_hint="--lock-timeout")
     ctx.obj = Settings(
         state_dir=(state_dir or default_state_dir()).expanduser(),
         analyst=analyst or os.environ.get("DPCLI_ANALYST") or "default",

@@ -11,7 +11,7 @@ from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, 
 from dpcli.cli._options import positive, probability
 from dpcli.core import accounting as acc
 from dpcli.core import budget as bud
-from dpcli.core.events import fraction_text
+from dpcli.core.events import float_up, fraction_text
 from dpcli.errors import UsageError
 from dpcli.state import keys, ledger, schedules
 from dpcli.state.paths import ensure_state_dir
@@ -198,8 +198,8 @@ def compose(
     mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx or rdp-geometric.")],
     epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp-geometric).")] = None,
     epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per (br).")] = None,
-    count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1)] = 1,
-    calls: Annotated[int, typer.Option("--calls", help="Call budget ℓ* (br).", min=0)] = 0,
+    count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1, max=10**12)] = 1,
+    calls: Annotated[int, typer.Option("--calls", help="Call budget ℓ* (br).", min=0, max=10**12)] = 0,
     delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or mechanism (approx).")] = None,
     delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, approx).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp).")] = None,
@@ -213,7 +213,7 @@ def compose(
         dp = float(probability("--delta-per", delta_per, required=True, allow_zero=False))  # type: ignore[arg-type]
         dq = float(probability("--delta-prime", delta_prime, required=True, allow_zero=False))  # type: ignore[arg-type]
         eps, dlt = acc.br_budget_guarantee(e, count, calls, dp, dq)
-        out.update(epsilon=eps, delta=dlt, basic_epsilon=count * e)
+        out.update(epsilon=eps, delta=dlt, basic_epsilon=acc.k_fold(e, count))
     elif mode == "zcdp":
         r = float(positive("--rho", rho, required=True))  # type: ignore[arg-type]
         d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
@@ -222,10 +222,11 @@ def compose(
         e = positive("--epsilon", epsilon, required=True)
         out.update(epsilon=fraction_text(e * count), delta=0)  # type: ignore[operator]
     elif mode == "approx":
-        e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
-        dp = float(probability("--delta-per", delta_per) or 0)
-        be, bd = acc.basic_composition([(e, dp)] * count)
-        out.update(epsilon=be, delta=bd)
+        ef = positive("--epsilon", epsilon, required=True)
+        df = probability("--delta-per", delta_per) or Fraction(0)
+        e, dp = float(ef), float(df)  # type: ignore[arg-type]
+        # Basic composition, exactly (count copies; no list of count tuples), δ capped at 1.
+        out.update(epsilon=float_up(ef * count), delta=float_up(min(df * count, Fraction(1))))  # type: ignore[operator]
         if delta_prime is not None:
             dq = float(probability("--delta-prime", delta_prime, allow_zero=False))  # type: ignore[arg-type]
             ae, ad = acc.advanced_composition(e, dp, count, dq)
@@ -234,7 +235,7 @@ def compose(
         e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
         d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
         eps, alpha = acc.rdp_to_approx(count * acc.discrete_laplace_rdp(e), d)
-        out.update(epsilon=eps, delta=d, alpha=alpha, pure_epsilon=count * e)
+        out.update(epsilon=eps, delta=d, alpha=alpha, pure_epsilon=acc.k_fold(e, count))
     else:
         raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp-geometric, got {mode!r}")
     if as_json:

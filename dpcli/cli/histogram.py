@@ -65,10 +65,10 @@ def histogram(
         typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 steps)."),
     ] = None,
     max_partitions: Annotated[
-        int, typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random).", min=1)
+        int, typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random).", min=1, max=10**6)
     ] = 1,
     max_contributions: Annotated[
-        int, typer.Option("--max-contributions", help="At most this many rows per unit per group.", min=1)
+        int, typer.Option("--max-contributions", help="At most this many rows per unit per group.", min=1, max=10**6)
     ] = 1,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
@@ -85,7 +85,7 @@ def histogram(
         typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) or unklap (LinkedIn Alg. 3)."),
     ] = "threshold",
     max_groups: Annotated[
-        int, typer.Option("--max-groups", help="UnkLap: consider the top d̄ groups.", min=1)
+        int, typer.Option("--max-groups", help="UnkLap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
     with_error: Annotated[bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")] = False,
     dry_run: Annotated[

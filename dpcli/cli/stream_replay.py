@@ -43,16 +43,16 @@ def stream_replay(
     key: Annotated[str, typer.Option("--key", help="Group-by key column(s), comma-separated.")],
     privacy_unit: UnitOpt,
     window: Annotated[str, typer.Option("--window", help="Event-time window size, e.g. 1d, 6h, 3600.")],
-    max_records: Annotated[int, typer.Option("--max-records", help="C: records kept per unit over the whole stream.")],
+    max_records: Annotated[int, typer.Option("--max-records", help="C: records kept per unit over the whole stream.", max=10**6)],
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
-    triggers: Annotated[int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.")] = None,
+    triggers: Annotated[int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.", max=10**6)] = None,
     trigger_every: Annotated[
         str | None, typer.Option("--trigger-every", help="Trigger interval, e.g. 15m (instead of --triggers).")
     ] = None,
     value: Annotated[str | None, typer.Option("--value", help="Numeric column to sum (with --clamp).")] = None,
     clamp: Annotated[float | None, typer.Option("--clamp", help="L: values are clamped to [-L, L].")] = None,
-    mu: Annotated[int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.")] = 0,
+    mu: Annotated[int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.", max=10**9)] = 0,
     state: Annotated[
         str | None,
         typer.Option("--state", help="Incremental mode: keep the stream in FILE between runs (cron); each run "

@@ -49,19 +49,19 @@ def topk(
     ctx: typer.Context,
     input: InputArg,
     by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
-    k: Annotated[int, typer.Option("-k", "--k", help="How many groups to return.")],
+    k: Annotated[int, typer.Option("-k", "--k", help="How many groups to return.", max=10**4)],
     privacy_unit: UnitOpt,
     count: Annotated[
         str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and group).")
     ] = "units",
     max_contributions: Annotated[
-        int, typer.Option("--max-contributions", help="τ: rows per unit per group counted with --count rows.")
+        int, typer.Option("--max-contributions", help="τ: rows per unit per group counted with --count rows.", max=10**6)
     ] = 1,
     domain: Annotated[
         str | None, typer.Option("--domain", help="Public list of candidate groups (known domain, KnownGumb).")
     ] = None,
     dbar: Annotated[
-        int | None, typer.Option("--dbar", help="Unknown domain: look at the top d̄ groups (default max(10k, 1000)).")
+        int | None, typer.Option("--dbar", help="Unknown domain: look at the top d̄ groups (default max(10k, 1000)).", max=10**5)
     ] = None,
     no_counts: Annotated[bool, typer.Option("--no-counts", help="Ranking only: no counts, cheaper.")] = False,
     epsilon_per: Annotated[

@@ -43,6 +43,8 @@ LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
     "br": ("epsilon_per", "delta", "info_budget", "call_budget", "delta_prime"),
 }
 _INTEGER_LIMITS = ("info_budget", "call_budget")
+_MAX_INTEGER_LIMIT = 10**15  # counts of units and calls (exact in a double)
+_MAX_LIMIT = Fraction(10) ** 300
 
 
 class ChargeRefused(Exception):
@@ -69,13 +71,15 @@ class Limits:
         for name, value in self.values.items():
             value = Fraction(value)
             if name in _INTEGER_LIMITS:
-                if value.denominator != 1 or value < 1:
-                    raise ValueError(f"{name} must be a positive integer")
+                if value.denominator != 1 or not 1 <= value <= _MAX_INTEGER_LIMIT:
+                    raise ValueError(f"{name} must be an integer between 1 and {_MAX_INTEGER_LIMIT:.0e}")
             elif name in ("delta", "delta_prime"):
                 if not 0 <= value < 1:
                     raise ValueError(f"{name} must be in [0, 1)")
             elif value <= 0:
                 raise ValueError(f"{name} must be > 0")
+            elif value > _MAX_LIMIT:  # accounting converts limits to floats
+                raise ValueError(f"{name} must be at most 1e300")
             self.values[name] = value
         if self.mode in ("rdp",) and self.values["delta"] == 0:
             raise ValueError("rdp mode needs δ > 0 to state an (ε, δ) guarantee")

@@ -8,6 +8,7 @@ the ledger turns events into spend in its accounting mode
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -28,13 +29,28 @@ def to_fraction(value: Any) -> Fraction:
     if isinstance(value, float):
         return Fraction(Decimal(repr(value)))
     if isinstance(value, Decimal):
-        return Fraction(value)
+        return _decimal_fraction(value)
     if isinstance(value, str):
         text = value.strip()
         if "/" in text:
             return Fraction(text)
-        return Fraction(Decimal(text))
+        return _decimal_fraction(Decimal(text))
     raise ValueError(f"not a number: {value!r}")
+
+
+#: Decimal exponents beyond this are refused: Fraction(Decimal("1e-1000000000")) would build 10^10^9.
+MAX_DECIMAL_EXPONENT = 1000
+
+
+def _decimal_fraction(value: Decimal) -> Fraction:
+    """A finite Decimal with a sane exponent as an exact Fraction (ValueError otherwise)."""
+    if not value.is_finite():
+        raise ValueError(f"not a finite number: {value}")
+    if value and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+        raise ValueError(f"exponent out of range: {value}")
+    if abs(value.as_tuple().exponent) > 2 * MAX_DECIMAL_EXPONENT:  # e.g. 0E-1000000000
+        raise ValueError(f"exponent out of range: {value}")
+    return Fraction(value)
 
 
 def fraction_text(value: Fraction) -> str:
@@ -56,13 +72,39 @@ def fraction_text(value: Fraction) -> str:
 
 
 def fraction_at_least(x: float, digits: int = 12) -> Fraction:
-    """A decimal Fraction ≥ the float ``x`` (rounded up at ``digits`` significant digits)."""
+    """A decimal Fraction ≥ the float ``x`` (rounded up at ``digits`` significant digits).
+
+    ValueError for NaN or ∞ (no finite fraction is ≥ ∞).
+    """
+    if not math.isfinite(x):
+        raise ValueError(f"cannot round {x} up to a fraction")
     if x <= 0:
         return Fraction(0)
-    d = Decimal(repr(x))
+    d = Decimal(x)  # the float's exact value, so the rounding direction holds exactly
     exp = d.adjusted() - digits + 1
     quantum = Decimal(1).scaleb(exp)
     return Fraction(d.quantize(quantum, rounding="ROUND_CEILING"))
+
+
+def float_up(value: Fraction) -> float:
+    """The smallest float ≥ ``value`` (∞ beyond the float range): an exact ε shown or used as a float."""
+    try:
+        f = float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+    return math.nextafter(f, math.inf) if math.isfinite(f) and Fraction(f) < value else f
+
+
+def fraction_at_most(x: float, digits: int = 12) -> Fraction:
+    """A decimal Fraction ≤ the float ``x`` (rounded down at ``digits`` significant digits; 0 for x ≤ 0)."""
+    if not x > 0:
+        return Fraction(0)
+    if x == math.inf:
+        raise ValueError("cannot round ∞ down to a fraction")
+    d = Decimal(x)  # the float's exact value, so the rounding direction holds exactly
+    exp = d.adjusted() - digits + 1
+    quantum = Decimal(1).scaleb(exp)
+    return Fraction(d.quantize(quantum, rounding="ROUND_FLOOR"))
 
 
 @dataclass(frozen=True)

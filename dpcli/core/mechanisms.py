@@ -30,6 +30,7 @@ from dpcli.core.samplers import (
     discrete_gaussian,
     discrete_laplace,
     effective_sigma2,
+    rate_at_most,
     rational_at_least,
     uniform_below,
 )
@@ -84,7 +85,11 @@ class Noise:
             return 0
         if self.kind == "gaussian" and math.sqrt(float(self.param)) > _EXACT_GAUSS_SIGMA:
             return math.ceil(NormalDist(0.0, math.sqrt(float(self.param))).inv_cdf(0.975))
-        guess = max(0, int(1.96 * self.std) if self.kind == "gaussian" else int(float(self.param) * 3.0))
+        if self.kind == "gaussian":
+            guess = max(0, int(1.96 * self.std))
+        else:  # solve 2·tail(m) = 0.05 in closed form, so the loops below take a step or two at any scale
+            b = float(self.param)
+            guess = max(0, math.ceil(-b * math.log(0.025 * (1.0 + math.exp(-1.0 / b)))))
         m = guess
         while m > 0 and 2.0 * self.tail(m) <= 0.05:  # P[|Z| > m-1] = 2 P[Z ≥ m]
             m -= 1
@@ -149,21 +154,34 @@ def selection_threshold(noise: Noise, max_partitions: int, delta: float) -> int:
     return 1 + m
 
 
-def unklap_delta_hat(epsilon_per: float, delta: float, max_partitions: int) -> float:
-    """Solve δ = δ̂/4 · (e^{ε_per/2} + 1) · (3 + ln(Δ/δ̂)) for δ̂ (paper 000, Alg. 3), rounding δ̂ down."""
-    c = (math.exp(epsilon_per / 2.0) + 1.0) / 4.0
+def _unklap_log_delta_hat(epsilon_per: float, delta: float, max_partitions: int) -> float:
+    """ln δ̂ solving δ = δ̂/4 · (e^{ε_per/2} + 1) · (3 + ln(Δ/δ̂)), rounded down (bisected in log space)."""
+    # ln c with c = (e^{ε/2} + 1)/4, without overflow for large ε.
+    log_c = epsilon_per / 2.0 + math.log1p(math.exp(-epsilon_per / 2.0)) - math.log(4.0)
+    log_delta, log_k = math.log(delta), math.log(max_partitions)
 
-    def f(x: float) -> float:
-        return x * c * (3.0 + math.log(max_partitions / x))
+    def fits(t: float) -> bool:  # f(e^t) ≤ δ, with f(x) = x·c·(3 + ln(Δ/x)) increasing in x ≤ Δ
+        return t + log_c + math.log(3.0 + log_k - t) <= log_delta
 
-    lo, hi = 0.0, min(delta, max_partitions)
-    for _ in range(300):
+    hi = min(log_delta, log_k)
+    lo = log_delta - log_c - math.log(3.0 + log_k - log_delta + log_c) - 1.0
+    while not fits(lo):  # one or two steps: the bracket above is already feasible up to rounding
+        lo -= 1.0
+    for _ in range(200):
         mid = (lo + hi) / 2.0
-        if mid > 0 and f(mid) <= delta:
+        if fits(mid):
             lo = mid
         else:
             hi = mid
     return lo
+
+
+def unklap_delta_hat(epsilon_per: float, delta: float, max_partitions: int) -> float:
+    """Solve δ = δ̂/4 · (e^{ε_per/2} + 1) · (3 + ln(Δ/δ̂)) for δ̂ (paper 000, Alg. 3), rounding δ̂ down.
+
+    Returns 0.0 when δ̂ is below the smallest double (huge ε_per); the offset uses ln δ̂ directly.
+    """
+    return math.exp(_unklap_log_delta_hat(epsilon_per, delta, max_partitions))
 
 
 def unklap_threshold_offset(tau: int, max_partitions: int, epsilon_per: float, delta: float) -> int:
@@ -174,8 +192,8 @@ def unklap_threshold_offset(tau: int, max_partitions: int, epsilon_per: float, d
     e^{−m/b}/(1 + e^{−1/b}) ≤ ½·e^{−(m−½)/b}, so we use ⌈offset⌉ + 1, whose
     discrete tail is below the continuous tail at the paper's offset.
     """
-    dh = unklap_delta_hat(epsilon_per, delta, max_partitions)
-    offset = tau * (1.0 + 2.0 * max_partitions * math.log(max_partitions / dh) / epsilon_per)
+    log_dh = _unklap_log_delta_hat(epsilon_per, delta, max_partitions)
+    offset = tau * (1.0 + 2.0 * max_partitions * (math.log(max_partitions) - log_dh) / epsilon_per)
     return math.ceil(offset) + 1
 
 
@@ -191,9 +209,10 @@ def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate:
     utilities = np.asarray(utilities, dtype=np.int64)
     g, b = utilities.shape
     rate = Fraction(rate)
-    if rate <= 0:
-        raise ValueError("rate must be positive")
+    if rate < 0:
+        raise ValueError("rate must be non-negative")
     gap = utilities.max(axis=1, keepdims=True) - utilities
+    rate = rate_at_most(rate, int(gap.max()) if gap.size else 0)  # int64-safe; rate 0 = uniform (0-DP)
     out = np.empty(g, dtype=np.int64)
     pending = np.arange(g)
     while pending.size:

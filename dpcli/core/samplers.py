@@ -48,6 +48,33 @@ def rational_at_least(x: Fraction | int, max_den: int = _MAX_DEN, max_num: int =
     return Fraction(ceil(x * den), den)
 
 
+#: Integers the samplers multiply stay below this (int64 with a factor 2 to spare).
+_INT_SAFE = 1 << 62
+
+
+def rate_at_most(rate: Fraction, max_gap: int) -> Fraction:
+    """An exponential-mechanism rate rounded *down* to int64-safe integers (never less private).
+
+    :func:`bernoulli_exp` receives ``rate.numerator · gap`` and ``rate.denominator``
+    as int64; numpy would silently wrap a product past 2^63 and turn a tiny
+    acceptance probability into a large one. The result r ≤ ``rate`` has
+    ``r.numerator · max_gap ≤ 2^62`` and ``r.denominator ≤ 2^62``; a smaller rate
+    is the same mechanism with less weight on the utilities (ε only shrinks).
+    Rates below 2^-62 become 0: a uniform choice (0-DP).
+    """
+    rate = Fraction(rate)
+    if rate < 0:
+        raise ValueError("rate must be non-negative")
+    gap = max(int(max_gap), 1)
+    limit = _INT_SAFE // gap
+    if rate.denominator <= _INT_SAFE and rate.numerator <= limit:
+        return rate
+    if rate >= limit:
+        return Fraction(limit)
+    den = _INT_SAFE if rate * _INT_SAFE <= limit else max(1, int(limit / rate))
+    return Fraction(int(rate * den), den)  # int() floors a positive Fraction
+
+
 def uniform_below(stream: KeyedStream, bound: np.ndarray) -> np.ndarray:
     """Uniform integers in ``[0, bound[i])`` for each element (``1 ≤ bound < 2^63``), exactly.
 
@@ -303,7 +330,8 @@ def exponential_mechanism_top_k(
     rate = Fraction(rate)
     if rate <= 0:
         raise ValueError("rate must be positive")
-    rate = Fraction(rate.numerator, rate.denominator)
+    span = int(utilities.max()) - int(utilities.min()) if d else 0
+    rate = rate_at_most(rate, span)
     remaining = np.arange(d)
     chosen: list[int] = []
     for _ in range(k):

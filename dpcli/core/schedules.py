@@ -64,11 +64,13 @@ def epoch_of(size: int, n0: int, gamma: Fraction) -> int:
     """The epoch a database of ``size`` rows is in: the largest i with t_i ≤ size (exact)."""
     if size < n0:
         raise ValueError("the database is smaller than at the schedule's first run")
-    i = 0
-    t = Fraction(n0) * (1 + gamma)
-    while t <= size:
+    # A float estimate, then exact corrections: a few exact powers instead of one product per epoch
+    # (a loop of ln(size/n0)/γ exact multiplications never ends for small γ).
+    i = max(0, int(math.log(size / n0) / math.log1p(float(gamma))))
+    while i > 0 and epoch_start(i, n0, gamma) > size:
+        i -= 1
+    while epoch_start(i + 1, n0, gamma) <= size:
         i += 1
-        t *= 1 + gamma
     return i
 
 

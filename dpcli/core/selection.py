@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpcli.core.prf import KeyedStream
-from dpcli.core.samplers import bernoulli_exp, uniform_below
+from dpcli.core.samplers import bernoulli_exp, rate_at_most, uniform_below
 
 #: B = (1 + 1/256) × the float-identified largest weight: any float error in
 #: finding the largest weight (≤ 1e-7 relative here) stays far inside it.
@@ -53,6 +53,8 @@ def race(
         raise ValueError("rate must be positive")
     if u.shape != c.shape or (c.size and c.min() < 1):
         raise ValueError("one positive integer multiplier per utility")
+    # int64-safe products rate.numerator · (u_best − u_i): the rate may only be rounded down.
+    rate = rate_at_most(rate, int(u.max()) - int(u.min()) if u.size else 0)
     if c.size and int(c.max()) > (1 << 62) // _SLACK_DEN:
         raise ValueError("multiplier too large")
     remaining = np.arange(u.size)
@@ -118,6 +120,11 @@ def _delta_rational(delta: Fraction, m: int) -> Fraction:
     if delta.denominator <= limit:
         return delta
     return Fraction(math.floor(delta * limit), limit)
+
+
+def unknown_min_delta(dbar: int) -> Fraction:
+    """The smallest δ UnkGumb represents for this d̄ (:func:`_delta_rational` keeps it ≥ this, never 0)."""
+    return Fraction(1, (1 << 62) // (_SLACK_DEN * max(1, dbar // 2 + 1)))
 
 
 def unknown_top_k(

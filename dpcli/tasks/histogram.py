@@ -50,7 +50,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tables import InputTable, collect
@@ -260,7 +260,7 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         name = names[0]
         tau = _sensitivity(name, q)
         eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
-        noise = mech.laplace(2 * tau * k, eps_per)
+        noise = _checked(mech.laplace, 2 * tau * k, eps_per)
         offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(q.delta))
         measurements[name] = Measurement(name, tau, noise, share="all")
         events.append(
@@ -297,7 +297,10 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
                 raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
             conv_delta = q.delta if q.domain == "keys" else q.delta / 2
             sel_delta = q.delta - conv_delta
-            rho = _fraction_at_most(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
+            rho_f = acc.rho_for_epsilon(float(q.epsilon), float(conv_delta))
+            rho = _fraction_at_most(rho_f) or fraction_at_most(rho_f)  # significant digits below 1e-12
+            if rho <= 0:
+                raise UsageError(f"--epsilon {fraction_text(q.epsilon)} is too small for Gaussian noise at this δ")
         rho_m = rho / m
         for name in names:
             s = _sensitivity(name, q)
@@ -350,13 +353,13 @@ def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
     summary = {"split": "all of ε_per", "measurements": [name]}
     if q.domain == "keys":
         # KnownLap: Lap(2τ/ε_per) per count; Δ·ε_per-BR → Δ information units.
-        noise = mech.laplace(2 * tau, eps_per)
+        noise = _checked(mech.laplace, 2 * tau, eps_per)
         ev = PrivacyEvent("br", "histogram/knownlap", epsilon=eps_per, units=k)
         return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], summary=summary)
     if q.domain == "threshold":
         raise UsageError("a br ledger discovers groups with --selection unklap (or give --keys)")
     delta = limits["delta"]
-    noise = mech.laplace(2 * tau * k, eps_per)
+    noise = _checked(mech.laplace, 2 * tau * k, eps_per)
     offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(delta))
     ev = PrivacyEvent("br", "histogram/unklap", epsilon=eps_per, delta=delta, units=1, calls=1)
     return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], unklap_offset=offset, summary=summary)

@@ -73,7 +73,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import tree
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import effective_sigma2
 from dpcli.errors import DataError, StateError, UsageError
@@ -169,8 +169,16 @@ class StreamPlan:
         return self.thresholds[n]
 
 
+#: The discrete Gaussian proposes from a discrete Laplace with scale ⌊σ⌋ + 1 ≤ 2^44 (the samplers' limit).
+_MAX_SIGMA2 = Fraction((1 << 44) - 1) ** 2
+
+
 def _floor(x: float, digits: int = 12) -> Fraction:
-    return Fraction(math.floor(x * 10**digits), 10**digits)
+    """``x`` rounded down to ``digits`` decimals, or to 12 significant digits below 1e-12; never 0 for x > 0."""
+    rho = Fraction(math.floor(x * 10**digits), 10**digits) or fraction_at_most(x)
+    if rho <= 0:
+        raise UsageError("--epsilon is too small to calibrate stream-replay's Gaussian noise")
+    return rho
 
 
 def plan_stream(q: StreamQuery) -> StreamPlan:
@@ -180,7 +188,12 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
     lv = tree.levels(q.triggers)
     eps_k, delta_k = eps / 2, 2 * delta / 3
     eps_m, delta_m = eps / 2, delta / 3
-    beta = (delta_k / 2) / ((math.exp(eps_k) + 1) * c)
+    # β = (δ_k/2)/((e^{ε_k} + 1)·C), in log space: e^{ε_k} overflows for ε_k > 709.
+    log_beta = math.log(delta_k / 2) - (eps_k + math.log1p(math.exp(-eps_k))) - math.log(c)
+    if log_beta < -700.0:
+        raise UsageError(f"--epsilon {fraction_text(q.epsilon)} is too large for key selection's failure "
+                         f"probability (below 1e-300); use a smaller --epsilon")
+    beta = math.exp(log_beta)
     rho_k = _floor(acc.rho_for_epsilon(eps_k, delta_k / 2))
     rho_round = rho_k / c
     sigma2_select = effective_sigma2(Fraction(lv) / (2 * rho_round))
@@ -193,6 +206,10 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
     if grid is not None:
         l_units = grid.max_abs_units
         sigma2_sum = effective_sigma2(Fraction((c * l_units) ** 2 * lv) / (2 * rho_col))
+    for sigma2 in (sigma2_select, sigma2_count, sigma2_sum):
+        if sigma2 is not None and sigma2 > _MAX_SIGMA2:
+            raise UsageError(f"stream-replay noise too large to sample (σ = {math.sqrt(float(sigma2)):.3g}); "
+                             "use a larger --epsilon, a smaller --max-records or --clamp")
     events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=q.epsilon, delta=q.delta,
                            detail={"C": str(c), "triggers": str(q.triggers)}),)
     summary = {
@@ -200,7 +217,7 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
                           "beta": beta, "sigma": math.sqrt(float(sigma2_select))},
         "perturbation": {"epsilon": eps_m, "delta": delta_m, "rho_total": float(rho_m),
                          "sigma_count": math.sqrt(float(sigma2_count)),
-                         "sigma_sum": math.sqrt(float(sigma2_sum) * float(grid.granularity) ** 2) if grid and sigma2_sum else None},
+                         "sigma_sum": math.sqrt(float(sigma2_sum)) * float(grid.granularity) if grid and sigma2_sum else None},
         "levels": lv,
     }
     return StreamPlan(beta, sigma2_select, sigma2_count, sigma2_sum, {}, events, summary)

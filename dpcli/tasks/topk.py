@@ -153,7 +153,17 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
             raise UsageError("the unknown domain needs --delta in (0, 1); or give the candidates with --domain")
         if q.known_domain:
             delta = Fraction(0)
+    if not q.known_domain and delta < sel.unknown_min_delta(q.d_bar):
+        raise UsageError(
+            f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.d_bar} "
+            f"(≥ {float(sel.unknown_min_delta(q.d_bar)):.3g}); use a larger δ or a smaller --dbar"
+        )
     noise = mech.laplace(2 * q.tau, eps) if q.with_counts else None
+    if noise is not None:
+        try:
+            noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
+        except ValueError as exc:
+            raise UsageError(f"count noise too large to sample ({exc}); use a larger --epsilon-per") from None
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False))
     k = q.k
     if q.known_domain:
