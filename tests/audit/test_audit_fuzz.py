@@ -7,7 +7,6 @@ exit code and one line on stderr: never a traceback, never a debit without outpu
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
@@ -220,19 +219,6 @@ NUMERIC_CASES: dict[str, list[tuple[list[str], dict[str, tuple[str, str]]]]] = {
 }
 
 
-def _fixed_elsewhere(args: list[str]) -> bool:
-    """Inputs whose crash another branch of issue 15 fixes: a --clamp L whose grid width 2L/1024 leaves
-    the double range reaches ``bounding.default_granularity`` (the --bounds/--granularity fix).
-    TODO(lead): drop this filter and the xfail below once that branch is merged."""
-    if "--clamp" not in args:
-        return False
-    try:
-        clamp = float(args[args.index("--clamp") + 1])
-    except ValueError:
-        return False
-    return math.isfinite(clamp) and (0 < clamp < 1e-300 or clamp > 1e307)
-
-
 @st.composite
 def numeric_call(draw, command: str) -> list[str]:
     """One invocation of ``command`` with some of its numeric options replaced by hostile values."""
@@ -242,12 +228,9 @@ def numeric_call(draw, command: str) -> list[str]:
         if draw(st.booleans()):
             default = draw(num_text if kind == "num" else int_text)
         args += [flag, default]
-    assume(not _fixed_elsewhere(args))
     return args
 
 
-@pytest.mark.xfail(strict=True, reason="--clamp grid width outside the double range: bounding.default_granularity, "
-                   "fixed by the --bounds/--granularity branch of issue 15 (remove this mark after merging it)")
 @pytest.mark.parametrize("clamp", ["5e-324", "1e-321", "1.7e308"])
 def test_numeric_options_stream_clamp_extremes(tmp_path, clamp):
     _numeric_case(tmp_path, [*_S, "--triggers", "4", "--max-records", "2", "--epsilon", "1", "--delta", "1e-6",
