@@ -51,7 +51,8 @@ contributions are kept, never the privacy guarantee (any selection rule that
 respects the caps gives the same sensitivity); it comes from polars' seeded
 hash, keyed by a salt drawn from the release's keyed stream, and the polars
 version is part of the release seed so an upgrade that changes the hash gets
-fresh noise (and a fresh charge) instead of a "replay" over different rows.
+fresh noise (and a fresh charge) instead of a "replay" over different rows;
+so is :data:`SEMANTICS`, for changes to the rules above.
 """
 
 from __future__ import annotations
@@ -74,6 +75,12 @@ C_SUM = "__dp_csum"
 C_SUMSQ = "__dp_csumsq"
 GRID = "__dp_grid"
 _MASK64 = (1 << 64) - 1
+
+#: Version of the bounding semantics (grid, clamping, bad records), part of every release seed (see
+#: :func:`dpcli.cli._release.release_seed`): a release computed under other semantics gets fresh noise and
+#: a fresh charge, never a "replay" whose noise cancels against an old release of different aggregates.
+#: 2: grid ⌈lo/g⌉…⌊hi/g⌋ clamped in integers; null units and NaN values dropped, ±inf clamped.
+SEMANTICS = 2
 
 #: Largest |grid value| allowed (see the module docstring: squares fit Int64, totals fit Int128).
 MAX_GRID_UNITS = 1 << 31
@@ -133,8 +140,8 @@ class ValueGrid:
         if self.max_abs_units > MAX_GRID_UNITS:
             raise UsageError(
                 f"granularity {show_number(g)} is too fine for the bounds {bounds}: "
-                f"{show_number(Fraction(self.max_abs_units))} grid steps from 0, more than 2^31 (sums must stay exact); "
-                "use a coarser granularity"
+                f"{show_number(Fraction(self.max_abs_units))} grid steps from 0, more than 2^31 "
+                "(sums must stay exact); use a coarser granularity"
             )
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 import typer
 
+from dpcli import bounding
 from dpcli.cli._common import Settings, emit_json
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import canonical_json, derive_seed, seed_id
@@ -36,8 +37,8 @@ class ReleaseSeed:
 
 
 def release_seed(root: Any, query: dict[str, Any], data: dict[str, Any]) -> ReleaseSeed:
-    """seed = HMAC(key, canonical query + data fingerprints + engine version); query id = hash of the query alone."""
-    material = {"query": query, **data, "engine": f"polars {pl.__version__}"}
+    """seed = HMAC(key, query + data fingerprints + polars and bounding versions); query id = hash of the query."""
+    material = {"query": query, **data, "engine": f"polars {pl.__version__}; bounding {bounding.SEMANTICS}"}
     seed = derive_seed(keys.load_or_create_key(root), material)
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)
