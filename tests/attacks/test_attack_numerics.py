@@ -45,7 +45,7 @@ def zero_noise(monkeypatch):
     monkeypatch.setattr(mech.Noise, "sample", lambda self, stream, n: np.zeros(n, dtype=np.int64))
 
 
-def _init(epsilon: str = "1e9") -> None:
+def _init(epsilon: str = "1e6") -> None:
     r = runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", epsilon, "--delta", "0.5"])
     assert r.exit_code == 0, r.stderr
 
@@ -156,7 +156,7 @@ def test_cli_grid_too_fine_for_exact_integer_sums_is_a_usage_error(tmp_path):
     """Three rows of 9e18 at granularity 1 used to release 8.55e18 (a wrapped Int64 sum)."""
     _init()
     code, err, _ = _histogram(tmp_path, [9e18] * 3, "--agg", "sum", "--bounds", "0:9.2e18", "--granularity", "1",
-                              "--epsilon", "1e8")
+                              "--epsilon", "1e5")
     assert code == 2 and err.startswith("dpcli: error:") and err.count("\n") == 1 and "granularity" in err
     assert _history() == []
 
@@ -174,7 +174,7 @@ def test_cli_sums_near_the_limits_do_not_wrap(tmp_path, zero_noise, bounds, gran
     clamped, snapped values (each row within one grid step of its clamped value): nothing wraps."""
     _init()
     code, err, doc = _histogram(tmp_path, xs, "--agg", "count,sum,mean,variance", "--bounds", bounds,
-                                "--granularity", granularity, "--epsilon", "1e6")
+                                "--granularity", granularity, "--epsilon", "1e5")
     assert code == 0, err
     lo, hi = (float(b) for b in bounds.split(":"))
     g = float(granularity)
@@ -219,7 +219,7 @@ def test_cli_extreme_bounds_and_granularity_answer_or_refuse_cleanly(tmp_path, z
                                                                      aggs, expected):
     """Each is either a one-line usage error (exit 2, nothing charged, as the dry run says) or a sane answer."""
     _init()
-    opts = ["--agg", aggs, "--bounds", bounds, "--epsilon", "1e8"]
+    opts = ["--agg", aggs, "--bounds", bounds, "--epsilon", "1e5"]
     if granularity:
         opts += ["--granularity", granularity]
     code, err, doc = _histogram(tmp_path, xs, *opts)
