@@ -20,7 +20,7 @@ from dpcli.errors import ExitCode
 
 runner = CliRunner()
 DOCUMENTED = {int(c) for c in ExitCode} - {int(ExitCode.INTERNAL)}
-FAST, FULL = 25, 300
+FAST, FULL = 10, 300
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 cells = st.one_of(
@@ -304,8 +304,8 @@ def _numeric_test(command: str, examples: int):
 
 
 #: Examples per command in ``make test`` (a plan or a ledger call is cheap, a release is not).
-NUM_FAST_BY_COMMAND = {"histogram": 15, "topk": 12, "tabulate": 6, "stream-replay": 10, "budget-init": 20,
-                       "budget-compose": 25}
+NUM_FAST_BY_COMMAND = {"histogram": 8, "topk": 6, "tabulate": 4, "stream-replay": 5, "budget-init": 10,
+                       "budget-compose": 12}
 
 test_numeric_options_histogram = _numeric_test("histogram", NUM_FAST_BY_COMMAND["histogram"])
 test_numeric_options_topk = _numeric_test("topk", NUM_FAST_BY_COMMAND["topk"])
