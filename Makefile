@@ -17,7 +17,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 DEMO := DPCLI_STATE_DIR=.demo-state DPCLI_ANALYST=demo $(BIN)/dpcli
 
 demo: $(STAMP)
-	rm -rf .demo-state
+	rm -rf .demo-state .demo-out && mkdir .demo-out
 	$(DEMO) budget init demo --mode approx --epsilon 2 --delta 1e-6
 	@echo "--- page views per country: groups discovered from the data (thresholded), 95% margins"
 	$(DEMO) histogram sample_data/page_views.parquet --by country --privacy-unit user_id \
@@ -29,8 +29,8 @@ demo: $(STAMP)
 	    --max-contributions 5 --epsilon 0.5 --delta 1e-7 --with-error
 	@echo "--- distinct users per published page (known domain), to a file"
 	$(DEMO) histogram sample_data/page_views.parquet --by page --privacy-unit user_id --agg count-units \
-	    --keys sample_data/pages_public.csv --max-partitions 8 --epsilon 0.5 -o .demo-state/pages.csv
-	head -5 .demo-state/pages.csv
+	    --keys sample_data/pages_public.csv --max-partitions 8 --epsilon 0.5 -o .demo-out/pages.csv
+	head -5 .demo-out/pages.csv
 	$(DEMO) budget show demo
 	$(DEMO) budget history demo
 	@echo "--- top-10 pages by distinct users, LinkedIn's budget system (br ledger), groups discovered"
@@ -42,8 +42,8 @@ demo: $(STAMP)
 	$(DEMO) tabulate plan --spec sample_data/safetab_spec.toml
 	$(DEMO) --analyst census budget init census --mode pure --epsilon 16
 	$(DEMO) --analyst census tabulate sample_data/persons.parquet --spec sample_data/safetab_spec.toml \
-	    --with-error -o .demo-state/cells.csv
-	head -5 .demo-state/cells.csv
+	    --with-error -o .demo-out/cells.csv
+	head -5 .demo-out/cells.csv
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
 
 test: $(STAMP)
@@ -81,4 +81,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .demo-state .pytest_cache
+	rm -rf $(VENV) .venv-peers .demo-state .demo-out .pytest_cache
