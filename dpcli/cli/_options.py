@@ -45,6 +45,8 @@ def probability(option: str, text: str | None, required: bool = False, allow_zer
     if not (0 <= value < 1) or (value == 0 and not allow_zero):
         interval = "[0, 1)" if allow_zero else "(0, 1)"
         raise UsageError(f"{option} must be in {interval}, got {text}")
+    if value > 0 and float(value) == 0.0:  # calibration works in floats: a δ that is 0 there is not (0, 1)
+        raise UsageError(f"{option} {text} is below the smallest positive float (about 5e-324)")
     return value
 
 
