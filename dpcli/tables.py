@@ -147,7 +147,10 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
     """
     if fmt == "csv":
         overrides = {c: pl.String for c in text_columns}
-        return pl.scan_csv(source, infer_schema_length=10000, schema_overrides=overrides)
+        # Per-record damage is not an error (control flow must not depend on one record): a record with
+        # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
+        return pl.scan_csv(source, infer_schema_length=10000, schema_overrides=overrides,
+                           truncate_ragged_lines=True, encoding="utf8-lossy")
     if fmt == "parquet":
         return pl.scan_parquet(source)
     return pl.scan_ndjson(source)
@@ -210,7 +213,7 @@ def open_input(
             frame = _scan(data, fmt, text_columns)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-            raise DataError(f"cannot parse standard input as {fmt}: {_first_line(exc)}") from None
+            raise DataError(f"cannot parse standard input as {fmt}: {withheld(exc)}") from None
         return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt)
     fh, identity = open_binary(path)
     try:
@@ -226,13 +229,23 @@ def open_input(
             frame = _scan(fh, fmt, text_columns)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-            raise DataError(f"cannot read {path!r} as {fmt}: {_first_line(exc)}") from None
+            raise DataError(f"cannot read {path!r} as {fmt}: {withheld(exc)}") from None
     except BaseException:
         fh.close()
         raise
     table = InputTable(frame=frame, fingerprint=fingerprint, name=path, format=fmt, source=fh, identity=identity)
     weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
     return table
+
+
+def withheld(exc: BaseException) -> str:
+    """What to say about a parser's error on data: its kind only, never its message.
+
+    Polars quotes the offending field (``could not parse `…` as dtype i64``) or, for an unterminated
+    quote, the rest of the file: records, which must never reach stderr. The run still fails, so
+    the inputs are kept total where they can be (CSV: ragged lines truncated, invalid UTF-8 replaced).
+    """
+    return f"the file does not parse ({type(exc).__name__}; the parser's message is withheld: it may quote records)"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -248,7 +261,7 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
     try:
         schema = table.frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise DataError(f"cannot read {table.name}: {_first_line(exc)}") from None
+        raise DataError(f"cannot read {table.name}: {withheld(exc)}") from None
     for col, kind in columns.items():
         if col not in schema:
             known = ", ".join(list(schema.names())[:12])
@@ -285,7 +298,7 @@ def collect(frame: pl.LazyFrame, what: str, streaming: bool = True) -> pl.DataFr
     try:
         return frame.collect(engine="streaming" if streaming else "auto")
     except pl.exceptions.PolarsError as exc:
-        raise DataError(f"{what}: {_first_line(exc)}") from None
+        raise DataError(f"{what}: {withheld(exc)}") from None
 
 
 def output_format_for(path: str | None, explicit: str | None) -> str:

@@ -99,6 +99,8 @@ def handles_errors(func: F) -> F:
             if verbose:
                 traceback.print_exc(file=sys.stderr)
             msg = str(exc).splitlines()[0] if str(exc) else ""
+            if type(exc).__module__.startswith("polars"):  # polars quotes records in its messages: withhold
+                msg = "message withheld (it may quote records)"
             typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {one_line(msg)}", err=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 

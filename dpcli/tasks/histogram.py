@@ -59,12 +59,15 @@ Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
 QUANTILE_BINS = 1024
-_QUANTILE = re.compile(r"^(median|p(\d{1,2}(?:\.\d+)?))$")
+_QUANTILE = re.compile(r"(median|p(\d{1,2}(?:\.\d{1,4})?))")  # at most 4 decimals: pNN.dddd
 
 
 def parse_quantile(name: str) -> Fraction | None:
-    """``median`` → 1/2, ``p90`` → 9/10, ``p99.9`` → 999/1000; None if not a quantile name."""
-    m = _QUANTILE.match(name)
+    """``median`` → 1/2, ``p90`` → 9/10, ``p99.9`` → 999/1000; None if not a quantile name.
+
+    At most four decimals (``p99.9999``): the quantile's denominator enters the exponential
+    mechanism's integer utility, which must stay within 64 bits."""
+    m = _QUANTILE.fullmatch(name)
     if not m:
         return None
     if m.group(1) == "median":
