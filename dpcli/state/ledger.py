@@ -244,9 +244,11 @@ def _hwm_path(path: Path) -> Path:
 class _MarkError(StateError):
     """The high-water mark does not vouch for the ledger file; ``reason`` is a short public phrase."""
 
-    def __init__(self, message: str, reason: str) -> None:
+    def __init__(self, message: str, reason: str, entries_missing: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
+        #: The sealed mark proves entries are missing: a reseal would hand back what they spent.
+        self.entries_missing = entries_missing
 
 
 def _read(path: Path, analyst: str) -> tuple[bytes, int]:
@@ -371,16 +373,19 @@ def _check_mark(led: Ledger, ctime_ns: int, root: Path) -> None:
     if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != body["hash"]:
         raise _MarkError(
             f"ledger {led.path} is older than its high-water mark ({n} entries, {count} recorded): "
-            f"it was rolled back or replaced; {fix}",
+            "it was rolled back or replaced; restore the newest copy (a reseal is refused: it would hand back "
+            "the budget of the missing entries)",
             f"ledger older than its high-water mark ({n} entries, {count} recorded)",
+            entries_missing=True,
         )
     if len({e.get("time") for e in led.entries[count:]}) > 1:  # more than one write ahead of the mark
         raise _MarkError(f"high-water mark {hwm} is older than its ledger (restored from a backup?); {fix}",
                          "high-water mark older than the ledger")
     if count == n and ctime != ctime_ns:
         raise _MarkError(
-            f"ledger {led.path} was replaced since dpcli wrote it (restored from a backup, copied or moved?), "
-            f"which could hand back spent budget; {fix}",
+            f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?): if it is a "
+            "restored backup, restore the newest copy instead (releases after the backup are missing from it); "
+            f"if it was only copied or moved as is, accept it with: dpcli budget verify {led.analyst} --reseal",
             "ledger file replaced (restored, copied or moved)",
         )
 
@@ -666,6 +671,8 @@ def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime |
                 _check_mark(led, ctime, root)
                 return led, None
             except _MarkError as exc:
+                if exc.entries_missing:
+                    raise
                 reason = exc.reason
             doc = _doc(led, list(led.entries))
         period = Ledger(path, analyst, doc["ledger_id"], bud.Limits.from_json(doc["limits"]),
