@@ -28,14 +28,18 @@ record (which is why the sensitivities above cover them):
 
 * a row whose privacy unit is null belongs to no unit: it is dropped;
 * a row whose value is null or NaN has no value: it is dropped when a value
-  column is aggregated (it is not counted either);
+  column is aggregated (it is not counted either); so is a text value that
+  does not parse as a number (:func:`numeric_value`: a CSV or NDJSON value
+  column is always read as text, so one record cannot change its type);
 * a value of ±inf is outside the bounds like any large value: it is clamped
   to the nearest bound, as every out-of-range value is;
 * an input with no rows is released like any other (thresholding releases
   nothing, a known domain releases noisy zeros).
 
 Only the schema (public) can make bounding fail: a missing column or one of
-the wrong type is reported before any data is read.
+the wrong type is reported before any data is read. (For CSV and NDJSON the
+schema is fixed by the query: the unit, group and value columns are read as
+text, see :func:`dpcli.tables.open_input`.)
 
 **Exact integers.** The grid is limited, from the options alone, to
 ``max(|lo_units|, |hi_units|) ≤ 2^31`` (:data:`MAX_GRID_UNITS`), so a centred
@@ -66,7 +70,7 @@ from typing import Any
 
 import polars as pl
 
-from dpcli.errors import UsageError
+from dpcli.errors import DataError, UsageError
 from dpcli.tables import InputTable, collect
 
 #: Internal column names (prefixed so they cannot clash with user columns).
@@ -169,16 +173,36 @@ class ValueGrid:
         return max(self.hi_units - self.mid_units, self.mid_units - self.lo_units)
 
 
+def numeric_value(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """``value`` (a column of type ``dtype``) as Float64, parsed record by record when it is text.
+
+    Text is stripped of surrounding white space and cast without strictness:
+    decimal and scientific notation, ``inf`` and ``nan`` parse; anything else
+    (a word, an empty field, ``1,5``, JSON lists or objects of an NDJSON
+    record) becomes null, which the caller drops like a null value. Numeric
+    columns are cast as they are. Which of the two happens depends on the
+    schema only. Raises :class:`DataError` for any other type (a schema error).
+    """
+    if dtype == pl.String:
+        return value.str.strip_chars().cast(pl.Float64, strict=False)
+    if dtype.is_numeric():
+        return value.cast(pl.Float64, strict=False)
+    raise DataError(f"a value column must be numeric (or text holding numbers), not {dtype}")
+
+
 def grid_units(value: pl.Expr, grid: ValueGrid) -> pl.Expr:
     """``value`` in grid units: ``round(x / g)`` clamped to ``[lo_units, hi_units]``, Int64.
 
-    Null and NaN become null (the caller drops them); ±inf and any value
-    beyond the bounds become the nearest end of the grid. The division and
-    rounding are float, but the clamp is to the exact integers (representable
-    as floats, being ≤ 2^31), so the result is always one of them.
+    ``value`` must be numeric (pass text through :func:`numeric_value` first;
+    the cast here is non-strict, so text that reached it would become null,
+    never an error). Null and NaN become null (the caller drops them); ±inf
+    and any value beyond the bounds become the nearest end of the grid. The
+    division and rounding are float, but the clamp is to the exact integers
+    (representable as floats, being ≤ 2^31), so the result is always one of them.
     """
     lo, hi = float(grid.lo_units), float(grid.hi_units)
-    return (value.cast(pl.Float64) / float(grid.granularity)).round(0).clip(lo, hi).cast(pl.Int64, strict=False)
+    x = value.cast(pl.Float64, strict=False)
+    return (x / float(grid.granularity)).round(0).clip(lo, hi).cast(pl.Int64, strict=False)
 
 
 def default_granularity(lo: float, hi: float, steps: int = 1 << 12) -> Fraction:
@@ -235,16 +259,18 @@ def _check_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
 def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
     """Steps 1-2 for a value column: grid values (``GRID``, centred) of at most C rows per (unit, group).
 
-    Rows with a null unit, or a null or NaN value, are dropped (module
-    docstring). Without a value column the rows are returned as they are (row
-    counts are capped, and null units dropped, after aggregation instead).
+    Rows with a null unit, or a null, NaN or unparsable value, are dropped
+    (module docstring; a text value column is parsed by :func:`numeric_value`).
+    Without a value column the rows are returned as they are (row counts are
+    capped, and null units dropped, after aggregation instead).
     """
     lf = _check_columns(frame, spec)
     if spec.value is None or spec.grid is None:
         return lf
     g = spec.grid
     keys = [spec.unit, *spec.by]
-    lf = lf.with_columns((grid_units(pl.col(spec.value), g) - g.mid_units).alias(GRID))
+    dtype = lf.collect_schema()[spec.value]
+    lf = lf.with_columns((grid_units(numeric_value(pl.col(spec.value), dtype), g) - g.mid_units).alias(GRID))
     lf = lf.filter(pl.col(GRID).is_not_null() & pl.col(spec.unit).is_not_null())
     rank = pl.struct(keys + [GRID]).hash(salt & _MASK64).rank("ordinal").over(keys)
     return lf.filter(rank <= spec.max_contributions)

@@ -144,6 +144,12 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
 
     Given an exact ``io.BufferedReader``, polars (unix) duplicates its descriptor and reads that open
     file at every collect (memory-mapped, as for a path); the bytes are not copied into memory.
+
+    ``text_columns`` (see :func:`open_input`): in a CSV they are read as strings (the other columns'
+    types are inferred as before, and never read by a query that names only text columns); an NDJSON
+    with text columns is read with exactly those columns as its schema, all strings, and nothing is
+    inferred: a record without one of the keys has null there, and any JSON value in them (number,
+    boolean, list, object) is kept as its JSON text.
     """
     if fmt == "csv":
         overrides = {c: pl.String for c in text_columns}
@@ -153,6 +159,8 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
                            truncate_ragged_lines=True, encoding="utf8-lossy")
     if fmt == "parquet":
         return pl.scan_parquet(source)
+    if text_columns:
+        return pl.scan_ndjson(source, schema={c: pl.String for c in dict.fromkeys(text_columns)})
     return pl.scan_ndjson(source)
 
 
@@ -197,8 +205,13 @@ def open_input(
     file in place is caught by :meth:`InputTable.verify_unchanged`. Standard input is read into
     memory, hashed and parsed from those bytes.
 
-    ``text_columns`` are read as strings from CSV (codes such as block ids keep
-    their leading zeros).
+    ``text_columns`` are read as strings from CSV and NDJSON, whatever the records hold, so their
+    type is fixed by the query and never inferred from the data (one record could otherwise flip
+    it, and with it an error or the output's types and order); codes such as block ids keep their
+    leading zeros. Commands name every column they use; values are parsed per record afterwards
+    (:func:`dpcli.bounding.numeric_value`), and those that do not parse are dropped. An NDJSON then
+    has exactly these columns (it has no header: see :func:`_scan`). Parquet keeps its declared
+    types (they are in the file's metadata, not inferred).
 
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
@@ -253,11 +266,16 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-ColumnKind = Literal["any", "numeric", "temporal", "key"]
+ColumnKind = Literal["any", "numeric", "value", "temporal", "key"]
 
 
 def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Schema:
-    """Check that each column exists with a usable type; name the offender otherwise."""
+    """Check that each column exists with a usable type; name the offender otherwise.
+
+    Kinds: ``numeric`` (a numeric type), ``value`` (numeric, or text parsed per record: every value
+    column of a CSV or NDJSON is text, see :func:`open_input`), ``temporal`` (timestamps, numbers or
+    text), ``key`` (anything but nested types), ``any``. Only the schema is looked at.
+    """
     try:
         schema = table.frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
@@ -269,6 +287,10 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
         dtype = schema[col]
         if kind == "numeric" and not dtype.is_numeric():
             raise DataError(f"column {col!r} must be numeric but is {dtype} in {table.name}")
+        if kind == "value" and not (dtype.is_numeric() or dtype == pl.String):
+            raise DataError(
+                f"column {col!r} must be numeric (or text holding numbers) but is {dtype} in {table.name}"
+            )
         if kind == "temporal" and not (dtype.is_temporal() or dtype.is_numeric() or dtype == pl.String):
             raise DataError(f"column {col!r} must hold timestamps but is {dtype} in {table.name}")
         if kind == "key" and dtype.is_nested():
@@ -278,7 +300,13 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
 
 def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:
     """A public list of groups (``--keys``/``--domain``): distinct rows of the ``by`` columns,
-    cast to the data's column types, sorted."""
+    cast to the data's column types, sorted.
+
+    Open the list with ``text_columns=by`` so that its codes are read as written: against a CSV or
+    NDJSON input (whose group columns are text) values then match as text, exactly (``01`` is not
+    ``1``); against a Parquet input they are cast to its declared types (``01`` → 1 for an integer
+    column), and a value that does not cast is an error naming the list (the list is public).
+    """
     schema = table.frame.collect_schema()
     missing = [c for c in by if c not in schema]
     if missing:

@@ -15,7 +15,7 @@ from dpcli import bounding
 from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import UsageError
+from dpcli.errors import DataError, UsageError
 from dpcli.tables import InputTable
 from dpcli.tasks import histogram as hist
 
@@ -98,6 +98,18 @@ def test_bad_records_are_dropped_or_clamped_never_refused():
     assert part[bounding.C_SUM].to_list() == [0, 4, -4]  # 0.5 → 4 − mid 4; +inf → 8 − 4; −inf → 0 − 4
     empty = bounding.group_totals(bounding.bound_contributions(df.clear().lazy(), spec, 1).collect(), spec)
     assert empty.height == 0 and empty.columns == ["g", "units", "rows", "csum", "csumsq"]
+
+
+def test_text_values_are_parsed_per_record_and_unparsable_ones_dropped():
+    """A text value column (every CSV/NDJSON one) bounds exactly like the numbers it spells; words are dropped."""
+    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
+    text = pl.DataFrame({"user": ["1", "2", "3", "4", "5", "6", "7", "8"], "g": ["a"] * 8,
+                         "x": [" 0.5 ", "inf", "-inf", "nan", "abc", "", "1e-1", "[1, 2]"]})
+    part = bounding.bound_contributions(text.lazy(), spec, 1).collect().sort("user")
+    assert part["user"].to_list() == ["1", "2", "3", "7"]
+    assert part[bounding.C_SUM].to_list() == [0, 4, -4, -3]  # 0.1 → round(0.8) = 1 − mid 4
+    with pytest.raises(DataError, match="must be numeric"):
+        bounding.bounded_rows(text.with_columns(pl.col("x") == "1").lazy(), spec, 1)
 
 
 def test_value_grid_is_exact_inside_the_bounds_and_refuses_what_it_cannot_honour():
@@ -270,7 +282,6 @@ def _keys(tmp_path):
         ({"--value": "x", "--agg": "sum", "--bounds": "5:1"}, 2, "--bounds"),
         ({"--value": "x", "--agg": "sum", "--bounds": "abc"}, 2, "--bounds"),
         ({"--value": "nope", "--agg": "sum", "--bounds": "0:1"}, 65, "'nope' not found"),
-        ({"--value": "g", "--agg": "sum", "--bounds": "0:1"}, 65, "must be numeric"),
         ({"--by": "missing"}, 65, "'missing' not found"),
         ({"--privacy-unit": "who"}, 65, "'who' not found"),
         ({"--epsilon": "0"}, 2, "--epsilon must be > 0"),
@@ -288,6 +299,21 @@ def test_cli_bad_options_and_columns_fail_cleanly(data_file, tmp_path, opts, cod
     assert r.exit_code == code, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1 and r.stderr.startswith("dpcli: error:")
     assert entries() == [] and not out.exists()
+
+
+def test_value_column_type_comes_from_the_schema_not_the_records(data_file, tmp_path):
+    """A CSV value column is text, parsed per record (a column of words releases like one with no values);
+    only a declared non-numeric, non-text type (Parquet's boolean here) is a schema error."""
+    init()
+    args = ["--by", "g", "--privacy-unit", "user", "--agg", "sum", "--bounds", "0:1", "--epsilon", "1", "--delta", "1e-6"]
+    r = hist_cli(data_file, *args, "--value", "g")
+    assert r.exit_code == 0 and r.stderr == "", r.stderr
+    p = tmp_path / "flags.parquet"
+    pl.DataFrame({"user": ["u1", "u2"], "g": ["a", "a"], "flag": [True, False]}).write_parquet(p)
+    out = tmp_path / "o.csv"
+    r = hist_cli(p, *args, "--value", "flag", "-o", out)
+    assert r.exit_code == 65 and "'flag' must be numeric" in r.stderr and r.stderr.count("\n") == 1
+    assert len(entries()) == 1 and not out.exists()
 
 
 @pytest.mark.parametrize(

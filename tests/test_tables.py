@@ -159,3 +159,43 @@ def test_output_path_refuses_state_dir_and_inputs(tmp_path):
     tables.check_output_path(str(tmp_path / "fine.csv"), state, [str(data), None, "-"])
     tables.check_output_path("-", state, [str(data)])
     tables.check_output_path(None, state, [str(data)])
+
+
+# ---- column types from the query, not the records (issue 15: a record must not flip a column's type) --------
+
+
+def test_text_columns_fix_the_schema_of_csv_and_ndjson(tmp_path):
+    """CSV: the named columns are strings whatever the records hold. NDJSON (no header): exactly the
+    named columns, all strings; a missing key is null, a JSON number or list is kept as its text."""
+    (tmp_path / "d.csv").write_text("u,g,x,other\n1,01,2,5\n2,1,abc,6\n")
+    t = tables.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
+    assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String, "other": pl.Int64}
+    assert t.frame.collect()["g"].to_list() == ["01", "1"]
+    (tmp_path / "d.ndjson").write_text('{"u":1,"g":"01","x":2.5,"other":[1]}\n{"u":2,"x":[1,2]}\n{"u":"3","g":1.5}\n')
+    t = tables.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
+    assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String}
+    assert t.frame.collect().rows() == [("1", "01", "2.5"), ("2", None, "[1, 2]"), ("3", "1.5", None)]
+    s = tables.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
+    assert s.frame.collect()["u"].to_list() == ["7"]
+
+
+def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(tmp_path):
+    (tmp_path / "keys.csv").write_text("g\n01\n1\n10\n")
+    keys = tables.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
+    text = tables.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
+    assert text["g"].to_list() == ["01", "1", "10"]  # text order; "01" and "1" are two groups
+    ints = tables.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
+    assert ints["g"].to_list() == [1, 10]
+    (tmp_path / "bad.csv").write_text("g\n1\nzz\n")
+    with pytest.raises(DataError, match="do not match the data's column types"):
+        tables.read_group_list(tables.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
+                               pl.Schema({"g": pl.Int64}))
+
+
+def test_value_kind_accepts_numbers_and_text_only(tmp_path):
+    p = tmp_path / "d.parquet"
+    pl.DataFrame({"n": [1.5], "t": ["2"], "b": [True]}).write_parquet(p)
+    t = tables.open_input(str(p))
+    tables.require_columns(t, {"n": "value", "t": "value"})
+    with pytest.raises(DataError, match="'b' must be numeric"):
+        tables.require_columns(t, {"b": "value"})

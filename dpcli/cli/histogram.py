@@ -158,15 +158,19 @@ def histogram(
             )
             return
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    table = open_input(input, input_format)
+    # Every column the query uses is read as text from CSV/NDJSON, so its type comes from the query,
+    # never from what one record holds; values are parsed per record while bounding (unparsable ones
+    # are dropped). Parquet keeps its declared types. The public list is read as text too and cast to
+    # the data's types (text matches text exactly: "01" is not "1").
+    table = open_input(input, input_format, text_columns=(privacy_unit, *query.by, *([value] if value else [])))
     wanted = {privacy_unit: "key", **{c: "key" for c in query.by}}
     if value:
-        wanted[value] = "numeric"
+        wanted[value] = "value"  # numeric, or text parsed per record
     schema = require_columns(table, wanted)  # type: ignore[arg-type]
     key_frame = keys_table = None
     data = {"data": table.fingerprint}
     if keys:
-        keys_table = open_input(keys)
+        keys_table = open_input(keys, text_columns=query.by)
         key_frame = read_group_list(keys_table, query.by, schema)
         data["keys"] = keys_table.fingerprint
 

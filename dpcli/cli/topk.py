@@ -129,12 +129,14 @@ def topk(
                        "count_noise": plan.count_noise.describe() if plan.count_noise else None})
             return
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, domain))
-    table = open_input(input, input_format)
+    # The unit and group columns are read as text from CSV/NDJSON (their type comes from the query, not
+    # from one record); the candidate list too, then cast to the data's types (see histogram).
+    table = open_input(input, input_format, text_columns=(privacy_unit, *query.by))
     schema = require_columns(table, {privacy_unit: "key", **{c: "key" for c in query.by}})
     data = {"data": table.fingerprint}
     cand = domain_table = None
     if domain:
-        domain_table = open_input(domain)
+        domain_table = open_input(domain, text_columns=query.by)
         cand = read_group_list(domain_table, query.by, schema)
         data["domain"] = domain_table.fingerprint
 

@@ -246,7 +246,12 @@ def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
     race_type = schema[c["race"]]
     race = pl.col(c["race"])
     if race_type == pl.String:
-        race = race.str.split(";")
+        # ';'-separated codes; an NDJSON list of codes is read as its JSON text ("[1000, 2000]", see
+        # dpcli.tables.open_input), so a bracketed value is split on commas, quotes dropped.
+        text = race.str.strip_chars()
+        listed = text.str.starts_with("[") & text.str.ends_with("]")
+        items = text.str.slice(1, text.str.len_chars() - 2).str.replace_all('"', "", literal=True)
+        race = pl.when(listed).then(items.str.split(",")).otherwise(text.str.split(";"))
         inner: pl.DataType = pl.String()
     elif isinstance(race_type, pl.List):
         inner = race_type.inner
