@@ -66,9 +66,6 @@ def test_csv_unterminated_quote_is_not_quoted_back(tmp_path):
     assert SECRET not in r.stderr and "199" not in r.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="CSV types are inferred from the first 10000 records: a later record that "
-                   "does not parse fails the run (exit 65); fix: read the query's columns as text and parse "
-                   "values per record, as stream-replay and tabulate do")
 def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):
     init()
     rows = csv_rows(10_050)
@@ -79,8 +76,6 @@ def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):
     assert dirty.exit_code == clean.exit_code, dirty.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="one non-numeric record in the first 10000 makes --value a String column: "
-                   "'must be numeric' (exit 65) for this dataset only; same fix as above")
 def test_csv_one_text_value_does_not_change_the_value_columns_type(tmp_path):
     init()
     rows = csv_rows(300)
@@ -91,9 +86,6 @@ def test_csv_one_text_value_does_not_change_the_value_columns_type(tmp_path):
     assert dirty.exit_code == clean.exit_code, dirty.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="the --by column's type is inferred from the records, so one record "
-                   "(a group code 'x') turns the released group values from integers into strings; fix: read "
-                   "--by/--privacy-unit columns of CSV/NDJSON as text")
 def test_csv_one_record_does_not_change_the_released_group_types(tmp_path):
     init()
     keys = tmp_path / "keys.csv"
@@ -135,10 +127,6 @@ def test_csv_one_ragged_record_does_not_fail_the_run(tmp_path):
 # ---- NDJSON schema inference ----------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="NDJSON types are inferred from the first 100 records: a later record of "
-                   "another JSON type fails every command (exit 65, 'cannot parse 'x' (string) as Int64', the value "
-                   "on stderr); fix: scan_ndjson with the query's columns pinned (schema_overrides) and values "
-                   "parsed per record")
 def test_ndjson_one_late_record_of_another_type_does_not_fail_the_run(tmp_path):
     init()
     recs = [{"uid": i, "g": i % 3, "v": i % 7} for i in range(300)]
