@@ -183,6 +183,11 @@ def test_cli_sums_near_the_limits_do_not_wrap(tmp_path, zero_noise, bounds, gran
     n = len(xs)
     assert row["count"] == n
     assert abs(Fraction(row["sum_x"]) - sum(clamped)) <= n * Fraction(g)
+    # Exactly: g is a power of two, so x / g is exact and the snapped values are these integers.
+    lo_u, hi_u = math.ceil(Fraction(lo) / Fraction(g)), math.floor(Fraction(hi) / Fraction(g))
+    units = [min(max(round(Fraction(x) / Fraction(g)), lo_u), hi_u) if math.isfinite(x) else (hi_u if x > 0 else lo_u)
+             for x in xs]
+    assert row["sum_x"] == float(sum(units) * Fraction(g))
     mean = sum(clamped) / n
     assert abs(Fraction(row["mean_x"]) - mean) <= Fraction(g)
     var = sum((c - mean) ** 2 for c in clamped) / n
