@@ -75,7 +75,7 @@ def in_process(path: Path) -> tuple[float, float]:
     from fractions import Fraction
 
     from dpcli.core.prf import KeyedStream
-    from dpcli.tables import open_input
+    from dpcli.files import open_input
     from dpcli.tasks import histogram as hist
 
     q = hist.HistogramQuery(by=("page",), unit="user_id", max_partitions=32, epsilon=Fraction(1),

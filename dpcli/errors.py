@@ -26,9 +26,29 @@ class ExitCode(IntEnum):
 
 
 class DpcliError(Exception):
-    """Base class of all expected errors. ``str(err)`` is the one-line message."""
+    """Base class of all expected errors. ``str(err)`` is the one-line message.
+
+    A library error about one input field names it in ``field`` (a query or
+    ledger field such as ``"epsilon"`` or ``"max_contributions"``) and keeps
+    the rest of the sentence in ``detail``; ``str(err)`` is ``"field detail"``.
+    The CLI renders the field as its flag (``--epsilon``), the way
+    sqlite-utils maps its library errors to click errors, so no module below
+    ``dpcli.cli`` ever spells a flag.
+    """
 
     exit_code: ExitCode = ExitCode.INTERNAL
+
+    def __init__(self, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.detail}" if self.field else self.detail
+
+    def rendered(self, name: str) -> str:
+        """The message with the field shown as ``name`` (e.g. its command-line flag)."""
+        return f"{name} {self.detail}" if self.field else self.detail
 
 
 class UsageError(DpcliError):

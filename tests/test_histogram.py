@@ -16,7 +16,7 @@ from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 
 runner = CliRunner()
@@ -390,7 +390,7 @@ def test_cli_reads_stdin_with_input_format(data_file):
 def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_path, monkeypatch):
     """Bucketing by unit (to bound memory on big Parquet files) changes no released value: every
     bound is per unit, and group totals and quantile bins add up across buckets."""
-    from dpcli.tables import open_input
+    from dpcli.files import open_input
     from dpcli.tasks import topk as tk
 
     d = base_data(n_units=2000, seed=5)

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, StateError
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
 from tabulate_specs import write_spec

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import topk as tk
 
 runner = CliRunner()

@@ -74,6 +74,25 @@ def one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
 
 
+#: Library fields whose flag is not ``--`` + the field name with dashes.
+FLAG_FOR_FIELD: dict[str, str] = {}
+
+
+def flag_for(field: str) -> str:
+    """The command-line spelling of a library error's field: ``max_contributions`` → ``--max-contributions``.
+
+    Fields that are not identifiers (e.g. a spec key ``levels[2].moe``) are shown as they are.
+    """
+    if field in FLAG_FOR_FIELD:
+        return FLAG_FOR_FIELD[field]
+    return "--" + field.replace("_", "-") if field.isidentifier() else field
+
+
+def error_line(exc: DpcliError) -> str:
+    """The one stderr line for an expected error, its field (if any) spelt as a flag."""
+    return one_line(exc.rendered(flag_for(exc.field)) if exc.field else str(exc))
+
+
 def handles_errors(func: F) -> F:
     """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
 
@@ -90,7 +109,7 @@ def handles_errors(func: F) -> F:
         except DpcliError as exc:
             if verbose:
                 traceback.print_exc(file=sys.stderr)
-            typer.echo(f"dpcli: error: {one_line(str(exc))}", err=True)
+            typer.echo(f"dpcli: error: {error_line(exc)}", err=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
             typer.echo("dpcli: interrupted", err=True)

@@ -24,7 +24,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import canonical_json, derive_seed, seed_id
 from dpcli.state import keys, ledger
 from dpcli.errors import UsageError
-from dpcli.tables import InputTable, check_output_path, output_format_for, verify_unchanged, write_output
+from dpcli.files import InputTable, check_output_path, output_format_for, verify_unchanged, write_output
 
 
 @dataclass(frozen=True)

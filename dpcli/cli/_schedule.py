@@ -27,7 +27,7 @@ from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.state import ledger
 from dpcli.state import schedules as store
-from dpcli.tables import InputTable, collect
+from dpcli.files import InputTable, collect
 
 ScheduleOpt = Annotated[
     str | None, typer.Option("--schedule", help="Run as part of the named schedule over growing snapshots.")

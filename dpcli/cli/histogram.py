@@ -42,7 +42,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import open_input, read_group_list, require_columns
+from dpcli.files import open_input, read_group_list, require_columns
 from dpcli.tasks import histogram as hist
 
 

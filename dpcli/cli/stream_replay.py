@@ -31,7 +31,7 @@ from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, relea
 from dpcli.errors import StateError, UsageError
 from dpcli.state import documents, ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import InputTable, check_path_is_not_protected, open_input, require_columns
+from dpcli.files import InputTable, check_path_is_not_protected, open_input, require_columns
 from dpcli.tasks import stream_replay as sr
 
 

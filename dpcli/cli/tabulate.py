@@ -12,7 +12,7 @@ from dpcli.cli._release import charge_and_write, output_plan, release_seed
 from dpcli.core.prf import KeyedStream
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.tables import open_input
+from dpcli.files import open_input
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import read_spec
 

@@ -53,7 +53,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.tables import InputTable, collect
+from dpcli.files import InputTable, collect
 
 Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")

@@ -77,7 +77,7 @@ from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import effective_sigma2
 from dpcli.errors import DataError, StateError, UsageError
-from dpcli.tables import InputTable, collect
+from dpcli.files import InputTable, collect
 
 #: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
 MIN_SECONDS = -62_135_596_800

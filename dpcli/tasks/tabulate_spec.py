@@ -16,7 +16,7 @@ from typing import Any
 
 from dpcli.core.events import to_fraction
 from dpcli.errors import InputMissingError, StateError
-from dpcli.tables import fingerprint_bytes, open_binary
+from dpcli.files import fingerprint_bytes, open_binary
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")

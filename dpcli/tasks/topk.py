@@ -38,7 +38,7 @@ from dpcli.core import selection as sel
 from dpcli.core.events import PrivacyEvent, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 
 
 @dataclass(frozen=True)

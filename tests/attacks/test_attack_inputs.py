@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from dpcli import tables
+from dpcli import files
 from dpcli.cli.app import app
 from tabulate_specs import spec_toml
 
@@ -155,7 +155,7 @@ def test_symlink_swapped_between_hashing_and_reading_reads_the_hashed_file(tmp_p
             tmp.symlink_to(b)
             os.replace(tmp, cur)
 
-    monkeypatch.setattr(tables, "after_fingerprint_hook", swap, raising=False)
+    monkeypatch.setattr(files, "after_fingerprint_hook", swap, raising=False)
     swapped = Run(tmp_path, cur, "o2.csv")
     assert swapped.ok, swapped.result.stderr
     assert swapped.summary["charged"] is False and swapped.read_group() == "a"
@@ -195,7 +195,7 @@ def test_file_replaced_between_hashing_and_reading_is_refused(tmp_path, monkeypa
         if Path(path).name == target:
             how(path, content)
 
-    monkeypatch.setattr(tables, "after_fingerprint_hook", replace, raising=False)
+    monkeypatch.setattr(files, "after_fingerprint_hook", replace, raising=False)
     run = Run(tmp_path, tmp_path / "data.csv", "o.csv")
     assert run.result.exit_code == 66, (run.result.stdout, run.result.stderr)
     assert "changed while it was read; rerun" in run.result.stderr and run.result.stderr.count("\n") == 1
@@ -232,7 +232,7 @@ def test_tabulate_block_list_rewritten_in_place_is_refused(tmp_path, monkeypatch
         if Path(path).name == "blocks.csv":
             _rewrite_in_place(path, "block\n03001\n04001\n")
 
-    monkeypatch.setattr(tables, "after_fingerprint_hook", rewrite, raising=False)
+    monkeypatch.setattr(files, "after_fingerprint_hook", rewrite, raising=False)
     out = tmp_path / "o.csv"
     r = runner.invoke(app, ["tabulate", str(persons), "--spec", str(spec), "-o", str(out)])
     assert r.exit_code == 66, (r.stdout, r.stderr)
@@ -246,7 +246,7 @@ def test_spec_fingerprint_is_of_the_parsed_bytes(tmp_path):
     spec_path, _ = _tabulate_setup(tmp_path, "blocks.csv")
     raw = spec_path.read_bytes()
     spec, fingerprint = read_spec(str(spec_path))
-    assert fingerprint == tables.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
+    assert fingerprint == files.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
 
 
 def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, monkeypatch):
@@ -259,12 +259,12 @@ def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, mo
     args = ["histogram", str(tmp_path / "data.csv"), "--by", "g", "--privacy-unit", "user", "--keys",
             str(tmp_path / "keys.csv"), "--schedule", "s", "--scheduler", "fixed", "--epsilon", "1",
             "--total-epsilon", "5", "--json", "-o", "-"]
-    monkeypatch.setattr(tables, "after_fingerprint_hook",
+    monkeypatch.setattr(files, "after_fingerprint_hook",
                         lambda path: _rewrite_in_place(path, data("b")) if path.endswith("data.csv") else None)
     r = runner.invoke(app, args)
     assert r.exit_code == 66 and "changed while it was read" in r.stderr and r.stdout == ""
     assert history() == []  # neither the reservation nor a run
-    monkeypatch.setattr(tables, "after_fingerprint_hook", None)
+    monkeypatch.setattr(files, "after_fingerprint_hook", None)
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)["summary"]

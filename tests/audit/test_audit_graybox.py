@@ -23,7 +23,7 @@ import pytest
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import stream_replay as sr
 from dpcli.tasks import tabulate as tab

@@ -28,7 +28,7 @@ from auditstats import event_epsilon_bound, two_sample_violations
 
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 
 C, HI = 3, 10.0

@@ -21,7 +21,7 @@ from scipy import stats
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 
 

@@ -18,7 +18,7 @@ import pytest
 from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 from scipy import stats
 
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import stream_replay as sr
 
 

@@ -28,7 +28,7 @@ import pytest
 from auditstats import event_epsilon_bound, two_sample_violations
 
 from dpcli.core.prf import KeyedStream
-from dpcli.tables import InputTable
+from dpcli.files import InputTable
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec
 from tabulate_specs import spec_toml

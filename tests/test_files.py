@@ -8,7 +8,7 @@ import os
 import polars as pl
 import pytest
 
-from dpcli import tables
+from dpcli import files
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
 
 
@@ -16,50 +16,50 @@ def test_formats_and_fingerprint(tmp_path):
     df = pl.DataFrame({"u": ["a", "b"], "x": [1.5, 2.0]})
     for name, writer in (("d.csv", df.write_csv), ("d.parquet", df.write_parquet), ("d.ndjson", df.write_ndjson)):
         writer(tmp_path / name)
-        t = tables.open_input(str(tmp_path / name))
+        t = files.open_input(str(tmp_path / name))
         assert t.frame.collect().shape == (2, 2)
         assert t.fingerprint.startswith("sha256:")
-    t1 = tables.open_input(str(tmp_path / "d.csv"))
+    t1 = files.open_input(str(tmp_path / "d.csv"))
     (tmp_path / "d.csv").write_text("u,x\na,1.5\nb,2.5\n")
-    assert tables.open_input(str(tmp_path / "d.csv")).fingerprint != t1.fingerprint
+    assert files.open_input(str(tmp_path / "d.csv")).fingerprint != t1.fingerprint
 
 
 def test_stdin_needs_format_and_reads():
     with pytest.raises(UsageError, match="input-format"):
-        tables.open_input("-")
-    t = tables.open_input("-", "csv", stdin=io.BytesIO(b"u,x\na,1\n"))
+        files.open_input("-")
+    t = files.open_input("-", "csv", stdin=io.BytesIO(b"u,x\na,1\n"))
     assert t.frame.collect()["x"].to_list() == [1]
 
 
 def test_errors(tmp_path):
     with pytest.raises(InputMissingError):
-        tables.open_input(str(tmp_path / "missing.csv"))
+        files.open_input(str(tmp_path / "missing.csv"))
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(DataError, match="empty"):
-        tables.open_input(str(tmp_path / "empty.csv"))
+        files.open_input(str(tmp_path / "empty.csv"))
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(DataError):
-        tables.open_input(str(tmp_path / "bad.parquet"))
+        files.open_input(str(tmp_path / "bad.parquet"))
     pl.DataFrame({"u": ["a"], "x": ["text"]}).write_csv(tmp_path / "t.csv")
-    t = tables.open_input(str(tmp_path / "t.csv"))
+    t = files.open_input(str(tmp_path / "t.csv"))
     with pytest.raises(DataError, match="'nope' not found"):
-        tables.require_columns(t, {"nope": "any"})
+        files.require_columns(t, {"nope": "any"})
     with pytest.raises(DataError, match="must be numeric"):
-        tables.require_columns(t, {"x": "numeric"})
+        files.require_columns(t, {"x": "numeric"})
     with pytest.raises(UsageError):
-        tables.open_input(str(tmp_path / "t.xyz"))
+        files.open_input(str(tmp_path / "t.xyz"))
 
 
 def test_atomic_output(tmp_path):
     df = pl.DataFrame({"k": [1, 2]})
     out = tmp_path / "o.parquet"
-    tables.write_output(df, str(out), tables.output_format_for(str(out), None))
+    files.write_output(df, str(out), files.output_format_for(str(out), None))
     assert pl.read_parquet(out).equals(df)
     assert [p.name for p in tmp_path.iterdir()] == ["o.parquet"]
     with pytest.raises(OutputError):
-        tables.check_output_path(str(tmp_path / "nodir" / "x.csv"))
+        files.check_output_path(str(tmp_path / "nodir" / "x.csv"))
     buf = io.BytesIO()
-    tables.write_output(df, None, "json", stdout=buf)
+    files.write_output(df, None, "json", stdout=buf)
     assert b'"k"' in buf.getvalue()
 
 
@@ -73,9 +73,9 @@ def test_fingerprint_is_of_the_bytes_and_stdin_parquet_reads(tmp_path):
     for name, writer in (("d.csv", df.write_csv), ("d.parquet", df.write_parquet), ("d.ndjson", df.write_ndjson)):
         writer(tmp_path / name)
         raw = (tmp_path / name).read_bytes()
-        t = tables.open_input(str(tmp_path / name))
-        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == tables.fingerprint_bytes(raw)
-        s = tables.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw))
+        t = files.open_input(str(tmp_path / name))
+        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == files.fingerprint_bytes(raw)
+        s = files.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw))
         assert s.fingerprint == t.fingerprint and s.frame.collect().equals(t.frame.collect())
         t.verify_unchanged()
         s.verify_unchanged()  # stdin: held in memory, nothing to check
@@ -87,14 +87,14 @@ def test_paths_are_literal_no_glob_no_tilde(tmp_path, monkeypatch):
     (tmp_path / "r1.csv").write_text("u\nother\n")
     (tmp_path / "x.csv").write_text("u\nhome\n")
     with pytest.raises(InputMissingError, match="does not exist"):
-        tables.open_input("r[1].csv")
+        files.open_input("r[1].csv")
     with pytest.raises(InputMissingError, match="does not exist"):
-        tables.open_input("~/x.csv")
+        files.open_input("~/x.csv")
     (tmp_path / "r[1].csv").write_text("u\nliteral\n")
     (tmp_path / "~").mkdir()
     (tmp_path / "~" / "x.csv").write_text("u\ntilde\n")
-    assert tables.open_input("r[1].csv").frame.collect()["u"].to_list() == ["literal"]
-    assert tables.open_input("~/x.csv").frame.collect()["u"].to_list() == ["tilde"]
+    assert files.open_input("r[1].csv").frame.collect()["u"].to_list() == ["literal"]
+    assert files.open_input("~/x.csv").frame.collect()["u"].to_list() == ["tilde"]
 
 
 def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
@@ -108,9 +108,9 @@ def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
         (tmp_path / "tmp").symlink_to(tmp_path / "b.parquet")
         (tmp_path / "tmp").replace(tmp_path / "cur.parquet")
 
-    monkeypatch.setattr(tables, "after_fingerprint_hook", swap)
-    t = tables.open_input(str(tmp_path / "cur.parquet"))
-    assert t.fingerprint == tables.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
+    monkeypatch.setattr(files, "after_fingerprint_hook", swap)
+    t = files.open_input(str(tmp_path / "cur.parquet"))
+    assert t.fingerprint == files.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
     for _ in range(2):
         assert t.frame.select(pl.col("x").sum()).collect(engine="streaming").item() == 4950
         parts = [t.frame.filter(pl.col("u").hash(7) % 3 == b).select(pl.len()).collect().item() for b in range(3)]
@@ -121,23 +121,23 @@ def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
 def test_rewrite_in_place_is_caught_by_verify_unchanged(tmp_path):
     p = tmp_path / "d.csv"
     p.write_text("u,x\na,1\nb,2\n")
-    t = tables.open_input(str(p))
+    t = files.open_input(str(p))
     t.verify_unchanged()
     with open(p, "r+") as fh:
         fh.write("u,x\na,9\n")
     with pytest.raises(InputMissingError, match="changed while it was read; rerun"):
         t.verify_unchanged()
     with pytest.raises(InputMissingError):
-        tables.verify_unchanged(None, t)
+        files.verify_unchanged(None, t)
 
 
 def test_directories_and_fifos_are_refused_without_blocking(tmp_path):
     with pytest.raises(InputMissingError, match="is a directory"):
-        tables.open_input(str(tmp_path), "csv")
+        files.open_input(str(tmp_path), "csv")
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
     with pytest.raises(InputMissingError, match="not a regular file"):
-        tables.open_input(str(fifo))  # no writer: a blocking open would hang here
+        files.open_input(str(fifo))  # no writer: a blocking open would hang here
 
 
 def test_output_path_refuses_state_dir_and_inputs(tmp_path):
@@ -151,14 +151,14 @@ def test_output_path_refuses_state_dir_and_inputs(tmp_path):
            tmp_path / "link" / ".." / "state" / "y.csv", state]
     for out in bad:
         with pytest.raises(OutputError, match="inside the state directory"):
-            tables.check_output_path(str(out), state, [str(data)])
+            files.check_output_path(str(out), state, [str(data)])
     (tmp_path / "alias.csv").symlink_to(data)
     for out in (data, tmp_path / "alias.csv", tmp_path / "sub" / ".." / "d.csv"):
         with pytest.raises(OutputError, match="is the input"):
-            tables.check_output_path(str(out), state, [None, "-", str(data)])
-    tables.check_output_path(str(tmp_path / "fine.csv"), state, [str(data), None, "-"])
-    tables.check_output_path("-", state, [str(data)])
-    tables.check_output_path(None, state, [str(data)])
+            files.check_output_path(str(out), state, [None, "-", str(data)])
+    files.check_output_path(str(tmp_path / "fine.csv"), state, [str(data), None, "-"])
+    files.check_output_path("-", state, [str(data)])
+    files.check_output_path(None, state, [str(data)])
 
 
 # ---- column types from the query, not the records (issue 15: a record must not flip a column's type) --------
@@ -168,34 +168,34 @@ def test_text_columns_fix_the_schema_of_csv_and_ndjson(tmp_path):
     """CSV: the named columns are strings whatever the records hold. NDJSON (no header): exactly the
     named columns, all strings; a missing key is null, a JSON number or list is kept as its text."""
     (tmp_path / "d.csv").write_text("u,g,x,other\n1,01,2,5\n2,1,abc,6\n")
-    t = tables.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
+    t = files.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
     assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String, "other": pl.Int64}
     assert t.frame.collect()["g"].to_list() == ["01", "1"]
     (tmp_path / "d.ndjson").write_text('{"u":1,"g":"01","x":2.5,"other":[1]}\n{"u":2,"x":[1,2]}\n{"u":"3","g":1.5}\n')
-    t = tables.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
+    t = files.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
     assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String}
     assert t.frame.collect().rows() == [("1", "01", "2.5"), ("2", None, "[1, 2]"), ("3", "1.5", None)]
-    s = tables.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
+    s = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
     assert s.frame.collect()["u"].to_list() == ["7"]
 
 
 def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(tmp_path):
     (tmp_path / "keys.csv").write_text("g\n01\n1\n10\n")
-    keys = tables.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
-    text = tables.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
+    keys = files.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
+    text = files.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
     assert text["g"].to_list() == ["01", "1", "10"]  # text order; "01" and "1" are two groups
-    ints = tables.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
+    ints = files.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
     assert ints["g"].to_list() == [1, 10]
     (tmp_path / "bad.csv").write_text("g\n1\nzz\n")
     with pytest.raises(DataError, match="do not match the data's column types"):
-        tables.read_group_list(tables.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
+        files.read_group_list(files.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
                                pl.Schema({"g": pl.Int64}))
 
 
 def test_value_kind_accepts_numbers_and_text_only(tmp_path):
     p = tmp_path / "d.parquet"
     pl.DataFrame({"n": [1.5], "t": ["2"], "b": [True]}).write_parquet(p)
-    t = tables.open_input(str(p))
-    tables.require_columns(t, {"n": "value", "t": "value"})
+    t = files.open_input(str(p))
+    files.require_columns(t, {"n": "value", "t": "value"})
     with pytest.raises(DataError, match="'b' must be numeric"):
-        tables.require_columns(t, {"b": "value"})
+        files.require_columns(t, {"b": "value"})

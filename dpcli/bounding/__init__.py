@@ -39,7 +39,7 @@ record (which is why the sensitivities above cover them):
 Only the schema (public) can make bounding fail: a missing column or one of
 the wrong type is reported before any data is read. (For CSV and NDJSON the
 schema is fixed by the query: the unit, group and value columns are read as
-text, see :func:`dpcli.tables.open_input`.)
+text, see :func:`dpcli.files.open_input`.)
 
 **Exact integers.** The grid is limited, from the options alone, to
 ``max(|lo_units|, |hi_units|) ≤ 2^31`` (:data:`MAX_GRID_UNITS`), so a centred
@@ -71,7 +71,7 @@ from typing import Any
 import polars as pl
 
 from dpcli.errors import DataError, UsageError
-from dpcli.tables import InputTable, collect
+from dpcli.files import InputTable, collect
 
 #: Internal column names (prefixed so they cannot clash with user columns).
 N_ROWS = "__dp_rows"
