@@ -70,6 +70,7 @@ from typing import Any
 
 import polars as pl
 
+from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, collect
 

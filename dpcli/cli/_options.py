@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from dpcli.core.events import to_fraction
+from dpcli.core.exact import to_fraction
 from dpcli.errors import UsageError
 
 

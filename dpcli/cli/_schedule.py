@@ -23,7 +23,8 @@ from dpcli.cli._common import Settings
 from dpcli.cli._options import positive, probability
 from dpcli.cli._release import ReleaseSeed, charge_and_write, write_and_report
 from dpcli.core import schedules as sch
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.exact import fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.state import ledger
 from dpcli.state import schedules as store

@@ -11,7 +11,7 @@ from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, 
 from dpcli.cli._options import positive, probability
 from dpcli.core import accounting as acc
 from dpcli.core import budget as bud
-from dpcli.core.events import float_up, fraction_text
+from dpcli.core.exact import float_up, fraction_text
 from dpcli.errors import UsageError
 from dpcli.state import keys, ledger, schedules
 from dpcli.state.paths import ensure_state_dir

@@ -37,7 +37,8 @@ from dpcli.cli._schedule import (
     run_scheduled,
     schedule_spec,
 )
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.exact import fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger

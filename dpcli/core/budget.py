@@ -29,7 +29,8 @@ from typing import Any, Iterable, Literal
 import numpy as np
 
 from dpcli.core import accounting as acc
-from dpcli.core.events import PrivacyEvent, fraction_at_least, fraction_text, to_fraction
+from dpcli.core.exact import fraction_at_least, fraction_text, to_fraction
+from dpcli.core.events import PrivacyEvent
 
 Mode = Literal["pure", "approx", "zcdp", "rdp", "br"]
 MODES: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "br")

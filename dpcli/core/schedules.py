@@ -25,13 +25,10 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+from dpcli.core.exact import floor_fraction
+
 SCHEDULERS = ("bbscheduler", "bbimprover", "fixed")
 _QUANTUM = 10**15
-
-
-def floor_fraction(x: float | Fraction, quantum: int = _QUANTUM) -> Fraction:
-    """``x`` rounded down to a multiple of 1/quantum."""
-    return Fraction(math.floor(Fraction(x) * quantum), quantum)
 
 
 def default_gamma(epsilon: float, n: int, delta: float, beta: float = 0.05, p: float = 1.0, g: float = 1.0) -> Fraction:
@@ -79,12 +76,12 @@ def bbscheduler_epsilon(i: int, gamma: Fraction, total: Fraction, delta: float) 
     if i < 0:
         raise ValueError("epochs start at 0")
     if delta == 0:
-        return floor_fraction(gamma**2 * (i + 1) / (1 + gamma) ** (i + 2) * total)
+        return floor_fraction(gamma**2 * (i + 1) / (1 + gamma) ** (i + 2) * total, _QUANTUM)
     # Computed in log space: (1+γ)^{i+1.5} overflows floats for large i.
     g = float(gamma)
     log_eps = 1.5 * math.log(g) + math.log(i + 1) - (i + 1.5) * math.log1p(g) + math.log(float(total))
     log_eps -= math.log(3.0 * math.sqrt(math.log(1.0 / delta)))
-    return floor_fraction(math.exp(log_eps)) if log_eps > -700 else Fraction(0)
+    return floor_fraction(math.exp(log_eps), _QUANTUM) if log_eps > -700 else Fraction(0)
 
 
 def bbscheduler_accuracy(i: int, epsilon_i: Fraction, gamma: Fraction, n0: int, beta: float) -> tuple[float, float]:
@@ -102,7 +99,7 @@ def bbimprover_epsilon(t: int, total: Fraction, delta: float, c: float) -> Fract
     if t < 1 or not 0 < c <= 0.5:
         raise ValueError("need t ≥ 1 and 0 < c ≤ 1/2")
     value = math.sqrt(c) / (3.0 * math.sqrt(math.log(1.0 / delta))) * float(total) / t ** (0.5 + c)
-    return floor_fraction(value)
+    return floor_fraction(value, _QUANTUM)
 
 
 def cdp_total(epsilons: list[Fraction], delta: float) -> float:

@@ -62,7 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from dpcli.core import budget as bud
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.exact import fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
 from dpcli.state import keys
 from dpcli.state.atomic import atomic_write_bytes

@@ -93,7 +93,7 @@ def summaries(root: Path, analyst: str) -> list[dict[str, Any]]:
     """What ``budget show`` lists for each schedule: runs, epochs, ε spent and reserved."""
     from fractions import Fraction
 
-    from dpcli.core.events import fraction_text
+    from dpcli.core.exact import fraction_text
 
     out = []
     for st in all_schedules(root, analyst):

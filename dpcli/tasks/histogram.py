@@ -50,7 +50,8 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
-from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
+from dpcli.core.exact import floor_parameter, fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.files import InputTable, collect
@@ -301,7 +302,7 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
             conv_delta = q.delta if q.domain == "keys" else q.delta / 2
             sel_delta = q.delta - conv_delta
             rho_f = acc.rho_for_epsilon(float(q.epsilon), float(conv_delta))
-            rho = _fraction_at_most(rho_f) or fraction_at_most(rho_f)  # significant digits below 1e-12
+            rho = floor_parameter(rho_f)
             if rho <= 0:
                 raise UsageError(f"--epsilon {fraction_text(q.epsilon)} is too small for Gaussian noise at this δ")
         rho_m = rho / m
@@ -325,11 +326,6 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
     if q.domain == "threshold":
         threshold = mech.selection_threshold(measurements["units"].noise, k, float(q.delta))  # type: ignore[arg-type]
     return HistogramPlan(measurements, events, threshold=threshold, summary=summary)
-
-
-def _fraction_at_most(x: float, digits: int = 12) -> Fraction:
-    """A decimal Fraction ≤ ``x`` with ``digits`` decimals (calibrating to a little less budget is safe)."""
-    return Fraction(math.floor(x * 10**digits), 10**digits)
 
 
 def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:

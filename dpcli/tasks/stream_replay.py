@@ -73,7 +73,8 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import tree
-from dpcli.core.events import PrivacyEvent, fraction_at_most, fraction_text
+from dpcli.core.exact import floor_parameter, fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import effective_sigma2
 from dpcli.errors import DataError, StateError, UsageError
@@ -175,7 +176,7 @@ _MAX_SIGMA2 = Fraction((1 << 44) - 1) ** 2
 
 def _floor(x: float, digits: int = 12) -> Fraction:
     """``x`` rounded down to ``digits`` decimals, or to 12 significant digits below 1e-12; never 0 for x > 0."""
-    rho = Fraction(math.floor(x * 10**digits), 10**digits) or fraction_at_most(x)
+    rho = floor_parameter(x, digits)
     if rho <= 0:
         raise UsageError("--epsilon is too small to calibrate stream-replay's Gaussian noise")
     return rho

@@ -14,7 +14,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dpcli.core.events import to_fraction
+from dpcli.core.exact import to_fraction
 from dpcli.errors import InputMissingError, StateError
 from dpcli.files import fingerprint_bytes, open_binary
 

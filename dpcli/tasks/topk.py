@@ -35,7 +35,8 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
-from dpcli.core.events import PrivacyEvent, fraction_text
+from dpcli.core.exact import fraction_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.files import InputTable
