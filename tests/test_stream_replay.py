@@ -310,3 +310,44 @@ def test_cli_state_refuses_mismatch_corruption_and_open_permissions(tmp_path):
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-03"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(state.read_text())["body"]["stream"]["windows"] == []  # the first window is complete
+
+
+def test_record_cap_keeps_the_first_c_records_per_unit_and_carries_its_stability():
+    """bounding.stream_records: records already used in earlier runs count towards C; the stability
+    the plan calibrates from is per record (C records: rows and units 1, values ≤ L in grid units)."""
+    from dpcli.bounding.stream_records import cap_records
+
+    frame = pl.DataFrame({"t": [5, 1, 4, 2, 3, 9], "u": ["u", "u", "u", "u", "u", "v"]}).lazy()
+    q = query(value="v", clamp=10.0, max_records=3)
+    bounded = cap_records(frame, "u", ["t", "u"], 3, q.grid, used={"u": 1, "w": 7})
+    assert bounded.frame.collect().rows() == [(1, "u"), (2, "u"), (9, "v")]
+    st = bounded.stability
+    assert (st.l1("rows"), st.l2_squared("units"), st.linf("value")) == (3, 3, q.grid.max_abs_units)
+
+
+def test_library_errors_name_fields_and_the_cli_spells_flags():
+    with pytest.raises(UsageError) as err:
+        query(max_records=0).validate()
+    assert err.value.field == "max_records" and str(err.value) == "max_records must be between 1 and 1000000"
+    with pytest.raises(UsageError) as err:
+        sr.trigger_through(__import__("datetime").datetime(1, 1, 1), 7 * 86400)  # rounds down before year 1
+    assert err.value.field == "through"
+    r = runner.invoke(app, ["stream-replay", "x.csv", "--time", "ts", "--key", "k", "--privacy-unit", "u",
+                            "--window", "1d", "--triggers", "4", "--max-records", "0", "--epsilon", "1",
+                            "--delta", "1e-9", "--dry-run"])
+    assert r.exit_code == 2 and "dpcli: error: --max-records must be between 1 and 1000000" in r.stderr
+
+
+def test_durations_and_moments_are_read_by_the_cli():
+    from datetime import datetime, timezone
+
+    from dpcli.cli._times import parse_duration, parse_moment
+
+    assert [parse_duration(t) for t in ("90", "90s", " 15M ", "6h", "1d")] == [90, 90, 900, 21600, 86400]
+    for bad in ("", "1w", "-1d", "0"):
+        with pytest.raises(UsageError):
+            parse_duration(bad)
+    assert parse_moment("86400") == datetime(1970, 1, 2, tzinfo=timezone.utc)
+    assert parse_moment("2026-11-02") == datetime(2026, 11, 2, tzinfo=timezone.utc)
+    with pytest.raises(UsageError, match="cannot read --through"):
+        parse_moment("yesterday")

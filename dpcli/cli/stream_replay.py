@@ -1,4 +1,5 @@
-"""``dpcli stream-replay``: declare the options, build the query, call :mod:`dpcli.tasks.stream_replay`, charge, write."""
+"""``dpcli stream-replay``: declare the options, build the query, call :mod:`dpcli.tasks.stream_replay`,
+charge, write."""
 
 from __future__ import annotations
 
@@ -84,7 +85,8 @@ def stream_replay(
     """
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    query = _query(time, key, privacy_unit, window, triggers, trigger_every, max_records, epsilon, delta, value, clamp, mu)
+    query = _query(time, key, privacy_unit, window, triggers, trigger_every, max_records, epsilon, delta, value,
+                   clamp, mu)
     plan = sr.plan_stream(query)
     if dry_run:
         emit_json({"query": query.canonical(), **plan.summary, "cost": [e.to_json() for e in plan.events]})
