@@ -56,7 +56,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synthetic  # noqa: E402
 
 from dpcli.core import accounting as acc  # noqa: E402
-from dpcli.files import InputTable  # noqa: E402
 from dpcli.tasks import stream_replay as sr  # noqa: E402
 
 EPS, DELTA, C, SPAN = 6.0, 1e-9, 32, 100_000
@@ -66,7 +65,7 @@ def final_dpsqlp(df: pl.DataFrame, triggers: int, run: int) -> tuple[pl.DataFram
     q = sr.StreamQuery(time="ts", keys=("key",), unit="user_id", window=SPAN, triggers=triggers, max_records=C,
                        epsilon=Fraction(EPS), delta=Fraction(1, round(1 / DELTA)))
     t0 = time.perf_counter()
-    out = sr.run_stream(InputTable(df.lazy(), f"bench:{run}", "synthetic", "parquet"), q, sr.plan_stream(q),
+    out = sr.run_stream(df.lazy(), q, sr.plan_stream(q),
                         hashlib.sha256(f"table1/{triggers}/{run}".encode()).digest()).table
     elapsed = time.perf_counter() - t0
     return out.sort("trigger").group_by("key").agg(pl.col("count").last().cast(pl.Float64).alias("est")), elapsed
@@ -210,7 +209,7 @@ def work_per_trigger() -> None:
     q = sr.StreamQuery(time="ts", keys=("key",), unit="user_id", window=1000, triggers=100, max_records=C,
                        epsilon=Fraction(EPS), delta=Fraction(1, round(1 / DELTA)))
     plan = sr.plan_stream(q)
-    events = sr.prepare_events(InputTable(df.lazy(), "bench:work", "work", "csv"), q)
+    events = sr.prepare_events(df.lazy(), q)
     state = sr.StreamState(q, plan, hashlib.sha256(b"work").digest(), track_units=False)
     print("## Work per trigger (Alg. 4): keys seen vs keys evaluated\n")
     print("| trigger | keys in batch | keys seen so far | keys evaluated | ms |")

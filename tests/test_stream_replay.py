@@ -16,7 +16,6 @@ from dpcli.cli.app import app
 from dpcli.core import tree
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import InputTable
 from dpcli.tasks import stream_replay as sr
 
 runner = CliRunner()
@@ -58,7 +57,7 @@ def test_honaker_estimates_are_true_prefix_plus_noise_only_prefix():
     split = np.cumsum(leaves, axis=1) + tree.honaker_prefixes(np.zeros((5, n)), noise, 9.0)
     assert np.allclose(both, split, atol=1e-9)
     for r in range(5):
-        assert np.allclose(tree.prefix_estimates(leaves[r], noise[r], 9.0), both[r], atol=1e-12)
+        assert np.allclose(tree.honaker_prefixes(leaves[r][None, :], noise[r][None, :], 9.0)[0], both[r], atol=1e-12)
 
 
 def test_levels_and_thresholds():
@@ -68,8 +67,7 @@ def test_levels_and_thresholds():
 
 
 def events_table(rows):
-    df = pl.DataFrame(rows, schema=["ts", "user", "key", "v"], orient="row")
-    return InputTable(df.lazy(), "sha256:" + hashlib.sha256(repr(rows).encode()).hexdigest(), "events", "csv")
+    return pl.DataFrame(rows, schema=["ts", "user", "key", "v"], orient="row").lazy()
 
 
 def query(**kw):
@@ -176,7 +174,7 @@ def test_cli_runs_charges_replays_and_drops_bad_records(tmp_path):
 
 def _roundtrip(state, q, plan, s):
     """A state as a later cron run sees it: JSON text and back."""
-    return sr.StreamState.from_json(json.loads(json.dumps(state.to_json())), q, plan, s)
+    return sr.decode_state(json.loads(json.dumps(sr.encode_state(state))), q, plan, s)
 
 
 def test_incremental_runs_equal_one_full_replay():
@@ -195,7 +193,7 @@ def test_incremental_runs_equal_one_full_replay():
         state = _roundtrip(state, q, plan, seed("inc"))
         tbl = events_table(batch) if batch else events_table([(0, "x", "x", 0.0)])
         if not batch:  # a trigger with no events: the schema only, run with --through
-            tbl = InputTable(tbl.frame.head(0), "sha256:empty", "empty", "csv")
+            tbl = tbl.head(0)
         parts.append(sr.advance_stream(tbl, state, state.time_of(g)).table)
     assert state.watermark == 20 and not state.windows and state.used["heavy"] == 3
     inc = pl.concat(parts)
@@ -225,12 +223,12 @@ def test_times_are_read_per_record_and_out_of_range_ones_dropped():
     texts = ["2026-11-01T06:00:00Z", "2026-11-01 08:00:00+02:00", "1793512800", "2026-11-01T06:00", "2026-11-01",
              "9999-12-31T12:00:00", "0001-01-01T00:00:00", "-0001-06-01", "1e300", "nan", "01/11/2026", None]
     df = pl.DataFrame({"ts": texts, "user": [f"u{i}" for i in range(len(texts))], "key": ["a"] * len(texts)})
-    ev = sr.prepare_events(InputTable(df.lazy(), "sha256:t", "t", "csv"), q).sort("__unit")
+    ev = sr.prepare_events(df.lazy(), q).sort("__unit")
     assert ev["__unit"].to_list() == ["u0", "u1", "u2", "u3", "u4", "u6"]
     assert ev["__t"].to_list()[:5] == [1793512800] * 3 + [1793512800, 1793491200]
     assert ev["__t"][5] == sr.MIN_SECONDS
     nums = pl.DataFrame({"ts": [1793512800.5, -1e11, 1e11, float("inf")], "user": ["a", "b", "c", "d"], "key": ["a"] * 4})
-    ev = sr.prepare_events(InputTable(nums.lazy(), "sha256:n", "n", "csv"), q).sort("__unit")
+    ev = sr.prepare_events(nums.lazy(), q).sort("__unit")
     assert ev["__unit"].to_list() == ["a", "c"] and ev["__t"].to_list() == [1793512800, 100_000_000_000]
 
 
@@ -269,7 +267,7 @@ def test_cli_state_mode_matches_full_replay_and_charges_once(tmp_path):
     q = sr.StreamQuery(time="ts", keys=("page",), unit="user", window=2 * 86400, triggers=4, max_records=6,
                        epsilon=Fraction(6), delta=Fraction(1, 10**9))
     from dpcli.files import open_input
-    full = sr.run_stream(open_input(str(allf), text_columns=("ts", "user", "page")), q, sr.plan_stream(q),
+    full = sr.run_stream(open_input(str(allf), text_columns=("ts", "user", "page")).frame, q, sr.plan_stream(q),
                          bytes.fromhex(body["seed"])).table
     inc = pl.concat([o for o in outs if o is not None])
     assert full.height >= 8 and inc.height == full.height
@@ -312,3 +310,44 @@ def test_cli_state_refuses_mismatch_corruption_and_open_permissions(tmp_path):
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-03"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(state.read_text())["body"]["stream"]["windows"] == []  # the first window is complete
+
+
+def test_record_cap_keeps_the_first_c_records_per_unit_and_carries_its_stability():
+    """bounding.stream_records: records already used in earlier runs count towards C; the stability
+    the plan calibrates from is per record (C records: rows and units 1, values ≤ L in grid units)."""
+    from dpcli.bounding.stream_records import cap_records
+
+    frame = pl.DataFrame({"t": [5, 1, 4, 2, 3, 9], "u": ["u", "u", "u", "u", "u", "v"]}).lazy()
+    q = query(value="v", clamp=10.0, max_records=3)
+    bounded = cap_records(frame, "u", ["t", "u"], 3, q.grid, used={"u": 1, "w": 7})
+    assert bounded.frame.collect().rows() == [(1, "u"), (2, "u"), (9, "v")]
+    st = bounded.stability
+    assert (st.l1("rows"), st.l2_squared("units"), st.linf("value")) == (3, 3, q.grid.max_abs_units)
+
+
+def test_library_errors_name_fields_and_the_cli_spells_flags():
+    with pytest.raises(UsageError) as err:
+        query(max_records=0).validate()
+    assert err.value.field == "max_records" and str(err.value) == "max_records must be between 1 and 1000000"
+    with pytest.raises(UsageError) as err:
+        sr.trigger_through(__import__("datetime").datetime(1, 1, 1), 7 * 86400)  # rounds down before year 1
+    assert err.value.field == "through"
+    r = runner.invoke(app, ["stream-replay", "x.csv", "--time", "ts", "--key", "k", "--privacy-unit", "u",
+                            "--window", "1d", "--triggers", "4", "--max-records", "0", "--epsilon", "1",
+                            "--delta", "1e-9", "--dry-run"])
+    assert r.exit_code == 2 and "dpcli: error: --max-records must be between 1 and 1000000" in r.stderr
+
+
+def test_durations_and_moments_are_read_by_the_cli():
+    from datetime import datetime, timezone
+
+    from dpcli.cli._times import parse_duration, parse_moment
+
+    assert [parse_duration(t) for t in ("90", "90s", " 15M ", "6h", "1d")] == [90, 90, 900, 21600, 86400]
+    for bad in ("", "1w", "-1d", "0"):
+        with pytest.raises(UsageError):
+            parse_duration(bad)
+    assert parse_moment("86400") == datetime(1970, 1, 2, tzinfo=timezone.utc)
+    assert parse_moment("2026-11-02") == datetime(2026, 11, 2, tzinfo=timezone.utc)
+    with pytest.raises(UsageError, match="cannot read --through"):
+        parse_moment("yesterday")

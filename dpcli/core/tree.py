@@ -57,22 +57,11 @@ def _level_sizes(n: int) -> list[int]:
     return [n >> ell for ell in range(levels(n))]
 
 
-def draw_tree_noise(stream: KeyedStream, sigma2: Fraction, n: int) -> np.ndarray:
-    """Noise for every complete node of a tree over n leaves, level by level (leaves first)."""
-    return discrete_gaussian(stream, sigma2, sum(_level_sizes(n)))
-
-
-def prefix_estimates(leaves: np.ndarray, noise: np.ndarray, sigma2: float) -> np.ndarray:
-    """Bottom-up Honaker prefix-sum estimates after each of the n leaves of one tree.
-
-    ``leaves`` are the true per-leaf increments (zeros for leaves not yet seen
-    when predicting), ``noise`` the tree's node noise from :func:`draw_tree_noise`.
-    """
-    return honaker_prefixes(np.asarray(leaves)[None, :], np.asarray(noise)[None, :], sigma2)[0]
-
-
 def honaker_prefixes(leaves: np.ndarray, noise: np.ndarray, sigma2: float) -> np.ndarray:
-    """:func:`prefix_estimates` for m trees of n leaves at once: ``leaves`` (m, n), ``noise`` (m, nodes).
+    """Bottom-up Honaker prefix-sum estimates after each leaf of m trees of n leaves at once.
+
+    ``leaves`` (m, n) are the true per-leaf increments, ``noise`` (m, nodes)
+    the trees' node noise, level by level (leaves first).
 
     The estimates are linear in (leaves, noise) and noise-free nodes give exact
     sums (a node's two weights add up to one), so ``honaker_prefixes(L, N)`` =

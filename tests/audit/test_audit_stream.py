@@ -18,17 +18,16 @@ import pytest
 from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 from scipy import stats
 
-from dpcli.files import InputTable
 from dpcli.tasks import stream_replay as sr
 
 
-def _events(keys: int, units_per_key: int, records_per_unit: int = 1) -> InputTable:
+def _events(keys: int, units_per_key: int, records_per_unit: int = 1) -> pl.LazyFrame:
     """Every key held by its own units, all events at time 0 (the first trigger)."""
     per_key = units_per_key * records_per_unit
     key = np.repeat(np.arange(keys), per_key)
     unit = np.repeat(np.arange(keys * units_per_key), records_per_unit)
     df = pl.DataFrame({"ts": np.zeros(key.size, dtype=np.int64), "user": unit, "key": key})
-    return InputTable(df.lazy(), f"sha256:{keys}-{units_per_key}-{records_per_unit}", "events", "csv")
+    return df.lazy()
 
 
 def _query(epsilon: Fraction, delta: Fraction, max_records: int = 1) -> sr.StreamQuery:
@@ -53,7 +52,7 @@ def test_single_unit_keys_are_released_as_often_as_the_thresholds_say_and_within
     bound must stay ≤ δ/3."""
     q = _query(Fraction(1), Fraction(3, 5))
     plan = sr.plan_stream(q)
-    tau = float(plan.tau(1, 1)[0])
+    tau = float(plan.selection_threshold(1, 1)[0])
     sigma2 = float(plan.sigma2_select)
     exact = _dg_tail(sigma2, math.floor(tau - 1) + 1)
 
@@ -87,8 +86,7 @@ def test_released_counts_never_beat_their_epsilon_and_a_broken_one_is_caught(mon
 
     def counts(plan: sr.StreamPlan, label: str) -> tuple[np.ndarray, np.ndarray]:
         base = _events(keys, 20)
-        plus = InputTable(pl.concat([base.frame, _events(keys, 1, 2).frame.with_columns(
-            pl.col("user") + keys * 20)]), "sha256:plus", "events", "csv")
+        plus = pl.concat([base, _events(keys, 1, 2).with_columns(pl.col("user") + keys * 20)])
         x0 = sr.run_stream(base, q, plan, f"{label}/D".encode().ljust(32, b"."))
         x1 = sr.run_stream(plus, q, plan, f"{label}/D'".encode().ljust(32, b"."))
         assert x0.table.height == x1.table.height == keys  # every key released once

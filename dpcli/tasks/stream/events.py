@@ -1,0 +1,122 @@
+"""Records → bounded events: which records count, in time order, with their window and trigger.
+
+The bounded transformation, per record and then per unit (so one unit's
+records never change which records of others count):
+
+* a record is dropped when its time is missing, does not parse (ISO 8601 with
+  an optional offset, or epoch seconds; the layout is fixed, never inferred
+  from the data) or lies in a window not wholly within 0001-01-01 … 9999-12-31
+  UTC; when its unit is null; when a value column is summed and its value is
+  missing, unparsable or not finite (:func:`dpcli.bounding.numeric_value`);
+  when its trigger ends after the run's public ``through`` trigger; for a
+  persisted stream, when its trigger has already run (a late event);
+* then each unit keeps its first C remaining records in time order, over the
+  whole stream (:func:`dpcli.bounding.stream_records.cap_records`).
+
+Dropped records are never counted or reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from dpcli import bounding
+from dpcli.bounding import Bounded
+from dpcli.bounding.stream_records import cap_records
+from dpcli.errors import DataError
+from dpcli.files import collect
+from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
+
+#: ISO 8601 layouts accepted in text timestamps (a trailing Z counts as +00:00); anything else that is
+#: not a number of epoch seconds is unparsable.
+ISO_LAYOUTS = ("%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d")
+
+
+def event_seconds(schema: pl.Schema, q: StreamQuery) -> pl.Expr:
+    """The time column as integer epoch seconds (UTC), null where it is missing, unparsable or out of range.
+
+    Text is read as ISO 8601 (:data:`ISO_LAYOUTS`, naive times are UTC) or
+    as epoch seconds, each value on its own: the layout is never inferred from
+    other rows. Numbers are epoch seconds (floored); dates are midnight UTC.
+    """
+    dtype = schema[q.time]
+    t = pl.col(q.time)
+    if dtype == pl.String:
+        text = t.str.strip_chars()
+        iso = text.str.replace(r"[zZ]$", "+00:00")
+        parsed = [iso.str.to_datetime(f, time_unit="us", strict=False, exact=True).dt.epoch("s") for f in ISO_LAYOUTS]
+        parsed += [iso.str.to_datetime(f + "%z", time_unit="us", strict=False, exact=True).dt.epoch("s")
+                   for f in ISO_LAYOUTS[:-1]]
+        seconds = pl.coalesce(*parsed, _float_seconds(text.cast(pl.Float64, strict=False)))
+    elif dtype == pl.Date:
+        seconds = t.cast(pl.Int32).cast(pl.Int64) * 86400
+    elif isinstance(dtype, pl.Datetime):
+        seconds = t.dt.epoch("s")
+    elif dtype.is_numeric():
+        seconds = _float_seconds(t.cast(pl.Float64, strict=False))
+    else:  # the column's type, not its values, decides: the same for every dataset of this schema
+        raise DataError(f"column {q.time!r} must hold timestamps, but is {dtype}")
+    start = seconds // q.window * q.window  # the window, which must start and end on showable dates
+    return pl.when((start >= MIN_SECONDS) & (start + q.window <= MAX_SECONDS)).then(seconds)
+
+
+def _float_seconds(x: pl.Expr) -> pl.Expr:
+    """Floored epoch seconds of a float, null unless finite and (loosely) in range."""
+    ok = x.is_finite() & (x.abs() <= 1e12)
+    return pl.when(ok).then(x.floor()).cast(pl.Int64, strict=False)
+
+
+def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
+    """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
+    schema = frame.collect_schema()
+    cols = [event_seconds(schema, q).alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
+    keep = pl.col("__t").is_not_null() & pl.col("__unit").is_not_null()
+    grid = q.grid
+    if grid is not None and q.value is not None:
+        dtype = schema[q.value]
+        if not (dtype.is_numeric() or dtype == pl.String):
+            raise DataError(f"column {q.value!r} must be numeric but is {dtype} in {name}")
+        x = bounding.numeric_value(pl.col(q.value), dtype)
+        # Snapped, then clamped to the grid's exact integers (|units| ≤ 2^10 per record: the grid has
+        # ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53 records; totals across triggers are
+        # Python integers (no wrap-around). Non-finite values are dropped like unparsable ones.
+        cols += [pl.when(x.is_finite()).then(bounding.grid_units(x, grid)).alias("__v")]
+        keep &= pl.col("__v").is_not_null()
+    return cols, keep
+
+
+def bounded_events(frame: pl.LazyFrame, q: StreamQuery, *, through: int | None = None, after: int | None = None,
+                   used: Mapping[Any, int] | None = None, name: str = "the input") -> Bounded:
+    """The bounded events (lazy) and their stability: see the module docstring.
+
+    Keeps records whose global trigger (``__t // step + 1``) is after ``after``
+    and at most ``through``; ``used`` (records used by units in earlier runs)
+    counts towards the cap. Columns: ``__t``, ``__unit``, the keys, ``__v``
+    (grid units, with a value column), ``__window``, ``__trigger`` and ``__g``
+    (the global trigger index). ``name`` names the input in messages.
+    """
+    cols, keep = _records(frame, q, name)
+    g = pl.col("__t") // q.step + 1
+    if after is not None:
+        keep &= g > after
+    if through is not None:
+        keep &= g <= through
+    # Time order, ties broken by the record's content (not its position in the file), so which of a
+    # unit's records are its first C never depends on row order.
+    order = ["__t", "__unit", *q.keys, *(["__v"] if q.grid is not None and q.value is not None else [])]
+    capped = cap_records(frame.select(cols).filter(keep), "__unit", order, q.max_records, q.grid, used)
+    return Bounded(capped.frame.with_columns(
+        (pl.col("__t") // q.window * q.window).alias("__window"),
+        ((pl.col("__t") % q.window) // q.step + 1).cast(pl.Int64).alias("__trigger"),
+        (pl.col("__t") // q.step + 1).alias("__g"),
+    ), capped.stability)
+
+
+def prepare_events(frame: pl.LazyFrame, q: StreamQuery, through: int | None = None, *, after: int | None = None,
+                   used: Mapping[Any, int] | None = None, name: str = "the input") -> pl.DataFrame:
+    """:func:`bounded_events`, collected: the events in time order."""
+    return collect(bounded_events(frame, q, through=through, after=after, used=used, name=name).frame,
+                   f"cannot read {name}")

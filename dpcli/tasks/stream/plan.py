@@ -1,0 +1,105 @@
+"""The privacy split and the calibration of every tree of a stream-replay release (no data read).
+
+Accounting (Sec. 4.4, Sec. 5 split): key selection gets ε/2 and 2δ/3, of which
+half the δ converts its zCDP to (ε, δ) and half bounds the (e^ε + 1)·C·β
+failure term of Theorem 3.1 over C rounds; perturbation gets ε/2 and δ/3
+(zCDP → (ε, δ) by the optimal conversion), split equally between count and
+sum; the two parts add up (basic composition) to the requested (ε, δ).
+The sensitivities come from the record cap's stability
+(:func:`dpcli.bounding.stream_records.record_cap_stability`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dpcli.bounding.stream_records import record_cap_stability
+from dpcli.core import accounting as acc
+from dpcli.core import tree
+from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import floor_parameter, fraction_text
+from dpcli.core.samplers import effective_sigma2
+from dpcli.errors import UsageError
+from dpcli.tasks.stream.query import StreamQuery
+
+#: The discrete Gaussian proposes from a discrete Laplace with scale ⌊σ⌋ + 1 ≤ 2^44 (the samplers' limit).
+_MAX_SIGMA2 = Fraction((1 << 44) - 1) ** 2
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """Calibration of every tree (decided without the data)."""
+
+    beta: float
+    sigma2_select: Fraction
+    sigma2_count: Fraction
+    sigma2_sum: Fraction | None
+    thresholds: dict[int, np.ndarray] = field(default_factory=dict, compare=False, hash=False)
+    events: tuple[PrivacyEvent, ...] = ()
+    summary: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def selection_threshold(self, n: int, horizon: int) -> np.ndarray:
+        """Selection thresholds τ(i) of a tree over n leaves, i = 1 … n (cached; see
+        :func:`dpcli.core.tree.selection_thresholds`)."""
+        if n not in self.thresholds:
+            self.thresholds[n] = tree.selection_thresholds(float(self.sigma2_select), n, self.beta, horizon)
+        return self.thresholds[n]
+
+
+def _rho(epsilon: float, delta: float) -> Fraction:
+    """The zCDP ρ giving (ε, δ), rounded down (a little less budget is safe); never 0."""
+    rho = floor_parameter(acc.rho_for_epsilon(epsilon, delta))
+    if rho <= 0:
+        raise UsageError("is too small to calibrate stream-replay's Gaussian noise", field="epsilon")
+    return rho
+
+
+def _log_beta(q: StreamQuery, eps_k: float, delta_k: float) -> float:
+    """log β, β = (δ_k/2)/((e^{ε_k} + 1)·C), in log space: e^{ε_k} overflows for ε_k > 709."""
+    log_beta = math.log(delta_k / 2) - (eps_k + math.log1p(math.exp(-eps_k))) - math.log(q.max_records)
+    if log_beta < -700.0:
+        raise UsageError(f"{fraction_text(q.epsilon)} is too large for key selection's failure "
+                         f"probability (below 1e-300); use a smaller --epsilon", field="epsilon")
+    return log_beta
+
+
+def plan_stream(q: StreamQuery) -> StreamPlan:
+    """Split (ε, δ) as Sec. 5 and calibrate the trees (Sec. 4.4, App. B)."""
+    q.validate()
+    eps, delta = float(q.epsilon), float(q.delta)
+    stability = record_cap_stability(q.max_records, q.grid)
+    lv = tree.levels(q.triggers)
+    eps_k, delta_k = eps / 2, 2 * delta / 3
+    eps_m, delta_m = eps / 2, delta / 3
+    beta = math.exp(_log_beta(q, eps_k, delta_k))
+    rho_k = _rho(eps_k, delta_k / 2)
+    # Selection: a unit joins at most C rounds, one unit each; every leaf reaches lv nodes of its tree.
+    sigma2_select = effective_sigma2(Fraction(stability.l2_squared("units") * lv) / (2 * rho_k))
+    rho_m = _rho(eps_m, delta_m)
+    rho_col = rho_m / (2 if q.value else 1)
+    # Perturbation: all of a unit's records may fall in one leaf, so its L2 change is at most its L1.
+    sigma2_count = effective_sigma2(Fraction(stability.l1("rows") ** 2 * lv) / (2 * rho_col))
+    sigma2_sum = None
+    grid = q.grid
+    if grid is not None:
+        sigma2_sum = effective_sigma2(Fraction(stability.l1("value") ** 2 * lv) / (2 * rho_col))
+    for sigma2 in (sigma2_select, sigma2_count, sigma2_sum):
+        if sigma2 is not None and sigma2 > _MAX_SIGMA2:
+            raise UsageError(f"stream-replay noise too large to sample (σ = {math.sqrt(float(sigma2)):.3g}); "
+                             "use a larger --epsilon, a smaller --max-records or --clamp")
+    events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=q.epsilon, delta=q.delta,
+                           detail={"C": str(q.max_records), "triggers": str(q.triggers)}),)
+    summary = {
+        "key_selection": {"epsilon": eps_k, "delta": delta_k, "rho_total": float(rho_k), "rounds": q.max_records,
+                          "beta": beta, "sigma": math.sqrt(float(sigma2_select))},
+        "perturbation": {"epsilon": eps_m, "delta": delta_m, "rho_total": float(rho_m),
+                         "sigma_count": math.sqrt(float(sigma2_count)),
+                         "sigma_sum": math.sqrt(float(sigma2_sum)) * float(grid.granularity) if grid and sigma2_sum else None},
+        "levels": lv,
+    }
+    return StreamPlan(beta, sigma2_select, sigma2_count, sigma2_sum, {}, events, summary)

@@ -1,0 +1,89 @@
+"""A stream-replay release's public parameters (:class:`StreamQuery`) and their limits.
+
+Every check here depends on the parameters only (public): a refused query
+fails the same way for every dataset, before any data is read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from dpcli import bounding
+from dpcli.core.exact import fraction_text
+from dpcli.errors import UsageError
+
+#: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
+MIN_SECONDS = -62_135_596_800
+MAX_SECONDS = 253_402_300_799
+#: Largest public parameters: beyond them the float calibration over- or underflows, or one key's
+#: trees (``triggers`` floats each) and the threshold cache (up to triggers²/2 floats) grow too large.
+MAX_WINDOW_DAYS = 36_500
+MAX_TRIGGERS = 4096
+MAX_RECORDS = 1_000_000
+MAX_MU = 1_000_000_000
+MAX_EPSILON = 100
+MIN_DELTA = Fraction(1, 10**100)
+CLAMP_RANGE = (1e-9, 1e15)
+
+
+@dataclass(frozen=True)
+class StreamQuery:
+    """One stream-replay release (validated by :meth:`validate`)."""
+
+    time: str
+    keys: tuple[str, ...]
+    unit: str
+    window: int  # seconds
+    triggers: int
+    max_records: int  # C
+    epsilon: Fraction
+    delta: Fraction
+    value: str | None = None
+    clamp: float | None = None  # L
+    mu: int = 0
+
+    @property
+    def step(self) -> int:
+        """Seconds per trigger (micro-batch)."""
+        return self.window // self.triggers
+
+    def validate(self) -> None:
+        """Refuse parameters that cannot be honoured (all public: exit 2, before any data is read)."""
+        if self.unit in self.keys:
+            raise UsageError("the privacy unit cannot also be a --key column")
+        if self.window < 1 or self.triggers < 1:
+            raise UsageError("and the number of triggers must be positive", field="window")
+        if self.window > MAX_WINDOW_DAYS * 86400:
+            raise UsageError(f"must be at most {MAX_WINDOW_DAYS}d", field="window")
+        if self.triggers > MAX_TRIGGERS:
+            raise UsageError(f"at most {MAX_TRIGGERS} triggers per window (got {self.triggers})")
+        if self.window % self.triggers:
+            raise UsageError(f"{self.window}s does not split into {self.triggers} equal triggers", field="window")
+        if not 1 <= self.max_records <= MAX_RECORDS:
+            raise UsageError(f"must be between 1 and {MAX_RECORDS}", field="max_records")
+        if not 0 < self.epsilon <= MAX_EPSILON or not MIN_DELTA <= self.delta < 1:
+            raise UsageError(f"stream-replay needs --epsilon in (0, {MAX_EPSILON}] and --delta in [1e-100, 1)")
+        if (self.value is None) != (self.clamp is None):
+            raise UsageError("and --clamp go together", field="value")
+        if self.clamp is not None and not (math.isfinite(self.clamp) and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
+            raise UsageError(f"must be between {CLAMP_RANGE[0]:g} and {CLAMP_RANGE[1]:g}", field="clamp")
+        if not 0 <= self.mu <= MAX_MU:
+            raise UsageError(f"must be between 0 and {MAX_MU}", field="mu")
+
+    def canonical(self) -> dict[str, Any]:
+        """The query as JSON (part of the release seed and of a state file: never change its shape)."""
+        return {
+            "time": self.time, "keys": list(self.keys), "unit": self.unit, "window": self.window,
+            "triggers": self.triggers, "max_records": self.max_records, "epsilon": fraction_text(self.epsilon),
+            "delta": fraction_text(self.delta), "value": self.value, "clamp": self.clamp, "mu": self.mu,
+        }
+
+    @property
+    def grid(self) -> bounding.ValueGrid | None:
+        """The value grid: [−L, L] in at least 2^10 steps (None without a value column)."""
+        if self.clamp is None:
+            return None
+        return bounding.ValueGrid(-self.clamp, self.clamp, bounding.default_granularity(-self.clamp, self.clamp, 1 << 10))

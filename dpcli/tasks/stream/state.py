@@ -1,0 +1,150 @@
+"""The JSON codec of a stream's state and the body of a ``--state`` document.
+
+A state holds the stream's seed, its per-unit record counts and every open
+window's trees (noise-only prefix estimates as JSON floats, which round-trip
+exactly). Key and unit values are JSON scalars; dates and datetimes are
+tagged so they come back with their type.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dpcli.errors import DataError, StateError, UsageError
+from dpcli.tasks.stream.algorithm import KeyState, StreamState, WindowRun
+from dpcli.tasks.stream.plan import StreamPlan
+from dpcli.tasks.stream.query import StreamQuery
+
+#: The ``format`` of a ``--state`` file (see :mod:`dpcli.state.documents`).
+STATE_KIND = "dpcli-stream-state"
+
+
+def _encode(v: Any) -> Any:
+    """A key or unit value as JSON (temporal values tagged, so they come back with their type)."""
+    if isinstance(v, datetime):
+        return {"$dt": v.isoformat()}
+    if isinstance(v, date):
+        return {"$d": v.isoformat()}
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    raise UsageError(f"cannot store values of type {type(v).__name__} (use string, integer or date columns)",
+                     field="state")
+
+
+def _decode(v: Any) -> Any:
+    if isinstance(v, dict):
+        if "$dt" in v:
+            return datetime.fromisoformat(v["$dt"])
+        return date.fromisoformat(v["$d"])
+    return v
+
+
+def _floats(values: np.ndarray | None) -> list[float] | None:
+    return None if values is None else values.tolist()  # JSON floats round-trip exactly
+
+
+def _array(values: list[float] | None) -> np.ndarray | None:
+    return None if values is None else np.asarray(values, dtype=np.float64)
+
+
+def _encode_key_state(st: KeyState) -> dict[str, Any]:
+    pert = None if st.pert_noise is None else [_floats(st.pert_noise[0]), _floats(st.pert_noise[1])]
+    return {
+        "round_users": [_encode(u) for u in st.round_users], "round_start": st.round_start,
+        "buffer_count": st.buffer_count, "buffer_sum": st.buffer_sum, "pert_start": st.pert_start,
+        "pert_count": st.pert_count, "pert_sum": st.pert_sum, "predicted": st.predicted,
+        "rounds": st.rounds, "select_margin": _floats(st.select_margin), "pert_noise": pert,
+    }
+
+
+def _decode_key_state(doc: dict[str, Any]) -> KeyState:
+    pert = doc["pert_noise"]
+    return KeyState(
+        round_users={_decode(u) for u in doc["round_users"]}, round_start=doc["round_start"],
+        buffer_count=int(doc["buffer_count"]), buffer_sum=int(doc["buffer_sum"]), pert_start=doc["pert_start"],
+        pert_count=int(doc["pert_count"]), pert_sum=int(doc["pert_sum"]), predicted=doc["predicted"],
+        rounds=int(doc["rounds"]), select_margin=_array(doc["select_margin"]),
+        pert_noise=None if pert is None else (_array(pert[0]), _array(pert[1])),  # type: ignore[arg-type]
+    )
+
+
+def _encode_window(run: WindowRun) -> dict[str, Any]:
+    return {"start": run.start, "fired": run.fired,
+            "keys": [[[_encode(v) for v in k], _encode_key_state(st)] for k, st in run.states.items()]}
+
+
+def _decode_window(doc: dict[str, Any], state: StreamState) -> WindowRun:
+    run = WindowRun(int(doc["start"]), state.q, state.plan, state.stream)
+    run.fired = int(doc["fired"])
+    for k, st_doc in doc["keys"]:
+        key = tuple(_decode(v) for v in k)
+        st = run.states[key] = _decode_key_state(st_doc)
+        if st.predicted is not None:
+            run.predicted[st.predicted].add(key)
+    return run
+
+
+def encode_state(state: StreamState) -> dict[str, Any]:
+    """A stream's state as JSON (the ``stream`` part of a state file)."""
+    return {
+        "watermark": state.watermark,
+        "used": {"units": [_encode(u) for u in state.used], "records": list(state.used.values())},
+        "windows": [_encode_window(w) for _, w in sorted(state.windows.items())],
+    }
+
+
+def decode_state(doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, seed: bytes) -> StreamState:
+    """The stream state :func:`encode_state` wrote (raises KeyError/TypeError/ValueError if malformed)."""
+    state = StreamState(q, plan, seed)
+    state.watermark = doc["watermark"]
+    state.used = {_decode(u): int(n) for u, n in zip(doc["used"]["units"], doc["used"]["records"], strict=True)}
+    for w in doc["windows"]:
+        run = _decode_window(w, state)
+        state.windows[run.start] = run
+    return state
+
+
+def key_schema_of(schema: pl.Schema, q: StreamQuery) -> dict[str, str]:
+    """The dtypes of the unit and key columns (from the input's ``schema``), as recorded in a state file."""
+    return {c: str(schema[c]) for c in (q.unit, *q.keys)}
+
+
+def new_state_body(q: StreamQuery, analyst: str, seed: bytes, seed_id: str, key_schema: dict[str, str],
+                   created: str) -> dict[str, Any]:
+    """The body of a fresh ``--state`` file (its stream part is filled in by :func:`state_body`)."""
+    return {"query": q.canonical(), "analyst": analyst, "seed": seed.hex(), "seed_id": seed_id,
+            "key_schema": key_schema, "created": created, "stream": None, "last": None}
+
+
+def check_state_body(body: dict[str, Any], q: StreamQuery, analyst: str, key_schema: dict[str, str], name: str) -> None:
+    """Refuse a state file created for another query, analyst or column types."""
+    if body.get("query") != q.canonical():
+        old = body.get("query") or {}
+        diff = [k for k in sorted(set(old) | set(q.canonical())) if old.get(k) != q.canonical().get(k)]
+        shown = ", ".join(f"{k} (state: {old.get(k)!r}, now: {q.canonical().get(k)!r})" for k in diff)
+        raise UsageError(f"state file {name} was created with other parameters: {shown}")
+    if body.get("analyst") != analyst:
+        raise UsageError(f"state file {name} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
+    if body.get("key_schema") != key_schema:
+        raise DataError(f"column types differ from those of state file {name}: "
+                        f"{body.get('key_schema')} then, {key_schema} now")
+
+
+def state_body(body: dict[str, Any], state: StreamState, last: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the stream's current state and the record of the invocation that produced it."""
+    return {**body, "stream": encode_state(state), "last": last}
+
+
+def load_state(body: dict[str, Any], q: StreamQuery, plan: StreamPlan) -> StreamState:
+    """The stream state held by a verified state-file body."""
+    seed = bytes.fromhex(body["seed"])
+    if body["stream"] is None:
+        return StreamState(q, plan, seed)
+    try:
+        return decode_state(body["stream"], q, plan, seed)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"stream state is malformed ({type(exc).__name__}: {exc})") from None

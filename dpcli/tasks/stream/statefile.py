@@ -1,0 +1,147 @@
+"""One run of a persisted stream against its state file (``stream-replay --state``).
+
+The state is bound to the ledger (:class:`dpcli.state.ledger.Step`): it
+carries a random reservation id and its step (runs recorded); a run is
+accepted at the ledger's latest step, or as an exact repeat of a recorded
+step (same step, same input and ``through``: the same rows, free). A forked,
+rolled back or foreign copy is refused (exit 78), so the stream's seed and
+noise never meet other data. Order: compute in memory; a new stream's state
+(step 0) on disk; then the caller charges the ledger (reservation and step),
+saves the state (:meth:`StateRun.save`) and writes the output.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+
+from dpcli.errors import StateError
+from dpcli.state import documents, ledger
+from dpcli.tasks.stream.plan import StreamPlan
+from dpcli.tasks.stream.query import StreamQuery
+from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream.run import advance_stream
+from dpcli.tasks.stream.state import STATE_KIND, check_state_body, key_schema_of, load_state, new_state_body, state_body
+
+
+class Seed(Protocol):
+    """A derived release seed and its public id (:class:`dpcli.cli._release.ReleaseSeed`)."""
+
+    seed: bytes
+    id: str
+
+
+@dataclass(frozen=True)
+class StateInput:
+    """The input a run feeds to the stream: its frame, its content fingerprint and its name (for messages)."""
+
+    frame: pl.LazyFrame
+    fingerprint: str
+    name: str
+
+
+@dataclass
+class StateRun:
+    """One run against a state file, computed in memory: an exact repeat (free) or new rows to charge.
+
+    For a new run the caller debits ``step`` (its ``create`` reserves the
+    stream's whole (ε, δ) on the first run) under ``run_id`` and
+    ``reservation``, then calls :meth:`save` before writing the output.
+    """
+
+    path: Path
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+    repeat: bool
+    run_id: str = ""
+    reservation: str = ""
+    step: ledger.Step | None = None
+    new_body: dict[str, Any] | None = None
+
+    def save(self) -> None:
+        """Write the stream's new state (after the ledger charge, before the output)."""
+        documents.write(self.path, STATE_KIND, self.new_body)  # type: ignore[arg-type]
+
+
+def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str], state_dir: Path,
+               lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed]) -> tuple[dict[str, Any], bool]:
+    """The checked body of the state file, or a fresh one (step 0, not yet on disk): (body, fresh)."""
+    label = f"state file {path}"
+    body = documents.read(path, STATE_KIND)
+    if body is not None:
+        if body.get("analyst") != analyst:  # a state moved to another analyst: bound to another ledger
+            raise StateError(f"{label} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
+        check_state_body(body, q, analyst, key_schema, str(path))
+        if not isinstance(body.get("reservation"), str) or not isinstance(body.get("step"), int):
+            raise StateError(f"{label} was written by an older dpcli (not bound to the ledger); start a new one")
+        return body, False
+    rid = secrets.token_hex(12)
+    seed = new_seed({"command": "stream-replay", "v": 1, **q.canonical(), "reservation": rid})
+    body = new_state_body(q, analyst, seed.seed, seed.id, key_schema,
+                          datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)
+    return body, True
+
+
+def _parquet_text(table: pl.DataFrame) -> str:
+    buf = io.BytesIO()
+    table.write_parquet(buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@contextmanager
+def state_run(
+    path: Path, q: StreamQuery, plan: StreamPlan, data: StateInput, *, analyst: str, state_dir: Path,
+    lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed], through: datetime | None = None,
+    busy: Callable[[], AbstractContextManager[Any]] = nullcontext,
+) -> Iterator[StateRun]:
+    """Lock the state file at ``path``, check it (or start a new stream) and run the new triggers.
+
+    Yields the :class:`StateRun` while the lock is held (the caller charges
+    and writes inside the ``with``). ``through`` (default now) is public and,
+    with the input's fingerprint, identifies the run; ``new_seed(material)``
+    derives a new stream's seed; ``busy()`` wraps the computation (a spinner).
+    """
+    moment = through if through is not None else datetime.now(timezone.utc)
+    last_trigger = trigger_through(moment, q.step)
+    key_schema = key_schema_of(data.frame.collect_schema(), q)
+    label = f"state file {path}"
+    with documents.locked(path, lock_timeout):
+        body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
+        digest = ledger.step_digest(bytes.fromhex(body["seed"]), {"input": data.fingerprint, "through": last_trigger})
+        last = body.get("last")
+        if last and last["input"] == data.fingerprint and last["through"] == last_trigger:
+            ledger.check_recorded(state_dir, analyst, body["reservation"], body["step"], digest, label, lock_timeout)
+            cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
+            yield StateRun(path, cached, {**last["metadata"], "charged": False, "retry": True}, repeat=True)
+            return
+        stream = load_state(body, q, plan)
+        with busy():
+            release = advance_stream(data.frame, stream, moment, name=data.name)
+        create = None
+        if body["step"] == 0:
+            create = ledger.Reservation(
+                id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
+                events=tuple(plan.events), command="stream-replay --state",
+                summary=f"stream {path.name} reserves its whole (ε, δ)",
+            )
+        if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
+            documents.write(path, STATE_KIND, body)
+        metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
+        last = {"input": data.fingerprint, "through": last_trigger, "metadata": metadata,
+                "release": _parquet_text(release.table)}
+        step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label,
+                           create=create)
+        yield StateRun(path, release.table, metadata, repeat=False,
+                       run_id=f"{body['seed_id']}/{release.metadata['through']}",
+                       reservation=f"stream:{body['reservation']}", step=step,
+                       new_body={**state_body(body, stream, last), "step": body["step"] + 1})
