@@ -175,9 +175,17 @@ def _event_spend(mode: str, ev: PrivacyEvent, limits: Limits) -> Spend:
 
 def total_spend(mode: str, events: Iterable[PrivacyEvent], limits: Limits) -> Spend:
     """Compose ``events`` in ``mode`` (sums; RDP curves add pointwise)."""
-    eps = delta = rho = Fraction(0)
-    units = calls = 0
-    curve = np.zeros(acc.RDP_ORDERS.size)
+    return add_spend(mode, Spend(), events, limits)
+
+
+def add_spend(mode: str, base: Spend, events: Iterable[PrivacyEvent], limits: Limits) -> Spend:
+    """``base`` composed with ``events`` in ``mode``: the same fold as :func:`total_spend`, continued.
+
+    Adding events one charge at a time gives bit-for-bit the total of composing them all at once
+    (the RDP curve is summed in the same order), which lets a ledger keep a running total.
+    """
+    eps, delta, rho, units, calls = base.epsilon, base.delta, base.rho, base.units, base.calls
+    curve = np.asarray(base.rdp_curve) if base.rdp_curve else np.zeros(acc.RDP_ORDERS.size)
     for ev in events:
         s = _event_spend(mode, ev, limits)
         eps += s.epsilon

@@ -1,10 +1,12 @@
 """Per-analyst privacy-budget ledgers: lock → read and verify once → check → debit (durable) → unlock.
 
-A ledger (``ledgers/NAME.json``, schema 2) is a header — ``schema_version``,
-``analyst``, a random ``ledger_id``, ``created``, the accounting ``limits``,
-``refresh_days`` and ``report_delta`` — and an append-only list of entries.
-Each entry records when, which command, the query and seed ids, and the
-privacy events charged.
+A ledger (``ledgers/NAME.json``, schema 3: JSON Lines) is a header line —
+``schema_version``, ``analyst``, a random ``ledger_id``, ``created``, the
+accounting ``limits``, ``refresh_days``, ``report_delta`` and ``genesis`` —
+then one line per entry, appended. Each entry records when, which command,
+the query and seed ids, and the privacy events charged. (Schema 2 was one
+JSON document rewritten whole; it is read, and rewritten as schema 3 at its
+next write.)
 
 Seal (tamper evidence). With ``K = derive_key(secret key, "ledger-mac/v2")``
 (:func:`dpcli.state.keys.derive_key`; the seed key itself is never used):
@@ -14,8 +16,20 @@ Seal (tamper evidence). With ``K = derive_key(secret key, "ledger-mac/v2")``
 * entry *i* carries ``prev`` (the previous hash, or the genesis) and
   ``hash = HMAC(K, "dpcli/ledger/entry/v2" || canonical entry without hash)``;
 * the high-water mark ``NAME.hwm`` holds the ledger id, the entry count, the
-  last hash and the ledger file's ``st_ctime_ns`` as written, sealed with
-  ``HMAC(K, "dpcli/ledger/hwm/v2" || ...)``.
+  last hash, the ledger file's size and ``st_ctime_ns`` as written, and the
+  running totals of the current refresh period (spend and seed tags), sealed
+  with ``HMAC(K, "dpcli/ledger/hwm/v2" || ...)``.
+
+O(1) charges. While the ledger file is exactly the one its mark was written
+for (same size and ctime), a charge trusts the mark's running totals and
+reads only the header line: it checks the budget, appends the new entry
+line and fsyncs, then rewrites the small mark. Any other state (a touched
+or restored file, a rotated key, a new refresh period that went backwards)
+takes the full path: read and verify every entry, recompute the totals.
+A charge first writes a mark announcing the sealed lines it will append
+("pending"), then appends, then writes the final mark; after a crash in
+between, the lines are taken as appended (over-counting a release that was
+never output is safe) and the next charge rewrites the file whole.
 
 What this detects: any edit of the header or of an entry, a deleted, added or
 reordered entry, a full rewrite (all of these need the key), a ledger copied
@@ -55,14 +69,14 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from dpcli.core import budget as bud
-from dpcli.core.exact import fraction_text
+from dpcli.core.exact import fraction_text, to_fraction
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
 from dpcli.state import keys
@@ -70,7 +84,10 @@ from dpcli.state.atomic import atomic_write_bytes
 from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import ensure_state_dir, ledger_path, lock_path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: Schema versions this dpcli reads (2: one JSON document, rewritten whole at each charge; it becomes 3 at
+#: its next write). Schema 1 needs a one-time ``budget verify --reseal``.
+_READABLE_VERSIONS = (2, 3)
 _HEADER_FIELDS = ("schema_version", "analyst", "ledger_id", "created", "limits", "refresh_days", "report_delta")
 _MAC_LABEL = "ledger-mac/v2"
 _GENESIS_DOMAIN = b"dpcli/ledger/genesis/v2\x00"
@@ -164,6 +181,15 @@ class Step:
 
 
 @dataclass(frozen=True)
+class _Tail:
+    """Where a verified ledger file ends, for appending to it: its schema, complete length, and key."""
+
+    version: int
+    size: int  # bytes up to the last complete line (a torn append after it is cut off by the next write)
+    current_key: bool  # sealed with the current key (else the next write reseals the whole file)
+
+
+@dataclass(frozen=True)
 class Ledger:
     """A parsed, verified ledger."""
 
@@ -177,6 +203,7 @@ class Ledger:
     entries: tuple[dict[str, Any], ...]
     genesis: str = field(default="", repr=False, compare=False)
     header: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    tail: _Tail | None = field(default=None, repr=False, compare=False)
 
     def period(self, when: datetime) -> int:
         """Index of the refresh period containing ``when`` (always 0 without refresh)."""
@@ -265,14 +292,42 @@ def _read(path: Path, analyst: str) -> tuple[bytes, int]:
         raise StateError(f"cannot read ledger {path}: {exc.strerror}") from None
 
 
-def _json(path: Path, raw: bytes) -> dict[str, Any]:
+def dump_document(doc: dict[str, Any]) -> bytes:
+    """A sealed ledger document as schema-3 JSON Lines: the header line (with ``genesis``), then one entry per line.
+
+    JSON escapes every control character, so a line never contains a newline: appending an entry is
+    appending one line, and a crash mid-append can only leave a torn last line without its newline.
+    """
+    head = {**{f: doc.get(f) for f in _HEADER_FIELDS}, "genesis": doc.get("genesis")}
+    return b"".join(json.dumps(obj).encode("ascii") + b"\n" for obj in [head, *doc["entries"]])
+
+
+def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
+    """Parse a ledger file (schema 3 lines, or a schema 1/2 document): the document and its complete length.
+
+    A schema-3 file's bytes after its last newline are a torn append (a crash while a charge was being
+    written, before it returned: its release was never output) and are ignored; writers cut them off.
+    """
+    first = raw.split(b"\n", 1)[0]
+    try:
+        head = json.loads(first) if first.startswith(b"{") and first.rstrip().endswith(b"}") else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        head = None
+    version = head.get("schema_version") if isinstance(head, dict) else None
+    if isinstance(version, int) and version >= 3 and "entries" not in head:  # (a newer one is refused by the caller)
+        complete = raw.rfind(b"\n") + 1
+        try:
+            entries = [json.loads(line) for line in raw[len(first) + 1 : complete].split(b"\n")[:-1]]
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise StateError(f"ledger {path} is corrupt (a line is not valid JSON: {getattr(exc, 'msg', exc)})") from None
+        return {**head, "entries": entries}, complete
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StateError(f"ledger {path} is corrupt (not valid JSON: {getattr(exc, 'msg', exc)})") from None
     if not isinstance(data, dict) or "schema_version" not in data:
         raise StateError(f"ledger {path} is corrupt (no schema_version)")
-    return data
+    return data, len(raw)
 
 
 def _fields(path: Path, data: dict[str, Any]) -> tuple[bud.Limits, datetime, int | None, float, str, list[Any]]:
@@ -313,14 +368,14 @@ def _verify_chain(path: Path, entries: list[Any], genesis: str, digest: Any) -> 
 
 def _parse(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path, check_mark: bool = True) -> Ledger:
     """Parse and verify a schema-2 ledger: header seal, entry chain, then (optionally) its high-water mark."""
-    data = _json(path, raw)
+    data, complete = load_document(path, raw)
     version = data["schema_version"]
     if version == 1:
         raise StateError(
             f"ledger {path} has schema_version 1 (no keyed seal); check it, then upgrade it once with: "
             f"dpcli budget verify {analyst} --reseal"
         )
-    if version != SCHEMA_VERSION:
+    if version not in _READABLE_VERSIONS:
         raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade dpcli")
     limits, created, refresh, report_delta, owner, entries = _fields(path, data)
     if owner != analyst:
@@ -337,25 +392,29 @@ def _parse(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path, chec
     _verify_chain(path, entries, data["genesis"], lambda e: _mac(key, _ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
     _check_events(path, entries)
     led = Ledger(path, owner, header["ledger_id"], limits, created, refresh, report_delta, tuple(entries),
-                 data["genesis"], header)
+                 data["genesis"], header, _Tail(version, complete, key == _current_mac_key(root)))
     if check_mark:
-        _check_mark(led, ctime_ns, root)
+        led = _check_mark(led, ctime_ns, root, raw)
     return led
 
 
-def _check_mark(led: Ledger, ctime_ns: int, root: Path) -> None:
+def _check_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
     """The high-water mark must be sealed, of this ledger, not ahead of it, and name this very file.
 
     The ledger may be one write ahead of its mark (a crash between the two
     writes; one write's entries share their time); the file-identity check
-    then has nothing to compare with.
+    then has nothing to compare with. A mark announcing a pending append
+    (a charge that crashed while appending) completes it: see :func:`_with_pending`.
+    Returns the ledger, completed if so.
     """
     hwm = _hwm_path(led.path)
     fix = f"restore the newest copy, or accept this one with: dpcli budget verify {led.analyst} --reseal"
     try:
         mark = json.loads(hwm.read_bytes())
-        body = {k: mark[k] for k in ("ledger_id", "count", "hash", "ctime_ns")}
+        body = {k: v for k, v in mark.items() if k != "mac"}
         count, ctime = int(body["count"]), int(body["ctime_ns"])
+        if not {"ledger_id", "hash"} <= body.keys():
+            raise KeyError("ledger_id")
         sealed = mark["mac"]
         if count < 0:
             raise ValueError("count")
@@ -364,12 +423,14 @@ def _check_mark(led: Ledger, ctime_ns: int, root: Path) -> None:
                          "high-water mark missing") from None
     except (OSError, ValueError, KeyError, TypeError):
         raise _MarkError(f"high-water mark {hwm} is corrupt; {fix}", "high-water mark unreadable") from None
-    if not any(_same(_mac(k, _HWM_DOMAIN, body), sealed) for k in _mac_keys(root)):
+    if not any(_same(_mark_mac(k, body), sealed) for k in _mac_keys(root)):
         raise _MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory); {fix}",
                          "high-water mark unverifiable")
     if body["ledger_id"] != led.ledger_id:
         raise _MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?); {fix}",
                          "high-water mark of another ledger")
+    if body.get("pending") is not None:
+        return _with_pending(led, ctime_ns, raw, body, fix)
     n = len(led.entries)
     if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != body["hash"]:
         raise _MarkError(
@@ -389,6 +450,31 @@ def _check_mark(led: Ledger, ctime_ns: int, root: Path) -> None:
             f"if it was only copied or moved as is, accept it with: dpcli budget verify {led.analyst} --reseal",
             "ledger file replaced (restored, copied or moved)",
         )
+    return led
+
+
+def _with_pending(led: Ledger, ctime_ns: int, raw: bytes, body: dict[str, Any], fix: str) -> Ledger:
+    """Complete a charge that crashed while appending, from the lines its sealed mark announced.
+
+    A charge first seals the lines it will append into the mark (with the ledger's size and ctime
+    before them), then appends, then writes the final mark. After a crash in between, the file is its
+    old self plus a prefix (possibly empty or torn) of those lines: it is read as if the append had
+    finished (counting a charge whose release was never output is safe; dropping one is not), and the
+    next charge rewrites it whole. Anything else is refused like any other mismatch.
+    """
+    size, count = int(body["size"]), int(body["count"])
+    lines = str(body["pending"]["lines"]).encode("ascii")
+    old = led.entries[:count]
+    intact = len(old) == count and (old[-1]["hash"] if count else led.genesis) == body["hash"]
+    if not intact or len(raw) < size or not lines.startswith(raw[size:]):
+        raise _MarkError(f"ledger {led.path} does not match its high-water mark (restored or edited?); {fix}",
+                         "ledger does not match the pending charge of its high-water mark")
+    if len(raw) == size and ctime_ns != int(body["ctime_ns"]):
+        raise _MarkError(f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?); {fix}",
+                         "ledger file replaced (restored, copied or moved)")
+    new = tuple(json.loads(line) for line in lines.split(b"\n")[:-1])
+    return Ledger(led.path, led.analyst, led.ledger_id, led.limits, led.created, led.refresh_days, led.report_delta,
+                  (*old, *new), led.genesis, led.header, None)
 
 
 def _seal(doc: dict[str, Any], key: bytes) -> None:
@@ -401,15 +487,142 @@ def _seal(doc: dict[str, Any], key: bytes) -> None:
         prev = entry["hash"] = _mac(key, _ENTRY_DOMAIN, entry)
 
 
-def _write(root: Path, path: Path, doc: dict[str, Any]) -> None:
-    """Seal ``doc`` with the current key, replace the ledger, then its high-water mark (both atomic)."""
+def _write(root: Path, path: Path, doc: dict[str, Any], when: datetime | None = None) -> None:
+    """Seal ``doc`` with the current key, replace the whole ledger file, then its high-water mark (both atomic).
+
+    For a new ledger, a reseal, a schema upgrade or a key rotation; a charge appends (:func:`_append`).
+    """
     key = _current_mac_key(root)
+    doc["schema_version"] = SCHEMA_VERSION  # a schema-2 document is upgraded by this write
     _seal(doc, key)
-    atomic_write_bytes(path, (json.dumps(doc, indent=1) + "\n").encode(), mode=0o600)
-    entries = doc["entries"]
-    body = {"ledger_id": doc["ledger_id"], "count": len(entries), "hash": entries[-1]["hash"] if entries else doc["genesis"],
-            "ctime_ns": os.stat(path).st_ctime_ns}
-    atomic_write_bytes(_hwm_path(path), json.dumps({**body, "mac": _mac(key, _HWM_DOMAIN, body)}).encode(), mode=0o600)
+    data = dump_document(doc)
+    atomic_write_bytes(path, data, mode=0o600)
+    led = _ledger_of(path, doc)
+    _write_mark(root, led, _Cache.of(led, when or _now()), len(data))
+
+
+def _ledger_of(path: Path, doc: dict[str, Any]) -> Ledger:
+    """The Ledger of a sealed document (already verified, or just written by us)."""
+    header = {f: doc.get(f) for f in _HEADER_FIELDS}
+    return Ledger(path, doc["analyst"], doc["ledger_id"], bud.Limits.from_json(doc["limits"]), _parse_time(doc["created"]),
+                  doc["refresh_days"], doc["report_delta"], tuple(doc["entries"]), doc["genesis"], header)
+
+
+@dataclass(frozen=True)
+class _Cache:
+    """The running totals a charge needs, kept in the sealed high-water mark so a charge is O(1) in ledger length.
+
+    ``spent`` is the composed spend of the entries of refresh period ``period``; ``seeds`` lists each of
+    its charged (non-replay) entries as `` <tag>:<seq>`` (tag: 128 bits of SHA-256 of the seed id), for
+    free replays: a plain ASCII blob is searched and sealed far faster than a 10,000-key mapping is
+    parsed, sorted and encoded. It is trusted
+    only while the ledger file is byte-for-byte the one the mark was written for (same size and ctime);
+    otherwise a charge re-reads and re-verifies the whole ledger and recomputes it.
+    """
+
+    period: int
+    spent: bud.Spend
+    seeds: str
+    count: int
+    head: str
+
+    @classmethod
+    def of(cls, led: Ledger, when: datetime) -> _Cache:
+        head = led.entries[-1]["hash"] if led.entries else led.genesis
+        cache = cls(led.period(when), led.spend(when), "", len(led.entries), head)
+        return replace(cache, seeds=cache.with_seeds(led.current_entries(when)))
+
+    def replay_of(self, seed_id: str) -> int | None:
+        """The entry that first charged ``seed_id`` in this period, if any."""
+        needle = f" {_seed_tag(seed_id)}:"
+        at = self.seeds.find(needle)
+        if at < 0:
+            return None
+        start = at + len(needle)
+        end = self.seeds.find(" ", start)
+        return int(self.seeds[start : end if end >= 0 else len(self.seeds)])
+
+    def with_seeds(self, entries: Iterable[dict[str, Any]]) -> str:
+        """The seeds blob with those of ``entries`` (charged, not yet listed) added."""
+        blob, entries = self.seeds, list(entries)
+        known = {part.split(":")[0] for part in blob.split()} if len(entries) > 4 else None
+        for e in entries:
+            tag = _seed_tag(e["seed_id"])
+            if e.get("replay_of") or (tag in known if known is not None else f" {tag}:" in blob):
+                continue
+            blob += f" {tag}:{e['seq']}"
+            if known is not None:
+                known.add(tag)
+        return blob
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.spent
+        spent = {"epsilon": fraction_text(s.epsilon), "delta": fraction_text(s.delta), "rho": fraction_text(s.rho),
+                 "units": s.units, "calls": s.calls, "rdp_curve": list(s.rdp_curve)}
+        return {"period": self.period, "spent": spent, "seeds": self.seeds}
+
+    @classmethod
+    def from_mark(cls, mark: dict[str, Any]) -> _Cache:
+        c, s = mark["cache"], mark["cache"]["spent"]
+        spent = bud.Spend(to_fraction(s["epsilon"]), to_fraction(s["delta"]), to_fraction(s["rho"]), int(s["units"]),
+                          int(s["calls"]), tuple(float(x) for x in s["rdp_curve"]))
+        return cls(int(c["period"]), spent, str(c["seeds"]), int(mark["count"]), str(mark["hash"]))
+
+
+def _mark_mac(key: bytes, body: dict[str, Any]) -> str:
+    """The seal of a high-water mark body; its (long) seeds blob enters by its SHA-256, hashed not JSON-encoded."""
+    cache = body.get("cache")
+    if isinstance(cache, dict) and isinstance(cache.get("seeds"), str):
+        digest = hashlib.sha256(cache["seeds"].encode("utf-8", "surrogatepass")).hexdigest()
+        body = {**body, "cache": {**cache, "seeds": f"sha256:{digest}"}}
+    return _mac(key, _HWM_DOMAIN, body)
+
+
+def _seed_tag(seed_id: str) -> str:
+    """A fixed-length, escape-free tag of a seed id: 128 bits of SHA-256, so the chance that two of a
+    ledger's n seed ids share one is below n²/2^129 (a shared tag would make a release a free replay)."""
+    return hashlib.sha256(seed_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _write_mark(root: Path, led: Ledger, cache: _Cache, size: int, pending: bytes | None = None) -> None:
+    """Seal and atomically write the high-water mark for the ledger file as it is now.
+
+    ``pending``: the lines about to be appended (the intent mark of :func:`_record`).
+    """
+    body: dict[str, Any] = {"ledger_id": led.ledger_id, "count": cache.count, "hash": cache.head,
+                            "ctime_ns": os.stat(led.path).st_ctime_ns, "size": size, "cache": cache.to_json()}
+    if pending is not None:
+        body["pending"] = {"lines": pending.decode("ascii")}
+    mark = {**body, "mac": _mark_mac(_current_mac_key(root), body)}
+    atomic_write_bytes(_hwm_path(led.path), json.dumps(mark).encode(), mode=0o600)
+
+
+def _sealed_lines(root: Path, head: str, entries: list[dict[str, Any]]) -> bytes:
+    """Chain ``entries`` after the entry hash ``head`` and seal them (in place); their ledger lines."""
+    key = _current_mac_key(root)
+    prev = head
+    for entry in entries:
+        entry.pop("hash", None)
+        entry["prev"] = prev
+        prev = entry["hash"] = _mac(key, _ENTRY_DOMAIN, entry)
+    return b"".join(json.dumps(e).encode("ascii") + b"\n" for e in entries)
+
+
+def _append_at(path: Path, at: int, data: bytes) -> int:
+    """Write ``data`` at offset ``at`` (the file's verified length) and fsync; the new length.
+
+    Nothing else touches the file first (not even a no-op truncate, which moves its ctime): a crash
+    before the first byte lands leaves it exactly as its intent mark describes it.
+    """
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        written = 0
+        while written < len(data):
+            written += os.pwrite(fd, data[written:], at + written)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return at + len(data)
 
 
 def _doc(led: Ledger, entries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -569,49 +782,104 @@ def charge(
     debits the reservation itself in the same write.
     """
     actual = reserve if actual is None else actual
-    path = ledger_path(root, analyst)
     ensure_state_dir(root)
     when = now or _now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
-        led = _load(root, analyst)
-        period = led.period(when)
-        spent = led.spend(when)
-        base: dict[str, Any] = {"seq": 0, "time": _iso(when), "period": period, "command": command,
+        led, cache = _open_for_charge(root, analyst, when, entries_needed=step is not None)
+        base: dict[str, Any] = {"seq": 0, "time": _iso(when), "period": cache.period, "command": command,
                                 "query_id": query_id, "seed_id": seed_id, "events": []}
         if summary:
             base["summary"] = summary
         reserved: tuple[PrivacyEvent, ...] = ()
         covered: int | None = None
         if step is not None:
-            added, reserved, replay_of, covered = _step_entries(led, analyst, step, base, when, spent)
+            added, reserved, replay_of, covered = _step_entries(led, analyst, step, base, when, cache.spent)
         else:
-            replay_of = next(
-                (e["seq"] for e in led.current_entries(when)
-                 if e["seed_id"] == seed_id and not e.get("replay_of")), None
-            )
-            entry = {**base, "seq": len(led.entries) + 1}
+            replay_of = cache.replay_of(seed_id)
+            entry = {**base, "seq": cache.count + 1}
             if replay_of is None:
-                _fits(led, analyst, spent, reserve, actual)
+                _fits(led, analyst, cache.spent, reserve, actual)
                 entry["events"] = [ev.to_json() for ev in actual]
             else:
                 entry["replay_of"] = replay_of
             added = [entry]
-        entries = [*led.entries, *added]
-        doc = _doc(led, entries)
-        _write(root, path, doc)
-    after = replace(led, entries=tuple(doc["entries"]), genesis=doc["genesis"])
-    total = after.spend(when)
+        after = _record(root, led, cache, added)
     return Receipt(
         analyst=analyst,
         replay=replay_of is not None,
         seq=added[-1]["seq"],
-        spent=total,
-        guarantee=bud.guarantee(after.limits, total, after.report_delta),
-        limits=after.limits,
-        remaining=remaining_text(after, when, total),
+        spent=after.spent,
+        guarantee=bud.guarantee(led.limits, after.spent, led.report_delta),
+        limits=led.limits,
+        remaining=remaining_text(led, when, after.spent),
         reserved=reserved,
         covered_by=covered,
     )
+
+
+def _open_for_charge(root: Path, analyst: str, when: datetime, entries_needed: bool) -> tuple[Ledger, _Cache]:
+    """The ledger and its running totals for period ``when``: from the sealed mark if it vouches for the file
+    as it is (O(1) in the number of entries), else by reading and verifying everything (O(n))."""
+    if not entries_needed:
+        fast = _from_mark(root, analyst, when)
+        if fast is not None:
+            return fast
+    led = _load(root, analyst)
+    return led, _Cache.of(led, when)
+
+
+def _from_mark(root: Path, analyst: str, when: datetime) -> tuple[Ledger, _Cache] | None:
+    """The header and cached totals without reading the entries, or None to take the full path.
+
+    Trusted only if the mark is sealed with the current key, carries a cache, and names this very file
+    (size and ctime as written; any other write, copy or restore changes the ctime) and a verified header.
+    """
+    path = ledger_path(root, analyst)
+    key = _current_mac_key(root)
+    try:
+        mark = json.loads(_hwm_path(path).read_bytes())
+        body = {k: v for k, v in mark.items() if k != "mac"}
+        if "cache" not in body or "pending" in body or not _same(_mark_mac(key, body), mark.get("mac")):
+            return None
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if (st.st_size, st.st_ctime_ns) != (body["size"], body["ctime_ns"]):
+                return None
+            head = json.loads(fh.readline())
+        header = {f: head.get(f) for f in _HEADER_FIELDS}
+        if (head.get("schema_version") != SCHEMA_VERSION or head.get("analyst") != analyst
+                or header["ledger_id"] != body["ledger_id"]
+                or not _same(_mac(key, _GENESIS_DOMAIN, header), head.get("genesis"))):
+            return None
+        led = Ledger(path, analyst, header["ledger_id"], bud.Limits.from_json(head["limits"]),
+                     _parse_time(head["created"]), head["refresh_days"], float(head["report_delta"]), (),
+                     head["genesis"], header, _Tail(SCHEMA_VERSION, st.st_size, True))
+        cache = _Cache.from_mark(mark)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    period = led.period(when)
+    if period < cache.period:  # the clock went back a period: recount from the entries
+        return None
+    if period > cache.period:  # a new refresh period: nothing spent in it yet
+        cache = _Cache(period, bud.total_spend(led.limits.mode, [], led.limits), "", cache.count, cache.head)
+    return led, cache
+
+
+def _record(root: Path, led: Ledger, cache: _Cache, added: list[dict[str, Any]]) -> _Cache:
+    """Write ``added`` durably (append, or rewrite a schema-2 or old-key file whole), then the mark; new totals."""
+    new_events = [PrivacyEvent.from_json(ev) for e in added for ev in e["events"]]
+    spent = bud.add_spend(led.limits.mode, cache.spent, new_events, led.limits)
+    tail = led.tail
+    if tail is None or tail.version != SCHEMA_VERSION or not tail.current_key:
+        doc = _doc(led, [*led.entries, *added])
+        _write(root, led.path, doc, _parse_time(added[-1]["time"]))
+        return _Cache.of(_ledger_of(led.path, doc), _parse_time(added[-1]["time"]))
+    lines = _sealed_lines(root, cache.head, added)
+    _write_mark(root, led, cache, tail.size, pending=lines)  # intent first: a crash mid-append is completed
+    size = _append_at(led.path, tail.size, lines)
+    after = _Cache(cache.period, spent, cache.with_seeds(added), cache.count + len(added), added[-1]["hash"])
+    _write_mark(root, led, after, size)
+    return after
 
 
 def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest: str | None, label: str,
@@ -663,14 +931,13 @@ def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime |
     when = now or _now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
         raw, ctime = _read(path, analyst)
-        data = _json(path, raw)
+        data, _complete = load_document(path, raw)
         if data["schema_version"] == 1:
             doc, reason = _upgrade_v1(path, data, analyst)
         else:
             led = _parse(path, raw, ctime, analyst, root, check_mark=False)
             try:
-                _check_mark(led, ctime, root)
-                return led, None
+                return _check_mark(led, ctime, root, raw), None
             except _MarkError as exc:
                 if exc.entries_missing:
                     raise

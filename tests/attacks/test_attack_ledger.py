@@ -48,11 +48,11 @@ def _refused(*args):
 def test_a_header_edit_is_caught(state_dir):
     """Raising the limit from 1 to 1000 in the header (outside the old hash chain) is tampering."""
     path, _ = _spent_ledger(state_dir)
-    doc = json.loads(path.read_text())
+    doc = ledger.load_document(path, path.read_bytes())[0]
     assert doc["limits"]["epsilon"] == "1"
     for field, value in (("limits", {**doc["limits"], "epsilon": "1000"}), ("refresh_days", 1),
                          ("created", "2000-01-01T00:00:00.000000Z"), ("report_delta", 0.5)):
-        path.write_text(json.dumps({**doc, field: value}, indent=1))
+        path.write_bytes(ledger.dump_document({**doc, field: value}))
         _refused("budget", "verify", "a")
         _refused("budget", "show", "a")
         with pytest.raises(StateError):
@@ -73,7 +73,7 @@ def _sha_chain(doc):
 def test_a_full_rewrite_with_recomputed_hashes_is_caught(state_dir):
     """Dropping entries or shrinking costs, then recomputing the whole chain and the mark, needs the key."""
     path, hwm = _spent_ledger(state_dir)
-    original = json.loads(path.read_text())
+    original = ledger.load_document(path, path.read_bytes())[0]
     for edit in ("drop", "shrink"):
         doc = json.loads(json.dumps(original))
         if edit == "drop":
@@ -82,7 +82,7 @@ def test_a_full_rewrite_with_recomputed_hashes_is_caught(state_dir):
             for e in doc["entries"]:
                 e["events"][0]["epsilon"] = "0.0001"
         last = _sha_chain(doc)
-        path.write_text(json.dumps(doc, indent=1))
+        path.write_bytes(ledger.dump_document(doc))
         mark = json.loads(hwm.read_text())
         mark.update(count=len(doc["entries"]), hash=last)
         hwm.write_text(json.dumps(mark))

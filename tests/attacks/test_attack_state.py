@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 import dpcli.state.documents as documents
 import dpcli.tasks.stream_replay as sr
 from dpcli.cli.app import app
+from dpcli.state import ledger
 
 runner = CliRunner()
 _PLANS: dict = {}
@@ -143,10 +144,10 @@ class Crash(Exception):
 def _crash_after_ledger_write(monkeypatch, state_dir: Path, kind: str, captured: list) -> None:
     """Make the next write of a ``kind`` document raise if the ledger grew during this run."""
     real = documents.write
-    start = len(json.loads((state_dir / "ledgers" / "default.json").read_text())["entries"])
+    start = len(ledger.load_document(state_dir / "ledgers" / "default.json", (state_dir / "ledgers" / "default.json").read_bytes())[0]["entries"])
 
     def write(path, k, body):
-        grown = len(json.loads((state_dir / "ledgers" / "default.json").read_text())["entries"]) > start
+        grown = len(ledger.load_document(state_dir / "ledgers" / "default.json", (state_dir / "ledgers" / "default.json").read_bytes())[0]["entries"]) > start
         if k == kind and grown and not captured:
             captured.append(body)
             raise Crash("power cut")

@@ -1,0 +1,82 @@
+"""Ledger charge latency against ledger length, in every accounting mode (issue 16: ≤ 20 ms at 10,000 entries).
+
+A ledger of N entries is written once (sealed like real charges would leave it), then charged 15 times
+with fresh seeds; the median and worst wall-clock time of one ``ledger.charge`` (lock, verify the
+mark, check the budget, append, fsync, new mark) are printed as a Markdown table.
+
+    .venv/bin/python bench/bench_ledger.py [--sizes 10,1000,10000] [--charges 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+
+from dpcli.core.budget import Limits
+from dpcli.core.events import PrivacyEvent
+from dpcli.state import ledger
+
+LIMITS = {
+    "pure": {"epsilon": Fraction(10**6)},
+    "approx": {"epsilon": Fraction(10**6), "delta": Fraction(1, 10)},
+    "zcdp": {"rho": Fraction(10**6), "delta": Fraction(1, 10)},
+    "rdp": {"epsilon": Fraction(10**9), "delta": Fraction(1, 10)},
+    "br": {"epsilon_per": Fraction(1, 10), "delta": Fraction(1, 10**10), "info_budget": 10**9, "call_budget": 10**9,
+           "delta_prime": Fraction(1, 10**9)},
+}
+
+
+def event(mode: str) -> PrivacyEvent:
+    if mode == "br":
+        return PrivacyEvent("br", "topk", epsilon=Fraction(1, 10), delta=Fraction(1, 10**10), units=21, calls=1)
+    if mode in ("zcdp", "rdp"):
+        return PrivacyEvent("zcdp", "histogram/gaussian", rho=Fraction(1, 1000))
+    return PrivacyEvent("pure", "histogram/laplace", epsilon=Fraction(1, 1000))
+
+
+def ledger_with(root: Path, mode: str, n: int) -> None:
+    """A sealed ledger of ``n`` charged entries (as n charges would leave it, written in one go)."""
+    ledger.init_ledger(root, "a", Limits(mode, LIMITS[mode]))
+    led = ledger.read_ledger(root, "a")
+    when = ledger._iso(ledger._now())
+    ev = event(mode).to_json()
+    entries = [{"seq": i + 1, "time": when, "period": 0, "command": "histogram", "query_id": f"q:{i:016x}",
+                "seed_id": f"{i:024x}", "events": [ev], "summary": "histogram of data.parquet: 8 group(s) released"}
+               for i in range(n)]
+    ledger._write(root, led.path, ledger._doc(led, entries))
+
+
+def time_charges(root: Path, mode: str, charges: int) -> list[float]:
+    out = []
+    for i in range(charges):
+        t0 = time.perf_counter()
+        ledger.charge(root, "a", command="histogram", query_id="q", seed_id=f"new-{i}", reserve=[event(mode)])
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10,1000,10000")
+    ap.add_argument("--charges", type=int, default=15)
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    print("| mode | " + " | ".join(f"{n:,} entries: median / max ms" for n in sizes) + " |")
+    print("|---|" + "---|" * len(sizes))
+    for mode in LIMITS:
+        cells = []
+        for n in sizes:
+            with tempfile.TemporaryDirectory() as tmp:
+                root = Path(tmp) / "state"
+                ledger_with(root, mode, n)
+                ms = time_charges(root, mode, args.charges)
+                cells.append(f"{statistics.median(ms):.1f} / {max(ms):.1f}")
+        print(f"| {mode} | " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
