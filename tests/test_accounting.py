@@ -2,11 +2,13 @@
 
 import decimal
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
 
 from dpcli.core import accounting as acc
+from dpcli.core.events import PrivacyEvent
 
 SAFETAB_GEOMETRIC_TOTALS = [4.27, 4.27, 2.49, 2.49, 0.59, 0.59, 0.59]  # Table 4, ε per level
 SAFETAB_ZCDP_TOTALS = [0.534, 0.534, 0.159, 0.159, 0.008, 0.008, 0.008]  # Table 4, ρ per level
@@ -152,3 +154,20 @@ def test_large_epsilon_does_not_overflow():
     assert math.isfinite(acc.br_composition(big, 10**12, 1e-9))
     eps, _ = acc.rdp_to_approx(np.full(acc.RDP_ORDERS.size, np.inf), 1e-9)
     assert eps == math.inf
+
+
+def test_one_accountant_per_mode_and_limits_never_change_the_callers_dict():
+    from dpcli.core.accountants import ACCOUNTANTS, accountant_for
+    from dpcli.core.budget import MODES, Limits
+
+    assert sorted(ACCOUNTANTS) == sorted(MODES)
+    given = {"epsilon": "1"}
+    limits = Limits("pure", given)  # type: ignore[arg-type]
+    assert given == {"epsilon": "1"} and limits.values == {"epsilon": Fraction(1)}
+    acct = accountant_for(limits)
+    ev = PrivacyEvent("pure", "t", epsilon=Fraction(3, 10))
+    spent = acct.spend([ev, ev])
+    assert acct.spend([ev], base=acct.spend([ev])) == spent and acct.remaining(spent) == {"epsilon": "0.4"}
+    assert acct.fits(spent, acct.spend([ev, ev])) == "ε left is 0.4; this query needs 0.6"
+    with pytest.raises(ValueError):
+        ACCOUNTANTS["rdp"](limits)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from dpcli.core import budget as bud
 from dpcli.core.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
@@ -74,7 +73,7 @@ def test_zcdp_and_rdp_and_approx_modes(state_dir):
         ledger.charge(state_dir, "r", command="t", query_id="q", seed_id=f"r{n}", reserve=[lap])
     led = ledger.read_ledger(state_dir, "r")
     # RDP composition beats the 100 releases basic composition would allow: 150 more still fit
-    assert bud.check_fits(led.limits, led.spend(), bud.total_spend("rdp", [lap] * 153, led.limits)) is None
+    assert led.accountant.fits(led.spend(), led.accountant.spend([lap] * 153)) is None
     with pytest.raises(BudgetError):  # and the ledger refuses what does not fit
         ledger.charge(state_dir, "r", command="t", query_id="q", seed_id="big", reserve=[lap] * 400)
     ledger.init_ledger(state_dir, "x", Limits("approx", {"epsilon": Fraction(2), "delta": Fraction(1, 10**6)}))

@@ -88,7 +88,7 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
         "mode": led.limits.mode,
         "limits": led.limits.to_json(),
         "refresh_days": led.refresh_days,
-        "spent": spend.to_json(led.limits.mode),
+        "spent": led.accountant.spent_json(spend),
         "remaining": ledger.remaining_text(led),
         "guarantee": {"epsilon": eps, "delta": dlt},
         "releases": len(charged),

@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from dpcli.core import budget as bud
+from dpcli.core.accountants import Accountant, accountant_for
 from dpcli.core.exact import fraction_text, to_fraction
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
@@ -205,6 +206,11 @@ class Ledger:
     header: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
     tail: _Tail | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def accountant(self) -> Accountant:
+        """The accountant of this ledger's mode and limits."""
+        return accountant_for(self.limits)
+
     def period(self, when: datetime) -> int:
         """Index of the refresh period containing ``when`` (always 0 without refresh)."""
         if not self.refresh_days:
@@ -218,10 +224,10 @@ class Ledger:
 
     def spend(self, when: datetime | None = None) -> bud.Spend:
         events = [PrivacyEvent.from_json(ev) for e in self.current_entries(when) for ev in e["events"]]
-        return bud.total_spend(self.limits.mode, events, self.limits)
+        return self.accountant.spend(events)
 
     def guarantee(self, when: datetime | None = None) -> tuple[float, float]:
-        return bud.guarantee(self.limits, self.spend(when), self.report_delta)
+        return self.accountant.guarantee(self.spend(when), self.report_delta)
 
     def reservation(self, rid: str) -> dict[str, Any] | None:
         """The entry that created reservation ``rid``, if any."""
@@ -260,7 +266,7 @@ class Receipt:
             "entry": self.seq,
             "mode": self.limits.mode,
             "limits": self.limits.to_json(),
-            "spent": self.spent.to_json(self.limits.mode),
+            "spent": accountant_for(self.limits).spent_json(self.spent),
             "guarantee": {"epsilon": self.guarantee[0], "delta": self.guarantee[1]},
         }
 
@@ -683,14 +689,14 @@ def _fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEven
     """Refuse (BudgetError) unless the reserve fits what is left; the actual cost must not exceed it."""
     mode = led.limits.mode
     try:
-        need = bud.total_spend(mode, reserve, led.limits)
-        actual_spend = bud.total_spend(mode, actual, led.limits)
+        need = led.accountant.spend(reserve)
+        actual_spend = led.accountant.spend(actual)
     except bud.ChargeRefused as exc:
         raise BudgetError(f"analyst {analyst!r} ({mode} ledger): {exc}") from None
-    short = bud.check_fits(led.limits, spent, need)
+    short = led.accountant.fits(spent, need)
     if short is not None:
         raise BudgetError(f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})")
-    if bud.check_fits(led.limits, spent, actual_spend) is not None:
+    if led.accountant.fits(spent, actual_spend) is not None:
         raise BudgetError("internal: actual cost exceeds the reserved cost")
 
 
@@ -809,7 +815,7 @@ def charge(
         replay=replay_of is not None,
         seq=added[-1]["seq"],
         spent=after.spent,
-        guarantee=bud.guarantee(led.limits, after.spent, led.report_delta),
+        guarantee=led.accountant.guarantee(after.spent, led.report_delta),
         limits=led.limits,
         remaining=remaining_text(led, when, after.spent),
         reserved=reserved,
@@ -861,14 +867,14 @@ def _from_mark(root: Path, analyst: str, when: datetime) -> tuple[Ledger, _Cache
     if period < cache.period:  # the clock went back a period: recount from the entries
         return None
     if period > cache.period:  # a new refresh period: nothing spent in it yet
-        cache = _Cache(period, bud.total_spend(led.limits.mode, [], led.limits), "", cache.count, cache.head)
+        cache = _Cache(period, led.accountant.spend([]), "", cache.count, cache.head)
     return led, cache
 
 
 def _record(root: Path, led: Ledger, cache: _Cache, added: list[dict[str, Any]]) -> _Cache:
     """Write ``added`` durably (append, or rewrite a schema-2 or old-key file whole), then the mark; new totals."""
     new_events = [PrivacyEvent.from_json(ev) for e in added for ev in e["events"]]
-    spent = bud.add_spend(led.limits.mode, cache.spent, new_events, led.limits)
+    spent = led.accountant.spend(new_events, base=cache.spent)
     tail = led.tail
     if tail is None or tail.version != SCHEMA_VERSION or not tail.current_key:
         doc = _doc(led, [*led.entries, *added])
@@ -954,22 +960,7 @@ def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime |
 
 def remaining_text(ledger: Ledger, when: datetime | None = None, spent: bud.Spend | None = None) -> dict[str, str]:
     """What is left of each limit, as exact text (RDP: the ε reached so far); ``spent``: if already computed."""
-    s = ledger.spend(when) if spent is None else spent
-    lim = ledger.limits
-    mode = lim.mode
-    if mode == "pure":
-        return {"epsilon": fraction_text(lim["epsilon"] - s.epsilon)}
-    if mode == "approx":
-        return {"epsilon": fraction_text(lim["epsilon"] - s.epsilon), "delta": fraction_text(lim["delta"] - s.delta)}
-    if mode == "zcdp":
-        return {"rho": fraction_text(lim["rho"] - s.rho), "delta": fraction_text(lim["delta"] - s.delta)}
-    if mode == "rdp":
-        eps, _ = bud.guarantee(lim, s)
-        return {"epsilon_reached": f"{eps:.6g}", "epsilon_limit": fraction_text(lim["epsilon"])}
-    return {
-        "info_units": str(int(lim["info_budget"]) - s.units),
-        "calls": str(int(lim["call_budget"]) - s.calls),
-    }
+    return ledger.accountant.remaining(ledger.spend(when) if spent is None else spent)
 
 
 __all__ = [
