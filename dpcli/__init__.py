@@ -1,3 +1,47 @@
-"""dpcli: differentially private statistics over CSV/Parquet files."""
+"""dpcli: differentially private statistics over CSV/Parquet files, as a CLI and a library.
+
+The library in a few names (imported on first use, so ``import dpcli`` stays cheap)::
+
+    from fractions import Fraction
+    from pathlib import Path
+    import dpcli
+
+    state = Path("dp-state")
+    dpcli.init_ledger(state, "me", dpcli.Limits("approx", {"epsilon": Fraction(2), "delta": Fraction(1, 10**6)}))
+    query = dpcli.HistogramQuery(by=("country",), unit="user_id", aggregations=("count",),
+                                 epsilon=Fraction(1, 2), delta=Fraction(1, 10**7))
+    release = dpcli.release_histogram("views.parquet", query, state_dir=state, analyst="me")
+    print(release.table, release.report["ledger"]["remaining"])
+
+See ARCHITECTURE.md for the modules behind them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
+
+#: Public name → module that defines it.
+_EXPORTS = {
+    "HistogramQuery": "dpcli.tasks.histogram",
+    "TopKQuery": "dpcli.tasks.topk",
+    "Limits": "dpcli.core.budget",
+    "PrivacyEvent": "dpcli.core.events",
+    "accountant_for": "dpcli.core.accountants",
+    "init_ledger": "dpcli.state.ledger",
+    "read_ledger": "dpcli.state.ledger",
+    "open_input": "dpcli.files",
+    "release_histogram": "dpcli.release",
+    "Release": "dpcli.release",
+    "DpcliError": "dpcli.errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dpcli' has no attribute {name!r}")

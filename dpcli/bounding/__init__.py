@@ -82,7 +82,7 @@ GRID = "__dp_grid"
 _MASK64 = (1 << 64) - 1
 
 #: Version of the bounding semantics (grid, clamping, bad records), part of every release seed (see
-#: :func:`dpcli.cli._release.release_seed`): a release computed under other semantics gets fresh noise and
+#: :func:`dpcli.release.release_seed`): a release computed under other semantics gets fresh noise and
 #: a fresh charge, never a "replay" whose noise cancels against an old release of different aggregates.
 #: 2: grid ⌈lo/g⌉…⌊hi/g⌋ clamped in integers; null units and NaN values dropped, ±inf clamped.
 SEMANTICS = 2

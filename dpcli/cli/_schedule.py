@@ -21,7 +21,8 @@ import typer
 
 from dpcli.cli._common import Settings
 from dpcli.cli._options import positive, probability
-from dpcli.cli._release import ReleaseSeed, charge_and_write, write_and_report
+from dpcli.cli._release import charge_and_write, write_and_report
+from dpcli.release import Prepared
 from dpcli.core import schedules as sch
 from dpcli.core.exact import fraction_text
 from dpcli.core.events import PrivacyEvent
@@ -42,8 +43,8 @@ GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: grow
 BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
 ImproverCOpt = Annotated[str, typer.Option("--improver-c", help="bbimprover: c in ε_t ∝ t^-(1/2+c), 0 < c ≤ 1/2.")]
 
-#: A run's black box: ε for this run → (seed, privacy events, result table, metadata).
-RunRelease = Callable[[Fraction], tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]]
+#: A run's black box: ε for this run → the release computed at that ε (not yet charged).
+RunRelease = Callable[[Fraction], Prepared]
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,8 @@ def run_scheduled(
             return
         if epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {step} is below 10^-15; the schedule is spent")
-        seed, events, result, metadata = run(epsilon)
+        prepared = run(epsilon)
+        seed, events, result, metadata = prepared.seed, prepared.events, prepared.table, prepared.metadata
         if any(e.kind != "pure" for e in events) or sum(e.epsilon for e in events) > epsilon:
             raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
         if fresh:  # on disk before its reservation: a crash in between is retried with the same id

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
-from typing import Annotated, Any
-
-import polars as pl
+from typing import Annotated
 
 import typer
 
+from dpcli import release
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DeltaOpt,
@@ -25,7 +23,7 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed
+from dpcli.cli._release import output_plan, write_release
 from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
@@ -37,13 +35,9 @@ from dpcli.cli._schedule import (
     run_scheduled,
     schedule_spec,
 )
-from dpcli.core.exact import fraction_text
-from dpcli.core.events import PrivacyEvent
-from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.files import open_input, read_group_list, require_columns
 from dpcli.tasks import histogram as hist
 
 
@@ -159,50 +153,21 @@ def histogram(
             )
             return
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    # Every column the query uses is read as text from CSV/NDJSON, so its type comes from the query,
-    # never from what one record holds; values are parsed per record while bounding (unparsable ones
-    # are dropped). Parquet keeps its declared types. The public list is read as text too and cast to
-    # the data's types (text matches text exactly: "01" is not "1").
-    table = open_input(input, input_format, text_columns=(privacy_unit, *query.by, *([value] if value else [])))
-    wanted = {privacy_unit: "key", **{c: "key" for c in query.by}}
-    if value:
-        wanted[value] = "value"  # numeric, or text parsed per record
-    schema = require_columns(table, wanted)  # type: ignore[arg-type]
-    key_frame = keys_table = None
-    data = {"data": table.fingerprint}
-    if keys:
-        keys_table = open_input(keys, text_columns=query.by)
-        key_frame = read_group_list(keys_table, query.by, schema)
-        data["keys"] = keys_table.fingerprint
+    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys)
+    runner = release.histogram_runner(s.state_dir, query, inputs, led.limits)
 
-    def release_for(eps: Fraction | None) -> tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]:
-        q = replace(query, epsilon=eps)
-        plan = hist.plan_histogram(q, led.limits.mode, led.limits.values)
-        seed = release_seed(s.state_dir, {"command": "histogram", "v": 1, **q.canonical()}, data)
-        with working(ctx, f"bounding contributions and aggregating {table.name}"):
-            release = hist.run_histogram(table, q, plan, KeyedStream(seed.seed, "histogram"), key_frame)
-        metadata = {
-            "command": "histogram",
-            "groups": release.groups_released,
-            "aggregations": list(q.aggregations),
-            "max_partitions": q.max_partitions,
-            "max_contributions": q.max_contributions,
-            "split": plan.summary.get("split"),
-            "threshold": plan.threshold,
-            **release.metadata,
-        }
-        if q.epsilon is not None:
-            metadata["epsilon"] = fraction_text(q.epsilon)
-        return seed, plan.events, release.table, metadata
+    def run(eps: Fraction | None) -> release.Prepared:
+        with working(ctx, f"bounding contributions and aggregating {inputs.table.name}"):
+            return runner(eps)
 
     if spec is not None:
         scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon"}
-        run_scheduled(s, analyst, "histogram", spec, {"command": "histogram", **scheduled, "keys": data["keys"]},
-                      table, release_for, output, fmt, as_json)
+        run_scheduled(s, analyst, "histogram", spec, {"command": "histogram", **scheduled,
+                      "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json)
         return
-    seed, events, result, metadata = release_for(query.epsilon)
-    line = f"histogram of {table.name}: {metadata['groups']} group(s) released"
-    if metadata.get("threshold") is not None:
-        line += f" (threshold {metadata['threshold']} noisy units)"
-    charge_and_write(s, analyst, "histogram", seed, events, result, output, fmt, metadata, as_json, line,
-                     inputs=(table, keys_table))
+    prepared = run(query.epsilon)
+    done = release.charge(s.state_dir, analyst, "histogram", prepared,
+                          release.histogram_summary(inputs.table.name, prepared.metadata),
+                          lock_timeout=s.lock_timeout, inputs=inputs.tables)
+    write_release(s, done, output, fmt, as_json)
+

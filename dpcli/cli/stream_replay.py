@@ -23,7 +23,8 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed, write_and_report
+from dpcli.cli._release import charge_and_write, output_plan, write_and_report
+from dpcli.release import ReleaseSeed, release_seed
 from dpcli.cli._times import parse_duration, parse_moment
 from dpcli.errors import UsageError
 from dpcli.state import ledger

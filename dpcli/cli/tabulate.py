@@ -8,7 +8,8 @@ import typer
 
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
-from dpcli.cli._release import charge_and_write, output_plan, release_seed
+from dpcli.cli._release import charge_and_write, output_plan
+from dpcli.release import release_seed
 from dpcli.core.prf import KeyedStream
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir

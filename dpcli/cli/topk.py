@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from fractions import Fraction
-from typing import Annotated, Any
-
-import polars as pl
+from typing import Annotated
 
 import typer
 
+from dpcli import release
 from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DeltaOpt,
@@ -23,7 +21,7 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import ReleaseSeed, charge_and_write, output_plan, release_seed
+from dpcli.cli._release import output_plan, write_release
 from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
@@ -35,12 +33,9 @@ from dpcli.cli._schedule import (
     run_scheduled,
     schedule_spec,
 )
-from dpcli.core.events import PrivacyEvent
-from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
-from dpcli.files import open_input, read_group_list, require_columns
 from dpcli.tasks import topk as tk
 
 
@@ -129,43 +124,26 @@ def topk(
                        "count_noise": plan.count_noise.describe() if plan.count_noise else None})
             return
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, domain))
-    # The unit and group columns are read as text from CSV/NDJSON (their type comes from the query, not
-    # from one record); the candidate list too, then cast to the data's types (see histogram).
-    table = open_input(input, input_format, text_columns=(privacy_unit, *query.by))
-    schema = require_columns(table, {privacy_unit: "key", **{c: "key" for c in query.by}})
-    data = {"data": table.fingerprint}
-    cand = domain_table = None
-    if domain:
-        domain_table = open_input(domain, text_columns=query.by)
-        cand = read_group_list(domain_table, query.by, schema)
-        data["domain"] = domain_table.fingerprint
+    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, domain, "domain")
+    runner = release.topk_runner(s.state_dir, inputs, led.limits)
 
-    def release_for(q: tk.TopKQuery, mode: str) -> tuple[ReleaseSeed, tk.TopKPlan, tk.TopKRelease]:
-        plan = tk.plan_topk(q, mode, led.limits.values)
-        seed = release_seed(s.state_dir, {"command": "topk", "v": 1, **q.canonical()}, data)
-        with working(ctx, f"counting groups in {table.name}"):
-            release = tk.run_topk(table, q, plan, KeyedStream(seed.seed, "topk"), cand)
-        release.metadata.update({"command": "topk", "guarantee": plan.guarantee})
-        return seed, plan, release
+    def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
+        with working(ctx, f"counting groups in {inputs.table.name}"):
+            return runner(q, mode)
 
     if spec is not None:
-
-        def scheduled_run(eps: Fraction) -> tuple[ReleaseSeed, list[PrivacyEvent], pl.DataFrame, dict[str, Any]]:
-            # The run's whole ε: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
-            per = eps * 2 / (3 * query.k) if query.with_counts else eps / query.k
-            seed, plan, release = release_for(replace(query, epsilon_per=per), "pure")
-            return seed, plan.reserve, release.table, release.metadata
-
+        # The run's whole ε: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
+        per = (lambda eps: eps * 2 / (3 * query.k)) if query.with_counts else (lambda eps: eps / query.k)
         scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon_per"}
-        run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": data["domain"]},
-                      table, scheduled_run, output, fmt, as_json)
+        run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": inputs.fingerprints["domain"]},
+                      inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json)
         return
-    seed, plan, release = release_for(query, led.limits.mode)
-    found = release.metadata["found"]
-    line = f"top-{query.k} of {table.name}: {found} group(s)"
-    if release.bottom:
+    prepared = run(query, led.limits.mode)
+    found, bottom = prepared.metadata["found"], prepared.metadata.get("bottom", False)
+    line = f"top-{query.k} of {inputs.table.name}: {found} group(s)"
+    if bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
-    charge_and_write(s, analyst, "topk", seed, plan.reserve, release.table, output, fmt, release.metadata, as_json,
-                     line, actual=release.actual, inputs=(table, domain_table))
-    if release.bottom and not as_json:
+    done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables)
+    write_release(s, done, output, fmt, as_json)
+    if bottom and not as_json:
         info(ctx, f"dpcli: note: fewer than k = {query.k} groups pass the threshold (⊥)")

@@ -34,7 +34,7 @@ from dpcli.tasks.stream.state import STATE_KIND, check_state_body, key_schema_of
 
 
 class Seed(Protocol):
-    """A derived release seed and its public id (:class:`dpcli.cli._release.ReleaseSeed`)."""
+    """A derived release seed and its public id (:class:`dpcli.release.ReleaseSeed`)."""
 
     seed: bytes
     id: str

@@ -1,0 +1,249 @@
+"""The release path every command shares, as a library: open → seed → run → debit → report.
+
+A release is computed in memory first (bad data fails before any debit), then
+the ledger is charged durably, and only then may anything be written. The
+seed is ``HMAC(key, query + input fingerprints + engine versions)``, so the
+same query on the same bytes is the same release (and a free replay).
+
+Library use (no CLI involved)::
+
+    import dpcli
+    query = dpcli.HistogramQuery(by=("country",), unit="user_id", aggregations=("count",),
+                                 epsilon=Fraction(1, 2), delta=Fraction(1, 10**7))
+    release = dpcli.release_histogram("views.parquet", query, state_dir=Path("state"), analyst="me")
+    release.table, release.report  # the noisy table; what was charged and what is left
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from dpcli import bounding
+from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import fraction_text
+from dpcli.core.prf import KeyedStream, canonical_json, derive_seed, seed_id
+from dpcli.errors import UsageError
+from dpcli.files import InputTable, open_input, read_group_list, require_columns, verify_unchanged
+from dpcli.state import keys, ledger
+from dpcli.tasks import histogram as hist
+from dpcli.tasks import topk as tk
+
+
+@dataclass(frozen=True)
+class ReleaseSeed:
+    """The seed of one release and its public id."""
+
+    seed: bytes
+    id: str
+    query_id: str
+
+
+def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any]) -> ReleaseSeed:
+    """seed = HMAC(key, query + data fingerprints + polars and bounding versions); query id = hash of the query."""
+    material = {"query": query, **data, "engine": f"polars {pl.__version__}; bounding {bounding.SEMANTICS}"}
+    seed = derive_seed(keys.load_or_create_key(root), material)
+    qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
+    return ReleaseSeed(seed, seed_id(seed), qid)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A release computed in memory, not yet charged: its seed, cost, table and public metadata."""
+
+    seed: ReleaseSeed
+    events: list[PrivacyEvent]
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+    actual: list[PrivacyEvent] | None = None  # what it really cost, if less than ``events`` (topk's ⊥)
+
+
+@dataclass(frozen=True)
+class Release:
+    """A charged release: the noisy table and the report of what was charged and what is left."""
+
+    table: pl.DataFrame
+    report: dict[str, Any]
+    summary: str  # one line for humans (the CLI prints it on stderr)
+
+
+@dataclass(frozen=True)
+class QueryInputs:
+    """The inputs of a grouped query, opened once, hashed and checked: the data and an optional public group list."""
+
+    table: InputTable
+    schema: pl.Schema
+    groups: pl.DataFrame | None = None  # the public list of groups (--keys, --domain), cast to the data's types
+    groups_table: InputTable | None = None
+    fingerprints: dict[str, str] | None = None
+
+    @property
+    def tables(self) -> tuple[InputTable | None, ...]:
+        return (self.table, self.groups_table)
+
+
+def open_query_inputs(
+    source: str,
+    input_format: str | None,
+    unit: str,
+    by: tuple[str, ...],
+    value: str | None = None,
+    group_list: str | None = None,
+    group_list_name: str = "keys",
+) -> QueryInputs:
+    """Open the data (and a public group list) for a grouped query and check its columns.
+
+    Every column the query uses is read as text from CSV/NDJSON, so its type comes from the query,
+    never from what one record holds (values are parsed per record while bounding; unparsable ones
+    are dropped). Parquet keeps its declared types. The group list is read as text too and cast to
+    the data's types (text matches text exactly: "01" is not "1").
+    """
+    table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])))
+    wanted: dict[str, Any] = {unit: "key", **{c: "key" for c in by}}
+    if value:
+        wanted[value] = "value"
+    schema = require_columns(table, wanted)
+    fingerprints = {"data": table.fingerprint}
+    if group_list is None:
+        return QueryInputs(table, schema, fingerprints=fingerprints)
+    groups_table = open_input(group_list, text_columns=by)
+    groups = read_group_list(groups_table, by, schema)
+    fingerprints[group_list_name] = groups_table.fingerprint
+    return QueryInputs(table, schema, groups, groups_table, fingerprints)
+
+
+def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs,
+                     limits: Any) -> Callable[[Fraction | None], Prepared]:
+    """ε → the histogram release at that ε (a schedule calls it with each run's ε)."""
+
+    def run(eps: Fraction | None) -> Prepared:
+        q = replace(query, epsilon=eps)
+        plan = hist.plan_histogram(q, limits.mode, limits.values)
+        seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.fingerprints or {})
+        result = hist.run_histogram(inputs.table, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups)
+        metadata = {
+            "command": "histogram",
+            "groups": result.groups_released,
+            "aggregations": list(q.aggregations),
+            "max_partitions": q.max_partitions,
+            "max_contributions": q.max_contributions,
+            "split": plan.summary.get("split"),
+            "threshold": plan.threshold,
+            **result.metadata,
+        }
+        if q.epsilon is not None:
+            metadata["epsilon"] = fraction_text(q.epsilon)
+        return Prepared(seed, plan.events, result.table, metadata)
+
+    return run
+
+
+def topk_runner(root: Path, inputs: QueryInputs, limits: Any) -> Callable[[tk.TopKQuery, str], Prepared]:
+    """(query, accounting mode) → the top-k release (a schedule runs it in pure mode at each run's ε_per)."""
+
+    def run(q: tk.TopKQuery, mode: str) -> Prepared:
+        plan = tk.plan_topk(q, mode, limits.values)
+        seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.fingerprints or {})
+        result = tk.run_topk(inputs.table, q, plan, KeyedStream(seed.seed, "topk"), inputs.groups)
+        result.metadata.update({"command": "topk", "guarantee": plan.guarantee})
+        return Prepared(seed, plan.reserve, result.table, result.metadata, actual=result.actual)
+
+    return run
+
+
+def charge(
+    root: Path,
+    analyst: str,
+    command: str,
+    prepared: Prepared,
+    summary_line: str,
+    *,
+    lock_timeout: float = 30.0,
+    step: ledger.Step | None = None,
+    before_output: Callable[[], None] | None = None,
+    inputs: Sequence[InputTable | None] = (),
+) -> Release:
+    """Debit ``prepared`` (free if this seed was already released) and report; nothing is written here.
+
+    ``inputs`` (the tables the release read) are first checked to be unchanged since they were
+    hashed: a file rewritten while it was read is refused (exit 66) with no debit.
+
+    With ``step`` the release is a run against a stream's or schedule's state file, paid by its
+    reservation (which ``step.create`` debits on the first run: the report then says
+    ``"charged": true`` and lists it as ``reserved``). ``before_output`` runs after the debit (the
+    state file's own write: ledger first, so a crash in between is retried as a free exact repeat).
+    """
+    verify_unchanged(*inputs)
+    receipt = ledger.charge(root, analyst, command=command, query_id=prepared.seed.query_id,
+                            seed_id=prepared.seed.id, reserve=prepared.events, actual=prepared.actual,
+                            summary=summary_line, lock_timeout=lock_timeout, step=step)
+    if before_output is not None:
+        before_output()
+    charged = prepared.actual if prepared.actual is not None else prepared.events
+    report = {
+        **prepared.metadata,
+        "cost": [] if step else [e.to_json() for e in charged],
+        "charged": not receipt.replay and (step is None or bool(receipt.reserved)),
+        "seed_id": prepared.seed.id,
+        "ledger": {**receipt.to_json(), "remaining": receipt.remaining},
+    }
+    if receipt.reserved:
+        report["reserved"] = [e.to_json() for e in receipt.reserved]
+    if receipt.replay:
+        cost = "free replay of an earlier identical release"
+    elif receipt.reserved:
+        cost = "reserved " + cost_text(list(receipt.reserved)) + ", which covers this run"
+    elif step:
+        cost = "covered by the reservation"
+    else:
+        cost = "charged " + cost_text(charged)
+    remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
+    return Release(prepared.table, report, f"{summary_line}; {cost}; remaining {remaining}")
+
+
+def cost_text(events: list[PrivacyEvent]) -> str:
+    """``mechanism (epsilon=…, delta=…) + …``: a release's cost in one line."""
+    parts = []
+    for e in events:
+        bits = [f"{k}={v}" for k, v in e.to_json().items() if k in ("epsilon", "delta", "rho", "units", "calls")]
+        parts.append(f"{e.mechanism} ({', '.join(bits)})")
+    return " + ".join(parts)
+
+
+def histogram_summary(table_name: str, metadata: dict[str, Any]) -> str:
+    """The one-line summary of a histogram release (public parameters and noisy counts only)."""
+    line = f"histogram of {table_name}: {metadata['groups']} group(s) released"
+    if metadata.get("threshold") is not None:
+        line += f" (threshold {metadata['threshold']} noisy units)"
+    return line
+
+
+def release_histogram(
+    source: str,
+    query: hist.HistogramQuery,
+    *,
+    state_dir: Path,
+    analyst: str = "default",
+    keys: str | None = None,
+    input_format: str | None = None,
+    lock_timeout: float = 30.0,
+) -> Release:
+    """Run and charge one histogram release on a file: the library form of ``dpcli histogram``.
+
+    ``keys`` is a public list of groups (known domain); without it groups are discovered and
+    thresholded. The analyst's ledger in ``state_dir`` must exist and is debited before this returns.
+    """
+    if (keys is None) == (query.domain == "keys"):
+        raise UsageError("a public list of groups is given exactly when the query's domain is 'keys'", field="keys")
+    limits = ledger.read_ledger(state_dir, analyst, lock_timeout).limits
+    query.validate()
+    inputs = open_query_inputs(source, input_format, query.unit, query.by, query.value, keys)
+    prepared = histogram_runner(state_dir, query, inputs, limits)(query.epsilon)
+    return charge(state_dir, analyst, "histogram", prepared, histogram_summary(inputs.table.name, prepared.metadata),
+                  lock_timeout=lock_timeout, inputs=inputs.tables)

@@ -1,0 +1,44 @@
+"""The library API: the README's example runs as written, and debits before it returns."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dpcli
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_the_documented_example_runs_charges_and_replays_for_free(tmp_path, monkeypatch):
+    """Run the example of dpcli/__init__.py's docstring on the sample data."""
+    example = re.search(r"::\n\n(.*?)\n\nSee ", dpcli.__doc__, re.S).group(1)
+    code = "\n".join(line[4:] for line in example.splitlines())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "views.parquet").write_bytes((ROOT / "sample_data" / "page_views.parquet").read_bytes())
+    namespace: dict = {}
+    exec(compile(code, "example", "exec"), namespace)  # noqa: S102 (our own docstring)
+    first = namespace["release"]
+    assert first.report["charged"] and first.report["ledger"]["remaining"] == {"epsilon": "1.5", "delta": "0.0000009"}
+    assert first.table.columns == ["country", "count"] and first.table.height > 0
+    again = dpcli.release_histogram("views.parquet", namespace["query"], state_dir=namespace["state"], analyst="me")
+    assert not again.report["charged"] and again.table.equals(first.table)  # same seed: a free replay
+    assert len(dpcli.read_ledger(namespace["state"], "me").entries) == 2
+
+
+def test_library_errors_name_fields_and_the_cli_spells_them_as_flags(tmp_path):
+    q = dpcli.HistogramQuery(by=("country",), unit="user_id", domain="keys")
+    with pytest.raises(dpcli.DpcliError) as err:
+        dpcli.release_histogram("views.parquet", q, state_dir=tmp_path, analyst="me")
+    assert err.value.field == "keys" and str(err.value).startswith("keys ")
+    from dpcli.cli._common import error_line
+    assert error_line(err.value).startswith("--keys ")
+
+
+def test_import_dpcli_and_help_do_not_load_polars_or_numpy():
+    code = "import sys, dpcli; dpcli.__version__; print(sorted(m for m in ('polars', 'numpy') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
