@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test audit man bench bench-ledger bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,7 @@ demo: $(STAMP)
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not audit"
 
 audit: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -68,6 +68,9 @@ $(PEERS): bench/peers/requirements.txt
 	touch $(PEERS)
 
 bench-peers: $(PEERS)
+
+bench-ledger: $(STAMP)  # ms per charge at 10 / 1,000 / 10,000 entries, every mode (target ≤ 20 ms)
+	$(BIN)/python bench/bench_ledger.py
 
 bench-fig3: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

@@ -69,9 +69,8 @@ def test_zcdp_conversions_are_consistent():
             assert acc.zcdp_delta(rho, opt) <= d * (1 + 1e-9)
 
 
-def test_pure_to_zcdp_curve_and_group_privacy():
+def test_pure_to_zcdp_curve():
     assert acc.pure_rdp(1.0, np.array([2.0]))[0] == pytest.approx(1.0)
-    assert acc.group_privacy(0.5, 1e-9, 2)[0] == 1.0
     eps, _ = acc.advanced_composition(0.1, 0, 100, 1e-6)
     assert eps < 10
 
@@ -150,7 +149,6 @@ def test_large_epsilon_does_not_overflow():
     assert np.all(np.isfinite(acc.discrete_laplace_rdp(big)))
     eps, _ = acc.advanced_composition(big, 0.0, 10, 1e-6)
     assert eps == 10 * big
-    assert acc.group_privacy(big, 1e-9, 3) == (3 * big, 1.0)
     assert math.isfinite(acc.br_composition(big, 10**12, 1e-9))
     eps, _ = acc.rdp_to_approx(np.full(acc.RDP_ORDERS.size, np.inf), 1e-9)
     assert eps == math.inf

@@ -411,3 +411,26 @@ def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_p
     top_many = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
     assert one.height == 3 and one.equals(many)
     assert top_one.equals(top_many)
+
+
+def test_bounding_carries_its_stability_and_removing_a_unit_stays_within_it():
+    """The stability a BoundingSpec reports holds: dropping any one unit moves each group total by at most
+    linf(column), and touches at most max_groups groups (exact integers, so no tolerance)."""
+    from dpcli import bounding
+
+    grid = bounding.ValueGrid(Fraction(0), Fraction(10), Fraction(1, 2))
+    spec = bounding.BoundingSpec("u", ("g",), max_partitions=2, max_contributions=3, value="v", grid=grid)
+    st = spec.stability()
+    assert (st.max_groups, st.linf("rows"), st.linf("units"), st.l1("rows")) == (2, 3, 1, 6)
+    assert st.linf("csum") == 3 * grid.half_width_units and st.l2_squared("units") == 2
+    n = 400
+    frame = pl.DataFrame({"u": [f"u{i % 37}" for i in range(n)], "g": [f"g{i % 5}" for i in range(n)],
+                          "v": [float(i % 23) for i in range(n)]}).lazy()
+    bounded = spec.bound(frame, salt=12345)
+    totals = bounding.group_totals(bounded.frame, spec).collect()
+    for unit in ("u0", "u7", "u36"):
+        without = bounding.group_totals(spec.bound(frame.filter(pl.col("u") != unit), salt=12345).frame, spec).collect()
+        joined = totals.join(without, on="g", how="left", suffix="_w").fill_null(0)
+        for col in ("rows", "units", "csum", "csumsq"):
+            moved = (joined[col] - joined[f"{col}_w"]).abs()
+            assert moved.max() <= bounded.stability.linf(col) and (moved > 0).sum() <= st.max_groups

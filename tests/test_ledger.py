@@ -138,7 +138,7 @@ def _worker(args):
     return ok
 
 
-@pytest.mark.parametrize("per_worker,fit", [(20, 120), pytest.param(200, 1000, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("per_worker,fit", [(20, 120), pytest.param(200, 1000, marks=pytest.mark.audit)])
 def test_parallel_debits_never_overspend_or_lose_entries(state_dir, per_worker, fit):
     """8 processes × per_worker debits of 0.01 against a limit that fits exactly ``fit`` of them."""
     ledger.init_ledger(state_dir, "p", Limits("pure", {"epsilon": Fraction(fit, 100)}))
@@ -164,7 +164,7 @@ for i in range(start, start + 100000):
 """
 
 
-@pytest.mark.parametrize("kills", [12, pytest.param(500, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("kills", [12, pytest.param(500, marks=pytest.mark.audit)])
 def test_sigkill_never_corrupts_or_undercounts(state_dir, tmp_path, kills):
     """SIGKILLs of a busy writer at varied moments after its first release (a charge takes ~10-30 ms, so
     many land mid-write): the ledger always parses and verifies, and is never below what was released."""

@@ -30,6 +30,13 @@ def test_the_documented_example_runs_charges_and_replays_for_free(tmp_path, monk
     assert len(dpcli.read_ledger(namespace["state"], "me").entries) == 2
 
 
+def test_the_readme_shows_the_same_example():
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"## Library.*?```python\n(.*?)```", readme, re.S).group(1)
+    example = re.search(r"::\n\n(.*?)\n\nSee ", dpcli.__doc__, re.S).group(1)
+    assert shown.strip() == "\n".join(line[4:] for line in example.splitlines()).strip()
+
+
 def test_library_errors_name_fields_and_the_cli_spells_them_as_flags(tmp_path):
     q = dpcli.HistogramQuery(by=("country",), unit="user_id", domain="keys")
     with pytest.raises(dpcli.DpcliError) as err:

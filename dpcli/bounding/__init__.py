@@ -245,6 +245,25 @@ class BoundingSpec:
         if (self.value is None) != (self.grid is None):
             raise ValueError("a value column needs a grid and vice versa")
 
+    def stability(self) -> Stability:
+        """What these bounds guarantee per group, in the units of each bounded total (:func:`group_totals`).
+
+        ``rows``: at most C rows per unit and group; ``units``: a unit counts once per group;
+        with a value grid, ``sum`` (grid units from 0, |value| ≤ max_abs), ``csum`` (centred,
+        |value − mid| ≤ half width) and ``csumsq`` (squares of centred values); all over at most
+        ``max_partitions`` groups. (A cap of 0 grid units is counted as 1: the noise stays proper.)
+        """
+        c = self.max_contributions
+        per_group: dict[str, int] = {"rows": c, "units": 1}
+        if self.grid is not None:
+            hw = max(self.grid.half_width_units, 1)
+            per_group.update(sum=c * max(self.grid.max_abs_units, 1), csum=c * hw, csumsq=c * hw * hw)
+        return Stability(self.max_partitions, per_group)
+
+    def bound(self, frame: pl.LazyFrame, salt: int) -> Bounded:
+        """:func:`bound_contributions` of ``frame``, with the stability those bounds guarantee."""
+        return Bounded(bound_contributions(frame, self, salt), self.stability())
+
     @property
     def partial_dtype(self) -> pl.DataType:
         """Integer type of the per-(unit, group) sums: Int64 when C rows of the largest square fit, else Int128."""
@@ -252,7 +271,7 @@ class BoundingSpec:
         return pl.Int64() if self.max_contributions * hw * hw < (1 << 63) else pl.Int128()
 
 
-def _check_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
+def _select_columns(frame: pl.LazyFrame, spec: BoundingSpec) -> pl.LazyFrame:
     cols = [spec.unit, *spec.by] + ([spec.value] if spec.value else [])
     return frame.select([pl.col(c) for c in dict.fromkeys(cols)])
 
@@ -265,7 +284,7 @@ def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyF
     Without a value column the rows are returned as they are (row counts are
     capped, and null units dropped, after aggregation instead).
     """
-    lf = _check_columns(frame, spec)
+    lf = _select_columns(frame, spec)
     if spec.value is None or spec.grid is None:
         return lf
     g = spec.grid

@@ -24,7 +24,7 @@ import polars as pl
 class Stability:
     """User-level sensitivities of a bounded table, per released column."""
 
-    max_groups: int
+    max_groups: int | None  # None: a unit may touch every group (only per-group bounds hold)
     per_group: Mapping[str, int | Fraction] = field(default_factory=dict)
 
     def linf(self, column: str) -> int | Fraction:
@@ -36,11 +36,16 @@ class Stability:
 
     def l1(self, column: str) -> int | Fraction:
         """The most one unit changes ``column`` summed over all groups (L1 sensitivity)."""
-        return self.max_groups * self.linf(column)
+        return self._groups() * self.linf(column)
 
     def l2_squared(self, column: str) -> int | Fraction:
         """The squared L2 sensitivity of ``column``: ``max_groups`` groups, each moved by at most L∞."""
-        return self.max_groups * self.linf(column) ** 2
+        return self._groups() * self.linf(column) ** 2
+
+    def _groups(self) -> int:
+        if self.max_groups is None:
+            raise ValueError("no bound on the groups one unit touches: only per-group (L∞) sensitivities hold")
+        return self.max_groups
 
 
 @dataclass(frozen=True)

@@ -298,20 +298,6 @@ def advanced_composition(epsilon: float, delta: float, count: int, delta_prime: 
     return min(_up(eps), basic), min(1.0, _up(k * delta + delta_prime))
 
 
-def group_privacy(epsilon: float, delta: float, size: int) -> tuple[float, float]:
-    """(ε, δ)-DP for one record ⇒ (kε, (e^{kε}-1)/(e^ε-1)·δ) for ``size`` = k records (δ capped at 1)."""
-    if size < 1:
-        raise ValueError("group size must be ≥ 1")
-    k_eps = _mul_up(float(size), epsilon)
-    if epsilon == 0 or delta == 0:
-        return k_eps, min(1.0, _mul_up(float(size), delta))
-    if k_eps < 700.0:
-        return k_eps, min(1.0, _up(math.expm1(k_eps) / math.expm1(epsilon) * delta))
-    # ln((e^{kε} − 1)/(e^ε − 1)) ≤ kε − ε − ln(1 − e^{−ε}); compared with ln(1/δ) in log space.
-    log_ratio = k_eps - epsilon - math.log(-math.expm1(-epsilon))
-    return k_eps, math.exp(min(0.0, _up(log_ratio + math.log(delta), log_ratio)))
-
-
 def discrete_laplace_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray:
     """Exact RDP curve of the discrete Laplace with scale 1/ε against a shift of 1.
 

@@ -203,8 +203,8 @@ def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate:
     Vectorised over rows: each round proposes B uniform candidates for every
     undecided row and accepts candidate j with Bernoulli(exp(−rate·(max − u_j)));
     a row takes its first accepted proposal. Per row this is the exponential
-    mechanism by rejection, the same construction as
-    :func:`dpcli.core.samplers.exponential_mechanism_top_k` with k = 1.
+    mechanism by rejection: the same distribution as adding Gumbel(1/rate) noise and keeping
+    the top item, without floating point.
     """
     utilities = np.asarray(utilities, dtype=np.int64)
     g, b = utilities.shape

@@ -99,13 +99,6 @@ def uniform_below(stream: KeyedStream, bound: np.ndarray) -> np.ndarray:
     return out
 
 
-def bernoulli_rational(stream: KeyedStream, num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """Bernoulli(num/den) per element, exactly (``0 ≤ num ≤ den``)."""
-    num = np.asarray(num, dtype=np.int64)
-    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
-    return uniform_below(stream, den) < num
-
-
 def random_bits(stream: KeyedStream, n: int) -> np.ndarray:
     """``n`` fair coin flips as booleans."""
     return (stream.uint64(n) >> _U64(63)).astype(bool)
@@ -308,44 +301,3 @@ def effective_sigma2(sigma2: Fraction | int) -> Fraction:
         return sigma2
     t, p, q = _discrete_gaussian_parameters(sigma2)
     return Fraction(t * p, q)
-
-
-def exponential_mechanism_top_k(
-    stream: KeyedStream, utilities: np.ndarray, k: int, rate: Fraction
-) -> np.ndarray:
-    """Indices of ``k`` items chosen by k-fold peeling exponential mechanism, exactly.
-
-    Each round picks item i among those not yet chosen with probability
-    ∝ exp(rate · u_i) (rate = ε/(2Δ) for the classic mechanism; ε/Δ for the
-    one-sided "Gumbel" form used by LinkedIn's KnownGumb/UnkGumb, which is
-    ε-bounded-range). Sampling is exact: propose items uniformly and accept with
-    Bernoulli(exp(-rate·(u_max - u_i))) from :func:`bernoulli_exp`; the first
-    accepted proposal of a batch wins. This has the same distribution as adding
-    Gumbel(1/rate) noise once and keeping the top k, without floating point.
-    """
-    utilities = np.asarray(utilities, dtype=np.int64)
-    d = utilities.size
-    if not 0 <= k <= d:
-        raise ValueError("k must be between 0 and the number of items")
-    rate = Fraction(rate)
-    if rate <= 0:
-        raise ValueError("rate must be positive")
-    span = int(utilities.max()) - int(utilities.min()) if d else 0
-    rate = rate_at_most(rate, span)
-    remaining = np.arange(d)
-    chosen: list[int] = []
-    for _ in range(k):
-        u = utilities[remaining]
-        gap = (u.max() - u).astype(np.int64)
-        while True:
-            m = remaining.size
-            proposal = uniform_below(stream, np.full(m, m, dtype=np.int64))
-            num = gap[proposal] * rate.numerator
-            ok = bernoulli_exp(stream, num, np.full(m, rate.denominator, dtype=np.int64))
-            hits = np.flatnonzero(ok)
-            if hits.size:
-                pick = int(proposal[hits[0]])
-                break
-        chosen.append(int(remaining[pick]))
-        remaining = np.delete(remaining, pick)
-    return np.asarray(chosen, dtype=np.int64)

@@ -153,6 +153,11 @@ class HistogramQuery:
         g = self.granularity or bounding.default_granularity(*self.bounds)
         return bounding.ValueGrid(self.bounds[0], self.bounds[1], g)
 
+    def bounding_spec(self) -> bounding.BoundingSpec:
+        """The contribution bounds of this query (their stability calibrates its noise)."""
+        return bounding.BoundingSpec(unit=self.unit, by=self.by, max_partitions=self.max_partitions,
+                                     max_contributions=self.max_contributions, value=self.value, grid=self.grid)
+
     @property
     def quantiles(self) -> list[Fraction]:
         return [q for a in self.aggregations if (q := parse_quantile(a)) is not None]
@@ -179,7 +184,7 @@ class HistogramQuery:
 
 
 @dataclass(frozen=True)
-class Measurement:
+class NoisyStatistic:
     """One noisy per-group statistic and its calibration."""
 
     name: str
@@ -193,7 +198,7 @@ class Measurement:
 class HistogramPlan:
     """What a query costs and how it is calibrated (decided without the data)."""
 
-    measurements: dict[str, Measurement]
+    measurements: dict[str, NoisyStatistic]
     events: list[PrivacyEvent]
     threshold: int | None = None  # minimum noisy unit count (thresholding)
     unklap_offset: int | None = None
@@ -226,20 +231,10 @@ def _measurement_names(q: HistogramQuery) -> list[str]:
 
 
 def _sensitivity(name: str, q: HistogramQuery) -> int:
-    c = q.max_contributions
-    grid = q.grid
-    if name == "rows":
-        return c
-    if name == "units":
-        return 1
-    assert grid is not None
-    if name == "sum":
-        return c * max(grid.max_abs_units, 1)
-    if name == "csum":
-        return c * max(grid.half_width_units, 1)
-    if name == "csumsq":
-        return c * max(grid.half_width_units, 1) ** 2
-    return c * Fraction(name[1:]).denominator  # quantile utility scale
+    """The per-group (L∞) sensitivity of a measurement, from the stability its bounding guarantees."""
+    if name.startswith("q"):  # a quantile's utility (rank distance) moves by C rows times its denominator
+        return q.max_contributions * Fraction(name[1:]).denominator
+    return int(q.bounding_spec().stability().linf(name))
 
 
 def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
@@ -255,18 +250,18 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         )
     names = _measurement_names(q)
     m = len(names)
-    measurements: dict[str, Measurement] = {}
+    measurements: dict[str, NoisyStatistic] = {}
     events: list[PrivacyEvent] = []
     summary: dict[str, Any] = {"split": f"equal, 1/{m} of the budget per measurement", "measurements": names}
     if q.domain == "unklap":
         if q.epsilon is None:
             raise UsageError("give --epsilon")
         name = names[0]
-        tau = _sensitivity(name, q)
+        sensitivity = _sensitivity(name, q)
         eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
-        noise = _checked(mech.laplace, 2 * tau * k, eps_per)
-        offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(q.delta))
-        measurements[name] = Measurement(name, tau, noise, share="all")
+        noise = _checked(mech.laplace, 2 * sensitivity * k, eps_per)
+        offset = mech.unklap_threshold_offset(sensitivity, k, float(eps_per), float(q.delta))
+        measurements[name] = NoisyStatistic(name, sensitivity, noise, share="all")
         events.append(
             PrivacyEvent("approx", "histogram/unklap", epsilon=q.epsilon, delta=q.delta, detail={"max_groups": str(q.max_groups)})
         )
@@ -282,9 +277,9 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
             if name.startswith("q"):
                 # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
                 rate = eps_m / k / (2 * s)
-                measurements[name] = Measurement(name, s, em_rate=rate, share=fraction_text(eps_m))
+                measurements[name] = NoisyStatistic(name, s, em_rate=rate, share=fraction_text(eps_m))
             else:
-                measurements[name] = Measurement(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
+                measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
         if q.domain == "keys":
             curve = "discrete_laplace" if names == ["units"] and k == 1 else "pure"
             events.append(PrivacyEvent("pure", "histogram/laplace", epsilon=q.epsilon, rdp_curve=curve))
@@ -313,9 +308,9 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
                 eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
                 while eps_pp * eps_pp * k / 8 > rho_m:
                     eps_pp -= Fraction(1, 10**9)
-                measurements[name] = Measurement(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
+                measurements[name] = NoisyStatistic(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
             else:
-                measurements[name] = Measurement(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
+                measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
         events.append(
             PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))
         )
@@ -347,21 +342,21 @@ def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
     if q.epsilon is not None and q.epsilon != eps_per:
         raise UsageError(f"this br ledger fixes ε_per = {fraction_text(eps_per)}; drop --epsilon or match it")
     name = "rows" if q.aggregations[0] == "count" else "units"
-    tau = _sensitivity(name, q)
+    sensitivity = _sensitivity(name, q)
     k = q.max_partitions
     summary = {"split": "all of ε_per", "measurements": [name]}
     if q.domain == "keys":
         # KnownLap: Lap(2τ/ε_per) per count; Δ·ε_per-BR → Δ information units.
-        noise = _checked(mech.laplace, 2 * tau, eps_per)
+        noise = _checked(mech.laplace, 2 * sensitivity, eps_per)
         ev = PrivacyEvent("br", "histogram/knownlap", epsilon=eps_per, units=k)
-        return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], summary=summary)
+        return HistogramPlan({name: NoisyStatistic(name, sensitivity, noise, share="ε_per")}, [ev], summary=summary)
     if q.domain == "threshold":
         raise UsageError("a br ledger discovers groups with --selection unklap (or give --keys)")
     delta = limits["delta"]
-    noise = _checked(mech.laplace, 2 * tau * k, eps_per)
-    offset = mech.unklap_threshold_offset(tau, k, float(eps_per), float(delta))
+    noise = _checked(mech.laplace, 2 * sensitivity * k, eps_per)
+    offset = mech.unklap_threshold_offset(sensitivity, k, float(eps_per), float(delta))
     ev = PrivacyEvent("br", "histogram/unklap", epsilon=eps_per, delta=delta, units=1, calls=1)
-    return HistogramPlan({name: Measurement(name, tau, noise, share="ε_per")}, [ev], unklap_offset=offset, summary=summary)
+    return HistogramPlan({name: NoisyStatistic(name, sensitivity, noise, share="ε_per")}, [ev], unklap_offset=offset, summary=summary)
 
 
 @dataclass
@@ -382,14 +377,7 @@ def run_histogram(
 ) -> HistogramRelease:
     """Bound, aggregate, select and noise one histogram (the plan must come from the same query)."""
     grid = q.grid
-    spec = bounding.BoundingSpec(
-        unit=q.unit,
-        by=q.by,
-        max_partitions=q.max_partitions,
-        max_contributions=q.max_contributions,
-        value=q.value,
-        grid=grid,
-    )
+    spec = q.bounding_spec()
     salt_words = stream.child("bounding-salt").uint64(2)
     salt = int(salt_words[0]) | (int(salt_words[1]) << 64)
     bins: list[pl.DataFrame] = []

@@ -59,12 +59,16 @@ class TopKQuery:
     with_error: bool = False
 
     @property
-    def tau(self) -> int:
-        """ℓ∞ sensitivity of one group's count."""
-        return 1 if self.count == "units" else self.max_contributions
+    def count_sensitivity(self) -> int:
+        """ℓ∞ sensitivity of one group's count, from the stability of its bounding."""
+        return int(self.bounding_spec().stability().linf(self.count))
+
+    def bounding_spec(self) -> bounding.BoundingSpec:
+        """Rows per unit and group capped at τ (``--count rows``); any number of groups per unit."""
+        return bounding.BoundingSpec(self.unit, self.by, max_partitions=None, max_contributions=self.max_contributions)
 
     @property
-    def d_bar(self) -> int:
+    def groups_considered(self) -> int:
         """How many of the largest groups UnkGumb may look at (default max(10k, 1000), Sec. 8.3)."""
         return self.dbar if self.dbar is not None else max(10 * self.k, 1000)
 
@@ -81,8 +85,8 @@ class TopKQuery:
             raise UsageError("--max-contributions (τ) must be ≥ 1")
         if self.count == "units" and self.max_contributions != 1:
             raise UsageError("--max-contributions applies to --count rows (distinct units have τ = 1)")
-        if not self.known_domain and self.k > self.d_bar:
-            raise UsageError(f"-k {self.k} is larger than --dbar {self.d_bar}")
+        if not self.known_domain and self.k > self.groups_considered:
+            raise UsageError(f"-k {self.k} is larger than --dbar {self.groups_considered}")
 
     def canonical(self) -> dict[str, Any]:
         return {
@@ -90,9 +94,9 @@ class TopKQuery:
             "unit": self.unit,
             "k": self.k,
             "count": self.count,
-            "tau": self.tau,
+            "tau": self.count_sensitivity,
             "domain": "known" if self.known_domain else "unknown",
-            "dbar": None if self.known_domain else self.d_bar,
+            "dbar": None if self.known_domain else self.groups_considered,
             "counts": self.with_counts,
             "epsilon_per": fraction_text(self.epsilon_per) if self.epsilon_per is not None else None,
             "delta": fraction_text(self.delta),
@@ -154,12 +158,12 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
             raise UsageError("the unknown domain needs --delta in (0, 1); or give the candidates with --domain")
         if q.known_domain:
             delta = Fraction(0)
-    if not q.known_domain and delta < sel.unknown_min_delta(q.d_bar):
+    if not q.known_domain and delta < sel.unknown_min_delta(q.groups_considered):
         raise UsageError(
-            f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.d_bar} "
-            f"(≥ {float(sel.unknown_min_delta(q.d_bar)):.3g}); use a larger δ or a smaller --dbar"
+            f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.groups_considered} "
+            f"(≥ {float(sel.unknown_min_delta(q.groups_considered)):.3g}); use a larger δ or a smaller --dbar"
         )
-    noise = mech.laplace(2 * q.tau, eps) if q.with_counts else None
+    noise = mech.laplace(2 * q.count_sensitivity, eps) if q.with_counts else None
     if noise is not None:
         try:
             noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
@@ -188,7 +192,7 @@ class TopKRelease:
 
 def group_counts(table: InputTable, q: TopKQuery) -> pl.DataFrame:
     """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
-    spec = bounding.BoundingSpec(q.unit, q.by, max_partitions=None, max_contributions=q.max_contributions)
+    spec = q.bounding_spec()
     totals = bounding.bounded_totals(table, spec, 0, bounding.unit_buckets(table))
     return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
 
@@ -199,25 +203,25 @@ def run_topk(
     """Count, select (KnownGumb or UnkGumb), add count noise; the cost actually incurred."""
     counts = group_counts(table, q)
     by = list(q.by)
-    meta: dict[str, Any] = {"tau": q.tau}
+    meta: dict[str, Any] = {"tau": q.count_sensitivity}
     if q.known_domain:
         assert domain is not None
         if q.k > domain.height:
             raise UsageError(f"-k {q.k} is larger than the domain ({domain.height} candidates)")
         cand = domain.join(counts, on=by, how="left", nulls_equal=True).with_columns(pl.col("h").fill_null(0))
         cand = cand.sort(by, nulls_last=True)
-        picks = sel.known_top_k(stream, cand["h"].to_numpy(), q.k, plan.epsilon_per, q.tau)
+        picks = sel.known_top_k(stream, cand["h"].to_numpy(), q.k, plan.epsilon_per, q.count_sensitivity)
         chosen = cand[picks]
         bottom = False
     else:
-        head = counts.top_k(q.d_bar + 1, by=["h", *by], reverse=[False] + [True] * len(by))  # ties: smaller key first
+        head = counts.top_k(q.groups_considered + 1, by=["h", *by], reverse=[False] + [True] * len(by))  # ties: smaller key first
         ranked = head.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True)
-        res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.d_bar, plan.epsilon_per, q.tau, plan.delta)
+        res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.groups_considered, plan.epsilon_per, q.count_sensitivity, plan.delta)
         chosen = ranked[res.positions]
         bottom = res.bottom
         # k̄ is the output of an exponential mechanism (paid by the '+1' of Theorem 1), so it may be
         # shown; h_⊥ = h_(k̄+1) + a public constant is an exact count and is not.
-        meta.update({"k_bar": res.k_bar, "dbar": q.d_bar})
+        meta.update({"k_bar": res.k_bar, "dbar": q.groups_considered})
     out = chosen.select(by).with_row_index("rank", offset=1).with_columns(pl.col("rank").cast(pl.Int64))
     if q.with_counts:
         assert plan.count_noise is not None

@@ -1,7 +1,7 @@
 """Audit: hostile inputs (property-based). Every input either succeeds or fails with a documented
 exit code and one line on stderr: never a traceback, never a debit without output, never a partial file.
 
-``make test`` runs a few dozen examples per target; ``make audit`` (the ``slow`` marker) runs hundreds.
+``make test`` runs a few dozen examples per target; ``make audit`` (the ``audit`` marker) runs hundreds.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def test_hostile_csv_histogram(tmp_path, text, mean):
     _histogram_case(tmp_path, text, ["--agg", "count,mean", "--value", "x", "--bounds", "0:10"] if mean else [])
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 @settings(max_examples=FULL, **SETTINGS)
 @given(text=csv_text(), mean=st.booleans())
 def test_hostile_csv_histogram_full(tmp_path, text, mean):
@@ -313,9 +313,9 @@ test_numeric_options_tabulate = _numeric_test("tabulate", NUM_FAST_BY_COMMAND["t
 test_numeric_options_stream_replay = _numeric_test("stream-replay", NUM_FAST_BY_COMMAND["stream-replay"])
 test_numeric_options_budget_init = _numeric_test("budget-init", NUM_FAST_BY_COMMAND["budget-init"])
 test_numeric_options_budget_compose = _numeric_test("budget-compose", NUM_FAST_BY_COMMAND["budget-compose"])
-test_numeric_options_histogram_full = pytest.mark.slow(_numeric_test("histogram", NUM_FULL))
-test_numeric_options_topk_full = pytest.mark.slow(_numeric_test("topk", NUM_FULL))
-test_numeric_options_tabulate_full = pytest.mark.slow(_numeric_test("tabulate", NUM_FULL))
-test_numeric_options_stream_replay_full = pytest.mark.slow(_numeric_test("stream-replay", NUM_FULL))
-test_numeric_options_budget_init_full = pytest.mark.slow(_numeric_test("budget-init", NUM_FULL))
-test_numeric_options_budget_compose_full = pytest.mark.slow(_numeric_test("budget-compose", NUM_FULL))
+test_numeric_options_histogram_full = pytest.mark.audit(_numeric_test("histogram", NUM_FULL))
+test_numeric_options_topk_full = pytest.mark.audit(_numeric_test("topk", NUM_FULL))
+test_numeric_options_tabulate_full = pytest.mark.audit(_numeric_test("tabulate", NUM_FULL))
+test_numeric_options_stream_replay_full = pytest.mark.audit(_numeric_test("stream-replay", NUM_FULL))
+test_numeric_options_budget_init_full = pytest.mark.audit(_numeric_test("budget-init", NUM_FULL))
+test_numeric_options_budget_compose_full = pytest.mark.audit(_numeric_test("budget-compose", NUM_FULL))

@@ -49,7 +49,7 @@ def _run(groups: int, heavy: bool, label: str) -> pl.DataFrame:
                               pl.DataFrame({"g": g})).table.sort("g")
 
 
-@pytest.mark.parametrize("groups", [pytest.param(50_000, id="fast"), pytest.param(400_000, marks=pytest.mark.slow, id="full")])
+@pytest.mark.parametrize("groups", [pytest.param(50_000, id="fast"), pytest.param(400_000, marks=pytest.mark.audit, id="full")])
 def test_histogram_never_beats_its_epsilon_and_a_broken_one_is_caught(monkeypatch, groups):
     def audit(label: str) -> tuple[float, list]:
         d, d1 = _run(groups, False, f"{label}/D"), _run(groups, True, f"{label}/D'")

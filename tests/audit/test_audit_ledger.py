@@ -112,7 +112,7 @@ def _state_job(kind, tmp_path, run):
             "--state", str(tmp_path / "s.state"), "-o", str(tmp_path / "out.csv")]
 
 
-@pytest.mark.parametrize("kind,run,n", [k if k in FAST_STATE_KILLS else pytest.param(*k, marks=pytest.mark.slow)
+@pytest.mark.parametrize("kind,run,n", [k if k in FAST_STATE_KILLS else pytest.param(*k, marks=pytest.mark.audit)
                                         for k in STATE_KILLS])
 def test_a_kill_at_each_write_of_a_state_run_never_undercounts_or_reuses(tmp_path, state_dir, kind, run, n):
     """Killed after the n-th rename of run ``run``: the ledger verifies, the same command then succeeds, the

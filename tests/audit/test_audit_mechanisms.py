@@ -42,7 +42,7 @@ def test_discrete_laplace_count_never_beats_its_epsilon_and_a_broken_one_is_caug
     assert broken > float(eps)
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 @pytest.mark.parametrize("eps", [Fraction(1, 4), Fraction(1), Fraction(2)])
 def test_discrete_laplace_audit_full(eps):
     """The same with 10^6 samples per side and sensitivity 3 (a count with C = 3)."""
@@ -51,7 +51,7 @@ def test_discrete_laplace_audit_full(eps):
     assert epsilon_lower_bound(mech.laplace(3, eps * Fraction(6, 5)), 3, n, label=f"fbad{eps}") > float(eps)
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 def test_discrete_gaussian_audit_full():
     """Gaussian counts (zCDP/approx ledgers): Δ = 10, ρ = 1/2 (σ = 10), claimed (ε, 0.05) by the optimal
     zCDP conversion (2.04). The conversion holds for every ρ-zCDP mechanism, so it is looser than the

@@ -45,7 +45,7 @@ def _check(eps: Fraction, audit) -> None:
     assert ok_violations == []
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 def test_known_domain_selection_never_beats_its_epsilon_and_a_broken_one_is_caught():
     """KnownGumb (an exponential race at rate ε/τ): 50 candidates with equal counts vs the neighbour
     where one more unit counts towards candidate 0. The event "candidate 0 is picked" has ratio
@@ -69,7 +69,7 @@ def _first(result: sel.UnknownTopK) -> int:
     return result.positions[0] if result.positions else -1
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 def test_unknown_domain_bottom_step_never_beats_its_epsilon_and_a_broken_one_is_caught():
     """UnkGumb's last step, the race of the groups against ⊥, with k = d̄ = 1 (so k̄ = 1 is fixed):
     counts (4, 0) vs (5, 0), δ = 10⁻³. Group 0 beats ⊥ with probability e^{c−1}/(e^{c−1} + 1/δ):
@@ -80,7 +80,7 @@ def test_unknown_domain_bottom_step_never_beats_its_epsilon_and_a_broken_one_is_
                                            lambda s: _first(_unknown([4, 0], 1, 1, rate, delta)(s)), 0, rate, n, label))
 
 
-@pytest.mark.slow
+@pytest.mark.audit
 def test_unknown_domain_kbar_step_never_beats_its_epsilon_and_a_broken_one_is_caught():
     """UnkGumb's first step, k̄ = the noisy argmin over i ∈ {1, 2} of h_(i+1) + ln(i/δ)/ε: neighbours
     (10, 4, 1) and (10, 5, 1). P[k̄ = 1] = w2/(w1 + w2) with w1 = e^{h2}, w2 = 2e^{h3}: 9.06% and 3.54%
@@ -93,7 +93,7 @@ def test_unknown_domain_kbar_step_never_beats_its_epsilon_and_a_broken_one_is_ca
 
 
 @pytest.mark.parametrize("n, delta", [pytest.param(10_000, Fraction(1, 50), id="fast"),
-                                      pytest.param(100_000, Fraction(1, 500), marks=pytest.mark.slow, id="full")])
+                                      pytest.param(100_000, Fraction(1, 500), marks=pytest.mark.audit, id="full")])
 def test_unknown_domain_releases_a_new_group_with_probability_at_most_delta(n, delta):
     """The δ of UnkGumb: D has no group, D' one group of count 1 (one unit), k = d̄ = 1. The group can
     only be released under D', so P[released | D'] ≤ δ must hold; here it is δ/(1 + δ), the tightest
