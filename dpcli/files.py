@@ -119,10 +119,10 @@ def input_format_for(path: str, explicit: str | None) -> str:
             raise UsageError(f"unknown input format {explicit!r} (choose from {', '.join(INPUT_FORMATS)})")
         return explicit
     if path == "-":
-        raise UsageError("reading standard input ('-') needs --input-format csv|parquet|ndjson")
+        raise UsageError("is needed to read standard input ('-'): csv, parquet or ndjson", field="input_format")
     fmt = _INPUT_EXT.get(Path(path).suffix.lower())
     if fmt is None:
-        raise UsageError(f"cannot tell the format of {path!r} from its extension; give --input-format")
+        raise UsageError(f"is needed: the format of {path!r} is not clear from its extension", field="input_format")
     return fmt
 
 
@@ -338,7 +338,7 @@ def output_format_for(path: str | None, explicit: str | None) -> str:
     if path and path != "-":
         fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
         if fmt is None:
-            raise UsageError(f"cannot tell the output format of {path!r} from its extension; give --format")
+            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension", field="format")
         return fmt
     return "csv"
 

@@ -144,7 +144,7 @@ def test_cli_br_replay_and_charges(data, tmp_path):
     [
         ({"-k": "0"}, 2, "-k must be ≥ 1"),
         ({"-k": "-3"}, 2, "-k must be ≥ 1"),
-        ({"-k": "30", "--dbar": "20"}, 2, "larger than --dbar"),
+        ({"-k": "30", "--dbar": "20"}, 2, "-k 30 is larger than the 20 groups considered"),
         ({"--domain": "/nonexistent/dom.csv"}, 66, "does not exist"),
         ({"--count": "rows", "--max-contributions": "0"}, 2, "τ"),
         ({"--max-contributions": "2"}, 2, "--count rows"),

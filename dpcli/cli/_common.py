@@ -75,7 +75,7 @@ def one_line(text: str) -> str:
 
 
 #: Library fields whose flag is not ``--`` + the field name with dashes.
-FLAG_FOR_FIELD: dict[str, str] = {}
+FLAG_FOR_FIELD: dict[str, str] = {"k": "-k"}
 
 
 def flag_for(field: str) -> str:

@@ -662,9 +662,9 @@ def init_ledger(
     ensure_state_dir(root)
     path = ledger_path(root, analyst)
     if refresh_days is not None and refresh_days < 1:
-        raise UsageError("--refresh-days must be ≥ 1")
+        raise UsageError("must be ≥ 1", field="refresh_days")
     if not 0 < report_delta < 1:
-        raise UsageError("--report-delta must be in (0, 1)")
+        raise UsageError("must be in (0, 1)", field="report_delta")
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
         if path.exists() or _hwm_path(path).exists():
             raise UsageError(

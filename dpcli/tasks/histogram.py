@@ -106,27 +106,27 @@ class HistogramQuery:
     def validate(self) -> None:
         """Refuse inconsistent queries with one-line usage errors."""
         if not self.by:
-            raise UsageError("--by needs at least one column")
+            raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
             raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column (it would release units)")
         if not self.aggregations:
-            raise UsageError("--agg needs at least one aggregation")
+            raise UsageError("needs at least one aggregation", field="agg")
         for a in self.aggregations:
             if a not in SIMPLE_AGGREGATIONS and parse_quantile(a) is None:
                 raise UsageError(
                     f"unknown aggregation {a!r} (choose from {', '.join(SIMPLE_AGGREGATIONS)}, median, pNN)"
                 )
         if len(set(self.aggregations)) != len(self.aggregations):
-            raise UsageError("--agg lists an aggregation twice")
+            raise UsageError("lists an aggregation twice", field="agg")
         needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
         if needs_value and (self.value is None or self.bounds is None):
             raise UsageError("sum, mean, variance and quantiles need --value COL and --bounds LO:HI")
         if not needs_value and self.value is not None:
-            raise UsageError("--value is only used by sum, mean, variance and quantiles")
+            raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
         if self.bounds is not None:
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise UsageError(f"--bounds must be finite with LO < HI, got {lo}:{hi}")
+                raise UsageError(f"must be finite with LO < HI, got {lo}:{hi}", field="bounds")
             grid = self.grid  # the grid is public: one it cannot honour is a usage error (ValueGrid says why)
             if grid is not None and "variance" in self.aggregations:
                 top = (Fraction(grid.half_width_units) * grid.granularity) ** 2
@@ -135,16 +135,17 @@ class HistogramQuery:
                         f"a variance of values within --bounds {lo!r}:{hi!r} can reach {bounding.show_number(top)}, "
                         "beyond the float range; rescale the values"
                     )
-        if self.max_partitions < 1 or self.max_contributions < 1:
-            raise UsageError("--max-partitions and --max-contributions must be ≥ 1")
+        for name in ("max_partitions", "max_contributions"):
+            if getattr(self, name) < 1:
+                raise UsageError("must be ≥ 1", field=name)
         if self.domain == "unklap":
             counts = [a for a in self.aggregations if a in ("count", "count-units")]
             if len(self.aggregations) != 1 or not counts:
-                raise UsageError("--selection unklap releases exactly one of count or count-units")
+                raise UsageError("unklap releases exactly one of count or count-units", field="selection")
             if self.noise != "laplace":
-                raise UsageError("--selection unklap uses Laplace noise (drop --noise gaussian)")
+                raise UsageError("unklap uses Laplace noise, not Gaussian", field="selection")
             if self.max_groups < 1:
-                raise UsageError("--max-groups must be ≥ 1")
+                raise UsageError("must be ≥ 1", field="max_groups")
 
     @property
     def grid(self) -> bounding.ValueGrid | None:
@@ -255,7 +256,7 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
     summary: dict[str, Any] = {"split": f"equal, 1/{m} of the budget per measurement", "measurements": names}
     if q.domain == "unklap":
         if q.epsilon is None:
-            raise UsageError("give --epsilon")
+            raise UsageError("is required", field="epsilon")
         name = names[0]
         sensitivity = _sensitivity(name, q)
         eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
@@ -268,9 +269,9 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         return HistogramPlan(measurements, events, unklap_offset=offset, summary=summary)
     if q.noise == "laplace":
         if q.rho is not None:
-            raise UsageError("--rho calibrates Gaussian noise; use --epsilon with Laplace noise (or --noise gaussian)")
+            raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)", field="rho")
         if q.epsilon is None:
-            raise UsageError("give --epsilon")
+            raise UsageError("is required", field="epsilon")
         eps_m = q.epsilon / m
         for name in names:
             s = _sensitivity(name, q)
@@ -299,7 +300,7 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
             rho_f = acc.rho_for_epsilon(float(q.epsilon), float(conv_delta))
             rho = floor_parameter(rho_f)
             if rho <= 0:
-                raise UsageError(f"--epsilon {fraction_text(q.epsilon)} is too small for Gaussian noise at this δ")
+                raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
         rho_m = rho / m
         for name in names:
             s = _sensitivity(name, q)

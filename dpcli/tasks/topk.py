@@ -74,19 +74,19 @@ class TopKQuery:
 
     def validate(self) -> None:
         if not self.by:
-            raise UsageError("--by needs at least one column")
+            raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
             raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column")
         if self.k < 1:
             raise UsageError(f"-k must be ≥ 1, got {self.k}")
         if self.count not in ("units", "rows"):
-            raise UsageError(f"--count must be units or rows, got {self.count!r}")
+            raise UsageError(f"must be units or rows, got {self.count!r}", field="count")
         if self.max_contributions < 1:
-            raise UsageError("--max-contributions (τ) must be ≥ 1")
+            raise UsageError("(τ) must be ≥ 1", field="max_contributions")
         if self.count == "units" and self.max_contributions != 1:
-            raise UsageError("--max-contributions applies to --count rows (distinct units have τ = 1)")
+            raise UsageError("applies to counting rows (distinct units have τ = 1)", field="max_contributions")
         if not self.known_domain and self.k > self.groups_considered:
-            raise UsageError(f"-k {self.k} is larger than --dbar {self.groups_considered}")
+            raise UsageError(f"{self.k} is larger than the {self.groups_considered} groups considered (d̄)", field="k")
 
     def canonical(self) -> dict[str, Any]:
         return {
@@ -151,11 +151,11 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
             raise UsageError(f"this br ledger fixes δ = {fraction_text(limits['delta'])}; drop --delta or match it")
     else:
         if q.epsilon_per is None:
-            raise UsageError("give --epsilon-per (ε of each selection / count; see the README)")
+            raise UsageError("is required (ε of each selection / count; see the README)", field="epsilon_per")
         eps = q.epsilon_per
         delta = q.delta
         if not q.known_domain and not 0 < delta < 1:
-            raise UsageError("the unknown domain needs --delta in (0, 1); or give the candidates with --domain")
+            raise UsageError("must be in (0, 1) to discover groups (or give the candidates as a public domain list)", field="delta")
         if q.known_domain:
             delta = Fraction(0)
     if not q.known_domain and delta < sel.unknown_min_delta(q.groups_considered):

@@ -20,7 +20,7 @@ from dpcli.errors import ExitCode
 
 runner = CliRunner()
 DOCUMENTED = {int(c) for c in ExitCode} - {int(ExitCode.INTERNAL)}
-FAST, FULL = 10, 300
+FAST, FULL = 6, 300
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 cells = st.one_of(
@@ -304,7 +304,7 @@ def _numeric_test(command: str, examples: int):
 
 
 #: Examples per command in ``make test`` (a plan or a ledger call is cheap, a release is not).
-NUM_FAST_BY_COMMAND = {"histogram": 8, "topk": 6, "tabulate": 4, "stream-replay": 5, "budget-init": 10,
+NUM_FAST_BY_COMMAND = {"histogram": 5, "topk": 4, "tabulate": 3, "stream-replay": 4, "budget-init": 8,
                        "budget-compose": 12}
 
 test_numeric_options_histogram = _numeric_test("histogram", NUM_FAST_BY_COMMAND["histogram"])

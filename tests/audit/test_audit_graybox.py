@@ -7,7 +7,7 @@ pre-noise aggregates, records every noise call, and checks: the same noise
 calls on both sides (or, where the mechanism is adaptive or creates per-key
 trees, calls that differ only as the privacy analysis allows), value changes
 within the declared sensitivity, and that shuffling the rows changes nothing.
-``make test`` replays 100 pairs per command (30 for tabulate, whose runs are slower); ``make audit``
+``make test`` replays 50 pairs per command (15 for tabulate, whose runs are slower); ``make audit``
 1,000.
 """
 
@@ -31,7 +31,7 @@ from dpcli.tasks import topk
 from dpcli.tasks.tabulate_spec import load_spec
 from tabulate_specs import write_spec
 
-PAIRS = [pytest.param(100, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")]
+PAIRS = [pytest.param(50, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")]
 
 
 def _table(df: pl.DataFrame) -> InputTable:
@@ -178,7 +178,7 @@ def _person(rng: np.random.Generator) -> tuple[str, str, str, str, int]:
             str(rng.choice(["1", "2"])), str(rng.choice(["1", "2"])), int(rng.integers(0, 100)))
 
 
-@pytest.mark.parametrize("pairs", [pytest.param(30, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")])
+@pytest.mark.parametrize("pairs", [pytest.param(15, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")])
 def test_tabulate(zero_noise, tmp_path, pairs):
     """A person maps to at most s = 3 groups per level (W/WC/B and the TotalOnly H), so per level the
     step-1 totals move by ≤ 1 each and ≤ s in L1 (seen in a run whose thresholds send every group to

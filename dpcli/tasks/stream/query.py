@@ -64,8 +64,10 @@ class StreamQuery:
             raise UsageError(f"{self.window}s does not split into {self.triggers} equal triggers", field="window")
         if not 1 <= self.max_records <= MAX_RECORDS:
             raise UsageError(f"must be between 1 and {MAX_RECORDS}", field="max_records")
-        if not 0 < self.epsilon <= MAX_EPSILON or not MIN_DELTA <= self.delta < 1:
-            raise UsageError(f"stream-replay needs --epsilon in (0, {MAX_EPSILON}] and --delta in [1e-100, 1)")
+        if not 0 < self.epsilon <= MAX_EPSILON:
+            raise UsageError(f"must be in (0, {MAX_EPSILON}] for stream-replay", field="epsilon")
+        if not MIN_DELTA <= self.delta < 1:
+            raise UsageError("must be in [1e-100, 1) for stream-replay", field="delta")
         if (self.value is None) != (self.clamp is None):
             raise UsageError("and --clamp go together", field="value")
         if self.clamp is not None and not (math.isfinite(self.clamp) and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
