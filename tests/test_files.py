@@ -25,7 +25,7 @@ def test_formats_and_fingerprint(tmp_path):
 
 
 def test_stdin_needs_format_and_reads():
-    with pytest.raises(UsageError, match="input-format"):
+    with pytest.raises(UsageError, match="input_format is needed to read standard input"):
         files.open_input("-")
     t = files.open_input("-", "csv", stdin=io.BytesIO(b"u,x\na,1\n"))
     assert t.frame.collect()["x"].to_list() == [1]

@@ -147,9 +147,9 @@ def test_cli_br_replay_and_charges(data, tmp_path):
         ({"-k": "30", "--dbar": "20"}, 2, "-k 30 is larger than the 20 groups considered"),
         ({"--domain": "/nonexistent/dom.csv"}, 66, "does not exist"),
         ({"--count": "rows", "--max-contributions": "0"}, 2, "τ"),
-        ({"--max-contributions": "2"}, 2, "--count rows"),
+        ({"--max-contributions": "2"}, 2, "--max-contributions applies to counting rows"),
         ({"--by": "nope"}, 65, "'nope' not found"),
-        ({"--delta": "0"}, 2, "--delta in (0, 1)"),
+        ({"--delta": "0"}, 2, "--delta must be in (0, 1) to discover groups"),
     ],
 )
 def test_cli_errors_no_debit_no_output(data, tmp_path, opts, code, needle):
