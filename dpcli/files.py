@@ -23,7 +23,6 @@ import io
 import os
 import stat
 import sys
-import tempfile
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import IO, Literal
 import polars as pl
 
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
+from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
 OutputFormat = Literal["csv", "parquet", "json"]
@@ -446,19 +446,7 @@ def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes]
         out.write(data)
         out.flush()
         return
-    p = Path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, p)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write_bytes(Path(path), data, mode=0o644)
     except OSError as exc:
         raise OutputError(f"cannot write {path!r}: {exc.strerror}") from None

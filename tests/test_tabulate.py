@@ -235,3 +235,25 @@ def test_cli_malformed_specs_fail_cleanly(tmp_path, mutate, needle):
 def test_parse_spec_rejects_unknown_keys():
     with pytest.raises(StateError, match="spec: colour: unknown key"):
         parse_spec({"colour": 1})
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda raw: raw.update(gamma="0.999999999999999999999"), "gamma"),
+    (lambda raw: raw["levels"][0].update(epsilon="1e400"), "levels[0].epsilon"),
+    (lambda raw: raw["levels"][0].update(epsilon="1e-400"), "levels[0].epsilon"),
+    (lambda raw: raw["levels"][0].update(moe=1e300), "levels[0].moe"),
+])
+def test_extreme_spec_numbers_are_spec_errors_not_crashes(edit, key):
+    """Numbers at the edge of what floats and samplers hold are refused with one line naming the key."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from dpcli.tasks.tabulate_spec import SpecError, parse_spec
+
+    raw = tomllib.loads((Path(__file__).parent.parent / "sample_data" / "safetab_spec.toml").read_text())
+    if "epsilon" in key:
+        raw["levels"][0].pop("moe", None)
+    edit(raw)
+    with pytest.raises(SpecError, match=re.escape(f"spec: {key}: ")):
+        parse_spec(raw)

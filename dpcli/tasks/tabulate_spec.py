@@ -143,12 +143,43 @@ def read_spec(path: str) -> tuple[Spec, str]:
     return parse_spec(raw, Path(path).parent), fingerprint_bytes(data)
 
 
+_TOP_KEYS = ("noise", "gamma", "thresholds", "sexes", "age_bins", "columns", "geography", "iterations", "levels",
+             "moe_calibration")
+_LEVEL_KEYS = ("geography", "iterations", "stability", "moe", "epsilon", "rho", "total_only", "on_unstable")
+#: Accepted ranges of a level's budget (as for --epsilon/--rho) and margin of error: outside them the
+#: samplers' scales or the accounting's floats would overflow.
+_BUDGET_RANGE = {"epsilon": (Fraction(1, 10**12), Fraction(10**6)), "rho": (Fraction(1, 10**24), Fraction(10**12))}
+_MAX_MOE = 1e12
+
+
 def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
-    known = {"noise", "gamma", "thresholds", "sexes", "age_bins", "columns", "geography", "iterations", "levels",
-             "moe_calibration"}
+    """Validate a parsed TOML spec, section by section; every error names its key (exit 78)."""
     for k in raw:
-        if k not in known:
-            raise _err(k, f"unknown key (expected one of {', '.join(sorted(known))})")
+        if k not in _TOP_KEYS:
+            raise _err(k, f"unknown key (expected one of {', '.join(sorted(_TOP_KEYS))})")
+    noise, calibration, gamma = _noise_and_gamma(raw)
+    th = _get(raw, "thresholds", "", list)
+    if len(th) != 3 or not all(isinstance(t, int) and not isinstance(t, bool) for t in th) or not th[0] < th[1] < th[2]:
+        raise _err("thresholds", f"must be three integers θ1 < θ2 < θ3, got {th!r}")
+    sexes = _get(raw, "sexes", "", list, ["1", "2"])
+    if not sexes or len(set(map(str, sexes))) != len(sexes):
+        raise _err("sexes", "must be a non-empty list of distinct codes")
+    age_bins = _age_bins(raw)
+    columns = _get(raw, "columns", "", dict)
+    for c in ("block", "race", "ethnicity", "sex", "age"):
+        if not isinstance(columns.get(c), str):
+            raise _err(f"columns.{c}", "is required (the input column's name)")
+    blocks, geo_levels = _geography(raw)
+    iterations = {name: _iteration_set(name, its) for name, its in _get(raw, "iterations", "", dict).items()}
+    raw_levels = _get(raw, "levels", "", list)
+    if not raw_levels:
+        raise _err("levels", "needs at least one population-group level")
+    levels = tuple(_level(i, lv, noise, geo_levels, iterations) for i, lv in enumerate(raw_levels))
+    return Spec(noise, calibration, gamma, (th[0], th[1], th[2]), tuple(map(str, sexes)), age_bins, dict(columns),
+                (base / blocks) if blocks else None, geo_levels, iterations, levels)
+
+
+def _noise_and_gamma(raw: dict[str, Any]) -> tuple[str, str, Fraction]:
     noise = _get(raw, "noise", "", str, "geometric")
     if noise not in NOISES:
         raise _err("noise", f"must be one of {', '.join(NOISES)}, got {noise!r}")
@@ -156,32 +187,32 @@ def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
     if calibration not in ("paper", "exact"):
         raise _err("moe_calibration", f"must be paper (eq. 37-38) or exact, got {calibration!r}")
     gamma_raw = _get(raw, "gamma", "", (int, float, str), 0.1)
-    try:
-        gamma = to_fraction(gamma_raw)
-    except (ValueError, ArithmeticError):
-        raise _err("gamma", f"must be a number, got {gamma_raw!r}") from None
-    if not 0 < gamma < 1:
+    gamma = _number(gamma_raw, "gamma")
+    if not 0 < gamma < 1 or not 0.0 < float(gamma) < 1.0:  # (its float, used by the accounting, too)
         raise _err("gamma", f"must be in (0, 1), got {gamma_raw}")
-    th = _get(raw, "thresholds", "", list)
-    if len(th) != 3 or not all(isinstance(t, int) and not isinstance(t, bool) for t in th) or not th[0] < th[1] < th[2]:
-        raise _err("thresholds", f"must be three integers θ1 < θ2 < θ3, got {th!r}")
-    sexes = _get(raw, "sexes", "", list, ["1", "2"])
-    if not sexes or len(set(map(str, sexes))) != len(sexes):
-        raise _err("sexes", "must be a non-empty list of distinct codes")
+    return noise, calibration, gamma
+
+
+def _number(value: Any, key: str) -> Fraction:
+    try:
+        return to_fraction(value)
+    except (ValueError, ArithmeticError):
+        raise _err(key, f"must be a number, got {value!r}") from None
+
+
+def _age_bins(raw: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     bins = _get(raw, "age_bins", "", list)
     if len(bins) != 3:
         raise _err("age_bins", "must list three bin sets (coarse, medium, fine), each as lower edges starting at 0")
-    age_bins = []
     for j, b in enumerate(bins):
         if not isinstance(b, list) or not b or b[0] != 0 or any(not isinstance(x, int) for x in b) or b != sorted(set(b)):
             raise _err(f"age_bins[{j}]", "must be increasing integer lower edges starting at 0")
-        age_bins.append(tuple(b))
-    if not len(age_bins[0]) < len(age_bins[1]) < len(age_bins[2]):
+    if not len(bins[0]) < len(bins[1]) < len(bins[2]):
         raise _err("age_bins", "bin sets must get finer: fewer bins first (e.g. 4, 9, 23)")
-    columns = _get(raw, "columns", "", dict)
-    for c in ("block", "race", "ethnicity", "sex", "age"):
-        if not isinstance(columns.get(c), str):
-            raise _err(f"columns.{c}", "is required (the input column's name)")
+    return tuple(bins[0]), tuple(bins[1]), tuple(bins[2])
+
+
+def _geography(raw: dict[str, Any]) -> tuple[str | None, dict[str, GeoLevel]]:
     geo = _get(raw, "geography", "", dict)
     blocks = geo.get("blocks")
     if blocks is not None and not isinstance(blocks, str):
@@ -200,70 +231,75 @@ def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
         if column is not None and blocks is None:
             raise _err(where + "column", "needs geography.blocks (the public block list holding that column)")
         geo_levels[name] = GeoLevel(name, prefix, column)
-    iterations: dict[str, tuple[Iteration, ...]] = {}
-    for lname, its in _get(raw, "iterations", "", dict).items():
-        if not isinstance(its, dict) or not its:
-            raise _err(f"iterations.{lname}", "must be a table of iteration codes")
-        items = []
-        for code, it in its.items():
-            where = f"iterations.{lname}.{code}."
-            if not isinstance(it, dict):
-                raise _err(where[:-1], "must be a table like { race = [\"1000-1999\"], alone = true }")
-            if ("race" in it) == ("ethnicity" in it):
-                raise _err(where[:-1], "needs exactly one of race or ethnicity")
-            kind = "race" if "race" in it else "ethnicity"
-            alone = _get(it, "alone", where, bool, False)
-            if kind == "ethnicity" and "alone" in it:
-                raise _err(where + "alone", "applies to race iterations only")
-            items.append(Iteration(str(code), kind, _ranges(it[kind], where + kind), alone,
-                                   _get(it, "total_only", where, bool, False)))
-        iterations[lname] = tuple(sorted(items, key=lambda i: i.code))
-    levels = []
-    raw_levels = _get(raw, "levels", "", list)
-    if not raw_levels:
-        raise _err("levels", "needs at least one population-group level")
-    for i, lv in enumerate(raw_levels):
-        where = f"levels[{i}]."
-        if not isinstance(lv, dict):
-            raise _err(where[:-1], "must be a table")
-        g = _get(lv, "geography", where, str)
-        if g not in geo_levels:
-            raise _err(where + "geography", f"{g!r} is not in geography.levels")
-        it = _get(lv, "iterations", where, str)
-        if it not in iterations:
-            raise _err(where + "iterations", f"{it!r} is not in iterations")
-        s = _get(lv, "stability", where, int)
-        if s < 1:
-            raise _err(where + "stability", "must be ≥ 1")
-        moe = _get(lv, "moe", where, (int, float), None)
-        budget_key = "epsilon" if noise == "geometric" else "rho"
-        other = "rho" if noise == "geometric" else "epsilon"
-        if other in lv:
-            raise _err(where + other, f"does not apply to {noise} noise (use {budget_key} or moe)")
-        budget_raw = lv.get(budget_key)
-        if (moe is None) == (budget_raw is None):
-            raise _err(where[:-1], f"needs exactly one of moe or {budget_key}")
-        if moe is not None and not (math.isfinite(moe) and moe >= 1):
-            raise _err(where + "moe", f"must be ≥ 1, got {moe}")
-        budget = None
-        if budget_raw is not None:
-            try:
-                budget = to_fraction(budget_raw)
-            except (ValueError, ArithmeticError):
-                raise _err(where + budget_key, f"must be a number, got {budget_raw!r}") from None
-            if budget <= 0:
-                raise _err(where + budget_key, "must be > 0")
-        # Records over the stability bound are always truncated: refusing them would make the exit
-        # status depend on private records. "truncate" is still accepted (the only behaviour).
-        unstable = _get(lv, "on_unstable", where, str, "truncate")
-        if unstable != "truncate":
-            raise _err(where + "on_unstable", "can only be truncate (records over the stability are always "
-                       "truncated to their first s iterations; refusing them would reveal them)")
-        for k in lv:
-            if k not in ("geography", "iterations", "stability", "moe", "epsilon", "rho", "total_only", "on_unstable"):
-                raise _err(where + k, "unknown key")
-        levels.append(Level(i, g, it, s, float(moe) if moe is not None else None, budget,
-                            _get(lv, "total_only", where, bool, False), unstable == "truncate"))
-    return Spec(noise, calibration, gamma, (th[0], th[1], th[2]), tuple(map(str, sexes)),
-                (age_bins[0], age_bins[1], age_bins[2]), dict(columns),
-                (base / blocks) if blocks else None, geo_levels, iterations, tuple(levels))
+    return blocks, geo_levels
+
+
+def _iteration_set(lname: str, its: Any) -> tuple[Iteration, ...]:
+    if not isinstance(its, dict) or not its:
+        raise _err(f"iterations.{lname}", "must be a table of iteration codes")
+    items = []
+    for code, it in its.items():
+        where = f"iterations.{lname}.{code}."
+        if not isinstance(it, dict):
+            raise _err(where[:-1], "must be a table like { race = [\"1000-1999\"], alone = true }")
+        if ("race" in it) == ("ethnicity" in it):
+            raise _err(where[:-1], "needs exactly one of race or ethnicity")
+        kind = "race" if "race" in it else "ethnicity"
+        alone = _get(it, "alone", where, bool, False)
+        if kind == "ethnicity" and "alone" in it:
+            raise _err(where + "alone", "applies to race iterations only")
+        items.append(Iteration(str(code), kind, _ranges(it[kind], where + kind), alone,
+                               _get(it, "total_only", where, bool, False)))
+    return tuple(sorted(items, key=lambda i: i.code))
+
+
+def _level(i: int, lv: Any, noise: str, geo_levels: dict[str, GeoLevel],
+           iterations: dict[str, tuple[Iteration, ...]]) -> Level:
+    where = f"levels[{i}]."
+    if not isinstance(lv, dict):
+        raise _err(where[:-1], "must be a table")
+    g = _get(lv, "geography", where, str)
+    if g not in geo_levels:
+        raise _err(where + "geography", f"{g!r} is not in geography.levels")
+    it = _get(lv, "iterations", where, str)
+    if it not in iterations:
+        raise _err(where + "iterations", f"{it!r} is not in iterations")
+    s = _get(lv, "stability", where, int)
+    if s < 1:
+        raise _err(where + "stability", "must be ≥ 1")
+    moe, budget = _level_budget(lv, where, noise)
+    # Records over the stability bound are always truncated: refusing them would make the exit
+    # status depend on private records. "truncate" is still accepted (the only behaviour).
+    unstable = _get(lv, "on_unstable", where, str, "truncate")
+    if unstable != "truncate":
+        raise _err(where + "on_unstable", "can only be truncate (records over the stability are always "
+                   "truncated to their first s iterations; refusing them would reveal them)")
+    for k in lv:
+        if k not in _LEVEL_KEYS:
+            raise _err(where + k, "unknown key")
+    return Level(i, g, it, s, moe, budget, _get(lv, "total_only", where, bool, False), unstable == "truncate")
+
+
+def _level_budget(lv: dict[str, Any], where: str, noise: str) -> tuple[float | None, Fraction | None]:
+    """A level's target margin of error or its explicit ε (geometric) / ρ (discrete Gaussian): exactly one."""
+    moe = _get(lv, "moe", where, (int, float), None)
+    budget_key = "epsilon" if noise == "geometric" else "rho"
+    other = "rho" if noise == "geometric" else "epsilon"
+    if other in lv:
+        raise _err(where + other, f"does not apply to {noise} noise (use {budget_key} or moe)")
+    budget_raw = lv.get(budget_key)
+    if (moe is None) == (budget_raw is None):
+        raise _err(where[:-1], f"needs exactly one of moe or {budget_key}")
+    if moe is not None and not (math.isfinite(moe) and moe >= 1):
+        raise _err(where + "moe", f"must be ≥ 1, got {moe}")
+    if moe is not None and moe > _MAX_MOE:
+        raise _err(where + "moe", f"must be ≤ {_MAX_MOE:g}, got {moe}")
+    if budget_raw is None:
+        return float(moe), None
+    budget = _number(budget_raw, where + budget_key)
+    if budget <= 0:
+        raise _err(where + budget_key, "must be > 0")
+    lo, hi = _BUDGET_RANGE[budget_key]
+    if not lo <= budget <= hi:
+        raise _err(where + budget_key, f"must be in [{float(lo):g}, {float(hi):g}], got {budget_raw}")
+    return None, budget
