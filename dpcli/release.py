@@ -29,7 +29,7 @@ from dpcli import bounding
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream, canonical_json, derive_seed, seed_id
-from dpcli.errors import UsageError
+from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, open_input, read_group_list, require_columns, verify_unchanged
 from dpcli.state import keys, ledger
 from dpcli.tasks import histogram as hist
@@ -116,6 +116,15 @@ def open_query_inputs(
     groups = read_group_list(groups_table, by, schema)
     fingerprints[group_list_name] = groups_table.fingerprint
     return QueryInputs(table, schema, groups, groups_table, fingerprints)
+
+
+def open_block_list(spec: Any) -> InputTable:
+    """Open a tabulation spec's public block list once (fingerprinted; its fingerprint enters the seed)."""
+    from dpcli.tasks.tabulate import block_columns
+
+    if spec.blocks_file is None:
+        raise DataError("the spec needs geography.blocks: the public list of blocks groups are enumerated from")
+    return open_input(str(spec.blocks_file), text_columns=tuple(block_columns(spec)))
 
 
 def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs,

@@ -9,7 +9,7 @@ import typer
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
 from dpcli.cli._release import charge_and_write, output_plan
-from dpcli.release import release_seed
+from dpcli.release import open_block_list, release_seed
 from dpcli.core.prf import KeyedStream
 from dpcli.state import ledger
 from dpcli.state.paths import ensure_state_dir
@@ -59,11 +59,11 @@ def tabulate(
     # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
     # turn into a data-dependent error.
     table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")))
-    blocks = tab.open_blocks(spec)  # every input is hashed as read: the seed covers the bytes parsed
+    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
     with working(ctx, f"tabulating {table.name}"):
-        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error, blocks)
+        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error, blocks_table=blocks)
     # The summary holds public values (spec, levels, groups enumerated from the public block list,
     # noise scales) and functions of the noisy output (branches, rows): no count of records.
     metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}

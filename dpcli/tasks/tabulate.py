@@ -55,7 +55,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError
-from dpcli.files import InputTable, collect, open_input
+from dpcli.files import InputTable, collect
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
 #: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
@@ -312,25 +312,18 @@ def _geo_expr(spec: Spec, level: Level) -> pl.Expr:
     return pl.when(area == "").then(None).otherwise(area)
 
 
-def open_blocks(spec: Spec) -> InputTable:
-    """Open the spec's public block list once (fingerprinted; its fingerprint enters the seed)."""
-    if spec.blocks_file is None:
-        raise DataError("the spec needs geography.blocks: the public list of blocks groups are enumerated from")
-    return open_input(str(spec.blocks_file), text_columns=tuple(_block_columns(spec)))
-
-
-def _block_columns(spec: Spec) -> list[str]:
+def block_columns(spec: Spec) -> list[str]:
+    """The columns of the public block list a spec uses: ``block`` and the area columns of its levels."""
     return ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
 
 
-def read_blocks(spec: Spec, table: InputTable | None = None) -> pl.DataFrame:
+def read_blocks(spec: Spec, table: InputTable) -> pl.DataFrame:
     """The public block list: column ``block`` plus any area columns the geography levels use.
 
-    ``table`` is the list opened by :func:`open_blocks` (whose fingerprint the seed holds); without
-    it the list is opened here. It is read whole, then checked unchanged since it was hashed.
+    ``table`` is the list as opened by the caller (:func:`dpcli.release.open_block_list`; its
+    fingerprint enters the seed). It is read whole, then checked unchanged since it was hashed.
     """
-    cols = _block_columns(spec)
-    table = table if table is not None else open_blocks(spec)
+    cols = block_columns(spec)
     schema = table.frame.collect_schema()
     for col in cols:
         if col not in schema:
@@ -356,11 +349,11 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
 
 
 def run_tabulate(
-    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, blocks_table: InputTable | None = None
+    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks_table: InputTable
 ) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
 
-    ``blocks_table``: the block list as opened (and fingerprinted) by :func:`open_blocks`."""
+    ``blocks_table``: the block list as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`."""
     blocks = read_blocks(spec, blocks_table)
     persons = _prepare(table, spec).filter(_usable(spec))
     # An inner join with the public block list drops records whose block is not on it (and adds

@@ -26,6 +26,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import stream_replay as sr
+from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks import topk
 from dpcli.tasks.tabulate_spec import load_spec
@@ -195,7 +196,7 @@ def test_tabulate(zero_noise, tmp_path, pairs):
 
     def run(df, s):
         calls.clear()
-        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab")).table
+        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab"), blocks_table=open_block_list(s)).table
         return out, list(calls)
 
     def l1_by_level(a, b):
