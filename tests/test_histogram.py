@@ -16,14 +16,10 @@ from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
-from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
+from dptest import history as entries, table
 
 runner = CliRunner()
-
-
-def table(df: pl.DataFrame, name: str = "t") -> InputTable:
-    return InputTable(df.lazy(), "sha256:test", name, "csv")
 
 
 def base_data(n_units: int = 300, seed: int = 1) -> pl.DataFrame:
@@ -229,11 +225,6 @@ def data_file(tmp_path):
 def init(mode_args=("--mode", "approx", "--epsilon", "10", "--delta", "1e-5")):
     r = runner.invoke(app, ["budget", "init", "default", *mode_args])
     assert r.exit_code == 0, r.stderr
-
-
-def entries():
-    r = runner.invoke(app, ["budget", "history", "default", "--json"])
-    return json.loads(r.stdout)
 
 
 def hist_cli(*args):

@@ -14,19 +14,15 @@ from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import tree
-from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import stream_replay as sr
+from dptest import stream
 
 runner = CliRunner()
 
 
 def seed(i):
     return hashlib.sha256(repr(i).encode()).digest()
-
-
-def stream(i, label="t"):
-    return KeyedStream(seed(i), label)
 
 
 def test_honaker_variance_matches_eq_1_and_prefix_is_unbiased():

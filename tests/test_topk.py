@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from fractions import Fraction
 
@@ -14,15 +13,11 @@ from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import selection as sel
-from dpcli.core.prf import KeyedStream
 from dpcli.files import InputTable
 from dpcli.tasks import topk as tk
+from dptest import stream
 
 runner = CliRunner()
-
-
-def stream(i, label="t"):
-    return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
 
 
 # ---- the exponential race equals Gumbel noise + sort ---------------------------------------------

@@ -521,9 +521,9 @@ class _Cache:
     ``spent`` is the composed spend of the entries of refresh period ``period``; ``seeds`` lists each of
     its charged (non-replay) entries as `` <tag>:<seq>`` (tag: 128 bits of SHA-256 of the seed id), for
     free replays: a plain ASCII blob is searched and sealed far faster than a 10,000-key mapping is
-    parsed, sorted and encoded. It is trusted
-    only while the ledger file is byte-for-byte the one the mark was written for (same size and ctime);
-    otherwise a charge re-reads and re-verifies the whole ledger and recomputes it.
+    parsed, sorted and encoded. It is trusted only while the ledger file is the one the mark was
+    written for (same size and ctime); otherwise a charge re-reads and re-verifies the whole ledger
+    and recomputes it.
     """
 
     period: int

@@ -1,0 +1,40 @@
+"""Helpers shared by the test files (importable as ``dptest``: ``tests/`` is on pytest's pythonpath).
+
+One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner and
+the analyst's ledger history as the CLI prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import polars as pl
+from typer.testing import CliRunner
+
+from dpcli.cli.app import app
+from dpcli.core.prf import KeyedStream
+from dpcli.files import InputTable
+
+runner = CliRunner()
+
+
+def table(df: pl.DataFrame, fingerprint: str = "sha256:test", name: str = "t") -> InputTable:
+    """An in-memory input as the tasks take it (the same fingerprint gives the same randomness)."""
+    return InputTable(df.lazy(), fingerprint, name, "csv")
+
+
+def stream(i: Any, label: str = "t") -> KeyedStream:
+    """A keyed stream whose seed is the SHA-256 of ``repr(i)`` (tests only; releases derive theirs from the key)."""
+    return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
+
+
+def cli(*args: Any) -> Any:
+    """Run ``dpcli ARGS`` in process; the typer result (exit_code, stdout, stderr)."""
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def history(analyst: str = "default") -> list[dict[str, Any]]:
+    """The analyst's ledger entries, from ``dpcli budget history --json``."""
+    return json.loads(cli("budget", "history", analyst, "--json").stdout)
