@@ -82,8 +82,11 @@ def schedule_spec(
     beta: str,
     c: str,
     run_epsilon: Fraction | None,
+    dry_run: bool = False,
 ) -> ScheduleSpec | None:
     """Parse the schedule options (None when ``--schedule`` is absent)."""
+    if name is not None and dry_run:
+        raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
     if name is None:
         if total_epsilon or total_delta or gamma:
             raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")

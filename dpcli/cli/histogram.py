@@ -107,10 +107,6 @@ def histogram(
     """
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    if selection not in ("threshold", "unklap"):
-        raise UsageError(f"--selection must be threshold or unklap, got {selection!r}")
-    if noise not in (None, "laplace", "gaussian"):
-        raise UsageError(f"--noise must be laplace or gaussian, got {noise!r}")
     led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)
     query = hist.HistogramQuery(
         by=columns("--by", by),
@@ -129,29 +125,17 @@ def histogram(
         max_groups=max_groups,
         with_error=with_error,
     )
-    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, query.epsilon)
+    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, query.epsilon,
+                         dry_run=dry_run)
     if spec is not None:
         if query.domain != "keys" or query.noise != "laplace":
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
-        if dry_run:
-            raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
         query.validate()
+    elif dry_run:
+        emit_json(hist.describe_plan(query, hist.plan_histogram(query, led.limits.mode, led.limits.values)))
+        return
     else:
-        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
-        if dry_run:
-            emit_json(
-                {
-                    "query": query.canonical(),
-                    "measurements": {
-                        n: m.noise.describe() if m.noise else {"mechanism": "exponential"}
-                        for n, m in plan.measurements.items()
-                    },
-                    "threshold": plan.threshold,
-                    "cost": [e.to_json() for e in plan.events],
-                    **plan.summary,
-                }
-            )
-            return
+        hist.plan_histogram(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys)
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits)

@@ -105,24 +105,20 @@ def topk(
     if dbar is not None and dbar < 1:
         raise UsageError(f"--dbar must be ≥ 1, got {dbar}")
     spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                         positive("--epsilon", epsilon) if schedule else None)
+                         positive("--epsilon", epsilon) if schedule else None, dry_run=dry_run)
     if spec is not None:
         if not query.known_domain:
             raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --domain")
         if query.epsilon_per is not None:
             raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
-        if dry_run:
-            raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
         query.validate()
+    elif epsilon is not None:
+        raise UsageError("--epsilon is the per-run ε of --scheduler fixed; use --epsilon-per")
+    elif dry_run:
+        emit_json(tk.describe_plan(query, tk.plan_topk(query, led.limits.mode, led.limits.values)))
+        return
     else:
-        if epsilon is not None:
-            raise UsageError("--epsilon is the per-run ε of --scheduler fixed; use --epsilon-per")
-        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
-        if dry_run:
-            emit_json({"query": query.canonical(), "guarantee": plan.guarantee,
-                       "reserve": [e.to_json() for e in plan.reserve],
-                       "count_noise": plan.count_noise.describe() if plan.count_noise else None})
-            return
+        tk.plan_topk(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, domain))
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, domain, "domain")
     runner = release.topk_runner(s.state_dir, inputs, led.limits)

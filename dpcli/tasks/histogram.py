@@ -105,6 +105,10 @@ class HistogramQuery:
 
     def validate(self) -> None:
         """Refuse inconsistent queries with one-line usage errors."""
+        if self.noise not in ("laplace", "gaussian"):
+            raise UsageError(f"must be laplace or gaussian, got {self.noise!r}", field="noise")
+        if self.domain not in ("keys", "threshold", "unklap"):
+            raise UsageError(f"must be threshold or unklap, got {self.domain!r}", field="selection")
         if not self.by:
             raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
@@ -229,6 +233,14 @@ def _measurement_names(q: HistogramQuery) -> list[str]:
     if q.domain == "threshold":
         add("units")
     return names
+
+
+def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
+    """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
+    measurements = {n: m.noise.describe() if m.noise else {"mechanism": "exponential"}
+                    for n, m in plan.measurements.items()}
+    return {"query": q.canonical(), "measurements": measurements, "threshold": plan.threshold,
+            "cost": [e.to_json() for e in plan.events], **plan.summary}
 
 
 def _sensitivity(name: str, q: HistogramQuery) -> int:

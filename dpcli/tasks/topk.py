@@ -139,6 +139,12 @@ def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int)
     return [PrivacyEvent("approx", "topk/unkgumb", epsilon=total, delta=delta)]
 
 
+def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
+    """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
+    return {"query": q.canonical(), "guarantee": plan.guarantee, "reserve": [e.to_json() for e in plan.reserve],
+            "count_noise": plan.count_noise.describe() if plan.count_noise else None}
+
+
 def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:
     """ε_per and δ from the options (or the br ledger), the count noise, the reserved cost."""
     q.validate()
