@@ -42,7 +42,7 @@ def _dg_tail(sigma2: float, m: int) -> float:
     return float(w[z >= m].sum() / w.sum())
 
 
-@pytest.mark.parametrize("keys", [pytest.param(20_000, id="fast"), pytest.param(200_000, marks=pytest.mark.audit, id="full")])
+@pytest.mark.parametrize("keys", [pytest.param(10_000, id="fast"), pytest.param(200_000, marks=pytest.mark.audit, id="full")])
 def test_single_unit_keys_are_released_as_often_as_the_thresholds_say_and_within_delta(monkeypatch, keys):
     """N keys held by one unit each (they exist only in D', so P[released] ≤ δ must hold; δ/3 is the
     share the thresholds' failure term gets, checked here). ε = 1, δ = 0.6 (large, so releases are
