@@ -1,62 +1,10 @@
 """User-level contribution bounding on polars LazyFrames.
 
-This is the relational half of every release: it turns raw rows into one row
-per (privacy unit, group) whose influence is bounded, so the mechanism core
-only ever sees a small table with known sensitivities. The steps follow the
-two-stage rewrite of Wilson et al. (paper 002):
-
-1. **Per-row**: values are snapped to a grid of spacing ``granularity`` and
-   clamped to the grid points inside ``[lo, hi]``, becoming integers in grid
-   units (``lo_units = ⌈lo/g⌉ … hi_units = ⌊hi/g⌋``), so sums can get exact
-   integer noise. The snapping is float arithmetic in polars; the clamp is
-   done *on the integers*, so whatever the float division and rounding do, a
-   row's grid value is one of the integers the sensitivities are computed from.
-2. **Rows per unit per group**: at most ``max_contributions`` rows of a unit
-   count in a group. When row values are aggregated, which rows is decided by
-   ranking a keyed hash (a uniform sample without replacement, as reservoir
-   sampling gives); for row counts alone the cap is simply ``min(n, C)``.
-3. **Per-unit per-group partial aggregation**: row count, sum and sum of
-   squares of the centred grid values, one row per (unit, group).
-4. **Groups per unit**: at most ``max_partitions`` groups per unit, chosen
-   uniformly at random per unit by ranking a keyed hash of (unit, group).
-
-**Bad records are part of the bounded transformation, never errors.** The
-analyst writes the query, so a refusal that depends on a record ("3 NaN
-values", "null units", "no rows") would count any predicate for free; even
-"fails or not" leaks. So, record by record and independently of every other
-record (which is why the sensitivities above cover them):
-
-* a row whose privacy unit is null belongs to no unit: it is dropped;
-* a row whose value is null or NaN has no value: it is dropped when a value
-  column is aggregated (it is not counted either); so is a text value that
-  does not parse as a number (:func:`numeric_value`: a CSV or NDJSON value
-  column is always read as text, so one record cannot change its type);
-* a value of ±inf is outside the bounds like any large value: it is clamped
-  to the nearest bound, as every out-of-range value is;
-* an input with no rows is released like any other (thresholding releases
-  nothing, a known domain releases noisy zeros).
-
-Only the schema (public) can make bounding fail: a missing column or one of
-the wrong type is reported before any data is read. (For CSV and NDJSON the
-schema is fixed by the query: the unit, group and value columns are read as
-text, see :func:`dpcli.files.open_input`.)
-
-**Exact integers.** The grid is limited, from the options alone, to
-``max(|lo_units|, |hi_units|) ≤ 2^31`` (:data:`MAX_GRID_UNITS`), so a centred
-value's square fits an Int64; per-(unit, group) partials are Int64 when
-``C · half-width²`` fits and Int128 otherwise, and group totals are Int128: a
-total over fewer than 2^64 rows of |value| ≤ 2^62 cannot wrap. A finer grid
-is a usage error: at 2^31 steps per bound the rounding (≤ g/2 a row) is
-already far below the noise any ε needs for such a sensitivity.
-
-Everything stays lazy and runs on polars' streaming engine; there is no
-per-row Python. The randomness used for *selection* here only affects which
-contributions are kept, never the privacy guarantee (any selection rule that
-respects the caps gives the same sensitivity); it comes from polars' seeded
-hash, keyed by a salt drawn from the release's keyed stream, and the polars
-version is part of the release seed so an upgrade that changes the hash gets
-fresh noise (and a fresh charge) instead of a "replay" over different rows;
-so is :data:`SEMANTICS`, for changes to the rules above.
+Turns raw rows into one row per (privacy unit, group) whose influence is capped: values snapped
+to an integer grid and clamped, at most C rows per unit and group, at most K groups per unit.
+Bad records (null units, NaN or unparsable values) are dropped inside the transformation, never
+reported; only the public schema can make it fail. :meth:`BoundingSpec.stability` says what the
+caps guarantee. The steps, rules and reasons are in ``docs/bounding.md``.
 """
 
 from __future__ import annotations
@@ -87,7 +35,7 @@ _MASK64 = (1 << 64) - 1
 #: 2: grid ⌈lo/g⌉…⌊hi/g⌋ clamped in integers; null units and NaN values dropped, ±inf clamped.
 SEMANTICS = 2
 
-#: Largest |grid value| allowed (see the module docstring: squares fit Int64, totals fit Int128).
+#: Largest |grid value| allowed (see docs/bounding.md: squares fit Int64, totals fit Int128).
 MAX_GRID_UNITS = 1 << 31
 #: Smallest granularity: the smallest normal float (below it ``float(g)`` loses precision or is 0).
 MIN_GRANULARITY = Fraction(2) ** -1022
@@ -280,7 +228,7 @@ def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyF
     """Steps 1-2 for a value column: grid values (``GRID``, centred) of at most C rows per (unit, group).
 
     Rows with a null unit, or a null, NaN or unparsable value, are dropped
-    (module docstring; a text value column is parsed by :func:`numeric_value`).
+    (docs/bounding.md; a text value column is parsed by :func:`numeric_value`).
     Without a value column the rows are returned as they are (row counts are
     capped, and null units dropped, after aggregation instead).
     """
@@ -359,7 +307,7 @@ def bounded_totals(
     exactly the partials of one pass, and group totals add up across buckets.
     ``each(frame, partial)`` sees every bucket's input frame and partial
     table (for statistics that need them, e.g. quantile bins). An input with
-    no rows gives an empty table (no error: see the module docstring).
+    no rows gives an empty table (no error: see docs/bounding.md).
     """
     if buckets == 1:
         frames = [table.frame]

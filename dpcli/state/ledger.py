@@ -1,64 +1,10 @@
 """Per-analyst privacy-budget ledgers: lock → read and verify once → check → debit (durable) → unlock.
 
-A ledger (``ledgers/NAME.json``, schema 3: JSON Lines) is a header line —
-``schema_version``, ``analyst``, a random ``ledger_id``, ``created``, the
-accounting ``limits``, ``refresh_days``, ``report_delta`` and ``genesis`` —
-then one line per entry, appended. Each entry records when, which command,
-the query and seed ids, and the privacy events charged. (Schema 2 was one
-JSON document rewritten whole; it is read, and rewritten as schema 3 at its
-next write.)
-
-Seal (tamper evidence). With ``K = derive_key(secret key, "ledger-mac/v2")``
-(:func:`dpcli.state.keys.derive_key`; the seed key itself is never used):
-
-* ``genesis = HMAC(K, "dpcli/ledger/genesis/v2" || canonical header)``, so the
-  header is inside the chain;
-* entry *i* carries ``prev`` (the previous hash, or the genesis) and
-  ``hash = HMAC(K, "dpcli/ledger/entry/v2" || canonical entry without hash)``;
-* the high-water mark ``NAME.hwm`` holds the ledger id, the entry count, the
-  last hash, the ledger file's size and ``st_ctime_ns`` as written, and the
-  running totals of the current refresh period (spend and seed tags), sealed
-  with ``HMAC(K, "dpcli/ledger/hwm/v2" || ...)``.
-
-O(1) charges. While the ledger file is exactly the one its mark was written
-for (same size and ctime), a charge trusts the mark's running totals and
-reads only the header line: it checks the budget, appends the new entry
-line and fsyncs, then rewrites the small mark. Any other state (a touched
-or restored file, a rotated key, a new refresh period that went backwards)
-takes the full path: read and verify every entry, recompute the totals.
-A charge first writes a mark announcing the sealed lines it will append
-("pending"), then appends, then writes the final mark; after a crash in
-between, the lines are taken as appended (over-counting a release that was
-never output is safe) and the next charge rewrites the file whole.
-
-What this detects: any edit of the header or of an entry, a deleted, added or
-reordered entry, a full rewrite (all of these need the key), a ledger copied
-from another state directory (another key) or renamed to another analyst, a
-ledger older than its mark, a missing mark, and a ledger file restored from
-a backup *together with* its mark: restoring (cp, tar, rsync, mv) gives the
-file a new ctime, which user programs cannot set back (so do chmod, chown
-and hard links: they are refused the same way). Not detected: state
-restored at block level with its ctimes (a file-system or VM snapshot), or a
-clock set back before a restore; someone holding the key can of course
-rewrite everything. A legitimate move or restore is accepted, with a ledger
-entry saying so, by ``dpcli budget verify NAME --reseal`` (:func:`reseal`),
-which also performs the one-time upgrade of a schema-1 (unkeyed) ledger.
-After ``budget key --rotate`` a ledger still verifies with the archived key
-and is resealed with the new key at its next write.
-
-Replays: an entry whose seed id was already charged in the current period is
-recorded with ``replay_of`` and charged nothing (identical noise on identical
-data is post-processing of the earlier release).
-
-Reservations and steps (streams, schedules): a :class:`Reservation` debits a
-stream's or schedule's whole budget once, under a random id that its state
-file records. Every later run against that state file is a :class:`Step`:
-accepted if the state is at the ledger's latest step for that reservation
-(the step and a keyed digest of its input are appended), free if it exactly
-repeats a recorded step (same starting step, same input digest: the release
-is deterministic and identical), and refused otherwise — an older copy
-(rollback), a diverging copy (fork), a deleted-and-recreated schedule or a
-state file from another ledger.
+A ledger is JSON Lines (a header, then one appended line per charge) under a keyed HMAC chain,
+with a sealed high-water mark that also carries the running totals, so a charge costs the same
+at entry 10 and entry 10,000. Identical releases are free replays; streams and schedules debit a
+reservation once and record each run as a step. Format, seal, crash safety and what is (not)
+detected: ``docs/ledger.md``.
 """
 
 from __future__ import annotations
@@ -782,7 +728,7 @@ def charge(
     appended and fsynced. Raises :class:`BudgetError` when it does not fit.
 
     ``step`` records a run against a stream's or schedule's state file instead
-    (its cost is covered by the reservation; see the module docstring): a new
+    (its cost is covered by the reservation; see docs/ledger.md): a new
     step, an exact repeat (free, ``replay``), or :class:`StateError` for a
     state that is older, forked, re-created or foreign. ``step.create``
     debits the reservation itself in the same write.

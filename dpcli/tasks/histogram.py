@@ -1,38 +1,9 @@
 """User-level DP group-by (``dpcli histogram``), importable without the CLI.
 
-A release goes through three functions:
-
-1. :func:`plan_histogram` — from the query and the ledger's accounting mode
-   alone (no data): which noisy *measurements* are needed, how the budget is
-   split between them, their noise, the partition-selection threshold and the
-   privacy events to charge.
-2. :func:`run_histogram` — bound contributions on the lazy frame, aggregate
-   per group, select partitions, add noise, post-process into aggregates.
-3. The caller charges the ledger with ``plan.events`` and only then writes
-   ``release.table``.
-
-Measurements and their per-group ℓ∞ sensitivity (C = ``max_contributions``,
-K = ``max_partitions``; in grid units: a row's value is an integer in
-[lo, hi] = [⌈LO/g⌉, ⌊HI/g⌋], clamped *as an integer* by :mod:`dpcli.bounding`,
-and every figure below is computed from those same integers):
-
-=============  ============================  ===============================
-measurement    what                          sensitivity in one group
-=============  ============================  ===============================
-``rows``       bounded row count             C
-``units``      distinct privacy units        1
-``sum``        sum of grid values            C · max(|lo|, |hi|)
-``csum``       sum of centred grid values    C · half-width
-``csumsq``     sum of their squares          C · half-width²
-``q<p>``       exponential-mechanism rank    C · den(p)  (utility scale)
-=============  ============================  ===============================
-
-Aggregations use: count → rows; count-units → units; sum → sum; mean → rows,
-csum; variance → rows, csum, csumsq; quantiles → one q measurement each.
-Unknown-domain thresholding adds ``units`` if it is not already there. The
-budget (ε, or ρ for Gaussian noise) is split *equally* between the distinct
-measurements; a unit touches at most K groups, so the ℓ1 sensitivity of a
-measurement is K times its per-group one (ℓ2²: K times the square).
+:func:`plan_histogram` decides from the query and the ledger mode alone (no data) which noisy
+measurements are needed, how the budget is split and the noise of each; :func:`run_histogram`
+bounds, aggregates, selects groups and adds the noise. The measurements, their sensitivities
+and the calibration are in ``docs/histogram.md``.
 """
 
 from __future__ import annotations

@@ -1,43 +1,8 @@
 """SafeTab-style adaptive tabulation of population groups (``dpcli tabulate``, paper 003).
 
-For every population-group level i (a geography level × an iteration level)
-with budget ρ_i (ε_i for geometric noise) and stability s:
-
-* each record maps to at most s population groups (geographic entity ×
-  characteristic iteration) — enforced by truncation, not trusted: a record in
-  more than s groups of a level is kept in its first s iterations of that level
-  in code order (the spec's iteration codes, sorted), a rule that depends on the
-  record's own content only, never on row order or on other records;
-* each group P gets ρ_i/s (Alg. 1): TotalOnly groups release a noisy total with
-  all of it; the others spend γ·ρ_i/s on a noisy total (step 1, not released)
-  and (1 − γ)·ρ_i/s on the statistics it selects (step 2, Alg. 2): the total
-  when it is below θ1, else a Sex × Age marginal with the coarse, medium or
-  fine age bins depending on which of θ1 ≤ · < θ2 ≤ · < θ3 ≤ · it falls in;
-* every count gets independent integer noise: geometric (discrete Laplace,
-  scale 1/ε) or discrete Gaussian (σ² = 1/(2ρ)), from the keyed stream.
-
-**Control flow depends on public inputs only** (the spec, the public block list
-and the input's schema), never on the records: a run that fails fails for every
-dataset of that schema, and no message, summary field or exit code depends on
-the records (only the noisy counts do). Records that break a per-record
-assumption are handled *inside* the bounded transformation, where the
-sensitivity analysis (one record, at most s groups per level) already covers
-them: records over the stability bound are truncated as above, and records whose
-block id is missing from the public block list, whose block, race, ethnicity,
-sex or age is null or unparsable (an empty race list counts as unparsable, as
-does any code in it that is not an integer), whose sex code is not among the
-spec's ``sexes`` or whose age is negative are dropped. An input with no (usable)
-records is released like any other: every group gets its noisy statistics.
-Schema problems — a spec column missing from the input, or a column whose type
-cannot hold the codes (e.g. a float age) — are errors.
-
-Groups are enumerated from public information only (the spec's iterations and
-the public block list), so empty groups are released too and the set of rows
-never depends on the data — only which granularity a group gets does, through
-the noisy step-1 total. Counts may be negative; no consistency is imposed.
-
-:func:`plan` converts MOE targets to parameters (eq. 37–38) and states the
-total loss under pure DP, RDP (eq. 39–40) and zCDP (analytic and numerical).
+Per level of the spec: each person counts in at most ``stability`` groups (bounded here), a noisy
+total per group (step 1), then Sex × Age cells at the granularity that total allows (step 2).
+The algorithm, its calibration from margins of error and its accounting are in ``docs/tabulate.md``.
 """
 
 from __future__ import annotations
