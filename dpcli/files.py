@@ -450,3 +450,10 @@ def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes]
         atomic_write_bytes(Path(path), data, mode=0o644)
     except OSError as exc:
         raise OutputError(f"cannot write {path!r}: {exc.strerror}") from None
+
+
+def cheap_row_count(table: InputTable) -> int | None:
+    """The row count of a Parquet input (from its metadata: no pass over the data), else None."""
+    if table.format != "parquet":
+        return None
+    return int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())

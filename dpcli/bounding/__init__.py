@@ -20,7 +20,7 @@ import polars as pl
 
 from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError
-from dpcli.files import InputTable, collect
+from dpcli.files import collect
 
 #: Internal column names (prefixed so they cannot clash with user columns).
 N_ROWS = "__dp_rows"
@@ -285,21 +285,22 @@ def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> An
     return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)
 
 
-def unit_buckets(table: InputTable) -> int:
-    """How many unit buckets to bound ``table`` in: 1, or one per :data:`BUCKET_ROWS` rows of a Parquet
-    input over :data:`SINGLE_PASS_ROWS` (its row count is metadata; other formats would need a pass to count)."""
-    if table.format != "parquet":
+def unit_buckets(rows: int | None) -> int:
+    """How many unit buckets to bound an input of ``rows`` rows in: 1, or one per :data:`BUCKET_ROWS`
+    rows over :data:`SINGLE_PASS_ROWS`. ``rows`` is None when counting would need a pass over the
+    data (CSV, NDJSON): one bucket (:func:`dpcli.files.cheap_row_count` gives Parquet's from metadata)."""
+    if rows is None or rows <= SINGLE_PASS_ROWS:
         return 1
-    rows = int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())
-    return 1 if rows <= SINGLE_PASS_ROWS else -(-rows // BUCKET_ROWS)
+    return -(-rows // BUCKET_ROWS)
 
 
 def bounded_totals(
-    table: InputTable,
+    frame: pl.LazyFrame,
     spec: BoundingSpec,
     salt: int,
     buckets: int = 1,
     each: Callable[[pl.LazyFrame, pl.DataFrame], None] | None = None,
+    name: str = "the input",
 ) -> pl.DataFrame:
     """:func:`group_totals` of the bounded input, computed in ``buckets`` passes over disjoint sets of units.
 
@@ -310,18 +311,18 @@ def bounded_totals(
     no rows gives an empty table (no error: see docs/bounding.md).
     """
     if buckets == 1:
-        frames = [table.frame]
+        frames = [frame]
     else:
         bucket = pl.col(spec.unit).hash(_BUCKET_SEED) % buckets
-        frames = [table.frame.filter(bucket == b) for b in range(buckets)]
+        frames = [frame.filter(bucket == b) for b in range(buckets)]
     parts = []
-    for frame in frames:
-        partial_lf = bound_contributions(frame, spec, salt)
+    for part in frames:
+        partial_lf = bound_contributions(part, spec, salt)
         if each is None:  # totals in one streaming query; the partial table is never materialised
-            parts.append(collect(group_totals(partial_lf, spec), f"cannot read {table.name}"))
+            parts.append(collect(group_totals(partial_lf, spec), f"cannot read {name}"))
             continue
-        partial = collect(partial_lf, f"cannot read {table.name}")
-        each(frame, partial)
+        partial = collect(partial_lf, f"cannot read {name}")
+        each(part, partial)
         parts.append(group_totals(partial, spec))
     if len(parts) == 1:
         return parts[0]

@@ -25,7 +25,7 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import InputTable, collect
+from dpcli.files import InputTable, cheap_row_count, collect
 
 Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
@@ -369,8 +369,8 @@ def run_histogram(
     def quantile_bins(frame: pl.LazyFrame, partial: pl.DataFrame) -> None:
         bins.append(_quantile_counts(frame, table.name, q, spec, salt, partial))
 
-    totals = bounding.bounded_totals(table, spec, salt, bounding.unit_buckets(table),
-                                     quantile_bins if q.quantiles else None)
+    totals = bounding.bounded_totals(table.frame, spec, salt, bounding.unit_buckets(cheap_row_count(table)),
+                                     quantile_bins if q.quantiles else None, name=table.name)
     qhist = None
     if q.quantiles:
         qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())

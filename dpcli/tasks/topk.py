@@ -39,7 +39,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import InputTable
+from dpcli.files import InputTable, cheap_row_count
 
 
 @dataclass(frozen=True)
@@ -199,7 +199,7 @@ class TopKRelease:
 def group_counts(table: InputTable, q: TopKQuery) -> pl.DataFrame:
     """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
     spec = q.bounding_spec()
-    totals = bounding.bounded_totals(table, spec, 0, bounding.unit_buckets(table))
+    totals = bounding.bounded_totals(table.frame, spec, 0, bounding.unit_buckets(cheap_row_count(table)), name=table.name)
     return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
 
 
