@@ -224,7 +224,6 @@ def _sensitivity(name: str, q: HistogramQuery) -> int:
 def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
     """Calibrate every measurement and list the privacy events, from the query alone."""
     q.validate()
-    k = q.max_partitions
     if ledger_mode == "br":
         return _plan_br(q, ledger_limits)
     if q.domain != "keys" and not 0 < q.delta < 1:
@@ -233,78 +232,90 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
             "or give the public list of groups with --keys"
         )
     names = _measurement_names(q)
-    m = len(names)
-    measurements: dict[str, NoisyStatistic] = {}
-    events: list[PrivacyEvent] = []
-    summary: dict[str, Any] = {"split": f"equal, 1/{m} of the budget per measurement", "measurements": names}
+    summary: dict[str, Any] = {"split": f"equal, 1/{len(names)} of the budget per measurement", "measurements": names}
     if q.domain == "unklap":
-        if q.epsilon is None:
-            raise UsageError("is required", field="epsilon")
-        name = names[0]
-        sensitivity = _sensitivity(name, q)
-        eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
-        noise = _checked(mech.laplace, 2 * sensitivity * k, eps_per)
-        offset = mech.unklap_threshold_offset(sensitivity, k, float(eps_per), float(q.delta))
-        measurements[name] = NoisyStatistic(name, sensitivity, noise, share="all")
-        events.append(
-            PrivacyEvent("approx", "histogram/unklap", epsilon=q.epsilon, delta=q.delta, detail={"max_groups": str(q.max_groups)})
-        )
-        return HistogramPlan(measurements, events, unklap_offset=offset, summary=summary)
+        return _plan_unklap(q, names, summary)
     if q.noise == "laplace":
-        if q.rho is not None:
-            raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)", field="rho")
-        if q.epsilon is None:
-            raise UsageError("is required", field="epsilon")
-        eps_m = q.epsilon / m
-        for name in names:
-            s = _sensitivity(name, q)
-            if name.startswith("q"):
-                # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
-                rate = eps_m / k / (2 * s)
-                measurements[name] = NoisyStatistic(name, s, em_rate=rate, share=fraction_text(eps_m))
-            else:
-                measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
-        if q.domain == "keys":
-            curve = "discrete_laplace" if names == ["units"] and k == 1 else "pure"
-            events.append(PrivacyEvent("pure", "histogram/laplace", epsilon=q.epsilon, rdp_curve=curve))
-        else:
-            events.append(PrivacyEvent("approx", "histogram/laplace+threshold", epsilon=q.epsilon, delta=q.delta))
+        measurements, events = _plan_laplace(q, names)
     else:
-        if q.rho is not None:
-            if q.epsilon is not None:
-                raise UsageError("give either --rho or --epsilon/--delta for Gaussian noise, not both")
-            rho = q.rho
-            conv_delta, sel_delta = q.delta, q.delta
-        else:
-            if q.epsilon is None or not 0 < q.delta < 1:
-                raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
-            conv_delta = q.delta if q.domain == "keys" else q.delta / 2
-            sel_delta = q.delta - conv_delta
-            rho_f = acc.rho_for_epsilon(float(q.epsilon), float(conv_delta))
-            rho = floor_parameter(rho_f)
-            if rho <= 0:
-                raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
-        rho_m = rho / m
-        for name in names:
-            s = _sensitivity(name, q)
-            if name.startswith("q"):
-                # ε-BR exponential mechanism is ε²/8-zCDP; K groups: K·ε²/8 = ρ_m.
-                eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
-                while eps_pp * eps_pp * k / 8 > rho_m:
-                    eps_pp -= Fraction(1, 10**9)
-                measurements[name] = NoisyStatistic(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
-            else:
-                measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
-        events.append(
-            PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))
-        )
-        if q.domain == "threshold":
-            events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
-            q = replace(q, delta=sel_delta)
+        measurements, events, q = _plan_gaussian(q, names)
     threshold = None
     if q.domain == "threshold":
-        threshold = mech.selection_threshold(measurements["units"].noise, k, float(q.delta))  # type: ignore[arg-type]
+        threshold = mech.selection_threshold(measurements["units"].noise, q.max_partitions, float(q.delta))  # type: ignore[arg-type]
     return HistogramPlan(measurements, events, threshold=threshold, summary=summary)
+
+
+def _plan_unklap(q: HistogramQuery, names: list[str], summary: dict[str, Any]) -> HistogramPlan:
+    """UnkLap (LinkedIn Alg. 3): one Laplace count, its threshold offset, (ε, δ) for the release."""
+    if q.epsilon is None:
+        raise UsageError("is required", field="epsilon")
+    k, name = q.max_partitions, names[0]
+    sensitivity = _sensitivity(name, q)
+    eps_per = 2 * q.epsilon  # UnkLap is (ε_per/2, δ)-DP (paper 000, Lemma 5.3)
+    noise = _checked(mech.laplace, 2 * sensitivity * k, eps_per)
+    offset = mech.unklap_threshold_offset(sensitivity, k, float(eps_per), float(q.delta))
+    event = PrivacyEvent("approx", "histogram/unklap", epsilon=q.epsilon, delta=q.delta,
+                         detail={"max_groups": str(q.max_groups)})
+    return HistogramPlan({name: NoisyStatistic(name, sensitivity, noise, share="all")}, [event],
+                         unklap_offset=offset, summary=summary)
+
+
+def _plan_laplace(q: HistogramQuery, names: list[str]) -> tuple[dict[str, NoisyStatistic], list[PrivacyEvent]]:
+    """Pure ε split equally: discrete Laplace per measurement (ℓ1 = K·Δ), quantiles by the exponential mechanism."""
+    if q.rho is not None:
+        raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)", field="rho")
+    if q.epsilon is None:
+        raise UsageError("is required", field="epsilon")
+    k, eps_m = q.max_partitions, q.epsilon / len(names)
+    measurements: dict[str, NoisyStatistic] = {}
+    for name in names:
+        s = _sensitivity(name, q)
+        if name.startswith("q"):
+            # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
+            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m / k / (2 * s), share=fraction_text(eps_m))
+        else:
+            measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
+    if q.domain == "keys":
+        curve = "discrete_laplace" if names == ["units"] and k == 1 else "pure"
+        return measurements, [PrivacyEvent("pure", "histogram/laplace", epsilon=q.epsilon, rdp_curve=curve)]
+    return measurements, [PrivacyEvent("approx", "histogram/laplace+threshold", epsilon=q.epsilon, delta=q.delta)]
+
+
+def _plan_gaussian(
+    q: HistogramQuery, names: list[str]
+) -> tuple[dict[str, NoisyStatistic], list[PrivacyEvent], HistogramQuery]:
+    """ρ split equally: discrete Gaussian per measurement (ℓ2² = K·Δ²); with thresholding, δ is split between
+    the (ε, δ) conversion and the selection. Returns the query with the selection's δ for the threshold."""
+    if q.rho is not None:
+        if q.epsilon is not None:
+            raise UsageError("give either --rho or --epsilon/--delta for Gaussian noise, not both")
+        rho = q.rho
+        conv_delta, sel_delta = q.delta, q.delta
+    else:
+        if q.epsilon is None or not 0 < q.delta < 1:
+            raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
+        conv_delta = q.delta if q.domain == "keys" else q.delta / 2
+        sel_delta = q.delta - conv_delta
+        rho = floor_parameter(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
+        if rho <= 0:
+            raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
+    k, rho_m = q.max_partitions, rho / len(names)
+    measurements: dict[str, NoisyStatistic] = {}
+    for name in names:
+        s = _sensitivity(name, q)
+        if name.startswith("q"):
+            # ε-BR exponential mechanism is ε²/8-zCDP; K groups: K·ε²/8 = ρ_m.
+            eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
+            while eps_pp * eps_pp * k / 8 > rho_m:
+                eps_pp -= Fraction(1, 10**9)
+            measurements[name] = NoisyStatistic(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
+        else:
+            measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
+    events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
+    if q.domain == "threshold":
+        events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
+        q = replace(q, delta=sel_delta)
+    return measurements, events, q
 
 
 def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:
