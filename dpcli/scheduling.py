@@ -87,20 +87,7 @@ def run_scheduled(
     key = store.schedule_key(spec.name, query)
     label = f"schedule {spec.name!r}"
     with store.locked(state_dir, analyst, key, lock_timeout) as directory:
-        state = store.load(directory, key)
-        if state is None:
-            led = ledger.read_ledger(state_dir, analyst, lock_timeout)
-            seq = led.find_reservation("schedule", key)
-            if seq is not None:
-                raise StateError(
-                    f"{label} already has reservation #{seq} in this ledger but no state file (deleted?): "
-                    "restore its state from a backup, or use a new --schedule name"
-                )
-            state = _new_state(analyst, led.ledger_id, command, spec, query, size, key)
-            fresh = True
-        else:
-            _check_state(state, spec, analyst, label)
-            fresh = False
+        state, fresh = _load_or_start(state_dir, directory, analyst, command, spec, query, size, key, lock_timeout)
         runs: list[dict[str, Any]] = state["runs"]
         last = runs[-1] if runs else None
         if last is not None and size < last["size"]:
@@ -146,6 +133,26 @@ def run_scheduled(
         return charge(state_dir, analyst, command, labelled,
                       f"{command}: {_where(spec, entry)} of schedule {spec.name!r} (ε = {fraction_text(epsilon)})",
                       lock_timeout=lock_timeout, step=record, before_output=lambda: store.save(directory, key, state, result))
+
+
+def _load_or_start(
+    state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, query: dict[str, Any],
+    size: int, key: str, lock_timeout: float,
+) -> tuple[dict[str, Any], bool]:
+    """The schedule's checked state, or a new one (not yet saved) if the ledger has no reservation for it."""
+    label = f"schedule {spec.name!r}"
+    state = store.load(directory, key)
+    if state is not None:
+        _check_state(state, spec, analyst, label)
+        return state, False
+    led = ledger.read_ledger(state_dir, analyst, lock_timeout)
+    seq = led.find_reservation("schedule", key)
+    if seq is not None:
+        raise StateError(
+            f"{label} already has reservation #{seq} in this ledger but no state file (deleted?): "
+            "restore its state from a backup, or use a new --schedule name"
+        )
+    return _new_state(analyst, led.ledger_id, command, spec, query, size, key), True
 
 
 def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
