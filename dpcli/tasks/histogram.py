@@ -363,6 +363,9 @@ class HistogramRelease:
     metadata: dict[str, Any]
 
 
+# An algorithm kernel, kept whole (about 70 lines): bounding, selection and the noise draws happen
+# in one visible order, and the keyed stream's children are taken in that order (reordering them
+# would change every release).
 def run_histogram(
     table: InputTable,
     q: HistogramQuery,

@@ -354,6 +354,9 @@ def run_tabulate(
     return TabulateRelease(out, {"levels": meta_levels, "rows": out.height})
 
 
+# An algorithm kernel, kept whole (about 90 lines): SafeTab's step 1 (noisy totals) and step 2
+# (the Sex × Age cells each total allows) for one level, with their noise drawn from the keyed
+# stream in one visible order (reordering the draws would change every release).
 def _tabulate_level(
     persons: pl.LazyFrame, blocks: pl.DataFrame, spec: Spec, level: Level, budget: LevelBudget,
     stream: KeyedStream, with_error: bool,
