@@ -55,7 +55,11 @@ def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any]) -> Rel
 
 @dataclass(frozen=True)
 class Prepared:
-    """A release computed in memory, not yet charged: its seed, cost, table and public metadata."""
+    """A release computed in memory, not yet charged: its seed, cost, table and public metadata.
+
+    Its table must not leave the process before :func:`charge` has debited it (the CLI and
+    :func:`release_histogram` only ever hand out a charged :class:`Release`).
+    """
 
     seed: ReleaseSeed
     events: list[PrivacyEvent]
