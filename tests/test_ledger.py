@@ -17,7 +17,7 @@ import pytest
 from dpcli.core.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
-from dpcli.state import ledger
+from dpcli.state import ledger, ledger_format
 
 
 def ev(eps="0.1"):
@@ -274,11 +274,11 @@ def test_a_schema_2_ledger_is_read_and_becomes_schema_3_at_its_next_charge(state
     doc = ledger.load_document(path, path.read_bytes())[0]
     doc["schema_version"] = 2
     key = ledger._current_mac_key(state_dir)
-    ledger._seal(doc, key)
+    ledger_format._seal(doc, key)
     path.write_text(json.dumps(doc, indent=1))
     body = {"ledger_id": doc["ledger_id"], "count": 2, "hash": doc["entries"][-1]["hash"],
             "ctime_ns": os.stat(path).st_ctime_ns}
-    path.with_suffix(".hwm").write_text(json.dumps({**body, "mac": ledger._mac(key, ledger._HWM_DOMAIN, body)}))
+    path.with_suffix(".hwm").write_text(json.dumps({**body, "mac": ledger_format._mac(key, ledger_format._HWM_DOMAIN, body)}))
     assert ledger.read_ledger(state_dir, "a").spend().epsilon == Fraction(2, 10)
     ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="v3", reserve=[ev()])
     assert path.read_bytes().startswith(b'{"schema_version": 3')
@@ -340,7 +340,7 @@ def test_a_schema_1_ledger_is_refused_until_resealed(state_dir):
     for i in (1, 2):
         e = {"seq": i, "time": "2026-01-01T00:00:00.000000Z", "period": 0, "command": "t", "query_id": "q",
              "seed_id": f"s{i}", "events": [ev("0.25").to_json()], "prev": prev}
-        e["hash"] = ledger._v1_entry_hash(e)
+        e["hash"] = ledger_format._v1_entry_hash(e)
         prev = e["hash"]
         entries.append(e)
     v1 = {"schema_version": 1, "analyst": "old", "created": "2026-01-01T00:00:00.000000Z",
