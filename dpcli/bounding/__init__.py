@@ -329,3 +329,15 @@ def bounded_totals(
     by = list(spec.by)
     total = pl.concat(parts).group_by(by).agg(pl.exclude(by).sum())
     return total.sort(by, nulls_last=True)
+
+
+def cap_memberships(frame: pl.LazyFrame, memberships: str, cap: int) -> Bounded:
+    """Each record keeps the first ``cap`` entries of its list column ``memberships``.
+
+    For tabulations where a record is a privacy unit (a person) and the list holds the groups it
+    belongs to, in a public order: afterwards a record counts in at most ``cap`` groups, once in
+    each (SafeTab's stability). Entries beyond the cap are dropped, never reported.
+    """
+    if cap < 1:
+        raise ValueError("a membership cap must be ≥ 1")
+    return Bounded(frame.with_columns(pl.col(memberships).list.head(cap)), Stability(cap, {"count": 1}))

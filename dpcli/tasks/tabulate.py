@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
@@ -367,7 +368,9 @@ def _tabulate_level(
     # Stability, enforced: each record keeps its first s iterations of this level (in code order:
     # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
     # is exactly what `budget.per_group` = ρ_i/s is calibrated for. Nothing counts the truncated.
-    lf = lf.with_columns(pl.col("__its").list.head(level.stability))
+    bounded = bounding.cap_memberships(lf, "__its", level.stability)
+    assert bounded.stability.max_groups == budget.level.stability and bounded.stability.linf("count") == 1
+    lf = bounded.frame
     rows = lf.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
     counts = collect(
         rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
