@@ -228,19 +228,23 @@ def test_running_totals_equal_a_full_recount_bit_for_bit(state_dir, mode):
     assert r.replay and r.spent == ledger.read_ledger(state_dir, "a").spend()
 
 
-def _crash_in_append(monkeypatch, keep: int | None):
-    """Make the next append die after writing ``keep`` bytes (None: before the call)."""
+def _crash_in_append(monkeypatch, keep: int | str | None):
+    """Make the next append die after writing ``keep`` bytes (None: before the call; "ctime": no byte,
+    but the file's ctime moved, as a SIGKILL inside write(2) can leave it)."""
     real = ledger._append_at
 
     def dying(path, at, data):
-        if keep is not None:
+        if keep == "ctime":  # killed inside write(2) after the kernel stamped the ctime, before any byte
+            time.sleep(0.002)
+            os.utime(path)
+        elif keep is not None:
             real(path, at, data[:keep])
         raise KeyboardInterrupt("killed")
     monkeypatch.setattr(ledger, "_append_at", dying)
     return real
 
 
-@pytest.mark.parametrize("keep", [None, 0, 17, -1])
+@pytest.mark.parametrize("keep", [None, "ctime", 0, 17, -1])
 def test_a_crash_mid_append_is_completed_from_the_sealed_intent(state_dir, monkeypatch, keep):
     """Killed between the intent mark and the end of the append: the ledger reads, counting the charge."""
     _charged(state_dir, 2)
