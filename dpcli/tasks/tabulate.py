@@ -283,21 +283,20 @@ def block_columns(spec: Spec) -> list[str]:
     return ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
 
 
-def read_blocks(spec: Spec, table: InputTable) -> pl.DataFrame:
+def read_blocks(spec: Spec, blocks: pl.LazyFrame) -> pl.DataFrame:
     """The public block list: column ``block`` plus any area columns the geography levels use.
 
-    ``table`` is the list as opened by the caller (:func:`dpcli.release.open_block_list`; its
-    fingerprint enters the seed). It is read whole, then checked unchanged since it was hashed.
+    ``blocks`` is the list as the caller opened it (:func:`dpcli.release.open_block_list`: its
+    fingerprint enters the seed, and the charge checks it was not changed while read).
     """
     cols = block_columns(spec)
-    schema = table.frame.collect_schema()
+    schema = blocks.collect_schema()
     for col in cols:
         if col not in schema:
             raise DataError(f"public block list {spec.blocks_file} lacks column {col!r}")
-    df = table.frame.select([pl.col(c).cast(pl.String) for c in cols]).collect()
+    df = blocks.select([pl.col(c).cast(pl.String) for c in cols]).collect()
     if df["block"].null_count() or df["block"].n_unique() != df.height:
         raise DataError(f"public block list {spec.blocks_file}: block ids must be unique and non-null")
-    table.verify_unchanged()
     return df
 
 
@@ -315,19 +314,19 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
 
 
 def run_tabulate(
-    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks_table: InputTable
+    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks: pl.LazyFrame
 ) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
 
-    ``blocks_table``: the block list as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`."""
-    blocks = read_blocks(spec, blocks_table)
+    ``blocks``: the public block list, as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`."""
+    blocks_df = read_blocks(spec, blocks)
     persons = _prepare(table, spec).filter(_usable(spec))
     # An inner join with the public block list drops records whose block is not on it (and adds
     # the area columns non-nested geography levels use); block ids are unique there, so no record
     # is duplicated.
     areas = [g.column for g in spec.geo_levels.values() if g.column]
     persons = persons.join(
-        blocks.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
+        blocks_df.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
         on="__block", how="inner",
     )
     persons_df = collect(persons, f"cannot read {table.name}")
@@ -347,7 +346,7 @@ def run_tabulate(
     parts: list[pl.DataFrame] = []
     meta_levels = []
     for level in spec.levels:
-        part, info = _tabulate_level(persons_lf, blocks, spec, level, budgets[level.index],
+        part, info = _tabulate_level(persons_lf, blocks_df, spec, level, budgets[level.index],
                                      stream.child(f"level-{level.index}"), with_error)
         parts.append(part)
         meta_levels.append(info)

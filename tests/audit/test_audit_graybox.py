@@ -192,7 +192,7 @@ def test_tabulate(zero_noise, tmp_path, pairs):
 
     def run(df, s):
         calls.clear()
-        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab"), blocks_table=open_block_list(s)).table
+        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab"), blocks=open_block_list(s).frame).table
         return out, list(calls)
 
     def l1_by_level(a, b):
