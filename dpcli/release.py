@@ -30,7 +30,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream, canonical_json, derive_seed, seed_id
 from dpcli.errors import DataError, UsageError
-from dpcli.files import InputTable, open_input, read_group_list, require_columns, verify_unchanged
+from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
 from dpcli.state import keys, ledger
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import topk as tk
@@ -139,7 +139,8 @@ def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs
         q = replace(query, epsilon=eps)
         plan = hist.plan_histogram(q, limits.mode, limits.values)
         seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.fingerprints or {})
-        result = hist.run_histogram(inputs.table, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups)
+        result = hist.run_histogram(inputs.table.frame, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups,
+                                    name=inputs.table.name, rows=cheap_row_count(inputs.table))
         metadata = {
             "command": "histogram",
             "groups": result.groups_released,
@@ -163,7 +164,8 @@ def topk_runner(root: Path, inputs: QueryInputs, limits: Any) -> Callable[[tk.To
     def run(q: tk.TopKQuery, mode: str) -> Prepared:
         plan = tk.plan_topk(q, mode, limits.values)
         seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.fingerprints or {})
-        result = tk.run_topk(inputs.table, q, plan, KeyedStream(seed.seed, "topk"), inputs.groups)
+        result = tk.run_topk(inputs.table.frame, q, plan, KeyedStream(seed.seed, "topk"), inputs.groups,
+                             name=inputs.table.name, rows=cheap_row_count(inputs.table))
         result.metadata.update({"command": "topk", "guarantee": plan.guarantee})
         return Prepared(seed, plan.reserve, result.table, result.metadata, actual=result.actual)
 

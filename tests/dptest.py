@@ -15,14 +15,13 @@ from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
-from dpcli.files import InputTable
 
 runner = CliRunner()
 
 
-def table(df: pl.DataFrame, fingerprint: str = "sha256:test", name: str = "t") -> InputTable:
-    """An in-memory input as the tasks take it (the same fingerprint gives the same randomness)."""
-    return InputTable(df.lazy(), fingerprint, name, "csv")
+def table(df: pl.DataFrame) -> pl.LazyFrame:
+    """An in-memory input as the tasks take it: a lazy frame."""
+    return df.lazy()
 
 
 def stream(i: Any, label: str = "t") -> KeyedStream:

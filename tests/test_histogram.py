@@ -393,13 +393,17 @@ def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_p
     plan = hist.plan_histogram(q, "approx", {})
     tq = tk.TopKQuery(by=("g",), k=2, unit="user", epsilon_per=Fraction(1), delta=Fraction(1, 10**9))
     tplan = tk.plan_topk(tq, "approx", {})
-    one = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table
-    top_one = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
+    def run() -> tuple[pl.DataFrame, pl.DataFrame]:
+        t = open_input(str(path))
+        rows = cheap_row_count(t)
+        return (hist.run_histogram(t.frame, q, plan, KeyedStream(b"b" * 32, "histogram"), rows=rows).table,
+                tk.run_topk(t.frame, tq, tplan, KeyedStream(b"t" * 32, "topk"), rows=rows).table)
+
+    one, top_one = run()
     monkeypatch.setattr(bounding, "SINGLE_PASS_ROWS", 1000)
     monkeypatch.setattr(bounding, "BUCKET_ROWS", 700)  # ~7,000 rows: 10 passes
     assert bounding.unit_buckets(cheap_row_count(open_input(str(path)))) >= 5
-    many = hist.run_histogram(open_input(str(path)), q, plan, KeyedStream(b"b" * 32, "histogram")).table
-    top_many = tk.run_topk(open_input(str(path)), tq, tplan, KeyedStream(b"t" * 32, "topk")).table
+    many, top_many = run()
     assert one.height == 3 and one.equals(many)
     assert top_one.equals(top_many)
 

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, StateError
-from dpcli.files import InputTable
 from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
@@ -72,10 +71,10 @@ def test_paper_calibration_undercovers_and_exact_calibration_does_not():
 # ---- running on constructed data ------------------------------------------------------------------------
 
 
-def persons(rows: list[tuple[str, str, int, str, int]], n: int = 1) -> InputTable:
+def persons(rows: list[tuple[str, str, int, str, int]], n: int = 1) -> pl.LazyFrame:
     blocks, race, eth, sex, age = zip(*(r for r in rows for _ in range(n)))
     df = pl.DataFrame({"block": blocks, "race": race, "eth": eth, "sex": sex, "age": age})
-    return InputTable(df.lazy(), "sha256:" + hashlib.sha256(repr(rows).encode()).hexdigest(), "persons", "csv")
+    return df.lazy()
 
 
 def test_adaptive_branches_follow_the_thresholds_and_total_only(tmp_path):
@@ -134,7 +133,7 @@ def test_bad_records_are_dropped_silently_and_empty_input_is_released(tmp_path):
                         "age": ["30", "30", "30", "30", "30", "30", "30", "-4", "3.5"]})
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
-        return tab.run_tabulate(InputTable(df.lazy(), "sha256:x", "p", "csv"), spec, KeyedStream(b"d" * 32, "tab"), blocks=open_block_list(spec).frame).table
+        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"d" * 32, "tab"), blocks=open_block_list(spec).frame).table
 
     clean = run(good)
     assert clean.equals(run(pl.concat([bad.head(4), good, bad.tail(5)])))
@@ -150,7 +149,7 @@ def test_integer_and_list_columns_are_accepted_and_float_ages_are_a_schema_error
                           "sex": [1, 2], "age": [30, 70]})
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
-        return tab.run_tabulate(InputTable(df.lazy(), "sha256:x", "p", "csv"), spec, KeyedStream(b"i" * 32, "tab"), blocks=open_block_list(spec).frame).table
+        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"i" * 32, "tab"), blocks=open_block_list(spec).frame).table
 
     assert run(text).equals(run(typed))
     with pytest.raises(DataError, match="'age' \\(age\\) must hold integer codes"):

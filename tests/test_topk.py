@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import selection as sel
-from dpcli.files import InputTable
 from dpcli.tasks import topk as tk
 from dptest import stream
 
@@ -61,10 +60,10 @@ def test_unknown_top_k_returns_the_true_top_when_separated():
 # ---- library on data --------------------------------------------------------------------------------
 
 
-def table_of(groups: dict[str, int]) -> InputTable:
+def table_of(groups: dict[str, int]) -> pl.LazyFrame:
     users = [f"{g}-{i}" for g, n in groups.items() for i in range(n)]
     gs = [g for g, n in groups.items() for _ in range(n)]
-    return InputTable(pl.DataFrame({"user": users, "g": gs}).lazy(), "sha256:x", "t", "csv")
+    return pl.DataFrame({"user": users, "g": gs}).lazy()
 
 
 def test_rare_groups_never_released_and_known_domain_always_k():
@@ -109,7 +108,7 @@ def test_br_units_follow_algorithm_5(known, counts):
 def data(tmp_path):
     groups = {f"page{i}": 300 - 20 * i for i in range(12)} | {f"rare{i}": 1 for i in range(20)}
     p = tmp_path / "ev.csv"
-    table_of(groups).frame.collect().write_csv(p)
+    table_of(groups).collect().write_csv(p)
     return p
 
 

@@ -63,7 +63,8 @@ def tabulate(
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
     with working(ctx, f"tabulating {table.name}"):
-        release = tab.run_tabulate(table, spec, KeyedStream(seed.seed, "tabulate"), with_error, blocks=blocks.frame)
+        release = tab.run_tabulate(table.frame, spec, KeyedStream(seed.seed, "tabulate"), with_error,
+                                   blocks=blocks.frame, name=table.name)
     # The summary holds public values (spec, levels, groups enumerated from the public block list,
     # noise scales) and functions of the noisy output (branches, rows): no count of records.
     metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}

@@ -25,7 +25,7 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import InputTable, cheap_row_count, collect
+from dpcli.files import collect
 
 Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
@@ -367,24 +367,31 @@ class HistogramRelease:
 # in one visible order, and the keyed stream's children are taken in that order (reordering them
 # would change every release).
 def run_histogram(
-    table: InputTable,
+    frame: pl.LazyFrame,
     q: HistogramQuery,
     plan: HistogramPlan,
     stream: KeyedStream,
     keys: pl.DataFrame | None = None,
+    *,
+    name: str = "the input",
+    rows: int | None = None,
 ) -> HistogramRelease:
-    """Bound, aggregate, select and noise one histogram (the plan must come from the same query)."""
+    """Bound, aggregate, select and noise one histogram (the plan must come from the same query).
+
+    ``frame`` is the input's lazy frame, ``name`` names it in error messages, and ``rows`` is its row
+    count when known without a pass over the data (a large Parquet input is bounded in unit buckets).
+    """
     grid = q.grid
     spec = q.bounding_spec()
     salt_words = stream.child("bounding-salt").uint64(2)
     salt = int(salt_words[0]) | (int(salt_words[1]) << 64)
     bins: list[pl.DataFrame] = []
 
-    def quantile_bins(frame: pl.LazyFrame, partial: pl.DataFrame) -> None:
-        bins.append(_quantile_counts(frame, table.name, q, spec, salt, partial))
+    def quantile_bins(part: pl.LazyFrame, partial: pl.DataFrame) -> None:
+        bins.append(_quantile_counts(part, name, q, spec, salt, partial))
 
-    totals = bounding.bounded_totals(table.frame, spec, salt, bounding.unit_buckets(cheap_row_count(table)),
-                                     quantile_bins if q.quantiles else None, name=table.name)
+    totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
+                                     quantile_bins if q.quantiles else None, name=name)
     qhist = None
     if q.quantiles:
         qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())

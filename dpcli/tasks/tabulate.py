@@ -21,7 +21,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError
-from dpcli.files import InputTable, collect
+from dpcli.files import collect
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
 #: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
@@ -190,7 +190,7 @@ def _codes(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     return expr.cast(pl.String).str.strip_chars().cast(pl.Int64, strict=False)
 
 
-def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
+def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
     """The spec's columns, typed: ``__block``, ``__race`` (list of codes), ``__eth``, ``__sex``, ``__age``.
 
     Only the *schema* is checked here (missing columns and unusable types are errors, the
@@ -198,10 +198,10 @@ def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
     :func:`_usable` drops their records.
     """
     c = spec.columns
-    schema = table.frame.collect_schema()
+    schema = frame.collect_schema()
     for key, col in c.items():
         if col not in schema:
-            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {table.name}")
+            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}")
     for key in ("ethnicity", "age"):
         dtype = schema[c[key]]
         if not (dtype.is_integer() or dtype == pl.String):
@@ -228,7 +228,7 @@ def _prepare(table: InputTable, spec: Spec) -> pl.LazyFrame:
         raise DataError(f"column {c['race']!r} (race) must hold ';'-separated codes, integers or lists, but is {race_type}")
     if not (inner.is_integer() or inner == pl.String):
         raise DataError(f"column {c['race']!r} (race) must hold integer codes, but is {race_type}")
-    return table.frame.select(
+    return frame.select(
         pl.col(c["block"]).cast(pl.String).alias("__block"),
         race.list.eval(_codes(pl.element(), inner)).alias("__race"),
         _codes(pl.col(c["ethnicity"]), schema[c["ethnicity"]]).alias("__eth"),
@@ -314,13 +314,14 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
 
 
 def run_tabulate(
-    table: InputTable, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks: pl.LazyFrame
+    frame: pl.LazyFrame, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks: pl.LazyFrame,
+    name: str = "the input",
 ) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
 
     ``blocks``: the public block list, as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`."""
     blocks_df = read_blocks(spec, blocks)
-    persons = _prepare(table, spec).filter(_usable(spec))
+    persons = _prepare(frame, spec, name).filter(_usable(spec))
     # An inner join with the public block list drops records whose block is not on it (and adds
     # the area columns non-nested geography levels use); block ids are unique there, so no record
     # is duplicated.
@@ -329,7 +330,7 @@ def run_tabulate(
         blocks_df.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
         on="__block", how="inner",
     )
-    persons_df = collect(persons, f"cannot read {table.name}")
+    persons_df = collect(persons, f"cannot read {name}")
     # Which iterations each person belongs to, once per iteration level (codes in sorted order).
     persons_lf = persons_df.lazy().with_columns(
         _age_bin(spec.age_bins[0]).alias("__a0"), _age_bin(spec.age_bins[1]).alias("__a1"),

@@ -39,7 +39,6 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import InputTable, cheap_row_count
 
 
 @dataclass(frozen=True)
@@ -196,18 +195,22 @@ class TopKRelease:
     metadata: dict[str, Any]
 
 
-def group_counts(table: InputTable, q: TopKQuery) -> pl.DataFrame:
+def group_counts(frame: pl.LazyFrame, q: TopKQuery, *, name: str = "the input", rows: int | None = None) -> pl.DataFrame:
     """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
     spec = q.bounding_spec()
-    totals = bounding.bounded_totals(table.frame, spec, 0, bounding.unit_buckets(cheap_row_count(table)), name=table.name)
+    totals = bounding.bounded_totals(frame, spec, 0, bounding.unit_buckets(rows), name=name)
     return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
 
 
 def run_topk(
-    table: InputTable, q: TopKQuery, plan: TopKPlan, stream: KeyedStream, domain: pl.DataFrame | None = None
+    frame: pl.LazyFrame, q: TopKQuery, plan: TopKPlan, stream: KeyedStream, domain: pl.DataFrame | None = None,
+    *, name: str = "the input", rows: int | None = None,
 ) -> TopKRelease:
-    """Count, select (KnownGumb or UnkGumb), add count noise; the cost actually incurred."""
-    counts = group_counts(table, q)
+    """Count, select (KnownGumb or UnkGumb), add count noise; the cost actually incurred.
+
+    ``name`` names the input in error messages; ``rows``: its row count if known without a pass.
+    """
+    counts = group_counts(frame, q, name=name, rows=rows)
     by = list(q.by)
     meta: dict[str, Any] = {"tau": q.count_sensitivity}
     if q.known_domain:

@@ -259,7 +259,7 @@ def test_stream_replay(monkeypatch, pairs):
     def run(df):
         """The release table, the running totals of every key at every trigger, and the trees made per call."""
         made.clear()
-        out = sr.run_stream(_table(df).frame, q, plan, b"s" * 32).table
+        out = sr.run_stream(_table(df), q, plan, b"s" * 32).table
         cells = (pl.DataFrame({"window_start": out["window_start"].unique().sort()})
                  .join(pl.DataFrame({"trigger": [1, 2, 3, 4]}), how="cross")
                  .join(pl.DataFrame({"key": list("abcde")}), how="cross"))

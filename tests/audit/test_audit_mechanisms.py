@@ -21,7 +21,6 @@ from scipy import stats
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.files import InputTable
 from dpcli.tasks import histogram as hist
 
 
@@ -74,6 +73,6 @@ def test_partition_selection_with_100k_single_unit_keys_stays_within_delta():
     q = hist.HistogramQuery(by=("g",), unit="user", aggregations=("count-units",), epsilon=Fraction(1),
                             delta=delta)
     plan = hist.plan_histogram(q, "approx", {})
-    out = hist.run_histogram(InputTable(df.lazy(), "sha256:keys", "t", "csv"), q, plan, KeyedStream(b"p" * 32, "histogram")).table
+    out = hist.run_histogram(df.lazy(), q, plan, KeyedStream(b"p" * 32, "histogram")).table
     bound = int(stats.binom.ppf(0.999, n, float(delta)))
     assert out.height <= bound, (out.height, bound)

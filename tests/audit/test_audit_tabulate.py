@@ -28,7 +28,6 @@ import pytest
 from auditstats import event_epsilon_bound, two_sample_violations
 
 from dpcli.core.prf import KeyedStream
-from dpcli.files import InputTable
 from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec
@@ -47,10 +46,10 @@ def _spec(tmp_path, blocks: int, gamma: str) -> tab.Spec:
     return load_spec(str(tmp_path / "spec.toml"))
 
 
-def _persons(blocks: int, per_block: int) -> InputTable:
+def _persons(blocks: int, per_block: int) -> pl.LazyFrame:
     ids = np.repeat([f"{i:07d}" for i in range(blocks)], per_block)
     df = pl.DataFrame({"block": ids, "race": "1000", "eth": "1", "sex": "1", "age": 30})
-    return InputTable(df.lazy(), f"sha256:{blocks}-{per_block}", "persons", "csv")
+    return df.lazy()
 
 
 def _outcomes(spec, blocks: int, per_block: int, seed: str) -> np.ndarray:
