@@ -83,7 +83,7 @@ class HistogramQuery:
         if not self.by:
             raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
-            raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column (it would release units)")
+            raise UsageError(f"cannot include the privacy unit column {self.unit!r} (it would release units)", field="by")
         if not self.aggregations:
             raise UsageError("needs at least one aggregation", field="agg")
         for a in self.aggregations:
@@ -95,7 +95,7 @@ class HistogramQuery:
             raise UsageError("lists an aggregation twice", field="agg")
         needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
         if needs_value and (self.value is None or self.bounds is None):
-            raise UsageError("sum, mean, variance and quantiles need --value COL and --bounds LO:HI")
+            raise UsageError("is needed (with bounds) by sum, mean, variance and quantiles", field="value")
         if not needs_value and self.value is not None:
             raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
         if self.bounds is not None:
@@ -288,7 +288,7 @@ def _plan_gaussian(
     the (ε, δ) conversion and the selection. Returns the query with the selection's δ for the threshold."""
     if q.rho is not None:
         if q.epsilon is not None:
-            raise UsageError("give either --rho or --epsilon/--delta for Gaussian noise, not both")
+            raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
         rho = q.rho
         conv_delta, sel_delta = q.delta, q.delta
     else:
@@ -335,7 +335,7 @@ def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
         raise UsageError("a br ledger uses Laplace noise")
     eps_per = limits["epsilon_per"]
     if q.epsilon is not None and q.epsilon != eps_per:
-        raise UsageError(f"this br ledger fixes ε_per = {fraction_text(eps_per)}; drop --epsilon or match it")
+        raise UsageError(f"must be left out or match the br ledger's ε_per = {fraction_text(eps_per)}", field="epsilon")
     name = "rows" if q.aggregations[0] == "count" else "units"
     sensitivity = _sensitivity(name, q)
     k = q.max_partitions

@@ -75,7 +75,7 @@ class TopKQuery:
         if not self.by:
             raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
-            raise UsageError(f"the privacy unit {self.unit!r} cannot also be a --by column")
+            raise UsageError(f"cannot include the privacy unit column {self.unit!r}", field="by")
         if self.k < 1:
             raise UsageError(f"-k must be ≥ 1, got {self.k}")
         if self.count not in ("units", "rows"):
@@ -150,10 +150,10 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
     if ledger_mode == "br":
         eps = limits["epsilon_per"]
         if q.epsilon_per is not None and q.epsilon_per != eps:
-            raise UsageError(f"this br ledger fixes ε_per = {fraction_text(eps)}; drop --epsilon-per or match it")
+            raise UsageError(f"must be left out or match the br ledger's ε_per = {fraction_text(eps)}", field="epsilon_per")
         delta = Fraction(0) if q.known_domain else limits["delta"]
         if q.delta and q.delta != limits["delta"]:
-            raise UsageError(f"this br ledger fixes δ = {fraction_text(limits['delta'])}; drop --delta or match it")
+            raise UsageError(f"must be left out or match the br ledger's δ = {fraction_text(limits['delta'])}", field="delta")
     else:
         if q.epsilon_per is None:
             raise UsageError("is required (ε of each selection / count; see the README)", field="epsilon_per")

@@ -53,7 +53,7 @@ class StreamQuery:
     def validate(self) -> None:
         """Refuse parameters that cannot be honoured (all public: exit 2, before any data is read)."""
         if self.unit in self.keys:
-            raise UsageError("the privacy unit cannot also be a --key column")
+            raise UsageError("cannot include the privacy unit column", field="key")
         if self.window < 1 or self.triggers < 1:
             raise UsageError("and the number of triggers must be positive", field="window")
         if self.window > MAX_WINDOW_DAYS * 86400:
