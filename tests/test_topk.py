@@ -130,7 +130,7 @@ def test_cli_br_replay_and_charges(data, tmp_path):
     h = history()
     assert h[0]["events"][0]["units"] == 11 and h[1]["replay_of"] == 1
     r = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--dbar", "20", "--epsilon-per", "0.3")
-    assert r.exit_code == 2 and "fixes ε_per" in r.stderr
+    assert r.exit_code == 2 and "--epsilon-per must be left out or match the br ledger's ε_per" in r.stderr
 
 
 @pytest.mark.parametrize(
