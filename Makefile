@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man bench bench-ledger bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test audit man install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,12 +39,13 @@ demo: $(STAMP)
 	$(DEMO) --analyst li topk sample_data/page_views.parquet --by page -k 10 --privacy-unit user_id --with-error
 	$(DEMO) --analyst li budget show li
 	@echo "--- SafeTab-style tabulation: the plan (Tables 4 and 2 of the paper), then a run"
-	$(DEMO) tabulate plan --spec sample_data/safetab_spec.toml
+	$(DEMO) tabulate --dry-run --spec sample_data/safetab_spec.toml
 	$(DEMO) --analyst census budget init census --mode pure --epsilon 16
 	$(DEMO) --analyst census tabulate sample_data/persons.parquet --spec sample_data/safetab_spec.toml \
 	    --with-error -o .demo-out/cells.csv
 	head -5 .demo-out/cells.csv
-	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --calls 30 --delta-per 1e-10 --delta-prime 1e-9
+	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --call-budget 30 --delta-per 1e-10 --delta-prime 1e-9
+	@echo "--- done. dpcli is installed in .venv: run '. .venv/bin/activate' to use it here, or 'make install' to put it on your PATH"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not audit"
@@ -54,6 +55,22 @@ audit: $(STAMP)
 
 man: $(STAMP)
 	$(BIN)/python scripts/gen_man.py man
+
+# `dpcli` on your PATH: pipx if you have it (its own venv), else pip's user install (~/.local/bin).
+install:
+	@if command -v pipx >/dev/null 2>&1; then pipx install --force .; \
+	else $(PYTHON) -m pip install --user . || { echo "pip refused a user install (PEP 668?): install pipx, or use . .venv/bin/activate"; exit 1; }; fi
+	@echo "installed: run 'dpcli --help' (if not found, add ~/.local/bin to PATH); completion: dpcli --install-completion"
+
+# Man pages where `man dpcli-histogram` finds them (MANPREFIX=/usr/local/share/man as root).
+MANPREFIX ?= $(HOME)/.local/share/man
+install-man:
+	mkdir -p $(MANPREFIX)/man1
+	cp man/*.1 $(MANPREFIX)/man1/
+	@echo "man pages in $(MANPREFIX)/man1: try 'man dpcli-histogram' (add $(MANPREFIX) to MANPATH if not found)"
+
+bench-startup: $(STAMP)  # dpcli --help and budget show start-up (target ≤ 0.15 s)
+	$(BIN)/python bench/bench_startup.py
 
 PEERS := .venv-peers/bin/python
 

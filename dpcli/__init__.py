@@ -21,7 +21,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: Public name → module that defines it.
 _EXPORTS = {

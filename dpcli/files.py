@@ -1,7 +1,9 @@
 """Reading inputs lazily, validating columns, fingerprinting, writing outputs atomically.
 
-Inputs: CSV, Parquet or NDJSON chosen by extension or ``--input-format``;
-``-`` reads standard input (``--input-format`` is then required). Every input
+Inputs: CSV, Parquet or NDJSON chosen by extension or ``--input-format``,
+optionally compressed (``.gz``, ``.bz2``, ``.xz``: decompressed into memory);
+``-`` reads standard input, CSV unless ``--input-format`` says otherwise
+(uncompressed). CSV fields are split on ``--delimiter`` (default ``,``). Every input
 is fingerprinted with a streamed SHA-256 of its bytes: the fingerprint enters
 the release seed, so a changed file gets fresh noise. A file is opened once,
 by its literal path (no ``~`` or glob expansion), hashed through that open
@@ -18,8 +20,12 @@ one of the run's inputs, is refused before anything is read
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import hashlib
 import io
+import lzma
+import zlib
 import os
 import stat
 import sys
@@ -46,6 +52,8 @@ _INPUT_EXT = {
     ".ndjson": "ndjson",
     ".jsonl": "ndjson",
 }
+#: Compressed inputs by suffix (after it comes the format's own: ``events.csv.gz``).
+_COMPRESSION: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}
 _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 
 
@@ -112,18 +120,38 @@ def verify_unchanged(*inputs: InputTable | None) -> None:
             table.verify_unchanged()
 
 
+def _suffixes(path: str) -> tuple[str, str | None]:
+    """The format suffix of ``path`` and its compression suffix (or None): ``a.csv.gz`` → (``.csv``, ``.gz``)."""
+    p = Path(path)
+    comp = p.suffix.lower()
+    if comp in _COMPRESSION:
+        return Path(p.stem).suffix.lower(), comp
+    return comp, None
+
+
 def input_format_for(path: str, explicit: str | None) -> str:
-    """The input format from ``--input-format`` or the file extension."""
+    """The input format from ``--input-format``, else the file extension (``-``: CSV)."""
     if explicit:
         if explicit not in INPUT_FORMATS:
             raise UsageError(f"unknown input format {explicit!r} (choose from {', '.join(INPUT_FORMATS)})")
         return explicit
     if path == "-":
-        raise UsageError("is needed to read standard input ('-'): csv, parquet or ndjson", field="input_format")
-    fmt = _INPUT_EXT.get(Path(path).suffix.lower())
+        return "csv"
+    fmt = _INPUT_EXT.get(_suffixes(path)[0])
     if fmt is None:
         raise UsageError(f"is needed: the format of {path!r} is not clear from its extension", field="input_format")
     return fmt
+
+
+def csv_delimiter(text: str | None) -> str:
+    """A CSV field separator: one ASCII character other than a quote or line break (``tab`` or ``\\t``: a tab)."""
+    if text is None:
+        return ","
+    sep = "\t" if text in ("tab", "\\t") else text
+    if len(sep) != 1 or not sep.isascii() or sep in "\"\r\n":
+        raise UsageError(f"must be one ASCII character (or 'tab'), not a quote or line break; got {text!r}",
+                         field="delimiter")
+    return sep
 
 
 def fingerprint_bytes(data: bytes) -> str:
@@ -139,7 +167,7 @@ def fingerprint_fileobj(fh: IO[bytes]) -> str:
     return "sha256:" + digest
 
 
-def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = ()) -> pl.LazyFrame:
+def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (), delimiter: str = ",") -> pl.LazyFrame:
     """A lazy scan of an open file or of bytes in memory: never a path, so polars expands no glob or ``~``.
 
     Given an exact ``io.BufferedReader``, polars (unix) duplicates its descriptor and reads that open
@@ -155,7 +183,7 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
         overrides = {c: pl.String for c in text_columns}
         # Per-record damage is not an error (control flow must not depend on one record): a record with
         # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
-        return pl.scan_csv(source, infer_schema_length=10000, schema_overrides=overrides,
+        return pl.scan_csv(source, separator=delimiter, infer_schema_length=10000, schema_overrides=overrides,
                            truncate_ragged_lines=True, encoding="utf8-lossy")
     if fmt == "parquet":
         return pl.scan_parquet(source)
@@ -195,7 +223,11 @@ def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIde
 
 
 def open_input(
-    path: str, input_format: str | None = None, stdin: IO[bytes] | None = None, text_columns: tuple[str, ...] = ()
+    path: str,
+    input_format: str | None = None,
+    stdin: IO[bytes] | None = None,
+    text_columns: tuple[str, ...] = (),
+    delimiter: str = ",",
 ) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
 
@@ -213,17 +245,21 @@ def open_input(
     has exactly these columns (it has no header: see :func:`_scan`). Parquet keeps its declared
     types (they are in the file's metadata, not inferred).
 
+    A compressed file (``.gz``, ``.bz2``, ``.xz``) is hashed as it is on disk and decompressed in
+    memory from those same bytes. ``delimiter`` splits CSV fields.
+
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
     """
     fmt = input_format_for(path, input_format)
+    delimiter = csv_delimiter(delimiter)
     if path == "-":
         data = (stdin or sys.stdin.buffer).read()
         if not data:
             raise DataError("standard input is empty")
         fingerprint = fingerprint_bytes(data)
         try:
-            frame = _scan(data, fmt, text_columns)
+            frame = _scan(data, fmt, text_columns, delimiter)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot parse standard input as {fmt}: {withheld(exc)}") from None
@@ -238,10 +274,12 @@ def open_input(
             raise InputMissingError(f"input file {path!r} is not readable ({exc.strerror})") from None
         if after_fingerprint_hook is not None:
             after_fingerprint_hook(path)
+        decompress = _COMPRESSION.get(_suffixes(path)[1] or "")
         try:
-            frame = _scan(fh, fmt, text_columns)
+            source: IO[bytes] | bytes = fh if decompress is None else decompress(fh.read())
+            frame = _scan(source, fmt, text_columns, delimiter)
             frame.collect_schema()
-        except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise DataError(f"cannot read {path!r} as {fmt}: {withheld(exc)}") from None
     except BaseException:
         fh.close()

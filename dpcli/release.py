@@ -100,15 +100,17 @@ def open_query_inputs(
     value: str | None = None,
     group_list: str | None = None,
     group_list_name: str = "keys",
+    delimiter: str = ",",
 ) -> QueryInputs:
     """Open the data (and a public group list) for a grouped query and check its columns.
 
     Every column the query uses is read as text from CSV/NDJSON, so its type comes from the query,
     never from what one record holds (values are parsed per record while bounding; unparsable ones
     are dropped). Parquet keeps its declared types. The group list is read as text too and cast to
-    the data's types (text matches text exactly: "01" is not "1").
+    the data's types (text matches text exactly: "01" is not "1"). ``delimiter`` splits the data's
+    CSV fields (a group list is always comma-separated).
     """
-    table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])))
+    table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])), delimiter=delimiter)
     wanted: dict[str, Any] = {unit: "key", **{c: "key" for c in by}}
     if value:
         wanted[value] = "value"

@@ -37,3 +37,13 @@ def cli(*args: Any) -> Any:
 def history(analyst: str = "default") -> list[dict[str, Any]]:
     """The analyst's ledger entries, from ``dpcli budget history --json``."""
     return json.loads(cli("budget", "history", analyst, "--json").stdout)
+
+
+#: Notes computed from a release's noisy output (post-processing, see dpcli.advice): they may differ
+#: between two releases exactly as the released values do.
+OUTPUT_NOTES = ("is mostly noise", "groups released: no group")
+
+
+def without_output_notes(stderr: str) -> str:
+    """``stderr`` without the notes computed from the released values (all other lines kept)."""
+    return "".join(ln for ln in stderr.splitlines(keepends=True) if not any(n in ln for n in OUTPUT_NOTES))

@@ -30,7 +30,7 @@ def test_init_show_history_json():
 
 
 def test_compose_br_matches_paper_and_zcdp_keys():
-    r = run("budget", "compose", "--mode", "br", "--epsilon-per", "0.15", "--count", "3000", "--calls", "30",
+    r = run("budget", "compose", "--mode", "br", "--epsilon-per", "0.15", "--count", "3000", "--call-budget", "30",
             "--delta-per", "1e-10", "--delta-prime", "1e-9", "--json")
     d = json.loads(r.stdout)
     assert round(d["epsilon"], 1) == 34.9 and abs(d["delta"] - 7e-9) < 1e-20

@@ -24,11 +24,39 @@ def test_formats_and_fingerprint(tmp_path):
     assert files.open_input(str(tmp_path / "d.csv")).fingerprint != t1.fingerprint
 
 
-def test_stdin_needs_format_and_reads():
-    with pytest.raises(UsageError, match="input_format is needed to read standard input"):
-        files.open_input("-")
-    t = files.open_input("-", "csv", stdin=io.BytesIO(b"u,x\na,1\n"))
-    assert t.frame.collect()["x"].to_list() == [1]
+def test_stdin_reads_csv_by_default_and_other_formats_when_told():
+    """`cat events.csv | dpcli histogram - …` works without --input-format (issue 17)."""
+    t = files.open_input("-", stdin=io.BytesIO(b"u,x\na,1\n"))
+    assert t.format == "csv" and t.frame.collect()["x"].to_list() == [1]
+    t = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'))
+    assert t.frame.collect()["x"].to_list() == [2]
+
+
+@pytest.mark.parametrize("suffix, compress", [(".csv.gz", "gzip"), (".csv.bz2", "bz2"), (".csv.xz", "lzma")])
+def test_compressed_inputs_are_hashed_as_stored_and_parsed_decompressed(tmp_path, suffix, compress):
+    import importlib
+
+    raw = b"u;x\na;1\nb;2\n"
+    packed = importlib.import_module(compress).compress(raw)
+    f = tmp_path / f"in{suffix}"
+    f.write_bytes(packed)
+    t = files.open_input(str(f), delimiter=";")
+    assert t.frame.collect()["x"].to_list() == [1, 2]
+    assert t.fingerprint == files.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
+    f.write_bytes(packed[: len(packed) // 2])  # a truncated archive: one line, no traceback
+    with pytest.raises(DataError, match="does not parse"):
+        files.open_input(str(f), delimiter=";")
+
+
+@pytest.mark.parametrize("text, sep", [(None, ","), (";", ";"), ("tab", "\t"), ("\\t", "\t"), ("|", "|")])
+def test_csv_delimiter(text, sep):
+    assert files.csv_delimiter(text) == sep
+
+
+@pytest.mark.parametrize("text", ["", ";;", '"', "\n", "é"])
+def test_csv_delimiter_refuses_what_cannot_split_fields(text):
+    with pytest.raises(UsageError, match="delimiter must be one ASCII character"):
+        files.csv_delimiter(text)
 
 
 def test_errors(tmp_path):

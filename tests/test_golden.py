@@ -69,8 +69,8 @@ def _cases(tmp: Path) -> dict[str, list[list[str]]]:
     st = str(tmp / "stream.state")
     approx = ["budget", "init", "default", "--mode", "approx", "--epsilon", "50", "--delta", "1e-5"]
     hist = ["histogram", pv, "--privacy-unit", "user_id", "--json"]
-    stream = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
-              "--max-records", "5", "--epsilon", "3", "--delta", "1e-9", "--json"]
+    stream = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
+              "--max-contributions", "5", "--epsilon", "3", "--delta", "1e-9", "--json"]
     sched = ["histogram", "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", pages,
              "--schedule", "daily", "--total-epsilon", "1", "--json"]
     return {
@@ -101,12 +101,12 @@ def _cases(tmp: Path) -> dict[str, list[list[str]]]:
              "--delta", "1e-8", "--with-error", "--json"],
             ["topk", pv, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--count", "rows",
              "--max-contributions", "3", "--epsilon-per", "0.1", "--delta", "1e-8", "--json"],
-            ["topk", pv, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--domain", pages,
+            ["topk", pv, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--keys", pages,
              "--epsilon-per", "0.2", "--json"],
             ["topk", pv, "--by", "country", "-k", "3", "--privacy-unit", "user_id", "--no-counts",
              "--epsilon-per", "0.2", "--delta", "1e-8", "--json"],
             ["topk", pv, "--by", "page", "-k", "4", "--privacy-unit", "user_id", "--epsilon-per", "0.1",
-             "--delta", "1e-8", "--dry-run"],
+             "--delta", "1e-8", "--dry-run", "--json"],
             ["budget", "history", "--json"],
         ],
         "topk-br": [
@@ -117,14 +117,14 @@ def _cases(tmp: Path) -> dict[str, list[list[str]]]:
         ],
         "tabulate": [
             ["budget", "init", "default", "--mode", "pure", "--epsilon", "16"],
-            ["tabulate", "plan", "--spec", spec],
+            ["tabulate", "--dry-run", "--spec", spec],
             ["tabulate", persons, "--spec", spec, "--with-error", "--json"],
             ["budget", "history", "--json"],
         ],
         "stream-replay": [
             approx,
             ["stream-replay", days[0], *stream, "--through", "2026-11-02"],
-            ["stream-replay", days[1], *stream, "--value", "v", "--clamp", "4", "--mu", "2", "--through", "2026-11-03"],
+            ["stream-replay", days[1], *stream, "--value", "v", "--bounds", "-4:4", "--mu", "2", "--through", "2026-11-03"],
             ["stream-replay", days[0], *stream, "--state", st, "--through", "2026-11-02"],
             ["stream-replay", days[1], *stream, "--state", st, "--through", "2026-11-03"],
             ["stream-replay", days[2], *stream, "--state", st, "--through", "2026-11-04"],
@@ -135,15 +135,15 @@ def _cases(tmp: Path) -> dict[str, list[list[str]]]:
             [sched[0], snaps[0], *sched[1:]],
             [sched[0], snaps[1], *sched[1:]],
             [sched[0], snaps[2], *sched[1:]],
-            ["topk", snaps[0], "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--domain", pages,
+            ["topk", snaps[0], "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--keys", pages,
              "--schedule", "weekly", "--scheduler", "fixed", "--epsilon", "0.3", "--total-epsilon", "1", "--json"],
-            ["topk", snaps[2], "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--domain", pages,
+            ["topk", snaps[2], "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--keys", pages,
              "--schedule", "weekly", "--scheduler", "fixed", "--epsilon", "0.3", "--total-epsilon", "1", "--json"],
             ["budget", "show", "--json"],
             ["budget", "history", "--json"],
         ],
         "budget": [
-            ["budget", "compose", "--mode", "br", "--epsilon-per", "0.15", "--count", "3000", "--calls", "30",
+            ["budget", "compose", "--mode", "br", "--epsilon-per", "0.15", "--count", "3000", "--call-budget", "30",
              "--delta-per", "1e-10", "--delta-prime", "1e-9"],
         ],
     }

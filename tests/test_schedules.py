@@ -162,7 +162,7 @@ def test_schedule_needs_a_pure_known_domain_release(snapshots):
 def test_topk_shares_the_schedule_code(snapshots):
     paths, keys = snapshots
     runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "3"])
-    args = ["--by", "g", "-k", "2", "--privacy-unit", "user", "--domain", str(keys), "--schedule", "tk",
+    args = ["--by", "g", "-k", "2", "--privacy-unit", "user", "--keys", str(keys), "--schedule", "tk",
             "--total-epsilon", "1", "--gamma", "0.1", "--json", "-o", "-"]
     r0 = runner.invoke(app, ["topk", str(paths[1000]), *args])
     r1 = runner.invoke(app, ["topk", str(paths[1050]), *args])

@@ -150,8 +150,8 @@ def test_cli_runs_charges_replays_and_drops_bad_records(tmp_path):
     data = tmp_path / "ev.csv"
     pl.DataFrame({"ts": [f"2026-11-01T{h:02d}:{m:02d}:00" for h in range(24) for m in range(0, 60, 5)],
                   "user": [f"u{i % 60}" for i in range(288)], "page": [f"p{i % 3}" for i in range(288)]}).write_csv(data)
-    args = ["stream-replay", str(data), "--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d",
-            "--trigger-every", "6h", "--max-records", "5", "--epsilon", "6", "--delta", "1e-9"]
+    args = ["stream-replay", str(data), "--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d",
+            "--trigger-every", "6h", "--max-contributions", "5", "--epsilon", "6", "--delta", "1e-9"]
     a, b = runner.invoke(app, args), runner.invoke(app, args)
     assert a.exit_code == 0, a.stderr
     assert a.stdout == b.stdout and a.stdout.splitlines()[0] == "window_start,trigger,trigger_time,page,count"
@@ -237,8 +237,8 @@ def _cli_stream(tmp_path):
         pl.DataFrame({"ts": ts, "user": [f"u{(i + 720 * d) % 2000}" for i in range(720)],
                       "page": [f"p{i % 3}" for i in range(720)]}).write_csv(f)
         days.append(f)
-    args = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
-            "--max-records", "6", "--epsilon", "6", "--delta", "1e-9"]
+    args = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
+            "--max-contributions", "6", "--epsilon", "6", "--delta", "1e-9"]
     return days, args
 
 
@@ -328,10 +328,10 @@ def test_library_errors_name_fields_and_the_cli_spells_flags():
     with pytest.raises(UsageError) as err:
         sr.trigger_through(__import__("datetime").datetime(1, 1, 1), 7 * 86400)  # rounds down before year 1
     assert err.value.field == "through"
-    r = runner.invoke(app, ["stream-replay", "x.csv", "--time", "ts", "--key", "k", "--privacy-unit", "u",
-                            "--window", "1d", "--triggers", "4", "--max-records", "0", "--epsilon", "1",
+    r = runner.invoke(app, ["stream-replay", "x.csv", "--time", "ts", "--by", "k", "--privacy-unit", "u",
+                            "--window", "1d", "--triggers", "4", "--max-contributions", "0", "--epsilon", "1",
                             "--delta", "1e-9", "--dry-run"])
-    assert r.exit_code == 2 and "dpcli: error: --max-records must be between 1 and 1000000" in r.stderr
+    assert r.exit_code == 2 and "dpcli: error: --max-contributions must be between 1 and 1000000" in r.stderr
 
 
 def test_durations_and_moments_are_read_by_the_cli():

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, StateError
+from dpcli.errors import DataError, UsageError
 from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
@@ -115,7 +115,7 @@ def test_stability_is_enforced_by_truncation_in_code_order(tmp_path):
 
 def test_on_unstable_error_is_refused_by_the_spec(tmp_path):
     """Refusing records over the stability would make the exit status depend on private records."""
-    with pytest.raises(StateError, match="on_unstable: can only be truncate"):
+    with pytest.raises(UsageError, match="on_unstable: can only be truncate"):
         load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 1\nstability = 1\non_unstable = "error"\n')))
 
 
@@ -188,10 +188,10 @@ def test_step2_cells_cover_their_moe_target(tmp_path, calibration, lo, hi):
 
 
 def test_cli_plan_and_run_charge_and_replay(tmp_path):
-    r = runner.invoke(app, ["tabulate", "plan", "--spec", str(SAMPLE_SPEC), "--json"])
+    r = runner.invoke(app, ["tabulate", "--dry-run", "--spec", str(SAMPLE_SPEC), "--json"])
     assert r.exit_code == 0, r.stderr
     assert round(json.loads(r.stdout)["geometric"]["pure_epsilon"], 1) == 15.3
-    text = runner.invoke(app, ["tabulate", "plan", "--spec", str(SAMPLE_SPEC)]).stdout
+    text = runner.invoke(app, ["tabulate", "--dry-run", "--spec", str(SAMPLE_SPEC)]).stdout
     assert "(county, detailed)" in text and "pure DP" in text
     spec = write_spec(tmp_path, '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 0.5\nstability = 4\n')
     data = tmp_path / "p.csv"
@@ -228,13 +228,13 @@ def test_cli_malformed_specs_fail_cleanly(tmp_path, mutate, needle):
     runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "1"])
     out = tmp_path / "o.csv"
     r = runner.invoke(app, ["tabulate", str(data), "--spec", str(spec), "-o", str(out)])
-    assert r.exit_code == 78, (r.stdout, r.stderr)
+    assert r.exit_code == 2  # a spec is a public input: a usage error, not damaged state, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1
     assert json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout) == [] and not out.exists()
 
 
 def test_parse_spec_rejects_unknown_keys():
-    with pytest.raises(StateError, match="spec: colour: unknown key"):
+    with pytest.raises(UsageError, match="spec: colour: unknown key"):
         parse_spec({"colour": 1})
 
 

@@ -123,13 +123,13 @@ def history():
 def test_cli_br_replay_and_charges(data, tmp_path):
     runner.invoke(app, ["budget", "init", "default", "--mode", "br", "--epsilon-per", "0.5", "--delta", "1e-9",
                         "--info-budget", "100", "--call-budget", "5", "--delta-prime", "1e-9"])
-    a = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--dbar", "20")
-    b = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--dbar", "20")
+    a = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
+    b = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
     assert a.exit_code == 0, a.stderr
     assert a.stdout == b.stdout and a.stdout.splitlines()[0] == "rank,g,count"
     h = history()
     assert h[0]["events"][0]["units"] == 11 and h[1]["replay_of"] == 1
-    r = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--dbar", "20", "--epsilon-per", "0.3")
+    r = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20", "--epsilon-per", "0.3")
     assert r.exit_code == 2 and "--epsilon-per must be left out or match the br ledger's ε_per" in r.stderr
 
 
@@ -138,8 +138,8 @@ def test_cli_br_replay_and_charges(data, tmp_path):
     [
         ({"-k": "0"}, 2, "-k must be ≥ 1"),
         ({"-k": "-3"}, 2, "-k must be ≥ 1"),
-        ({"-k": "30", "--dbar": "20"}, 2, "-k 30 is larger than the 20 groups considered"),
-        ({"--domain": "/nonexistent/dom.csv"}, 66, "does not exist"),
+        ({"-k": "30", "--max-groups": "20"}, 2, "-k 30 is larger than the 20 groups considered"),
+        ({"--keys": "/nonexistent/dom.csv"}, 66, "does not exist"),
         ({"--count": "rows", "--max-contributions": "0"}, 2, "τ"),
         ({"--max-contributions": "2"}, 2, "--max-contributions applies to counting rows"),
         ({"--by": "nope"}, 65, "'nope' not found"),
@@ -160,7 +160,7 @@ def test_cli_known_domain_json_and_approx_charge(data, tmp_path):
     runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-3"])
     dom = tmp_path / "dom.csv"
     dom.write_text("g\npage0\npage1\npage2\nrare1\nnever\n")
-    r = cli(data, "--by", "g", "-k", "4", "--privacy-unit", "user", "--domain", dom, "--epsilon-per", "0.2",
+    r = cli(data, "--by", "g", "-k", "4", "--privacy-unit", "user", "--keys", dom, "--epsilon-per", "0.2",
             "--with-error", "--json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)

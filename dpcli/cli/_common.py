@@ -29,6 +29,11 @@ class Settings:
     lock_timeout: float
 
     @property
+    def loud(self) -> bool:
+        """Print messages that change how to read a result (even in pipes and cron)? Yes unless -q."""
+        return self.verbosity >= 0
+
+    @property
     def chatty(self) -> bool:
         """Print informational messages? Yes on a terminal or with -v; never with -q."""
         if self.verbosity < 0:
@@ -47,6 +52,19 @@ def info(ctx: typer.Context, message: str) -> None:
     """An informational line on stderr (suppressed when quiet)."""
     if settings(ctx).chatty:
         typer.echo(message, err=True)
+
+
+def notice(ctx_or_settings: Any, message: str) -> None:
+    """A line on stderr that changes how to read a result (⊥, nothing released, mostly noise, biased by
+    caps): printed on a terminal, in pipes and under cron alike; only -q silences it."""
+    s = ctx_or_settings if isinstance(ctx_or_settings, Settings) else settings(ctx_or_settings)
+    if s.loud:
+        typer.echo(f"dpcli: note: {one_line(message)}", err=True)
+
+
+def render_note(note: Any) -> str:
+    """A library :class:`dpcli.advice.Note` with its field spelt as the flag."""
+    return note.render(flag_for(note.field)) if note.field else note.render()
 
 
 @contextlib.contextmanager
@@ -75,7 +93,15 @@ def one_line(text: str) -> str:
 
 
 #: Library fields whose flag is not ``--`` + the field name with dashes.
-FLAG_FOR_FIELD: dict[str, str] = {"k": "-k"}
+FLAG_FOR_FIELD: dict[str, str] = {
+    "k": "-k",
+    # Library fields whose command-line name follows the one vocabulary (docs/vocabulary.md):
+    "key": "--by",
+    "domain": "--keys",
+    "dbar": "--max-groups",
+    "max_records": "--max-contributions",
+    "clamp": "--bounds",
+}
 
 
 def flag_for(field: str) -> str:
@@ -98,10 +124,10 @@ def handles_errors(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        verbose = False
-        for a in list(args) + list(kwargs.values()):
-            if isinstance(a, typer.Context):
-                verbose = settings(a).verbosity > 0
+        # typer hands commands its vendored click's Context, which is not a typer.Context
+        # instance: recognise it by what it does.
+        ctx = next((a for a in (*args, *kwargs.values()) if callable(getattr(a, "find_root", None))), None)
+        verbose = ctx is not None and settings(ctx).verbosity > 0
         try:
             return func(*args, **kwargs)
         except typer.Exit:

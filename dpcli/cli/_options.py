@@ -132,9 +132,16 @@ def columns(option: str, text: str) -> tuple[str, ...]:
 
 
 # Shared option declarations for commands that read a table and release a result.
-InputArg = Annotated[str, typer.Argument(help="Input file (CSV, Parquet or NDJSON; '-' reads stdin).", show_default=False)]
+InputArg = Annotated[
+    str,
+    typer.Argument(help="Input file (CSV, Parquet or NDJSON, optionally .gz/.bz2/.xz; '-' reads CSV from stdin).",
+                   show_default=False),
+]
 InputFormatOpt = Annotated[
     str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the extension).")
+]
+DelimiterOpt = Annotated[
+    str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' (default ',').")
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")

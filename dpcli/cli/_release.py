@@ -15,11 +15,11 @@ from typing import Any
 import polars as pl
 import typer
 
-from dpcli.cli._common import Settings, emit_json
+from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
 from dpcli.files import InputTable, check_output_path, output_format_for, write_output
-from dpcli.release import Prepared, Release, ReleaseSeed, charge
+from dpcli.release import Prepared, Release, ReleaseSeed, charge, cost_text
 from dpcli.state import ledger
 
 
@@ -43,6 +43,43 @@ def output_plan(
     return fmt
 
 
+def show_dry_run(s: Settings, analyst: str, plan: dict[str, Any], events: list[PrivacyEvent], as_json: bool) -> None:
+    """``--dry-run``: the calibration (each measurement's noise and 95% margin in output units), the
+    cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json``."""
+    led = ledger.read_ledger(s.state_dir, analyst, s.lock_timeout)
+    refused = ledger.refusal(led, events)
+    doc = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}
+    if as_json:
+        emit_json(doc)
+        return
+    lines = ["dry run: no data read, nothing charged"]
+    for name, m in (plan.get("calibration") or {}).items():
+        lines.append(f"  {name}: " + _noise_text(m))
+    for column, margin in (plan.get("moe95") or {}).items():
+        lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
+    if plan.get("count_noise"):
+        lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
+    if plan.get("threshold") is not None:
+        lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    lines.append("  cost: " + (cost_text(events) or "nothing"))
+    if refused is None:
+        lines.append(f"  ledger {analyst!r}: would accept this release")
+    else:
+        lines.append(f"  ledger {analyst!r}: would refuse it: {refused}")
+    typer.echo("\n".join(lines))
+
+
+def _noise_text(m: dict[str, Any]) -> str:
+    """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
+    if "noise" not in m:
+        return str(m.get("mechanism", "exponential mechanism"))
+    bits = [str(m["noise"]).replace("_", " ")]
+    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95")]
+    if m.get("moe95") is not None:
+        bits.append(f"95% margin ±{m['moe95']:g}")
+    return ", ".join(bits)
+
+
 def charge_and_write(
     s: Settings,
     analyst: str,
@@ -59,18 +96,20 @@ def charge_and_write(
     step: ledger.Step | None = None,
     before_output: Callable[[], None] | None = None,
     inputs: Sequence[InputTable | None] = (),
+    notes: Sequence[Any] = (),
 ) -> dict[str, Any]:
-    """Debit the release (:func:`dpcli.release.charge`), then write it and report; the report."""
+    """Debit the release (:func:`dpcli.release.charge`), then write it, report and add ``notes``; the report."""
     prepared = Prepared(seed, events, table, metadata, actual)
     release = charge(s.state_dir, analyst, command, prepared, summary_line, lock_timeout=s.lock_timeout,
                      step=step, before_output=before_output, inputs=inputs)
-    write_release(s, release, output, out_format, as_json)
+    write_release(s, release, output, out_format, as_json, notes)
     return release.report
 
 
-def write_release(s: Settings, release: Release, output: str | None, out_format: str, as_json: bool) -> None:
-    """Write a charged release and its report."""
-    write_and_report(s, release.table, output, out_format, release.report, as_json, release.summary)
+def write_release(s: Settings, release: Release, output: str | None, out_format: str, as_json: bool,
+                  notes: Sequence[Any] = ()) -> None:
+    """Write a charged release, its report and its notes."""
+    write_and_report(s, release.table, output, out_format, release.report, as_json, release.summary, notes)
 
 
 def write_and_report(
@@ -81,13 +120,17 @@ def write_and_report(
     report: dict[str, Any],
     as_json: bool,
     line: str,
+    notes: Sequence[Any] = (),
 ) -> None:
-    """Write the result (stdout or -o) and the summary (--json) or one line on stderr."""
+    """Write the result (stdout or -o), the summary (--json, or one line on stderr on a terminal) and
+    the notes that change how to read it (stderr unless -q, also in pipes)."""
     if as_json and (not output or output == "-"):
         emit_json({"result": json.loads(table.write_json()), "summary": report})
-        return
-    write_output(table, output, out_format)
-    if as_json:
-        emit_json(report)
-    elif s.chatty:
-        typer.echo(f"dpcli: {line}", err=True)
+    else:
+        write_output(table, output, out_format)
+        if as_json:
+            emit_json(report)
+        elif s.chatty:
+            typer.echo(f"dpcli: {line}", err=True)
+    for note in notes:
+        notice(s, render_note(note))

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Annotated, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dpcli import scheduling
 from dpcli.cli._common import Settings
 from dpcli.cli._options import positive, probability
-from dpcli.cli._release import write_release
-from dpcli.core import schedules as sch
 from dpcli.errors import UsageError
-from dpcli.files import InputTable
-from dpcli.scheduling import RunRelease, ScheduleSpec
+
+if TYPE_CHECKING:  # the library is imported when a schedule runs, not for --help
+    from dpcli.files import InputTable
+    from dpcli.scheduling import RunRelease, ScheduleSpec
 
 ScheduleOpt = Annotated[
     str | None, typer.Option("--schedule", help="Run as part of the named schedule over growing snapshots.")
@@ -41,6 +41,9 @@ def schedule_spec(
     dry_run: bool = False,
 ) -> ScheduleSpec | None:
     """Parse the schedule options (None when ``--schedule`` is absent)."""
+    from dpcli.core import schedules as sch
+    from dpcli.scheduling import ScheduleSpec
+
     if name is not None and dry_run:
         raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
     if name is None:
@@ -86,7 +89,16 @@ def run_scheduled(
     output: str | None,
     out_format: str,
     as_json: bool,
+    notes_for: Callable[[Any, Fraction], Sequence[Any]] = lambda done, eps: (),
 ) -> None:
-    """One call of a scheduled query (:func:`dpcli.scheduling.run_scheduled`), then its output."""
+    """One call of a scheduled query (:func:`dpcli.scheduling.run_scheduled`), then its output.
+
+    ``notes_for(release, run ε)`` gives the command's notes on the run's release; a run that used
+    under 1% of the schedule's ε says so too."""
+    from dpcli import advice, scheduling
+    from dpcli.cli._release import write_release
+
     done = scheduling.run_scheduled(s.state_dir, analyst, command, spec, query, table, run, s.lock_timeout)
-    write_release(s, done, output, out_format, as_json)
+    run_eps = Fraction(done.report["schedule"]["run_epsilon"])
+    notes = [*notes_for(done, run_eps), advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon))]
+    write_release(s, done, output, out_format, as_json, [n for n in notes if n is not None])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from dpcli.cli import histogram as histogram_cli
 from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
+from dpcli.cli._aliases import expand_aliases
 from dpcli.cli._common import Settings
 from dpcli.state.paths import default_state_dir
 
@@ -24,7 +26,7 @@ app = typer.Typer(
         "privacy-budget ledger. Data goes to stdout or -o; messages to stderr."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
@@ -78,6 +80,10 @@ def root(
     )
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: old option spellings are rewritten (with a note), then typer runs."""
+    args, notes = expand_aliases(sys.argv[1:] if argv is None else argv)
+    if not {"-q", "--quiet"} & set(args):
+        for note in notes:
+            print(note, file=sys.stderr)
+    app(args=args, prog_name="dpcli")

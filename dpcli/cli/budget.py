@@ -13,7 +13,7 @@ from dpcli.core import accounting as acc
 from dpcli.core import budget as bud
 from dpcli.core.exact import float_up, fraction_text
 from dpcli.errors import UsageError
-from dpcli.state import keys, ledger, schedules
+from dpcli.state import keys, ledger
 from dpcli.state.paths import ensure_state_dir
 
 app = typer.Typer(help="Privacy-budget ledgers, composition calculator and the secret key.", no_args_is_help=True)
@@ -94,7 +94,7 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
         "releases": len(charged),
         "replays": sum(1 for e in led.current_entries() if e.get("replay_of")),
         "entries": len(led.entries),
-        "schedules": schedules.summaries(led.path.parent.parent, led.analyst),
+        "schedules": _schedule_summaries(led),
     }
 
 
@@ -195,15 +195,15 @@ def verify(
 @app.command("compose")
 @handles_errors
 def compose(
-    mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx or rdp-geometric.")],
-    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp-geometric).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx or rdp (geometric mechanisms).")],
+    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp).")] = None,
     epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per (br).")] = None,
     count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1, max=10**12)] = 1,
-    calls: Annotated[int, typer.Option("--calls", help="Call budget ℓ* (br).", min=0, max=10**12)] = 0,
+    calls: Annotated[int, typer.Option("--call-budget", help="Call budget ℓ* (br).", min=0, max=10**12)] = 0,
     delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or mechanism (approx).")] = None,
     delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, approx).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp).")] = None,
-    delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp-geometric).")] = None,
+    delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compose privacy guarantees (a calculator; no ledger is touched)."""
@@ -231,13 +231,13 @@ def compose(
             dq = float(probability("--delta-prime", delta_prime, allow_zero=False))  # type: ignore[arg-type]
             ae, ad = acc.advanced_composition(e, dp, count, dq)
             out.update(advanced_epsilon=ae, advanced_delta=ad)
-    elif mode == "rdp-geometric":
+    elif mode == "rdp":
         e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
         d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
         eps, alpha = acc.rdp_to_approx(count * acc.discrete_laplace_rdp(e), d)
         out.update(epsilon=eps, delta=d, alpha=alpha, pure_epsilon=acc.k_fold(e, count))
     else:
-        raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp-geometric, got {mode!r}")
+        raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp, got {mode!r}")
     if as_json:
         emit_json(out)
     else:
@@ -262,3 +262,9 @@ def key(
         emit_json(data)
     else:
         typer.echo("\n".join(f"{k}: {v}" for k, v in data.items()))
+
+
+def _schedule_summaries(led: ledger.Ledger) -> list[dict[str, Any]]:
+    from dpcli.state import schedules
+
+    return schedules.summaries(led.path.parent.parent, led.analyst)

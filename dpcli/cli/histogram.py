@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Annotated
 
 import typer
 
-from dpcli import release
-from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
+    DelimiterOpt,
     DeltaOpt,
     EpsilonOpt,
     FormatOpt,
@@ -23,7 +24,6 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import output_plan, write_release
 from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
@@ -32,13 +32,10 @@ from dpcli.cli._schedule import (
     SchedulerOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
-    run_scheduled,
-    schedule_spec,
 )
 from dpcli.errors import UsageError
-from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
-from dpcli.tasks import histogram as hist
+
+# The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
@@ -60,11 +57,15 @@ def histogram(
         typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 steps)."),
     ] = None,
     max_partitions: Annotated[
-        int, typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random).", min=1, max=10**6)
-    ] = 1,
+        int | None,
+        typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random). [default: 1]",
+                     min=1, max=10**6, show_default=False),
+    ] = None,
     max_contributions: Annotated[
-        int, typer.Option("--max-contributions", help="At most this many rows per unit per group.", min=1, max=10**6)
-    ] = 1,
+        int | None,
+        typer.Option("--max-contributions", help="At most this many rows per unit per group. [default: 1]",
+                     min=1, max=10**6, show_default=False),
+    ] = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
@@ -80,11 +81,12 @@ def histogram(
         typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) or unklap (LinkedIn Alg. 3)."),
     ] = "threshold",
     max_groups: Annotated[
-        int, typer.Option("--max-groups", help="UnkLap: consider the top d̄ groups.", min=1, max=10**7)
+        int, typer.Option("--max-groups", help="--selection unklap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
     with_error: Annotated[bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the calibration and cost without reading data or charging.")
+        bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
+                           "ledger would accept it; read no data, charge nothing.")
     ] = False,
     schedule: ScheduleOpt = None,
     scheduler: SchedulerOpt = "bbscheduler",
@@ -94,6 +96,7 @@ def histogram(
     beta: BetaOpt = "0.05",
     improver_c: ImproverCOpt = "0.25",
     input_format: InputFormatOpt = None,
+    delimiter: DelimiterOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -105,9 +108,17 @@ def histogram(
     Without --keys, groups are discovered from the data and only released
     when enough units support them.
     """
+    from dpcli import advice, release
+    from dpcli.cli._release import output_plan, show_dry_run, write_release
+    from dpcli.cli._schedule import run_scheduled, schedule_spec
+    from dpcli.state import ledger
+    from dpcli.state.paths import ensure_state_dir
+    from dpcli.tasks import histogram as hist
+
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
     led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)
+    defaulted = [f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions)) if v is None]
     query = hist.HistogramQuery(
         by=columns("--by", by),
         unit=privacy_unit,
@@ -115,8 +126,8 @@ def histogram(
         value=value,
         bounds=bounds("--bounds", bounds_text),
         granularity=positive("--granularity", granularity),
-        max_partitions=max_partitions,
-        max_contributions=max_contributions,
+        max_partitions=max_partitions or 1,
+        max_contributions=max_contributions or 1,
         epsilon=positive("--epsilon", epsilon),
         delta=probability("--delta", delta) or 0,
         rho=positive("--rho", rho),
@@ -132,12 +143,13 @@ def histogram(
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
         query.validate()
     elif dry_run:
-        emit_json(hist.describe_plan(query, hist.plan_histogram(query, led.limits.mode, led.limits.values)))
+        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
+        show_dry_run(s, analyst, hist.describe_plan(query, plan), plan.events, as_json)
         return
     else:
         hist.plan_histogram(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys)
+    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits)
 
     def run(eps: Fraction | None) -> release.Prepared:
@@ -147,11 +159,14 @@ def histogram(
     if spec is not None:
         scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon"}
         run_scheduled(s, analyst, "histogram", spec, {"command": "histogram", **scheduled,
-                      "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json)
+                      "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json,
+                      notes_for=lambda done, eps: advice.histogram_notes(
+                          query, hist.plan_histogram(replace(query, epsilon=eps), led.limits.mode, led.limits.values),
+                          done.table, defaulted))
         return
     prepared = run(query.epsilon)
     done = release.charge(s.state_dir, analyst, "histogram", prepared,
                           release.histogram_summary(inputs.table.name, prepared.metadata),
                           lock_timeout=s.lock_timeout, inputs=inputs.tables)
-    write_release(s, done, output, fmt, as_json)
-
+    plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
+    write_release(s, done, output, fmt, as_json, advice.histogram_notes(query, plan, done.table, defaulted))

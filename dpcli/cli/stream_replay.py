@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
+    DelimiterOpt,
     DeltaOpt,
     EpsilonOpt,
     FormatOpt,
@@ -19,18 +21,16 @@ from dpcli.cli._options import (
     JsonOpt,
     OutputOpt,
     UnitOpt,
+    bounds,
     columns,
     positive,
     probability,
 )
-from dpcli.cli._release import charge_and_write, output_plan, write_and_report
-from dpcli.release import ReleaseSeed, release_seed
-from dpcli.cli._times import parse_duration, parse_moment
 from dpcli.errors import UsageError
-from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
-from dpcli.files import InputTable, check_path_is_not_protected, open_input, require_columns
-from dpcli.tasks import stream_replay as sr
+
+if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
+    from dpcli.files import InputTable
+    from dpcli.tasks import stream_replay as sr
 
 
 @handles_errors
@@ -38,18 +38,22 @@ def stream_replay(
     ctx: typer.Context,
     input: InputArg,
     time: Annotated[str, typer.Option("--time", help="Event-time column (timestamps, ISO strings or epoch seconds).")],
-    key: Annotated[str, typer.Option("--key", help="Group-by key column(s), comma-separated.")],
+    by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
     privacy_unit: UnitOpt,
     window: Annotated[str, typer.Option("--window", help="Event-time window size, e.g. 1d, 6h, 3600.")],
-    max_records: Annotated[int, typer.Option("--max-records", help="C: records kept per unit over the whole stream.", max=10**6)],
+    max_contributions: Annotated[
+        int, typer.Option("--max-contributions", help="C: records kept per unit over the whole stream.", max=10**6)
+    ],
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     triggers: Annotated[int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.", max=10**6)] = None,
     trigger_every: Annotated[
         str | None, typer.Option("--trigger-every", help="Trigger interval, e.g. 15m (instead of --triggers).")
     ] = None,
-    value: Annotated[str | None, typer.Option("--value", help="Numeric column to sum (with --clamp).")] = None,
-    clamp: Annotated[float | None, typer.Option("--clamp", help="L: values are clamped to [-L, L].")] = None,
+    value: Annotated[str | None, typer.Option("--value", help="Numeric column to sum (with --bounds).")] = None,
+    bounds_text: Annotated[
+        str | None, typer.Option("--bounds", help="-L:L bounds of --value (symmetric); values outside are clamped.")
+    ] = None,
     mu: Annotated[int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.", max=10**9)] = 0,
     state: Annotated[
         str | None,
@@ -61,8 +65,15 @@ def stream_replay(
         typer.Option("--through", help="Run every trigger ending at or before TIME (ISO 8601 or epoch seconds; "
                      "default: now); events after it are ignored."),
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the calibration and cost; read no data.")] = False,
+    with_error: Annotated[
+        bool, typer.Option("--with-error", help="Add 95% margins (_moe95 columns; normal approximation, worst trigger).")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the noise and 95% margins, the cost and whether the ledger would "
+                           "accept it; read no data, charge nothing.")
+    ] = False,
     input_format: InputFormatOpt = None,
+    delimiter: DelimiterOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -84,13 +95,25 @@ def stream_replay(
     only events after the last trigger already run (late events are dropped),
     and a run repeated with the same input returns the same rows again.
     """
+    from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
+    from dpcli.cli._times import parse_moment
+    from dpcli.files import check_path_is_not_protected
+    from dpcli.release import release_seed
+    from dpcli.state import ledger
+    from dpcli.state.paths import ensure_state_dir
+    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks.stream.plan import margins95, with_margins
+
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    query = _query(time, key, privacy_unit, window, triggers, trigger_every, max_records, epsilon, delta, value,
-                   clamp, mu)
+    query = _query(time, by, privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta, value,
+                   bounds_text, mu)
     plan = sr.plan_stream(query)
     if dry_run:
-        emit_json({"query": query.canonical(), **plan.summary, "cost": [e.to_json() for e in plan.events]})
+        ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # exit 77 without a ledger
+        margins = margins95(query, plan)
+        doc = {"query": query.canonical(), **plan.summary, "moe95": margins, "cost": [e.to_json() for e in plan.events]}
+        show_dry_run(s, analyst, doc, list(plan.events), as_json)
         return
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
     moment = parse_moment(through) if through is not None else None
@@ -99,9 +122,10 @@ def stream_replay(
     if state is not None:  # the state file is written: never into the state dir, never over an input
         check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
-    table = _open(input, input_format, query)
+    table = _open(input, input_format, query, delimiter or ",")
+    margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
     if state is not None:
-        _incremental(ctx, analyst, Path(state), moment, query, plan, table, output, fmt, as_json)
+        _incremental(ctx, analyst, Path(state), moment, query, plan, table, output, fmt, as_json, margins)
         return
     # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
     seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint})
@@ -109,35 +133,47 @@ def stream_replay(
         release = sr.run_stream(table.frame, query, plan, seed.seed, moment, name=table.name)
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
             f"triggers run through {release.metadata['through']}")
-    charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), release.table, output, fmt,
+    charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), margins(release.table), output, fmt,
                      {"command": "stream-replay", **release.metadata}, as_json, line, inputs=(table,))
 
 
 def _query(
-    time: str, key: str, unit: str, window: str, triggers: int | None, trigger_every: str | None, max_records: int,
-    epsilon: str | None, delta: str | None, value: str | None, clamp: float | None, mu: int,
+    time: str, by: str, unit: str, window: str, triggers: int | None, trigger_every: str | None, max_contributions: int,
+    epsilon: str | None, delta: str | None, value: str | None, bounds_text: str | None, mu: int,
 ) -> sr.StreamQuery:
     """The query the options describe (window and trigger spacing as durations)."""
+    from dpcli.cli._times import parse_duration
+    from dpcli.tasks import stream_replay as sr
+
     size = parse_duration(window)
     if (triggers is None) == (trigger_every is None):
         raise UsageError("give exactly one of --triggers N or --trigger-every DURATION")
     n_triggers = triggers if triggers is not None else size // parse_duration(trigger_every or "")
     if trigger_every is not None and size % parse_duration(trigger_every):
         raise UsageError(f"--trigger-every {trigger_every} does not divide --window {window}")
+    clamp = None
+    lo_hi = bounds("--bounds", bounds_text)
+    if lo_hi is not None:
+        if lo_hi[0] != -lo_hi[1]:
+            raise UsageError(f"--bounds of stream-replay must be symmetric, -L:L (DP-SQLP clamps |value| ≤ L), got {bounds_text!r}")
+        clamp = lo_hi[1]
     return sr.StreamQuery(
-        time=time, keys=columns("--key", key), unit=unit, window=size, triggers=int(n_triggers),
-        max_records=max_records, epsilon=positive("--epsilon", epsilon, required=True),  # type: ignore[arg-type]
+        time=time, keys=columns("--by", by), unit=unit, window=size, triggers=int(n_triggers),
+        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),  # type: ignore[arg-type]
         delta=probability("--delta", delta, required=True, allow_zero=False),  # type: ignore[arg-type]
         value=value, clamp=clamp, mu=mu,
     )
 
 
-def _open(input: str, input_format: str | None, query: sr.StreamQuery) -> InputTable:
+def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter: str) -> InputTable:
     """The input, its schema checked. CSV columns the query reads are taken as text: their types (and the
     keys' spelling and order) must not depend on what one record holds; times and values are parsed per
     record by the task."""
+    from dpcli.files import open_input, require_columns
+
     value = [query.value] if query.value else []
-    table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value))
+    table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value),
+                       delimiter=delimiter)
     wanted = {query.unit: "key", query.time: "temporal", **{k: "key" for k in query.keys}}
     if query.value:
         wanted[query.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
@@ -147,20 +183,24 @@ def _open(input: str, input_format: str | None, query: sr.StreamQuery) -> InputT
 
 def _incremental(
     ctx: typer.Context, analyst: str, path: Path, moment: datetime | None, query: sr.StreamQuery, plan: sr.StreamPlan,
-    table: InputTable, output: str | None, fmt: str, as_json: bool,
+    table: InputTable, output: str | None, fmt: str, as_json: bool, margins: Callable[[Any], Any],
 ) -> None:
     """One cron run against a state file (:func:`dpcli.tasks.stream_replay.state_run`): charge, save, write."""
+    from dpcli.cli._release import charge_and_write, write_and_report
+    from dpcli.release import ReleaseSeed, release_seed
+    from dpcli.tasks import stream_replay as sr
+
     s = settings(ctx)
     data = sr.StateInput(table.frame, table.fingerprint, table.name)
     with sr.state_run(path, query, plan, data, analyst=analyst, state_dir=s.state_dir, lock_timeout=s.lock_timeout,
                       new_seed=lambda material: release_seed(s.state_dir, material, {}), through=moment,
                       busy=lambda: working(ctx, f"feeding {table.name} to {path}")) as run:
         if run.repeat:
-            write_and_report(s, run.table, output, fmt, run.metadata, as_json,
+            write_and_report(s, margins(run.table), output, fmt, run.metadata, as_json,
                              f"stream-replay: repeated run, same rows as before (state {path}, free)")
             return
         line = (f"stream-replay of {table.name} into {path}: {run.metadata['releases']} release row(s), "
                 f"triggers run through {run.metadata['through']}")
         charge_and_write(s, analyst, "stream-replay --state", ReleaseSeed(b"", run.run_id, run.reservation),
-                         list(plan.events), run.table, output, fmt, run.metadata, as_json, line, step=run.step,
+                         list(plan.events), margins(run.table), output, fmt, run.metadata, as_json, line, step=run.step,
                          inputs=(table,), before_output=run.save)

@@ -1,4 +1,4 @@
-"""``dpcli tabulate``: SafeTab-style adaptive tabulation (and ``dpcli tabulate plan``)."""
+"""``dpcli tabulate``: SafeTab-style adaptive tabulation (and its plan, ``--dry-run``)."""
 
 from __future__ import annotations
 
@@ -7,48 +7,62 @@ from typing import Annotated, Any
 import typer
 
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
-from dpcli.cli._options import FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
-from dpcli.cli._release import charge_and_write, output_plan
-from dpcli.release import open_block_list, release_seed
-from dpcli.core.prf import KeyedStream
-from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
-from dpcli.files import open_input
-from dpcli.tasks import tabulate as tab
-from dpcli.tasks.tabulate_spec import read_spec
+from dpcli.cli._options import DelimiterOpt, FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
+from dpcli.errors import UsageError
+
+# The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
 def tabulate(
     ctx: typer.Context,
     input: Annotated[
-        str,
-        typer.Argument(help="Person file (CSV/Parquet/NDJSON, '-' for stdin), or the word 'plan' for the plan only."),
-    ],
-    spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).")],
-    delta: Annotated[str, typer.Option("--delta", help="plan: δ at which the (ε, δ) totals are stated.")] = "1e-10",
+        str | None,
+        typer.Argument(help="Person file (CSV/Parquet/NDJSON, '-' for CSV on stdin); not read with --dry-run.",
+                       show_default=False),
+    ] = None,
+    spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).", show_default=False)] = "",
+    delta: Annotated[str, typer.Option("--delta", help="--dry-run: δ at which the (ε, δ) totals are stated.")] = "1e-10",
     with_error: Annotated[bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="The plan: per-level parameters (MOE targets → ε or ρ) and total privacy "
+                           "loss under pure DP, RDP and zCDP; read no data, charge nothing.")
+    ] = False,
     input_format: InputFormatOpt = None,
+    delimiter: DelimiterOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Noisy totals and adaptive Sex × Age marginals for every population group of a spec.
 
-    `dpcli tabulate plan --spec SPEC` prints the per-level parameters (MOE
-    targets → ε or ρ) and the total privacy loss under pure DP, RDP and zCDP,
-    without reading data or charging. (A person file literally named `plan`
-    can be given as `./plan`.)
+    `dpcli tabulate --dry-run --spec SPEC` prints the per-level parameters
+    (MOE targets → ε or ρ) and the total privacy loss under pure DP, RDP and
+    zCDP, without reading data or charging.
     """
+    from dpcli.cli._release import charge_and_write, output_plan
+    from dpcli.core.prf import KeyedStream
+    from dpcli.files import open_input
+    from dpcli.release import open_block_list, release_seed
+    from dpcli.state import ledger
+    from dpcli.state.paths import ensure_state_dir
+    from dpcli.tasks import tabulate as tab
+    from dpcli.tasks.tabulate_spec import read_spec
+
+    if not spec_path:
+        raise UsageError("--spec is required (the tabulation spec, TOML)")
     spec, spec_fingerprint = read_spec(spec_path)
-    if input == "plan":
+    if dry_run:
         d = probability("--delta", delta, allow_zero=False)
         result = tab.plan(spec, float(d))  # type: ignore[arg-type]
+        result["ledger"] = _would_accept(ctx, tab.events(spec))
         if as_json:
             emit_json(result)
         else:
             typer.echo(_plan_text(result))
         return
+    if input is None:
+        raise UsageError("give the person file (or --dry-run for the plan only)")
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
@@ -58,7 +72,8 @@ def tabulate(
     # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
     # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
     # turn into a data-dependent error.
-    table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")))
+    table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
+                       delimiter=delimiter or ",")
     blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
@@ -71,6 +86,20 @@ def tabulate(
     line = f"tabulate {table.name}: {release.metadata['rows']} cell(s) over {len(spec.levels)} level(s)"
     charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line,
                      inputs=(table, blocks))
+
+
+def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:
+    """Whether the analyst's ledger would accept the spec's cost now (a plan needs no ledger)."""
+    from dpcli.errors import DpcliError
+    from dpcli.state import ledger
+
+    s = settings(ctx)
+    analyst = resolve_analyst(None, ctx)
+    try:
+        refused = ledger.refusal(ledger.read_ledger(s.state_dir, analyst, s.lock_timeout), events)
+    except DpcliError as exc:
+        return {"analyst": analyst, "accepts": False, "refusal": str(exc)}
+    return {"analyst": analyst, "accepts": refused is None, "refusal": refused}
 
 
 def _plan_text(p: dict[str, Any]) -> str:
@@ -95,4 +124,7 @@ def _plan_text(p: dict[str, Any]) -> str:
     if dg:
         lines.append(f"discrete Gaussian, zCDP analytic:  ε = {dg['zcdp_analytic_epsilon']:.3g}  (ρ = {dg['rho']:.4g})")
         lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = {dg['zcdp_numerical_alpha']:g})")
+    led = p["ledger"]
+    lines.append(f"ledger {led['analyst']!r}: " + ("would accept this release" if led["accepts"]
+                                                   else f"would refuse it: {led['refusal']}"))
     return "\n".join(lines)

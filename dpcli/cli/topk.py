@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from dpcli import release
-from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, notice, resolve_analyst, settings, working
 from dpcli.cli._options import (
+    DelimiterOpt,
     DeltaOpt,
     FormatOpt,
     InputArg,
@@ -21,7 +21,6 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
-from dpcli.cli._release import output_plan, write_release
 from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
@@ -30,13 +29,10 @@ from dpcli.cli._schedule import (
     SchedulerOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
-    run_scheduled,
-    schedule_spec,
 )
 from dpcli.errors import UsageError
-from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
-from dpcli.tasks import topk as tk
+
+# The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
@@ -50,21 +46,35 @@ def topk(
         str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and group).")
     ] = "units",
     max_contributions: Annotated[
-        int, typer.Option("--max-contributions", help="τ: rows per unit per group counted with --count rows.", max=10**6)
-    ] = 1,
-    domain: Annotated[
-        str | None, typer.Option("--domain", help="Public list of candidate groups (known domain, KnownGumb).")
+        int | None,
+        typer.Option("--max-contributions", help="τ: rows per unit per group counted with --count rows. [default: 1]",
+                     max=10**6, show_default=False),
     ] = None,
-    dbar: Annotated[
-        int | None, typer.Option("--dbar", help="Unknown domain: look at the top d̄ groups (default max(10k, 1000)).", max=10**5)
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="Public list of candidate groups (known domain, KnownGumb).")
+    ] = None,
+    max_groups: Annotated[
+        int | None,
+        typer.Option("--max-groups", help="Unknown domain: look at the top d̄ groups (default max(10k, 1000)).",
+                     min=1, max=10**5),
     ] = None,
     no_counts: Annotated[bool, typer.Option("--no-counts", help="Ranking only: no counts, cheaper.")] = False,
+    epsilon: Annotated[
+        str | None,
+        typer.Option("--epsilon", help="ε of this release (pure composition of its k selections and counts); "
+                     "with --scheduler fixed, of each run."),
+    ] = None,
     epsilon_per: Annotated[
-        str | None, typer.Option("--epsilon-per", help="ε_per of each selection and count (br ledgers: from the ledger).")
+        str | None,
+        typer.Option("--epsilon-per", help="Instead of --epsilon: ε_per of each selection and count "
+                     "(br ledgers: from the ledger)."),
     ] = None,
     delta: DeltaOpt = None,
     with_error: Annotated[bool, typer.Option("--with-error", help="Add the 95% margin of the count noise.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show calibration and cost; read no data, charge nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the count noise and 95% margin, the cost and whether the ledger "
+                           "would accept it; read no data, charge nothing.")
+    ] = False,
     schedule: ScheduleOpt = None,
     scheduler: SchedulerOpt = "bbscheduler",
     total_epsilon: TotalEpsilonOpt = None,
@@ -72,10 +82,8 @@ def topk(
     gamma: GammaOpt = None,
     beta: BetaOpt = "0.05",
     improver_c: ImproverCOpt = "0.25",
-    epsilon: Annotated[
-        str | None, typer.Option("--epsilon", help="--scheduler fixed: the ε of each run (3kε_per/2).")
-    ] = None,
     input_format: InputFormatOpt = None,
+    delimiter: DelimiterOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -83,44 +91,57 @@ def topk(
     """The k most frequent groups with noisy counts, protecting each privacy unit as a whole.
 
     Units may touch any number of groups; only k groups are released. With
-    --domain the list always has k rows; otherwise groups are discovered and
+    --keys the list always has k rows; otherwise groups are discovered and
     the list may end early (⊥) when the remaining groups are too rare.
     """
+    from dpcli import advice, release
+    from dpcli.cli._release import output_plan, show_dry_run, write_release
+    from dpcli.cli._schedule import run_scheduled, schedule_spec
+    from dpcli.state import ledger
+    from dpcli.state.paths import ensure_state_dir
+    from dpcli.tasks import topk as tk
+
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
     led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)
+    if epsilon is not None and epsilon_per is not None:
+        raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
+    per_step = positive("--epsilon-per", epsilon_per)
+    whole = positive("--epsilon", epsilon)
+    if whole is not None and schedule is None:
+        # The release's ε under pure composition: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
+        per_step = whole * 2 / (3 * k) if not no_counts else whole / k
     query = tk.TopKQuery(
         by=columns("--by", by),
         unit=privacy_unit,
         k=k,
         count=count,  # type: ignore[arg-type]
-        max_contributions=max_contributions,
-        known_domain=domain is not None,
-        dbar=dbar,
+        max_contributions=1 if max_contributions is None else max_contributions,
+        known_domain=keys is not None,
+        dbar=max_groups,
         with_counts=not no_counts,
-        epsilon_per=positive("--epsilon-per", epsilon_per),
+        epsilon_per=per_step,
         delta=probability("--delta", delta) or 0,
         with_error=with_error,
     )
-    if dbar is not None and dbar < 1:
-        raise UsageError(f"--dbar must be ≥ 1, got {dbar}")
+    defaulted = ["max_contributions"] if max_contributions is None else []
     spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                         positive("--epsilon", epsilon) if schedule else None, dry_run=dry_run)
+                         whole if schedule else None, dry_run=dry_run)
     if spec is not None:
         if not query.known_domain:
-            raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --domain")
+            raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --keys")
         if query.epsilon_per is not None:
             raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
         query.validate()
-    elif epsilon is not None:
-        raise UsageError("--epsilon is the per-run ε of --scheduler fixed; use --epsilon-per")
     elif dry_run:
-        emit_json(tk.describe_plan(query, tk.plan_topk(query, led.limits.mode, led.limits.values)))
+        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
+        show_dry_run(s, analyst, tk.describe_plan(query, plan), plan.reserve, as_json)
         return
     else:
         tk.plan_topk(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, domain))
-    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, domain, "domain")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
+    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
+                                       delimiter=delimiter or ",")
     runner = release.topk_runner(s.state_dir, inputs, led.limits)
 
     def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
@@ -132,7 +153,10 @@ def topk(
         per = (lambda eps: eps * 2 / (3 * query.k)) if query.with_counts else (lambda eps: eps / query.k)
         scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon_per"}
         run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": inputs.fingerprints["domain"]},
-                      inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json)
+                      inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json,
+                      notes_for=lambda done, eps: advice.topk_notes(
+                          query, tk.plan_topk(replace(query, epsilon_per=per(eps)), "pure", led.limits.values),
+                          done.table, defaulted))
         return
     prepared = run(query, led.limits.mode)
     found, bottom = prepared.metadata["found"], prepared.metadata.get("bottom", False)
@@ -140,6 +164,8 @@ def topk(
     if bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
     done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables)
-    write_release(s, done, output, fmt, as_json)
-    if bottom and not as_json:
-        info(ctx, f"dpcli: note: fewer than k = {query.k} groups pass the threshold (⊥)")
+    plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
+    notes = advice.topk_notes(query, plan, done.table, defaulted)
+    write_release(s, done, output, fmt, as_json, notes)
+    if bottom:
+        notice(ctx, f"fewer than k = {query.k} groups pass the threshold (⊥): only {found} released")

@@ -14,8 +14,6 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any, ClassVar
 
-import numpy as np
-
 from dpcli.core import accounting as acc
 from dpcli.core.budget import ChargeRefused, Limits, Spend
 from dpcli.core.events import PrivacyEvent
@@ -44,7 +42,11 @@ class Accountant:
         """
         base = base or Spend()
         eps, delta, rho, units, calls = base.epsilon, base.delta, base.rho, base.units, base.calls
-        curve = np.asarray(base.rdp_curve) if base.rdp_curve else np.zeros(acc.RDP_ORDERS.size)
+        rdp = self.mode == "rdp"  # only RDP ledgers keep a curve (and need numpy)
+        if rdp:
+            import numpy as np
+
+            curve = np.asarray(base.rdp_curve) if base.rdp_curve else np.zeros(acc.rdp_orders().size)
         for ev in events:
             s = self.cost(ev)
             eps += s.epsilon
@@ -52,9 +54,9 @@ class Accountant:
             rho += s.rho
             units += s.units
             calls += s.calls
-            if s.rdp_curve:
+            if rdp and s.rdp_curve:
                 curve = curve + np.asarray(s.rdp_curve)
-        return Spend(eps, delta, rho, units, calls, tuple(curve) if self.mode == "rdp" else ())
+        return Spend(eps, delta, rho, units, calls, tuple(curve) if rdp else ())
 
     def fits(self, spent: Spend, extra: Spend) -> str | None:
         """``None`` if ``spent + extra`` stays within the limits, else a message saying what is short."""
@@ -189,7 +191,9 @@ class RdpAccountant(Accountant):
         return Spend(rdp_curve=tuple(curve), delta=ev.delta if ev.kind == "approx" else Fraction(0))
 
     def fits(self, spent: Spend, extra: Spend) -> str | None:
-        zeros = np.zeros(acc.RDP_ORDERS.size)
+        import numpy as np
+
+        zeros = np.zeros(acc.rdp_orders().size)
         curve = np.asarray(spent.rdp_curve or zeros) + np.asarray(extra.rdp_curve or zeros)
         eps, _ = self.guarantee(Spend(delta=spent.delta + extra.delta, rdp_curve=tuple(curve)))
         if eps <= float(self.limits["epsilon"]):
@@ -207,7 +211,7 @@ class RdpAccountant(Accountant):
             return float("inf"), target
         if not any(spend.rdp_curve):
             return 0.0, float(spend.delta)
-        eps, _ = acc.rdp_to_approx(np.asarray(spend.rdp_curve), room)
+        eps, _ = acc.rdp_to_approx(spend.rdp_curve, room)  # type: ignore[arg-type]
         return eps, target
 
     def remaining(self, spent: Spend) -> dict[str, str]:

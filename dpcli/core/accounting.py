@@ -18,17 +18,31 @@ RDP totals against a limit with a documented safety margin.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where RDP curves are computed: `dpcli budget show` of a
+    import numpy as np  # pure, approx, zCDP or br ledger never needs it (fast start)
 
-#: Orders α used for RDP accounting: SafeTab's grid 1.01 … 10.00 (step 0.01),
-#: extended geometrically to 10^4 for small budgets.
-RDP_ORDERS: np.ndarray = np.unique(
-    np.concatenate([np.round(np.arange(1.01, 10.0001, 0.01), 2), np.geomspace(10.0, 1e4, 200)])
-)
+
+@functools.cache
+def rdp_orders() -> np.ndarray:
+    """Orders α used for RDP accounting: SafeTab's grid 1.01 … 10.00 (step 0.01),
+    extended geometrically to 10^4 for small budgets."""
+    import numpy as np
+
+    orders = np.unique(np.concatenate([np.round(np.arange(1.01, 10.0001, 0.01), 2), np.geomspace(10.0, 1e4, 200)]))
+    orders.setflags(write=False)
+    return orders
+
+
+def __getattr__(name: str) -> Any:  # ``RDP_ORDERS`` stays importable, built on first use
+    if name == "RDP_ORDERS":
+        return rdp_orders()
+    raise AttributeError(name)
 
 
 #: Relative slack added to every real-valued ε this module returns (so a ρ found by inverting a
@@ -179,11 +193,14 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
     return best
 
 
-def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray = RDP_ORDERS) -> tuple[float, float]:
+def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray | None = None) -> tuple[float, float]:
     """Convert an RDP curve ε(α) to (ε, δ)-DP by SafeTab eq. 6; returns (ε rounded up, best α).
 
     Infinite curve values (an order whose RDP overflowed) are skipped; an all-infinite curve gives ε = ∞.
     """
+    import numpy as np
+
+    orders = rdp_orders() if orders is None else orders
     _check_delta(delta)
     a = np.asarray(orders, dtype=float)
     curve = np.asarray(curve, dtype=float)
@@ -196,11 +213,14 @@ def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray = RDP_ORDE
     return float(max(value, 0.0)), float(a[i])
 
 
-def geometric_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray:
+def geometric_rdp(epsilon: float, orders: np.ndarray | None = None) -> np.ndarray:
     """RDP curve τ(α, ε) of the geometric mechanism with parameter ε (SafeTab Cor. 1).
 
     Evaluated in log space so large α·ε (or ε itself) does not overflow.
     """
+    import numpy as np
+
+    orders = rdp_orders() if orders is None else orders
     if epsilon <= 0:
         return np.zeros_like(np.asarray(orders, dtype=float))
     a = np.asarray(orders, dtype=float)
@@ -212,15 +232,21 @@ def geometric_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray
         return (log_pref + np.logaddexp(t1, t2)) / (a - 1.0)
 
 
-def pure_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray:
+def pure_rdp(epsilon: float, orders: np.ndarray | None = None) -> np.ndarray:
     """An RDP curve valid for any ε-DP mechanism: min(ε, α ε²/2) (via ε²/2-zCDP)."""
+    import numpy as np
+
+    orders = rdp_orders() if orders is None else orders
     a = np.asarray(orders, dtype=float)
     with np.errstate(over="ignore"):
         return np.minimum(epsilon, a * epsilon * epsilon / 2.0)
 
 
-def zcdp_rdp(rho: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray:
+def zcdp_rdp(rho: float, orders: np.ndarray | None = None) -> np.ndarray:
     """The RDP curve α ↦ αρ of a ρ-zCDP mechanism."""
+    import numpy as np
+
+    orders = rdp_orders() if orders is None else orders
     with np.errstate(over="ignore"):
         return np.asarray(orders, dtype=float) * rho
 
@@ -298,7 +324,7 @@ def advanced_composition(epsilon: float, delta: float, count: int, delta_prime: 
     return min(_up(eps), basic), min(1.0, _up(k * delta + delta_prime))
 
 
-def discrete_laplace_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.ndarray:
+def discrete_laplace_rdp(epsilon: float, orders: np.ndarray | None = None) -> np.ndarray:
     """Exact RDP curve of the discrete Laplace with scale 1/ε against a shift of 1.
 
     D_α = 1/(α-1) · ln[(e^{(α-1)ε} + e^{-αε}) / (1 + e^{-ε})], from summing
@@ -309,6 +335,9 @@ def discrete_laplace_rdp(epsilon: float, orders: np.ndarray = RDP_ORDERS) -> np.
     For small (α−1)ε the ratio is written as 1 + [4 sinh²(y/2) + expm1(−ε)·expm1(−y)]/(1 + e^−ε)
     with y = (α−1)ε (all terms positive, no cancellation), so tiny ε are not rounded to 0.
     """
+    import numpy as np
+
+    orders = rdp_orders() if orders is None else orders
     if epsilon <= 0:
         return np.zeros_like(np.asarray(orders, dtype=float))
     a = np.asarray(orders, dtype=float)

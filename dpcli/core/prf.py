@@ -22,9 +22,10 @@ import json
 import math
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where words are drawn: seeds and ids need none (fast start)
+    import numpy as np
 
 _SEED_DOMAIN = b"dpcli/seed/v1\x00"
 _STREAM_DOMAIN = b"dpcli/stream/v1\x00"
@@ -113,6 +114,8 @@ class KeyedStream:
 
     def uint64(self, n: int) -> np.ndarray:
         """``n`` independent uniform 64-bit unsigned integers."""
+        import numpy as np
+
         if n <= 0:
             return np.empty(0, dtype=np.uint64)
         return np.frombuffer(self._bytes(8 * n), dtype="<u8").astype(np.uint64, copy=True)

@@ -512,6 +512,18 @@ def _fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEven
         raise BudgetError("internal: actual cost exceeds the reserved cost")
 
 
+def refusal(led: Ledger, events: list[PrivacyEvent], when: datetime | None = None) -> str | None:
+    """Why ``led`` would refuse a new release costing ``events`` now, or None if it would accept it.
+
+    Reads only (``--dry-run``): a replay of an earlier identical release would be free anyway.
+    """
+    try:
+        _fits(led, led.analyst, led.spend(when), events, events)
+    except BudgetError as exc:
+        return str(exc)
+    return None
+
+
 def _step_entries(
     led: Ledger, analyst: str, step: Step, base: dict[str, Any], now: datetime, spent: bud.Spend
 ) -> tuple[list[dict[str, Any]], tuple[PrivacyEvent, ...], int | None, int]:

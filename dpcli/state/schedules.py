@@ -22,9 +22,10 @@ import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # polars only where a cached release is read (`budget show` stays fast)
+    import polars as pl
 
 from dpcli.core.prf import canonical_json
 from dpcli.errors import StateError
@@ -69,6 +70,8 @@ def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame
 
 
 def cached_release(directory: Path, key: str, run: int) -> pl.DataFrame:
+    import polars as pl
+
     path = directory / f"{key}.run-{run}.parquet"
     try:
         return pl.read_parquet(path.read_bytes())  # bytes, not the path: polars would expand globs in it

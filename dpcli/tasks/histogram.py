@@ -208,10 +208,21 @@ def _measurement_names(q: HistogramQuery) -> list[str]:
 
 def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
-    measurements = {n: m.noise.describe() if m.noise else {"mechanism": "exponential"}
-                    for n, m in plan.measurements.items()}
+    scale = float(q.grid.granularity) if q.grid is not None else 1.0
+    measurements: dict[str, Any] = {}
+    for n, m in plan.measurements.items():
+        if m.noise is None:
+            measurements[n] = {"mechanism": "exponential"}
+            continue
+        # The 95% margin in the units of the output column (sums are released in --value's units).
+        margin: float | None = None
+        if n in ("rows", "units"):
+            margin = m.noise.margin95()
+        elif n == "sum":
+            margin = m.noise.margin95() * scale
+        measurements[n] = {**m.noise.describe(), "moe95": margin}
     return {"query": q.canonical(), "measurements": measurements, "threshold": plan.threshold,
-            "cost": [e.to_json() for e in plan.events], **plan.summary}
+            "cost": [e.to_json() for e in plan.events], **plan.summary, "calibration": measurements}
 
 
 def _sensitivity(name: str, q: HistogramQuery) -> int:

@@ -15,15 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from dpcli.core.exact import to_fraction
-from dpcli.errors import InputMissingError, StateError
+from dpcli.errors import InputMissingError, UsageError
 from dpcli.files import fingerprint_bytes, open_binary
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
 
 
-class SpecError(StateError):
-    """A malformed spec (exit 78, like other malformed configuration)."""
+class SpecError(UsageError):
+    """A malformed spec: a public input like an option, so a usage error (exit 2); exit 78 is kept for damaged state."""
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,8 @@ def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int)
 def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
     return {"query": q.canonical(), "guarantee": plan.guarantee, "reserve": [e.to_json() for e in plan.reserve],
-            "count_noise": plan.count_noise.describe() if plan.count_noise else None}
+            "count_noise": plan.count_noise.describe() if plan.count_noise else None,
+            "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
 
 
 def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:

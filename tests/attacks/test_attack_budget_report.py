@@ -41,8 +41,8 @@ def _release(command: str, data: Path, tmp: Path) -> tuple[list[str], list[str]]
     if command == "tabulate":
         level = '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 2\nstability = 1\n'
         return PURE, ["tabulate", str(data), "--spec", str(write_spec(tmp, level))]
-    return APPROX, ["stream-replay", str(data), "--time", "t", "--key", "g", *unit, "--window", "1d",
-                    "--triggers", "4", "--max-records", "1", "--epsilon", "1", "--delta", "1e-6",
+    return APPROX, ["stream-replay", str(data), "--time", "t", "--by", "g", *unit, "--window", "1d",
+                    "--triggers", "4", "--max-contributions", "1", "--epsilon", "1", "--delta", "1e-6",
                     "--through", "2026-01-02T00:00:00"]
 
 

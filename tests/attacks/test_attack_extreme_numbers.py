@@ -82,8 +82,8 @@ def commands(d: dict[str, str], eps: str = "1", delta: str = "1e-6") -> dict[str
         "histogram": ["histogram", d["csv"], "--by", "g", "--privacy-unit", "u", "--epsilon", eps, "--delta", delta],
         "topk": ["topk", d["csv"], "--by", "g", "-k", "2", "--privacy-unit", "u", "--epsilon-per", eps,
                  "--delta", delta],
-        "stream-replay": ["stream-replay", d["csv"], "--time", "t", "--key", "g", "--privacy-unit", "u",
-                          "--window", "1d", "--triggers", "4", "--max-records", "2", "--epsilon", eps,
+        "stream-replay": ["stream-replay", d["csv"], "--time", "t", "--by", "g", "--privacy-unit", "u",
+                          "--window", "1d", "--triggers", "4", "--max-contributions", "2", "--epsilon", eps,
                           "--delta", delta],
     }
 
@@ -101,7 +101,7 @@ def test_budget_init_and_tabulate_plan_refuse_numbers_below_the_double_range():
     usage_error(run("budget", "init", "a", "--mode", "pure", "--epsilon", "1e-400"), "--epsilon")
     usage_error(run("budget", "init", "a", "--mode", "approx", "--epsilon", "1", "--delta", "1e-400"), "--delta")
     usage_error(run("budget", "init", "a", "--mode", "zcdp", "--rho", "1", "--report-delta", "1e-400"))
-    usage_error(run("tabulate", "plan", "--spec", str(SPEC), "--delta", "1e-400"), "--delta")
+    usage_error(run("tabulate", "--dry-run", "--spec", str(SPEC), "--delta", "1e-400"), "--delta")
 
 
 @pytest.mark.parametrize("rho", ["1e300", "1e-300", "1e400", "5e-324"])
@@ -159,7 +159,7 @@ def test_many_digit_epsilon_cannot_wrap_the_exponential_race(tmp_path, monkeypat
         monkeypatch.setenv("DPCLI_STATE_DIR", str(tmp_path / f"state{i}"))  # a fresh key: fresh noise
         ledger("--mode", "pure", "--epsilon", "10")
         r = run("topk", str(tmp_path / "w.csv"), "--by", "g", "-k", "1", "--privacy-unit", "u",
-                "--epsilon-per", "0.1844674407370957", "--domain", str(tmp_path / "dom.csv"), "--no-counts")
+                "--epsilon-per", "0.1844674407370957", "--keys", str(tmp_path / "dom.csv"), "--no-counts")
         assert r.exit_code == 0, r.stderr
         winners.append(r.stdout.splitlines()[1].split(",")[1])
     assert winners == ["a"] * 5
@@ -198,7 +198,7 @@ def test_large_and_small_epsilon_in_every_noise_path(data):
         ["histogram", "{csv}", "--by", "g", "--privacy-unit", "u", "--epsilon", "1", "--delta", "1e-6",
          "--selection", "unklap", "--max-groups", str(10**30)],
         ["topk", "{csv}", "--by", "g", "-k", str(10**30), "--privacy-unit", "u", "--epsilon-per", "1", "--delta", "1e-6"],
-        ["topk", "{csv}", "--by", "g", "-k", "1", "--dbar", str(10**12), "--privacy-unit", "u", "--epsilon-per", "1",
+        ["topk", "{csv}", "--by", "g", "-k", "1", "--max-groups", str(10**12), "--privacy-unit", "u", "--epsilon-per", "1",
          "--delta", "1e-6"],
         ["budget", "compose", "--mode", "approx", "--epsilon", "1", "--count", str(10**30)],
     ],

@@ -52,7 +52,7 @@ class Run:
             keys = tmp_path / "keys.csv"
             keys.write_text("g\na\nb\n")
         self.out = tmp_path / out
-        opts = (["--keys", str(keys)] if command == "histogram" else ["--domain", str(keys), "-k", "1"])
+        opts = (["--keys", str(keys)] if command == "histogram" else ["--keys", str(keys), "-k", "1"])
         self.result = runner.invoke(app, [command, str(source), "--by", "g", "--privacy-unit", "user",
                                           *(["--epsilon", "1"] if command == "histogram" else ["--epsilon-per", "1"]),
                                           *opts, "-o", str(self.out), "--json"])

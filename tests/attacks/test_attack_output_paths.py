@@ -113,7 +113,7 @@ def test_output_onto_an_input_is_refused(setup, tmp_path, state_dir, monkeypatch
 def test_topk_output_onto_its_domain_is_refused(setup, tmp_path, state_dir):
     data, keys = setup
     refused(["topk", str(data), "--by", "g", "--privacy-unit", "user", "-k", "1", "--epsilon-per", "1",
-             "--domain", str(keys), "-o", str(keys)], tmp_path, state_dir, "is the input")
+             "--keys", str(keys), "-o", str(keys)], tmp_path, state_dir, "is the input")
 
 
 @pytest.mark.parametrize("which", ["spec", "blocks", "state"])
@@ -132,8 +132,8 @@ def _stream(tmp_path: Path) -> tuple[Path, list[str]]:
     f = tmp_path / "work" / "events.csv"
     pl.DataFrame({"ts": [f"2026-11-01T0{h}:00:00" for h in range(6)], "user": [f"u{h}" for h in range(6)],
                   "page": ["p"] * 6}).write_csv(f)
-    return f, ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "12h",
-               "--max-records", "2", "--epsilon", "1", "--delta", "1e-9"]
+    return f, ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "12h",
+               "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9"]
 
 
 @pytest.mark.parametrize("how", ["ledger", "new-file", "symlinked-dir", "input", "output"])

@@ -69,7 +69,7 @@ def test_histogram_unklap_summary_reveals_nothing(tmp_path):
 def test_topk_known_domain_summary_reveals_nothing(tmp_path):
     data, dom = tmp_path / "events.csv", tmp_path / "dom.csv"
     dom.write_text("g\na\nb\nc\nzzz\n")
-    args = ["topk", data, "--by", "g", "-k", "2", "--privacy-unit", "user", "--domain", dom,
+    args = ["topk", data, "--by", "g", "-k", "2", "--privacy-unit", "user", "--keys", dom,
             "--epsilon-per", "0.5", "--json"]
     a, b, diff = differential(args, data, D, D2, tmp_path, setup=[APPROX])
     assert a.exit_code == 0, a.stderr
@@ -80,7 +80,7 @@ def test_topk_unknown_domain_summary_reveals_nothing(tmp_path):
     """d̄ = 3: h = (300, 200, 120, 0) on D and (300, 200, 120, 1) on D′. k̄ is an exponential-mechanism
     output (paid by the '+1' of Theorem 1) and may be released; h_⊥ = h_(k̄+1) + constant may not."""
     data = tmp_path / "events.csv"
-    args = ["topk", data, "--by", "g", "-k", "2", "--privacy-unit", "user", "--dbar", "3",
+    args = ["topk", data, "--by", "g", "-k", "2", "--privacy-unit", "user", "--max-groups", "3",
             "--epsilon-per", "0.5", "--delta", "1e-6", "--json"]
     noisy = {"json.summary.k_bar", "json.summary.found", "json.summary.bottom", "json.summary.br_units"}
     a, b, diff = differential(args, data, D, D2, tmp_path, setup=[APPROX], noisy=noisy)

@@ -111,7 +111,7 @@ def test_csv_invalid_utf8_in_one_record_does_not_fail_the_run(tmp_path):
     data = tmp_path / "u.csv"
     data.write_bytes(raw)
     r = runner.invoke(app, ["topk", str(data), "--by", "g", "--privacy-unit", "uid", "-k", "1",
-                            "--epsilon-per", "1", "--domain", str(write(tmp_path / "dom.csv", ["g", "0", "1", "2"]))])
+                            "--epsilon-per", "1", "--keys", str(write(tmp_path / "dom.csv", ["g", "0", "1", "2"]))])
     assert r.exit_code == 0, r.stderr
 
 

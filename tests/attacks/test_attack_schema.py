@@ -127,7 +127,7 @@ def test_topk_domain_does_not_depend_on_inferred_types(tmp_path, fmt, flip):
     domain = tmp_path / "domain.csv"
     domain.write_text("g\n1\n2\n9\n10\nzz\n")
     args = ["topk", data, "--by", "g", "-k", "2", "--privacy-unit", "user", "--epsilon-per", "1",
-            "--domain", domain, "--json"]
+            "--keys", domain, "--json"]
     a, b, diff = differential(args, data, d, d2, tmp_path, setup=[PURE])
     _assert_same(a, b, diff)
     assert {t for t, _ in _groups(a) + _groups(b)} == {"str"}

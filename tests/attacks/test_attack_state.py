@@ -32,8 +32,8 @@ def _plan_once(monkeypatch):
     """The stream's calibration (a slow numeric search, a pure function of the query) is computed once."""
     monkeypatch.setattr(sr, "plan_stream", lambda q: _PLANS.get(q) or _PLANS.setdefault(q, _plan_stream(q)))
 
-STREAM = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
-          "--max-records", "4", "--epsilon", "2", "--delta", "1e-9"]
+STREAM = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
+          "--max-contributions", "4", "--epsilon", "2", "--delta", "1e-9"]
 
 
 def _half_day(path: Path, d: int, variant: int = 0) -> Path:

@@ -24,8 +24,8 @@ from dpcli.core import accounting
 
 runner = CliRunner()
 
-BASE = ["--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
-        "--max-records", "3", "--epsilon", "4", "--delta", "1e-9"]
+BASE = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
+        "--max-contributions", "3", "--epsilon", "4", "--delta", "1e-9"]
 THROUGH = "2026-11-10T00:00:00"
 
 
@@ -124,7 +124,7 @@ BAD_RECORDS = {
 def test_a_bad_record_changes_nothing_public(monkeypatch, tmp_path, forced_seed):
     """(b) D with no bad record and D′ with one (each case of BAD_RECORDS): same exit code, stderr and
     ledger summary."""
-    argv = ["-v", "stream-replay", str(tmp_path / "data.csv"), *BASE, "--value", "v", "--clamp", "10",
+    argv = ["-v", "stream-replay", str(tmp_path / "data.csv"), *BASE, "--value", "v", "--bounds", "-10:10",
             "--through", THROUGH, "-o", str(tmp_path / "o.csv")]
     clean = _run(monkeypatch, tmp_path, "d", argv, data=_rows(value=True))
     assert clean["exit"] == 0 and clean["stderr"], clean["stderr"]
@@ -188,9 +188,9 @@ OPTIONS = {  # option overrides → the exit codes allowed (never 1)
     "through 9999 -05:00": (["--through", "9999-12-31T23:59:59-05:00"], {2}),
     "window huge": (["--window", "99999999999999d", "--triggers", "4"], {2}),
     "trigger every second": (["--window", "7d", "--trigger-every", "1s"], {2}),
-    "clamp huge": (["--value", "v", "--clamp", "1e300"], {0, 2}),
-    "clamp tiny": (["--value", "v", "--clamp", "5e-324"], {0, 2}),
-    "max-records huge": (["--max-records", "1000000000000000000"], {0, 2}),
+    "clamp huge": (["--value", "v", "--bounds", "-1e300:1e300"], {0, 2}),
+    "clamp tiny": (["--value", "v", "--bounds", "-5e-324:5e-324"], {0, 2}),
+    "max-records huge": (["--max-contributions", "1000000000000000000"], {0, 2}),
     "epsilon huge": (["--epsilon", "1e6"], {0, 2}),
     "mu huge": (["--mu", "1000000000000000000"], {0, 2}),
 }

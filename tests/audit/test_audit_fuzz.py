@@ -131,7 +131,7 @@ def test_hostile_tabulate_specs(tmp_path, edits, garbage):
         lines.append(f"{key} = {json.dumps(value) if not isinstance(value, float) or value == value else 'nan'}")
     spec = tmp_path / "spec.toml"
     spec.write_text("\n".join(lines) + "\n" + text + garbage)
-    r = runner.invoke(app, ["tabulate", "plan", "--spec", str(spec)])
+    r = runner.invoke(app, ["tabulate", "--dry-run", "--spec", str(spec)])
     assert r.exit_code in DOCUMENTED, (r.exit_code, r.stderr, r.exception)
     if r.exit_code:
         assert len([x for x in r.stderr.splitlines() if x.strip()]) == 1 and "Traceback" not in r.stderr
@@ -165,7 +165,7 @@ NUM_SETTINGS = dict(SETTINGS, derandomize=True)
 #: Per command: (base arguments, {numeric option: "num" or "int" with its valid default}).
 _H = ["histogram", "{csv}", "--by", "g", "--privacy-unit", "u"]
 _T = ["topk", "{csv}", "--by", "g", "--privacy-unit", "u"]
-_S = ["stream-replay", "{csv}", "--time", "t", "--key", "g", "--privacy-unit", "u", "--window", "1d"]
+_S = ["stream-replay", "{csv}", "--time", "t", "--by", "g", "--privacy-unit", "u", "--window", "1d"]
 NUMERIC_CASES: dict[str, list[tuple[list[str], dict[str, tuple[str, str]]]]] = {
     "histogram": [
         (_H, {"--epsilon": ("num", "1"), "--delta": ("num", "1e-6"), "--max-partitions": ("int", "2"),
@@ -184,16 +184,16 @@ NUMERIC_CASES: dict[str, list[tuple[list[str], dict[str, tuple[str, str]]]]] = {
          {"--total-epsilon": ("num", "1"), "--epsilon": ("num", "0.1")}),
     ],
     "topk": [
-        (_T, {"-k": ("int", "2"), "--epsilon-per": ("num", "1"), "--delta": ("num", "1e-6"), "--dbar": ("int", "5")}),
-        (_T + ["--domain", "{keys}", "--count", "rows"], {"-k": ("int", "2"), "--epsilon-per": ("num", "1"),
+        (_T, {"-k": ("int", "2"), "--epsilon-per": ("num", "1"), "--delta": ("num", "1e-6"), "--max-groups": ("int", "5")}),
+        (_T + ["--keys", "{keys}", "--count", "rows"], {"-k": ("int", "2"), "--epsilon-per": ("num", "1"),
                                                          "--max-contributions": ("int", "2")}),
-        (_T + ["-k", "1", "--domain", "{keys}", "--schedule", "s", "--scheduler", "fixed"],
+        (_T + ["-k", "1", "--keys", "{keys}", "--schedule", "s", "--scheduler", "fixed"],
          {"--total-epsilon": ("num", "1"), "--epsilon": ("num", "0.1")}),
     ],
-    "tabulate": [(["tabulate", "plan", "--spec", "{spec}"], {"--delta": ("num", "1e-10")})],
+    "tabulate": [(["tabulate", "--dry-run", "--spec", "{spec}"], {"--delta": ("num", "1e-10")})],
     "stream-replay": [
-        (_S + ["--value", "x"], {"--epsilon": ("num", "1"), "--delta": ("num", "1e-6"), "--max-records": ("int", "2"),
-                                 "--triggers": ("int", "4"), "--mu": ("int", "0"), "--clamp": ("num", "10")}),
+        (_S + ["--value", "x"], {"--epsilon": ("num", "1"), "--delta": ("num", "1e-6"), "--max-contributions": ("int", "2"),
+                                 "--triggers": ("int", "4"), "--mu": ("int", "0"), "--bounds": ("text", "-10:10")}),
     ],
     "budget-init": [
         (["budget", "init", "fz", "--mode", "pure"], {"--epsilon": ("num", "1"), "--refresh-days": ("int", "30")}),
@@ -208,12 +208,12 @@ NUMERIC_CASES: dict[str, list[tuple[list[str], dict[str, tuple[str, str]]]]] = {
     "budget-compose": [
         (["budget", "compose", "--mode", "br"], {"--epsilon-per": ("num", "0.1"), "--delta-per": ("num", "1e-9"),
                                                  "--delta-prime": ("num", "1e-9"), "--count": ("int", "10"),
-                                                 "--calls": ("int", "3")}),
+                                                 "--call-budget": ("int", "3")}),
         (["budget", "compose", "--mode", "zcdp"], {"--rho": ("num", "1"), "--delta": ("num", "1e-9")}),
         (["budget", "compose", "--mode", "pure"], {"--epsilon": ("num", "1"), "--count": ("int", "3")}),
         (["budget", "compose", "--mode", "approx"], {"--epsilon": ("num", "1"), "--delta-per": ("num", "1e-9"),
                                                      "--delta-prime": ("num", "1e-6"), "--count": ("int", "10")}),
-        (["budget", "compose", "--mode", "rdp-geometric"], {"--epsilon": ("num", "1"), "--delta": ("num", "1e-9"),
+        (["budget", "compose", "--mode", "rdp"], {"--epsilon": ("num", "1"), "--delta": ("num", "1e-9"),
                                                             "--count": ("int", "10")}),
     ],
 }
@@ -233,8 +233,8 @@ def numeric_call(draw, command: str) -> list[str]:
 
 @pytest.mark.parametrize("clamp", ["5e-324", "1e-321", "1.7e308"])
 def test_numeric_options_stream_clamp_extremes(tmp_path, clamp):
-    _numeric_case(tmp_path, [*_S, "--triggers", "4", "--max-records", "2", "--epsilon", "1", "--delta", "1e-6",
-                             "--value", "x", "--clamp", clamp])
+    _numeric_case(tmp_path, [*_S, "--triggers", "4", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-6",
+                             "--value", "x", "--bounds", f"-{clamp}:{clamp}"])
 
 
 def _files(tmp: Path) -> dict[str, str]:
@@ -281,9 +281,9 @@ NAMED = [
     ("histogram", [*_H, "--epsilon", "1", "--delta", "1e-400"]),
     ("topk", [*_T, "-k", "2", "--epsilon-per", "1e-400", "--delta", "1e-6"]),
     ("topk", [*_T, "-k", "2", "--epsilon-per", "1", "--delta", "1e-400"]),
-    ("tabulate", ["tabulate", "plan", "--spec", "{spec}", "--delta", "1e-400"]),
-    ("stream-replay", [*_S, "--triggers", "4", "--max-records", "2", "--epsilon", "1e-400", "--delta", "1e-6"]),
-    ("stream-replay", [*_S, "--triggers", "4", "--max-records", "2", "--epsilon", "1", "--delta", "1e-400"]),
+    ("tabulate", ["tabulate", "--dry-run", "--spec", "{spec}", "--delta", "1e-400"]),
+    ("stream-replay", [*_S, "--triggers", "4", "--max-contributions", "2", "--epsilon", "1e-400", "--delta", "1e-6"]),
+    ("stream-replay", [*_S, "--triggers", "4", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-400"]),
     ("budget-init", ["budget", "init", "fz", "--mode", "approx", "--epsilon", "1e-400", "--delta", "1e-6"]),
     ("budget-init", ["budget", "init", "fz", "--mode", "approx", "--epsilon", "1", "--delta", "1e-400"]),
     ("budget-compose", ["budget", "compose", "--mode", "zcdp", "--rho", "1e300", "--delta", "1e-9"]),

@@ -107,8 +107,8 @@ def _state_job(kind, tmp_path, run):
     for i in range(2):
         (tmp_path / f"d{i}.csv").write_text("ts,u,g\n" + "".join(
             f"2026-11-01T{12 * i + j // 4:02d}:{(j % 4) * 15:02d}:00,u{j},g{j % 3}\n" for j in range(40)))
-    return ["stream-replay", str(tmp_path / f"d{run}.csv"), "--time", "ts", "--key", "g", "--privacy-unit", "u",
-            "--window", "1d", "--triggers", "2", "--max-records", "2", "--epsilon", "1", "--delta", "1e-9",
+    return ["stream-replay", str(tmp_path / f"d{run}.csv"), "--time", "ts", "--by", "g", "--privacy-unit", "u",
+            "--window", "1d", "--triggers", "2", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9",
             "--state", str(tmp_path / "s.state"), "-o", str(tmp_path / "out.csv")]
 
 

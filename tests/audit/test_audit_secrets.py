@@ -43,15 +43,15 @@ def _commands(tmp: Path) -> list[list[str]]:
     keys.write_text("page\np0\np1\np2\np3\np9\n")
     shutil.copy(SAMPLE / "blocks.csv", tmp)
     shutil.copy(SAMPLE / "safetab_spec.toml", tmp)
-    stream = ["stream-replay", str(ev), "--time", "ts", "--key", "page", "--privacy-unit", "user", "--window", "1d",
-              "--trigger-every", "6h", "--max-records", "5", "--epsilon", "1", "--delta", "1e-9"]
+    stream = ["stream-replay", str(ev), "--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d",
+              "--trigger-every", "6h", "--max-contributions", "5", "--epsilon", "1", "--delta", "1e-9"]
     return [
         ["histogram", str(ev), "--by", "page", "--privacy-unit", "user", "--agg", "count,count-units,sum,median",
          "--value", "secs", "--bounds", "0:60", "--epsilon", "0.5", "--delta", "1e-6"],
         ["histogram", str(ev), "--by", "page", "--privacy-unit", "user", "--keys", str(keys), "--epsilon", "0.5"],
         ["topk", str(ev), "--by", "page", "-k", "2", "--privacy-unit", "user", "--epsilon-per", "0.5",
          "--delta", "1e-9"],
-        ["topk", str(ev), "--by", "page", "-k", "2", "--privacy-unit", "user", "--domain", str(keys),
+        ["topk", str(ev), "--by", "page", "-k", "2", "--privacy-unit", "user", "--keys", str(keys),
          "--epsilon-per", "0.5"],
         ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(tmp / "safetab_spec.toml")],
         stream,

@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from dpcli.bounding.stream_records import record_cap_stability
 from dpcli.core import accounting as acc
@@ -91,7 +92,7 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
     for sigma2 in (sigma2_select, sigma2_count, sigma2_sum):
         if sigma2 is not None and sigma2 > _MAX_SIGMA2:
             raise UsageError(f"stream-replay noise too large to sample (σ = {math.sqrt(float(sigma2)):.3g}); "
-                             "use a larger --epsilon, a smaller --max-records or --clamp")
+                             "use a larger ε, a smaller cap on records per unit or narrower value bounds")
     events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=q.epsilon, delta=q.delta,
                            detail={"C": str(q.max_records), "triggers": str(q.triggers)}),)
     summary = {
@@ -103,3 +104,26 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
         "levels": lv,
     }
     return StreamPlan(beta, sigma2_select, sigma2_count, sigma2_sum, {}, events, summary)
+
+
+def margins95(q: StreamQuery, plan: StreamPlan) -> dict[str, float]:
+    """The 95% margin of each released column, in its units: 1.96·max λ(i) over a window's triggers.
+
+    A released value is a Honaker prefix estimate of its key's perturbation tree, whose noise has
+    variance λ²(i) after i leaves; λ²(i) depends on i's binary digits only, so the largest over
+    every tree a window can hold is the largest over i ≤ triggers. The noise is a weighted sum of
+    discrete Gaussians: the margin uses the normal approximation, at the worst trigger (earlier
+    triggers' margins are smaller or equal).
+    """
+    out = {"count": 1.96 * math.sqrt(float(tree.prefix_variances(float(plan.sigma2_count), q.triggers).max()))}
+    grid = q.grid
+    if q.value and grid is not None and plan.sigma2_sum is not None:
+        worst = float(tree.prefix_variances(float(plan.sigma2_sum), q.triggers).max())
+        out[f"sum_{q.value}"] = 1.96 * math.sqrt(worst) * float(grid.granularity)
+    return out
+
+
+def with_margins(table: pl.DataFrame, q: StreamQuery, plan: StreamPlan) -> pl.DataFrame:
+    """``table`` with a ``<column>_moe95`` column after each released column (post-processing only)."""
+    margins = margins95(q, plan)
+    return table.with_columns([pl.lit(m, dtype=pl.Float64).alias(f"{c}_moe95") for c, m in margins.items()])

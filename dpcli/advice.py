@@ -1,0 +1,107 @@
+"""Plain-words notes that change how a release should be read: mostly noise, biased by caps, empty.
+
+Every note is a function of public inputs (the query, its calibration) and of the noisy output
+only, never of the data: adding one person changes a note no more than it changes the release.
+A note naming an option holds its field (``max_contributions``); the CLI spells it as its flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Note:
+    """One line of advice; ``{}`` in ``text`` stands for ``field`` (an option) when it has one."""
+
+    text: str
+    field: str | None = None
+
+    def render(self, name: str | None = None) -> str:
+        """The text with the field shown as ``name`` (default: the field name)."""
+        return self.text.format(name or self.field) if self.field else self.text
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def _typical(values: Iterable[Any]) -> float | None:
+    """The median absolute released value (None without values)."""
+    xs = sorted(abs(float(v)) for v in values if v is not None)
+    if not xs:
+        return None
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def mostly_noise(column: str, values: Sequence[Any], margin: float) -> Note | None:
+    """A note when the 95% margin of ``column``'s noise exceeds its typical (median) released value."""
+    typical = _typical(values)
+    if typical is None or margin <= typical:
+        return None
+    return Note(f"{column} is mostly noise: its 95% margin (±{margin:.3g}) exceeds the typical released value "
+                f"({typical:.3g}); a larger ε, or fewer and coarser groups, help")
+
+
+def default_caps(unit: str, rows: bool, groups: bool) -> list[Note]:
+    """Notes for contribution caps left at their default of 1 (rows per unit and group, groups per unit)."""
+    notes = []
+    if rows:
+        notes.append(Note(f"counts are per {unit}-group pair, at most 1 row per {unit}: raise {{}} to count more rows",
+                          "max_contributions"))
+    if groups:
+        notes.append(Note(f"each {unit} counts in 1 group only (chosen at random): raise {{}} to let a {unit} "
+                          "count in more groups", "max_partitions"))
+    return notes
+
+
+def empty_release(what: str) -> Note:
+    """Nothing was released (no group passed the threshold): not an error, but worth knowing."""
+    return Note(f"0 {what} released: no group was supported by enough privacy units to pass the threshold")
+
+
+def small_run_epsilon(run_epsilon: float, total_epsilon: float) -> Note | None:
+    """A scheduled run that used under 1% of its schedule's total ε (early runs do: their noise is large)."""
+    if not run_epsilon < total_epsilon / 100:
+        return None
+    return Note(f"this run of the schedule used ε = {run_epsilon:.3g} of its total {total_epsilon:g}: early runs get a "
+                "small share, so expect much noise until the data has grown")
+
+
+def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
+    """Notes for a histogram release: empty, mostly-noise count/sum columns, caps left at their default.
+
+    ``plan`` is the query's :class:`dpcli.tasks.histogram.HistogramPlan`, ``table`` the released
+    polars table, ``defaulted`` the cap fields the user did not set (``max_contributions``,
+    ``max_partitions``).
+    """
+    notes: list[Note] = []
+    if table.height == 0 and query.domain != "keys":
+        notes.append(empty_release("groups"))
+    granularity = float(query.grid.granularity) if query.value is not None and query.grid is not None else 1.0
+    columns = {"count": ("rows", 1.0), "count_units": ("units", 1.0), f"sum_{query.value}": ("sum", granularity)}
+    for column, (name, scale) in columns.items():
+        measurement = plan.measurements.get(name)
+        if column in table.columns and measurement is not None and measurement.noise is not None and table.height:
+            note = mostly_noise(column, table[column].to_list(), measurement.noise.margin95() * scale)
+            if note:
+                notes.append(note)
+    defaulted = set(defaulted)
+    counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
+    notes += default_caps(query.unit, "max_contributions" in defaulted and counts_rows,
+                          "max_partitions" in defaulted)
+    return notes
+
+
+def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
+    """Notes for a top-k release: mostly-noise counts, a row cap left at 1 with ``count = rows``."""
+    notes: list[Note] = []
+    if "count" in table.columns and plan.count_noise is not None and table.height:
+        note = mostly_noise("count", table["count"].to_list(), plan.count_noise.margin95())
+        if note:
+            notes.append(note)
+    if query.count == "rows" and "max_contributions" in set(defaulted):
+        notes += default_caps(query.unit, True, False)
+    return notes

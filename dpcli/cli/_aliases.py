@@ -1,0 +1,109 @@
+"""Old option spellings, kept working for one minor release (see docs/vocabulary.md).
+
+Every concept has one name across commands (``--by``, ``--keys``, ``--max-contributions``,
+``--bounds``, ``--max-groups``, ``--dry-run``, ``rdp``). The spellings used before 0.2 are
+rewritten here, before typer parses the command line, with a one-line deprecation note on
+stderr; they appear in no ``--help`` or man page. Only tokens after the command's name are
+rewritten, and nothing after a ``--``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+#: Root options that take a value (their value is never a command name).
+ROOT_VALUE_OPTIONS = frozenset({"--state-dir", "--analyst", "--lock-timeout"})
+
+#: command path → {old flag: new flag}.
+RENAMED: dict[tuple[str, ...], dict[str, str]] = {
+    ("topk",): {"--domain": "--keys", "--dbar": "--max-groups"},
+    ("stream-replay",): {"--key": "--by", "--max-records": "--max-contributions"},
+    ("budget", "compose"): {"--calls": "--call-budget"},
+}
+
+#: Removed in the release after the one that deprecated them.
+REMOVED_IN = "0.3"
+
+
+def _clamp_to_bounds(value: str) -> list[str]:
+    """stream-replay's ``--clamp L`` meant values clamped to [−L, L]: ``--bounds -L:L``."""
+    text = value.strip()
+    return ["--bounds", f"-{text}:{text}" if not text.startswith("-") else f"{text}:{text[1:]}"]
+
+
+#: command path → {old flag taking a value: a function of its value giving the new tokens}.
+REWRITTEN: dict[tuple[str, ...], dict[str, Callable[[str], list[str]]]] = {
+    ("stream-replay",): {"--clamp": _clamp_to_bounds},
+}
+
+#: command path → {old value of an option: (option, new value)}.
+RENAMED_VALUES: dict[tuple[str, ...], dict[tuple[str, str], str]] = {
+    ("budget", "compose"): {("--mode", "rdp-geometric"): "rdp"},
+}
+
+
+def _command_path(argv: Sequence[str]) -> tuple[tuple[str, ...], int]:
+    """The command path (``("budget", "compose")``) and the index of the first token after it."""
+    path: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            break
+        if tok.startswith("-"):
+            i += 2 if tok in ROOT_VALUE_OPTIONS and not path else 1
+            continue
+        path.append(tok)
+        i += 1
+        if path[0] != "budget" or len(path) == 2:
+            break
+    return tuple(path), i
+
+
+def expand_aliases(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` with deprecated spellings replaced, and one note per spelling replaced.
+
+    ``dpcli tabulate plan --spec S`` becomes ``dpcli tabulate --dry-run --spec S``.
+    """
+    args = list(argv)
+    path, start = _command_path(args)
+    notes: list[str] = []
+    out = args[:start]
+    renamed, rewritten, values = RENAMED.get(path, {}), REWRITTEN.get(path, {}), RENAMED_VALUES.get(path, {})
+
+    def note(old: str, new: str) -> None:
+        line = f"dpcli: note: {old!s} is deprecated (removed in {REMOVED_IN}); use {new}"
+        if line not in notes:
+            notes.append(line)
+
+    if path == ("tabulate",) and start < len(args) and args[start] == "plan":
+        note("'tabulate plan'", "'tabulate --dry-run'")
+        out.append("--dry-run")
+        start += 1
+    i = start
+    while i < len(args):
+        tok = args[i]
+        if tok == "--":
+            out.extend(args[i:])
+            break
+        flag, eq, inline = tok.partition("=")
+        if flag in renamed:
+            note(flag, renamed[flag])
+            out.append(renamed[flag] + eq + inline)
+        elif flag in rewritten and (eq or i + 1 < len(args)):
+            value = inline if eq else args[i + 1]
+            new = rewritten[flag](value)
+            note(f"{flag} {value}", " ".join(new))
+            out.extend(new)
+            i += 0 if eq else 1
+        elif flag in {opt for opt, _ in values} and (eq or i + 1 < len(args)):
+            value = inline if eq else args[i + 1]
+            if (flag, value) in values:
+                note(f"{flag} {value}", f"{flag} {values[(flag, value)]}")
+                value = values[(flag, value)]
+            out.extend([flag, value])
+            i += 0 if eq else 1
+        else:
+            out.append(tok)
+        i += 1
+    return out, notes
