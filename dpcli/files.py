@@ -25,11 +25,12 @@ import gzip
 import hashlib
 import io
 import lzma
-import zlib
+import math
 import os
 import stat
 import sys
 import weakref
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +42,9 @@ from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
 from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
-OutputFormat = Literal["csv", "parquet", "json"]
+OutputFormat = Literal["csv", "parquet", "json", "table"]
 INPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "ndjson")
-OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json")
+OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
 
 _INPUT_EXT = {
     ".csv": "csv",
@@ -461,9 +462,42 @@ def check_output_path(
         raise OutputError(f"output file {path!r} is not writable")
 
 
+#: Significant digits kept in text outputs for float columns that have no margin column.
+FLOAT_DIGITS = 6
+
+
+def rounded(df: pl.DataFrame) -> pl.DataFrame:
+    """Float columns rounded to what their noise justifies, for text outputs (CSV, JSON, tables).
+
+    A column ``c`` with a margin column ``c_moe95`` (and the margin itself) is rounded to the
+    decimal of two significant digits of its median margin (the margin upwards): digits below it
+    are noise. Other float
+    columns (means, variances, quantiles) keep :data:`FLOAT_DIGITS` significant digits. Integer
+    columns are exact and untouched; Parquet outputs keep every float as computed. Rounding is
+    post-processing of released values: it changes no guarantee.
+    """
+    exprs = []
+    for column, dtype in df.schema.items():
+        if not dtype.is_float():
+            continue
+        margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
+        typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
+        if isinstance(typical, (int, float)) and math.isfinite(typical) and typical > 0:
+            decimals = max(0, 1 - math.floor(math.log10(typical)))
+            if column == margin_col:  # a margin is rounded up: never shown narrower than it is
+                exprs.append((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals)
+            else:
+                exprs.append(pl.col(column).round(decimals))
+        else:
+            exprs.append(pl.col(column).round_sig_figs(FLOAT_DIGITS))
+    return df.with_columns(exprs) if exprs else df
+
+
 def render(df: pl.DataFrame, fmt: str) -> bytes:
-    """Serialise a result table."""
+    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON)."""
     buf = io.BytesIO()
+    if fmt != "parquet":
+        df = rounded(df)
     if fmt == "csv":
         df.write_csv(buf)
     elif fmt == "parquet":

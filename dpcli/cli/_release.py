@@ -8,6 +8,7 @@ output plan before any data is read and renders: the result to stdout or ``-o``,
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import typer
 from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
-from dpcli.files import InputTable, check_output_path, output_format_for, write_output
+from dpcli.files import InputTable, check_output_path, output_format_for, rounded, write_output
 from dpcli.release import Prepared, Release, ReleaseSeed, charge, cost_text
 from dpcli.state import ledger
 
@@ -36,9 +37,14 @@ def output_plan(
     ``-o`` must not lie inside ``state_dir`` nor be one of ``inputs`` (every file the run reads:
     data, public lists, spec, block list, a --state file): exit 73.
     """
+    to_stdout = not output or output == "-"
+    if out_format is None and to_stdout and not as_json and sys.stdout.isatty():
+        out_format = "table"  # a person is reading: a table; pipes and files get CSV
     fmt = output_format_for(output, out_format)
-    if as_json and (not output or output == "-") and out_format not in (None, "json"):
+    if as_json and to_stdout and out_format not in (None, "json"):
         raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
+    if fmt == "table" and not to_stdout:
+        raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
     check_output_path(output, state_dir, inputs)
     return fmt
 
@@ -125,12 +131,34 @@ def write_and_report(
     """Write the result (stdout or -o), the summary (--json, or one line on stderr on a terminal) and
     the notes that change how to read it (stderr unless -q, also in pipes)."""
     if as_json and (not output or output == "-"):
-        emit_json({"result": json.loads(table.write_json()), "summary": report})
+        emit_json({"result": json.loads(rounded(table).write_json()), "summary": report})
     else:
-        write_output(table, output, out_format)
+        if out_format == "table":
+            typer.echo(table_text(table))
+        else:
+            write_output(table, output, out_format)
         if as_json:
             emit_json(report)
         elif s.chatty:
             typer.echo(f"dpcli: {line}", err=True)
     for note in notes:
         notice(s, render_note(note))
+
+
+def table_text(table: pl.DataFrame) -> str:
+    """The result as a readable table (rich), floats rounded as in CSV; empty results say so."""
+    from rich.console import Console
+    from rich.table import Table
+
+    shown = rounded(table)
+    view = Table(show_edge=False, header_style="bold")
+    for column, dtype in shown.schema.items():
+        view.add_column(column, justify="right" if dtype.is_numeric() else "left")
+    for row in shown.iter_rows():
+        view.add_row(*("" if v is None else str(v) for v in row))
+    cells = [[c, *("" if v is None else str(v) for v in shown[c].to_list())] for c in shown.columns]
+    needed = sum(max(len(x) for x in col) + 3 for col in cells)  # never truncate a header or a value
+    console = Console(width=max(needed, Console().width), highlight=False)
+    with console.capture() as captured:
+        console.print(view if shown.height else f"(no rows; columns: {', '.join(shown.columns)})")
+    return captured.get().rstrip("\n")
