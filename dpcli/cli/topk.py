@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from fractions import Fraction
 from typing import Annotated
 
 import typer
@@ -109,8 +110,7 @@ def topk(
     per_step = positive("--epsilon-per", epsilon_per)
     whole = positive("--epsilon", epsilon)
     if whole is not None and schedule is None:
-        # The release's ε under pure composition: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
-        per_step = whole * 2 / (3 * k) if not no_counts else whole / k
+        per_step = tk.epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
     query = tk.TopKQuery(
         by=columns("--by", by),
         unit=privacy_unit,
@@ -149,8 +149,9 @@ def topk(
             return runner(q, mode)
 
     if spec is not None:
-        # The run's whole ε: 3kε_per/2 with counts (Lemma 5.2), kε_per without.
-        per = (lambda eps: eps * 2 / (3 * query.k)) if query.with_counts else (lambda eps: eps / query.k)
+        def per(eps: Fraction) -> Fraction:  # the run's whole ε, split as for --epsilon
+            return tk.epsilon_per_for(eps, query.k, known_domain=True, with_counts=query.with_counts)
+
         scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon_per"}
         run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": inputs.fingerprints["domain"]},
                       inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json,

@@ -138,6 +138,17 @@ def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int)
     return [PrivacyEvent("approx", "topk/unkgumb", epsilon=total, delta=delta)]
 
 
+def epsilon_per_for(epsilon: Fraction, k: int, *, known_domain: bool, with_counts: bool) -> Fraction:
+    """The ε_per whose release costs ``epsilon`` by the paper's fixed guarantees (``--epsilon``).
+
+    Known domain: 3kε_per/2 with counts (Lemma 5.2), kε_per without; unknown domain:
+    (2k + 1)ε_per with counts (Theorem 1), (k + 1)ε_per without (plus the release's δ).
+    """
+    if known_domain:
+        return epsilon * 2 / (3 * k) if with_counts else epsilon / k
+    return epsilon / (2 * k + 1) if with_counts else epsilon / (k + 1)
+
+
 def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
     return {"query": q.canonical(), "guarantee": plan.guarantee, "reserve": [e.to_json() for e in plan.reserve],
