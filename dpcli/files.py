@@ -462,19 +462,20 @@ def check_output_path(
         raise OutputError(f"output file {path!r} is not writable")
 
 
-#: Significant digits kept in text outputs for float columns that have no margin column.
-FLOAT_DIGITS = 6
+def _decimals_of(step: float) -> int:
+    """Decimals that show two significant digits of ``step`` (never negative)."""
+    return max(0, 1 - math.floor(math.log10(step)))
 
 
-def rounded(df: pl.DataFrame) -> pl.DataFrame:
-    """Float columns rounded to what their noise justifies, for text outputs (CSV, JSON, tables).
+def rounded(df: pl.DataFrame, step: float | None = None) -> pl.DataFrame:
+    """Float columns rounded to what their noise and grid justify, for text outputs (CSV, JSON, tables).
 
-    A column ``c`` with a margin column ``c_moe95`` (and the margin itself) is rounded to the
-    decimal of two significant digits of its median margin (the margin upwards): digits below it
-    are noise. Other float
-    columns (means, variances, quantiles) keep :data:`FLOAT_DIGITS` significant digits. Integer
-    columns are exact and untouched; Parquet outputs keep every float as computed. Rounding is
-    post-processing of released values: it changes no guarantee.
+    A column ``c`` with a margin column ``c_moe95`` (and the margin itself, upwards) is rounded to
+    the decimal of two significant digits of its median margin: digits below it are noise. Other
+    float columns (means, variances, quantiles, sums without margins) are rounded to two significant
+    digits of ``step``, the grid values were snapped to, when there is one; below it nothing was
+    measured. Integer columns are exact and untouched, and Parquet outputs keep every float as
+    computed. Rounding is post-processing of released values: it changes no guarantee.
     """
     exprs = []
     for column, dtype in df.schema.items():
@@ -483,21 +484,21 @@ def rounded(df: pl.DataFrame) -> pl.DataFrame:
         margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
         typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
         if isinstance(typical, (int, float)) and math.isfinite(typical) and typical > 0:
-            decimals = max(0, 1 - math.floor(math.log10(typical)))
+            decimals = _decimals_of(typical)
             if column == margin_col:  # a margin is rounded up: never shown narrower than it is
                 exprs.append((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals)
             else:
                 exprs.append(pl.col(column).round(decimals))
-        else:
-            exprs.append(pl.col(column).round_sig_figs(FLOAT_DIGITS))
+        elif step is not None and math.isfinite(step) and step > 0:
+            exprs.append(pl.col(column).round(_decimals_of(step)))
     return df.with_columns(exprs) if exprs else df
 
 
-def render(df: pl.DataFrame, fmt: str) -> bytes:
+def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:
     """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON)."""
     buf = io.BytesIO()
     if fmt != "parquet":
-        df = rounded(df)
+        df = rounded(df, step)
     if fmt == "csv":
         df.write_csv(buf)
     elif fmt == "parquet":
@@ -508,9 +509,10 @@ def render(df: pl.DataFrame, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None) -> None:
-    """Write a result to stdout or atomically to ``path``."""
-    data = render(df, fmt)
+def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None,
+                 step: float | None = None) -> None:
+    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`)."""
+    data = render(df, fmt, step)
     if not path or path == "-":
         out = stdout or sys.stdout.buffer
         if fmt == "parquet" and hasattr(out, "isatty") and out.isatty():

@@ -6,6 +6,7 @@ any page in the directory differs from what the CLI would generate now.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,36 @@ _EXIT_MEANING = {
 def _esc(text: str) -> str:
     text = text.replace("\\", "\\\\").replace("-", "\\-")
     return "\n".join(("\\&" + ln) if ln.startswith((".", "'")) else ln for ln in text.splitlines())
+
+
+ROOT = Path(__file__).resolve().parent.parent
+_SH_BLOCK = re.compile(r"^```sh\n(.*?)^```", re.S | re.M)
+
+
+def _examples(path: list[str]) -> list[str]:
+    """The page's EXAMPLES: the tested shell examples of its docs page (README's quick start for dpcli(1)).
+
+    Every example comes from a block that tests/test_docs_examples.py runs, so it works as shown.
+    A budget subcommand's page keeps the commands of docs/commands/budget.md that call it.
+    """
+    if len(path) == 1:
+        text = (ROOT / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    else:
+        doc = ROOT / "docs" / "commands" / f"{path[1]}.md"
+        if not doc.exists():
+            return []
+        text = doc.read_text()
+    lines = [ln for block in _SH_BLOCK.findall(text) for ln in block.rstrip("\n").splitlines()]
+    if len(path) <= 2:
+        return lines
+    wanted = "dpcli " + " ".join(path[1:]) + " "
+    commands: list[list[str]] = []
+    for ln in lines:  # keep whole commands (continued with a backslash) that call this subcommand
+        if commands and commands[-1][-1].endswith("\\"):
+            commands[-1].append(ln)
+        else:
+            commands.append([ln])
+    return [ln for cmd in commands if (cmd[0] + " ").startswith(wanted) for ln in cmd]
 
 
 def _page(path: list[str], cmd, parents_params) -> str:
@@ -73,6 +104,9 @@ def _page(path: list[str], cmd, parents_params) -> str:
         for sub_name, sub in sorted(subs.items()):
             first = (sub.help or "").strip().splitlines()[0] if sub.help else ""
             out += [".TP", f".B {_esc(sub_name)}", _esc(first + f" See {name}-{sub_name}(1).")]
+    examples = _examples(path)
+    if examples:
+        out += [".SH EXAMPLES", ".nf", ".RS 4", *(_esc(ln) or "\\&" for ln in examples), ".RE", ".fi"]
     out.append(".SH EXIT STATUS")
     for code, meaning in _EXIT_MEANING.items():
         out += [".TP", f".B {int(code)}", _esc(meaning)]

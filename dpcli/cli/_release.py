@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from fractions import Fraction
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,13 +131,14 @@ def write_and_report(
 ) -> None:
     """Write the result (stdout or -o), the summary (--json, or one line on stderr on a terminal) and
     the notes that change how to read it (stderr unless -q, also in pipes)."""
+    step = float(Fraction(report["granularity"])) if report.get("granularity") else None  # values' grid
     if as_json and (not output or output == "-"):
-        emit_json({"result": json.loads(rounded(table).write_json()), "summary": report})
+        emit_json({"result": json.loads(rounded(table, step).write_json()), "summary": report})
     else:
         if out_format == "table":
-            typer.echo(table_text(table))
+            typer.echo(table_text(table, step))
         else:
-            write_output(table, output, out_format)
+            write_output(table, output, out_format, step=step)
         if as_json:
             emit_json(report)
         elif s.chatty:
@@ -145,12 +147,12 @@ def write_and_report(
         notice(s, render_note(note))
 
 
-def table_text(table: pl.DataFrame) -> str:
+def table_text(table: pl.DataFrame, step: float | None = None) -> str:
     """The result as a readable table (rich), floats rounded as in CSV; empty results say so."""
     from rich.console import Console
     from rich.table import Table
 
-    shown = rounded(table)
+    shown = rounded(table, step)
     view = Table(show_edge=False, header_style="bold")
     for column, dtype in shown.schema.items():
         view.add_column(column, justify="right" if dtype.is_numeric() else "left")
