@@ -69,14 +69,18 @@ def render_note(note: Any) -> str:
 
 @contextlib.contextmanager
 def working(ctx: typer.Context, message: str) -> Iterator[None]:
-    """A rich spinner on stderr while long work runs, only when stderr is a terminal and not quiet."""
+    """A spinner with the elapsed time on stderr while long work runs, only when stderr is a terminal
+    and not quiet. It never counts rows: how many records were read is a statistic of the data."""
     s = settings(ctx)
     if s.verbosity < 0 or not sys.stderr.isatty():
         yield
         return
     from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    with Console(stderr=True).status(message):
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        progress.add_task(message, total=None)
         yield
 
 
@@ -119,6 +123,38 @@ def error_line(exc: DpcliError) -> str:
     return one_line(exc.rendered(flag_for(exc.field)) if exc.field else str(exc))
 
 
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+
+
+def _raised_by_dpcli(exc: BaseException) -> bool:
+    """Was ``exc`` raised in dpcli's own code (whose messages never quote records)?"""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+
+
+def message_of(exc: BaseException) -> str:
+    """An exception's message if dpcli wrote it, else a placeholder: a parser's or a library's
+    message may quote the value of a record (polars: the offending field; float(): the text)."""
+    if isinstance(exc, DpcliError) or _raised_by_dpcli(exc):
+        return str(exc)
+    return "message withheld (it may quote records)"
+
+
+def safe_traceback(exc: BaseException) -> str:
+    """``-v``: the stack of ``exc`` and of the exceptions it came from, with messages through
+    :func:`message_of` (frames show code, never data)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    parts = []
+    for e in reversed(chain):
+        parts.append("Traceback (most recent call last):\n" + "".join(traceback.format_tb(e.__traceback__)))
+        parts.append(f"{type(e).__module__}.{type(e).__name__}: {one_line(message_of(e))}\n")
+    return "".join(parts)
+
+
 def handles_errors(func: F) -> F:
     """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
 
@@ -134,7 +170,7 @@ def handles_errors(func: F) -> F:
             raise
         except DpcliError as exc:
             if verbose:
-                traceback.print_exc(file=sys.stderr)
+                sys.stderr.write(safe_traceback(exc))
             typer.echo(f"dpcli: error: {error_line(exc)}", err=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
@@ -142,10 +178,9 @@ def handles_errors(func: F) -> F:
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # a bug: say so, keep the one-line contract
             if verbose:
-                traceback.print_exc(file=sys.stderr)
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            if type(exc).__module__.startswith("polars"):  # polars quotes records in its messages: withhold
-                msg = "message withheld (it may quote records)"
+                sys.stderr.write(safe_traceback(exc))
+            text = message_of(exc)
+            msg = text.splitlines()[0] if text else ""
             typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {one_line(msg)}", err=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
