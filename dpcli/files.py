@@ -308,6 +308,15 @@ def _first_line(exc: BaseException) -> str:
 ColumnKind = Literal["any", "numeric", "value", "temporal", "key"]
 
 
+def header_is_text(names: Sequence[str]) -> bool:
+    """Do these column names look like a written header (printable text, not raw bytes)?
+
+    A Parquet or compressed file read as CSV yields a "header" of binary bytes from its first
+    line, which can hold encoded records: such names are never printed.
+    """
+    return all(len(n) <= 256 and "\ufffd" not in n and n.isprintable() for n in names)
+
+
 def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Schema:
     """Check that each column exists with a usable type; name the offender otherwise.
 
@@ -321,6 +330,9 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
         raise DataError(f"cannot read {table.name}: {withheld(exc)}") from None
     for col, kind in columns.items():
         if col not in schema:
+            if not header_is_text(schema.names()):  # binary bytes read as a header: never echo them
+                raise DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
+                                "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz name)")
             known = ", ".join(list(schema.names())[:12])
             raise DataError(f"column {col!r} not found in {table.name} (columns: {known})")
         dtype = schema[col]

@@ -269,3 +269,25 @@ def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, mo
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)["summary"]
     assert summary["schedule"]["cached"] is False and summary["schedule"]["runs"] == 1
+
+
+@pytest.mark.parametrize("how", ["stdin", "misnamed-file"])
+def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
+    """Attack (issue 17 made `-` read CSV by default): a Parquet file piped in, or named .csv, has
+    a first "line" of raw bytes that can hold encoded records. The column-not-found error used to
+    list them as the file's columns; now it names no bytes of the file."""
+    secret = "SECRET-UNIT-90210"
+    pq = tmp_path / "data.parquet"
+    pl.DataFrame({"user": [secret] * 3, "g": ["a", "b", secret]}).write_parquet(pq, compression="uncompressed")
+    assert secret.encode() in pq.read_bytes()[:4096]  # the records are in the first bytes
+    assert runner.invoke(app, ["budget", "init", "default", "--epsilon", "5"]).exit_code == 0
+    args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--max-contributions", "1", "--max-partitions", "1"]
+    if how == "stdin":
+        r = runner.invoke(app, ["histogram", "-", *args, "--delta", "1e-9"], input=pq.read_bytes())
+    else:
+        misnamed = tmp_path / "data.csv"
+        misnamed.write_bytes(pq.read_bytes())
+        r = runner.invoke(app, ["histogram", str(misnamed), *args, "--delta", "1e-9"])
+    assert r.exit_code == 65 and "does not look like csv" in r.stderr
+    assert "SECRET" not in r.stderr and "PAR1" not in r.stderr and r.stderr.count("\n") == 1
+    assert not files.header_is_text(["PAR1\x15\x04"]) and files.header_is_text(["user_id", "page views"])
