@@ -39,8 +39,8 @@ demo: $(STAMP)
 	$(DEMO) --analyst li topk sample_data/page_views.parquet --by page -k 10 --privacy-unit user_id --with-error
 	$(DEMO) --analyst li budget show li
 	@echo "--- SafeTab-style tabulation: the plan (Tables 4 and 2 of the paper), then a run"
-	$(DEMO) tabulate --dry-run --spec sample_data/safetab_spec.toml
 	$(DEMO) --analyst census budget init census --mode pure --epsilon 16
+	$(DEMO) --analyst census tabulate --dry-run --spec sample_data/safetab_spec.toml
 	$(DEMO) --analyst census tabulate sample_data/persons.parquet --spec sample_data/safetab_spec.toml \
 	    --with-error -o .demo-out/cells.csv
 	head -5 .demo-out/cells.csv

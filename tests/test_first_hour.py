@@ -285,7 +285,8 @@ def test_setup_ends_with_a_working_command_and_release_metadata_exists():
     assert ". .venv/bin/activate" in demo.splitlines()[-1] and "make install" in demo.splitlines()[-1]
     assert "\ninstall:" in make and "pipx install" in make and "\ninstall-man:" in make
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert meta["license"]["text"] == "Apache-2.0" and "Apache License" in (ROOT / "LICENSE").read_text()
+    assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
     assert f"## {dpcli.__version__} " in (ROOT / "CHANGELOG.md").read_text()
     page = (ROOT / "man" / "dpcli-histogram.1").read_text()
     assert f"dpcli {dpcli.__version__}" in page and ".SH EXAMPLES" in page

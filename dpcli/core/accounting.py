@@ -1,6 +1,6 @@
 """Privacy accounting: conversions and composition theorems as plain functions.
 
-Sources (see the README for the mapping):
+Sources (see docs/accounting.md for the mapping):
 
 * zCDP → (ε, δ): analytic ρ + 2√(ρ log 1/δ) (Bun & Steinke), and the optimal
   conversion of Canonne, Kamath & Steinke (SafeTab App. A, Lemma 4 / eq. 7),

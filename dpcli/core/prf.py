@@ -1,6 +1,6 @@
 """Keyed randomness: the only place random bits are derived from a secret key.
 
-Construction (documented in the README):
+Construction (documented in docs/accounting.md, "Randomness and noise"):
 
 * ``seed = HMAC-SHA256(key, b"dpcli/seed/v1\\x00" + canonical_json(query))``,
   where the canonical query contains the fingerprints of every input read.

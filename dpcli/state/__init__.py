@@ -1,1 +1,1 @@
-"""The local state directory: secret key, ledgers, locks (see README "State directory")."""
+"""The local state directory: secret key, ledgers, locks (see docs/state.md)."""

@@ -1,7 +1,7 @@
 """The TOML spec of ``dpcli tabulate`` (SafeTab-style tabulation, paper 003), parsed and validated.
 
 Every error names the offending key (``levels[2].moe``, ``iterations.detailed.1010.race``…).
-See ``sample_data/safetab_spec.toml`` for a complete example and the README for the format.
+See ``sample_data/safetab_spec.toml`` for a complete example and docs/commands/tabulate.md for the format.
 """
 
 from __future__ import annotations

@@ -168,7 +168,7 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
             raise UsageError(f"must be left out or match the br ledger's δ = {fraction_text(limits['delta'])}", field="delta")
     else:
         if q.epsilon_per is None:
-            raise UsageError("is required (ε of each selection / count; see the README)", field="epsilon_per")
+            raise UsageError("is required: the ε of each selection and count (or give the release's whole ε)", field="epsilon_per")
         eps = q.epsilon_per
         delta = q.delta
         if not q.known_domain and not 0 < delta < 1:
