@@ -123,13 +123,13 @@ def error_line(exc: DpcliError) -> str:
     return one_line(exc.rendered(flag_for(exc.field)) if exc.field else str(exc))
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _raised_by_dpcli(exc: BaseException) -> bool:
     """Was ``exc`` raised in dpcli's own code (whose messages never quote records)?"""
     frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and str(Path(frames[-1].filename).resolve()).startswith(_PACKAGE_DIR)
+    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR)
 
 
 def message_of(exc: BaseException) -> str:

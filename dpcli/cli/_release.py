@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-from fractions import Fraction
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
