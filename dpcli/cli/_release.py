@@ -61,7 +61,7 @@ def show_dry_run(s: Settings, analyst: str, plan: dict[str, Any], events: list[P
         return
     lines = ["dry run: no data read, nothing charged"]
     for name, m in (plan.get("calibration") or {}).items():
-        lines.append(f"  {name}: " + _noise_text(m))
+        lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
     for column, margin in (plan.get("moe95") or {}).items():
         lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
     if plan.get("count_noise"):
@@ -79,9 +79,9 @@ def show_dry_run(s: Settings, analyst: str, plan: dict[str, Any], events: list[P
 def _noise_text(m: dict[str, Any]) -> str:
     """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
     if "noise" not in m:
-        return str(m.get("mechanism", "exponential mechanism"))
+        return str(m.get("mechanism", "exponential")) + " mechanism"
     bits = [str(m["noise"]).replace("_", " ")]
-    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95")]
+    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95", "column")]
     if m.get("moe95") is not None:
         bits.append(f"95% margin ±{m['moe95']:g}")
     return ", ".join(bits)

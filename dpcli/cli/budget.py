@@ -110,9 +110,9 @@ def show(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = Fals
     lines = [
         f"analyst      {data['analyst']}",
         f"mode         {data['mode']}",
-        "limits       " + ", ".join(f"{k}={v}" for k, v in data["limits"].items() if k != "mode"),
-        "spent        " + ", ".join(f"{k}={v}" for k, v in data["spent"].items()),
-        "remaining    " + ", ".join(f"{k}={v}" for k, v in data["remaining"].items()),
+        "limits       " + ", ".join(f"{k}={_readable(v)}" for k, v in data["limits"].items() if k != "mode"),
+        "spent        " + ", ".join(f"{k}={_readable(v)}" for k, v in data["spent"].items()),
+        "remaining    " + ", ".join(f"{k}={_readable(v)}" for k, v in data["remaining"].items()),
         f"guarantee    (ε, δ) = ({data['guarantee']['epsilon']:.6g}, {data['guarantee']['delta']:.3g})",
         f"releases     {data['releases']} charged, {data['replays']} free replays",
     ]
@@ -268,3 +268,12 @@ def _schedule_summaries(led: ledger.Ledger) -> list[dict[str, Any]]:
     from dpcli.state import schedules
 
     return schedules.summaries(led.path.parent.parent, led.analyst)
+
+
+def _readable(value: Any) -> str:
+    """An exact ledger figure for people: ``37/30`` reads ``1.23333 (37/30)``; decimals stay as they are."""
+    text = str(value)
+    num, slash, den = text.partition("/")
+    if not slash or not (num.lstrip("-").isdigit() and den.isdigit()):
+        return text
+    return f"{int(num) / int(den):.6g} ({text})"

@@ -209,10 +209,15 @@ def _measurement_names(q: HistogramQuery) -> list[str]:
 def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
     scale = float(q.grid.granularity) if q.grid is not None else 1.0
+    v = q.value
+    quantiles = {"q" + fraction_text(p): a for a in q.aggregations if (p := parse_quantile(a)) is not None}
+    what = {"rows": "count (also the n of means and variances)", "units": "count_units (and the threshold)",
+            "sum": f"sum_{v}", "csum": f"mean_{v}: centred sum, in grid units",
+            "csumsq": f"variance_{v}: centred sum of squares, in grid units²"}
     measurements: dict[str, Any] = {}
     for n, m in plan.measurements.items():
         if m.noise is None:
-            measurements[n] = {"mechanism": "exponential"}
+            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
             continue
         # The 95% margin in the units of the output column (sums are released in --value's units).
         margin: float | None = None
@@ -220,7 +225,7 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             margin = m.noise.margin95()
         elif n == "sum":
             margin = m.noise.margin95() * scale
-        measurements[n] = {**m.noise.describe(), "moe95": margin}
+        measurements[n] = {"column": what.get(n, n), **m.noise.describe(), "moe95": margin}
     return {"query": q.canonical(), "measurements": measurements, "threshold": plan.threshold,
             "cost": [e.to_json() for e in plan.events], **plan.summary, "calibration": measurements}
 
