@@ -81,7 +81,8 @@ class Accountant:
         if spent + need <= self.limits[name]:
             return None
         left = max(self.limits[name] - spent, Fraction(0))
-        return f"{symbol} left is {fraction_text(left)}; this query needs {fraction_text(need)}"
+        unset = f" (the ledger's {symbol} limit is 0)" if self.limits[name] == 0 else ""
+        return f"{symbol} left is {fraction_text(left)}{unset}; this query needs {fraction_text(need)}"
 
 
 def _br_as_approx(ev: PrivacyEvent) -> PrivacyEvent:
@@ -98,9 +99,11 @@ class PureAccountant(Accountant):
         if ev.kind == "br":
             ev = _br_as_approx(ev)
         if ev.kind != "pure":
+            why = "has a δ" if ev.kind == "approx" else "is zCDP"
             raise ChargeRefused(
-                f"{ev.mechanism} does not satisfy pure ε-DP; use a pure-DP noise option "
-                "or a ledger in approx, zcdp or rdp mode"
+                f"{ev.mechanism} {why}, which a pure ε-DP ledger cannot pay: release with pure ε-DP noise and no δ "
+                "(Laplace noise over a public list of groups, not groups discovered from the data), "
+                "or use a ledger in approx, zcdp or rdp mode"
             )
         return Spend(epsilon=ev.epsilon)
 
