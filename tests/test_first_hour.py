@@ -329,3 +329,13 @@ def test_help_and_budget_show_load_neither_polars_nor_numpy(tmp_path):
     for argv in (["--help"], ["budget", "show"], ["histogram", "--help"]):
         r = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True)
         assert r.stderr.strip().splitlines()[-1] == "[]", (argv, r.stderr)
+
+
+def test_a_ledger_that_can_never_pay_refuses_before_reading_the_data(tmp_path):
+    """The tour's first histogram on a pure ledger: refused at once (exit 77), with what to do,
+    without reading the data (here: a file that is not even there)."""
+    init("--mode", "pure", "--epsilon", "1")
+    r = cli("histogram", tmp_path / "missing.csv", "--by", "country", "--privacy-unit", "user_id", "--epsilon", "0.5",
+            "--delta", "1e-7")
+    assert r.exit_code == 77 and "has a δ, which a pure ε-DP ledger cannot pay" in r.stderr
+    assert "public list of groups" in r.stderr and history() == []

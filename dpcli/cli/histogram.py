@@ -146,8 +146,8 @@ def histogram(
         plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
         show_dry_run(s, analyst, hist.describe_plan(query, plan), plan.events, as_json)
         return
-    else:
-        hist.plan_histogram(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
+    else:  # refuse a bad query, or one this ledger can never pay, before reading data
+        ledger.check_payable(led, hist.plan_histogram(query, led.limits.mode, led.limits.values).events)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits)

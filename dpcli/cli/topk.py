@@ -137,8 +137,8 @@ def topk(
         plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
         show_dry_run(s, analyst, tk.describe_plan(query, plan), plan.reserve, as_json)
         return
-    else:
-        tk.plan_topk(query, led.limits.mode, led.limits.values)  # refuse a bad query before reading data
+    else:  # refuse a bad query, or one this ledger can never pay, before reading data
+        ledger.check_payable(led, tk.plan_topk(query, led.limits.mode, led.limits.values).reserve)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
                                        delimiter=delimiter or ",")

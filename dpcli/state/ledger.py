@@ -512,6 +512,18 @@ def _fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEven
         raise BudgetError("internal: actual cost exceeds the reserved cost")
 
 
+def check_payable(led: Ledger, events: list[PrivacyEvent]) -> None:
+    """Refuse (BudgetError, exit 77) events this ledger's mode can never pay (δ in a pure ledger).
+
+    Called before any data is read. Running out of budget is checked only when charging: the
+    same release may be a free replay, which only the data's fingerprint can tell.
+    """
+    try:
+        led.accountant.spend(events)
+    except bud.ChargeRefused as exc:
+        raise BudgetError(f"analyst {led.analyst!r} ({led.limits.mode} ledger): {exc}") from None
+
+
 def refusal(led: Ledger, events: list[PrivacyEvent], when: datetime | None = None) -> str | None:
     """Why ``led`` would refuse a new release costing ``events`` now, or None if it would accept it.
 
