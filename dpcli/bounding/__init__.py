@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from dpcli.bounding.keyed_order import order_key
 from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError
 from dpcli.files import collect
@@ -27,13 +28,14 @@ N_ROWS = "__dp_rows"
 C_SUM = "__dp_csum"
 C_SUMSQ = "__dp_csumsq"
 GRID = "__dp_grid"
-_MASK64 = (1 << 64) - 1
 
 #: Version of the bounding semantics (grid, clamping, bad records), part of every release seed (see
 #: :func:`dpcli.release.release_seed`): a release computed under other semantics gets fresh noise and
 #: a fresh charge, never a "replay" whose noise cancels against an old release of different aggregates.
 #: 2: grid ⌈lo/g⌉…⌊hi/g⌋ clamped in integers; null units and NaN values dropped, ±inf clamped.
-SEMANTICS = 2
+#: 3: selection v2, rows and groups kept by a keyed SHA-256 order (keyed_order.py) that every
+#: engine computes alike, instead of polars' seeded hash.
+SEMANTICS = 3
 
 #: Largest |grid value| allowed (see docs/bounding.md: squares fit Int64, totals fit Int128).
 MAX_GRID_UNITS = 1 << 31
@@ -240,14 +242,16 @@ def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyF
     dtype = lf.collect_schema()[spec.value]
     lf = lf.with_columns((grid_units(numeric_value(pl.col(spec.value), dtype), g) - g.mid_units).alias(GRID))
     lf = lf.filter(pl.col(GRID).is_not_null() & pl.col(spec.unit).is_not_null())
-    rank = pl.struct(keys + [GRID]).hash(salt & _MASK64).rank("ordinal").over(keys)
-    return lf.filter(rank <= spec.max_contributions)
+    schema = lf.collect_schema()
+    fields = [(c, schema[c]) for c in keys] + [(GRID, pl.Int64)]
+    return _keep_first(lf, keys, fields, salt, "rows", spec.max_contributions)
 
 
 def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
     """Per-(unit, group) partial aggregates after all contribution bounds.
 
-    ``salt`` is 128 bits: the low 64 key the row sample, the high 64 the group sample.
+    ``salt`` (128 bits, secret) keys both samples: :func:`dpcli.bounding.keyed_order.order_key`
+    ranks a unit's rows in a group (purpose ``rows``) and a unit's groups (purpose ``groups``).
 
     Columns: the unit, the group columns, ``N_ROWS`` (rows counted, ≤ C) and,
     with a value column, ``C_SUM``/``C_SUMSQ`` (sum and sum of squares of the
@@ -267,8 +271,22 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
     partial = partial.with_columns(pl.col(N_ROWS).cast(pl.Int64).clip(upper_bound=spec.max_contributions))
     if spec.max_partitions is None:
         return partial
-    group_rank = pl.struct(keys).hash((salt >> 64) & _MASK64).rank("ordinal").over(spec.unit)
-    return partial.filter(group_rank <= spec.max_partitions)
+    schema = partial.collect_schema()
+    return _keep_first(partial, [spec.unit], [(c, schema[c]) for c in keys], salt, "groups", spec.max_partitions)
+
+
+def _keep_first(lf: pl.LazyFrame, over: list[str], fields: list[tuple[str, pl.DataType]], salt: int, purpose: str,
+                cap: int) -> pl.LazyFrame:
+    """The first ``cap`` rows of each ``over`` partition in the keyed order of ``fields``.
+
+    Partitions within the cap keep every row, so the hash is only computed for the rows of
+    partitions over it (most (unit, group) pairs have few rows); the result is the same.
+    """
+    count = pl.len().over(over)
+    within = lf.filter(count <= cap)
+    over_cap = lf.filter(count > cap)
+    kept = over_cap.filter(order_key(fields, salt, purpose).rank("ordinal").over(over) <= cap)
+    return pl.concat([within, kept], how="vertical")
 
 
 def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> Any:
