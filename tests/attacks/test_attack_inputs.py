@@ -280,7 +280,7 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
     pq = tmp_path / "data.parquet"
     pl.DataFrame({"user": [secret] * 3, "g": ["a", "b", secret]}).write_parquet(pq, compression="uncompressed")
     assert secret.encode() in pq.read_bytes()[:4096]  # the records are in the first bytes
-    assert runner.invoke(app, ["budget", "init", "default", "--epsilon", "5"]).exit_code == 0
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-6"]).exit_code == 0
     args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--max-contributions", "1", "--max-partitions", "1"]
     if how == "stdin":
         r = runner.invoke(app, ["histogram", "-", *args, "--delta", "1e-9"], input=pq.read_bytes())
