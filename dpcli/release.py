@@ -45,9 +45,27 @@ class ReleaseSeed:
     query_id: str
 
 
-def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any]) -> ReleaseSeed:
+@dataclass(frozen=True)
+class Engine:
+    """Bounding on another engine (``--engine spark``): its totals function and what enters the seed.
+
+    ``seed_tag`` is empty when the engine provably reads the same values as polars (Parquet: typed
+    columns, text values parsed by one grammar, selection v2), so both engines give the same
+    release and a re-run on either is a free replay. It is not empty otherwise (CSV: two parsers
+    may split a damaged record differently): a replay across engines over different values would
+    publish their difference, so such a release gets its own seed.
+    """
+
+    totals: bounding.TotalsEngine
+    seed_tag: str = ""
+
+
+def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any], engine: Engine | None = None) -> ReleaseSeed:
     """seed = HMAC(key, query + data fingerprints + polars and bounding versions); query id = hash of the query."""
-    material = {"query": query, **data, "engine": f"polars {pl.__version__}; bounding {bounding.SEMANTICS}"}
+    versions = f"polars {pl.__version__}; bounding {bounding.SEMANTICS}"
+    if engine is not None and engine.seed_tag:
+        versions += f"; {engine.seed_tag}"
+    material = {"query": query, **data, "engine": versions}
     seed = derive_seed(keys.load_or_create_key(root), material)
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)
@@ -134,15 +152,17 @@ def open_block_list(spec: Any) -> InputTable:
 
 
 def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs,
-                     limits: Any) -> Callable[[Fraction | None], Prepared]:
+                     limits: Any, engine: Engine | None = None) -> Callable[[Fraction | None], Prepared]:
     """ε → the histogram release at that ε (a schedule calls it with each run's ε)."""
 
     def run(eps: Fraction | None) -> Prepared:
         q = replace(query, epsilon=eps)
         plan = hist.plan_histogram(q, limits.mode, limits.values)
-        seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.fingerprints or {})
+        seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.fingerprints or {},
+                            engine)
         result = hist.run_histogram(inputs.table.frame, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups,
-                                    name=inputs.table.name, rows=cheap_row_count(inputs.table))
+                                    name=inputs.table.name, rows=cheap_row_count(inputs.table),
+                                    engine=engine.totals if engine else None)
         metadata = {
             "command": "histogram",
             "groups": result.groups_released,
@@ -160,14 +180,16 @@ def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs
     return run
 
 
-def topk_runner(root: Path, inputs: QueryInputs, limits: Any) -> Callable[[tk.TopKQuery, str], Prepared]:
+def topk_runner(root: Path, inputs: QueryInputs, limits: Any,
+                engine: Engine | None = None) -> Callable[[tk.TopKQuery, str], Prepared]:
     """(query, accounting mode) → the top-k release (a schedule runs it in pure mode at each run's ε_per)."""
 
     def run(q: tk.TopKQuery, mode: str) -> Prepared:
         plan = tk.plan_topk(q, mode, limits.values)
-        seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.fingerprints or {})
+        seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.fingerprints or {}, engine)
         result = tk.run_topk(inputs.table.frame, q, plan, KeyedStream(seed.seed, "topk"), inputs.groups,
-                             name=inputs.table.name, rows=cheap_row_count(inputs.table))
+                             name=inputs.table.name, rows=cheap_row_count(inputs.table),
+                             engine=engine.totals if engine else None)
         result.metadata.update({"command": "topk", "guarantee": plan.guarantee})
         return Prepared(seed, plan.reserve, result.table, result.metadata, actual=result.actual)
 

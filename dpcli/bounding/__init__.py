@@ -9,6 +9,7 @@ caps guarantee. The steps, rules and reasons are in ``docs/bounding.md``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
@@ -34,7 +35,8 @@ GRID = "__dp_grid"
 #: a fresh charge, never a "replay" whose noise cancels against an old release of different aggregates.
 #: 2: grid ⌈lo/g⌉…⌊hi/g⌋ clamped in integers; null units and NaN values dropped, ±inf clamped.
 #: 3: selection v2, rows and groups kept by a keyed SHA-256 order (keyed_order.py) that every
-#: engine computes alike, instead of polars' seeded hash.
+#: engine computes alike, instead of polars' seeded hash; text values parsed by the grammar
+#: NUMBER (the same on every engine), not by polars' own leniency.
 SEMANTICS = 3
 
 #: Largest |grid value| allowed (see docs/bounding.md: squares fit Int64, totals fit Int128).
@@ -124,18 +126,33 @@ class ValueGrid:
         return max(self.hi_units - self.mid_units, self.mid_units - self.lo_units)
 
 
+#: The numbers a text value may hold (after trimming spaces and tabs): decimal or scientific
+#: notation in ASCII digits, or an infinity. The grammar, not a parser's leniency, decides what
+#: parses, so every engine reads the same values (polars and Spark both round correctly).
+NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"
+TRIM = r"^[ \t]+|[ \t]+$"
+POSITIVE_INFINITY = ("inf", "+inf", "infinity", "+infinity")
+NEGATIVE_INFINITY = ("-inf", "-infinity")
+
+
 def numeric_value(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     """``value`` (a column of type ``dtype``) as Float64, parsed record by record when it is text.
 
-    Text is stripped of surrounding white space and cast without strictness:
-    decimal and scientific notation, ``inf`` and ``nan`` parse; anything else
-    (a word, an empty field, ``1,5``, JSON lists or objects of an NDJSON
-    record) becomes null, which the caller drops like a null value. Numeric
+    Text is stripped of surrounding spaces and tabs and parsed by the grammar
+    :data:`NUMBER` (decimal or scientific notation) or as an infinity (``inf``,
+    ``-infinity``, any case); anything else (a word, an empty field, ``1,5``,
+    ``nan``, ``1_000``, JSON lists or objects of an NDJSON record) becomes null,
+    which the caller drops like a null value. Numeric
     columns are cast as they are. Which of the two happens depends on the
     schema only. Raises :class:`DataError` for any other type (a schema error).
     """
     if dtype == pl.String:
-        return value.str.strip_chars().cast(pl.Float64, strict=False)
+        text = value.str.replace_all(TRIM, "")
+        lower = text.str.to_lowercase()
+        return (pl.when(text.str.contains(NUMBER)).then(text.cast(pl.Float64, strict=False))
+                .when(lower.is_in(POSITIVE_INFINITY)).then(pl.lit(math.inf))
+                .when(lower.is_in(NEGATIVE_INFINITY)).then(pl.lit(-math.inf))
+                .otherwise(pl.lit(None, dtype=pl.Float64)))
     if dtype.is_numeric():
         return value.cast(pl.Float64, strict=False)
     raise DataError(f"a value column must be numeric (or text holding numbers), not {dtype}")
@@ -301,6 +318,11 @@ def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> An
         aggs += [pl.col(C_SUM).cast(pl.Int128).sum().alias("csum"),
                  pl.col(C_SUMSQ).cast(pl.Int128).sum().alias("csumsq")]
     return partial.group_by(list(spec.by)).agg(aggs).sort(list(spec.by), nulls_last=True)
+
+
+#: Another engine's bounding (``--engine spark``): (spec, salt) → the table :func:`bounded_totals`
+#: would return for the same input, bit for bit.
+TotalsEngine = Callable[["BoundingSpec", int], pl.DataFrame]
 
 
 def unit_buckets(rows: int | None) -> int:

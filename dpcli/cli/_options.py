@@ -159,3 +159,14 @@ JsonOpt = Annotated[
 UnitOpt = Annotated[str, typer.Option("--privacy-unit", help="Column identifying the privacy unit (e.g. user_id).")]
 EpsilonOpt = Annotated[str | None, typer.Option("--epsilon", help="ε of this release (total over all its parts).")]
 DeltaOpt = Annotated[str | None, typer.Option("--delta", help="δ of this release, in [0, 1).")]
+EngineOpt = Annotated[
+    str, typer.Option("--engine", help="Where to bound and aggregate: polars (this machine) or spark (pip install "
+                      "'dpcli[spark]').")
+]
+MasterOpt = Annotated[
+    str | None, typer.Option("--master", help="--engine spark: local[N], spark://HOST:PORT, yarn or k8s://URL "
+                             "(default: local[*]).")
+]
+SparkConfOpt = Annotated[
+    list[str] | None, typer.Option("--spark-conf", help="--engine spark: a Spark setting KEY=VALUE (repeatable).")
+]

@@ -12,12 +12,15 @@ from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
+    EngineOpt,
     EpsilonOpt,
     FormatOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
+    MasterOpt,
     OutputOpt,
+    SparkConfOpt,
     UnitOpt,
     bounds,
     columns,
@@ -97,6 +100,9 @@ def histogram(
     improver_c: ImproverCOpt = "0.25",
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
+    engine: EngineOpt = "polars",
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -109,6 +115,7 @@ def histogram(
     when enough units support them.
     """
     from dpcli import advice, release
+    from dpcli.cli._engine import bounding_engine, check_engine
     from dpcli.cli._release import output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
@@ -149,8 +156,12 @@ def histogram(
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
         ledger.check_payable(led, hist.plan_histogram(query, led.limits.mode, led.limits.values).events)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
+    spark_format = check_engine(engine, master, spark_conf, input, input_format)
+    if spark_format is not None and query.quantiles:
+        raise UsageError("quantiles are computed by --engine polars only for now")
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",")
-    runner = release.histogram_runner(s.state_dir, query, inputs, led.limits)
+    bounder = bounding_engine(s, spark_format, master, spark_conf, input, delimiter or ",")
+    runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
 
     def run(eps: Fraction | None) -> release.Prepared:
         with working(ctx, f"bounding contributions and aggregating {inputs.table.name}"):

@@ -12,11 +12,14 @@ from dpcli.cli._common import handles_errors, notice, resolve_analyst, settings,
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
+    EngineOpt,
     FormatOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
+    MasterOpt,
     OutputOpt,
+    SparkConfOpt,
     UnitOpt,
     columns,
     positive,
@@ -85,6 +88,9 @@ def topk(
     improver_c: ImproverCOpt = "0.25",
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
+    engine: EngineOpt = "polars",
+    master: MasterOpt = None,
+    spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -96,6 +102,7 @@ def topk(
     the list may end early (⊥) when the remaining groups are too rare.
     """
     from dpcli import advice, release
+    from dpcli.cli._engine import bounding_engine, check_engine
     from dpcli.cli._release import output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
@@ -140,9 +147,11 @@ def topk(
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
         ledger.check_payable(led, tk.plan_topk(query, led.limits.mode, led.limits.values).reserve)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
+    spark_format = check_engine(engine, master, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
                                        delimiter=delimiter or ",")
-    runner = release.topk_runner(s.state_dir, inputs, led.limits)
+    bounder = bounding_engine(s, spark_format, master, spark_conf, input, delimiter or ",")
+    runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
 
     def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
         with working(ctx, f"counting groups in {inputs.table.name}"):

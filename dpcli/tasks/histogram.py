@@ -391,11 +391,13 @@ def run_histogram(
     *,
     name: str = "the input",
     rows: int | None = None,
+    engine: bounding.TotalsEngine | None = None,
 ) -> HistogramRelease:
     """Bound, aggregate, select and noise one histogram (the plan must come from the same query).
 
     ``frame`` is the input's lazy frame, ``name`` names it in error messages, and ``rows`` is its row
     count when known without a pass over the data (a large Parquet input is bounded in unit buckets).
+    ``engine`` bounds on another engine (Spark) instead of polars; quantiles need polars.
     """
     grid = q.grid
     spec = q.bounding_spec()
@@ -406,8 +408,14 @@ def run_histogram(
     def quantile_bins(part: pl.LazyFrame, partial: pl.DataFrame) -> None:
         bins.append(_quantile_counts(part, name, q, spec, salt, partial))
 
-    totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
-                                     quantile_bins if q.quantiles else None, name=name)
+    if engine is not None:
+        if q.quantiles:
+            raise UsageError("are computed by polars only for now (drop them, or use the polars engine)",
+                             field="agg")
+        totals = engine(spec, salt)
+    else:
+        totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
+                                         quantile_bins if q.quantiles else None, name=name)
     qhist = None
     if q.quantiles:
         qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())

@@ -207,22 +207,27 @@ class TopKRelease:
     metadata: dict[str, Any]
 
 
-def group_counts(frame: pl.LazyFrame, q: TopKQuery, *, name: str = "the input", rows: int | None = None) -> pl.DataFrame:
+def group_counts(frame: pl.LazyFrame, q: TopKQuery, *, name: str = "the input", rows: int | None = None,
+                 engine: bounding.TotalsEngine | None = None) -> pl.DataFrame:
     """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
     spec = q.bounding_spec()
-    totals = bounding.bounded_totals(frame, spec, 0, bounding.unit_buckets(rows), name=name)
+    if engine is not None:
+        totals = engine(spec, 0)
+    else:
+        totals = bounding.bounded_totals(frame, spec, 0, bounding.unit_buckets(rows), name=name)
     return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
 
 
 def run_topk(
     frame: pl.LazyFrame, q: TopKQuery, plan: TopKPlan, stream: KeyedStream, domain: pl.DataFrame | None = None,
-    *, name: str = "the input", rows: int | None = None,
+    *, name: str = "the input", rows: int | None = None, engine: bounding.TotalsEngine | None = None,
 ) -> TopKRelease:
     """Count, select (KnownGumb or UnkGumb), add count noise; the cost actually incurred.
 
-    ``name`` names the input in error messages; ``rows``: its row count if known without a pass.
+    ``name`` names the input in error messages; ``rows``: its row count if known without a pass;
+    ``engine``: bound on another engine (Spark) instead of polars.
     """
-    counts = group_counts(frame, q, name=name, rows=rows)
+    counts = group_counts(frame, q, name=name, rows=rows, engine=engine)
     by = list(q.by)
     meta: dict[str, Any] = {"tau": q.count_sensitivity}
     if q.known_domain:

@@ -1,0 +1,56 @@
+"""``--engine``, ``--master`` and ``--spark-conf``: the bounding engine of a release (see :mod:`dpcli.spark`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dpcli.cli._common import Settings
+from dpcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dpcli.release import Engine
+
+#: Characters Spark expands in a path (polars, which hashed the file, takes it literally).
+_GLOB = set("*?[]{}\\")
+
+
+def check_engine(engine: str, master: str | None, conf: list[str] | None, source: str,
+                 input_format: str | None) -> str | None:
+    """Check the engine options before any data is read; the input's format for Spark, None for polars.
+
+    Spark takes a CSV or Parquet file by a path without glob characters (Spark would expand them
+    into other files than the one fingerprinted), never standard input.
+    """
+    if engine == "polars":
+        if master is not None or conf:
+            raise UsageError("--master and --spark-conf need --engine spark")
+        return None
+    if engine != "spark":
+        raise UsageError(f"--engine must be polars or spark, got {engine!r}")
+    if source == "-":
+        raise UsageError("--engine spark reads a file, not standard input")
+    if _GLOB & set(source):
+        raise UsageError(f"--engine spark takes a path without glob characters (*?[]{{}}\\), got {source!r}")
+    from dpcli.files import input_format_for
+
+    fmt = input_format_for(source, input_format)
+    if fmt not in ("csv", "parquet"):
+        raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
+    return fmt
+
+
+def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list[str] | None, source: str,
+                    delimiter: str) -> Engine | None:
+    """None for polars (``fmt`` None); for Spark, a session on ``master`` reading ``source``."""
+    if fmt is None:
+        return None
+    from dpcli.files import csv_delimiter
+    from dpcli.release import Engine
+    from dpcli.spark.bounding import bounded_totals, read_input
+    from dpcli.spark.session import spark_session
+
+    session = spark_session(master or "local[*]", conf or [], s.state_dir)
+    frame = read_input(session, source, fmt, csv_delimiter(delimiter))
+    # Parquet values are typed and text is parsed by one grammar: the same release as polars. Two CSV
+    # parsers may split a damaged record differently, so a Spark CSV release has its own seed.
+    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), "" if fmt == "parquet" else "spark csv")

