@@ -49,11 +49,12 @@ class ReleaseSeed:
 class Engine:
     """Bounding on another engine (``--engine spark``): its totals function and what enters the seed.
 
-    ``seed_tag`` is empty when the engine provably reads the same values as polars (Parquet: typed
-    columns, text values parsed by one grammar, selection v2), so both engines give the same
-    release and a re-run on either is a free replay. It is not empty otherwise (CSV: two parsers
-    may split a damaged record differently): a replay across engines over different values would
-    publish their difference, so such a release gets its own seed.
+    ``seed_tag`` enters the release seed. The CLI always sets one for Spark: the engines compute
+    the same totals (selection v2, one number grammar; ``tests/test_spark.py``), but if they ever
+    diverged silently (a reader that skips a file, two CSV parsers splitting a damaged record
+    differently), a "free replay" across engines would reuse the noise over different values and
+    publish their exact difference. So a Spark release has its own noise and its own charge. An
+    empty tag (tests) gives polars' seed, and then the release is byte-identical to polars'.
     """
 
     totals: bounding.TotalsEngine

@@ -83,47 +83,71 @@ def _init(state: Path) -> None:
                                "--epsilon", "50", "--delta", "1e-5"]).exit_code == 0
 
 
-@pytest.mark.parametrize("args", [
+QUERIES = [
     ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,count-units,sum,mean,variance",
      "--value", "duration_s", "--bounds", "0:600", "--max-contributions", "3", "--max-partitions", "2",
      "--epsilon", "1", "--delta", "1e-8", "--with-error"],
     ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
      "--max-partitions", "8", "--epsilon", "0.5"],
-    ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--max-groups", "30",
+    ["histogram", PVC, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--max-groups", "30",
      "--max-partitions", "3", "--epsilon", "0.5", "--delta", "1e-8"],
     ["topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--epsilon-per", "0.1", "--delta", "1e-8"],
-    ["topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--count", "rows", "--max-contributions", "3",
+    ["topk", PVC, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--count", "rows", "--max-contributions", "3",
      "--keys", PAGES, "--epsilon-per", "0.2"],
-])
-def test_parquet_releases_are_byte_identical_on_both_engines(spark, tmp_path, args):
-    """Same key, same query, same bytes: Spark's release is polars' release, so it is a free replay."""
+]
+
+
+@pytest.mark.parametrize("args", QUERIES)
+def test_with_polars_seed_spark_releases_the_same_bytes(spark, tmp_path, monkeypatch, args):
+    """Same key, same query, same data, and the seed forced equal: Spark's release is polars' release
+    byte for byte (every aggregation, known and discovered groups, UnkLap, topk on both domains)."""
+    from dpcli import release
+    from dpcli.cli import _engine
+
     state = tmp_path / "state"
     _init(state)
     first = runner.invoke(app, ["--state-dir", str(state), *args])
+    original = _engine.bounding_engine
+
+    def tagless(*a, **kw):
+        engine = original(*a, **kw)
+        return release.Engine(engine.totals, "")  # polars' seed (the CLI never does this: see below)
+
+    monkeypatch.setattr(_engine, "bounding_engine", tagless)
     again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
     assert first.exit_code == again.exit_code == 0, again.stderr
     assert again.stdout == first.stdout and first.stdout.count("\n") > 1
-    entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
-    assert [e.get("replay_of") is not None for e in entries] == [False, True]  # one seed, one charge
-
-    other = tmp_path / "other"  # a fresh state dir with the same key: Spark alone gives the same bytes
-    other.mkdir(mode=0o700)
-    shutil.copy(state / "secret.key", other / "secret.key")
-    (other / "secret.key").chmod(0o600)
-    _init(other)
-    alone = runner.invoke(app, ["--state-dir", str(other), *args, *SPARK])
-    assert alone.exit_code == 0 and alone.stdout == first.stdout
 
 
-def test_a_spark_csv_release_has_its_own_seed(spark, tmp_path):
+@pytest.mark.parametrize("args", QUERIES[:2])
+def test_a_spark_release_has_its_own_seed_and_charge(spark, tmp_path, args):
+    """If the engines ever read different values, a free cross-engine replay would publish the exact
+    difference (the same noise over two aggregates): so Spark never replays a polars release."""
     state = tmp_path / "state"
     _init(state)
-    args = ["histogram", PVC, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5"]
     assert runner.invoke(app, ["--state-dir", str(state), *args]).exit_code == 0
     r = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
     assert r.exit_code == 0, r.stderr
+    again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    assert again.stdout == r.stdout  # Spark replays itself
     entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
-    assert [e.get("replay_of") is not None for e in entries] == [False, False]  # charged again: no cross-engine replay
+    assert [e.get("replay_of") is not None for e in entries] == [False, False, True]
+
+
+def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path, monkeypatch):
+    """A relative name with spaces is read as that local file; names Spark would reinterpret
+    ("hdfs:views.parquet", "%41.parquet") are refused before anything is read."""
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(PV, tmp_path / "page views.parquet")
+    state = tmp_path / "state"
+    _init(state)
+    args = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK]
+    r = runner.invoke(app, ["--state-dir", str(state), "histogram", "page views.parquet", *args])
+    assert r.exit_code == 0 and "/p/000" in r.stdout, r.stderr
+    for odd in ("hdfs:views.parquet", "%41.parquet"):
+        shutil.copy(PV, tmp_path / odd)
+        r = runner.invoke(app, ["--state-dir", str(state), "histogram", odd, *args])
+        assert r.exit_code == 2 and "':' or '%'" in r.stderr
 
 
 @pytest.mark.parametrize("args, needle", [

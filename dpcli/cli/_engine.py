@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpcli.cli._common import Settings
@@ -29,8 +30,9 @@ def check_engine(engine: str, master: str | None, conf: list[str] | None, source
         raise UsageError(f"--engine must be polars or spark, got {engine!r}")
     if source == "-":
         raise UsageError("--engine spark reads a file, not standard input")
-    if _GLOB & set(source):
-        raise UsageError(f"--engine spark takes a path without glob characters (*?[]{{}}\\), got {source!r}")
+    if _GLOB & set(source) or set(":%") & set(str(Path(source).resolve())):
+        raise UsageError("--engine spark takes a path without glob characters, ':' or '%' "
+                         f"(Spark would read another file than the one fingerprinted), got {source!r}")
     from dpcli.files import input_format_for
 
     fmt = input_format_for(source, input_format)
@@ -50,7 +52,6 @@ def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list
     from dpcli.spark.session import spark_session
 
     session = spark_session(master or "local[*]", conf or [], s.state_dir)
-    frame = read_input(session, source, fmt, csv_delimiter(delimiter))
-    # Parquet values are typed and text is parsed by one grammar: the same release as polars. Two CSV
-    # parsers may split a damaged record differently, so a Spark CSV release has its own seed.
-    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), "" if fmt == "parquet" else "spark csv")
+    # The file the driver fingerprinted, by its absolute file: path (no scheme, glob or escape left to Spark).
+    frame = read_input(session, "file://" + str(Path(source).resolve()), fmt, csv_delimiter(delimiter))
+    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), "spark")

@@ -60,5 +60,6 @@ def spark_session(master: str, conf: Sequence[str], state_dir: Path) -> Any:
             raise UsageError(f"must look like key=value, got {item!r}", field="spark_conf")
         builder = builder.config(key.strip(), value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    # Spark's own log lines can quote records (a task's exception); stderr is public: keep it quiet.
+    session.sparkContext.setLogLevel("OFF")
     return session
