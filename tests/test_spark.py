@@ -130,8 +130,12 @@ def test_a_spark_release_has_its_own_seed_and_charge(spark, tmp_path, args):
     assert r.exit_code == 0, r.stderr
     again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
     assert again.stdout == r.stdout  # Spark replays itself
+    other_conf = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK, "--spark-conf",
+                                     "spark.sql.shuffle.partitions=3"])
+    assert other_conf.exit_code == 0, other_conf.stderr
     entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
-    assert [e.get("replay_of") is not None for e in entries] == [False, False, True]
+    # polars; Spark (own seed); Spark again (a replay); Spark with another setting (a new release)
+    assert [e.get("replay_of") is not None for e in entries] == [False, False, True, False]
 
 
 def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path, monkeypatch):

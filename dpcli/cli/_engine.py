@@ -54,4 +54,9 @@ def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list
     session = spark_session(master or "local[*]", conf or [], s.state_dir)
     # The file the driver fingerprinted, by its absolute file: path (no scheme, glob or escape left to Spark).
     frame = read_input(session, "file://" + str(Path(source).resolve()), fmt, csv_delimiter(delimiter))
-    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), "spark")
+    import pyspark
+
+    # Everything that could change what Spark computes is in the seed: the same query under another
+    # Spark version, master or setting is a new release (charged), never a replay over other values.
+    tag = f"spark {pyspark.__version__}; master {master or 'local[*]'}; conf {sorted(conf or [])}"
+    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag)
