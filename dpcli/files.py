@@ -24,9 +24,11 @@ import bz2
 import gzip
 import hashlib
 import io
+import json
 import lzma
 import math
 import os
+import secrets
 import stat
 import sys
 import weakref
@@ -93,6 +95,14 @@ class InputTable:
     format: str
     source: IO[bytes] | None = field(default=None, compare=False, repr=False)
     identity: FileIdentity | None = field(default=None, compare=False, repr=False)
+    #: A dataset directory: its Parquet files (sorted) and their identities when listed.
+    files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
+    file_identities: tuple[FileIdentity, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def is_dataset(self) -> bool:
+        """A directory of Parquet files, fingerprinted by a manifest (see :func:`open_dataset`)."""
+        return bool(self.files)
 
     def verify_unchanged(self) -> None:
         """Refuse (exit 66) if the open input was modified since it was opened and hashed.
@@ -104,6 +114,15 @@ class InputTable:
         (a same-size rewrite within one tick of a coarse file-system clock could go unnoticed; on
         Linux 6.13+ ext4/xfs/btrfs/tmpfs the times are fine-grained once queried, as here at open).
         """
+        if self.files:
+            now_files = tuple(dataset_files(self.name))
+            try:
+                now_ids = tuple(FileIdentity.of(os.stat(f)) for f in now_files)
+            except OSError:
+                now_ids = ()
+            if now_files != self.files or now_ids != self.file_identities:
+                raise InputMissingError(f"dataset {self.name!r} changed while it was read; rerun")
+            return
         if self.source is None or self.identity is None:
             return
         try:
@@ -252,6 +271,8 @@ def open_input(
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
     """
+    if path != "-" and os.path.isdir(path):
+        return open_dataset(path, input_format)
     fmt = input_format_for(path, input_format)
     delimiter = csv_delimiter(delimiter)
     if path == "-":
@@ -288,6 +309,68 @@ def open_input(
     table = InputTable(frame=frame, fingerprint=fingerprint, name=path, format=fmt, source=fh, identity=identity)
     weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
     return table
+
+
+def dataset_files(directory: str) -> list[Path]:
+    """The data files of a dataset directory, sorted: every file below it whose path has no part
+    starting with ``.`` or ``_`` (Hadoop's rule: ``_SUCCESS``, ``.crc``, ``_temporary/``)."""
+    root = Path(directory)
+    found = []
+    for f in root.rglob("*"):
+        rel = f.relative_to(root)
+        if not any(part.startswith((".", "_")) for part in rel.parts) and f.is_file():
+            found.append(f)
+    return sorted(found)
+
+
+def _footer_digest(f: Path) -> str:
+    """SHA-256 of a Parquet file's footer (its schema, row groups and statistics), read from its end."""
+    with open(f, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        if size < 12:
+            raise DataError(f"{f} is not a Parquet file")
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        length = int.from_bytes(tail[:4], "little")
+        if tail[4:] != b"PAR1" or length > size - 12:
+            raise DataError(f"{f} is not a Parquet file")
+        fh.seek(size - 8 - length)
+        return hashlib.sha256(fh.read(length)).hexdigest()
+
+
+def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
+    """A directory of Parquet files (a partitioned dataset) as one input.
+
+    Hashing every byte of a large dataset is not possible, so its fingerprint is a manifest: each
+    file's relative path, size, modification time and the SHA-256 of its Parquet footer. A manifest
+    does not prove the content (a file rewritten with the same size, time and footer would not
+    show), so a release over a dataset never replays an earlier one: the fingerprint ends with a
+    fresh random nonce, so every run, of every command, is new noise and a new charge. Files are read by their paths (no hive-partition columns are added), and the listing
+    and each file's identity are checked again before the charge.
+    """
+    if input_format not in (None, "parquet"):
+        raise UsageError("a dataset directory is read as Parquet files", field="input_format")
+    files = dataset_files(directory)
+    if not files:
+        raise InputMissingError(f"dataset {directory!r} holds no data files")
+    bad = [f for f in files if f.suffix.lower() not in (".parquet", ".pq")]
+    if bad:
+        raise UsageError(f"a dataset directory holds Parquet files only; {str(bad[0])!r} is not one")
+    try:
+        identities = tuple(FileIdentity.of(os.stat(f)) for f in files)
+    except OSError as exc:
+        raise InputMissingError(f"dataset {directory!r} is not readable ({exc.strerror})") from None
+    manifest = [[str(f.relative_to(directory)), i.size, i.mtime_ns, _footer_digest(f)] for f, i in zip(files, identities)]
+    digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
+    fingerprint = f"manifest:{digest}; run {secrets.token_hex(16)}"  # never a replay: see above
+    try:
+        frame = pl.scan_parquet([str(f) for f in files], glob=False, hive_partitioning=False)
+        frame.collect_schema()
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        raise DataError(f"cannot read {directory!r} as Parquet: {withheld(exc)}") from None
+    return InputTable(frame=frame, fingerprint=fingerprint, name=directory, format="parquet", files=tuple(files),
+                      file_identities=identities)
 
 
 def withheld(exc: BaseException) -> str:
@@ -448,6 +531,8 @@ def check_path_is_not_protected(
             continue
         if _same_file(path, source):
             raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
+        if os.path.isdir(source) and _inside(path, source):
+            raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
 
 
 def check_output_path(

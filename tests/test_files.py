@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -159,9 +160,9 @@ def test_rewrite_in_place_is_caught_by_verify_unchanged(tmp_path):
         files.verify_unchanged(None, t)
 
 
-def test_directories_and_fifos_are_refused_without_blocking(tmp_path):
-    with pytest.raises(InputMissingError, match="is a directory"):
-        files.open_input(str(tmp_path), "csv")
+def test_fifos_are_refused_without_blocking_and_empty_directories_hold_no_data(tmp_path):
+    with pytest.raises(InputMissingError, match="holds no data files"):
+        files.open_input(str(tmp_path))
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
     with pytest.raises(InputMissingError, match="not a regular file"):
@@ -227,3 +228,45 @@ def test_value_kind_accepts_numbers_and_text_only(tmp_path):
     files.require_columns(t, {"n": "value", "t": "value"})
     with pytest.raises(DataError, match="'b' must be numeric"):
         files.require_columns(t, {"b": "value"})
+
+
+def _dataset(root: Path, parts: int = 3) -> Path:
+    d = root / "views"
+    (d / "day=1").mkdir(parents=True)
+    rows = pl.DataFrame({"u": [f"u{i % 7}" for i in range(60)], "g": [f"g{i % 3}" for i in range(60)]})
+    for i in range(parts):
+        rows.slice(i * 20, 20).write_parquet(d / ("day=1" if i else "") / f"part-{i}.parquet")
+    (d / "_SUCCESS").write_text("")
+    (d / ".part-0.parquet.crc").write_text("x")
+    return d
+
+
+def test_a_dataset_directory_is_its_parquet_files_with_a_fresh_manifest_fingerprint(tmp_path):
+    d = _dataset(tmp_path)
+    a, b = files.open_input(str(d)), files.open_input(str(d))
+    assert [str(f.relative_to(d)) for f in a.files] == ["day=1/part-1.parquet", "day=1/part-2.parquet",
+                                                        "part-0.parquet"]  # sorted; _SUCCESS and .crc skipped
+    assert a.frame.collect().height == 60 and "day" not in a.frame.collect_schema()  # no partition columns
+    assert a.fingerprint.startswith("manifest:") and a.fingerprint != b.fingerprint  # a nonce: never a replay
+    assert a.fingerprint.split(";")[0] == b.fingerprint.split(";")[0]  # the manifest itself is stable
+    a.verify_unchanged()
+    (d / "day=1" / "part-3.parquet").write_bytes((d / "part-0.parquet").read_bytes())
+    with pytest.raises(InputMissingError, match="changed while it was read"):
+        a.verify_unchanged()
+
+
+def test_a_dataset_holds_parquet_files_only(tmp_path):
+    d = _dataset(tmp_path)
+    (d / "notes.csv").write_text("a\n1\n")
+    with pytest.raises(UsageError, match="Parquet files only"):
+        files.open_input(str(d))
+    with pytest.raises(UsageError, match="read as Parquet"):
+        files.open_input(str(d), "csv")
+
+
+def test_no_output_inside_an_input_dataset(tmp_path):
+    from dpcli.errors import OutputError
+
+    d = _dataset(tmp_path)
+    with pytest.raises(OutputError, match="inside the input dataset"):
+        files.check_output_path(str(d / "out.csv"), tmp_path / "state", [str(d)])

@@ -171,3 +171,49 @@ def test_engine_misuse_is_a_usage_error_with_no_debit(tmp_path, args, needle):
     r = runner.invoke(app, ["--state-dir", str(state), *args], input="g,u\na,1\n")
     assert r.exit_code == 2 and needle in r.stderr, r.stderr
     assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
+
+
+def test_a_dataset_directory_on_spark_bounds_like_polars_and_is_never_replayed(spark, tmp_path, monkeypatch):
+    """`dpcli histogram big/ --engine spark …`: a directory of Parquet files (hidden and _ files
+    skipped, no partition columns), the same totals as polars, and a fresh charge on every run
+    (a manifest does not prove the content, so nothing over a dataset is a free replay)."""
+    from dpcli import release
+    from dpcli.cli import _engine
+    from dpcli.spark.bounding import bounded_totals, read_input
+
+    big = tmp_path / "big"
+    (big / "day=2").mkdir(parents=True)
+    views = pl.read_parquet(PV)
+    for i, part in enumerate(views.iter_slices(100_000)):
+        part.write_parquet(big / ("day=2" if i % 2 else "") / f"part-{i}.parquet")
+    (big / "_SUCCESS").write_text("")
+    spec = bounding.BoundingSpec(unit="user_id", by=("page",), max_partitions=2, max_contributions=3,
+                                 value="duration_s", grid=bounding.ValueGrid(0.0, 600.0, Fraction(1, 8)))
+    table = open_input(str(big))
+    files = ["file://" + str(f) for f in table.files]
+    assert bounding.bounded_totals(table.frame, spec, SALT).equals(
+        bounded_totals(read_input(spark, files, "parquet"), spec, SALT))
+
+    state = tmp_path / "state"
+    _init(state)
+    args = ["histogram", str(big), "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5",
+            "--max-partitions", "8"]
+    first = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    assert first.exit_code == again.exit_code == 0, first.stderr
+    entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
+    assert [e.get("replay_of") is not None for e in entries] == [False, False]  # charged each time
+
+    # With the run's nonce and the engine's tag both held fixed, Spark's bytes are polars' bytes.
+    monkeypatch.setattr("secrets.token_hex", lambda n=32: "0" * (2 * n))
+    original = _engine.bounding_engine
+
+    def tagless(*a, **kw):
+        engine = original(*a, **kw)
+        return None if engine is None else release.Engine(engine.totals, "")
+
+    monkeypatch.setattr(_engine, "bounding_engine", tagless)
+    polars_run = runner.invoke(app, ["--state-dir", str(state), *args])
+    spark_run = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+    assert polars_run.exit_code == spark_run.exit_code == 0, (polars_run.stderr, spark_run.stderr)
+    assert polars_run.stdout == spark_run.stdout

@@ -30,11 +30,11 @@ def check_engine(engine: str, master: str | None, conf: list[str] | None, source
         raise UsageError(f"--engine must be polars or spark, got {engine!r}")
     if source == "-":
         raise UsageError("--engine spark reads a file, not standard input")
-    if _GLOB & set(source) or set(":%") & set(str(Path(source).resolve())):
-        raise UsageError("--engine spark takes a path without glob characters, ':' or '%' "
-                         f"(Spark would read another file than the one fingerprinted), got {source!r}")
+    _check_spark_path(source)
     from dpcli.files import input_format_for
 
+    if Path(source).is_dir():  # a dataset directory: its Parquet files (files.open_dataset)
+        return "parquet"
     fmt = input_format_for(source, input_format)
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
@@ -51,12 +51,24 @@ def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list
     from dpcli.spark.bounding import bounded_totals, read_input
     from dpcli.spark.session import spark_session
 
+    from dpcli.files import dataset_files
+
     session = spark_session(master or "local[*]", conf or [], s.state_dir)
-    # The file the driver fingerprinted, by its absolute file: path (no scheme, glob or escape left to Spark).
-    frame = read_input(session, "file://" + str(Path(source).resolve()), fmt, csv_delimiter(delimiter))
+    # The files the driver fingerprinted, by their absolute file: paths (no scheme, glob or escape left
+    # to Spark); a dataset directory is given as its list of files, so no partition columns appear.
+    files = dataset_files(source) if Path(source).is_dir() else [Path(source)]
+    for f in files:
+        _check_spark_path(str(f))
+    frame = read_input(session, ["file://" + str(f.resolve()) for f in files], fmt, csv_delimiter(delimiter))
     import pyspark
 
     # Everything that could change what Spark computes is in the seed: the same query under another
     # Spark version, master or setting is a new release (charged), never a replay over other values.
     tag = f"spark {pyspark.__version__}; master {master or 'local[*]'}; conf {sorted(conf or [])}"
     return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag)
+
+
+def _check_spark_path(path: str) -> None:
+    if _GLOB & set(path) or set(":%") & set(str(Path(path).resolve())):
+        raise UsageError("--engine spark takes paths without glob characters, ':' or '%' "
+                         f"(Spark would read other files than the ones fingerprinted), got {path!r}")

@@ -134,8 +134,8 @@ def columns(option: str, text: str) -> tuple[str, ...]:
 # Shared option declarations for commands that read a table and release a result.
 InputArg = Annotated[
     str,
-    typer.Argument(help="Input file (CSV, Parquet or NDJSON, optionally .gz/.bz2/.xz; '-' reads CSV from stdin).",
-                   show_default=False),
+    typer.Argument(help="Input file (CSV, Parquet or NDJSON, optionally .gz/.bz2/.xz; '-' reads CSV from stdin), "
+                   "or a directory of Parquet files (never a free replay).", show_default=False),
 ]
 InputFormatOpt = Annotated[
     str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the extension).")

@@ -26,14 +26,15 @@ from dpcli.errors import DataError, UsageError
 _DEC = "decimal(38,0)"
 
 
-def read_input(spark: Any, path: str, fmt: str, delimiter: str = ",") -> Any:
-    """The input as a Spark DataFrame: CSV with a header and every column as text (as polars reads
-    the columns a query names), or Parquet with its declared types."""
+def read_input(spark: Any, paths: str | list[str], fmt: str, delimiter: str = ",") -> Any:
+    """The input (one file, or a dataset's files) as a Spark DataFrame: CSV with a header and every
+    column as text (as polars reads the columns a query names), or Parquet with its declared types."""
+    paths = [paths] if isinstance(paths, str) else paths
     if fmt == "csv":
         return (spark.read.option("header", True).option("sep", delimiter).option("inferSchema", False)
-                .option("mode", "PERMISSIVE").option("encoding", "UTF-8").csv(path))
+                .option("mode", "PERMISSIVE").option("encoding", "UTF-8").csv(paths))
     if fmt == "parquet":
-        return spark.read.parquet(path)
+        return spark.read.parquet(*paths)
     raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
 
 
