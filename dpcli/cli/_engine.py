@@ -9,6 +9,7 @@ from dpcli.cli._common import Settings
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:
+    from dpcli.files import InputTable
     from dpcli.release import Engine
 
 #: Characters Spark expands in a path (polars, which hashed the file, takes it literally).
@@ -41,27 +42,26 @@ def check_engine(engine: str, master: str | None, conf: list[str] | None, source
     return fmt
 
 
-def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list[str] | None, source: str,
+def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list[str] | None, table: InputTable,
                     delimiter: str) -> Engine | None:
-    """None for polars (``fmt`` None); for Spark, a session on ``master`` reading ``source``."""
+    """None for polars (``fmt`` None); for Spark, a session on ``master`` reading the files of ``table``
+    (the opened input: one file, or the exact list of a dataset's files that its manifest covers)."""
     if fmt is None:
         return None
+    import pyspark
+
     from dpcli.files import csv_delimiter
     from dpcli.release import Engine
     from dpcli.spark.bounding import bounded_totals, read_input
     from dpcli.spark.session import spark_session
 
-    from dpcli.files import dataset_files
-
     session = spark_session(master or "local[*]", conf or [], s.state_dir)
-    # The files the driver fingerprinted, by their absolute file: paths (no scheme, glob or escape left
-    # to Spark); a dataset directory is given as its list of files, so no partition columns appear.
-    files = dataset_files(source) if Path(source).is_dir() else [Path(source)]
+    # By absolute file: paths (no scheme, glob or escape left to Spark); a dataset is given as its
+    # list of files, so Spark adds no partition columns and reads no file the manifest lacks.
+    files = table.files or (Path(table.name),)
     for f in files:
         _check_spark_path(str(f))
     frame = read_input(session, ["file://" + str(f.resolve()) for f in files], fmt, csv_delimiter(delimiter))
-    import pyspark
-
     # Everything that could change what Spark computes is in the seed: the same query under another
     # Spark version, master or setting is a new release (charged), never a replay over other values.
     tag = f"spark {pyspark.__version__}; master {master or 'local[*]'}; conf {sorted(conf or [])}"

@@ -160,7 +160,7 @@ def histogram(
     if spark_format is not None and query.quantiles:
         raise UsageError("quantiles are computed by --engine polars only for now")
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",")
-    bounder = bounding_engine(s, spark_format, master, spark_conf, input, delimiter or ",")
+    bounder = bounding_engine(s, spark_format, master, spark_conf, inputs.table, delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
 
     def run(eps: Fraction | None) -> release.Prepared:

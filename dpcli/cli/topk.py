@@ -150,7 +150,7 @@ def topk(
     spark_format = check_engine(engine, master, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
                                        delimiter=delimiter or ",")
-    bounder = bounding_engine(s, spark_format, master, spark_conf, input, delimiter or ",")
+    bounder = bounding_engine(s, spark_format, master, spark_conf, inputs.table, delimiter or ",")
     runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
 
     def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
