@@ -323,18 +323,16 @@ def dataset_files(directory: str) -> list[Path]:
     return sorted(found)
 
 
-def _footer_digest(f: Path) -> str:
+def _footer_digest(f: Path, directory: str) -> str:
     """SHA-256 of a Parquet file's footer (its schema, row groups and statistics), read from its end."""
     with open(f, "rb") as fh:
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
-        if size < 12:
-            raise DataError(f"{f} is not a Parquet file")
-        fh.seek(size - 8)
+        fh.seek(max(0, size - 8))
         tail = fh.read(8)
         length = int.from_bytes(tail[:4], "little")
-        if tail[4:] != b"PAR1" or length > size - 12:
-            raise DataError(f"{f} is not a Parquet file")
+        if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
+            raise DataError(f"dataset {directory!r} holds a file that is not Parquet")
         fh.seek(size - 8 - length)
         return hashlib.sha256(fh.read(length)).hexdigest()
 
@@ -354,14 +352,16 @@ def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
     files = dataset_files(directory)
     if not files:
         raise InputMissingError(f"dataset {directory!r} holds no data files")
-    bad = [f for f in files if f.suffix.lower() not in (".parquet", ".pq")]
-    if bad:
-        raise UsageError(f"a dataset directory holds Parquet files only; {str(bad[0])!r} is not one")
+    # Names below the directory can be data (hive partitions: diagnosis=…): messages never quote them.
+    if any(f.suffix.lower() not in (".parquet", ".pq") for f in files):
+        raise UsageError(f"dataset {directory!r} holds a file without a .parquet name: a dataset holds Parquet "
+                         "files only")
     try:
         identities = tuple(FileIdentity.of(os.stat(f)) for f in files)
     except OSError as exc:
         raise InputMissingError(f"dataset {directory!r} is not readable ({exc.strerror})") from None
-    manifest = [[str(f.relative_to(directory)), i.size, i.mtime_ns, _footer_digest(f)] for f, i in zip(files, identities)]
+    manifest = [[str(f.relative_to(directory)), i.size, i.mtime_ns, _footer_digest(f, directory)]
+                for f, i in zip(files, identities)]
     digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
     fingerprint = f"manifest:{digest}; run {secrets.token_hex(16)}"  # never a replay: see above
     try:

@@ -258,8 +258,14 @@ def test_a_dataset_directory_is_its_parquet_files_with_a_fresh_manifest_fingerpr
 def test_a_dataset_holds_parquet_files_only(tmp_path):
     d = _dataset(tmp_path)
     (d / "notes.csv").write_text("a\n1\n")
-    with pytest.raises(UsageError, match="Parquet files only"):
+    with pytest.raises(UsageError, match="Parquet files only") as err:
         files.open_input(str(d))
+    assert "notes" not in str(err.value)  # names below the directory can be data: never quoted
+    (d / "notes.csv").unlink()
+    (d / "day=1" / "diagnosis=x.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(DataError, match="holds a file that is not Parquet") as err:
+        files.open_input(str(d))
+    assert "diagnosis" not in str(err.value) and "day=1" not in str(err.value)
     with pytest.raises(UsageError, match="read as Parquet"):
         files.open_input(str(d), "csv")
 

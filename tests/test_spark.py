@@ -22,6 +22,7 @@ from dpcli import bounding  # noqa: E402
 from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.files import open_input  # noqa: E402
+from dptest import without_output_notes  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,22 +121,89 @@ def test_with_polars_seed_spark_releases_the_same_bytes(spark, tmp_path, monkeyp
 
 
 @pytest.mark.parametrize("args", QUERIES[:2])
-def test_a_spark_release_has_its_own_seed_and_charge(spark, tmp_path, args):
-    """If the engines ever read different values, a free cross-engine replay would publish the exact
-    difference (the same noise over two aggregates): so Spark never replays a polars release."""
+def test_a_spark_release_is_never_a_free_replay(spark, tmp_path, args):
+    """Spark reads the path again after the driver hashed it, on a cluster whose versions and defaults
+    dpcli cannot see: the same seed over other values would publish their exact difference. So every
+    Spark run is new noise and a new charge, and never replays a polars release either."""
     state = tmp_path / "state"
     _init(state)
     assert runner.invoke(app, ["--state-dir", str(state), *args]).exit_code == 0
-    r = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
-    assert r.exit_code == 0, r.stderr
-    again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
-    assert again.stdout == r.stdout  # Spark replays itself
-    other_conf = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK, "--spark-conf",
-                                     "spark.sql.shuffle.partitions=3"])
-    assert other_conf.exit_code == 0, other_conf.stderr
+    for _ in range(2):
+        r = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
+        assert r.exit_code == 0, r.stderr
     entries = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
-    # polars; Spark (own seed); Spark again (a replay); Spark with another setting (a new release)
-    assert [e.get("replay_of") is not None for e in entries] == [False, False, True, False]
+    assert [e.get("replay_of") is not None for e in entries] == [False, False, False]
+
+
+def test_attack_a_symlink_swapped_during_a_spark_run_gives_no_replay(spark, tmp_path, monkeypatch):
+    """Review finding: the driver hashed A through current.parquet, the link was flipped to B before
+    Spark read it, and the rerun on A was a free replay with the same noise (B − A published exactly).
+    Simulated here by flipping the link between the fingerprint and Spark's read."""
+    from dpcli import files
+
+    views = pl.read_parquet(PV)
+    views.head(150_000).write_parquet(tmp_path / "A.parquet")
+    views.tail(150_000).write_parquet(tmp_path / "B.parquet")
+    link = tmp_path / "current.parquet"
+    link.symlink_to(tmp_path / "A.parquet")
+    state = tmp_path / "state"
+    _init(state)
+    args = ["--state-dir", str(state), "histogram", str(link), "--by", "page", "--privacy-unit", "user_id",
+            "--keys", PAGES, "--epsilon", "1", *SPARK, "--json"]
+
+    def flip(path: str) -> None:
+        link.unlink()
+        link.symlink_to(tmp_path / "B.parquet")
+
+    monkeypatch.setattr(files, "after_fingerprint_hook", flip)
+    swapped = runner.invoke(app, args)
+    monkeypatch.setattr(files, "after_fingerprint_hook", None)
+    link.unlink()
+    link.symlink_to(tmp_path / "A.parquet")
+    honest = runner.invoke(app, args)
+    assert swapped.exit_code == honest.exit_code == 0, swapped.stderr
+    one, two = json.loads(swapped.stdout)["summary"], json.loads(honest.stdout)["summary"]
+    assert one["seed_id"] != two["seed_id"] and one["charged"] and two["charged"]
+
+
+@pytest.mark.parametrize("conf, needle", [
+    (["spark.eventLog.enabled=true", "spark.eventLog.dir=file:///tmp/x"], "'spark.eventLog.enabled' is not one"),
+    (["spark.ui.enabled=true"], "'spark.ui.enabled' is not one"),
+    (["spark.sql.session.timeZone=Pacific/Kiritimati"], "'spark.sql.session.timeZone' is not one"),
+    (["spark.plugins=evil.Plugin"], "'spark.plugins' is not one"),
+    (["spark.sql.shuffle.partitions=3", "spark.sql.shuffle.partitions=4"], "twice"),
+])
+def test_attack_spark_settings_that_could_change_or_publish_a_release_are_refused(tmp_path, conf, needle):
+    """Review findings: event logs wrote exact row counts to a file; the time zone (given twice, in two
+    orders) changed which rows were kept under one seed. Only resource settings pass, once each."""
+    state = tmp_path / "state"
+    _init(state)
+    flags = [x for c in conf for x in ("--spark-conf", c)]
+    r = runner.invoke(app, ["--state-dir", str(state), "histogram", PV, "--by", "page", "--privacy-unit", "user_id",
+                            "--keys", PAGES, "--epsilon", "1", *SPARK, *flags])
+    assert r.exit_code == 2 and needle in r.stderr, r.stderr
+    assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
+
+
+@pytest.mark.parametrize("odd", ["5\u2028", "5\n", "5\r", "5\u0085"])
+def test_attack_one_record_with_a_trailing_line_terminator_changes_nothing_public(spark, tmp_path, odd):
+    """Review finding: Java's `$` matched before a final line terminator, the strict cast raised in
+    the job, and the exit code (1) and pyspark's logger (the record's text) depended on one record."""
+    rows = pl.DataFrame({"user_id": [f"u{i}" for i in range(100)], "page": ["a", "b"] * 50, "dur": ["5"] * 100})
+    clean, bad = tmp_path / "clean.parquet", tmp_path / "bad.parquet"
+    rows.write_parquet(clean)
+    rows.with_columns(pl.when(pl.int_range(pl.len()) == 7).then(pl.lit(odd)).otherwise(pl.col("dur")).alias("dur")
+                      ).write_parquet(bad)
+    out = []
+    for data in (clean, bad):
+        state = tmp_path / f"state-{data.stem}"
+        _init(state)
+        r = runner.invoke(app, ["--state-dir", str(state), "histogram", str(data), "--by", "page", "--privacy-unit",
+                                "user_id", "--agg", "sum", "--value", "dur", "--bounds", "0:10", "--keys", PAGES,
+                                "--epsilon", "1", *SPARK])
+        out.append((r.exit_code, without_output_notes(r.stderr)))  # notes on the noisy output differ
+    assert out[0] == out[1] and out[0][0] == 0, out
+    assert odd not in out[1][1]
 
 
 def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path, monkeypatch):

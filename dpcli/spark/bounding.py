@@ -39,12 +39,15 @@ def read_input(spark: Any, paths: str | list[str], fmt: str, delimiter: str = ",
 
 
 def numeric_text(text: Any) -> Any:
-    """:func:`dpcli.bounding.numeric_value` for text in Spark SQL: the same grammar, the same values."""
+    """:func:`dpcli.bounding.numeric_value` for text in Spark SQL: the same grammar, the same values.
+
+    ``try_cast``: a cast never raises inside a Spark job (an exception's text can quote the record).
+    """
     from pyspark.sql import functions as F
 
     t = F.regexp_replace(text, bounding.TRIM, "")
     lower = F.lower(t)
-    return (F.when(t.rlike(bounding.NUMBER), t.cast("double"))
+    return (F.when(t.rlike(bounding.NUMBER), t.try_cast("double"))
             .when(lower.isin(*bounding.POSITIVE_INFINITY), F.lit(float("inf")))
             .when(lower.isin(*bounding.NEGATIVE_INFINITY), F.lit(float("-inf")))
             .otherwise(F.lit(None).cast("double")))

@@ -42,9 +42,47 @@ def java_home(state_dir: Path) -> str | None:
     return str(home)
 
 
+#: The Spark settings ``--spark-conf`` may set: resources and parallelism only. Anything else could
+#: change what is computed (a time zone, a parser setting) or publish what was (event logs, the UI
+#: and its REST API, listeners, plugins running code beside the data), so it is refused.
+ALLOWED_SETTINGS = frozenset({
+    "spark.driver.memory", "spark.driver.cores", "spark.driver.maxResultSize",
+    "spark.executor.memory", "spark.executor.cores", "spark.executor.instances", "spark.executor.memoryOverhead",
+    "spark.default.parallelism", "spark.sql.shuffle.partitions", "spark.sql.files.maxPartitionBytes",
+    "spark.memory.fraction", "spark.memory.storageFraction", "spark.task.cpus",
+    "spark.dynamicAllocation.enabled", "spark.dynamicAllocation.minExecutors",
+    "spark.dynamicAllocation.maxExecutors",
+})
+
+#: Set after the user's settings, whatever they say: nothing about the job leaves the driver.
+FORCED_SETTINGS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.eventLog.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def parse_settings(conf: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` strings as a dict; each key allowed (:data:`ALLOWED_SETTINGS`) and given once."""
+    settings: dict[str, str] = {}
+    for item in conf:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise UsageError(f"must look like key=value, got {item!r}", field="spark_conf")
+        if key not in ALLOWED_SETTINGS:
+            raise UsageError(f"may set resources and parallelism only ({', '.join(sorted(ALLOWED_SETTINGS))}); "
+                             f"{key!r} is not one of them", field="spark_conf")
+        if key in settings:
+            raise UsageError(f"sets {key!r} twice", field="spark_conf")
+        settings[key] = value.strip()
+    return settings
+
+
 def spark_session(master: str, conf: Sequence[str], state_dir: Path) -> Any:
-    """A SparkSession on ``master`` (``local[N]``, ``spark://…``, ``yarn``, ``k8s://…``) with ``conf``
-    (``key=value`` strings); the Spark UI is off unless a conf turns it on."""
+    """A SparkSession on ``master`` (``local[N]``, ``spark://…``, ``yarn``, ``k8s://…``) with the
+    allowed ``conf`` settings (``key=value`` strings) and then :data:`FORCED_SETTINGS`."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -52,14 +90,15 @@ def spark_session(master: str, conf: Sequence[str], state_dir: Path) -> Any:
     home = java_home(state_dir)
     if home is not None:
         os.environ["JAVA_HOME"] = home
-    builder = (SparkSession.builder.master(master).appName("dpcli").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.sql.session.timeZone", "UTC"))
-    for item in conf:
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"must look like key=value, got {item!r}", field="spark_conf")
-        builder = builder.config(key.strip(), value)
+    builder = SparkSession.builder.master(master).appName("dpcli")
+    for key, value in {**parse_settings(conf), **FORCED_SETTINGS}.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
-    # Spark's own log lines can quote records (a task's exception); stderr is public: keep it quiet.
+    # Spark's own log lines, and pyspark's query-context loggers, can quote records (a task's
+    # exception); stderr is public: keep them quiet.
     session.sparkContext.setLogLevel("OFF")
+    from pyspark.logger import PySparkLogger
+
+    for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True
     return session
