@@ -344,8 +344,9 @@ def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
     file's relative path, size, modification time and the SHA-256 of its Parquet footer. A manifest
     does not prove the content (a file rewritten with the same size, time and footer would not
     show), so a release over a dataset never replays an earlier one: the fingerprint ends with a
-    fresh random nonce, so every run, of every command, is new noise and a new charge. Files are read by their paths (no hive-partition columns are added), and the listing
-    and each file's identity are checked again before the charge.
+    fresh random nonce, so every run, of every command, is new noise and a new charge. Files are
+    read by their paths (no hive-partition columns are added), and the listing and each file's
+    identity are checked again before the charge.
     """
     if input_format not in (None, "parquet"):
         raise UsageError("a dataset directory is read as Parquet files", field="input_format")

@@ -168,5 +168,7 @@ MasterOpt = Annotated[
                              "(default: local[*]).")
 ]
 SparkConfOpt = Annotated[
-    list[str] | None, typer.Option("--spark-conf", help="--engine spark: a Spark setting KEY=VALUE (repeatable).")
+    list[str] | None,
+    typer.Option("--spark-conf", help="--engine spark: a resource setting KEY=VALUE, e.g. spark.executor.memory=8g "
+                 "(repeatable; settings that could change or publish a result are refused)."),
 ]

@@ -154,7 +154,8 @@ def histogram(
         show_dry_run(s, analyst, hist.describe_plan(query, plan), plan.events, as_json)
         return
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
-        ledger.check_payable(led, hist.plan_histogram(query, led.limits.mode, led.limits.values).events)
+        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
+        ledger.check_payable(led, plan.events)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     spark_format = check_engine(engine, master, spark_conf, input, input_format)
     if spark_format is not None and query.quantiles:
@@ -179,5 +180,4 @@ def histogram(
     done = release.charge(s.state_dir, analyst, "histogram", prepared,
                           release.histogram_summary(inputs.table.name, prepared.metadata),
                           lock_timeout=s.lock_timeout, inputs=inputs.tables)
-    plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
     write_release(s, done, output, fmt, as_json, advice.histogram_notes(query, plan, done.table, defaulted))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,

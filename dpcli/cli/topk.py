@@ -145,7 +145,8 @@ def topk(
         show_dry_run(s, analyst, tk.describe_plan(query, plan), plan.reserve, as_json)
         return
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
-        ledger.check_payable(led, tk.plan_topk(query, led.limits.mode, led.limits.values).reserve)
+        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
+        ledger.check_payable(led, plan.reserve)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     spark_format = check_engine(engine, master, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
@@ -174,7 +175,6 @@ def topk(
     if bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
     done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables)
-    plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
     notes = advice.topk_notes(query, plan, done.table, defaulted)
     write_release(s, done, output, fmt, as_json, notes)
     if bottom:
