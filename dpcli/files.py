@@ -98,6 +98,8 @@ class InputTable:
     #: A dataset directory: its Parquet files (sorted) and their identities when listed.
     files: tuple[Path, ...] = field(default=(), compare=False, repr=False)
     file_identities: tuple[FileIdentity, ...] = field(default=(), compare=False, repr=False)
+    #: A URI listed by Spark (:func:`dpcli.spark.inputs.open_uri`): the files Spark reads, as Spark names them.
+    uris: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def is_dataset(self) -> bool:

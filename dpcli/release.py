@@ -120,6 +120,7 @@ def open_query_inputs(
     group_list: str | None = None,
     group_list_name: str = "keys",
     delimiter: str = ",",
+    table: InputTable | None = None,
 ) -> QueryInputs:
     """Open the data (and a public group list) for a grouped query and check its columns.
 
@@ -127,9 +128,12 @@ def open_query_inputs(
     never from what one record holds (values are parsed per record while bounding; unparsable ones
     are dropped). Parquet keeps its declared types. The group list is read as text too and cast to
     the data's types (text matches text exactly: "01" is not "1"). ``delimiter`` splits the data's
-    CSV fields (a group list is always comma-separated).
+    CSV fields (a group list is always comma-separated). ``table`` is the data when it was opened
+    elsewhere (a URI Spark listed: :func:`dpcli.spark.inputs.open_uri`).
     """
-    table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])), delimiter=delimiter)
+    if table is None:
+        table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])),
+                           delimiter=delimiter)
     wanted: dict[str, Any] = {unit: "key", **{c: "key" for c in by}}
     if value:
         wanted[value] = "value"

@@ -21,6 +21,7 @@ pytest.importorskip("pyspark")
 from dpcli import bounding  # noqa: E402
 from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
+from dpcli.errors import InputMissingError, UsageError  # noqa: E402
 from dpcli.files import open_input  # noqa: E402
 from dptest import without_output_notes  # noqa: E402
 
@@ -207,27 +208,76 @@ def test_attack_one_record_with_a_trailing_line_terminator_changes_nothing_publi
 
 
 def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path, monkeypatch):
-    """A relative name with spaces is read as that local file; names Spark would reinterpret
-    ("hdfs:views.parquet", "%41.parquet") are refused before anything is read."""
+    """A relative name with spaces, glob characters or '%' is read as that one local file (escaped for
+    Hadoop: "views[1].parquet" is not "views1.parquet"); a ':' in the path, which Hadoop cannot
+    read, is refused before anything is read."""
     monkeypatch.chdir(tmp_path)
-    shutil.copy(PV, tmp_path / "page views.parquet")
+    views = pl.read_parquet(PV)
+    views.write_parquet(tmp_path / "views1.parquet")
     state = tmp_path / "state"
     _init(state)
-    args = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK]
-    r = runner.invoke(app, ["--state-dir", str(state), "histogram", "page views.parquet", *args])
-    assert r.exit_code == 0 and "/p/000" in r.stdout, r.stderr
-    for odd in ("hdfs:views.parquet", "%41.parquet"):
-        shutil.copy(PV, tmp_path / odd)
-        r = runner.invoke(app, ["--state-dir", str(state), "histogram", odd, *args])
-        assert r.exit_code == 2 and "':' or '%'" in r.stderr
+    args = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK, "--json"]
+    views.head(1000).write_parquet(tmp_path / "views[1].parquet")
+    for name in ("page views.parquet", "%41.parquet", "views[1].parquet", "v{1,2}*?.parquet"):
+        if name != "views[1].parquet":
+            views.head(1000).write_parquet(tmp_path / name)
+        r = runner.invoke(app, ["--state-dir", str(state), "histogram", name, *args])
+        assert r.exit_code == 0, r.stderr
+        counts = {row["page"]: row["count"] for row in json.loads(r.stdout)["result"]}
+        assert sum(counts.values()) < 3000  # the 1,000-row file plus Laplace(1) noise on 50 pages, not 300k rows
+    shutil.copy(PV, tmp_path / "hdfs:views.parquet")
+    r = runner.invoke(app, ["--state-dir", str(state), "histogram", "hdfs:views.parquet", *args])
+    assert r.exit_code == 2 and "':' in it" in r.stderr
+
+
+def test_uri_misuse_is_refused_before_anything_is_read(tmp_path):
+    state = tmp_path / "state"
+    _init(state)
+    q = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
+    for uri, extra, needle in [("file:///data/*.parquet", SPARK, "without glob characters"),
+                               ("http://example.org/v.parquet", SPARK, "not http://"),
+                               ("s3a://bucket/views/", [], "is read by --engine spark"),
+                               ("s3a://bucket/views.ndjson", SPARK, "reads CSV or Parquet")]:
+        r = runner.invoke(app, ["--state-dir", str(state), "histogram", uri, *q, *extra])
+        assert r.exit_code == 2 and needle in r.stderr, (uri, r.stderr)
+    assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
+
+
+def test_a_uri_is_listed_by_spark_and_read_file_by_file(spark, tmp_path):
+    """`file:///…/big` through the URI path: Spark's listing (hidden and _ files skipped, names with
+    glob characters read literally) gives polars' totals over the same files; a missing URI exits 66
+    without Spark's message (which names paths below it)."""
+    from dpcli.spark.bounding import bounded_totals, read_input
+    from dpcli.spark.inputs import open_uri
+
+    big = tmp_path / "big"
+    (big / "day=2").mkdir(parents=True)
+    views = pl.read_parquet(PV)
+    for i, part in enumerate(views.iter_slices(100_000)):
+        part.write_parquet(big / ("day=2" if i % 2 else "") / f"part-{{{i}}}.parquet")
+    (big / "_SUCCESS").write_text("")
+    (big / ".part-0.parquet.crc").write_text("x")
+    table = open_uri(spark, f"file://{big}", "parquet")
+    assert len(table.uris) == 3 and table.fingerprint.startswith("manifest:")
+    assert table.frame.collect_schema()["duration_s"] == views.schema["duration_s"]
+    spec = bounding.BoundingSpec(unit="user_id", by=("page",), max_partitions=2, max_contributions=3,
+                                 value="duration_s", grid=bounding.ValueGrid(0.0, 600.0, Fraction(1, 8)))
+    assert bounding.bounded_totals(views.lazy(), spec, SALT).equals(
+        bounded_totals(read_input(spark, list(table.uris), "parquet"), spec, SALT))
+    assert open_uri(spark, f"file://{big}", "parquet").fingerprint != table.fingerprint  # a fresh nonce each time
+    (big / "notes.txt").write_text("secret-partition-name")
+    with pytest.raises(UsageError, match="does not end in .parquet") as err:
+        open_uri(spark, f"file://{big}", "parquet")
+    assert "notes" not in str(err.value)
+    with pytest.raises(InputMissingError, match="cannot list") as err:
+        open_uri(spark, f"file://{tmp_path}/missing", "parquet")
+    assert "AnalysisException" in str(err.value) and "PATH_NOT_FOUND" not in str(err.value)
 
 
 @pytest.mark.parametrize("args, needle", [
     (["histogram", "-", "--by", "g", "--privacy-unit", "u", "--epsilon", "1", "--keys", PAGES, *SPARK], "standard input"),
-    (["histogram", PV + "[0]", "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, *SPARK],
-     "glob characters"),
     (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--master",
-      "local[2]"], "--master and --spark-conf need --engine spark"),
+      "local[2]"], "--master, --remote and --spark-conf need --engine spark"),
     (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--agg",
       "median", "--value", "duration_s", "--bounds", "0:600", *SPARK], "quantiles"),
     (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES,

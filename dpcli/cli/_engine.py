@@ -1,10 +1,11 @@
-"""``--engine``, ``--master`` and ``--spark-conf``: the bounding engine of a release (see :mod:`dpcli.spark`)."""
+"""``--engine``, ``--master``, ``--remote`` and ``--spark-conf``: the bounding engine of a release (see :mod:`dpcli.spark`)."""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpcli.cli._common import Settings
 from dpcli.errors import UsageError
@@ -13,56 +14,102 @@ if TYPE_CHECKING:
     from dpcli.files import InputTable
     from dpcli.release import Engine
 
-#: Characters Spark expands in a path (polars, which hashed the file, takes it literally).
-_GLOB = set("*?[]{}\\")
+
+@dataclass(frozen=True)
+class SparkChoice:
+    """``--engine spark`` and where: checked before any data is read."""
+
+    fmt: str  # csv or parquet
+    master: str | None  # a classic session (default local[*]) ...
+    remote: str | None  # ... or a Spark Connect server (sc://HOST:PORT)
+    conf: tuple[str, ...]
+    uri: bool  # the input is a URI Spark lists and reads (no local file)
 
 
-def check_engine(engine: str, master: str | None, conf: list[str] | None, source: str,
-                 input_format: str | None) -> str | None:
-    """Check the engine options before any data is read; the input's format for Spark, None for polars.
+def check_engine(engine: str, master: str | None, remote: str | None, conf: list[str] | None, source: str,
+                 input_format: str | None) -> SparkChoice | None:
+    """Check the engine options before any data is read: None for polars, else where Spark runs.
 
-    Spark takes a CSV or Parquet file by a path without glob characters (Spark would expand them
-    into other files than the one fingerprinted), never standard input.
+    Spark takes a local CSV or Parquet file or dataset directory (by a path without ``:``), or a
+    storage URI (:data:`dpcli.spark.inputs.SCHEMES`, without glob characters), never standard input.
     """
+    from dpcli.files import input_format_for
+    from dpcli.spark.inputs import check_uri, uri_scheme
+
+    scheme = uri_scheme(source)
     if engine == "polars":
-        if master is not None or conf:
-            raise UsageError("--master and --spark-conf need --engine spark")
+        if master is not None or remote is not None or conf:
+            raise UsageError("--master, --remote and --spark-conf need --engine spark")
+        if scheme is not None:
+            raise UsageError(f"a {scheme}:// URI is read by --engine spark; polars reads local files")
         return None
     if engine != "spark":
         raise UsageError(f"--engine must be polars or spark, got {engine!r}")
+    if remote is not None and (master is not None or conf):
+        raise UsageError("--remote connects to a Spark Connect server, whose master and settings are its own: "
+                         "drop --master and --spark-conf")
+    if remote is not None and (not remote.startswith("sc://") or len(remote) == len("sc://")):
+        raise UsageError(f"must look like sc://HOST:PORT, got {remote!r}", field="remote")
     if source == "-":
         raise UsageError("--engine spark reads a file, not standard input")
-    _check_spark_path(source)
-    from dpcli.files import input_format_for
-
-    if Path(source).is_dir():  # a dataset directory: its Parquet files (files.open_dataset)
-        return "parquet"
-    fmt = input_format_for(source, input_format)
+    if scheme is not None:
+        check_uri(source)
+        name = source.rstrip("/").rsplit("/", 1)[-1]
+        fmt = input_format_for(source, input_format) if input_format or "." in name else "parquet"  # a directory
+    elif Path(source).is_dir():  # a dataset directory: its Parquet files (files.open_dataset)
+        fmt = "parquet"
+    else:
+        fmt = input_format_for(source, input_format)
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
-    return fmt
+    if scheme is None:
+        _check_local_path(source)
+    return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
 
 
-def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list[str] | None, table: InputTable,
-                    delimiter: str) -> Engine | None:
-    """None for polars (``fmt`` None); for Spark, a session on ``master`` reading the files of ``table``
-    (the opened input: one file, or the exact list of a dataset's files that its manifest covers)."""
-    if fmt is None:
+def spark_session(s: Settings, choice: SparkChoice) -> Any:
+    """The Spark session of ``choice`` (started once per process; a Connect client needs no JVM)."""
+    from dpcli.spark.session import connect_session, spark_session
+
+    if choice.remote is not None:
+        return connect_session(choice.remote)
+    return spark_session(choice.master or "local[*]", list(choice.conf), s.state_dir)
+
+
+def open_spark_input(s: Settings, choice: SparkChoice | None, source: str) -> InputTable | None:
+    """For a URI input, the table Spark lists (its manifest and schema); None for local files,
+    which are opened and fingerprinted on this machine as for polars."""
+    if choice is None or not choice.uri:
+        return None
+    from dpcli.spark.inputs import open_uri
+
+    return open_uri(spark_session(s, choice), source, choice.fmt)
+
+
+def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, delimiter: str) -> Engine | None:
+    """None for polars; for Spark, bounding on the files of ``table`` (the opened input: one file,
+    the exact list of a dataset's files that its manifest covers, or the files a URI listed)."""
+    if choice is None:
         return None
     import pyspark
 
     from dpcli.files import csv_delimiter
     from dpcli.release import Engine
     from dpcli.spark.bounding import bounded_totals, read_input
-    from dpcli.spark.session import spark_session
+    from dpcli.spark.inputs import escape_path
 
-    session = spark_session(master or "local[*]", conf or [], s.state_dir)
-    # By absolute file: paths (no scheme, glob or escape left to Spark); a dataset is given as its
-    # list of files, so Spark adds no partition columns and reads no file the manifest lacks.
-    files = table.files or (Path(table.name),)
-    for f in files:
-        _check_spark_path(str(f))
-    frame = read_input(session, ["file://" + str(f.resolve()) for f in files], fmt, csv_delimiter(delimiter))
+    session = spark_session(s, choice)
+    if table.uris:
+        paths = list(table.uris)
+    else:
+        # By absolute, glob-escaped file: paths (no scheme or glob left to Spark); a dataset is given
+        # as its list of files, so Spark adds no partition columns and reads no file the manifest lacks.
+        files = table.files or (Path(table.name),)
+        if any(":" in str(f.resolve()) for f in files):  # names below a dataset are never quoted
+            raise UsageError(f"{table.name!r} holds a file with ':' in its path, which Spark cannot read: "
+                             "rename it, or use --engine polars")
+        paths = ["file://" + escape_path(str(f.resolve())) for f in files]
+    frame = read_input(session, paths, choice.fmt, csv_delimiter(delimiter))
     # Never a free replay: Spark reads the path again after the driver hashed it (a symlink or a
     # parent directory swapped meanwhile is not seen by the hashed file), and its results depend on
     # a cluster's versions and defaults dpcli cannot see. The same seed over other values would
@@ -71,7 +118,7 @@ def bounding_engine(s: Settings, fmt: str | None, master: str | None, conf: list
     return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag)
 
 
-def _check_spark_path(path: str) -> None:
-    if _GLOB & set(path) or set(":%") & set(str(Path(path).resolve())):
-        raise UsageError("--engine spark takes paths without glob characters, ':' or '%' "
-                         f"(Spark would read other files than the ones fingerprinted), got {path!r}")
+def _check_local_path(path: str) -> None:
+    if ":" in str(Path(path).resolve()):
+        raise UsageError(f"--engine spark cannot read a local path with ':' in it (Hadoop takes it for a URI "
+                         f"scheme), got {path!r}: rename it or use --engine polars")

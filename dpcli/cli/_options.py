@@ -167,6 +167,10 @@ MasterOpt = Annotated[
     str | None, typer.Option("--master", help="--engine spark: local[N], spark://HOST:PORT, yarn or k8s://URL "
                              "(default: local[*]).")
 ]
+RemoteOpt = Annotated[
+    str | None, typer.Option("--remote", help="--engine spark on a Spark Connect server sc://HOST:PORT (pip install "
+                             "'dpcli[spark-connect]'; no Java here; instead of --master).")
+]
 SparkConfOpt = Annotated[
     list[str] | None,
     typer.Option("--spark-conf", help="--engine spark: a resource setting KEY=VALUE, e.g. spark.executor.memory=8g "

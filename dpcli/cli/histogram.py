@@ -20,6 +20,7 @@ from dpcli.cli._options import (
     JsonOpt,
     MasterOpt,
     OutputOpt,
+    RemoteOpt,
     SparkConfOpt,
     UnitOpt,
     bounds,
@@ -102,6 +103,7 @@ def histogram(
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
     master: MasterOpt = None,
+    remote: RemoteOpt = None,
     spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
@@ -115,7 +117,7 @@ def histogram(
     when enough units support them.
     """
     from dpcli import advice, release
-    from dpcli.cli._engine import bounding_engine, check_engine
+    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
@@ -157,11 +159,12 @@ def histogram(
         plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
         ledger.check_payable(led, plan.events)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    spark_format = check_engine(engine, master, spark_conf, input, input_format)
-    if spark_format is not None and query.quantiles:
+    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
+    if spark is not None and query.quantiles:
         raise UsageError("quantiles are computed by --engine polars only for now")
-    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",")
-    bounder = bounding_engine(s, spark_format, master, spark_conf, inputs.table, delimiter or ",")
+    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",",
+                                       table=open_spark_input(s, spark, input))
+    bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
 
     def run(eps: Fraction | None) -> release.Prepared:

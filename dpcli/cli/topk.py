@@ -19,6 +19,7 @@ from dpcli.cli._options import (
     JsonOpt,
     MasterOpt,
     OutputOpt,
+    RemoteOpt,
     SparkConfOpt,
     UnitOpt,
     columns,
@@ -90,6 +91,7 @@ def topk(
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
     master: MasterOpt = None,
+    remote: RemoteOpt = None,
     spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
@@ -102,7 +104,7 @@ def topk(
     the list may end early (⊥) when the remaining groups are too rare.
     """
     from dpcli import advice, release
-    from dpcli.cli._engine import bounding_engine, check_engine
+    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
@@ -148,10 +150,10 @@ def topk(
         plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
         ledger.check_payable(led, plan.reserve)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    spark_format = check_engine(engine, master, spark_conf, input, input_format)
+    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
-                                       delimiter=delimiter or ",")
-    bounder = bounding_engine(s, spark_format, master, spark_conf, inputs.table, delimiter or ",")
+                                       delimiter=delimiter or ",", table=open_spark_input(s, spark, input))
+    bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
     runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
 
     def run(q: tk.TopKQuery, mode: str) -> release.Prepared:

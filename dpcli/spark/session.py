@@ -82,23 +82,70 @@ def parse_settings(conf: Sequence[str]) -> dict[str, str]:
 
 def spark_session(master: str, conf: Sequence[str], state_dir: Path) -> Any:
     """A SparkSession on ``master`` (``local[N]``, ``spark://…``, ``yarn``, ``k8s://…``) with the
-    allowed ``conf`` settings (``key=value`` strings) and then :data:`FORCED_SETTINGS`."""
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        raise UsageError("--engine spark needs pyspark: pip install 'dpcli[spark]'") from None
+    allowed ``conf`` settings (``key=value`` strings) and then :data:`FORCED_SETTINGS`.
+
+    A session already running in this process is reused only if it runs on ``master``
+    (``getOrCreate`` would otherwise hand back another cluster's session without a word).
+    """
+    settings = parse_settings(conf)
+    SparkSession = _pyspark_session("pip install 'dpcli[spark]'")
     home = java_home(state_dir)
     if home is not None:
         os.environ["JAVA_HOME"] = home
     builder = SparkSession.builder.master(master).appName("dpcli")
-    for key, value in {**parse_settings(conf), **FORCED_SETTINGS}.items():
+    for key, value in {**settings, **FORCED_SETTINGS}.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    if session.sparkContext.master != master:
+        raise UsageError(f"a Spark session on {session.sparkContext.master!r} is already running in this process: "
+                         f"stop it before asking for {master!r}")
     # Spark's own log lines, and pyspark's query-context loggers, can quote records (a task's
     # exception); stderr is public: keep them quiet.
     session.sparkContext.setLogLevel("OFF")
+    _quiet_pyspark_loggers()
+    return session
+
+
+def connect_session(remote: str) -> Any:
+    """A Spark Connect session on ``remote`` (``sc://HOST:PORT``): a thin gRPC client, no JVM here.
+
+    The server's own settings (its UI, event logs, resources) are its operator's: the client can
+    set session settings only, and dpcli sets the UTC time zone.
+    """
+    if not remote.startswith("sc://") or len(remote) == len("sc://"):
+        raise UsageError(f"must look like sc://HOST:PORT, got {remote!r}", field="remote")
+    SparkSession = _pyspark_session("pip install 'dpcli[spark-connect]'")
+    try:
+        from pyspark.sql.connect.utils import check_dependencies
+
+        check_dependencies()
+    except ImportError:
+        raise UsageError("--remote needs Spark Connect's client libraries: pip install 'dpcli[spark-connect]'") from None
+    try:
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        session.conf.set("spark.sql.session.timeZone", FORCED_SETTINGS["spark.sql.session.timeZone"])
+    except Exception as exc:  # gRPC's errors name the server, never data
+        raise UsageError(f"cannot reach the Spark Connect server {remote!r} ({type(exc).__name__})",
+                         field="remote") from None
+    _quiet_pyspark_loggers()
+    return session
+
+
+def _pyspark_session(install: str) -> Any:
+    import warnings
+
+    # pyspark warns on import that it does not fully support pandas 3 (pandas comes with the Connect
+    # client); dpcli moves results through Arrow only.
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\.")
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise UsageError(f"--engine spark needs pyspark: {install}") from None
+    return SparkSession
+
+
+def _quiet_pyspark_loggers() -> None:
     from pyspark.logger import PySparkLogger
 
     for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
         PySparkLogger.getLogger(name).disabled = True
-    return session
