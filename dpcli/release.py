@@ -59,6 +59,10 @@ class Engine:
 
     totals: bounding.TotalsEngine
     seed_tag: str = ""
+    #: ``tabulate``'s counts on this engine (:data:`dpcli.tasks.tabulate.CountsEngine`).
+    tabulate_counts: Any = None
+    #: ``stream-replay``'s bounded events on this engine (:data:`dpcli.tasks.stream.events.EventsEngine`).
+    stream_events: Any = None
 
 
 def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any], engine: Engine | None = None) -> ReleaseSeed:

@@ -115,7 +115,11 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     # a cluster's versions and defaults dpcli cannot see. The same seed over other values would
     # publish their exact difference, so every Spark release draws a fresh nonce: new noise, new charge.
     tag = f"spark {pyspark.__version__}; run {secrets.token_hex(16)}"
-    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag)
+    from dpcli.spark.stream import events_engine
+    from dpcli.spark.tabulate import level_counts
+
+    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag, level_counts(frame, session),
+                  events_engine(frame, session))
 
 
 def _check_local_path(path: str) -> None:

@@ -14,12 +14,16 @@ from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
+    EngineOpt,
     EpsilonOpt,
     FormatOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
+    MasterOpt,
     OutputOpt,
+    RemoteOpt,
+    SparkConfOpt,
     UnitOpt,
     bounds,
     columns,
@@ -74,6 +78,10 @@ def stream_replay(
     ] = False,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
+    engine: EngineOpt = "polars",
+    master: MasterOpt = None,
+    remote: RemoteOpt = None,
+    spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -97,6 +105,7 @@ def stream_replay(
     """
     from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
     from dpcli.cli._times import parse_moment
+    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.files import check_path_is_not_protected
     from dpcli.release import release_seed
     from dpcli.state import ledger
@@ -122,15 +131,19 @@ def stream_replay(
     if state is not None:  # the state file is written: never into the state dir, never over an input
         check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
-    table = _open(input, input_format, query, delimiter or ",")
+    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
+    table = _open(input, input_format, query, delimiter or ",", open_spark_input(s, spark, input))
+    bounder = bounding_engine(s, spark, table, delimiter or ",")
+    events = bounder.stream_events if bounder else None
     margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
     if state is not None:
-        _incremental(ctx, analyst, Path(state), moment, query, plan, table, output, fmt, as_json, margins)
+        _incremental(ctx, analyst, Path(state), moment, query, plan, table, output, fmt, as_json, margins, events)
         return
     # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
-    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint})
+    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint},
+                        bounder)
     with working(ctx, f"replaying {table.name}"):
-        release = sr.run_stream(table.frame, query, plan, seed.seed, moment, name=table.name)
+        release = sr.run_stream(table.frame, query, plan, seed.seed, moment, name=table.name, engine=events)
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
             f"triggers run through {release.metadata['through']}")
     charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), margins(release.table), output, fmt,
@@ -165,15 +178,17 @@ def _query(
     )
 
 
-def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter: str) -> InputTable:
-    """The input, its schema checked. CSV columns the query reads are taken as text: their types (and the
-    keys' spelling and order) must not depend on what one record holds; times and values are parsed per
-    record by the task."""
+def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter: str,
+          table: InputTable | None = None) -> InputTable:
+    """The input (``table`` if Spark listed it already), its schema checked. CSV columns the query reads
+    are taken as text: their types (and the keys' spelling and order) must not depend on what one
+    record holds; times and values are parsed per record by the task."""
     from dpcli.files import open_input, require_columns
 
     value = [query.value] if query.value else []
-    table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value),
-                       delimiter=delimiter)
+    if table is None:
+        table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value),
+                           delimiter=delimiter)
     wanted = {query.unit: "key", query.time: "temporal", **{k: "key" for k in query.keys}}
     if query.value:
         wanted[query.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
@@ -184,6 +199,7 @@ def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter
 def _incremental(
     ctx: typer.Context, analyst: str, path: Path, moment: datetime | None, query: sr.StreamQuery, plan: sr.StreamPlan,
     table: InputTable, output: str | None, fmt: str, as_json: bool, margins: Callable[[Any], Any],
+    events: Any = None,
 ) -> None:
     """One cron run against a state file (:func:`dpcli.tasks.stream_replay.state_run`): charge, save, write."""
     from dpcli.cli._release import charge_and_write, write_and_report
@@ -191,7 +207,7 @@ def _incremental(
     from dpcli.tasks import stream_replay as sr
 
     s = settings(ctx)
-    data = sr.StateInput(table.frame, table.fingerprint, table.name)
+    data = sr.StateInput(table.frame, table.fingerprint, table.name, events)
     with sr.state_run(path, query, plan, data, analyst=analyst, state_dir=s.state_dir, lock_timeout=s.lock_timeout,
                       new_seed=lambda material: release_seed(s.state_dir, material, {}), through=moment,
                       busy=lambda: working(ctx, f"feeding {table.name} to {path}")) as run:

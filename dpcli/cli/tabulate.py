@@ -7,7 +7,18 @@ from typing import Annotated, Any
 import typer
 
 from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
-from dpcli.cli._options import DelimiterOpt, FormatOpt, InputFormatOpt, JsonOpt, OutputOpt, probability
+from dpcli.cli._options import (
+    DelimiterOpt,
+    EngineOpt,
+    FormatOpt,
+    InputFormatOpt,
+    JsonOpt,
+    MasterOpt,
+    OutputOpt,
+    RemoteOpt,
+    SparkConfOpt,
+    probability,
+)
 from dpcli.errors import UsageError
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
@@ -30,6 +41,10 @@ def tabulate(
     ] = False,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
+    engine: EngineOpt = "polars",
+    master: MasterOpt = None,
+    remote: RemoteOpt = None,
+    spark_conf: SparkConfOpt = None,
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -40,6 +55,7 @@ def tabulate(
     (MOE targets → ε or ρ) and the total privacy loss under pure DP, RDP and
     zCDP, without reading data or charging.
     """
+    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
     from dpcli.files import open_input
@@ -72,14 +88,18 @@ def tabulate(
     # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
     # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
     # turn into a data-dependent error.
-    table = open_input(input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
-                       delimiter=delimiter or ",")
+    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
+    table = open_spark_input(s, spark, input) or open_input(
+        input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
+        delimiter=delimiter or ",")
     blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
+    bounder = bounding_engine(s, spark, table, delimiter or ",")
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
-    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data)  # margins are post-processing
+    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data, bounder)  # margins: post-processing
     with working(ctx, f"tabulating {table.name}"):
         release = tab.run_tabulate(table.frame, spec, KeyedStream(seed.seed, "tabulate"), with_error,
-                                   blocks=blocks.frame, name=table.name)
+                                   blocks=blocks.frame, name=table.name,
+                                   engine=bounder.tabulate_counts if bounder else None)
     # The summary holds public values (spec, levels, groups enumerated from the public block list,
     # noise scales) and functions of the noisy output (branches, rows): no count of records.
     metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}

@@ -24,14 +24,25 @@ from dpcli.bounding.keyed_order import SCHEME
 from dpcli.errors import DataError, UsageError
 
 _DEC = "decimal(38,0)"
+_NULL_SENTINEL = "\u0000dpcli: no field is this\u0000"
 
 
 def read_input(spark: Any, paths: str | list[str], fmt: str, delimiter: str = ",") -> Any:
     """The input (one file, or a dataset's files) as a Spark DataFrame: CSV with a header and every
-    column as text (as polars reads the columns a query names), or Parquet with its declared types."""
+    column as text (as polars reads the columns a query names), or Parquet with its declared types.
+
+    CSV is read as RFC 4180 (and polars) has it: a quote inside a quoted field is doubled, and a
+    quoted field may hold line breaks (``multiLine``: one task per file, the price of not
+    splitting a record in two, which could credit one person's text to another unit); fields keep
+    their white space, and an unquoted empty field is null while a quoted one is empty text (Spark
+    reads both as null when its ``nullValue`` is empty, so that is set to :data:`_NULL_SENTINEL`,
+    a text no real field holds, and Univocity then gives an unquoted empty field as null).
+    """
     paths = [paths] if isinstance(paths, str) else paths
     if fmt == "csv":
         return (spark.read.option("header", True).option("sep", delimiter).option("inferSchema", False)
+                .option("quote", '"').option("escape", '"').option("multiLine", True)
+                .option("nullValue", _NULL_SENTINEL)
                 .option("mode", "PERMISSIVE").option("encoding", "UTF-8").csv(paths))
     if fmt == "parquet":
         return spark.read.parquet(*paths)

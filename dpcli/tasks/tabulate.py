@@ -8,6 +8,7 @@ The algorithm, its calibration from margins of error and its accounting are in `
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -199,17 +200,7 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
     """
     c = spec.columns
     schema = frame.collect_schema()
-    for key, col in c.items():
-        if col not in schema:
-            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}")
-    for key in ("ethnicity", "age"):
-        dtype = schema[c[key]]
-        if not (dtype.is_integer() or dtype == pl.String):
-            raise DataError(f"column {c[key]!r} ({key}) must hold integer codes (integers or text), but is {dtype}")
-    for key in ("block", "sex"):
-        if schema[c[key]].is_nested():
-            raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {schema[c[key]]}")
-    race_type = schema[c["race"]]
+    race_type = check_columns(schema, spec, name)
     race = pl.col(c["race"])
     if race_type == pl.String:
         # ';'-separated codes; an NDJSON list of codes is read as its JSON text ("[1000, 2000]", see
@@ -221,13 +212,9 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
         inner: pl.DataType = pl.String()
     elif isinstance(race_type, pl.List):
         inner = race_type.inner
-    elif race_type.is_integer():
+    else:
         race = pl.concat_list(race)
         inner = race_type
-    else:
-        raise DataError(f"column {c['race']!r} (race) must hold ';'-separated codes, integers or lists, but is {race_type}")
-    if not (inner.is_integer() or inner == pl.String):
-        raise DataError(f"column {c['race']!r} (race) must hold integer codes, but is {race_type}")
     return frame.select(
         pl.col(c["block"]).cast(pl.String).alias("__block"),
         race.list.eval(_codes(pl.element(), inner)).alias("__race"),
@@ -235,6 +222,34 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
         pl.col(c["sex"]).cast(pl.String).alias("__sex"),
         _codes(pl.col(c["age"]), schema[c["age"]]).alias("__age"),
     )
+
+
+def check_columns(schema: pl.Schema, spec: Spec, name: str) -> pl.DataType:
+    """Check the spec's columns against the input's schema (the same for every dataset of that
+    schema: missing columns and unusable types are errors); returns the race column's type."""
+    c = spec.columns
+    for key, col in c.items():
+        if col not in schema:
+            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}")
+    for key in ("ethnicity", "age"):
+        dtype = schema[c[key]]
+        if not (dtype.is_integer() or dtype == pl.String):
+            raise DataError(f"column {c[key]!r} ({key}) must hold integer codes (integers or text), but is {dtype}")
+    for key in ("block", "sex"):
+        if schema[c[key]].is_nested():
+            raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {schema[c[key]]}")
+    race_type = schema[c["race"]]
+    if race_type == pl.String:
+        inner: pl.DataType = pl.String()
+    elif isinstance(race_type, pl.List):
+        inner = race_type.inner
+    elif race_type.is_integer():
+        inner = race_type
+    else:
+        raise DataError(f"column {c['race']!r} (race) must hold ';'-separated codes, integers or lists, but is {race_type}")
+    if not (inner.is_integer() or inner == pl.String):
+        raise DataError(f"column {c['race']!r} (race) must hold integer codes, but is {race_type}")
+    return race_type
 
 
 def _usable(spec: Spec) -> pl.Expr:
@@ -313,14 +328,48 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
     return inner + [f"{edges[-1]}+"]
 
 
+#: A level → its bounded counts: one row per (``geo_id``, ``iteration``, ``__sex``, ``__a0``, ``__a1``,
+#: ``__a2``) with persons, ``n`` (Int64) of them. See :data:`CountsEngine`.
+LevelCounts = Callable[[Level], pl.DataFrame]
+#: (spec, the public block list) → :data:`LevelCounts`, on some engine (polars here, or Spark:
+#: :func:`dpcli.spark.tabulate.level_counts`); everything after the counts runs on the driver.
+CountsEngine = Callable[[Spec, pl.DataFrame], LevelCounts]
+
+#: The columns and types of a level's counts, on every engine.
+COUNT_SCHEMA = {"geo_id": pl.String, "iteration": pl.String, "__sex": pl.String, "__a0": pl.Int64,
+                "__a1": pl.Int64, "__a2": pl.Int64, "n": pl.Int64}
+
+
 def run_tabulate(
     frame: pl.LazyFrame, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks: pl.LazyFrame,
-    name: str = "the input",
+    name: str = "the input", engine: CountsEngine | None = None,
 ) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
 
-    ``blocks``: the public block list, as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`."""
+    ``blocks``: the public block list, as opened (and fingerprinted) by :func:`dpcli.release.open_block_list`.
+    ``engine`` counts on another engine than polars (``frame`` then only gives the schema to check)."""
     blocks_df = read_blocks(spec, blocks)
+    if engine is None:
+        counts_of = level_counts(frame, spec, blocks_df, name)
+    else:
+        check_columns(frame.collect_schema(), spec, name)
+        counts_of = engine(spec, blocks_df)
+    budgets = {b.level.index: b for b in level_budgets(spec, spec.noise)}
+    parts: list[pl.DataFrame] = []
+    meta_levels = []
+    for level in spec.levels:
+        counts = counts_of(level).select([pl.col(c).cast(d) for c, d in COUNT_SCHEMA.items()])
+        part, info = _tabulate_level(counts, blocks_df, spec, level, budgets[level.index],
+                                     stream.child(f"level-{level.index}"), with_error)
+        parts.append(part)
+        meta_levels.append(info)
+    out = pl.concat(parts, how="vertical")
+    return TabulateRelease(out, {"levels": meta_levels, "rows": out.height})
+
+
+def level_counts(frame: pl.LazyFrame, spec: Spec, blocks_df: pl.DataFrame, name: str) -> LevelCounts:
+    """The polars :data:`LevelCounts`: records parsed, filtered, joined with the blocks and matched
+    to iterations once; each level then caps memberships at its stability and counts."""
     persons = _prepare(frame, spec, name).filter(_usable(spec))
     # An inner join with the public block list drops records whose block is not on it (and adds
     # the area columns non-nested geography levels use); block ids are unique there, so no record
@@ -343,39 +392,32 @@ def run_tabulate(
         ],
     ).drop("__race", "__eth")
     persons_lf = collect(persons_lf, "matching characteristic iterations").lazy()
-    budgets = {b.level.index: b for b in level_budgets(spec, spec.noise)}
-    parts: list[pl.DataFrame] = []
-    meta_levels = []
-    for level in spec.levels:
-        part, info = _tabulate_level(persons_lf, blocks_df, spec, level, budgets[level.index],
-                                     stream.child(f"level-{level.index}"), with_error)
-        parts.append(part)
-        meta_levels.append(info)
-    out = pl.concat(parts, how="vertical")
-    return TabulateRelease(out, {"levels": meta_levels, "rows": out.height})
+
+    def counts(level: Level) -> pl.DataFrame:
+        lf = persons_lf.with_columns(pl.col(f"__its_{level.iterations}").alias("__its"),
+                                     _geo_expr(spec, level).alias("geo_id"))
+        # Stability, enforced: each record keeps its first s iterations of this level (in code order:
+        # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
+        # is exactly what the level's per-group budget ρ_i/s is calibrated for. Nothing counts the truncated.
+        bounded = bounding.cap_memberships(lf, "__its", level.stability)
+        assert bounded.stability.max_groups == level.stability and bounded.stability.linf("count") == 1
+        rows = bounded.frame.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
+        return collect(
+            rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
+            "counting population groups",
+        ).rename({"__its": "iteration"})
+
+    return counts
 
 
 # An algorithm kernel, kept whole (about 90 lines): SafeTab's step 1 (noisy totals) and step 2
 # (the Sex × Age cells each total allows) for one level, with their noise drawn from the keyed
 # stream in one visible order (reordering the draws would change every release).
 def _tabulate_level(
-    persons: pl.LazyFrame, blocks: pl.DataFrame, spec: Spec, level: Level, budget: LevelBudget,
+    counts: pl.DataFrame, blocks: pl.DataFrame, spec: Spec, level: Level, budget: LevelBudget,
     stream: KeyedStream, with_error: bool,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
     its = spec.iterations[level.iterations]
-    geo = _geo_expr(spec, level)
-    lf = persons.with_columns(pl.col(f"__its_{level.iterations}").alias("__its"), geo.alias("geo_id"))
-    # Stability, enforced: each record keeps its first s iterations of this level (in code order:
-    # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
-    # is exactly what `budget.per_group` = ρ_i/s is calibrated for. Nothing counts the truncated.
-    bounded = bounding.cap_memberships(lf, "__its", level.stability)
-    assert bounded.stability.max_groups == budget.level.stability and bounded.stability.linf("count") == 1
-    lf = bounded.frame
-    rows = lf.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
-    counts = collect(
-        rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
-        "counting population groups",
-    ).rename({"__its": "iteration"})
     groups = _entities(blocks, spec, level).join(
         pl.DataFrame({"iteration": [it.code for it in its], "__total_only": [it.total_only for it in its]}),
         how="cross",

@@ -18,7 +18,7 @@ Dropped records are never counted or reported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
@@ -115,8 +115,19 @@ def bounded_events(frame: pl.LazyFrame, q: StreamQuery, *, through: int | None =
     ), capped.stability)
 
 
+#: (query, through, after, used, the unit column's type) → the events :func:`prepare_events` gives,
+#: computed on another engine (:func:`dpcli.spark.stream.events_engine`).
+EventsEngine = Callable[[StreamQuery, "int | None", "int | None", "Mapping[Any, int] | None", pl.DataType],
+                        pl.DataFrame]
+
+
 def prepare_events(frame: pl.LazyFrame, q: StreamQuery, through: int | None = None, *, after: int | None = None,
-                   used: Mapping[Any, int] | None = None, name: str = "the input") -> pl.DataFrame:
-    """:func:`bounded_events`, collected: the events in time order."""
+                   used: Mapping[Any, int] | None = None, name: str = "the input",
+                   engine: EventsEngine | None = None) -> pl.DataFrame:
+    """:func:`bounded_events`, collected: the events in time order (on ``engine`` if given; ``frame``
+    then gives the schema only)."""
+    if engine is not None:
+        _records(frame, q, name)  # the schema checks, as for polars
+        return engine(q, through, after, used, frame.collect_schema()[q.unit])
     return collect(bounded_events(frame, q, through=through, after=after, used=used, name=name).frame,
                    f"cannot read {name}")

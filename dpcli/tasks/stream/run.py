@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from dpcli.tasks.stream.algorithm import StreamState
-from dpcli.tasks.stream.events import prepare_events
+from dpcli.tasks.stream.events import EventsEngine, prepare_events
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
 
@@ -29,24 +29,25 @@ def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[
 
 
 def run_stream(frame: pl.LazyFrame, q: StreamQuery, plan: StreamPlan, seed: bytes,
-               through: datetime | None = None, *, name: str = "the input") -> StreamRelease:
+               through: datetime | None = None, *, name: str = "the input",
+               engine: EventsEngine | None = None) -> StreamRelease:
     """Replay the whole input: every trigger ending at or before ``through`` (default: now); long-format releases.
 
     Events whose trigger ends after ``through`` are dropped (before the
     per-unit cap), so the rows are exactly those a replay with a later
     ``through`` gives up to this time: same seed, same noise, a prefix.
-    ``name`` names the input in error messages.
+    ``name`` names the input in error messages; ``engine`` bounds the events on another engine.
     """
     state = StreamState(q, plan, seed, track_units=False)
     g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
-    events = prepare_events(frame, q, g, name=name)
+    events = prepare_events(frame, q, g, name=name, engine=engine)
     rows = state.advance(events, g)
     result = state.release_table(rows, dict(frame.collect_schema()))
     return StreamRelease(result, _metadata(result, plan, state.time_of(g)))
 
 
 def advance_stream(frame: pl.LazyFrame, state: StreamState, through: datetime | None = None, *,
-                   name: str = "the input") -> StreamRelease:
+                   name: str = "the input", engine: EventsEngine | None = None) -> StreamRelease:
     """Feed the next micro-batch(es) to a persisted stream (``--state``) and run their triggers.
 
     Runs every trigger after the state's watermark that ends at or before
@@ -57,7 +58,7 @@ def advance_stream(frame: pl.LazyFrame, state: StreamState, through: datetime | 
     """
     g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
     state.check_through(g)
-    events = prepare_events(frame, state.q, g, after=state.watermark, used=state.used, name=name)
+    events = prepare_events(frame, state.q, g, after=state.watermark, used=state.used, name=name, engine=engine)
     rows = state.advance(events, g)
     result = state.release_table(rows, dict(frame.collect_schema()))
     return StreamRelease(result, _metadata(result, state.plan, state.time_of(g)))

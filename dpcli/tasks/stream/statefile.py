@@ -29,6 +29,7 @@ from dpcli.state import documents, ledger
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream.events import EventsEngine
 from dpcli.tasks.stream.run import advance_stream
 from dpcli.tasks.stream.state import STATE_KIND, check_state_body, key_schema_of, load_state, new_state_body, state_body
 
@@ -42,11 +43,13 @@ class Seed(Protocol):
 
 @dataclass(frozen=True)
 class StateInput:
-    """The input a run feeds to the stream: its frame, its content fingerprint and its name (for messages)."""
+    """The input a run feeds to the stream: its frame, its content fingerprint, its name (for messages)
+    and the engine that bounds its events (None: polars)."""
 
     frame: pl.LazyFrame
     fingerprint: str
     name: str
+    engine: EventsEngine | None = None
 
 
 @dataclass
@@ -126,7 +129,7 @@ def state_run(
             return
         stream = load_state(body, q, plan)
         with busy():
-            release = advance_stream(data.frame, stream, moment, name=data.name)
+            release = advance_stream(data.frame, stream, moment, name=data.name, engine=data.engine)
         create = None
         if body["step"] == 0:
             create = ledger.Reservation(
