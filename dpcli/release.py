@@ -59,6 +59,8 @@ class Engine:
 
     totals: bounding.TotalsEngine
     seed_tag: str = ""
+    #: ``histogram``'s quantile bins on this engine ((spec, salt, bins) → ``__bin``/``__n`` per group).
+    quantile_counts: Any = None
     #: ``tabulate``'s counts on this engine (:data:`dpcli.tasks.tabulate.CountsEngine`).
     tabulate_counts: Any = None
     #: ``stream-replay``'s bounded events on this engine (:data:`dpcli.tasks.stream.events.EventsEngine`).
@@ -171,7 +173,8 @@ def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs
                             engine)
         result = hist.run_histogram(inputs.table.frame, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups,
                                     name=inputs.table.name, rows=cheap_row_count(inputs.table),
-                                    engine=engine.totals if engine else None)
+                                    engine=engine.totals if engine else None,
+                                    quantile_engine=engine.quantile_counts if engine else None)
         metadata = {
             "command": "histogram",
             "groups": result.groups_released,

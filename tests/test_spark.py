@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 import shutil
 from fractions import Fraction
 from pathlib import Path
@@ -85,6 +86,16 @@ def _init(state: Path) -> None:
                                "--epsilon", "50", "--delta", "1e-5"]).exit_code == 0
 
 
+def with_polars_seed(monkeypatch) -> None:
+    """From now on a Spark release takes polars' seed (no engine tag, no nonce): then its bytes must
+    be polars' bytes. The CLI never does this (a Spark release is never a free replay)."""
+    from dpcli.cli import _engine
+
+    original = _engine.bounding_engine
+    monkeypatch.setattr(_engine, "bounding_engine",
+                        lambda *a, **kw: None if (e := original(*a, **kw)) is None else replace(e, seed_tag=""))
+
+
 QUERIES = [
     ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,count-units,sum,mean,variance",
      "--value", "duration_s", "--bounds", "0:600", "--max-contributions", "3", "--max-partitions", "2",
@@ -93,6 +104,9 @@ QUERIES = [
      "--max-partitions", "8", "--epsilon", "0.5"],
     ["histogram", PVC, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--max-groups", "30",
      "--max-partitions", "3", "--epsilon", "0.5", "--delta", "1e-8"],
+    ["histogram", PVC, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,median,p90", "--value",
+     "duration_s", "--bounds", "0:600", "--max-contributions", "4", "--max-partitions", "2", "--epsilon", "1",
+     "--delta", "1e-8"],
     ["topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--epsilon-per", "0.1", "--delta", "1e-8"],
     ["topk", PVC, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--count", "rows", "--max-contributions", "3",
      "--keys", PAGES, "--epsilon-per", "0.2"],
@@ -103,19 +117,11 @@ QUERIES = [
 def test_with_polars_seed_spark_releases_the_same_bytes(spark, tmp_path, monkeypatch, args):
     """Same key, same query, same data, and the seed forced equal: Spark's release is polars' release
     byte for byte (every aggregation, known and discovered groups, UnkLap, topk on both domains)."""
-    from dpcli import release
-    from dpcli.cli import _engine
 
     state = tmp_path / "state"
     _init(state)
     first = runner.invoke(app, ["--state-dir", str(state), *args])
-    original = _engine.bounding_engine
-
-    def tagless(*a, **kw):
-        engine = original(*a, **kw)
-        return release.Engine(engine.totals, "")  # polars' seed (the CLI never does this: see below)
-
-    monkeypatch.setattr(_engine, "bounding_engine", tagless)
+    with_polars_seed(monkeypatch)
     again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
     assert first.exit_code == again.exit_code == 0, again.stderr
     assert again.stdout == first.stdout and first.stdout.count("\n") > 1
@@ -278,8 +284,6 @@ def test_a_uri_is_listed_by_spark_and_read_file_by_file(spark, tmp_path):
     (["histogram", "-", "--by", "g", "--privacy-unit", "u", "--epsilon", "1", "--keys", PAGES, *SPARK], "standard input"),
     (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--master",
       "local[2]"], "--master, --remote and --spark-conf need --engine spark"),
-    (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES, "--agg",
-      "median", "--value", "duration_s", "--bounds", "0:600", *SPARK], "quantiles"),
     (["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--keys", PAGES,
       "--engine", "dask"], "--engine must be polars or spark"),
 ])
@@ -295,8 +299,6 @@ def test_a_dataset_directory_on_spark_bounds_like_polars_and_is_never_replayed(s
     """`dpcli histogram big/ --engine spark …`: a directory of Parquet files (hidden and _ files
     skipped, no partition columns), the same totals as polars, and a fresh charge on every run
     (a manifest does not prove the content, so nothing over a dataset is a free replay)."""
-    from dpcli import release
-    from dpcli.cli import _engine
     from dpcli.spark.bounding import bounded_totals, read_input
 
     big = tmp_path / "big"
@@ -324,13 +326,7 @@ def test_a_dataset_directory_on_spark_bounds_like_polars_and_is_never_replayed(s
 
     # With the run's nonce and the engine's tag both held fixed, Spark's bytes are polars' bytes.
     monkeypatch.setattr("secrets.token_hex", lambda n=32: "0" * (2 * n))
-    original = _engine.bounding_engine
-
-    def tagless(*a, **kw):
-        engine = original(*a, **kw)
-        return None if engine is None else release.Engine(engine.totals, "")
-
-    monkeypatch.setattr(_engine, "bounding_engine", tagless)
+    with_polars_seed(monkeypatch)
     polars_run = runner.invoke(app, ["--state-dir", str(state), *args])
     spark_run = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
     assert polars_run.exit_code == spark_run.exit_code == 0, (polars_run.stderr, spark_run.stderr)
@@ -391,8 +387,6 @@ def test_spark_tabulate_counts_equal_polars(spark, tmp_path):
 
 
 def test_spark_tabulate_releases_polars_bytes_with_the_seed_forced_equal(spark, tmp_path, monkeypatch):
-    from dpcli import release
-    from dpcli.cli import _engine
 
     state = tmp_path / "state"
     assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "pure",
@@ -402,13 +396,7 @@ def test_spark_tabulate_releases_polars_bytes_with_the_seed_forced_equal(spark, 
     charged = runner.invoke(app, [*args, *SPARK, "--json"])
     assert first.exit_code == charged.exit_code == 0, charged.stderr
     assert json.loads(charged.stdout)["summary"]["charged"]  # a Spark run is never a free replay
-    original = _engine.bounding_engine
-
-    def tagless(*a, **kw):
-        engine = original(*a, **kw)
-        return None if engine is None else release.Engine(engine.totals, "", engine.tabulate_counts)
-
-    monkeypatch.setattr(_engine, "bounding_engine", tagless)
+    with_polars_seed(monkeypatch)
     again = runner.invoke(app, [*args, *SPARK])
     assert again.exit_code == 0, again.stderr
     assert again.stdout == first.stdout and first.stdout.count("\n") > 1000
@@ -489,8 +477,6 @@ def test_spark_stream_events_equal_polars(spark, tmp_path, summed):
 def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path, monkeypatch):
     """stream-replay on Spark: a replay is charged afresh; with the seed forced equal its bytes are
     polars'; a --state stream fed by polars and then by Spark gives the rows a polars-only stream gives."""
-    from dpcli import release
-    from dpcli.cli import _engine
 
     state = tmp_path / "state"
     _init(state)
@@ -499,14 +485,7 @@ def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path
     charged = runner.invoke(app, [*replay, *SPARK, "--json"])
     assert first.exit_code == charged.exit_code == 0, charged.stderr
     assert json.loads(charged.stdout)["summary"]["charged"]
-    original = _engine.bounding_engine
-
-    def tagless(*a, **kw):
-        engine = original(*a, **kw)
-        return None if engine is None else release.Engine(engine.totals, "", engine.tabulate_counts,
-                                                          engine.stream_events)
-
-    monkeypatch.setattr(_engine, "bounding_engine", tagless)
+    with_polars_seed(monkeypatch)
     again = runner.invoke(app, [*replay, *SPARK])
     assert again.exit_code == 0, again.stderr
     assert again.stdout == first.stdout and first.stdout.count("\n") > 100

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 import queue
 import re
 import signal
@@ -27,7 +28,7 @@ from typer.testing import CliRunner
 
 pyspark = pytest.importorskip("pyspark")
 
-from dpcli import bounding, release  # noqa: E402
+from dpcli import bounding  # noqa: E402
 from dpcli.cli import _engine  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.files import open_input  # noqa: E402
@@ -157,7 +158,7 @@ def test_a_standalone_cluster_releases_polars_bytes(standalone_master, tmp_path,
         first = runner.invoke(app, ["--state-dir", str(state), *QUERY])
         original = _engine.bounding_engine
         monkeypatch.setattr(_engine, "bounding_engine",
-                            lambda *a, **kw: release.Engine(original(*a, **kw).totals, ""))  # polars' seed
+                            lambda *a, **kw: replace(original(*a, **kw), seed_tag=""))  # polars' seed
         again = runner.invoke(app, ["--state-dir", str(state), *QUERY, *cluster])
         assert first.exit_code == again.exit_code == 0, again.stderr
         assert again.stdout == first.stdout and first.stdout.count("\n") > 1

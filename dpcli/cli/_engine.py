@@ -95,7 +95,7 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
 
     from dpcli.files import csv_delimiter
     from dpcli.release import Engine
-    from dpcli.spark.bounding import bounded_totals, read_input
+    from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
     from dpcli.spark.inputs import escape_path
 
     session = spark_session(s, choice)
@@ -118,8 +118,9 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     from dpcli.spark.stream import events_engine
     from dpcli.spark.tabulate import level_counts
 
-    return Engine(lambda spec, salt: bounded_totals(frame, spec, salt), tag, level_counts(frame, session),
-                  events_engine(frame, session))
+    return Engine(totals=lambda spec, salt: bounded_totals(frame, spec, salt), seed_tag=tag,
+                  quantile_counts=lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins),
+                  tabulate_counts=level_counts(frame, session), stream_events=events_engine(frame, session))
 
 
 def _check_local_path(path: str) -> None:

@@ -160,8 +160,6 @@ def histogram(
         ledger.check_payable(led, plan.events)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    if spark is not None and query.quantiles:
-        raise UsageError("quantiles are computed by --engine polars only for now")
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",",
                                        table=open_spark_input(s, spark, input))
     bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")

@@ -106,8 +106,9 @@ def _keep_first(sdf: Any, over: list[str], key: Any, cap: int) -> Any:
     return sdf.withColumn("__dp_rank", rank).filter(F.col("__dp_rank") <= cap).drop("__dp_rank")
 
 
-def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataFrame:
-    """:func:`dpcli.bounding.bounded_totals` of a Spark DataFrame: the same table, computed on Spark."""
+def _bounded(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> tuple[Any, Any, list[Any]]:
+    """The bounded rows (grid values, at most C per (unit, group)) and the per-(unit, group) partials
+    after the group cap, as :func:`dpcli.bounding.bounded_rows` and :func:`~dpcli.bounding.bound_contributions`."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
@@ -138,6 +139,14 @@ def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataF
     partial = partial.withColumn(bounding.N_ROWS, F.least(F.col(bounding.N_ROWS), F.lit(spec.max_contributions)))
     if spec.max_partitions is not None:
         partial = _keep_first(partial, [spec.unit], order_key(partial, keys, salt, "groups"), spec.max_partitions)
+    return rows, partial, keys
+
+
+def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataFrame:
+    """:func:`dpcli.bounding.bounded_totals` of a Spark DataFrame: the same table, computed on Spark."""
+    from pyspark.sql import functions as F
+
+    _, partial, _ = _bounded(sdf, spec, salt)
     totals = [F.count(F.lit(1)).cast("long").alias("units"), F.sum(bounding.N_ROWS).cast("long").alias("rows")]
     if spec.value is not None:
         totals += [F.sum(bounding.C_SUM).cast(_DEC).alias("csum"), F.sum(bounding.C_SUMSQ).cast(_DEC).alias("csumsq")]
@@ -147,3 +156,24 @@ def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataF
     if spec.value is not None:
         casts += [pl.col("csum").cast(pl.Int128), pl.col("csumsq").cast(pl.Int128)]
     return table.with_columns(casts).sort(list(spec.by), nulls_last=True)
+
+
+def quantile_counts(sdf: Any, spec: bounding.BoundingSpec, salt: int, bins: int) -> pl.DataFrame:
+    """Per group, the bounded rows of the kept (unit, group) pairs in each of ``bins`` equal bins of the
+    value grid (columns: the group columns, ``__bin``, ``__n``), as the histogram's polars quantile pass."""
+    from pyspark.sql import functions as F
+
+    assert spec.grid is not None
+    g = spec.grid
+    rows, partial, keys = _bounded(sdf, spec, salt)
+    width = max(g.hi_units - g.lo_units, 1)
+    # (units − lo)·B is a non-negative integer below 2^53: the float division of x − (x mod w) is exact.
+    x = (F.col(bounding.GRID) + F.lit(g.mid_units - g.lo_units)) * F.lit(bins)
+    b = ((x - F.pmod(x, F.lit(width))) / F.lit(width)).cast("long")
+    kept = partial.select(*[F.col(k).alias(f"__kept{i}") for i, k in enumerate(keys)])  # no self-join ambiguity
+    on = [F.col(k).eqNullSafe(F.col(f"__kept{i}")) for i, k in enumerate(keys)]
+    binned = (rows.join(kept, on=on, how="left_semi")
+              .select(*spec.by, F.least(F.greatest(b, F.lit(0)), F.lit(bins - 1)).alias("__bin")))
+    table = pl.from_arrow(binned.groupBy(*spec.by, "__bin").agg(F.count(F.lit(1)).cast("long").alias("__n")).toArrow())
+    assert isinstance(table, pl.DataFrame)
+    return table.with_columns(pl.col("__bin").cast(pl.Int64), pl.col("__n").cast(pl.Int64))

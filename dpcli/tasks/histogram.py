@@ -9,6 +9,7 @@ and the calibration are in ``docs/histogram.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -392,12 +393,14 @@ def run_histogram(
     name: str = "the input",
     rows: int | None = None,
     engine: bounding.TotalsEngine | None = None,
+    quantile_engine: Callable[[bounding.BoundingSpec, int, int], pl.DataFrame] | None = None,
 ) -> HistogramRelease:
     """Bound, aggregate, select and noise one histogram (the plan must come from the same query).
 
     ``frame`` is the input's lazy frame, ``name`` names it in error messages, and ``rows`` is its row
     count when known without a pass over the data (a large Parquet input is bounded in unit buckets).
-    ``engine`` bounds on another engine (Spark) instead of polars; quantiles need polars.
+    ``engine`` bounds on another engine (Spark) instead of polars, and ``quantile_engine`` counts the
+    quantile bins there ((spec, salt, bins) → the group columns, ``__bin``, ``__n``).
     """
     grid = q.grid
     spec = q.bounding_spec()
@@ -410,8 +413,9 @@ def run_histogram(
 
     if engine is not None:
         if q.quantiles:
-            raise UsageError("are computed by polars only for now (drop them, or use the polars engine)",
-                             field="agg")
+            if quantile_engine is None:
+                raise UsageError("are computed by polars only on this engine", field="agg")
+            bins.append(quantile_engine(spec, salt, QUANTILE_BINS))
         totals = engine(spec, salt)
     else:
         totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
