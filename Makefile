@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-spark audit man install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test test-spark audit man docs-images install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ audit: $(STAMP)
 
 man: $(STAMP)
 	$(BIN)/python scripts/gen_man.py man
+
+# The pictures in docs/images (README, docs/plot.md), from sample_data: look at them before committing.
+docs-images: $(STAMP)
+	$(BIN)/python scripts/docs_images.py
 
 # `dpcli` on your PATH: pipx if you have it (its own venv), else pip's user install (~/.local/bin).
 install:

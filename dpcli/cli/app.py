@@ -12,6 +12,7 @@ import typer
 from dpcli import __version__
 from dpcli.cli import budget as budget_cli
 from dpcli.cli import histogram as histogram_cli
+from dpcli.cli import plot as plot_cli
 from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
@@ -34,6 +35,7 @@ app.command("topk")(topk_cli.topk)
 app.command("histogram")(histogram_cli.histogram)
 app.command("tabulate")(tabulate_cli.tabulate)
 app.command("stream-replay")(stream_replay_cli.stream_replay)
+app.command("plot")(plot_cli.plot)
 app.add_typer(budget_cli.app, name="budget")
 
 

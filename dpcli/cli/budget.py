@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from fractions import Fraction
 from typing import Annotated, Any
 
@@ -100,10 +101,36 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
 
 @app.command("show")
 @handles_errors
-def show(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
+def show(
+    ctx: typer.Context,
+    analyst: AnalystArg = None,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Draw the spending over time to FILE.png or FILE.svg (needs "
+                                 "'dpcli[plot]'); '-' draws it as text.")
+    ] = None,
+) -> None:
     """Spent and remaining budget, and the overall (ε, δ) guarantee so far."""
+    if plot not in (None, "-"):
+        from dpcli.plot.figure import check_target
+
+        check_target(plot)
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
     data = _show_json(led)
+    if plot is not None:
+        from dpcli.plot.budget_view import timeline
+
+        tl = timeline(led, data["schedules"])
+        if plot == "-":
+            from dpcli.cli.plot import terminal_width
+            from dpcli.plot.terminal import budget_text
+
+            typer.echo(budget_text(tl, terminal_width(None)))
+            return
+        from dpcli.plot.figure import budget_figure, save
+
+        save(budget_figure(tl), plot)
+        return
     if as_json:
         emit_json(data)
         return
@@ -124,6 +151,12 @@ def show(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = Fals
             f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s){epochs}, "
             f"ε spent {sc['epsilon_spent']} of {sc['epsilon_reserved']} reserved"
         )
+    if sys.stdout.isatty():  # on a terminal, the spending as a chart too (--plot - draws it anywhere)
+        from dpcli.cli.plot import terminal_width
+        from dpcli.plot.budget_view import timeline
+        from dpcli.plot.terminal import budget_text
+
+        lines += ["", budget_text(timeline(led, data["schedules"]), terminal_width(None))]
     typer.echo("\n".join(lines))
 
 

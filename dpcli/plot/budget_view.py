@@ -1,0 +1,62 @@
+"""A ledger's spending over time: the running total of each limited quantity, entry by entry.
+
+The quantities are the ledger mode's own (ε and δ; ρ; BR units and calls; the RDP ledger's ε at
+its δ), composed exactly as the ledger composes them; the total starts again at each refresh
+period. Schedules' reservations are entries too (a schedule reserves its whole budget at once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dpcli.core.events import PrivacyEvent
+from dpcli.state import ledger
+
+
+@dataclass(frozen=True)
+class BudgetTimeline:
+    """Per quantity: the entry times and the running spend after each; the limits; period starts."""
+
+    analyst: str
+    mode: str
+    times: list[datetime]
+    spent: dict[str, list[float]]
+    limits: dict[str, float]
+    periods: list[datetime]
+    reserved: float  # ε reserved by schedules in the current period (0 if none)
+
+
+def timeline(led: ledger.Ledger, schedules: list[dict[str, Any]] | None = None) -> BudgetTimeline:
+    """The running spend of every entry of ``led`` (a new total at each refresh period)."""
+    acct = led.accountant
+    times: list[datetime] = []
+    spent: dict[str, list[float]] = {}
+    periods: list[datetime] = []
+    total = None
+    period = None
+    for entry in led.entries:
+        if entry.get("period", 0) != period:
+            period = entry.get("period", 0)
+            total = None
+            periods.append(datetime.fromisoformat(entry["time"]))
+        total = acct.spend([PrivacyEvent.from_json(ev) for ev in entry["events"]], total)
+        times.append(datetime.fromisoformat(entry["time"]))
+        if led.limits.mode == "rdp":
+            values = {"epsilon": acct.guarantee(total, led.report_delta)[0]}
+        else:
+            values = {k: _number(v) for k, v in acct.spent_json(total).items()}
+        for key, value in values.items():
+            spent.setdefault(key, []).append(value)
+    limits = {k: _number(v) for k, v in led.limits.to_json().items() if k != "mode" and k in spent}
+    reserved = sum(_number(s["epsilon_reserved"]) for s in schedules or [] if s.get("epsilon_reserved") is not None)
+    return BudgetTimeline(led.analyst, led.limits.mode, times, spent, limits, periods[1:], reserved)
+
+
+def _number(text: Any) -> float:
+    """An exact ledger figure (``"37/30"``, ``"0.5"``, a number) as a float."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    num, slash, den = str(text).partition("/")
+    return float(num) / float(den) if slash else float(num)

@@ -1,0 +1,216 @@
+"""A release file, recognised: which command wrote it, its group labels, values and margins.
+
+dpcli's releases have fixed shapes (the column names are part of the interface):
+
+* ``tabulate``: ``level, geo_id, iteration, sex, age, count`` (+ ``moe95``);
+* ``stream-replay``: ``window_start, trigger, trigger_time``, the keys, ``count`` and
+  ``sum_<value>`` (+ ``*_moe95``);
+* ``topk``: ``rank``, the keys, ``count`` (+ ``count_moe95``);
+* ``histogram``: the keys, then ``count``, ``count_units``, ``sum_x``, ``mean_x``, ``variance_x``,
+  ``median_x``, ``pNN_x`` (+ ``*_moe95``).
+
+A summary saved from ``--json`` (``--summary``) adds what the file lacks: ε, δ (or ρ) and the
+selection threshold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import polars as pl
+
+from dpcli.errors import DataError, InputMissingError, UsageError
+
+Kind = Literal["histogram", "topk", "stream-replay", "tabulate"]
+_AGGREGATE = re.compile(r"\A(count|count_units|(sum|mean|variance|median|p\d{1,2})_.+)\Z")
+_STREAM = ("window_start", "trigger", "trigger_time")
+_TABULATE = ("level", "geo_id", "iteration", "sex", "age", "count")
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """What a release file holds, as the plots need it."""
+
+    kind: Kind
+    table: pl.DataFrame
+    keys: tuple[str, ...]  # the group columns (stream: the keys; tabulate: geo_id, iteration)
+    values: tuple[str, ...]  # the released aggregate columns, in file order
+    name: str
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def margin_of(self, value: str) -> str | None:
+        """The 95% margin column of ``value``, if the file has one."""
+        for name in (f"{value}_moe95", "moe95" if self.kind == "tabulate" else ""):
+            if name and name in self.table.columns:
+                return name
+        return None
+
+    def caption(self) -> str:
+        """The privacy parameters, from the summary ("not recorded" without one)."""
+        s = self.summary
+        cost = s.get("cost") or []
+        parts = []
+        for event in cost:
+            for key, sym in (("epsilon", "ε"), ("delta", "δ"), ("rho", "ρ")):
+                if event.get(key) is not None:
+                    parts.append(f"{sym} = {_short(event[key])}")
+        if not parts and s.get("epsilon") is not None:
+            parts.append(f"ε = {_short(s['epsilon'])}")
+        what = ", ".join(dict.fromkeys(parts)) if parts else "ε, δ not recorded (give --summary)"
+        return f"{self.kind} · {what} · 95% margins of the noise"
+
+    @property
+    def threshold(self) -> float | None:
+        t = self.summary.get("threshold")
+        return float(t) if t is not None else None
+
+
+def _short(text: Any) -> str:
+    try:
+        return f"{float(text):.3g}"
+    except (TypeError, ValueError):
+        return str(text)
+
+
+def read_release(path: str, summary_path: str | None = None) -> ReleaseView:
+    """Read a release (CSV, Parquet or JSON records, by extension) and recognise it."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputMissingError(f"release {path!r} not found")
+    suffix = p.suffix.lower()
+    try:
+        if suffix in (".parquet", ".pq"):
+            table = pl.read_parquet(p)
+        elif suffix == ".json":
+            doc = json.loads(p.read_bytes())
+            rows = doc.get("result") if isinstance(doc, dict) else doc
+            if not isinstance(rows, list):
+                raise DataError(f"{path!r} is not a dpcli release (a JSON list of records)")
+            table = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+            if isinstance(doc, dict) and summary_path is None:
+                summary = doc.get("summary") or {}
+                return recognise(table, path, summary)
+        elif suffix in (".csv", ".tsv", ".txt"):
+            table = pl.read_csv(p, infer_schema_length=None, separator="\t" if suffix == ".tsv" else ",")
+        else:
+            raise UsageError(f"cannot tell the format of {path!r} from its extension (.csv, .parquet or .json)")
+    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
+    return recognise(table, path, read_summary(summary_path) if summary_path else {})
+
+
+def read_summary(path: str) -> dict[str, Any]:
+    """A summary saved from ``--json`` (the whole document, or its ``summary``)."""
+    try:
+        doc = json.loads(Path(path).read_bytes())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the summary {path!r} ({type(exc).__name__})", field="summary") from None
+    if isinstance(doc, dict) and isinstance(doc.get("summary"), dict):
+        doc = doc["summary"]
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path!r} is not a dpcli --json summary", field="summary")
+    return doc
+
+
+def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = None) -> ReleaseView:
+    """Which command wrote ``table`` (by its columns; see the module docstring)."""
+    cols = table.columns
+    summary = summary or {}
+    if all(c in cols for c in _TABULATE):
+        return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
+    values = tuple(c for c in cols if _AGGREGATE.match(c) and not c.endswith("_moe95"))
+    if not values:
+        raise DataError(f"{name!r} has no column dpcli releases (count, count_units, sum_…, mean_…): "
+                        "is it a dpcli release?")
+    if all(c in cols for c in _STREAM):
+        keys = tuple(c for c in cols if c not in _STREAM and c not in values and not c.endswith("_moe95"))
+        return ReleaseView("stream-replay", table, keys, values, name, summary)
+    keys = tuple(c for c in cols if c not in values and not c.endswith("_moe95") and c != "rank")
+    kind: Kind = "topk" if "rank" in cols else "histogram"
+    return ReleaseView(kind, table, keys, values, name, summary)
+
+
+def label_of(row: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """A group's label: its key values joined with " · " (an empty key as ∅)."""
+    return " · ".join("∅" if row[k] is None else str(row[k]) for k in keys)
+
+
+def bars(view: ReleaseView, value: str | None, top: int | None) -> tuple[list[str], list[float], list[float] | None]:
+    """(labels, values, margins) of a histogram or topk release, largest first, the first ``top``."""
+    column = value or view.values[0]
+    if column not in view.values:
+        raise UsageError(f"{view.name!r} has no released column {column!r} (it has {', '.join(view.values)})",
+                         field="value")
+    margin = view.margin_of(column)
+    t = view.table.filter(pl.col(column).is_not_null())
+    t = t.sort("rank") if view.kind == "topk" else t.sort(column, descending=True, nulls_last=True)
+    if top is not None:
+        t = t.head(top)
+    labels = [label_of(r, view.keys) for r in t.select(list(view.keys)).to_dicts()]
+    return labels, t[column].cast(pl.Float64).to_list(), (t[margin].cast(pl.Float64).to_list() if margin else None)
+
+
+def stream_lines(view: ReleaseView, value: str | None, keys: list[str] | None, top: int) -> dict[str, Any]:
+    """Per key, its released ``value`` over the triggers (time order), for ``keys`` or the ``top`` by total:
+    (trigger times, values, margins or None, window starts). Values are running totals within a window."""
+    column = value or view.values[0]
+    if column not in view.values:
+        raise UsageError(f"{view.name!r} has no released column {column!r} (it has {', '.join(view.values)})",
+                         field="value")
+    t = view.table.with_columns(pl.col("trigger_time").cast(pl.String), pl.col("window_start").cast(pl.String))
+    labelled = t.with_columns(pl.Series("__label", [label_of(r, view.keys) for r in t.select(list(view.keys))
+                                                    .to_dicts()]))
+    if keys:
+        missing = [k for k in keys if k not in set(labelled["__label"].to_list())]
+        if missing:
+            raise UsageError(f"no released rows for {', '.join(missing)} in {view.name!r}", field="keys")
+        chosen = keys
+    else:
+        totals = labelled.group_by("__label").agg(pl.col(column).sum()).sort([column, "__label"],
+                                                                            descending=[True, False])
+        chosen = totals["__label"].head(top).to_list()
+    margin = view.margin_of(column)
+    lines = {}
+    for label in chosen:
+        part = labelled.filter(pl.col("__label") == label).sort("trigger_time")
+        lines[label] = (part["trigger_time"].to_list(), part[column].cast(pl.Float64).to_list(),
+                        part[margin].cast(pl.Float64).to_list() if margin else None, part["window_start"].to_list())
+    return {"value": column, "lines": lines}
+
+
+def pyramid(view: ReleaseView, group: str | None, level: str | None) -> dict[str, Any]:
+    """A population group's Sex × Age cells (or its total, if only that was released).
+
+    ``group`` is ``GEO_ID:ITERATION`` (default: the first group with cells); ``level`` a level
+    name as the file writes it (default: the first level).
+    """
+    t = view.table
+    levels = list(dict.fromkeys(t["level"].to_list()))
+    if not levels:
+        raise DataError(f"{view.name!r} holds no rows")
+    chosen_level = level or levels[0]
+    if chosen_level not in levels:
+        raise UsageError(f"no level {chosen_level!r} in {view.name!r} (it has {', '.join(levels)})", field="level")
+    t = t.filter(pl.col("level") == chosen_level)
+    if group is None:
+        cells = t.filter(pl.col("age") != "total")
+        first = (cells if cells.height else t).row(0, named=True)
+        geo, it = str(first["geo_id"]), str(first["iteration"])
+    else:
+        geo, _, it = group.partition(":")
+    rows = t.filter((pl.col("geo_id").cast(pl.String) == geo) & (pl.col("iteration").cast(pl.String) == it))
+    if not rows.height:
+        raise UsageError(f"no population group {geo}:{it} at level {chosen_level!r} in {view.name!r}", field="group")
+    margin = "moe95" if "moe95" in rows.columns else None
+    sexes = [s for s in dict.fromkeys(rows["sex"].cast(pl.String).to_list()) if s is not None]
+    ages = [a for a in dict.fromkeys(rows["age"].to_list()) if a != "total"]
+    cells = {(str(r["sex"]), r["age"]): (float(r["count"]), float(r[margin]) if margin else None)
+             for r in rows.iter_rows(named=True)}
+    total = next(((float(r["count"]), float(r[margin]) if margin else None) for r in rows.iter_rows(named=True)
+                  if r["age"] == "total"), None)
+    return {"level": chosen_level, "group": f"{geo}:{it}", "sexes": sexes, "ages": ages, "cells": cells,
+            "total": total}

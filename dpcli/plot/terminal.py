@@ -1,0 +1,114 @@
+"""The pictures as text, for a terminal: bars drawn with Unicode block characters, margins as ±.
+
+Widths are in terminal cells; labels and numbers are never cut (a long label narrows the bars).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dpcli.plot.budget_view import BudgetTimeline
+
+if TYPE_CHECKING:  # polars is imported only to draw a release, never for the budget
+    from dpcli.plot.release_view import ReleaseView
+
+_EIGHTHS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(value: float, scale: float, width: int) -> str:
+    """``value`` as a bar of at most ``width`` cells when ``scale`` fills them (negative values: empty)."""
+    if scale <= 0 or value <= 0:
+        return ""
+    eighths = round(min(value / scale, 1.0) * width * 8)
+    return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 or float(x).is_integer() else f"{x:.3g}"
+
+
+def bar_chart(labels: list[str], values: list[float], margins: list[float] | None, width: int,
+              threshold: float | None = None, scale: float | None = None) -> list[str]:
+    """One line per label: the label, a bar, the value and its ± margin; a threshold marker line.
+    Bars fill the width at ``scale`` (default: the largest value)."""
+    label_w = max((len(s) for s in labels), default=0)
+    texts = [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values)]
+    text_w = max((len(t) for t in texts), default=0)
+    bar_w = max(width - label_w - text_w - 3, 10)
+    top = scale if scale is not None else max([*values, threshold or 0, 0.0])
+    lines = [f"{label:<{label_w}} {bar(v, top, bar_w):<{bar_w}} {t:>{text_w}}" for label, v, t in
+             zip(labels, values, texts)]
+    if threshold is not None and top > 0:
+        pos = min(round(threshold / top * bar_w), bar_w - 1)
+        lines.append(f"{'':<{label_w}} {' ' * pos}┆ threshold {_number(threshold)}")
+    return lines
+
+
+def release_text(view: ReleaseView, width: int, value: str | None = None, top: int | None = None,
+                 keys: list[str] | None = None, group: str | None = None, level: str | None = None) -> str:
+    """A compact chart of ``view`` in ``width`` cells, with a title and the caption."""
+    from dpcli.plot.release_view import bars, pyramid, stream_lines
+
+    if view.kind in ("histogram", "topk"):
+        labels, values, margins = bars(view, value, top if top is not None else 20)
+        column = value or view.values[0]
+        body = bar_chart(labels, values, margins, width, view.threshold if column in ("count", "count_units") else None)
+        title = f"{column} by {', '.join(view.keys)}"
+    elif view.kind == "stream-replay":
+        data = stream_lines(view, value, keys, top if top is not None else 5)
+        body = []
+        for label, (times, vals, margins, _) in data["lines"].items():
+            body.append(f"{label}: " + _sparkline(vals) + f"  last {_number(vals[-1])}"
+                        + (f" ±{_number(margins[-1])}" if margins else "") + f" at {times[-1]}")
+        title = f"{data['value']} per trigger, by {', '.join(view.keys)}"
+    else:
+        p = pyramid(view, group, level)
+        title = f"{p['group']} at {p['level']}: count by sex and age"
+        body = _pyramid_lines(p, width)
+    return "\n".join([title, *body, view.caption()])
+
+
+def _sparkline(values: list[float]) -> str:
+    ticks = "▁▂▃▄▅▆▇█"
+    lo, hi = min(values), max(values)
+    span = hi - lo or 1.0
+    return "".join(ticks[min(int((v - lo) / span * 7.999), 7)] for v in values)
+
+
+def _pyramid_lines(p: dict[str, Any], width: int) -> list[str]:
+    if not p["ages"]:
+        value, margin = p["total"]
+        return [f"total {_number(value)}" + (f" ±{_number(margin)}" if margin is not None else "")
+                + " (only the total was released for this group)"]
+    lines = []
+    scale = max((v for v, _ in p["cells"].values()), default=0.0)  # one scale for every sex
+    for sex in p["sexes"]:
+        labels = [f"sex {sex} {age}" for age in p["ages"]]
+        cells = [p["cells"].get((sex, age), (0.0, None)) for age in p["ages"]]
+        margins = [m for _, m in cells]
+        lines += bar_chart(labels, [v for v, _ in cells], margins if None not in margins else None,  # type: ignore[arg-type]
+                           width, scale=scale)
+    return lines
+
+
+def budget_text(tl: BudgetTimeline, width: int) -> str:
+    """The spend so far against each limit (one bar per quantity), and a sparkline of its growth."""
+    lines = [f"budget of {tl.analyst} ({tl.mode} ledger): spent so far, against the limit"]
+    if not tl.times:
+        return "\n".join([*lines, "nothing spent yet"])
+    labels, values, tops = [], [], []
+    for key, series in tl.spent.items():
+        labels.append(key)
+        values.append(series[-1])
+        tops.append(tl.limits.get(key, max(series) or 1.0))
+    label_w = max(len(s) for s in labels)
+    bar_w = max(width - label_w - 28, 10)
+    for key, value, top in zip(labels, values, tops):
+        frac = value / top if top else 0.0
+        lines.append(f"{key:<{label_w}} {bar(value, top, bar_w):<{bar_w}} {value:.4g} of {top:.4g} ({frac:.0%})")
+        lines.append(f"{'':<{label_w}} {_sparkline(tl.spent[key])} over {len(tl.times)} entries")
+    if tl.reserved:
+        lines.append(f"schedules reserve ε {tl.reserved:.4g} of this period")
+    if tl.periods:
+        lines.append(f"refresh periods began: {', '.join(t.date().isoformat() for t in tl.periods)}")
+    return "\n".join(lines)
