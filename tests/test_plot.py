@@ -207,3 +207,17 @@ def test_plot_reads_only_the_release_file(tmp_path):
     assert r.exit_code == 0 and not (tmp_path / "nothing").exists()
     table = pl.read_parquet(DATA / "topk.parquet")
     assert table["page"][0] in r.stdout
+
+
+def test_a_release_without_margins_gets_them_from_its_recorded_noise(tmp_path):
+    """No count_moe95 column, but the --json summary records the noise (discrete Laplace, scale 2):
+    the margin drawn is that noise's 95% margin, the one --with-error would have written."""
+    from dpcli.core.mechanisms import Noise
+    from dpcli.plot.release_view import bars, read_release
+
+    bare = tmp_path / "bare.csv"
+    pl.read_csv(DATA / "histogram_units.csv").drop("count_moe95", "count_units_moe95").write_csv(bare)
+    view = read_release(str(bare), str(DATA / "histogram_units.summary.json"))
+    _, _, margins = bars(view, "count", None)
+    assert margins is not None and set(margins) == {float(Noise("laplace", 2).margin95())} == {6.0}
+    assert bars(read_release(str(bare)), "count", None)[2] is None

@@ -68,7 +68,8 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
             fig = _pyramid_figure(plt, view, group, level)
         ax = fig.axes[0]
         ax.set_title(ax.get_title(), pad=16)
-        ax.text(0.5, 1.01, view.caption(), transform=ax.transAxes, ha="center", va="bottom", fontsize=7.5,
+        drawn = view.kind not in ("histogram", "topk") or bars(view, value, top)[2] is not None
+        ax.text(0.5, 1.01, view.caption(drawn), transform=ax.transAxes, ha="center", va="bottom", fontsize=7.5,
                 color="#555555")
     return fig
 

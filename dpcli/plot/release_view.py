@@ -49,8 +49,8 @@ class ReleaseView:
                 return name
         return None
 
-    def caption(self) -> str:
-        """The privacy parameters, from the summary ("not recorded" without one)."""
+    def caption(self, margins: bool = True) -> str:
+        """The privacy parameters, from the summary ("not recorded" without one), and what the error bars are."""
         s = self.summary
         cost = s.get("cost") or []
         parts = []
@@ -61,7 +61,8 @@ class ReleaseView:
         if not parts and s.get("epsilon") is not None:
             parts.append(f"ε = {_short(s['epsilon'])}")
         what = ", ".join(dict.fromkeys(parts)) if parts else "ε, δ not recorded (give --summary)"
-        return f"{self.kind} · {what} · 95% margins of the noise"
+        bars = "95% margins of the noise" if margins else "no margins (rerun with --with-error, or give --summary)"
+        return f"{self.kind} · {what} · {bars}"
 
     @property
     def threshold(self) -> float | None:
@@ -151,7 +152,33 @@ def bars(view: ReleaseView, value: str | None, top: int | None) -> tuple[list[st
     if top is not None:
         t = t.head(top)
     labels = [label_of(r, view.keys) for r in t.select(list(view.keys)).to_dicts()]
-    return labels, t[column].cast(pl.Float64).to_list(), (t[margin].cast(pl.Float64).to_list() if margin else None)
+    if margin:
+        margins = t[margin].cast(pl.Float64).to_list()
+    else:
+        recorded = recorded_margin(view, column)
+        margins = None if recorded is None else [recorded] * t.height
+    return labels, t[column].cast(pl.Float64).to_list(), margins
+
+
+def recorded_margin(view: ReleaseView, column: str) -> float | None:
+    """A count's 95% noise margin from the summary's recorded noise (when the file has no ``*_moe95``)."""
+    from fractions import Fraction
+
+    from dpcli.core.mechanisms import Noise
+
+    measurement = (view.summary.get("measurements") or {}).get({"count": "rows", "count_units": "units"}.get(column, ""))
+    if not isinstance(measurement, dict):
+        return None
+    try:
+        if measurement.get("noise") == "discrete_laplace":
+            noise = Noise("laplace", Fraction(str(measurement["scale"])))
+        elif measurement.get("noise") == "discrete_gaussian":
+            noise = Noise("gaussian", Fraction(str(measurement["sigma"])) ** 2)
+        else:
+            return None
+    except (KeyError, ValueError, ZeroDivisionError):
+        return None
+    return float(noise.margin95())
 
 
 def stream_lines(view: ReleaseView, value: str | None, keys: list[str] | None, top: int) -> dict[str, Any]:

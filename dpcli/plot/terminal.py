@@ -49,8 +49,10 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
     """A compact chart of ``view`` in ``width`` cells, with a title and the caption."""
     from dpcli.plot.release_view import bars, pyramid, stream_lines
 
+    has_margins = True
     if view.kind in ("histogram", "topk"):
         labels, values, margins = bars(view, value, top if top is not None else 20)
+        has_margins = margins is not None
         column = value or view.values[0]
         body = bar_chart(labels, values, margins, width, view.threshold if column in ("count", "count_units") else None)
         title = f"{column} by {', '.join(view.keys)}"
@@ -65,7 +67,7 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
         p = pyramid(view, group, level)
         title = f"{p['group']} at {p['level']}: count by sex and age"
         body = _pyramid_lines(p, width)
-    return "\n".join([title, *body, view.caption()])
+    return "\n".join([title, *body, view.caption(has_margins)])
 
 
 def _sparkline(values: list[float]) -> str:
