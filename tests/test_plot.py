@@ -135,6 +135,7 @@ GOLDEN_CASES = {
     "stream.svg": [str(DATA / "stream.csv"), "--keys", "/p/003,/p/010"],
     "tabulate.svg": [str(DATA / "tabulate.csv")],
     "tabulate_total.svg": [str(DATA / "tabulate.csv"), "--level", "(county, detailed)", "--group", "01001:30C"],
+    "tabulate_level_totals.svg": [str(DATA / "tabulate.csv"), "--level", "(county, detailed)", "--totals"],
 }
 
 
@@ -221,3 +222,13 @@ def test_a_release_without_margins_gets_them_from_its_recorded_noise(tmp_path):
     _, _, margins = bars(view, "count", None)
     assert margins is not None and set(margins) == {float(Noise("laplace", 2).margin95())} == {6.0}
     assert bars(read_release(str(bare)), "count", None)[2] is None
+
+
+def test_a_tabulate_levels_totals_as_text():
+    r = _plot(str(DATA / "tabulate.csv"), "--level", "(county, detailed)", "--totals", "--width", "60")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "released totals at (county, detailed)"
+    assert [line.split()[0] for line in lines[1:4]] == ["01001:30C", "01001:32A", "01001:30A"]  # largest first
+    r = _plot(str(DATA / "tabulate.csv"), "--totals")
+    assert r.exit_code == 2 and "released no totals" in r.stderr

@@ -48,6 +48,9 @@ def plot(
                                  "with sex × age cells).")
     ] = None,
     level: Annotated[str | None, typer.Option("--level", help="tabulate: the level, as the file names it.")] = None,
+    totals: Annotated[
+        bool, typer.Option("--totals", help="tabulate: the level's released totals as bars (instead of a pyramid).")
+    ] = False,
     summary: Annotated[
         str | None, typer.Option("--summary", help="The run's --json summary, for ε, δ and the threshold.")
     ] = None,
@@ -72,9 +75,9 @@ def plot(
     if target is None:
         from dpcli.plot.terminal import release_text
 
-        typer.echo(release_text(view, terminal_width(width), value, top, key_list, group, level))
+        typer.echo(release_text(view, terminal_width(width), value, top, key_list, group, level, totals))
         return
     from dpcli.plot.figure import release_figure, save
 
     assert output is not None
-    save(release_figure(view, value, top, key_list, group, level), output)
+    save(release_figure(view, value, top, key_list, group, level, totals), output)

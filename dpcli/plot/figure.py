@@ -13,7 +13,7 @@ from typing import Any
 
 from dpcli.errors import UsageError
 from dpcli.plot.budget_view import BudgetTimeline
-from dpcli.plot.release_view import ReleaseView, bars, pyramid, stream_lines
+from dpcli.plot.release_view import ReleaseView, bars, level_totals, pyramid, stream_lines
 
 FORMATS = (".png", ".svg")
 _STYLE = {"svg.hashsalt": "dpcli", "svg.fonttype": "path", "font.family": "DejaVu Sans", "font.size": 9,
@@ -56,12 +56,17 @@ def save(fig: Any, path: str) -> None:
 
 
 def release_figure(view: ReleaseView, value: str | None = None, top: int | None = None,
-                   keys: list[str] | None = None, group: str | None = None, level: str | None = None) -> Any:
-    """The figure of a release: bars with margins, lines with bands, or a sex × age pyramid."""
+                   keys: list[str] | None = None, group: str | None = None, level: str | None = None,
+                   totals: bool = False) -> Any:
+    """The figure of a release: bars with margins, lines with bands, a sex × age pyramid, or a
+    tabulate level's totals (``totals``)."""
     plt = _pyplot()
     with plt.rc_context(_STYLE):
         if view.kind in ("histogram", "topk"):
             fig = _bars_figure(plt, view, value, top)
+        elif view.kind == "tabulate" and totals:
+            chosen, labels, values, margins = level_totals(view, level, top if top is not None else 20)
+            fig = _bars(plt, labels, values, margins, "count", "population group", f"released totals at {chosen}")
         elif view.kind == "stream-replay":
             fig = _stream_figure(plt, view, value, keys, top if top is not None else 5)
         else:
@@ -77,6 +82,14 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
 def _bars_figure(plt: Any, view: ReleaseView, value: str | None, top: int | None) -> Any:
     labels, values, margins = bars(view, value, top if top is not None else 20)
     column = value or view.values[0]
+    threshold = view.threshold if column in ("count", "count_units") else None
+    return _bars(plt, labels, values, margins, column, ", ".join(view.keys),
+                 f"{column} by {', '.join(view.keys)}" + (f" (top {len(labels)})" if top else ""), threshold)
+
+
+def _bars(plt: Any, labels: list[str], values: list[float], margins: list[float] | None, xlabel: str, ylabel: str,
+          title: str, threshold: float | None = None) -> Any:
+    """Horizontal bars, first label on top, with error bars and an optional threshold line."""
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(7, 0.8 + 0.28 * max(len(labels), 1)))
         y = list(range(len(labels)))
@@ -84,13 +97,12 @@ def _bars_figure(plt: Any, view: ReleaseView, value: str | None, top: int | None
                 label="released value" + (" ± 95% noise margin" if margins else ""))
         ax.set_yticks(y, labels)
         ax.invert_yaxis()
-        ax.set_xlabel(column)
-        ax.set_ylabel(", ".join(view.keys))
-        threshold = view.threshold if column in ("count", "count_units") else None
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         if threshold is not None:
             ax.axvline(threshold, color="#C44E52", linestyle="--", linewidth=1, label=f"threshold {threshold:g}")
         ax.legend(loc="lower right", fontsize=8, frameon=False)
-        ax.set_title(f"{column} by {', '.join(view.keys)}" + (f" (top {len(labels)})" if top else ""))
+        ax.set_title(title)
     return fig
 
 

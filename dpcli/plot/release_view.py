@@ -241,3 +241,23 @@ def pyramid(view: ReleaseView, group: str | None, level: str | None) -> dict[str
                   if r["age"] == "total"), None)
     return {"level": chosen_level, "group": f"{geo}:{it}", "sexes": sexes, "ages": ages, "cells": cells,
             "total": total}
+
+
+def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple[str, list[str], list[float],
+                                                                               list[float] | None]:
+    """A tabulate level's released totals (groups released as a total only), largest first:
+    (level, labels ``GEO_ID:ITERATION``, values, margins)."""
+    t = view.table
+    levels = list(dict.fromkeys(t["level"].to_list()))
+    chosen = level or (levels[0] if levels else None)
+    if chosen not in levels:
+        raise UsageError(f"no level {chosen!r} in {view.name!r} (it has {', '.join(levels)})", field="level")
+    rows = t.filter((pl.col("level") == chosen) & (pl.col("age") == "total")).sort("count", descending=True)
+    if not rows.height:
+        raise UsageError(f"level {chosen!r} of {view.name!r} released no totals (every group has sex × age cells)",
+                         field="level")
+    if top is not None:
+        rows = rows.head(top)
+    labels = [f"{g}:{i}" for g, i in zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String))]
+    margins = rows["moe95"].cast(pl.Float64).to_list() if "moe95" in rows.columns else None
+    return chosen, labels, rows["count"].cast(pl.Float64).to_list(), margins

@@ -45,9 +45,10 @@ def bar_chart(labels: list[str], values: list[float], margins: list[float] | Non
 
 
 def release_text(view: ReleaseView, width: int, value: str | None = None, top: int | None = None,
-                 keys: list[str] | None = None, group: str | None = None, level: str | None = None) -> str:
+                 keys: list[str] | None = None, group: str | None = None, level: str | None = None,
+                 totals: bool = False) -> str:
     """A compact chart of ``view`` in ``width`` cells, with a title and the caption."""
-    from dpcli.plot.release_view import bars, pyramid, stream_lines
+    from dpcli.plot.release_view import bars, level_totals, pyramid, stream_lines
 
     has_margins = True
     if view.kind in ("histogram", "topk"):
@@ -63,6 +64,10 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
             body.append(f"{label}: " + _sparkline(vals) + f"  last {_number(vals[-1])}"
                         + (f" ±{_number(margins[-1])}" if margins else "") + f" at {times[-1]}")
         title = f"{data['value']} per trigger, by {', '.join(view.keys)}"
+    elif totals:
+        chosen, labels, values, margins = level_totals(view, level, top if top is not None else 20)
+        title = f"released totals at {chosen}"
+        body = bar_chart(labels, values, margins, width)
     else:
         p = pyramid(view, group, level)
         title = f"{p['group']} at {p['level']}: count by sex and age"
