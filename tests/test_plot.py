@@ -232,3 +232,17 @@ def test_a_tabulate_levels_totals_as_text():
     assert [line.split()[0] for line in lines[1:4]] == ["01001:30C", "01001:32A", "01001:30A"]  # largest first
     r = _plot(str(DATA / "tabulate.csv"), "--totals")
     assert r.exit_code == 2 and "released no totals" in r.stderr
+
+
+def test_a_br_ledgers_units_and_calls_are_drawn_against_their_budgets(tmp_path):
+    state = str(tmp_path / "state")
+    assert runner.invoke(app, ["--state-dir", state, "budget", "init", "li", "--mode", "br", "--epsilon-per", "0.1",
+                               "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
+                               "--delta-prime", "1e-9"]).exit_code == 0
+    assert runner.invoke(app, ["--state-dir", state, "--analyst", "li", "-q", "topk", PV, "--by", "page", "-k", "10",
+                               "--privacy-unit", "user_id"]).exit_code == 0
+    r = runner.invoke(app, ["--state-dir", state, "budget", "show", "li", "--plot", "-"], env={"COLUMNS": "70"})
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("info_units") and "of 3000 (1%)" in line for line in lines), lines
+    assert any(line.startswith("calls") and "1 of 30 (3%)" in line for line in lines), lines

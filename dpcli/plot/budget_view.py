@@ -15,6 +15,10 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.state import ledger
 
 
+#: A limit's name in the ledger header → the spent quantity it limits, where the two differ (BR ledgers).
+LIMIT_OF = {"info_budget": "info_units", "call_budget": "calls"}
+
+
 @dataclass(frozen=True)
 class BudgetTimeline:
     """Per quantity: the entry times and the running spend after each; the limits; period starts."""
@@ -49,7 +53,8 @@ def timeline(led: ledger.Ledger, schedules: list[dict[str, Any]] | None = None) 
             values = {k: _number(v) for k, v in acct.spent_json(total).items()}
         for key, value in values.items():
             spent.setdefault(key, []).append(value)
-    limits = {k: _number(v) for k, v in led.limits.to_json().items() if k != "mode" and k in spent}
+    named = {LIMIT_OF.get(k, k): _number(v) for k, v in led.limits.to_json().items() if k != "mode"}
+    limits = {k: v for k, v in named.items() if k in spent}
     reserved = sum(_number(s["epsilon_reserved"]) for s in schedules or [] if s.get("epsilon_reserved") is not None)
     return BudgetTimeline(led.analyst, led.limits.mode, times, spent, limits, periods[1:], reserved)
 
