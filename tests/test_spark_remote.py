@@ -231,6 +231,8 @@ def test_remote_histogram_and_topk_on_a_uri_are_charged_every_run(connect_server
     (["--remote", "sc://127.0.0.1:1", "--master", "local[2]"], "drop --master and --spark-conf"),
     (["--remote", "sc://127.0.0.1:1", "--spark-conf", "spark.executor.memory=1g"], "drop --master and --spark-conf"),
     (["--remote", "http://127.0.0.1:1"], "must look like sc://HOST:PORT"),
+    (["--remote", "sc://127.0.0.1:1"], "cannot reach the Spark Connect server"),  # at once, not after 10 minutes
+    (["--remote", "sc://:15002"], "must look like sc://HOST:PORT"),
 ])
 def test_remote_misuse_is_a_usage_error_with_no_debit(tmp_path, args, needle):
     state = tmp_path / "state"

@@ -114,6 +114,7 @@ def connect_session(remote: str) -> Any:
     """
     if not remote.startswith("sc://") or len(remote) == len("sc://"):
         raise UsageError(f"must look like sc://HOST:PORT, got {remote!r}", field="remote")
+    _check_reachable(remote)
     SparkSession = _pyspark_session("pip install 'dpcli[spark-connect]'")
     try:
         from pyspark.sql.connect.utils import check_dependencies
@@ -129,6 +130,30 @@ def connect_session(remote: str) -> Any:
                          field="remote") from None
     _quiet_pyspark_loggers()
     return session
+
+
+#: Seconds to wait for a Spark Connect server to accept a connection before giving up (the Connect
+#: client itself retries for ten minutes, for servers that restart; a command line should not).
+CONNECT_TIMEOUT = 10.0
+
+
+def _check_reachable(remote: str) -> None:
+    """Refuse (exit 2) a Connect server that does not accept a TCP connection within :data:`CONNECT_TIMEOUT`."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(remote.split(";", 1)[0])
+        host, port = parts.hostname, parts.port or 15002
+    except ValueError:
+        host, port = None, None
+    if not host:
+        raise UsageError(f"must look like sc://HOST:PORT, got {remote!r}", field="remote")
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Spark Connect server {remote!r} ({exc.strerror or type(exc).__name__})",
+                         field="remote") from None
 
 
 def _pyspark_session(install: str) -> Any:
