@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -47,3 +48,15 @@ OUTPUT_NOTES = ("is mostly noise", "groups released: no group")
 def without_output_notes(stderr: str) -> str:
     """``stderr`` without the notes computed from the released values (all other lines kept)."""
     return "".join(ln for ln in stderr.splitlines(keepends=True) if not any(n in ln for n in OUTPUT_NOTES))
+
+
+def dataset(tmp_path: Path, name: str) -> Path:
+    """The sample page views as a dataset directory ``tmp_path/big``: three Parquet files named
+    ``name.format(i=…)``, one in a hive-style subdirectory, and a ``_SUCCESS`` marker."""
+    big = tmp_path / "big"
+    (big / "day=2").mkdir(parents=True)
+    views = Path(__file__).resolve().parent.parent / "sample_data" / "page_views.parquet"
+    for i, part in enumerate(pl.read_parquet(views).iter_slices(100_000)):
+        part.write_parquet(big / ("day=2" if i % 2 else "") / name.format(i=i))
+    (big / "_SUCCESS").write_text("")
+    return big

@@ -24,7 +24,7 @@ from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.errors import InputMissingError, UsageError  # noqa: E402
 from dpcli.files import open_input  # noqa: E402
-from dptest import without_output_notes  # noqa: E402
+from dptest import dataset, without_output_notes  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,12 +256,8 @@ def test_a_uri_is_listed_by_spark_and_read_file_by_file(spark, tmp_path):
     from dpcli.spark.bounding import bounded_totals, read_input
     from dpcli.spark.inputs import open_uri
 
-    big = tmp_path / "big"
-    (big / "day=2").mkdir(parents=True)
+    big = dataset(tmp_path, "part-{{{i}}}.parquet")
     views = pl.read_parquet(PV)
-    for i, part in enumerate(views.iter_slices(100_000)):
-        part.write_parquet(big / ("day=2" if i % 2 else "") / f"part-{{{i}}}.parquet")
-    (big / "_SUCCESS").write_text("")
     (big / ".part-0.parquet.crc").write_text("x")
     table = open_uri(spark, f"file://{big}", "parquet")
     assert len(table.uris) == 3 and table.fingerprint.startswith("manifest:")
@@ -301,12 +297,7 @@ def test_a_dataset_directory_on_spark_bounds_like_polars_and_is_never_replayed(s
     (a manifest does not prove the content, so nothing over a dataset is a free replay)."""
     from dpcli.spark.bounding import bounded_totals, read_input
 
-    big = tmp_path / "big"
-    (big / "day=2").mkdir(parents=True)
-    views = pl.read_parquet(PV)
-    for i, part in enumerate(views.iter_slices(100_000)):
-        part.write_parquet(big / ("day=2" if i % 2 else "") / f"part-{i}.parquet")
-    (big / "_SUCCESS").write_text("")
+    big = dataset(tmp_path, "part-{i}.parquet")
     spec = bounding.BoundingSpec(unit="user_id", by=("page",), max_partitions=2, max_contributions=3,
                                  value="duration_s", grid=bounding.ValueGrid(0.0, 600.0, Fraction(1, 8)))
     table = open_input(str(big))

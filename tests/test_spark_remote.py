@@ -32,6 +32,7 @@ from dpcli import bounding  # noqa: E402
 from dpcli.cli import _engine  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.files import open_input  # noqa: E402
+from dptest import dataset  # noqa: E402
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,11 +206,7 @@ def test_spark_connect_bounds_exactly_like_polars(connect_server, tmp_path):
 def test_remote_histogram_and_topk_on_a_uri_are_charged_every_run(connect_server, tmp_path):
     """`--remote sc://…` on a file:// dataset URI (listed by Spark: its manifest), histogram and topk:
     released, each run charged afresh (a manifest proves nothing), and nothing from the JVM on stderr."""
-    big = tmp_path / "big"
-    (big / "day=2").mkdir(parents=True)
-    for i, part in enumerate(pl.read_parquet(PV).iter_slices(100_000)):
-        part.write_parquet(big / ("day=2" if i % 2 else "") / f"part-[{i}].parquet")  # a glob-like name, read literally
-    (big / "_SUCCESS").write_text("")
+    big = dataset(tmp_path, "part-[{i}].parquet")  # a glob-like name, read literally
     state = tmp_path / "state"
     _init(state)
     remote = ["--engine", "spark", "--remote", connect_server]
