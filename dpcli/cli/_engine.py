@@ -97,6 +97,8 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     from dpcli.release import Engine
     from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
     from dpcli.spark.inputs import escape_path
+    from dpcli.spark.stream import events_engine
+    from dpcli.spark.tabulate import level_counts
 
     session = spark_session(s, choice)
     if table.uris:
@@ -115,9 +117,6 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     # a cluster's versions and defaults dpcli cannot see. The same seed over other values would
     # publish their exact difference, so every Spark release draws a fresh nonce: new noise, new charge.
     tag = f"spark {pyspark.__version__}; run {secrets.token_hex(16)}"
-    from dpcli.spark.stream import events_engine
-    from dpcli.spark.tabulate import level_counts
-
     return Engine(totals=lambda spec, salt: bounded_totals(frame, spec, salt), seed_tag=tag,
                   quantile_counts=lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins),
                   tabulate_counts=level_counts(frame, session), stream_events=events_engine(frame, session))

@@ -14,7 +14,6 @@ from typing import Any
 from dpcli.core.events import PrivacyEvent
 from dpcli.state import ledger
 
-
 #: A limit's name in the ledger header → the spent quantity it limits, where the two differ (BR ledgers).
 LIMIT_OF = {"info_budget": "info_units", "call_budget": "calls"}
 

@@ -9,9 +9,9 @@ and the calibration are in ``docs/histogram.md``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Literal
