@@ -515,3 +515,19 @@ def test_spark_stream_refuses_text_times(spark, tmp_path):
                             *SPARK])
     assert r.exit_code == 65 and "text times are parsed by --engine polars" in r.stderr, r.stderr
     assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
+
+
+def test_attack_one_file_named_three_ways_is_never_a_free_replay(spark, tmp_path):
+    """The sample file as a path, as a file:// URI and as a URI with a trailing dot segment: Spark
+    reads the same bytes each time, and each run is new noise and a new charge."""
+    state = tmp_path / "state"
+    _init(state)
+    q = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5", *SPARK, "--json"]
+    outs = []
+    for name in (PV, f"file://{PV}", f"file://{SAMPLE}/./page_views.parquet"):
+        r = runner.invoke(app, ["--state-dir", str(state), "histogram", name, *q])
+        assert r.exit_code == 0, r.stderr
+        outs.append(json.loads(r.stdout))
+    assert all(o["summary"]["charged"] for o in outs)
+    assert len({o["summary"]["seed_id"] for o in outs}) == 3
+    assert len({json.dumps(o["result"]) for o in outs}) == 3  # three draws of noise, not one reused
