@@ -91,3 +91,9 @@ class StateError(DpcliError):
     """The state directory, key file or a ledger is corrupt, insecure or too new."""
 
     exit_code = ExitCode.STATE
+
+
+class SparkStopped(DpcliError):
+    """The Spark driver went away during a run (it exits when out of heap); nothing was charged."""
+
+    exit_code = ExitCode.INTERNAL

@@ -18,7 +18,7 @@ from dpcli.errors import ExitCode
 
 _EXIT_MEANING = {
     ExitCode.OK: "success",
-    ExitCode.INTERNAL: "internal error (a bug; please report it)",
+    ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; nothing charged)",
     ExitCode.USAGE: "usage error: bad option or argument",
     ExitCode.DATA: "bad input data (missing column, wrong type, nulls in the privacy unit, empty input)",
     ExitCode.NO_INPUT: "input file missing or unreadable",

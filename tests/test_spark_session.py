@@ -50,3 +50,8 @@ def test_only_resource_settings_pass_once_each():
         with pytest.raises(UsageError):
             session.parse_settings(bad)
     assert session.FORCED_SETTINGS["spark.eventLog.enabled"] == "false"
+    # A driver out of heap exits rather than leaving the run waiting forever (the 12M-group benchmark hung).
+    assert "-XX:+ExitOnOutOfMemoryError" in session.FORCED_SETTINGS["spark.driver.extraJavaOptions"]
+    for bad in (["spark.driver.extraJavaOptions=-Xss1m"], ["spark.driver.defaultJavaOptions=-X"]):
+        with pytest.raises(UsageError):
+            session.parse_settings(bad)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpcli.cli._common import Settings
-from dpcli.errors import UsageError
+from dpcli.errors import SparkStopped, UsageError
 
 if TYPE_CHECKING:
     from dpcli.files import InputTable
@@ -117,9 +118,29 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     # a cluster's versions and defaults dpcli cannot see. The same seed over other values would
     # publish their exact difference, so every Spark release draws a fresh nonce: new noise, new charge.
     tag = f"spark {pyspark.__version__}; run {secrets.token_hex(16)}"
-    return Engine(totals=lambda spec, salt: bounded_totals(frame, spec, salt), seed_tag=tag,
-                  quantile_counts=lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins),
-                  tabulate_counts=level_counts(frame, session), stream_events=events_engine(frame, session))
+    return Engine(totals=_guarded(lambda spec, salt: bounded_totals(frame, spec, salt)), seed_tag=tag,
+                  quantile_counts=_guarded(lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins)),
+                  tabulate_counts=_guarded(level_counts(frame, session)),
+                  stream_events=_guarded(events_engine(frame, session)))
+
+
+def _guarded(compute: Callable[..., Any]) -> Callable[..., Any]:
+    """``compute``, with a Spark driver that went away (it exits when out of heap: see
+    :data:`dpcli.spark.session.FORCED_SETTINGS`) reported as one line instead of a py4j traceback."""
+    try:
+        from py4j.protocol import Py4JNetworkError
+    except ImportError:  # a Connect-only client has no py4j
+        Py4JNetworkError = ConnectionError  # noqa: N806
+
+    def run(*args: Any) -> Any:
+        try:
+            result = compute(*args)
+        except (Py4JNetworkError, ConnectionError, EOFError):
+            raise SparkStopped("the Spark driver stopped during the run (out of memory? give it more with "
+                               "--spark-conf spark.driver.memory=8g); nothing was charged") from None
+        return _guarded(result) if callable(result) else result  # tabulate's engine returns a function
+
+    return run
 
 
 def _check_local_path(path: str) -> None:
