@@ -106,7 +106,7 @@ bench-ledger: $(STAMP)  # ms per charge at 10 / 1,000 / 10,000 entries, every mo
 
 bench-fig3: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
-	$(BIN)/python bench/fig3_unkgumb.py --seeds 200
+	$(BIN)/python bench/fig3_unkgumb.py --seeds 1000
 
 bench-growing: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
