@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
 .PHONY: demo test test-spark audit man docs-images install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
@@ -10,7 +11,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml setup.py dpcli/core/_noise.c
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
@@ -52,7 +53,7 @@ test: $(STAMP)
 
 # --engine spark on a real local Spark, a standalone cluster and a Spark Connect server (all on
 # 127.0.0.1, started by the tests): installs the spark and spark-connect extras into .venv.
-SPARK_STAMP := $(VENV)/.spark-installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SPARK_STAMP := $(VENV)/.spark-installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
 $(SPARK_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,spark,spark-connect]"

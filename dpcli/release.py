@@ -28,7 +28,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
-from dpcli.core.prf import KeyedStream, canonical_json, derive_seed, seed_id
+from dpcli.core.prf import NOISE_VERSION, KeyedStream, canonical_json, derive_seed, seed_id
 from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
 from dpcli.state import keys, ledger
@@ -68,8 +68,8 @@ class Engine:
 
 
 def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any], engine: Engine | None = None) -> ReleaseSeed:
-    """seed = HMAC(key, query + data fingerprints + polars and bounding versions); query id = hash of the query."""
-    versions = f"polars {pl.__version__}; bounding {bounding.SEMANTICS}"
+    """seed = HMAC(key, query + data fingerprints + polars, bounding and noise versions); query id = hash of the query."""
+    versions = f"polars {pl.__version__}; bounding {bounding.SEMANTICS}; noise v{NOISE_VERSION}"
     if engine is not None and engine.seed_tag:
         versions += f"; {engine.seed_tag}"
     material = {"query": query, **data, "engine": versions}

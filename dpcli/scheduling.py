@@ -114,7 +114,9 @@ def run_scheduled(
         record = ledger.Step(
             reservation=state["reservation"],
             start=len(runs),
-            digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint}),
+            # the run's seed too: an older copy of the state recomputing this run is free only if it
+            # draws the same noise (same dpcli noise, polars and bounding versions), else it is refused
+            digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint, "seed": seed.id}),
             label=label,
             create=_reservation(state, spec, command) if not runs else None,
         )

@@ -11,6 +11,11 @@ Construction (documented in docs/accounting.md, "Randomness and noise"):
   bits are indistinguishable from uniform; with the key they are reproducible
   bit for bit on any machine (the byte order is fixed little-endian).
 
+* Discrete Laplace and Gaussian noise (noise stream v2, :mod:`dpcli.core.noise_stream`): draw
+  number ``c`` on a stream gets the 32-byte ChaCha20 key
+  ``SHA256(b"dpcli/stream/v1" || seed || len(label) || label || b"/noise/v2/" || c)``, and sample j
+  of the draw is a function of (that key, j) alone.
+
 Whoever holds the key file can recompute every noise value dpcli has released.
 """
 
@@ -30,6 +35,10 @@ if TYPE_CHECKING:  # numpy is imported where words are drawn: seeds and ids need
 _SEED_DOMAIN = b"dpcli/seed/v1\x00"
 _STREAM_DOMAIN = b"dpcli/stream/v1\x00"
 _CHUNK_BYTES = 1 << 16  # fixed: changing it changes every stream
+
+#: The noise definition's version (:mod:`dpcli.core.noise_stream`), part of every release seed's
+#: material: a release drawn under another definition is never a free replay of one drawn under this.
+NOISE_VERSION = 2
 
 
 def _canonical(value: Any) -> Any:
@@ -87,6 +96,7 @@ class KeyedStream:
         self._chunk_index = 0
         self._buffer = b""
         self._offset = 0
+        self._noise_draws = 0
 
     @property
     def label(self) -> str:
@@ -96,6 +106,12 @@ class KeyedStream:
         """An independent stream for a sub-mechanism (domain separation by label)."""
         seed = hashlib.sha256(self._prefix + b"/child/" + label.encode("utf-8")).digest()
         return KeyedStream(seed, f"{self._label}/{label}")
+
+    def noise_key(self) -> bytes:
+        """The ChaCha20 key of this stream's next noise draw (independent of its SHAKE-256 words)."""
+        counter = self._noise_draws.to_bytes(8, "little")
+        self._noise_draws += 1
+        return hashlib.sha256(self._prefix + b"/noise/v%d/" % NOISE_VERSION + counter).digest()
 
     def _bytes(self, n: int) -> bytes:
         parts: list[bytes] = []

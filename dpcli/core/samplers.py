@@ -1,5 +1,10 @@
 """Exact, vectorised samplers driven by a :class:`~dpcli.core.prf.KeyedStream`.
 
+The discrete Laplace and Gaussian noise of releases comes from
+:mod:`dpcli.core.noise_stream` (noise stream v2: each sample from its own
+ChaCha20 stream, compiled); the uniform integers and Bernoulli trials of the
+selection mechanisms below read the stream's SHAKE-256 words.
+
 All randomness is integer: uniform integers by rejection from 64-bit words,
 Bernoulli(n/d) by comparing a uniform integer with ``n``, Bernoulli(exp(-γ))
 for rational γ by comparing a lazily drawn uniform real with exp(−γ) (floats
@@ -24,6 +29,7 @@ from math import ceil, isqrt
 
 import numpy as np
 
+from dpcli.core import noise_stream
 from dpcli.core.prf import KeyedStream
 
 _U64 = np.uint64
@@ -97,11 +103,6 @@ def uniform_below(stream: KeyedStream, bound: np.ndarray) -> np.ndarray:
         out[pending[ok]] = (u[ok] % m[pending[ok]]).astype(np.int64)
         pending = pending[~ok]
     return out
-
-
-def random_bits(stream: KeyedStream, n: int) -> np.ndarray:
-    """``n`` fair coin flips as booleans."""
-    return (stream.uint64(n) >> _U64(63)).astype(bool)
 
 
 #: Relative safety margin of the float fast path of :func:`bernoulli_exp`. The
@@ -199,46 +200,20 @@ def _compare_exact(stream: KeyedStream, u: int, num: int, den: int, scale: Fract
         prec += 20
 
 
-def _geometric_exp_minus_one(stream: KeyedStream, n: int) -> np.ndarray:
-    """Number of successes of Bernoulli(exp(-1)) before the first failure, ``n`` times."""
-    v = np.zeros(n, dtype=np.int64)
-    alive = np.arange(n)
-    while alive.size:
-        ok = bernoulli_exp(stream, np.ones(alive.size, np.int64), np.ones(alive.size, np.int64))
-        v[alive[ok]] += 1
-        alive = alive[ok]
-    return v
-
-
 def discrete_laplace(stream: KeyedStream, scale: Fraction | int, n: int) -> np.ndarray:
     """``n`` draws of the discrete Laplace (two-sided geometric) distribution.
 
     P[X = x] ∝ exp(-|x| / scale) over the integers (``BaseGeometric`` with
-    ε = 1/scale for sensitivity 1). CKS Algorithm 2 with scale = t/s.
-    A scale of 0 returns zeros.
+    ε = 1/scale for sensitivity 1). CKS Algorithm 2 with scale = t/s, drawn by
+    :mod:`dpcli.core.noise_stream` (samples 0 … n−1 of the stream's next noise
+    key). A scale of 0 returns zeros.
     """
     scale = rational_at_least(Fraction(scale))
     if scale == 0:
         return np.zeros(n, dtype=np.int64)
     if scale.numerator > _MAX_NUM:
         raise ValueError(f"discrete Laplace scale {float(scale):.3g} is too large")
-    t, s = scale.numerator, scale.denominator
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
-    while pending.size:
-        m = pending.size
-        u = uniform_below(stream, np.full(m, t, dtype=np.int64))
-        keep = np.flatnonzero(bernoulli_exp(stream, u, np.full(m, t, dtype=np.int64)))
-        # Only proposals that passed the first test need the geometric part and the sign.
-        v = _geometric_exp_minus_one(stream, keep.size)
-        y = (u[keep] + t * v) // s
-        b = random_bits(stream, keep.size)
-        ok = ~(b & (y == 0))
-        out[pending[keep[ok]]] = np.where(b[ok], -y[ok], y[ok])
-        accepted = np.zeros(m, dtype=bool)
-        accepted[keep[ok]] = True
-        pending = pending[~accepted]
-    return out
+    return noise_stream.laplace(stream.noise_key(), scale.numerator, scale.denominator, range(n))
 
 
 def _discrete_gaussian_parameters(sigma2: Fraction) -> tuple[int, int, int]:
@@ -259,9 +234,11 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
     """``n`` draws of the discrete Gaussian N_Z(0, σ²): P[X = x] ∝ exp(-x²/(2σ²)).
 
     CKS Algorithm 3: propose Y from the discrete Laplace with scale t, accept
-    with probability exp(-(|Y| - σ²/t)² / (2σ²)). The variance parameter may be
-    rounded up by a relative 2^-24/σ at most (never down); the effective σ² is
-    :func:`effective_sigma2`. A σ² of 0 returns zeros.
+    with probability exp(-(|Y| - σ²/t)² / (2σ²)), drawn by
+    :mod:`dpcli.core.noise_stream` (samples 0 … n−1 of the stream's next noise
+    key). The variance parameter may be rounded up by a relative 2^-24/σ at
+    most (never down); the effective σ² is :func:`effective_sigma2`. A σ² of 0
+    returns zeros.
     """
     sigma2 = Fraction(sigma2)
     if sigma2 < 0:
@@ -269,29 +246,9 @@ def discrete_gaussian(stream: KeyedStream, sigma2: Fraction | int, n: int) -> np
     if sigma2 == 0:
         return np.zeros(n, dtype=np.int64)
     t, p, q = _discrete_gaussian_parameters(sigma2)
-    den = 2 * t * p * q
-    # |q·Y - p|² must stay below 2^63: elements beyond this bound (probability
-    # < exp(-40) each) are decided with Python integers, still exactly.
-    y_safe = (isqrt((1 << 62)) - p) // q
-    out = np.empty(n, dtype=np.int64)
-    pending = np.arange(n)
-    while pending.size:
-        # Propose 1.5x what is still missing (surplus acceptances are discarded) to save rounds.
-        m = pending.size + pending.size // 2 + 8
-        y = discrete_laplace(stream, t, m)
-        ay = np.abs(y)
-        safe = ay <= y_safe
-        accept = np.zeros(m, dtype=bool)
-        si = np.flatnonzero(safe)
-        if si.size:
-            diff = q * ay[si] - p
-            accept[si] = bernoulli_exp(stream, diff * diff, np.full(si.size, den, dtype=np.int64))
-        for i in np.flatnonzero(~safe):  # astronomically rare; exact big-integer path
-            accept[i] = _compare_exact(stream, int(stream.uint64(1)[0]), (q * int(ay[i]) - p) ** 2, den)
-        got = y[accept][: pending.size]
-        out[pending[: got.size]] = got
-        pending = pending[got.size :]
-    return out
+    if t > _MAX_NUM or 2 * t * p * q >= _INT_SAFE:
+        raise ValueError(f"discrete Gaussian σ² {float(sigma2):.3g} is too large")
+    return noise_stream.gaussian(stream.noise_key(), t, p, q, range(n))
 
 
 def effective_sigma2(sigma2: Fraction | int) -> Fraction:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
+from dpcli.core.prf import NOISE_VERSION
 from dpcli.errors import StateError
 from dpcli.state import documents, ledger
 from dpcli.tasks.stream.plan import StreamPlan
@@ -101,6 +102,19 @@ def _parquet_text(table: pl.DataFrame) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _step_digest(seed: bytes, fingerprint: str, through: int, noise: int) -> str:
+    """The ledger's digest of a run: its input and ``through``, and (from v2 on) the noise definition.
+
+    A run recomputed from an older copy of the state is free only as an exact repeat of a
+    recorded run; the noise version in the digest makes a repeat under another noise definition
+    (which would draw the run's new trees differently) a different run, refused as a fork.
+    """
+    material: dict[str, Any] = {"input": fingerprint, "through": through}
+    if noise != 1:
+        material["noise"] = noise
+    return ledger.step_digest(seed, material)
+
+
 @contextmanager
 def state_run(
     path: Path, q: StreamQuery, plan: StreamPlan, data: StateInput, *, analyst: str, state_dir: Path,
@@ -120,10 +134,12 @@ def state_run(
     label = f"state file {path}"
     with documents.locked(path, lock_timeout):
         body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
-        digest = ledger.step_digest(bytes.fromhex(body["seed"]), {"input": data.fingerprint, "through": last_trigger})
+        seed = bytes.fromhex(body["seed"])
+        digest = _step_digest(seed, data.fingerprint, last_trigger, NOISE_VERSION)
         last = body.get("last")
         if last and last["input"] == data.fingerprint and last["through"] == last_trigger:
-            ledger.check_recorded(state_dir, analyst, body["reservation"], body["step"], digest, label, lock_timeout)
+            recorded = _step_digest(seed, data.fingerprint, last_trigger, last.get("noise", 1))
+            ledger.check_recorded(state_dir, analyst, body["reservation"], body["step"], recorded, label, lock_timeout)
             cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
             yield StateRun(path, cached, {**last["metadata"], "charged": False, "retry": True}, repeat=True)
             return
@@ -140,7 +156,7 @@ def state_run(
         if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
             documents.write(path, STATE_KIND, body)
         metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
-        last = {"input": data.fingerprint, "through": last_trigger, "metadata": metadata,
+        last = {"input": data.fingerprint, "through": last_trigger, "noise": NOISE_VERSION, "metadata": metadata,
                 "release": _parquet_text(release.table)}
         step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label,
                            create=create)
