@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-spark audit man docs-images install install-man bench bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test test-spark audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,10 @@ $(PEERS): bench/peers/requirements.txt
 	touch $(PEERS)
 
 bench-peers: $(PEERS)
+
+# Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
+bench-samplers: $(STAMP)
+	$(BIN)/python bench/bench_samplers.py --write
 
 bench-ledger: $(STAMP)  # ms per charge at 10 / 1,000 / 10,000 entries, every mode (target ≤ 20 ms)
 	$(BIN)/python bench/bench_ledger.py

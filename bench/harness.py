@@ -278,6 +278,19 @@ def header(runs: int, peers: str | None) -> list[str]:
             "q = 26, s = 6.738 on [1, 10^5]; keys q = 1000, s = 1.4 over 10^6 keys; uniform times over a day).", ""]
 
 
+def kept_sections(path: Path) -> str:
+    """Sections 7 and later of an existing results file (written by the other benchmarks and by
+    hand), kept when this harness rewrites sections 1-6."""
+    if not path.exists():
+        return ""
+    text = path.read_text()
+    start = text.find("\n## 7.")
+    end = text.find("\n## Profiled and fixed")
+    if start < 0:
+        return ""
+    return text[start + 1 : end + 1 if end > start else len(text)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000000,10000000")
@@ -297,7 +310,7 @@ def main() -> None:
         suite.tabulate()
         if a.big:
             suite.big(50_000_000)
-        text = "\n".join(header(a.runs, peers) + suite.lines) + "\n" + PROFILING
+        text = "\n".join(header(a.runs, peers) + suite.lines) + "\n" + kept_sections(Path(a.out)) + PROFILING
     Path(a.out).write_text(text)
     print(text)
 

@@ -100,6 +100,7 @@ class KeyState:
     predicted: int | None = None  # Alg. 4: trigger of the predicted release with no new data
     rounds: int = 0
     select_margin: np.ndarray | None = None  # noise-only prefix − μ − τ, per leaf of the selection tree
+    select_best: np.ndarray | None = None  # its suffix maxima (derived, not saved)
     pert_noise: tuple[np.ndarray, np.ndarray | None] | None = None  # noise-only prefixes: count, sum
 
 
@@ -142,9 +143,11 @@ class WindowRun:
         units = len(st.round_users)  # the selection tree's true prefix
         if units + margin[i] > 0:  # type: ignore[index]
             return True
-        future = np.flatnonzero(margin[i + 1 :] > -units)  # type: ignore[index]
-        if future.size:  # the first future trigger that would release with no new data
-            st.predicted = t + 1 + int(future[0])
+        if st.select_best is None:  # suffix maxima: most keys have no future release, decided in O(1)
+            st.select_best = np.maximum.accumulate(margin[::-1])[::-1]  # type: ignore[index]
+        if i + 1 < margin.size and st.select_best[i + 1] > -units:  # type: ignore[union-attr]
+            # the first future trigger that would release with no new data
+            st.predicted = t + 1 + int(np.argmax(margin[i + 1 :] > -units))  # type: ignore[index]
             self.predicted[st.predicted].add(key)
         else:
             st.predicted = None
@@ -162,7 +165,7 @@ class WindowRun:
             row.append(round(st.pert_sum + noise_sum[i]) * float(self.q.grid.granularity))  # type: ignore[union-attr]
         st.buffer_count = st.buffer_sum = 0
         st.round_users = set()
-        st.round_start = st.select_margin = st.predicted = None
+        st.round_start = st.select_margin = st.select_best = st.predicted = None
         st.rounds += 1
         return tuple(row)
 
@@ -175,12 +178,11 @@ class WindowRun:
         q = self.q
         evaluate: list[Key] = []
         new_trees: list[Key] = []
-        cols = [batch[k].to_list() for k in q.keys]
+        keys = list(zip(*(batch[k].to_list() for k in q.keys)))
         users = batch["units"].to_list()
         ns = batch["n"].to_list()
         sums = batch["s"].to_list() if q.value is not None else None
-        for idx in range(batch.height):
-            key = tuple(c[idx] for c in cols) if len(cols) > 1 else (cols[0][idx],)
+        for idx, key in enumerate(keys):
             st = self.states.get(key)
             if st is None:
                 st = self.states[key] = KeyState()
