@@ -240,3 +240,51 @@ def test_laplace_tail_is_geometric_via_one_word():
         p = math.exp(-(k - 1))
         observed = (nz >= k).mean()
         assert abs(observed - p) <= 5 * math.sqrt(p * (1 - p) / nz.size) + 1e-12, k
+
+
+# -- `make audit`: the issue-20 acceptance checks at full size ------------------------------------
+
+
+@pytest.mark.audit
+@needs_compiled
+@pytest.mark.parametrize("kind,param", [("laplace", (1, 2)), ("laplace", (1, 1)), ("laplace", (3, 1)),
+                                        ("laplace", (1000, 1)), ("laplace", (10**6, 1)),
+                                        ("gaussian", Fraction(1, 4)), ("gaussian", Fraction(1)),
+                                        ("gaussian", Fraction(100)), ("gaussian", Fraction(10**6)),
+                                        ("gaussian", Fraction(10**12))])
+def test_reference_and_compiled_identical_on_a_million_draws(kind, param):
+    """10^6 samples per scale: the two implementations give the same stream, value for value."""
+    n = 1_000_000
+    if kind == "laplace":
+        t, s = param
+        ref = ns.laplace(KEY, t, s, range(n), backend="reference")
+        fast = ns.laplace(KEY, t, s, range(n), backend="compiled")
+    else:
+        t, p, q = _discrete_gaussian_parameters(param)
+        ref = ns.gaussian(KEY, t, p, q, range(n), backend="reference")
+        fast = ns.gaussian(KEY, t, p, q, range(n), backend="compiled")
+    assert np.array_equal(ref, fast)
+
+
+@pytest.mark.audit
+@pytest.mark.parametrize("kind,scale", [("laplace", Fraction(1, 2)), ("laplace", Fraction(3)),
+                                        ("gaussian", Fraction(1, 2)), ("gaussian", Fraction(10))])
+def test_reference_path_goodness_of_fit(kind, scale, monkeypatch):
+    """The goodness-of-fit audit of test_samplers.py, run through the numpy reference (the path used
+    where the extension was not built): 2·10^5 samples, p > 1e-4, ±30% scales rejected."""
+    from test_samplers import _chi2_p, _gauss_pmf, _laplace_pmf
+
+    from dpcli.core.samplers import discrete_gaussian, discrete_laplace, effective_sigma2
+
+    monkeypatch.setattr(ns, "BACKEND", "reference")
+    stream = KeyedStream(b"\x43" * 32, f"ref-{kind}-{scale}")
+    if kind == "laplace":
+        x = discrete_laplace(stream, scale, 200_000)
+        pmf = lambda v, f=1.0: _laplace_pmf(v, float(scale) * f)  # noqa: E731
+    else:
+        eff = float(effective_sigma2(scale**2))
+        x = discrete_gaussian(stream, scale**2, 200_000)
+        pmf = lambda v, f=1.0: _gauss_pmf(v, eff * f * f)  # noqa: E731
+    assert _chi2_p(x, pmf) > 1e-4
+    for wrong in (0.7, 1.3):
+        assert _chi2_p(x, lambda v: pmf(v, wrong)) < 1e-6
