@@ -92,7 +92,7 @@ PEERS := .venv-peers/bin/python
 
 # The whole suite (~20 min on 2 cores): writes bench/results.md. Peers get their own venv.
 bench: $(STAMP) $(PEERS)
-	$(BIN)/python bench/bench_samplers.py
+	$(BIN)/python bench/bench_samplers.py --write
 	$(BIN)/python bench/harness.py --peers $(PEERS) --big
 
 $(PEERS): bench/peers/requirements.txt
