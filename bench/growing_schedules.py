@@ -1,19 +1,25 @@
-"""Simulate a year of daily snapshots and compare the three schedules of ``--schedule`` (paper 004).
+"""A year of daily snapshots: the schedules of ``--schedule`` under one privacy definition (paper 004).
 
-365 daily snapshots grow geometrically from 10^4 to 10^6 rows (one row per
-privacy unit, 10 Zipf-distributed groups). Every day each schedule answers a
-known-domain histogram of counts (sensitivity 1, discrete Laplace noise from
-dpcli's exact sampler):
+365 daily snapshots grow geometrically from 10^4 to 10^6 rows (one row per privacy unit, 10
+Zipf-distributed groups). Every day each schedule answers a known-domain histogram of counts
+(sensitivity 1, dpcli's exact discrete Laplace noise). Every schedule is (ε = 1, δ = 10^-6)-DP over
+the whole year (the pure ones are (1, 0)-DP, which is stronger):
 
-* ``bbscheduler`` (δ = 0): a new release when the snapshot has grown by (1 + γ)
-  since the current epoch began, ε_i from Algorithm 1; otherwise the cached one;
-* ``bbimprover`` (δ = 1e-6): a fresh release every day with ε_t ∝ t^-(1/2+c);
-* ``fixed``: total/365 per day (so it lasts exactly the year).
+* ``bbscheduler``: Algorithm 1 with δ > 0 (γ from Algorithm 1, ε_i with the CDP constants); a new
+  release when the snapshot has grown by (1 + γ) since the epoch began, else the cached one;
+* ``bbimprover-rows``: Algorithm 2 as printed, t = the snapshot's rows, c = 0.1;
+* ``bbimprover-runs``: dpcli's cron form, t = the run's number k, c = 0.1 (the default);
+* ``fixed-365``: the same ε every day, chosen so that 365 runs compose (CDP, Theorem 4) to exactly
+  (1, 10^-6): it lasts the year because it knows the year has 365 runs;
+* ``naive``: the baseline the paper argues against, a fixed ε = 0.05 per run (pure, summed), which
+  runs out after 20 days; afterwards the last release is served, stale.
 
-All at the same total ε = 1. The error of a day is the mean absolute error of
-the released *fractions* (count / current size) against the current
-snapshot's truth, so a stale cached answer is charged for its staleness.
-Writes ``bench/growing_schedules.png`` and prints the error at a few days.
+Per day: the mean absolute error of the released *fractions* (count / current size) against the
+current snapshot, averaged over 20 noise seeds, and the (ε, δ) spent so far (CDP composition of
+the runs made for the δ > 0 schedules, the sum for the pure ones). Theorem 10's bound for
+BBScheduler, α ≈ C·(ln(1/β)/(ε n))^{1/3} with C = 1, β = 0.05 and n = 10^4, is drawn for scale.
+Writes ``bench/growing_schedules.png`` with dpcli's own plotting module (``dpcli.plot.figure``) and
+prints the tables of ``bench/growing_schedules.md``.
 
 Run by hand (``make bench-growing``).
 """
@@ -21,6 +27,7 @@ Run by hand (``make bench-growing``).
 from __future__ import annotations
 
 import hashlib
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -33,11 +40,25 @@ DAYS = 365
 TOTAL = Fraction(1)
 DELTA = 1e-6
 GROUPS = 10
+TRIALS = 20
+C = sch.DEFAULT_IMPROVER_C
+NAIVE = Fraction(1, 20)
+BETA = 0.05
+SHOW = (0, 29, 89, 179, 364)
+
+
+def fixed_cdp_epsilon(runs: int, total: float, delta: float) -> Fraction:
+    """The largest per-run ε (rounded down) whose ``runs``-fold CDP composition is ≤ (total, δ)."""
+    lo, hi = 0.0, total
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if sch.cdp_total([Fraction(mid)] * runs, delta) <= total else (lo, mid)
+    return Fraction(math.floor(lo * 10**15), 10**15)
 
 
 def main(out: str = "bench/growing_schedules.png") -> None:
     rng = np.random.default_rng(4)  # data generation only
-    sizes = np.unique(np.round(1e4 * 100 ** (np.arange(DAYS) / (DAYS - 1))).astype(np.int64))
+    sizes = np.round(1e4 * 100 ** (np.arange(DAYS) / (DAYS - 1))).astype(np.int64)
     n_max = int(sizes[-1])
     w = 1.0 / np.arange(1, GROUPS + 1)
     rows = rng.choice(GROUPS, size=n_max, p=w / w.sum())
@@ -45,56 +66,78 @@ def main(out: str = "bench/growing_schedules.png") -> None:
     onehot[np.arange(n_max), rows] = 1
     cum = np.cumsum(onehot, axis=0)
 
-    def truth(size: int) -> np.ndarray:
-        return cum[size - 1]
-
     def release(eps: Fraction, size: int, label: str) -> np.ndarray:
+        """TRIALS independent noisy histograms of the snapshot of ``size`` rows, as fractions."""
         stream = KeyedStream(hashlib.sha256(f"growing/{label}/{size}".encode()).digest(), "bench")
-        return truth(size) + discrete_laplace(stream, 1 / eps, GROUPS)
+        noise = discrete_laplace(stream, 1 / eps, GROUPS * TRIALS).reshape(TRIALS, GROUPS)
+        return (cum[size - 1] + noise) / size
 
     n0 = int(sizes[0])
-    gamma = sch.default_gamma(float(TOTAL), n0, 0.0)
-    errors: dict[str, list[float]] = {"bbscheduler": [], "bbimprover": [], "fixed": []}
-    spent = {k: Fraction(0) for k in errors}
-    current_epoch, cached = -1, None
-    for day, size in enumerate(sizes):
-        size = int(size)
-        now = truth(size) / size
+    gamma = sch.default_gamma(float(TOTAL), n0, DELTA, BETA)
+    fixed_eps = fixed_cdp_epsilon(DAYS, float(TOTAL), DELTA)
+    names = ["bbscheduler", "bbimprover-rows", "bbimprover-runs", "fixed-365", "naive"]
+    errors: dict[str, list[float]] = {k: [] for k in names}
+    spent: dict[str, list[float]] = {k: [] for k in names}
+    runs: dict[str, list[Fraction]] = {k: [] for k in names}
+    cached: dict[str, np.ndarray] = {}
+    epoch_now = -1
+    for day, size in enumerate(int(s) for s in sizes):
+        now = cum[size - 1] / size
         epoch = sch.epoch_of(size, n0, gamma)
-        if epoch != current_epoch:
-            eps = sch.bbscheduler_epsilon(epoch, gamma, TOTAL, 0.0)
-            cached = release(eps, size, "bbs") / size
-            current_epoch = epoch
-            spent["bbscheduler"] += eps
-        errors["bbscheduler"].append(float(np.abs(cached - now).mean()))
-        eps_t = sch.bbimprover_epsilon(size, TOTAL, DELTA, 0.25)
-        spent["bbimprover"] += eps_t
-        errors["bbimprover"].append(float(np.abs(release(eps_t, size, "bbi") / size - now).mean()))
-        eps_f = TOTAL / DAYS
-        spent["fixed"] += eps_f
-        errors["fixed"].append(float(np.abs(release(eps_f, size, "fix") / size - now).mean()))
-    print(f"γ = {float(gamma):.4f}; {current_epoch + 1} bbscheduler epochs over {len(sizes)} days")
-    print(f"{'day':>5} {'rows':>9} " + " ".join(f"{k:>12}" for k in errors))
-    for d in (0, 30, 90, 180, 270, len(sizes) - 1):
-        print(f"{d:>5} {int(sizes[d]):>9} " + " ".join(f"{errors[k][d]:>12.2e}" for k in errors))
-    print("ε spent: " + ", ".join(f"{k} {float(v):.4f}" for k, v in spent.items()))
-    print("CDP loss of bbimprover's runs:", round(sch.cdp_total([sch.bbimprover_epsilon(int(s), TOTAL, DELTA, 0.25) for s in sizes], DELTA), 4))
-    import matplotlib
+        todays = {
+            "bbimprover-rows": sch.bbimprover_epsilon(size, TOTAL, DELTA, C),
+            "bbimprover-runs": sch.bbimprover_epsilon(day + 1, TOTAL, DELTA, C),
+            "fixed-365": fixed_eps,
+        }
+        if epoch != epoch_now:
+            todays["bbscheduler"] = sch.bbscheduler_epsilon(epoch, gamma, TOTAL, DELTA)
+            epoch_now = epoch
+        if sum(runs["naive"]) + NAIVE <= TOTAL:
+            todays["naive"] = NAIVE
+        for name in names:
+            if name in todays:
+                runs[name].append(todays[name])
+                cached[name] = release(todays[name], size, name)
+            errors[name].append(float(np.abs(cached[name] - now).mean()))
+            pure = name == "naive"
+            spent[name].append(float(sum(runs[name])) if pure else sch.cdp_total(runs[name], DELTA))
+    bound = (math.log(1 / BETA) / (float(TOTAL) * n0)) ** (1 / 3)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    print(f"γ = {float(gamma):.4f}: {epoch_now + 1} bbscheduler epochs over {DAYS} days; fixed-365: "
+          f"ε = {float(fixed_eps):.5f} per run; Theorem 10 bound (C = 1): α ≈ {bound:.3g}")
+    print("\nMean |error| of the released fractions (20 noise seeds):\n")
+    print("| day | rows | " + " | ".join(names) + " |")
+    print("|---:|---:|" + "---:|" * len(names))
+    for d in SHOW:
+        print(f"| {d + 1} | {int(sizes[d]):,} | " + " | ".join(f"{errors[k][d]:.2e}" for k in names) + " |")
+    print("\nε spent so far (CDP composition for δ = 10^-6; the sum for naive), of ε = 1 reserved:\n")
+    print("| day | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for d in SHOW:
+        print(f"| {d + 1} | " + " | ".join(f"{spent[k][d]:.4f}" for k in names) + " |")
+    print("\nruns made: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()))
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for k, v in errors.items():
-        ax.plot(np.arange(len(sizes)), v, label=k)
+    from dpcli.plot.figure import _pyplot, save
+
+    plt = _pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    days = np.arange(1, DAYS + 1)
+    for k in names:
+        ax.plot(days, errors[k], label=k)
+        bx.plot(days, spent[k], label=k)
+    ax.axhline(bound, color="grey", linestyle=":", label="Theorem 10 bound (C = 1)")
     ax.set_yscale("log")
     ax.set_xlabel("day (snapshot grows 10^4 → 10^6 rows)")
     ax.set_ylabel("mean |error| of released fractions")
-    ax.set_title("Histogram over a growing database, total ε = 1")
-    ax.legend()
+    ax.set_title("error, every schedule (1, 10^-6)-DP over the year")
+    ax.legend(fontsize=8)
+    bx.set_xlabel("day")
+    bx.set_ylabel("ε spent so far (of 1 reserved)")
+    bx.set_title("budget used")
+    bx.set_ylim(0, 1.05)
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    print(f"wrote {out}")
+    save(fig, out)
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

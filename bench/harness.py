@@ -97,6 +97,24 @@ def measure(cmds: list[list[str]], env: dict[str, str], timeout: float = 900) ->
     return Measure(statistics.median(walls), statistics.median(rss))
 
 
+def interleaved(a: list[list[str]], b: list[list[str]], env: dict[str, str]) -> tuple[Measure, Measure]:
+    """Two commands measured run by run in alternation (a, b, a, b, …): drift in the machine's speed
+    hits both alike. Medians as :func:`measure`."""
+    ma: list[Measure] = []
+    mb: list[Measure] = []
+    for ca, cb in zip(a, b, strict=True):
+        ma.append(measure([ca], env))
+        mb.append(measure([cb], env))
+
+    def median(ms: list[Measure]) -> Measure:
+        failed = next((m for m in ms if m.wall is None), None)
+        if failed is not None:
+            return failed
+        return Measure(statistics.median(m.wall for m in ms), statistics.median(m.rss for m in ms))  # type: ignore[misc]
+
+    return median(ma), median(mb)
+
+
 def fmt(m: Measure) -> tuple[str, str]:
     if m.wall is None:
         return f"failed ({m.note})", "–"
@@ -143,11 +161,21 @@ class Suite:
         for rows in sizes:
             path = self.data(rows)
             print(f"histogram {rows:,}", file=sys.stderr)
-            plain = measure([[sys.executable, "-c", PLAIN_HIST, str(path)]] * self.runs, self.env)
-            dp = measure([self.dp_histogram(path) for _ in range(self.runs)], self.env)
+            plain, dp = interleaved([[sys.executable, "-c", PLAIN_HIST, str(path)]] * self.runs,
+                                    [self.dp_histogram(path) for _ in range(self.runs)], self.env)
             self.row(rows, "plain polars (bounded, no noise)", plain, plain, "", None)
-            ok = None if dp.wall is None or plain.wall is None or rows < 10_000_000 else dp.wall / plain.wall <= 1.3
-            self.row(rows, "dpcli histogram", dp, plain, "≤ 1.3× polars at 10M, ≤ 2 GB", ok and (dp.rss or 0) <= 2048)
+            ok = None if dp.wall is None or plain.wall is None or rows < 10_000_000 else dp.wall / plain.wall <= 1.15
+            self.row(rows, "dpcli histogram", dp, plain, "≤ 1.15× polars at 10M, ≤ 2 GB", ok and (dp.rss or 0) <= 2048)
+            if rows >= 10_000_000:  # the second, independent generator, in the same interleaved run
+                second = self.tmp / f"second_{rows}.parquet"
+                if not second.exists():
+                    subprocess.run([sys.executable, str(HERE / "synthetic.py"), str(second), str(rows), "--second"],
+                                   check=True)
+                plain2, dp2 = interleaved([[sys.executable, "-c", PLAIN_HIST, str(second)]] * self.runs,
+                                          [self.dp_histogram(second) for _ in range(self.runs)], self.env)
+                self.row(rows, "plain polars, second generator", plain2, plain2, "", None)
+                ok2 = None if dp2.wall is None or plain2.wall is None else dp2.wall / plain2.wall <= 1.15
+                self.row(rows, "dpcli histogram, second generator", dp2, plain2, "≤ 1.15× polars", ok2)
             if self.peers:
                 peer_runs = 1 if rows >= 10_000_000 else self.runs
                 for label, args, factor in (
@@ -176,34 +204,37 @@ class Suite:
     def topk(self, rows: int) -> None:
         path = self.data(rows)
         print(f"topk {rows:,}", file=sys.stderr)
-        plain = measure([[sys.executable, "-c", PLAIN_TOPK, str(path)]] * self.runs, self.env)
-        dp = measure([[self.dpcli, "topk", str(path), "--by", "key", "-k", "100", "--dbar", "1000",
-                       "--privacy-unit", "user_id", "--epsilon-per", self.fresh_eps(), "--delta", "1e-9"]
-                      for _ in range(self.runs)], self.env)
+        plain, dp = interleaved([[sys.executable, "-c", PLAIN_TOPK, str(path)]] * self.runs,
+                                [[self.dpcli, "topk", str(path), "--by", "key", "-k", "100", "--max-groups", "1000",
+                                  "--privacy-unit", "user_id", "--epsilon-per", self.fresh_eps(), "--delta", "1e-9"]
+                                 for _ in range(self.runs)], self.env)
         ok = None if not (dp.wall and plain.wall) else dp.wall / plain.wall <= 1.3
         self.lines += ["## 3. Top-k with d̄ = 1000", "", "| rows | tool | wall s | peak MiB | vs plain polars | target | |",
                        "|---:|---|---:|---:|---:|---|---|"]
         self.row(rows, "plain polars top-1000 (distinct users)", plain, plain, "", None)
-        self.row(rows, "dpcli topk -k 100 --dbar 1000", dp, plain, "≤ 1.3× polars", ok)
+        self.row(rows, "dpcli topk -k 100 --max-groups 1000", dp, plain, "≤ 1.3× polars", ok)
         self.lines.append("")
 
     def stream(self, rows: int) -> None:
         path = self.data(rows)
         print(f"stream-replay {rows:,}", file=sys.stderr)
-        runs = min(self.runs, 1)
-        m = measure([[self.dpcli, "stream-replay", str(path), "--time", "ts", "--key", "key", "--privacy-unit",
-                      "user_id", "--window", "1d", "--trigger-every", "15m", "--max-records", "32", "--epsilon",
-                      self.fresh_eps(), "--delta", "1e-9", "-o", str(self.tmp / "stream.csv")]] * runs, self.env,
-                    timeout=1800)
-        rate = rows / m.wall if m.wall else None
-        wall, rss = fmt(m)
-        self.lines += ["## 4. stream-replay (96 triggers of 15 min over one day)", "",
-                       "Every key gets a selection tree whose noise (2T − 1 nodes) is drawn up front, as "
-                       "Alg. 4's prediction needs it: the cost grows with distinct keys × triggers (see "
-                       "`make bench-dpsqlp` for 100 and 1,000 triggers).", "",
-                       "| rows | wall s | peak MiB | events/s | target | |", "|---:|---:|---:|---:|---|---|",
-                       f"| {rows:,} | {wall} | {rss} | {rate or 0:,.0f} | ≥ 1M events/s | "
-                       f"{verdict(None if rate is None else rate >= 1e6)} |", ""]
+        self.lines += ["## 4. stream-replay (one day, triggers every 15 min and every hour)", "",
+                       "Every key with more than μ units gets a selection tree whose noise (2T − 1 nodes) is drawn "
+                       "when the tree starts, as Alg. 4's prediction needs every future prefix: the cost grows "
+                       "with distinct keys × triggers (see `make bench-dpsqlp` for 100 and 1,000 triggers). "
+                       "Targets from issue 20.", "",
+                       "| rows | triggers | wall s | peak MiB | events/s | target | |",
+                       "|---:|---:|---:|---:|---:|---|---|"]
+        for every, triggers, target in (("15m", 96, 500_000), ("1h", 24, 1_000_000)):
+            m = measure([[self.dpcli, "stream-replay", str(path), "--time", "ts", "--by", "key", "--privacy-unit",
+                          "user_id", "--window", "1d", "--trigger-every", every, "--max-contributions", "32",
+                          "--epsilon", self.fresh_eps(), "--delta", "1e-9", "-o", str(self.tmp / "stream.csv")]],
+                        self.env, timeout=1800)
+            rate = rows / m.wall if m.wall else None
+            wall, rss = fmt(m)
+            self.lines.append(f"| {rows:,} | {triggers} | {wall} | {rss} | {rate or 0:,.0f} | ≥ {target:,} events/s | "
+                              f"{verdict(None if rate is None else rate >= target)} |")
+        self.lines.append("")
 
     def tabulate(self) -> None:
         print("tabulate 1M persons", file=sys.stderr)
@@ -249,6 +280,13 @@ PROFILING = """## Profiled and fixed (before → after, same machine)
 * `stream-replay` events/s stays far below 1M/s: Algorithm 4 needs every selection tree's noise up
   front (2T nodes per key with more than μ units), so the cost is distinct keys × triggers; `--mu`
   skips trees for keys too small to matter.
+* Issue 20 (2026-11-24): noise stream v2, compiled (section 12): 1M events at 96 triggers 14.75 s →
+  6.6–6.8 s. What is left, profiled: drawing the selection trees' noise 2.1 s (19.5M discrete
+  Gaussian samples), the per-key Python of Algorithms 2 and 4 (feeding micro-batches 2.6 s,
+  selection checks 1.9 s), polars 1 s. Noise on demand would save nothing on this workload: no key
+  is released all day, and Algorithm 4 must see every future prefix of every selection tree to
+  conclude that none fires, so every drawn node is needed (measured: 19,553,682 nodes drawn, all
+  needed). Suffix maxima of each tree's margins now decide "no future release" in O(1).
 """
 
 

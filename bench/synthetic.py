@@ -62,14 +62,37 @@ def write(path: str, rows: int, n_keys: int = 10**6, seed: int = 1) -> None:
     pl.concat(chunks).write_parquet(path, row_group_size=1_000_000)
 
 
+def write_second(path: str, rows: int, seed: int = 7) -> None:
+    """A second, independent DP-SQLP-style generator (issue 20): exactly 10^6 users whose record
+    counts are Zipf–Mandelbrot with q = 2, s = 1.8 on [1, 10^4], scaled so the file has about
+    ``rows`` records, and keys Zipf–Mandelbrot (q = 10, s = 1.1) over 10^5 keys; user ids are a
+    random permutation, rows are shuffled."""
+    rng = np.random.default_rng(seed)
+    n_users = 10**6
+    weights = zipf_mandelbrot(rng, 10**4, 2.0, 1.8, n_users).astype(np.float64)
+    counts = np.maximum(1, np.round(weights * rows / weights.sum())).astype(np.int64)
+    users = np.repeat(rng.permutation(n_users).astype(np.int64), counts)
+    n = users.size
+    pl.DataFrame({
+        "user_id": users,
+        "key": zipf_mandelbrot(rng, 10**5, 10.0, 1.1, n).astype(np.int64) - 1,
+        "value": rng.integers(0, 100, n, dtype=np.int64),
+        "ts": DAY_START + rng.integers(0, 86400, n, dtype=np.int64),
+    }).sample(fraction=1.0, shuffle=True, seed=seed).write_parquet(path, row_group_size=1_000_000)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
     ap.add_argument("rows", type=int)
     ap.add_argument("--keys", type=int, default=10**6)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--second", action="store_true", help="the second generator (write_second)")
     a = ap.parse_args()
-    write(a.out, a.rows, a.keys, a.seed)
+    if a.second:
+        write_second(a.out, a.rows)
+    else:
+        write(a.out, a.rows, a.keys, a.seed)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -45,9 +45,12 @@ class ScheduleSpec:
     beta: float
     c: float
     run_epsilon: Fraction | None  # fixed only
+    index: str = "runs"  # bbimprover: what t counts (runs or rows)
+    #: Options left at their defaults, which an existing schedule replaces by its own (c, index).
+    defaulted: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "name": self.name,
             "scheduler": self.scheduler,
             "total_epsilon": fraction_text(self.total_epsilon),
@@ -57,6 +60,30 @@ class ScheduleSpec:
             "c": self.c,
             "run_epsilon": fraction_text(self.run_epsilon) if self.run_epsilon is not None else None,
         }
+        if self.scheduler == "bbimprover":
+            doc["index"] = self.index
+        return doc
+
+    def as_in(self, stored: dict[str, Any]) -> ScheduleSpec:
+        """This spec with the defaulted options replaced by an existing schedule's values.
+
+        The migration rule: a schedule keeps the c and index it was made with. A state written
+        before the ``runs`` index existed has no ``index``: it counts rows. Options given on the
+        command line are kept, and must match the stored ones (else "other settings", exit 2).
+        """
+        spec = self
+        if "c" in self.defaulted and "c" in stored:
+            spec = replace(spec, c=float(stored["c"]))
+        if "index" in self.defaulted and self.scheduler == "bbimprover" and stored.get("scheduler") == "bbimprover":
+            spec = replace(spec, index=stored.get("index", "rows"))
+        return spec
+
+
+def stored_spec(stored: dict[str, Any]) -> dict[str, Any]:
+    """A state's spec as :meth:`ScheduleSpec.to_json` writes it today (a pre-0.3 bbimprover counts rows)."""
+    if stored.get("scheduler") == "bbimprover" and "index" not in stored:
+        return {**stored, "index": "rows"}
+    return stored
 
 
 def snapshot_size(table: InputTable) -> int:
@@ -88,6 +115,7 @@ def run_scheduled(
     label = f"schedule {spec.name!r}"
     with store.locked(state_dir, analyst, key, lock_timeout) as directory:
         state, fresh = _load_or_start(state_dir, directory, analyst, command, spec, query, size, key, lock_timeout)
+        spec = spec.as_in(state["spec"])
         runs: list[dict[str, Any]] = state["runs"]
         last = runs[-1] if runs else None
         if last is not None and size < last["size"]:
@@ -145,7 +173,7 @@ def _load_or_start(
     label = f"schedule {spec.name!r}"
     state = store.load(directory, key)
     if state is not None:
-        _check_state(state, spec, analyst, label)
+        _check_state(state, spec.as_in(state["spec"]), analyst, label)
         return state, False
     led = ledger.read_ledger(state_dir, analyst, lock_timeout)
     seq = led.find_reservation("schedule", key)
@@ -159,7 +187,7 @@ def _load_or_start(
 
 def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
     """Refuse a state of other settings (exit 2), of another analyst or of an older dpcli (exit 78)."""
-    if state["spec"] != spec.to_json():
+    if stored_spec(state["spec"]) != spec.to_json():
         raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
     if "reservation" not in state or "secret" not in state:
         raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); use a new --schedule name")
@@ -219,10 +247,13 @@ def _next_step(
     if last is not None and last["fingerprint"] == fingerprint:
         return None, Fraction(0)
     if spec.scheduler == "bbimprover":
-        if last is not None and size == last["size"]:
+        if spec.index == "rows" and last is not None and size == last["size"]:
             raise DataError(
                 f"snapshot changed but still has {size} rows: bbimprover runs once per database size; wait for growth"
             )
+        if spec.index == "runs":  # t = k, the number of this run
+            k = len(state["runs"]) + 1
+            return k, sch.bbimprover_epsilon(k, total, float(spec.total_delta), spec.c)
         return size, sch.bbimprover_epsilon(size, total, float(spec.total_delta), spec.c)
     spent = sum(Fraction(r["epsilon"]) for r in state["runs"])
     assert spec.run_epsilon is not None
@@ -236,7 +267,7 @@ def _next_step(
 def step_fields(spec: ScheduleSpec, step: Any) -> dict[str, Any]:
     if spec.scheduler == "bbscheduler":
         return {"epoch": step}
-    if spec.scheduler == "bbimprover":
+    if spec.scheduler == "bbimprover" and spec.index == "rows":
         return {"t": step}
     return {"run": step}
 
@@ -244,6 +275,8 @@ def step_fields(spec: ScheduleSpec, step: Any) -> dict[str, Any]:
 def _where(spec: ScheduleSpec, run: dict[str, Any]) -> str:
     if spec.scheduler == "bbscheduler":
         return f"epoch {run['epoch']} (computed on {run['size']} rows)"
+    if spec.scheduler == "bbimprover" and spec.index == "runs":
+        return f"run {run['run']} at {run['size']} rows"
     return f"run at {run['size']} rows"
 
 

@@ -47,6 +47,78 @@ def test_bbimprover_cdp_total_within_epsilon_over_a_million_sizes():
     assert float(sch.bbimprover_epsilon(1000, Fraction(4, 5), delta, c)) <= e[999] + 1e-15
 
 
+@pytest.mark.parametrize("c", [0.01, 0.1, 0.24, 0.5])
+def test_bbimprover_runs_index_stays_within_the_same_bound(c):
+    """The runs index (t = k = 1, 2, …) keeps Σ ε_k² ≤ ε²/(9 ln(1/δ)) for c ≤ 1/2, whatever the number of
+    runs: 10^6 runs summed, the rest bounded by ∫_K^∞ k^−(1+2c) dk = K^−2c/(2c); the derivation's
+    bound c + 1/2 (docs/commands/schedules.md) is checked against the exact partial sum."""
+    delta, total = 1e-6, 0.8
+    k = np.arange(1, 10**6 + 1, dtype=np.float64)
+    unit = total**2 / (9 * np.log(1 / delta))
+    e = np.array([float(sch.bbimprover_epsilon(int(i), Fraction(4, 5), delta, c)) for i in (1, 2, 10, 1000)])
+    exact = np.sqrt(c) / (3 * np.sqrt(np.log(1 / delta))) * total / np.array([1, 2, 10, 1000]) ** (0.5 + c)
+    assert np.all(e <= exact) and np.all(e > exact - 1e-14)  # rounded down, never up
+    s2 = float((c * unit / k ** (1 + 2 * c)).sum()) + c * unit * 1e6 ** (-2 * c) / (2 * c)
+    assert s2 <= sch.bbimprover_runs_square_sum_bound(c) * unit <= unit
+    assert 0.5 * s2 + np.sqrt(2 * s2 * np.log(1 / delta)) <= total
+
+
+def test_bbimprover_defaults_and_c_range(snapshots):
+    paths, keys = snapshots
+    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    imp = ["--scheduler", "bbimprover", "--total-delta", "1e-6"]
+    r = hist(paths[1000], keys, *imp, "--improver-c", "0.25")
+    assert r.exit_code == 2 and "(0, 1/4)" in r.stderr and "Theorem 13" in r.stderr
+    r = hist(paths[1000], keys, "--improver-c", "0.1")
+    assert r.exit_code == 2 and "bbimprover" in r.stderr
+    r = hist(paths[1000], keys, *imp, "--improver-index", "days")
+    assert r.exit_code == 2 and "runs or rows" in r.stderr
+    assert ledger_entries() == []
+    # runs index: every new snapshot is a run, even at the same size; k = 1, 2, 3
+    eps = []
+    for size in (1000, 1050, 1500):
+        r = hist(paths[size], keys, *imp)
+        assert r.exit_code == 0, r.stderr
+        eps.append(Fraction(json.loads(r.stdout)["summary"]["schedule"]["run_epsilon"]))
+    assert eps == [sch.bbimprover_epsilon(k, Fraction(1), 1e-6, 0.1) for k in (1, 2, 3)]
+    # the rows index, Algorithm 2 as printed: t = the snapshot's rows
+    r = runner.invoke(app, ["histogram", str(paths[1000]), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
+                            "--schedule", "rows", "--total-epsilon", "1", *imp, "--improver-index", "rows",
+                            "--improver-c", "0.05", "--json", "-o", "-"])
+    assert r.exit_code == 0, r.stderr
+    s = json.loads(r.stdout)["summary"]["schedule"]
+    assert s["t"] == 1000 and Fraction(s["run_epsilon"]) == sch.bbimprover_epsilon(1000, Fraction(1), 1e-6, 0.05)
+
+
+def test_a_schedule_made_before_the_runs_index_keeps_its_c_and_rows(snapshots, monkeypatch):
+    """Migration: a state written by dpcli 0.2 (c = 0.25 by default, no index) runs on as it was made
+    when the options are left out; giving other values is "other settings" (exit 2)."""
+    from dpcli.scheduling import ScheduleSpec
+
+    paths, keys = snapshots
+    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    imp = ["--scheduler", "bbimprover", "--total-delta", "1e-6"]
+    new_to_json = ScheduleSpec.to_json
+
+    def old_to_json(self):  # what dpcli 0.2 wrote: no "index"
+        doc = new_to_json(self)
+        doc.pop("index", None)
+        return doc
+
+    monkeypatch.setattr(ScheduleSpec, "to_json", old_to_json)
+    r = hist(paths[1000], keys, *imp, "--improver-c", "0.2", "--improver-index", "rows")
+    assert r.exit_code == 0, r.stderr
+    monkeypatch.setattr(ScheduleSpec, "to_json", new_to_json)
+    r = hist(paths[1500], keys, *imp)  # options left out: the stored c (0.2) and rows
+    assert r.exit_code == 0, r.stderr
+    s = json.loads(r.stdout)["summary"]["schedule"]
+    assert s["t"] == 1500 and Fraction(s["run_epsilon"]) == sch.bbimprover_epsilon(1500, Fraction(1), 1e-6, 0.2)
+    for extra in (["--improver-c", "0.1"], ["--improver-index", "runs"]):
+        r = hist(paths[4000], keys, *imp, *extra)
+        assert r.exit_code == 2 and "other settings" in r.stderr
+    assert len(ledger_entries()) == 3  # reservation + two runs
+
+
 def test_epochs_start_exactly_at_the_boundaries():
     g = Fraction(1, 10)
     assert [sch.epoch_of(s, 1000, g) for s in (1000, 1099, 1100, 1209, 1210)] == [0, 0, 1, 1, 2]
@@ -144,8 +216,10 @@ def test_fixed_stops_hard_and_bbimprover_runs_on_growth(snapshots):
     r1 = runner.invoke(app, ["histogram", str(paths[1000]), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
                              "--schedule", "imp", "--total-epsilon", "1", *imp, "--json", "-o", "-"])
     assert r1.exit_code == 0, r1.stderr
-    eps1 = Fraction(json.loads(r1.stdout)["summary"]["schedule"]["run_epsilon"])
-    assert eps1 == sch.bbimprover_epsilon(1000, Fraction(1), 1e-6, 0.25)
+    summary = json.loads(r1.stdout)["summary"]["schedule"]
+    # a new bbimprover schedule counts runs (t = k = 1 here) with c = 0.1
+    assert Fraction(summary["run_epsilon"]) == sch.bbimprover_epsilon(1, Fraction(1), 1e-6, sch.DEFAULT_IMPROVER_C)
+    assert summary["run"] == 1
     show = json.loads(runner.invoke(app, ["budget", "show", "--json"]).stdout)
     assert show["spent"]["epsilon"] == "2" and show["spent"]["delta"] == "0.000001"
 

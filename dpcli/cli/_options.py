@@ -59,7 +59,7 @@ POSITIVE_RANGES: dict[str, Range] = {
     "--total-epsilon": EPSILON_RANGE,
     "--rho": RHO_RANGE,
     "--gamma": _range("0.001", "0.999"),  # bbscheduler's growth factor: about ln(growth)/γ epochs
-    "--improver-c": _range("1e-6", "0.5"),
+    "--improver-c": _range("1e-6", "0.5"),  # and < 1/4 for a new schedule (dpcli/cli/_schedule.py)
 }
 
 

@@ -26,7 +26,16 @@ TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε
 TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
 GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: Alg. 1).")]
 BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
-ImproverCOpt = Annotated[str, typer.Option("--improver-c", help="bbimprover: c in ε_t ∝ t^-(1/2+c), 0 < c ≤ 1/2.")]
+ImproverCOpt = Annotated[
+    str | None,
+    typer.Option("--improver-c", help="bbimprover: c in ε_t ∝ t^-(1/2+c), 0 < c < 1/4 (default 0.1; "
+                 "an existing schedule keeps its own)."),
+]
+ImproverIndexOpt = Annotated[
+    str | None,
+    typer.Option("--improver-index", help="bbimprover: t counts runs (default, for cron) or rows (Algorithm 2 "
+                 "as printed); an existing schedule keeps its own."),
+]
 
 
 def schedule_spec(
@@ -36,9 +45,10 @@ def schedule_spec(
     total_delta: str | None,
     gamma: str | None,
     beta: str,
-    c: str,
+    c: str | None,
     run_epsilon: Fraction | None,
     dry_run: bool = False,
+    index: str | None = None,
 ) -> ScheduleSpec | None:
     """Parse the schedule options (None when ``--schedule`` is absent)."""
     from dpcli.core import schedules as sch
@@ -58,9 +68,15 @@ def schedule_spec(
     if g is not None and not g < 1:
         raise UsageError("--gamma must be in (0, 1)")
     b = probability("--beta", beta, allow_zero=False)
-    cc = positive("--improver-c", c)
-    if cc is None or cc > Fraction(1, 2):
-        raise UsageError("--improver-c must be in (0, 1/2]")
+    defaulted = frozenset(name for name, value in (("c", c), ("index", index)) if value is None)
+    cc = positive("--improver-c", c) if c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
+    if cc is None or cc >= Fraction(1, 4):
+        raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
+                         "no longer improves as the data grows")
+    if index is not None and index not in sch.IMPROVER_INDEXES:
+        raise UsageError(f"--improver-index must be runs or rows, got {index!r}")
+    if (c is not None or index is not None) and scheduler != "bbimprover":
+        raise UsageError("--improver-c and --improver-index apply to --scheduler bbimprover")
     if scheduler == "fixed":
         if run_epsilon is None:
             raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
@@ -75,7 +91,8 @@ def schedule_spec(
             sch.check_cdp_total(float(total), float(delta))  # type: ignore[arg-type]
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-    return ScheduleSpec(name, scheduler, total, delta, g, float(b), float(cc), run_epsilon)  # type: ignore[arg-type]
+    return ScheduleSpec(name, scheduler, total, delta, g, float(b), float(cc), run_epsilon,  # type: ignore[arg-type]
+                        index=index or "runs", defaulted=defaulted)
 
 
 def run_scheduled(

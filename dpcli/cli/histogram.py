@@ -32,6 +32,7 @@ from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
     ImproverCOpt,
+    ImproverIndexOpt,
     ScheduleOpt,
     SchedulerOpt,
     TotalDeltaOpt,
@@ -98,7 +99,8 @@ def histogram(
     total_delta: TotalDeltaOpt = None,
     gamma: GammaOpt = None,
     beta: BetaOpt = "0.05",
-    improver_c: ImproverCOpt = "0.25",
+    improver_c: ImproverCOpt = None,
+    improver_index: ImproverIndexOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -146,7 +148,7 @@ def histogram(
         with_error=with_error,
     )
     spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, query.epsilon,
-                         dry_run=dry_run)
+                         dry_run=dry_run, index=improver_index)
     if spec is not None:
         if query.domain != "keys" or query.noise != "laplace":
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")

@@ -30,6 +30,7 @@ from dpcli.cli._schedule import (
     BetaOpt,
     GammaOpt,
     ImproverCOpt,
+    ImproverIndexOpt,
     ScheduleOpt,
     SchedulerOpt,
     TotalDeltaOpt,
@@ -86,7 +87,8 @@ def topk(
     total_delta: TotalDeltaOpt = None,
     gamma: GammaOpt = None,
     beta: BetaOpt = "0.05",
-    improver_c: ImproverCOpt = "0.25",
+    improver_c: ImproverCOpt = None,
+    improver_index: ImproverIndexOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -135,7 +137,7 @@ def topk(
     )
     defaulted = ["max_contributions"] if max_contributions is None else []
     spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                         whole if schedule else None, dry_run=dry_run)
+                         whole if schedule else None, dry_run=dry_run, index=improver_index)
     if spec is not None:
         if not query.known_domain:
             raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --keys")
