@@ -92,7 +92,7 @@ PEERS := .venv-peers/bin/python
 
 # The whole suite (~20 min on 2 cores): writes bench/results.md. Peers get their own venv.
 bench: $(STAMP) $(PEERS)
-	$(BIN)/python bench/bench_samplers.py --write
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
 	$(BIN)/python bench/harness.py --peers $(PEERS) --big
 
 $(PEERS): bench/peers/requirements.txt
@@ -104,7 +104,7 @@ bench-peers: $(PEERS)
 
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
-	$(BIN)/python bench/bench_samplers.py --write
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
 
 bench-ledger: $(STAMP)  # ms per charge at 10 / 1,000 / 10,000 entries, every mode (target ≤ 20 ms)
 	$(BIN)/python bench/bench_ledger.py

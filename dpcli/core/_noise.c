@@ -9,8 +9,9 @@
  *     function; key = the draw's 32-byte key, nonce = (j mod 2^32, j div 2^32, 0), block counter
  *     0, 1, 2, ...; words in order within a block). No two samples share a word, so a sample is
  *     a pure function of (key, j): samples can be drawn in any order, or only some of them.
- *   - uniform_below(m): one word u (two, low word first, when m > 2^32), accepted when below
- *     the largest multiple of m that fits, then u mod m.
+ *   - uniform_below(m): for m <= 2^32 one word u, x = u*m, accepted when x mod 2^32 >= 2^32 mod m,
+ *     then x div 2^32 (Lemire); for larger m two words (low first), accepted below the largest
+ *     multiple of m that fits in 2^64, then u mod m.
  *   - Bernoulli(exp(-num/den)): one word u is the leading 32 bits of a uniform real V in [0, 1);
  *     the trial succeeds when V < exp(-num/den). Floats only decide when V's interval
  *     [u, u+1)/2^32 lies clearly (relative margin 2^-36) on one side of exp(-num/den); otherwise
@@ -18,7 +19,7 @@
  *     2^31 + i), i = the word's index in sample j's stream) and the comparison is decided in exact
  *     arithmetic by a Python callable. The result is the exact V < p, whatever the floats did.
  *   - discrete Laplace (CKS 2020, Algorithm 2) with scale t/s, its geometric part drawn as
- *     floor(-ln W) from one word, and discrete Gaussian (Algorithm 3, proposal scale t,
+ *     floor(-ln W) from one word (and for t = 1 no draw for U = 0 and its sure trial), and discrete Gaussian (Algorithm 3, proposal scale t,
  *     acceptance exp(-(q|Y| - p)^2 / (2tpq))), as in the reference.
  *
  * Built by pip (setup.py) as an optional extension: without a C compiler dpcli uses the
@@ -64,36 +65,61 @@ static void chacha20_block(const uint32_t key[8], uint32_t counter, uint32_t n0,
     for (int i = 0; i < 16; i++) out[i] = x[i] + s[i];
 }
 
-/* Eight consecutive samples' first blocks at once, in vector registers (GCC/Clang vector
- * extensions; the same words as eight calls of chacha20_block). On x86-64 with GCC an AVX2 clone
- * is chosen at load time when the CPU has it. */
-#define LANES 8
+/* Consecutive samples' first blocks at once, in vector registers (GCC/Clang vector extensions;
+ * the same words as one chacha20_block call per sample). Eight lanes everywhere; on x86-64 with
+ * GCC, an AVX2 clone of the eight-lane version and, on CPUs with AVX-512, sixteen lanes. */
+#define MAX_LANES 16
+#define FIRST_BLOCKS_BODY(V, N)                                                                     \
+    static const uint32_t sigma[4] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};        \
+    V x[16], s[16];                                                                                 \
+    for (int w = 0; w < 4; w++) s[w] = (V){0} + sigma[w];                                           \
+    for (int w = 0; w < 8; w++) s[4 + w] = (V){0} + key[w];                                         \
+    s[12] = s[15] = (V){0};                                                                         \
+    for (int l = 0; l < (N); l++) {                                                                 \
+        uint64_t j = j0 + (uint64_t)l;                                                              \
+        s[13][l] = (uint32_t)j;                                                                     \
+        s[14][l] = (uint32_t)(j >> 32);                                                             \
+    }                                                                                               \
+    for (int w = 0; w < 16; w++) x[w] = s[w];                                                       \
+    for (int r = 0; r < 10; r++) {                                                                  \
+        QR(x[0], x[4], x[8], x[12]) QR(x[1], x[5], x[9], x[13])                                     \
+        QR(x[2], x[6], x[10], x[14]) QR(x[3], x[7], x[11], x[15])                                   \
+        QR(x[0], x[5], x[10], x[15]) QR(x[1], x[6], x[11], x[12])                                   \
+        QR(x[2], x[7], x[8], x[13]) QR(x[3], x[4], x[9], x[14])                                     \
+    }                                                                                               \
+    for (int w = 0; w < 16; w++) {                                                                  \
+        V y = x[w] + s[w];                                                                          \
+        for (int l = 0; l < (N); l++) out[l][w] = y[l];                                             \
+    }
+
 typedef uint32_t v8 __attribute__((vector_size(32)));
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define X86_DISPATCH 1
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void chacha20_first_blocks(const uint32_t key[8], uint64_t j0, uint32_t out[LANES][16]) {
-    static const uint32_t sigma[4] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};
-    v8 x[16], s[16];
-    for (int w = 0; w < 4; w++) s[w] = (v8){0} + sigma[w];
-    for (int w = 0; w < 8; w++) s[4 + w] = (v8){0} + key[w];
-    s[12] = s[15] = (v8){0};
-    for (int l = 0; l < LANES; l++) {
-        uint64_t j = j0 + (uint64_t)l;
-        s[13][l] = (uint32_t)j;
-        s[14][l] = (uint32_t)(j >> 32);
+static void chacha20_first_blocks8(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
+    FIRST_BLOCKS_BODY(v8, 8)
+}
+
+#ifdef X86_DISPATCH
+typedef uint32_t v16 __attribute__((vector_size(64)));
+__attribute__((target("avx512f")))
+static void chacha20_first_blocks16(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
+    FIRST_BLOCKS_BODY(v16, 16)
+}
+#endif
+
+/* 16 when the CPU has AVX-512 (set at import; set_lanes(8) in tests exercises the other path). */
+static int LANES = 8;
+
+static void chacha20_first_blocks(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
+#ifdef X86_DISPATCH
+    if (LANES == 16) {
+        chacha20_first_blocks16(key, j0, out);
+        return;
     }
-    for (int w = 0; w < 16; w++) x[w] = s[w];
-    for (int r = 0; r < 10; r++) {
-        QR(x[0], x[4], x[8], x[12]) QR(x[1], x[5], x[9], x[13])
-        QR(x[2], x[6], x[10], x[14]) QR(x[3], x[7], x[11], x[15])
-        QR(x[0], x[5], x[10], x[15]) QR(x[1], x[6], x[11], x[12])
-        QR(x[2], x[7], x[8], x[13]) QR(x[3], x[4], x[9], x[14])
-    }
-    for (int w = 0; w < 16; w++) {
-        v8 y = x[w] + s[w];
-        for (int l = 0; l < LANES; l++) out[l][w] = y[l];
-    }
+#endif
+    chacha20_first_blocks8(key, j0, out);
 }
 
 static inline uint32_t next_word(Sample *S) {
@@ -104,16 +130,17 @@ static inline uint32_t next_word(Sample *S) {
     return S->block[S->pos++ & 15u];
 }
 
-/* uniform_below(m) with its rejection limit precomputed: m <= 2^32 uses one word, accepted below
- * 2^32 - (2^32 mod m); larger m use two (low word first), accepted below 2^64 - (2^64 mod m). */
+/* uniform_below(m) with its rejection threshold precomputed. m <= 2^32 (Lemire's method, no division
+ * per word): one word u, x = u*m, accepted when x mod 2^32 >= 2^32 mod m, then x div 2^32. Larger m
+ * use two words (low first), accepted below 2^64 - (2^64 mod m), then u mod m. */
 typedef struct {
-    uint64_t m, limit; /* limit = 0 when m divides 2^64 (every word is accepted) */
+    uint64_t m, limit; /* narrow: 2^32 mod m; wide: 2^64 - (2^64 mod m), or 0 when m divides 2^64 */
     int wide;
 } Uniform;
 
 static Uniform uniform_for(uint64_t m) {
     Uniform U = {m, 0, m > (1ull << 32)};
-    if (!U.wide) U.limit = (1ull << 32) - ((1ull << 32) % m);
+    if (!U.wide) U.limit = (1ull << 32) % m;
     else if ((0ull - m) % m) U.limit = 0ull - ((0ull - m) % m); /* (2^64 - m) mod m = 2^64 mod m */
     return U;
 }
@@ -121,8 +148,13 @@ static Uniform uniform_for(uint64_t m) {
 static inline uint64_t uniform_below(Sample *S, const Uniform *U) {
     for (;;) {
         uint64_t u = next_word(S);
-        if (U->wide) u |= (uint64_t)next_word(S) << 32;
-        if (U->limit == 0 || u < U->limit) return U->m < (1ull << 32) ? (uint32_t)u % (uint32_t)U->m : u % U->m;
+        if (!U->wide) {
+            uint64_t x = u * U->m;
+            if ((x & 0xffffffffull) >= U->limit) return x >> 32;
+            continue;
+        }
+        u |= (uint64_t)next_word(S) << 32;
+        if (U->limit == 0 || u < U->limit) return u % U->m;
     }
 }
 
@@ -209,20 +241,23 @@ static int64_t laplace_one(Sample *S, const Uniform *U, int64_t s) {
     int64_t t = (int64_t)U->m;
     double inv_t = 1.0 / (double)t;
     for (;;) {
-        int64_t u = (int64_t)uniform_below(S, U);
-        /* Bernoulli(exp(-u/t)), usually decided without exp: 1 - g <= exp(-g) <= 1 - g + g^2/2 for
-         * g = u/t in [0, 1), whose float value is within 2^-53 of the truth; an absolute slack of
-         * 2^-48 covers that and the rounding of the bounds. Undecided cases use less_than_exp. */
-        uint32_t i = S->pos;
-        uint32_t w = next_word(S);
-        double g = (double)u * inv_t, v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
-        int accept;
-        if (v_hi + SLACK <= 1.0 - g) accept = 1;
-        else if (v_lo >= 1.0 - g + 0.5 * g * g + SLACK) accept = 0;
-        else accept = less_than_exp(S, i, w, u, t, g, -1.0);
-        if (!accept) {
-            if (S->failed) return 0;
-            continue;
+        int64_t u = 0; /* t = 1: U = 0 and the first trial always succeeds, so neither is drawn */
+        if (t > 1) {
+            u = (int64_t)uniform_below(S, U);
+            /* Bernoulli(exp(-u/t)), usually decided without exp: 1 - g <= exp(-g) <= 1 - g + g^2/2
+             * for g = u/t in [0, 1), whose float value is within 2^-53 of the truth; an absolute
+             * slack of 2^-48 covers that and the rounding of the bounds. Undecided: less_than_exp. */
+            uint32_t i = S->pos;
+            uint32_t w = next_word(S);
+            double g = (double)u * inv_t, v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
+            int accept;
+            if (v_hi + SLACK <= 1.0 - g) accept = 1;
+            else if (v_lo >= 1.0 - g + 0.5 * g * g + SLACK) accept = 0;
+            else accept = less_than_exp(S, i, w, u, t, g, -1.0);
+            if (!accept) {
+                if (S->failed) return 0;
+                continue;
+            }
         }
         int64_t v = geometric_e(S);
         if (S->failed) return 0;
@@ -231,7 +266,7 @@ static int64_t laplace_one(Sample *S, const Uniform *U, int64_t s) {
             S->failed = 1;
             return 0;
         }
-        int64_t y = (u + t * v) / s;
+        int64_t y = s == 1 ? u + t * v : (u + t * v) / s; /* no division for integer scales */
         uint32_t b = next_word(S) >> 31;
         if (b && y == 0) continue;
         return b ? -y : y;
@@ -248,7 +283,18 @@ static int64_t gaussian_one(Sample *S, const Uniform *U, int64_t p, int64_t q) {
         if (S->failed) return 0;
         __int128 d = (__int128)q * (y < 0 ? -(__int128)y : (__int128)y) - p;
         double dd = (double)q * fabs((double)y) - (double)p;
-        if (bernoulli_exp(S, d * d, den, dd * dd * inv_den)) return y;
+        /* Bernoulli(exp(-g)), g = d^2/den, usually decided without exp: 1 - g <= exp(-g) <= 1/(1 + g);
+         * g's float value is within 2^-51 * max(g, 1) of the truth, and both bounds move by less than
+         * 2^-50 for that (slope <= 1), so the absolute slack 2^-48 covers them. */
+        double g = dd * dd * inv_den;
+        uint32_t i = S->pos;
+        uint32_t w = next_word(S);
+        double v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
+        int accept;
+        if (g < 1.0 && v_hi + SLACK <= 1.0 - g) accept = 1;
+        else if (v_lo >= 1.0 / (1.0 + g) + SLACK) accept = 0;
+        else accept = less_than_exp(S, i, w, d * d, den, g, -1.0);
+        if (accept) return y;
         if (S->failed) return 0;
     }
 }
@@ -312,7 +358,7 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
     int64_t *res = (int64_t *)bufs.out.buf;
     Py_ssize_t n = bufs.out.len / 8;
 #define J(k) (js ? js[k] : first + (uint64_t)(k))
-    uint32_t blocks[LANES][16];
+    uint32_t blocks[MAX_LANES][16];
     Py_ssize_t k = 0;
     while (k < n && !S.failed) {
         /* Runs of consecutive indices get their first blocks eight at a time. */
@@ -378,7 +424,27 @@ static PyObject *py_set_margin(PyObject *self, PyObject *args) {
     return PyFloat_FromDouble(old);
 }
 
+static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
+    (void)self;
+    int lanes;
+    if (!PyArg_ParseTuple(args, "i", &lanes)) return NULL;
+    int ok = lanes == 8;
+#ifdef X86_DISPATCH
+    __builtin_cpu_init();
+    ok = ok || (lanes == 16 && __builtin_cpu_supports("avx512f"));
+#endif
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "lanes must be 8, or 16 on a CPU with AVX-512");
+        return NULL;
+    }
+    int old = LANES;
+    LANES = lanes;
+    return PyLong_FromLong(old);
+}
+
 static PyMethodDef methods[] = {
+    {"set_lanes", py_set_lanes, METH_VARARGS,
+     "set_lanes(n) -> old: samples whose first blocks are computed together (8, or 16 with AVX-512; tests)."},
     {"set_margin", py_set_margin, METH_VARARGS,
      "set_margin(m) -> old: the float decisions' relative margin (tests widen it so the exact path runs often)."},
     {"laplace", py_laplace, METH_VARARGS,
@@ -394,5 +460,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_noise", "Exact inte
 
 PyMODINIT_FUNC PyInit__noise(void) {
     for (int k = 0; k < 64; k++) EXP_MINUS[k] = exp(-(double)k);
+#ifdef X86_DISPATCH
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) LANES = 16;
+#endif
     return PyModule_Create(&module);
 }

@@ -6,8 +6,9 @@ function, key = the draw's 32-byte key, nonce = (j mod 2^32, j div 2^32, 0), blo
 tree node's noise can be drawn when it is needed, in any order, by any code path, and is always
 the same number. The operations on a sample's words are, in order:
 
-* ``uniform_below(m)``: one word u (two, low first, when m > 2^32), accepted when below the
-  largest multiple of m that fits, then u mod m;
+* ``uniform_below(m)``: for m ≤ 2^32 one word u, x = u·m, accepted when x mod 2^32 ≥ 2^32 mod m,
+  then x div 2^32 (Lemire's method: exactly uniform, no division per word); for larger m two
+  words (low first), accepted below the largest multiple of m that fits in 2^64, then u mod m;
 * ``Bernoulli(exp(−num/den))``: the word u is the leading 32 bits of a uniform real V ∈ [0, 1),
   and the trial succeeds when V < exp(−num/den). Floats decide only when V's whole interval
   [u, u + 1)/2^32 lies clearly (relative margin 2^-36) on one side; otherwise V's later bits come
@@ -16,7 +17,8 @@ the same number. The operations on a sample's words are, in order:
   outcome is the exact V < p, a function of the bits alone: the float arithmetic of a platform
   never changes a sample;
 * the discrete Laplace with scale t/s (Canonne, Kamath & Steinke 2020, Algorithm 2): repeat
-  U = uniform_below(t); if Bernoulli(exp(−U/t)): V = ⌊−ln W⌋ for a uniform real W read like V
+  U = uniform_below(t); if Bernoulli(exp(−U/t)) (for t = 1 neither is drawn: U = 0 and the
+  trial always succeeds): V = ⌊−ln W⌋ for a uniform real W read like V
   above from one word (the number of k ≥ 1 with W < e^{−k}, so P[V ≥ k] = e^{−k}: the
   algorithm's geometric variable, from one word instead of one per Bernoulli(e^{−1}) trial),
   Y = ⌊(U + tV)/s⌋, B = the next word's top bit; return (−1)^B·Y unless B = 1 and Y = 0;
@@ -173,12 +175,12 @@ class _Words:
 def _uniform_below(w: _Words, sel: np.ndarray, m: int) -> np.ndarray:
     out = np.empty(sel.size, dtype=np.int64)
     pending = np.arange(sel.size)
-    if m <= 1 << 32:
-        limit = np.uint64((1 << 32) - (1 << 32) % m)
+    if m <= 1 << 32:  # Lemire: x = u·m < 2^64, accepted when its low word ≥ 2^32 mod m
+        threshold, mm = np.uint64((1 << 32) % m), np.uint64(m)
         while pending.size:
-            u = w.take(sel[pending])
-            ok = u < limit
-            out[pending[ok]] = (u[ok] % np.uint64(m)).astype(np.int64)
+            x = w.take(sel[pending]) * mm
+            ok = (x & np.uint64(0xFFFFFFFF)) >= threshold
+            out[pending[ok]] = (x[ok] >> np.uint64(32)).astype(np.int64)
             pending = pending[~ok]
         return out
     rem = ((1 << 64) - m) % m
@@ -236,8 +238,12 @@ def _laplace(w: _Words, sel: np.ndarray, t: int, s: int) -> np.ndarray:
     pending = np.arange(sel.size)
     while pending.size:
         ss = sel[pending]
-        u = _uniform_below(w, ss, t)
-        first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), lambda k: int(u[k]), t)
+        if t == 1:  # U = 0 and the trial always succeeds: nothing drawn
+            u = np.zeros(ss.size, dtype=np.int64)
+            first = np.ones(ss.size, dtype=bool)
+        else:
+            u = _uniform_below(w, ss, t)
+            first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), lambda k: int(u[k]), t)
         keep = pending[first]
         uk = u[first]
         sk = sel[keep]
