@@ -70,6 +70,14 @@ def small_run_epsilon(run_epsilon: float, total_epsilon: float) -> Note | None:
                 "small share, so expect much noise until the data has grown")
 
 
+def improver_c_without_gain(scheduler: str, c: float) -> Note | None:
+    """A BBImprover schedule made with c ≥ 1/4 (dpcli 0.2's default): its error bound no longer falls."""
+    if scheduler != "bbimprover" or c < 0.25:
+        return None
+    return Note(f"this bbimprover schedule has c = {c:g} ≥ 1/4, where Theorem 13's error bound no longer "
+                "improves as the data grow; a new --schedule name would get c = 0.1")
+
+
 def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
     """Notes for a histogram release: empty, mostly-noise count/sum columns, caps left at their default.
 

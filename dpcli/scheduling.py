@@ -295,6 +295,8 @@ def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cache
     label.update(step_fields(spec, run.get("epoch", run.get("t", run.get("run")))))
     if state.get("gamma"):
         label["gamma"] = state["gamma"]
+    if spec.scheduler == "bbimprover":
+        label.update({"index": spec.index, "c": spec.c})
     if spec.scheduler == "bbscheduler":
         alpha, beta_i = sch.bbscheduler_accuracy(
             run["epoch"], Fraction(run["epsilon"]), Fraction(state["gamma"]), state["n0"], spec.beta

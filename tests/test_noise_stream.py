@@ -235,6 +235,8 @@ def test_bad_parameters_are_refused():
         ns.laplace(KEY, 2**45, 1, range(3))
     with pytest.raises(ValueError):
         ns.gaussian(KEY[:16], 1, 1, 1, range(3))
+    with pytest.raises(ValueError):  # 2tpq must fit the compiled path's exact arithmetic
+        ns.gaussian(KEY, 2**40, 2**30, 2**10, range(3))
     with pytest.raises(ValueError):
         ns.laplace(KEY, 3, 1, range(0, 10, 2))
     with pytest.raises(ValueError):

@@ -113,6 +113,7 @@ def test_a_schedule_made_before_the_runs_index_keeps_its_c_and_rows(snapshots, m
     assert r.exit_code == 0, r.stderr
     s = json.loads(r.stdout)["summary"]["schedule"]
     assert s["t"] == 1500 and Fraction(s["run_epsilon"]) == sch.bbimprover_epsilon(1500, Fraction(1), 1e-6, 0.2)
+    assert s["index"] == "rows" and s["c"] == 0.2 and "Theorem 13" not in r.stderr
     for extra in (["--improver-c", "0.1"], ["--improver-index", "runs"]):
         r = hist(paths[4000], keys, *imp, *extra)
         assert r.exit_code == 2 and "other settings" in r.stderr
@@ -270,3 +271,28 @@ def test_a_damaged_schedule_state_is_refused_not_reset(snapshots, state_dir):
         r = hist(paths[1100], keys, "--gamma", "0.1")
         assert r.exit_code == 78 and ("checksum" in r.stderr or "corrupt" in r.stderr), r.stderr
         assert len(ledger_entries()) == 2
+
+
+def test_a_schedule_made_with_dpcli_0_2s_default_c_runs_on_with_a_note(snapshots, monkeypatch):
+    """dpcli 0.2 gave c = 0.25 by default; such a schedule keeps it (refusing would break its cron) and
+    each run says why a new schedule would do better."""
+    from dpcli.cli import _schedule
+
+    paths, keys = snapshots
+    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    imp = ["--scheduler", "bbimprover", "--total-delta", "1e-6"]
+    real = _schedule.schedule_spec
+
+    def as_in_0_2(*args, **kwargs):  # what dpcli 0.2 built: c = 0.25, counting rows
+        from dataclasses import replace
+        spec = real(*args, **kwargs)
+        return replace(spec, c=0.25, index="rows") if spec is not None else None
+
+    monkeypatch.setattr(_schedule, "schedule_spec", as_in_0_2)  # the command imports it when it runs
+    assert hist(paths[1000], keys, *imp).exit_code == 0
+    monkeypatch.setattr(_schedule, "schedule_spec", real)
+    r = hist(paths[1500], keys, *imp)
+    assert r.exit_code == 0, r.stderr
+    s = json.loads(r.stdout)["summary"]["schedule"]
+    assert s["c"] == 0.25 and s["index"] == "rows"
+    assert "c = 0.25 ≥ 1/4" in r.stderr and "Theorem 13" in r.stderr

@@ -117,5 +117,7 @@ def run_scheduled(
 
     done = scheduling.run_scheduled(s.state_dir, analyst, command, spec, query, table, run, s.lock_timeout)
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
-    notes = [*notes_for(done, run_eps), advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon))]
+    label = done.report["schedule"]
+    notes = [*notes_for(done, run_eps), advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
+             advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0)))]
     write_release(s, done, output, out_format, as_json, [n for n in notes if n is not None])

@@ -305,8 +305,8 @@ def laplace(key: bytes, t: int, s: int, idx: np.ndarray | range, backend: str | 
 def gaussian(key: bytes, t: int, p: int, q: int, idx: np.ndarray | range, backend: str | None = None) -> np.ndarray:
     """Discrete Gaussian samples with σ² = t·p/q (proposal scale 1 ≤ t ≤ 2^44) for the sample indices ``idx``."""
     first, arr, n = _indices(key, idx)
-    if not (1 <= t <= 1 << 44 and p >= 1 and q >= 1):
-        raise ValueError("need 1 ≤ t ≤ 2^44, p ≥ 1 and q ≥ 1")
+    if not (1 <= t <= 1 << 44 and p >= 1 and q >= 1 and 2 * t * p * q < 1 << 62):
+        raise ValueError("need 1 ≤ t ≤ 2^44, p ≥ 1, q ≥ 1 and 2tpq < 2^62")
     if (backend or BACKEND) == "compiled":
         out = np.empty(n, dtype=np.int64)
         _compiled.gaussian(key, t, p, q, first, arr, out, _exact(key))

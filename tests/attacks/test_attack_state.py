@@ -266,3 +266,48 @@ def test_the_first_scheduled_run_reports_its_reservation(snapshots):
     assert first["charged"] is True and first["reserved"][0]["epsilon"] == "1"
     later = json.loads(_hist(paths[1100], keys).stdout)["summary"]
     assert later["charged"] is False and "reserved" not in later
+
+
+# -- noise stream v2 (issue 20): a restored state replayed after an upgrade draws other noise ----------
+
+
+def test_a_restored_stream_state_replayed_under_another_noise_definition_is_refused(stream, tmp_path, state_dir,
+                                                                                      monkeypatch):
+    """An older copy may repeat a recorded run for free only if it recomputes the same rows. After an
+    upgrade that changes the noise, the new trees of that run would get other noise: two noisy answers
+    for one charge. The run's ledger digest binds the noise version, so the copy is refused."""
+    import dpcli.tasks.stream.statefile as statefile
+
+    days, _ = stream
+    s = tmp_path / "s.state"
+    assert _run(days[0], s).exit_code == 0
+    old = s.read_bytes()
+    assert _run(days[1], s).exit_code == 0
+    s.write_bytes(old)  # yesterday's backup restored
+    monkeypatch.setattr(statefile, "NOISE_VERSION", statefile.NOISE_VERSION + 1)  # the upgrade
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    _refused(_run(days[1], s, out=out), state_dir, before, out)
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_restored_schedule_state_replayed_under_another_noise_definition_is_refused(snapshots, tmp_path,
+                                                                                        state_dir, monkeypatch):
+    """The same for a schedule: its run digest binds the run's seed, which holds the noise version."""
+    import dpcli.release as release
+
+    paths, keys = snapshots
+    assert _hist(paths[1000], keys).exit_code == 0
+    (state,) = (state_dir / "schedules" / "default").glob("*.json")
+    old = state.read_bytes()
+    assert _hist(paths[1100], keys).exit_code == 0  # epoch 1
+    state.write_bytes(old)
+    version = release.NOISE_VERSION
+    monkeypatch.setattr(release, "NOISE_VERSION", version + 1)
+    before = _ledger_files(state_dir)
+    out = tmp_path / "o.csv"
+    _refused(_hist(paths[1100], keys, out=out), state_dir, before, out)
+    monkeypatch.setattr(release, "NOISE_VERSION", version)
+    again = _hist(paths[1100], keys)  # under the noise it was recorded with: the same release, free
+    assert again.exit_code == 0, again.stderr
+    assert len(_charged(state_dir)) == 1
