@@ -2,7 +2,8 @@
 
 Everything else is in pyproject.toml. The extension is optional: where no C compiler is found,
 pip installs dpcli without it and dpcli.core.noise_stream uses its numpy reference, which
-draws the same numbers more slowly (`dpcli --version` says which is in use).
+draws the same numbers more slowly (`dpcli.core.noise_stream.BACKEND` says which is in use;
+`make test` fails when the extension was not built, unless DPCLI_NOISE_BACKEND=reference).
 """
 
 from setuptools import Extension, setup
