@@ -6,6 +6,8 @@ draws the same numbers more slowly (`dpcli.core.noise_stream.BACKEND` says which
 `make test` fails when the extension was not built, unless DPCLI_NOISE_BACKEND=reference).
 """
 
+import sys
+
 from setuptools import Extension, setup
 
 setup(
@@ -13,7 +15,8 @@ setup(
         Extension(
             "dpcli.core._noise",
             sources=["dpcli/core/_noise.c"],
-            extra_compile_args=["-O3", "-std=gnu11"],
+            extra_compile_args=["-O3", "-std=gnu11", *([] if sys.platform == "win32" else ["-pthread"])],
+            extra_link_args=[] if sys.platform == "win32" else ["-pthread"],
             optional=True,
         )
     ]

@@ -322,3 +322,41 @@ def test_reference_path_goodness_of_fit(kind, scale, monkeypatch):
     assert _chi2_p(x, pmf) > 1e-4
     for wrong in (0.7, 1.3):
         assert _chi2_p(x, lambda v: pmf(v, wrong)) < 1e-6
+
+
+@needs_compiled
+def test_threads_change_no_sample():
+    """Large draws are split over threads (disjoint ranges of samples): 1, 2 and 3 threads, with a
+    share as small as 7 samples, give the same values, also for index arrays."""
+    t, p, q = _discrete_gaussian_parameters(Fraction(10**4))
+    old = ns._compiled.set_threads(1)
+    try:
+        one = ns.gaussian(KEY, t, p, q, range(5_000))
+        picked = np.arange(4_999, -1, -3)
+        for threads in (2, 3):
+            ns._compiled.set_threads(threads, 7)
+            assert np.array_equal(ns.gaussian(KEY, t, p, q, range(5_000)), one), threads
+            assert np.array_equal(ns.gaussian(KEY, t, p, q, picked), one[picked]), threads
+    finally:
+        ns._compiled.set_threads(old, 1 << 15)  # the defaults
+
+
+@needs_compiled
+def test_exact_decisions_and_errors_from_worker_threads(monkeypatch):
+    """Worker threads take the GIL for the rare exact comparison (here made frequent by a wide margin),
+    and an error raised there reaches the caller, with nothing returned."""
+    old_threads = ns._compiled.set_threads(2, 50)
+    old_margin = ns.set_margin(1 / 8)
+    try:
+        ref = ns.laplace(KEY, 1000, 1, range(1_000), backend="reference")
+        assert np.array_equal(ns.laplace(KEY, 1000, 1, range(1_000), backend="compiled"), ref)
+
+        def broken(*args):
+            raise ZeroDivisionError("from a worker")
+
+        monkeypatch.setattr(ns, "exact_less", broken)
+        with pytest.raises(ZeroDivisionError, match="from a worker"):
+            ns.laplace(KEY, 1000, 1, range(1_000), backend="compiled")
+    finally:
+        ns._compiled.set_threads(old_threads, 1 << 15)
+        ns.set_margin(old_margin)

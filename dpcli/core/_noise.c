@@ -30,6 +30,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__unix__) || defined(__APPLE__)
+#include <pthread.h>
+#include <unistd.h>
+#define HAVE_PTHREADS 1
+#endif
 
 typedef struct {
     uint32_t key[8];
@@ -38,7 +43,9 @@ typedef struct {
     uint32_t counter;    /* index of the next block to compute */
     uint32_t pos;        /* words of the stream consumed so far */
     PyObject *exact;     /* exact(j, i, u, num, den) -> bool */
-    int failed;          /* a Python error is pending */
+    int failed;          /* a Python error is pending (or, in a worker, kept in err_*) */
+    int threaded;        /* running without the GIL: take it around the callback */
+    PyObject *err_type, *err_value, *err_tb; /* a worker's error, restored by the caller */
 } Sample;
 
 #define ROTL(x, n) (((x) << (n)) | ((x) >> (32 - (n))))
@@ -196,6 +203,8 @@ static int less_than_exp(Sample *S, uint32_t i, uint32_t u, __int128 num, __int1
         if (v_lo >= f * (1.0 + MARGIN)) return 0;
     }
     if (S->failed) return 0;
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    if (S->threaded) gil = PyGILState_Ensure();
     PyObject *pn = int128_to_py(num), *pd = int128_to_py(den);
     PyObject *r = NULL;
     if (pn && pd)
@@ -203,17 +212,14 @@ static int less_than_exp(Sample *S, uint32_t i, uint32_t u, __int128 num, __int1
                                   pn, pd);
     Py_XDECREF(pn);
     Py_XDECREF(pd);
-    if (r == NULL) {
-        S->failed = 1;
-        return 0;
-    }
-    int ok = PyObject_IsTrue(r);
-    Py_DECREF(r);
+    int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
     if (ok < 0) {
         S->failed = 1;
-        return 0;
+        if (S->threaded) PyErr_Fetch(&S->err_type, &S->err_value, &S->err_tb);
     }
-    return ok;
+    if (S->threaded) PyGILState_Release(gil);
+    return ok > 0;
 }
 
 /* Bernoulli(exp(-num/den)): one word. */
@@ -330,6 +336,53 @@ typedef int64_t (*sampler_fn)(Sample *, const Uniform *, int64_t, int64_t);
 static int64_t laplace_fn(Sample *S, const Uniform *U, int64_t s, int64_t unused) { (void)unused; return laplace_one(S, U, s); }
 static int64_t gaussian_fn(Sample *S, const Uniform *U, int64_t p, int64_t q) { return gaussian_one(S, U, p, q); }
 
+/* One thread's share of a draw: the samples at positions lo .. hi - 1 of the request. */
+typedef struct {
+    Sample S;
+    const Uniform *U;
+    sampler_fn fn;
+    int64_t b, c;
+    const uint64_t *js; /* sample indices, or NULL for first, first + 1, ... */
+    uint64_t first;
+    int64_t *res;
+    Py_ssize_t lo, hi;
+} Job;
+
+static void *run_job(void *arg) {
+    Job *job = (Job *)arg;
+    Sample *S = &job->S;
+#define J(k) (job->js ? job->js[k] : job->first + (uint64_t)(k))
+    uint32_t blocks[MAX_LANES][16];
+    Py_ssize_t k = job->lo, n = job->hi;
+    while (k < n && !S->failed) {
+        /* Runs of consecutive indices get their first blocks LANES at a time. */
+        int lanes = k + LANES <= n;
+        for (int l = 1; lanes && l < LANES; l++)
+            if (J(k + l) != J(k) + (uint64_t)l) lanes = 0;
+        if (lanes) chacha20_first_blocks(S->key, J(k), blocks);
+        int m = lanes ? LANES : 1;
+        for (int l = 0; l < m && !S->failed; l++, k++) {
+            S->j = J(k);
+            S->pos = 0;
+            if (lanes) {
+                memcpy(S->block, blocks[l], sizeof S->block);
+                S->counter = 1;
+            } else {
+                S->counter = 0;
+            }
+            job->res[k] = job->fn(S, job->U, job->b, job->c);
+        }
+    }
+#undef J
+    return NULL;
+}
+
+/* Threads a large draw is split over (samples are independent: the values do not depend on it),
+ * and the fewest samples per thread. set_threads() changes both; 1 thread keeps the GIL. */
+#define MAX_THREADS 16
+static int THREADS = 1;
+static Py_ssize_t MIN_PER_THREAD = 1 << 15;
+
 static PyObject *run(PyObject *args, sampler_fn fn, int three) {
     PyObject *key, *idx, *out, *exact;
     long long a, b, c = 0;
@@ -347,41 +400,63 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
         release_buffers(&bufs);
         return NULL;
     }
-    Sample S;
-    memset(&S, 0, sizeof S);
-    const unsigned char *kb = (const unsigned char *)bufs.key.buf;
-    for (int w = 0; w < 8; w++)
-        S.key[w] = (uint32_t)kb[4 * w] | (uint32_t)kb[4 * w + 1] << 8 | (uint32_t)kb[4 * w + 2] << 16 |
-                   (uint32_t)kb[4 * w + 3] << 24;
-    S.exact = exact;
-    const uint64_t *js = bufs.idx.obj ? (const uint64_t *)bufs.idx.buf : NULL;
-    int64_t *res = (int64_t *)bufs.out.buf;
     Py_ssize_t n = bufs.out.len / 8;
-#define J(k) (js ? js[k] : first + (uint64_t)(k))
-    uint32_t blocks[MAX_LANES][16];
-    Py_ssize_t k = 0;
-    while (k < n && !S.failed) {
-        /* Runs of consecutive indices get their first blocks eight at a time. */
-        int lanes = k + LANES <= n;
-        for (int l = 1; lanes && l < LANES; l++)
-            if (J(k + l) != J(k) + (uint64_t)l) lanes = 0;
-        if (lanes) chacha20_first_blocks(S.key, J(k), blocks);
-        int m = lanes ? LANES : 1;
-        for (int l = 0; l < m && !S.failed; l++, k++) {
-            S.j = J(k);
-            S.pos = 0;
-            if (lanes) {
-                memcpy(S.block, blocks[l], sizeof S.block);
-                S.counter = 1;
-            } else {
-                S.counter = 0;
-            }
-            res[k] = fn(&S, &U, b, c);
-        }
+    int threads = THREADS;
+    if (threads > 1 && n / threads < MIN_PER_THREAD) threads = (int)(n / MIN_PER_THREAD);
+    if (threads < 1) threads = 1;
+    Job jobs[MAX_THREADS];
+    memset(jobs, 0, sizeof jobs);
+    const unsigned char *kb = (const unsigned char *)bufs.key.buf;
+    for (int t = 0; t < threads; t++) {
+        Job *job = &jobs[t];
+        for (int w = 0; w < 8; w++)
+            job->S.key[w] = (uint32_t)kb[4 * w] | (uint32_t)kb[4 * w + 1] << 8 | (uint32_t)kb[4 * w + 2] << 16 |
+                            (uint32_t)kb[4 * w + 3] << 24;
+        job->S.exact = exact;
+        job->S.threaded = threads > 1;
+        job->U = &U;
+        job->fn = fn;
+        job->b = b;
+        job->c = c;
+        job->js = bufs.idx.obj ? (const uint64_t *)bufs.idx.buf : NULL;
+        job->first = first;
+        job->res = (int64_t *)bufs.out.buf;
+        job->lo = n * t / threads;
+        job->hi = n * (t + 1) / threads;
     }
-#undef J
+    if (threads == 1) {
+        run_job(&jobs[0]);
+    } else {
+#ifdef HAVE_PTHREADS
+        pthread_t ids[MAX_THREADS];
+        int started[MAX_THREADS] = {0};
+        Py_BEGIN_ALLOW_THREADS
+        for (int t = 1; t < threads; t++) started[t] = pthread_create(&ids[t], NULL, run_job, &jobs[t]) == 0;
+        run_job(&jobs[0]);
+        for (int t = 1; t < threads; t++) {
+            if (started[t]) pthread_join(ids[t], NULL);
+            else run_job(&jobs[t]); /* no thread: do its share here */
+        }
+        Py_END_ALLOW_THREADS
+#endif
+    }
     release_buffers(&bufs);
-    if (S.failed) return NULL;
+    int failed = 0;
+    for (int t = 0; t < threads; t++) {
+        Sample *S = &jobs[t].S;
+        if (!S->failed) continue;
+        if (!failed && S->err_type) PyErr_Restore(S->err_type, S->err_value, S->err_tb);
+        else {
+            Py_XDECREF(S->err_type);
+            Py_XDECREF(S->err_value);
+            Py_XDECREF(S->err_tb);
+        }
+        failed = 1;
+    }
+    if (failed) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "noise sampling failed");
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -442,7 +517,27 @@ static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
     return PyLong_FromLong(old);
 }
 
+static PyObject *py_set_threads(PyObject *self, PyObject *args) {
+    (void)self;
+    int threads;
+    Py_ssize_t min_per_thread = MIN_PER_THREAD;
+    if (!PyArg_ParseTuple(args, "i|n", &threads, &min_per_thread)) return NULL;
+    if (threads < 1 || threads > MAX_THREADS || min_per_thread < 1) {
+        PyErr_SetString(PyExc_ValueError, "threads must be in 1 .. 16 and the minimum share >= 1");
+        return NULL;
+    }
+#ifndef HAVE_PTHREADS
+    threads = 1;
+#endif
+    int old = THREADS;
+    THREADS = threads;
+    MIN_PER_THREAD = min_per_thread;
+    return PyLong_FromLong(old);
+}
+
 static PyMethodDef methods[] = {
+    {"set_threads", py_set_threads, METH_VARARGS,
+     "set_threads(n[, min_per_thread]) -> old: threads for large draws (default: the CPUs, at most 16)."},
     {"set_lanes", py_set_lanes, METH_VARARGS,
      "set_lanes(n) -> old: samples whose first blocks are computed together (8, or 16 with AVX-512; tests)."},
     {"set_margin", py_set_margin, METH_VARARGS,
@@ -463,6 +558,10 @@ PyMODINIT_FUNC PyInit__noise(void) {
 #ifdef X86_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) LANES = 16;
+#endif
+#ifdef HAVE_PTHREADS
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    THREADS = cpus < 1 ? 1 : (cpus > MAX_THREADS ? MAX_THREADS : (int)cpus);
 #endif
     return PyModule_Create(&module);
 }

@@ -27,7 +27,8 @@ the same number. The operations on a sample's words are, in order:
 
 Two implementations compute this function: the numpy reference in this module (vectorised over
 samples, each keeping its own word cursor) and the compiled ``dpcli.core._noise`` (one sample at
-a time, ~10× faster), built by pip from ``dpcli/core/_noise.c``. They are tested equal sample
+a time, ~10× faster on one core; draws of more than 2^15 samples per thread are split over one
+thread per CPU, ``DPCLI_NOISE_THREADS`` to change it), built by pip from ``dpcli/core/_noise.c``. They are tested equal sample
 for sample; :data:`BACKEND` says which one runs (``DPCLI_NOISE_BACKEND=reference`` forces the
 reference).
 """
@@ -47,6 +48,9 @@ try:  # the compiled path; absent when the machine that installed dpcli had no C
     from dpcli.core import _noise as _compiled
 except ImportError:  # pragma: no cover - exercised by DPCLI_NOISE_BACKEND=reference
     _compiled = None
+
+if _compiled is not None and os.environ.get("DPCLI_NOISE_THREADS", "").isdigit():  # default: one per CPU
+    _compiled.set_threads(max(1, min(16, int(os.environ["DPCLI_NOISE_THREADS"]))))
 
 #: ``compiled`` or ``reference``: which implementation draws noise in this process.
 BACKEND = "compiled" if _compiled is not None and os.environ.get("DPCLI_NOISE_BACKEND") != "reference" else "reference"
