@@ -46,8 +46,6 @@ IMPROVER_INDEXES = ("runs", "rows")
 #: Default c of new BBImprover schedules: inside (0, 1/4), where Theorem 13's bound improves with t,
 #: and near the best k^c/√c (per-run ε against the exponent) for 30 to 3,000 runs, c = 1/(2 ln k).
 DEFAULT_IMPROVER_C = 0.1
-#: Schedules made before dpcli 0.3 without --improver-c have this c (kept when they run on).
-LEGACY_IMPROVER_C = 0.25
 _QUANTUM = 10**15
 
 
