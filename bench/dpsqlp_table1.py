@@ -216,13 +216,13 @@ def work_per_trigger() -> None:
     print("|---:|---:|---:|---:|---:|")
     seen: set[int] = set()
     evaluated = [0]
-    real_selected = sr.WindowRun._selected  # Alg. 2's check of one key: count its calls
+    real_check = sr.WindowRun._check_selection  # Alg. 2's check of a trigger's keys: count the keys
 
-    def counting(self, key, st, t):  # type: ignore[no-untyped-def]
-        evaluated[0] += 1
-        return real_selected(self, key, st, t)
+    def counting(self, slots, t):  # type: ignore[no-untyped-def]
+        evaluated[0] += len(slots)
+        return real_check(self, slots, t)
 
-    sr.WindowRun._selected = counting  # type: ignore[method-assign]
+    sr.WindowRun._check_selection = counting  # type: ignore[method-assign]
     try:
         for t in range(1, 101):
             batch = events.filter(pl.col("__trigger") == t)
@@ -234,7 +234,7 @@ def work_per_trigger() -> None:
             if t in (1, 5, 10, 11, 12, 20, 50, 100):
                 print(f"| {t} | {batch['key'].n_unique():,} | {len(seen):,} | {evaluated[0]:,} | {ms:.1f} |")
     finally:
-        sr.WindowRun._selected = real_selected  # type: ignore[method-assign]
+        sr.WindowRun._check_selection = real_check  # type: ignore[method-assign]
     print()
 
 

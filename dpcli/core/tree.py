@@ -92,11 +92,34 @@ def honaker_prefixes(leaves: np.ndarray, noise: np.ndarray, sigma2: float) -> np
     return out
 
 
+def noise_only_prefixes(noise: np.ndarray, sigma2: float, n: int) -> np.ndarray:
+    """``honaker_prefixes(zeros, noise, sigma2)``, bit for bit, without the all-zero true sums.
+
+    The same floating-point operations in the same order (adding the zero
+    leaves is exact), so the two agree exactly (tested).
+    """
+    sizes = _level_sizes(n)
+    v = node_variances(sigma2, n)
+    i = np.arange(1, n + 1)
+    out = np.zeros((noise.shape[0], n))
+    est = noise[:, : sizes[0]]
+    offset = sizes[0]
+    for ell in range(len(sizes)):
+        if ell:
+            m = sizes[ell]
+            y = noise[:, offset : offset + m]
+            offset += m
+            est = (v[ell] / sigma2) * y + (v[ell] / (2.0 * v[ell - 1])) * (est[:, 0 : 2 * m : 2] + est[:, 1 : 2 * m : 2])
+        bit = ((i >> ell) & 1).astype(bool)
+        out[:, bit] += est[:, (i[bit] >> ell) - 1]
+    return out
+
+
 def noise_prefixes(stream: KeyedStream, sigma2: Fraction, trees: int, n: int) -> np.ndarray:
     """Noise-only prefix estimates (trees, n) of ``trees`` new trees over n leaves, drawn in one call."""
     nodes = sum(_level_sizes(n))
     noise = discrete_gaussian(stream, sigma2, trees * nodes).reshape(trees, nodes)
-    return honaker_prefixes(np.zeros((trees, n)), noise, float(sigma2))
+    return noise_only_prefixes(noise, float(sigma2), n)
 
 
 def selection_thresholds(sigma2: float, n: int, beta: float, horizon: int) -> np.ndarray:

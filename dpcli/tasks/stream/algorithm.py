@@ -45,6 +45,7 @@ import polars as pl
 from dpcli.core import tree
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
+from dpcli.tasks.stream.batches import KnownKeys, WindowBatches, window_batches
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
@@ -81,13 +82,13 @@ def key_label(key: Key) -> str:
 
 @dataclass
 class KeyState:
-    """One key's state within a window.
+    """One key's state within a window, as a state file stores it (see :meth:`WindowRun.key_states`).
 
     Estimates use linearity: a tree's bottom-up Honaker prefix estimate is the
     true prefix sum plus the estimate its noise gives on all-zero leaves (the
     Honaker weights of a node add up to one, so noise-free nodes give exact
     sums). So a key keeps running totals, and per tree only that noise-only
-    prefix vector (drawn for all trees created at one trigger in one call).
+    prefix vector.
     """
 
     round_users: set[Any] = field(default_factory=set)  # distinct units of the current selection round
@@ -100,12 +101,25 @@ class KeyState:
     predicted: int | None = None  # Alg. 4: trigger of the predicted release with no new data
     rounds: int = 0
     select_margin: np.ndarray | None = None  # noise-only prefix − μ − τ, per leaf of the selection tree
-    select_best: np.ndarray | None = None  # its suffix maxima (derived, not saved)
     pert_noise: tuple[np.ndarray, np.ndarray | None] | None = None  # noise-only prefixes: count, sum
 
 
+_NONE = -1  # "no trigger" in the integer arrays
+
+
+def _grow(a: np.ndarray, extra: int, fill: int) -> np.ndarray:
+    return np.concatenate([a, np.full(extra, fill, dtype=a.dtype)]) if extra else a
+
+
 class WindowRun:
-    """One event-time window: its keys' trees and buffers, and the index of predicted releases."""
+    """One event-time window: its keys' rounds, buffers and trees, and the index of predicted releases.
+
+    Every key has a slot; per-key state lives in integer arrays indexed by slot,
+    and the trees created at one trigger are the rows of one matrix (their
+    noise-only prefixes, drawn in one call). A trigger's work is a few numpy
+    operations on its batch's slots plus the keys predicted for it; only
+    releases (and keys whose round restarted in this run) take Python per key.
+    """
 
     def __init__(self, start: int, q: StreamQuery, plan: StreamPlan, stream: KeyedStream) -> None:
         self.start = start
@@ -113,124 +127,246 @@ class WindowRun:
         self.plan = plan
         self.stream = stream.child(f"window/{start}")
         self.fired = 0  # triggers of this window already run
-        self.states: dict[Key, KeyState] = {}
-        self.predicted: dict[int, set[Key]] = defaultdict(set)
+        self.keys = pl.DataFrame(schema={k: pl.Null for k in q.keys})  # row i: the key of slot i
+        self._key_rows: dict[int, Key] = {}
+        i64 = np.zeros(0, dtype=np.int64)
+        self.units = i64.copy()  # distinct units of the current round
+        self.buffer_count, self.buffer_sum = i64.copy(), i64.copy()
+        self.pert_count, self.pert_sum = i64.copy(), i64.copy()
+        self.round_start, self.select_row = i64.copy(), i64.copy()  # _NONE: no selection tree
+        self.pert_start, self.pert_row = i64.copy(), i64.copy()  # _NONE: no perturbation trees yet
+        self.predicted = i64.copy()  # Alg. 4's predicted release trigger, _NONE if none
+        self.rounds = i64.copy()
+        self.restarted = np.zeros(0, dtype=bool)  # the key's round restarted in this run (see ``_restarted``)
+        # trees by the trigger that created them: selection margins (noise-only prefix − μ − τ) and
+        # their suffix maxima; perturbation noise-only prefixes of the count and the sum
+        self.select: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.pert: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        self.predicted_at: dict[int, list[np.ndarray]] = defaultdict(list)
+        # round units: ``_rounds`` (slot, unit) as of the start of this run's batches, plus ``_new_pairs``
+        # (first appearances in this run); keys whose round restarted in this run keep theirs in ``_restarted``
+        self._rounds = pl.DataFrame(schema={"__id": pl.Int64, "__unit": pl.Null})
+        self._new_pairs: pl.DataFrame | None = None
+        self._restarted: dict[int, set[Any]] = {}
         self._start_time = naive_utc(start)
 
-    # -- noise: every tree created at trigger t is drawn in one call from the window's stream for t --
-    def _new_selection_trees(self, keys: list[Key], t: int) -> None:
-        n = self.q.triggers - t + 1
-        noise = tree.noise_prefixes(self.stream.child(f"select/{t}"), self.plan.sigma2_select, len(keys), n)
-        margins = noise - self.q.mu - self.plan.selection_threshold(n, self.q.triggers)
-        for key, margin in zip(keys, margins, strict=True):
-            self.states[key].select_margin = margin
+    @property
+    def size(self) -> int:
+        """Keys with a slot in this window."""
+        return self.units.size
 
-    def _new_perturbation_trees(self, keys: list[Key], t: int) -> None:
+    def key(self, slot: int) -> Key:
+        """The key of a slot (as the input's values)."""
+        if slot not in self._key_rows:
+            self._key_rows[slot] = self.keys.row(slot)
+        return self._key_rows[slot]
+
+    # -- slots and round units -----------------------------------------------------------------
+    def known(self) -> KnownKeys:
+        """The keys and round units the next run's batches are computed against (settles the rounds)."""
+        self._settle_rounds()
+        return KnownKeys(self.keys, self._rounds)
+
+    def _settle_rounds(self) -> None:
+        """Fold this run's first appearances and restarted rounds into ``_rounds``."""
+        if self._new_pairs is None and not self._restarted:
+            return
+        parts = [self._rounds] + ([self._new_pairs] if self._new_pairs is not None else [])
+        rounds = pl.concat(parts, how="vertical_relaxed")
+        if self._restarted:
+            restarted = list(self._restarted)
+            slots = [slot for slot, users in self._restarted.items() for _ in users]
+            units = [u for users in self._restarted.values() for u in users]
+            again = pl.DataFrame({"__id": pl.Series(slots, dtype=pl.Int64), "__unit": units})
+            rounds = pl.concat([rounds.filter(~pl.col("__id").is_in(restarted)), again], how="vertical_relaxed")
+        self._rounds, self._new_pairs, self._restarted = rounds, None, {}
+        self.restarted[:] = False
+
+    def _add(self, b: WindowBatches) -> None:
+        """Give the batches' new keys their slots."""
+        extra = b.new_keys.height
+        if extra:
+            self.keys = pl.concat([self.keys.cast(b.new_keys.schema), b.new_keys]) if self.keys.height else b.new_keys
+            for name in ("units", "buffer_count", "buffer_sum", "pert_count", "pert_sum", "rounds"):
+                setattr(self, name, _grow(getattr(self, name), extra, 0))
+            for name in ("round_start", "select_row", "pert_start", "pert_row", "predicted"):
+                setattr(self, name, _grow(getattr(self, name), extra, _NONE))
+            self.restarted = np.concatenate([self.restarted, np.zeros(extra, dtype=bool)])
+        self._new_pairs = b.new_pairs
+
+    # -- noise: every tree created at trigger t is drawn in one call from the window's stream for t --
+    def _new_selection_trees(self, slots: np.ndarray, t: int) -> None:
         n = self.q.triggers - t + 1
-        counts = tree.noise_prefixes(self.stream.child(f"pert-count/{t}"), self.plan.sigma2_count, len(keys), n)
-        sums: Any = [None] * len(keys)
+        noise = tree.noise_prefixes(self.stream.child(f"select/{t}"), self.plan.sigma2_select, slots.size, n)
+        margins = noise - self.q.mu - self.plan.selection_threshold(n, self.q.triggers)
+        self.select[t] = (margins, np.maximum.accumulate(margins[:, ::-1], axis=1)[:, ::-1])
+        self.round_start[slots] = t
+        self.select_row[slots] = np.arange(slots.size)
+
+    def _new_perturbation_trees(self, slots: np.ndarray, t: int) -> None:
+        n = self.q.triggers - t + 1
+        counts = tree.noise_prefixes(self.stream.child(f"pert-count/{t}"), self.plan.sigma2_count, slots.size, n)
+        sums = None
         if self.q.value is not None:
-            sums = tree.noise_prefixes(self.stream.child(f"pert-sum/{t}"), self.plan.sigma2_sum, len(keys), n)  # type: ignore[arg-type]
-        for key, c, sm in zip(keys, counts, sums, strict=True):
-            st = self.states[key]
-            st.pert_start, st.pert_noise = t, (c, sm)
+            sums = tree.noise_prefixes(self.stream.child(f"pert-sum/{t}"), self.plan.sigma2_sum, slots.size, n)  # type: ignore[arg-type]
+        self.pert[t] = (counts, sums)
+        self.pert_start[slots] = t
+        self.pert_row[slots] = np.arange(slots.size)
 
     # -- Alg. 2-4 ------------------------------------------------------------------------------
-    def _selected(self, key: Key, st: KeyState, t: int) -> bool:
-        """Alg. 2 at trigger t: is the noisy distinct-unit prefix above μ + τ? If not, Alg. 4's prediction."""
-        i = t - st.round_start  # type: ignore[operator]
-        margin = st.select_margin
-        units = len(st.round_users)  # the selection tree's true prefix
-        if units + margin[i] > 0:  # type: ignore[index]
-            return True
-        if st.select_best is None:  # suffix maxima: most keys have no future release, decided in O(1)
-            st.select_best = np.maximum.accumulate(margin[::-1])[::-1]  # type: ignore[index]
-        if i + 1 < margin.size and st.select_best[i + 1] > -units:  # type: ignore[union-attr]
-            # the first future trigger that would release with no new data
-            st.predicted = t + 1 + int(np.argmax(margin[i + 1 :] > -units))  # type: ignore[index]
-            self.predicted[st.predicted].add(key)
-        else:
-            st.predicted = None
-        return False
+    def _check_selection(self, slots: np.ndarray, t: int) -> np.ndarray:
+        """Alg. 2 at trigger t for keys with a selection tree: is the noisy distinct-unit prefix above
+        μ + τ? For the others, Alg. 4: the first future trigger that would release with no new data."""
+        selected = np.zeros(slots.size, dtype=bool)
+        starts = self.round_start[slots]
+        for start in np.unique(starts):
+            part = starts == start
+            g, units = slots[part], self.units[slots[part]]
+            margins, best = self.select[int(start)]
+            rows, i = self.select_row[g], t - int(start)
+            hit = units + margins[rows, i] > 0  # the selection tree's true prefix plus its noise-only estimate
+            selected[part] = hit
+            g, rows, units = g[~hit], rows[~hit], units[~hit]
+            self.predicted[g] = _NONE
+            if i + 1 < margins.shape[1] and g.size:
+                future = best[rows, i + 1] > -units  # suffix maxima: most keys have no future release
+                g, rows, units = g[future], rows[future], units[future]
+                if g.size:
+                    when = t + 1 + np.argmax(margins[rows, i + 1:] > -units[:, None], axis=1)
+                    self.predicted[g] = when
+                    for p in np.unique(when):
+                        self.predicted_at[int(p)].append(g[when == p])
+        return selected
 
-    def _release(self, key: Key, st: KeyState, t: int) -> tuple[Any, ...]:
+    def _release(self, slot: int, t: int) -> tuple[Any, ...]:
         """Alg. 3: move the buffer into leaf t of the perturbation trees, emit their prefix estimates, restart."""
-        noise_count, noise_sum = st.pert_noise  # type: ignore[misc]
-        i = t - st.pert_start  # type: ignore[operator]
-        st.pert_count += st.buffer_count
-        row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * self.q.step), *key,
-                          int(round(st.pert_count + noise_count[i]))]
+        start = int(self.pert_start[slot])
+        noise_count, noise_sum = self.pert[start]
+        row_index, i = int(self.pert_row[slot]), t - start
+        self.pert_count[slot] += self.buffer_count[slot]
+        row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * self.q.step), *self.key(slot),
+                          int(round(int(self.pert_count[slot]) + float(noise_count[row_index, i])))]
         if noise_sum is not None:
-            st.pert_sum += st.buffer_sum
-            row.append(round(st.pert_sum + noise_sum[i]) * float(self.q.grid.granularity))  # type: ignore[union-attr]
-        st.buffer_count = st.buffer_sum = 0
-        st.round_users = set()
-        st.round_start = st.select_margin = st.select_best = st.predicted = None
-        st.rounds += 1
+            self.pert_sum[slot] += self.buffer_sum[slot]
+            row.append(round(int(self.pert_sum[slot]) + float(noise_sum[row_index, i]))
+                       * float(self.q.grid.granularity))  # type: ignore[union-attr]
+        self.buffer_count[slot] = self.buffer_sum[slot] = 0
+        self.units[slot] = 0
+        self._restarted[slot] = set()
+        self.restarted[slot] = True
+        self.round_start[slot] = self.select_row[slot] = self.predicted[slot] = _NONE
+        self.rounds[slot] += 1
         return tuple(row)
 
-    def _feed(self, batch: pl.DataFrame, t: int) -> tuple[list[Key], list[Key]]:
-        """Add trigger t's micro-batch to its keys' buffers and rounds.
+    def _feed(self, b: WindowBatches, t: int) -> np.ndarray:
+        """Add trigger t's micro-batch to its keys' buffers and rounds; start the trees of keys whose
+        round has just passed μ units. Returns the batch's slots (in batch order)."""
+        lo, hi = b.span(t)
+        slots = b.ids[lo:hi]
+        if not slots.size:
+            return slots
+        self.buffer_count[slots] += b.n[lo:hi]
+        if b.s is not None:
+            self.buffer_sum[slots] += b.s[lo:hi]
+        restarted = self.restarted[slots]
+        self.units[slots[~restarted]] += b.new_units[lo:hi][~restarted]
+        if restarted.any():
+            for slot, users in b.units_of(t, slots[restarted]).items():
+                self._restarted[slot].update(users)
+                self.units[slot] = len(self._restarted[slot])
+        new = slots[(self.round_start[slots] == _NONE) & (self.units[slots] > self.q.mu)]  # S(t) gains them
+        if new.size:
+            self._new_selection_trees(new, t)
+        return slots
 
-        Returns the batch's keys that have a selection tree (in batch order) and
-        those whose tree starts now (their round has just passed μ units).
-        """
-        q = self.q
-        evaluate: list[Key] = []
-        new_trees: list[Key] = []
-        keys = list(zip(*(batch[k].to_list() for k in q.keys)))
-        users = batch["units"].to_list()
-        ns = batch["n"].to_list()
-        sums = batch["s"].to_list() if q.value is not None else None
-        for idx, key in enumerate(keys):
-            st = self.states.get(key)
-            if st is None:
-                st = self.states[key] = KeyState()
-            st.round_users.update(users[idx])
-            st.buffer_count += ns[idx]
-            if sums is not None:
-                st.buffer_sum += sums[idx]
-            if st.round_start is None:
-                if len(st.round_users) <= q.mu:
-                    continue  # not in S(t): too few units for a tree yet
-                st.round_start = t
-                new_trees.append(key)
-            evaluate.append(key)
-        return evaluate, new_trees
+    def fire(self, t: int, batches: WindowBatches | None) -> list[tuple[Any, ...]]:
+        """Run trigger t on its micro-batch: the rows released.
 
-    def fire(self, t: int, batch: pl.DataFrame | None) -> list[tuple[Any, ...]]:
-        """Run trigger t on its micro-batch (grouped by key): the rows released.
-
-        Evaluates only the batch's keys that have a selection tree plus the keys
+        Checks only the batch's keys that have a selection tree plus the keys
         whose predicted release is t (no count of them is kept: it depends on the data).
         """
         if t != self.fired + 1:
             raise ValueError(f"window {self.start}: trigger {t} out of order (last {self.fired})")
         self.fired = t
-        evaluate, new_trees = self._feed(batch, t) if batch is not None else ([], [])
-        if new_trees:
-            self._new_selection_trees(new_trees, t)
-        touched = set(evaluate)
-        released = [key for key in evaluate if self._selected(key, self.states[key], t)]
-        predicted = [key for key in sorted(self.predicted.pop(t, set()), key=key_label)
-                     if key not in touched and self.states[key].predicted == t]  # else outdated or re-evaluated
-        released += predicted
-        first = [key for key in released if self.states[key].pert_start is None]
+        slots = self._feed(batches, t) if batches is not None else np.zeros(0, dtype=np.int64)
+        evaluate = slots[self.round_start[slots] != _NONE]
+        released = evaluate[self._check_selection(evaluate, t)].tolist()
+        due = self.predicted_at.pop(t, None)
+        if due:  # predictions made for t; outdated ones (re-evaluated or released since) are skipped
+            cand = np.unique(np.concatenate(due))
+            cand = cand[(self.predicted[cand] == t) & ~np.isin(cand, slots)]
+            released += sorted(cand.tolist(), key=lambda s: key_label(self.key(s)))
+        first = [s for s in released if self.pert_start[s] == _NONE]
         if first:
-            self._new_perturbation_trees(first, t)
-        return [self._release(key, self.states[key], t) for key in released]
+            self._new_perturbation_trees(np.asarray(first, dtype=np.int64), t)
+        return [self._release(s, t) for s in released]
 
+    # -- the persisted form ----------------------------------------------------------------------
+    def key_states(self) -> dict[Key, KeyState]:
+        """Every key's state, as a state file stores it."""
+        self._settle_rounds()
+        users: dict[int, list[Any]] = {}
+        if self._rounds.height:
+            grouped = self._rounds.group_by("__id").agg(pl.col("__unit"))
+            users = dict(zip(grouped["__id"].to_list(), grouped["__unit"].to_list(), strict=True))
+        out: dict[Key, KeyState] = {}
+        for slot, key in enumerate(self.keys.rows()):
+            rs, ps, p = int(self.round_start[slot]), int(self.pert_start[slot]), int(self.predicted[slot])
+            pert = None
+            if ps != _NONE:
+                counts, sums = self.pert[ps]
+                row = int(self.pert_row[slot])
+                pert = (counts[row], None if sums is None else sums[row])
+            out[key] = KeyState(
+                round_users=set(users.get(slot, ())), round_start=None if rs == _NONE else rs,
+                buffer_count=int(self.buffer_count[slot]), buffer_sum=int(self.buffer_sum[slot]),
+                pert_start=None if ps == _NONE else ps, pert_count=int(self.pert_count[slot]),
+                pert_sum=int(self.pert_sum[slot]), predicted=None if p == _NONE else p,
+                rounds=int(self.rounds[slot]),
+                select_margin=None if rs == _NONE else self.select[rs][0][int(self.select_row[slot])], pert_noise=pert)
+        return out
 
-def micro_batches(events: pl.DataFrame, q: StreamQuery) -> dict[tuple[int, int], pl.DataFrame]:
-    """Per (window, trigger): the micro-batch grouped by key (sorted), with its units, rows and sum."""
-    keys = list(q.keys)
-    aggs = [pl.col("__unit").alias("units"), pl.len().alias("n")]
-    if q.value is not None:
-        aggs.append(pl.col("__v").sum().alias("s"))
-    return {
-        (int(w), int(t)): part.group_by(keys, maintain_order=True).agg(aggs).sort(keys, nulls_last=True)
-        for (w, t), part in events.partition_by(["__window", "__trigger"], as_dict=True, maintain_order=True).items()
-    }
+    @classmethod
+    def restore(cls, start: int, fired: int, states: dict[Key, KeyState], q: StreamQuery, plan: StreamPlan,
+                stream: KeyedStream) -> WindowRun:
+        """The window a state file holds (``states`` as :meth:`key_states` gave them)."""
+        run = cls(start, q, plan, stream)
+        run.fired = fired
+        keys = list(states)
+        m = len(keys)
+        if not m:
+            return run
+        run.keys = pl.DataFrame(keys, schema=list(q.keys), orient="row")
+        sts = list(states.values())
+        for name, attr in (("buffer_count", "buffer_count"), ("buffer_sum", "buffer_sum"),
+                           ("pert_count", "pert_count"), ("pert_sum", "pert_sum"), ("rounds", "rounds")):
+            setattr(run, name, np.fromiter((getattr(st, attr) for st in sts), dtype=np.int64, count=m))
+        run.units = np.fromiter((len(st.round_users) for st in sts), dtype=np.int64, count=m)
+        for name, attr in (("round_start", "round_start"), ("pert_start", "pert_start"), ("predicted", "predicted")):
+            setattr(run, name, np.fromiter((_NONE if getattr(st, attr) is None else getattr(st, attr) for st in sts),
+                                           dtype=np.int64, count=m))
+        run.restarted = np.zeros(m, dtype=bool)
+        run.select_row = np.full(m, _NONE, dtype=np.int64)
+        run.pert_row = np.full(m, _NONE, dtype=np.int64)
+        for start_t in np.unique(run.round_start[run.round_start != _NONE]).tolist():
+            slots = np.flatnonzero(run.round_start == start_t)
+            margins = np.stack([sts[s].select_margin for s in slots])  # type: ignore[misc]
+            run.select[start_t] = (margins, np.maximum.accumulate(margins[:, ::-1], axis=1)[:, ::-1])
+            run.select_row[slots] = np.arange(slots.size)
+        for start_t in np.unique(run.pert_start[run.pert_start != _NONE]).tolist():
+            slots = np.flatnonzero(run.pert_start == start_t)
+            noise = [sts[s].pert_noise for s in slots]
+            counts = np.stack([c for c, _ in noise])  # type: ignore[misc]
+            sums = None if noise[0][1] is None else np.stack([sm for _, sm in noise])  # type: ignore[misc]
+            run.pert[start_t] = (counts, sums)
+            run.pert_row[slots] = np.arange(slots.size)
+        for p in np.unique(run.predicted[run.predicted != _NONE]).tolist():
+            run.predicted_at[p].append(np.flatnonzero(run.predicted == p))
+        rows = [(slot, u) for slot, st in enumerate(sts) for u in st.round_users]
+        if rows:
+            run._rounds = pl.DataFrame({"__id": [r[0] for r in rows], "__unit": [r[1] for r in rows]},
+                                       schema_overrides={"__id": pl.Int64})
+        return run
 
 
 class StreamState:
@@ -274,13 +410,19 @@ class StreamState:
         watermark). Returns the release rows, window by window, trigger by trigger.
         """
         self.check_through(through)
-        batches = micro_batches(events, self.q) if events.height else {}
+        batches = {}
+        if events.height:
+            known = {start: run.known() for start, run in self.windows.items()}
+            batches = window_batches(events, list(self.q.keys), self.q.value is not None, known)
         rows: list[tuple[Any, ...]] = []
-        for start in sorted(set(self.windows) | {w for w, _ in batches}):
+        for start in sorted(set(self.windows) | set(batches)):
             run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
+            b = batches.get(start)
+            if b is not None:
+                run._add(b)
             last_t = min(self.q.triggers, through - start // self.step)
             for t in range(run.fired + 1, last_t + 1):
-                rows.extend(run.fire(t, batches.get((start, t))))
+                rows.extend(run.fire(t, b))
             if run.fired >= self.q.triggers:
                 self.windows.pop(start, None)
             else:

@@ -74,18 +74,12 @@ def _decode_key_state(doc: dict[str, Any]) -> KeyState:
 
 def _encode_window(run: WindowRun) -> dict[str, Any]:
     return {"start": run.start, "fired": run.fired,
-            "keys": [[[_encode(v) for v in k], _encode_key_state(st)] for k, st in run.states.items()]}
+            "keys": [[[_encode(v) for v in k], _encode_key_state(st)] for k, st in run.key_states().items()]}
 
 
 def _decode_window(doc: dict[str, Any], state: StreamState) -> WindowRun:
-    run = WindowRun(int(doc["start"]), state.q, state.plan, state.stream)
-    run.fired = int(doc["fired"])
-    for k, st_doc in doc["keys"]:
-        key = tuple(_decode(v) for v in k)
-        st = run.states[key] = _decode_key_state(st_doc)
-        if st.predicted is not None:
-            run.predicted[st.predicted].add(key)
-    return run
+    states = {tuple(_decode(v) for v in k): _decode_key_state(st_doc) for k, st_doc in doc["keys"]}
+    return WindowRun.restore(int(doc["start"]), int(doc["fired"]), states, state.q, state.plan, state.stream)
 
 
 def encode_state(state: StreamState) -> dict[str, Any]:
