@@ -81,7 +81,8 @@ def main() -> None:
         compiled.set_lanes(lanes)
     lines += ["", f"Machine: {os.cpu_count()} cores; noise backend: {noise_stream.BACKEND}, ChaCha20 first blocks "
               f"{lanes} samples at a time (16 on a CPU with AVX-512, else 8). With 8 lanes on this machine "
-              "(2026-11-24): discrete Laplace 1000 at 14.0M/s, discrete Gaussian σ = 1000 at 9.2M/s. Run with "
+              "(2026-11-25, CPU time): discrete Laplace 1000 at 31.9M/s, discrete Gaussian σ = 1000 at 21.8M/s, "
+              "σ = 1 at 12.0M/s. Run with "
               "OPENBLAS_NUM_THREADS=1 (numpy's idle BLAS threads otherwise spin on the other core). The last column: "
               f"draws of 10^6 split over {cpus} threads, dpcli's default (`DPCLI_NOISE_THREADS`).", ""]
     if a.write:

@@ -175,6 +175,44 @@ def test_the_float_margin_changes_no_gaussian_sample(sigma2):
         ns.set_margin(old)
 
 
+@pytest.fixture(params=[0, 2])
+def tables(request):
+    """Run a test with the compiled path's threshold tables never built (0) and always built (2): by
+    default (1) only large draws at small scales get them, so small tests would see one path only."""
+    if not COMPILED:
+        pytest.skip("dpcli.core._noise was not built")
+    old = ns._compiled.set_tables(request.param)
+    yield request.param
+    ns._compiled.set_tables(old)
+
+
+@pytest.mark.parametrize("t,s", [(2, 1), (3, 1), (7, 3), (1000, 1), (4096, 1), (4097, 1)])
+def test_tables_change_no_laplace_sample(t, s, tables, lanes):
+    ref = ns.laplace(KEY, t, s, np.arange(3_000), backend="reference")
+    assert np.array_equal(ns.laplace(KEY, t, s, range(3_000), backend="compiled"), ref)
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(1), Fraction(10), Fraction(10**5), Fraction(10**12)])
+def test_tables_change_no_gaussian_sample(sigma2, tables, lanes):
+    """σ² = 10^5: |Y| both inside the acceptance table (|Y| < 4096) and beyond it."""
+    t, p, q = _discrete_gaussian_parameters(sigma2)
+    ref = ns.gaussian(KEY, t, p, q, np.arange(3_000), backend="reference")
+    assert np.array_equal(ns.gaussian(KEY, t, p, q, range(3_000), backend="compiled"), ref)
+
+
+@pytest.mark.parametrize("kind,param", [("laplace", (3, 1)), ("laplace", (1000, 1)), ("gaussian", Fraction(1)),
+                                        ("gaussian", Fraction(10**5))])
+def test_tables_with_a_wide_margin_change_no_sample(kind, param, tables, wide_margin):
+    """The tables' integer thresholds follow the margin: with 1/8 many trials go to exact_less."""
+    if kind == "laplace":
+        ref = ns.laplace(KEY, *param, np.arange(600), backend="reference")
+        assert np.array_equal(ns.laplace(KEY, *param, range(600), backend="compiled"), ref)
+    else:
+        t, p, q = _discrete_gaussian_parameters(param)
+        ref = ns.gaussian(KEY, t, p, q, np.arange(600), backend="reference")
+        assert np.array_equal(ns.gaussian(KEY, t, p, q, range(600), backend="compiled"), ref)
+
+
 def test_the_margin_is_used():
     """The wide margin really sends comparisons down the exact path (else the tests above prove nothing)."""
     calls = []

@@ -22,6 +22,15 @@
  *     floor(-ln W) from one word (and for t = 1 no draw for U = 0 and its sure trial), and discrete Gaussian (Algorithm 3, proposal scale t,
  *     acceptance exp(-(q|Y| - p)^2 / (2tpq))), as in the reference.
  *
+ * How it is computed (none of it changes a sample): samples go in batches of 8 or 16 whose first
+ * blocks are computed together in vector registers; a sample that reads past its first block (a few
+ * in a thousand for the Laplace, up to a fifth for the Gaussian at small sigma) is put off and redrawn
+ * from its first word in a batch whose first two, then three, blocks are computed together. Most
+ * Bernoulli trials are decided by integer thresholds on the word (the geometric part's e^-k always;
+ * Algorithm 2's first trial and Algorithm 3's acceptance from tables built for large draws at small
+ * scales), the others by floats with bounds or a fast exp(-g); exact_less decides every trial they
+ * cannot settle.
+ *
  * Built by pip (setup.py) as an optional extension: without a C compiler dpcli uses the
  * reference, which gives the same numbers more slowly.
  */
@@ -36,14 +45,29 @@
 #define HAVE_PTHREADS 1
 #endif
 
+/* Words of the first blocks computed together are kept word-major: word w of lane l at
+ * [w * MAX_LANES + l], so a sample reads its words with the stride MAX_LANES. */
+#define MAX_LANES 16
+#define BLOCK_WORDS (16 * MAX_LANES)
+
+/* Blocks of a sample's stream available to it: BLOCKS_AT_ONCE at most from the batches
+ * (block c at blocks[c]), the later ones computed one at a time when the sample is lazy. */
+#define BLOCKS_AT_ONCE 3
+
+enum { STOP_FAILED = 1, STOP_DEFERRED = 2 };
+
 typedef struct {
     uint32_t key[8];
     uint64_t j;          /* the sample's index */
-    uint32_t block[16];  /* the current block of the sample's stream */
-    uint32_t counter;    /* index of the next block to compute */
     uint32_t pos;        /* words of the stream consumed so far */
+    uint32_t avail;      /* blocks 0 .. avail - 1 are in blocks[] */
+    const uint32_t *blocks[BLOCKS_AT_ONCE]; /* word w of block c at blocks[c][w * MAX_LANES] */
+    int lazy;            /* past them: compute the block here (else stop with STOP_DEFERRED) */
+    uint32_t own_counter; /* the block in own[] */
+    uint32_t own[16];
     PyObject *exact;     /* exact(j, i, u, num, den) -> bool */
-    int failed;          /* a Python error is pending (or, in a worker, kept in err_*) */
+    int stop;            /* STOP_FAILED: a Python error is pending (or, in a worker, kept in err_*);
+                            STOP_DEFERRED: the sample ran out of the words at hand */
     int threaded;        /* running without the GIL: take it around the callback */
     PyObject *err_type, *err_value, *err_tb; /* a worker's error, restored by the caller */
 } Sample;
@@ -72,20 +96,20 @@ static void chacha20_block(const uint32_t key[8], uint32_t counter, uint32_t n0,
     for (int i = 0; i < 16; i++) out[i] = x[i] + s[i];
 }
 
-/* Consecutive samples' first blocks at once, in vector registers (GCC/Clang vector extensions;
- * the same words as one chacha20_block call per sample). Eight lanes everywhere; on x86-64 with
- * GCC, an AVX2 clone of the eight-lane version and, on CPUs with AVX-512, sixteen lanes. */
-#define MAX_LANES 16
-#define FIRST_BLOCKS_BODY(V, N)                                                                     \
+/* Block `counter` of several samples' streams at once (samples js[0 .. N-1]), in vector registers
+ * (GCC/Clang vector extensions; the same words as one chacha20_block call per sample), stored
+ * word-major. Eight lanes everywhere; on x86-64 with GCC, an AVX2 clone of the eight-lane version
+ * and, on CPUs with AVX-512, sixteen lanes. */
+#define BLOCKS_BODY(V, N)                                                                           \
     static const uint32_t sigma[4] = {0x61707865u, 0x3320646eu, 0x79622d32u, 0x6b206574u};        \
     V x[16], s[16];                                                                                 \
     for (int w = 0; w < 4; w++) s[w] = (V){0} + sigma[w];                                           \
     for (int w = 0; w < 8; w++) s[4 + w] = (V){0} + key[w];                                         \
-    s[12] = s[15] = (V){0};                                                                         \
+    s[12] = (V){0} + counter;                                                                       \
+    s[15] = (V){0};                                                                                 \
     for (int l = 0; l < (N); l++) {                                                                 \
-        uint64_t j = j0 + (uint64_t)l;                                                              \
-        s[13][l] = (uint32_t)j;                                                                     \
-        s[14][l] = (uint32_t)(j >> 32);                                                             \
+        s[13][l] = (uint32_t)js[l];                                                                 \
+        s[14][l] = (uint32_t)(js[l] >> 32);                                                         \
     }                                                                                               \
     for (int w = 0; w < 16; w++) x[w] = s[w];                                                       \
     for (int r = 0; r < 10; r++) {                                                                  \
@@ -96,7 +120,7 @@ static void chacha20_block(const uint32_t key[8], uint32_t counter, uint32_t n0,
     }                                                                                               \
     for (int w = 0; w < 16; w++) {                                                                  \
         V y = x[w] + s[w];                                                                          \
-        for (int l = 0; l < (N); l++) out[l][w] = y[l];                                             \
+        memcpy(out + w * MAX_LANES, &y, sizeof y);                                                  \
     }
 
 typedef uint32_t v8 __attribute__((vector_size(32)));
@@ -104,37 +128,51 @@ typedef uint32_t v8 __attribute__((vector_size(32)));
 #define X86_DISPATCH 1
 __attribute__((target_clones("avx2", "default")))
 #endif
-static void chacha20_first_blocks8(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
-    FIRST_BLOCKS_BODY(v8, 8)
+static void chacha20_blocks8(const uint32_t key[8], uint32_t counter, const uint64_t js[8], uint32_t *out) {
+    BLOCKS_BODY(v8, 8)
 }
 
 #ifdef X86_DISPATCH
 typedef uint32_t v16 __attribute__((vector_size(64)));
 __attribute__((target("avx512f")))
-static void chacha20_first_blocks16(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
-    FIRST_BLOCKS_BODY(v16, 16)
+static void chacha20_blocks16(const uint32_t key[8], uint32_t counter, const uint64_t js[16], uint32_t *out) {
+    BLOCKS_BODY(v16, 16)
 }
 #endif
 
 /* 16 when the CPU has AVX-512 (set at import; set_lanes(8) in tests exercises the other path). */
 static int LANES = 8;
 
-static void chacha20_first_blocks(const uint32_t key[8], uint64_t j0, uint32_t out[MAX_LANES][16]) {
+/* Block `counter` of the streams of samples js[0 .. LANES-1], word-major into out[BLOCK_WORDS]. */
+static void chacha20_blocks(const uint32_t key[8], uint32_t counter, const uint64_t js[MAX_LANES], uint32_t *out) {
 #ifdef X86_DISPATCH
     if (LANES == 16) {
-        chacha20_first_blocks16(key, j0, out);
+        chacha20_blocks16(key, counter, js, out);
         return;
     }
 #endif
-    chacha20_first_blocks8(key, j0, out);
+    chacha20_blocks8(key, counter, js, out);
+}
+
+/* Word `p` >= 16 of the sample's stream (rare: most samples read fewer than 16 words). */
+static __attribute__((noinline)) uint32_t later_word(Sample *S, uint32_t p) {
+    uint32_t c = p >> 4;
+    if (c < S->avail) return S->blocks[c][(p & 15u) * MAX_LANES];
+    if (!S->lazy) {
+        S->stop |= STOP_DEFERRED; /* redrawn later with more blocks at hand; until then, any word */
+        return 0xffffffffu;
+    }
+    if (S->own_counter != c) {
+        chacha20_block(S->key, c, (uint32_t)S->j, (uint32_t)(S->j >> 32), 0u, S->own);
+        S->own_counter = c;
+    }
+    return S->own[p & 15u];
 }
 
 static inline uint32_t next_word(Sample *S) {
-    if (S->pos >= 16u * S->counter) {
-        chacha20_block(S->key, S->counter, (uint32_t)S->j, (uint32_t)(S->j >> 32), 0u, S->block);
-        S->counter++;
-    }
-    return S->block[S->pos++ & 15u];
+    uint32_t p = S->pos++;
+    if (__builtin_expect(p < 16u, 1)) return S->blocks[0][p * MAX_LANES];
+    return later_word(S, p);
 }
 
 /* uniform_below(m) with its rejection threshold precomputed. m <= 2^32 (Lemire's method, no division
@@ -157,11 +195,12 @@ static inline uint64_t uniform_below(Sample *S, const Uniform *U) {
         uint64_t u = next_word(S);
         if (!U->wide) {
             uint64_t x = u * U->m;
-            if ((x & 0xffffffffull) >= U->limit) return x >> 32;
+            if (__builtin_expect((x & 0xffffffffull) >= U->limit, 1)) return x >> 32;
             continue;
         }
         u |= (uint64_t)next_word(S) << 32;
         if (U->limit == 0 || u < U->limit) return u % U->m;
+        if (S->stop) return 0;
     }
 }
 
@@ -187,22 +226,30 @@ static PyObject *int128_to_py(__int128 v) {
 
 static double MARGIN = 1.4551915228366852e-11; /* 2^-36; tests widen it (set_margin) to exercise the exact path */
 static const double TWO_M32 = 2.3283064365386963e-10; /* 2^-32 */
-static const double SLACK = 3.552713678800501e-15;    /* 2^-48 */
 
-/* Is V < exp(-num/den) (num >= 0, den >= 1), where V's leading 32 bits are the word u at index i of
- * the sample's stream? gamma is num/den in floats (to within a few ulps), f = exp(-gamma) when the
- * caller knows it (else negative). Floats decide only when certain; else the Python callable does. */
-static int less_than_exp(Sample *S, uint32_t i, uint32_t u, __int128 num, __int128 den, double gamma, double f) {
-    if (num == 0) return 1;
-    double v_lo = (double)u * TWO_M32, v_hi = ((double)u + 1.0) * TWO_M32; /* exact */
-    if (gamma > 700.0) {
-        if (u >= 1) return 0; /* V >= 2^-32 > exp(-700) */
-    } else {
-        if (f < 0) f = exp(-gamma);
-        if (v_hi <= f * (1.0 - MARGIN)) return 1;
-        if (v_lo >= f * (1.0 + MARGIN)) return 0;
-    }
-    if (S->failed) return 0;
+/* exp(-k) for k = 0 .. 63, exp(-i/64) for i = 0 .. 64 (libm, filled at import; floats only decide
+ * with the margin). */
+static double EXP_MINUS[64];
+static double EXP_MINUS_64THS[65];
+
+/* exp(-g) for 0 <= g < 32 with a relative error below 2^-45 (plus that of g itself), instead of
+ * libm's exp: exp(-n) exp(-i/64) exp(-h) with n = floor(g), i = floor(64 (g - n)), h = g - n - i/64
+ * in [0, 1/64) (exact subtractions), exp(-h) from its Taylor polynomial of degree 5 (alternating
+ * series: error <= h^6/720 < 2^-45.49, relative to exp(-h) > 0.98), the two table entries within
+ * an ulp each and a few roundings (measured: at most 2^-45.4 over 2*10^8 g). The decisions it feeds
+ * keep the relative margin MARGIN >= 2^-36, and the exact comparison decides inside it. */
+static inline double exp_neg(double g) {
+    int n = (int)g;
+    double r = g - (double)n;
+    int i = (int)(r * 64.0);
+    double h = r - (double)i * 0.015625;
+    double p = 1.0 - h * (1.0 - h * (0.5 - h * (1.0 / 6 - h * (1.0 / 24 - h * (1.0 / 120)))));
+    return EXP_MINUS[n] * EXP_MINUS_64THS[i] * p;
+}
+
+/* The exact comparison, by the Python callable (rare): V < exp(-num/den). */
+static __attribute__((noinline)) int exact_less(Sample *S, uint32_t i, uint32_t u, __int128 num, __int128 den) {
+    if (S->stop) return 0;
     PyGILState_STATE gil = PyGILState_UNLOCKED;
     if (S->threaded) gil = PyGILState_Ensure();
     PyObject *pn = int128_to_py(num), *pd = int128_to_py(den);
@@ -215,94 +262,235 @@ static int less_than_exp(Sample *S, uint32_t i, uint32_t u, __int128 num, __int1
     int ok = r == NULL ? -1 : PyObject_IsTrue(r);
     Py_XDECREF(r);
     if (ok < 0) {
-        S->failed = 1;
+        S->stop |= STOP_FAILED;
         if (S->threaded) PyErr_Fetch(&S->err_type, &S->err_value, &S->err_tb);
     }
     if (S->threaded) PyGILState_Release(gil);
     return ok > 0;
 }
 
-/* Bernoulli(exp(-num/den)): one word. */
-static inline int bernoulli_exp(Sample *S, __int128 num, __int128 den, double gamma) {
-    uint32_t i = S->pos;
-    uint32_t u = next_word(S);
-    return less_than_exp(S, i, u, num, den, gamma, -1.0);
+/* Sets a Python error for the sample's draw (a worker thread takes the GIL and keeps it in err_*). */
+static __attribute__((noinline)) void fail(Sample *S, PyObject *type, const char *message) {
+    PyGILState_STATE gil = PyGILState_UNLOCKED;
+    if (S->threaded) gil = PyGILState_Ensure();
+    PyErr_SetString(type, message);
+    S->stop |= STOP_FAILED;
+    if (S->threaded) {
+        PyErr_Fetch(&S->err_type, &S->err_value, &S->err_tb);
+        PyGILState_Release(gil);
+    }
 }
 
-/* exp(-k) for k = 0 .. 63 (filled at import; floats only decide with the margin). */
-static double EXP_MINUS[64];
+/* Is V < exp(-num/den) (num >= 0, den >= 1), where V's leading 32 bits are the word u at index i of
+ * the sample's stream? gamma is num/den in floats (to within a few ulps), f = exp(-gamma) when the
+ * caller knows it (else negative). Floats decide only when certain; else the Python callable does. */
+static inline int less_than_exp(Sample *S, uint32_t i, uint32_t u, __int128 num, __int128 den, double gamma, double f) {
+    if (num == 0) return 1;
+    double v_lo = (double)u * TWO_M32, v_hi = ((double)u + 1.0) * TWO_M32; /* exact */
+    if (gamma > 700.0) {
+        if (u >= 1) return 0; /* V >= 2^-32 > exp(-700) */
+    } else {
+        if (f < 0) f = gamma < 32.0 ? exp_neg(gamma) : exp(-gamma);
+        if (v_hi <= f * (1.0 - MARGIN)) return 1;
+        if (v_lo >= f * (1.0 + MARGIN)) return 0;
+    }
+    return exact_less(S, i, u, num, den);
+}
 
-/* The geometric part of Algorithm 2, floor(-ln W) for one uniform real W (one word and its
- * extension): the number of k >= 1 with W < exp(-k), P[>= k] = exp(-k). */
-static int64_t geometric_e(Sample *S) {
-    uint32_t i = S->pos;
-    uint32_t u = next_word(S);
+/* The geometric part's comparisons W < exp(-k) as integer thresholds on W's word u, the same
+ * decisions as less_than_exp's floats: u < GEO_ACCEPT[k] iff (u + 1) 2^-32 <= exp(-k) (1 - MARGIN),
+ * u >= GEO_REJECT[k] iff u 2^-32 >= exp(-k) (1 + MARGIN). Recomputed when the margin changes. */
+#define GEO_K 24 /* exp(-24) (1 - MARGIN) < 2^-32: GEO_ACCEPT[24] = 0 */
+static uint64_t GEO_ACCEPT[GEO_K + 2], GEO_REJECT[GEO_K + 2];
+
+static void geometric_thresholds(void) {
+    for (int k = 1; k <= GEO_K; k++) {
+        double lo = EXP_MINUS[k] * (1.0 - MARGIN), hi = EXP_MINUS[k] * (1.0 + MARGIN);
+        uint64_t a = 0, b = 1ull << 32; /* the first u (in [0, 2^32]) where the predicate fails */
+        while (a < b) {
+            uint64_t mid = (a + b) / 2;
+            if (((double)mid + 1.0) * TWO_M32 <= lo) a = mid + 1;
+            else b = mid;
+        }
+        GEO_ACCEPT[k] = a;
+        a = 0, b = 1ull << 32; /* the first u where u 2^-32 >= hi, or 2^32 */
+        while (a < b) {
+            uint64_t mid = (a + b) / 2;
+            if ((double)mid * TWO_M32 >= hi) b = mid;
+            else a = mid + 1;
+        }
+        GEO_REJECT[k] = a;
+    }
+    GEO_ACCEPT[GEO_K + 1] = 0;
+    GEO_REJECT[GEO_K + 1] = (1ull << 32) + 1; /* never decided here */
+}
+
+/* The geometric part of Algorithm 2, the loop in full: the number of k >= 1 with W < exp(-k). */
+static __attribute__((noinline)) int64_t geometric_loop(Sample *S, uint32_t i, uint32_t u) {
     int64_t k = 0;
     while (less_than_exp(S, i, u, k + 1, 1, (double)(k + 1), k + 1 < 64 ? EXP_MINUS[k + 1] : -1.0)) k++;
     return k;
 }
 
+/* floor(-ln W) for one uniform real W (one word and its extension): the number of k >= 1 with
+ * W < exp(-k), P[>= k] = exp(-k). Usually from the thresholds without a branch on W; when one
+ * of the comparisons is too close for them, geometric_loop. */
+static inline int64_t geometric_e(Sample *S) {
+    uint32_t i = S->pos;
+    uint64_t u = next_word(S);
+    int c = (u < GEO_ACCEPT[1]) + (u < GEO_ACCEPT[2]) + (u < GEO_ACCEPT[3]) + (u < GEO_ACCEPT[4]);
+    if (__builtin_expect(c == 4, 0))
+        while (c <= GEO_K && u < GEO_ACCEPT[c + 1]) c++;
+    /* W < exp(-k) decided for k <= c (the thresholds decrease); W >= exp(-(c + 1)) too? */
+    if (__builtin_expect(u < GEO_REJECT[c + 1], 0)) return geometric_loop(S, i, (uint32_t)u);
+    return c;
+}
+
+/* A Bernoulli(exp(-num/den)) trial with known f = exp(-num/den) (to within the float shortcut's
+ * error) as integer thresholds on its word u: the same decisions as less_than_exp's floats,
+ * u < accept iff (u + 1) 2^-32 <= f (1 - MARGIN) and u > reject_above iff u 2^-32 >= f (1 + MARGIN)
+ * (both sides exact: scaling by 2^32 and floor/ceil of a double). Between them: less_than_exp. */
+typedef struct {
+    uint32_t accept, reject_above;
+} Thresholds;
+
+static Thresholds thresholds_for(double f, int sure) {
+    Thresholds T = {UINT32_MAX, UINT32_MAX}; /* sure (num = 0): only u = 2^32 - 1 goes to less_than_exp */
+    if (sure) return T;
+    double lo = f * (1.0 - MARGIN) * 4294967296.0, hi = f * (1.0 + MARGIN) * 4294967296.0;
+    double a = floor(lo), r = ceil(hi);
+    T.accept = a <= 0.0 ? 0u : a >= 4294967295.0 ? UINT32_MAX : (uint32_t)a;
+    T.reject_above = r <= 1.0 ? 0u : r > 4294967296.0 ? UINT32_MAX : (uint32_t)(r - 1.0);
+    return T;
+}
+
+/* A draw's parameters, and tables of thresholds built for large draws at small scales. */
+typedef struct {
+    Uniform U;
+    int64_t t, s, p, q;
+    double inv_t, inv_den;
+    __int128 den;              /* 2tpq */
+    const Thresholds *trial;   /* Algorithm 2's first trial, by U (t entries), or NULL */
+    const Thresholds *accept;  /* Algorithm 3's acceptance, by |Y| < n_accept, or NULL */
+    int64_t n_accept;
+} Params;
+
+static const double SLACK = 3.552713678800501e-15; /* 2^-48 */
+
 /* CKS Algorithm 2: discrete Laplace with scale t/s (t >= 1, s >= 1; t <= 2^62 / 2^18). */
-static int64_t laplace_one(Sample *S, const Uniform *U, int64_t s) {
-    int64_t t = (int64_t)U->m;
-    double inv_t = 1.0 / (double)t;
+static inline __attribute__((always_inline)) int64_t laplace_one(Sample *S, const Params *P, int64_t s) {
+    int64_t t = P->t;
     for (;;) {
         int64_t u = 0; /* t = 1: U = 0 and the first trial always succeeds, so neither is drawn */
         if (t > 1) {
-            u = (int64_t)uniform_below(S, U);
-            /* Bernoulli(exp(-u/t)), usually decided without exp: 1 - g <= exp(-g) <= 1 - g + g^2/2
-             * for g = u/t in [0, 1), whose float value is within 2^-53 of the truth; an absolute
-             * slack of 2^-48 covers that and the rounding of the bounds. Undecided: less_than_exp. */
+            u = (int64_t)uniform_below(S, &P->U);
             uint32_t i = S->pos;
             uint32_t w = next_word(S);
-            double g = (double)u * inv_t, v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
             int accept;
-            if (v_hi + SLACK <= 1.0 - g) accept = 1;
-            else if (v_lo >= 1.0 - g + 0.5 * g * g + SLACK) accept = 0;
-            else accept = less_than_exp(S, i, w, u, t, g, -1.0);
+            if (P->trial) {
+                Thresholds T = P->trial[u];
+                if (w < T.accept) accept = 1;
+                else if (w > T.reject_above) accept = 0;
+                else accept = less_than_exp(S, i, w, u, t, (double)u * P->inv_t, -1.0);
+            } else {
+                /* Bernoulli(exp(-u/t)), usually decided without exp: 1 - g <= exp(-g) <= 1 - g + g^2/2
+                 * for g = u/t in [0, 1), whose float value is within 2^-52 of the truth; an absolute
+                 * slack of 2^-48 covers that and the rounding of the bounds. Undecided: less_than_exp. */
+                double g = (double)u * P->inv_t, v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
+                if (v_hi + SLACK <= 1.0 - g) accept = 1;
+                else if (v_lo >= 1.0 - g + 0.5 * g * g + SLACK) accept = 0;
+                else accept = less_than_exp(S, i, w, u, t, g, -1.0);
+            }
             if (!accept) {
-                if (S->failed) return 0;
+                if (S->stop) return 0;
                 continue;
             }
         }
         int64_t v = geometric_e(S);
-        if (S->failed) return 0;
-        if (v >= (INT64_C(1) << 62) / t) { /* probability below exp(-2^18) */
-            PyErr_SetString(PyExc_OverflowError, "geometric part out of range");
-            S->failed = 1;
+        if (__builtin_expect(v >= (INT64_C(1) << 62) / t, 0)) { /* probability below exp(-2^18) */
+            if (S->stop) return 0;
+            fail(S, PyExc_OverflowError, "geometric part out of range");
             return 0;
         }
         int64_t y = s == 1 ? u + t * v : (u + t * v) / s; /* no division for integer scales */
         uint32_t b = next_word(S) >> 31;
-        if (b && y == 0) continue;
+        if (b && y == 0) {
+            if (S->stop) return 0;
+            continue;
+        }
         return b ? -y : y;
     }
 }
 
 /* CKS Algorithm 3 with proposal scale t and sigma^2 rounded to t*p/q. */
-static int64_t gaussian_one(Sample *S, const Uniform *U, int64_t p, int64_t q) {
-    int64_t t = (int64_t)U->m;
-    __int128 den = (__int128)2 * t * p * q;
-    double inv_den = 1.0 / ((double)2 * (double)t * (double)p * (double)q);
+static inline __attribute__((always_inline)) int64_t gaussian_one(Sample *S, const Params *P) {
+    int64_t p = P->p, q = P->q;
     for (;;) {
-        int64_t y = laplace_one(S, U, 1);
-        if (S->failed) return 0;
-        __int128 d = (__int128)q * (y < 0 ? -(__int128)y : (__int128)y) - p;
-        double dd = (double)q * fabs((double)y) - (double)p;
-        /* Bernoulli(exp(-g)), g = d^2/den, usually decided without exp: 1 - g <= exp(-g) <= 1/(1 + g);
-         * g's float value is within 2^-51 * max(g, 1) of the truth, and both bounds move by less than
-         * 2^-50 for that (slope <= 1), so the absolute slack 2^-48 covers them. */
-        double g = dd * dd * inv_den;
+        int64_t y = laplace_one(S, P, 1);
+        if (S->stop) return 0;
+        int64_t ay = y < 0 ? -y : y;
         uint32_t i = S->pos;
         uint32_t w = next_word(S);
-        double v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
+        __int128 d = (__int128)q * ay - p;
+        double dd = (double)q * (double)ay - (double)p;
+        /* Bernoulli(exp(-g)), g = d^2/den; g's float value is within 2^-51 max(g, 1) of the truth */
+        double g = dd * dd * P->inv_den;
         int accept;
-        if (g < 1.0 && v_hi + SLACK <= 1.0 - g) accept = 1;
-        else if (v_lo >= 1.0 / (1.0 + g) + SLACK) accept = 0;
-        else accept = less_than_exp(S, i, w, d * d, den, g, -1.0);
+        if (ay < P->n_accept) {
+            Thresholds T = P->accept[ay];
+            if (w < T.accept) accept = 1;
+            else if (w > T.reject_above) accept = 0;
+            else accept = less_than_exp(S, i, w, d * d, P->den, g, -1.0);
+        } else {
+            /* usually decided without exp: 1 - g <= exp(-g) <= 1/(1 + g); both bounds move by less than
+             * 2^-50 for g's error (slope <= 1), so the absolute slack 2^-48 covers them. */
+            double v_lo = (double)w * TWO_M32, v_hi = v_lo + TWO_M32;
+            if (g < 1.0 && v_hi + SLACK <= 1.0 - g) accept = 1;
+            else if (v_lo >= 1.0 / (1.0 + g) + SLACK) accept = 0;
+            else accept = less_than_exp(S, i, w, d * d, P->den, g, -1.0);
+        }
         if (accept) return y;
-        if (S->failed) return 0;
+        if (S->stop) return 0;
     }
+}
+
+/* When a draw gets tables: 1 = where they pay for their exp calls (large draws at small scales),
+ * 0 = never, 2 = always (the last two for tests: set_tables). */
+static int TABLES = 1;
+
+/* The tables of a draw of n samples (freed by free_tables). */
+static int build_tables(Params *P, Py_ssize_t n, int gaussian) {
+    Thresholds *trial = NULL, *accept = NULL;
+    if (P->t > 1 && P->t <= 4096 && (TABLES == 2 || (TABLES == 1 && n >= 16 * P->t))) {
+        trial = PyMem_Malloc(sizeof *trial * (size_t)P->t);
+        if (!trial) return -1;
+        for (int64_t u = 0; u < P->t; u++) {
+            double g = (double)u * P->inv_t;
+            trial[u] = thresholds_for(exp_neg(g), u == 0);
+        }
+    }
+    P->trial = trial;
+    P->n_accept = 0;
+    if (gaussian) {
+        int64_t m = 16 * P->t < 4096 ? 16 * P->t : 4096;
+        if (TABLES == 2 || (TABLES == 1 && n >= 16 * m)) {
+            accept = PyMem_Malloc(sizeof *accept * (size_t)m);
+            if (!accept) return -1;
+            for (int64_t ay = 0; ay < m; ay++) {
+                double dd = (double)P->q * (double)ay - (double)P->p, g = dd * dd * P->inv_den;
+                int sure = (__int128)P->q * ay == P->p; /* d = 0 */
+                accept[ay] = thresholds_for(g > 700.0 ? 0.0 : g < 32.0 ? exp_neg(g) : exp(-g), sure);
+            }
+            P->n_accept = m;
+        }
+    }
+    P->accept = accept;
+    return 0;
+}
+
+static void free_tables(Params *P) {
+    PyMem_Free((void *)P->trial);
+    PyMem_Free((void *)P->accept);
 }
 
 typedef struct {
@@ -332,48 +520,90 @@ static int get_buffers(PyObject *key, PyObject *idx, PyObject *out, Buffers *b) 
     return 0;
 }
 
-typedef int64_t (*sampler_fn)(Sample *, const Uniform *, int64_t, int64_t);
-static int64_t laplace_fn(Sample *S, const Uniform *U, int64_t s, int64_t unused) { (void)unused; return laplace_one(S, U, s); }
-static int64_t gaussian_fn(Sample *S, const Uniform *U, int64_t p, int64_t q) { return gaussian_one(S, U, p, q); }
-
 /* One thread's share of a draw: the samples at positions lo .. hi - 1 of the request. */
 typedef struct {
     Sample S;
-    const Uniform *U;
-    sampler_fn fn;
-    int64_t b, c;
+    const Params *P;
+    int sampler;
     const uint64_t *js; /* sample indices, or NULL for first, first + 1, ... */
     uint64_t first;
     int64_t *res;
     Py_ssize_t lo, hi;
 } Job;
 
+/* A batch of up to LANES samples (their positions in the request and their indices) whose first
+ * `level` + 1 blocks are computed together; the samples that need more are put off to the next
+ * level's batch (redrawn from their first word: a sample is a pure function of key and index), and
+ * those of the last level compute their further blocks one by one. */
+typedef struct {
+    int n;
+    Py_ssize_t k[MAX_LANES];
+    uint64_t j[MAX_LANES];
+} Batch;
+
+#define SAMPLER_LAPLACE 0
+#define SAMPLER_GAUSSIAN 1
+
+static inline __attribute__((always_inline)) int64_t draw(Job *job, int sampler) {
+    if (sampler == SAMPLER_LAPLACE) return laplace_one(&job->S, job->P, job->P->s);
+    return gaussian_one(&job->S, job->P);
+}
+
+/* The samples of batches[level], their first level + 1 blocks computed together. */
+static inline __attribute__((always_inline)) void batch_body(Job *job, Batch *batches, int level, int sampler,
+                                                             void (*self)(Job *, Batch *, int)) {
+    Batch *B = &batches[level];
+    Sample *S = &job->S;
+    uint32_t words[BLOCKS_AT_ONCE][BLOCK_WORDS] __attribute__((aligned(64)));
+    for (int l = B->n; l < LANES; l++) B->j[l] = B->j[0]; /* unused lanes */
+    for (int c = 0; c <= level; c++) chacha20_blocks(S->key, (uint32_t)c, B->j, words[c]);
+    int n = B->n;
+    B->n = 0;
+    for (int l = 0; l < n; l++) {
+        S->avail = (uint32_t)level + 1; /* per sample: a batch of the next level may run in between */
+        S->lazy = level == BLOCKS_AT_ONCE - 1;
+        for (int c = 0; c <= level; c++) S->blocks[c] = words[c] + l;
+        S->j = B->j[l];
+        S->pos = 0;
+        S->own_counter = UINT32_MAX;
+        int64_t y = draw(job, sampler);
+        if (__builtin_expect(S->stop != 0, 0)) {
+            if (S->stop & STOP_FAILED) return;
+            S->stop = 0; /* STOP_DEFERRED: redrawn in the next level's batch */
+            Batch *next = &batches[level + 1];
+            next->k[next->n] = B->k[l];
+            next->j[next->n++] = B->j[l];
+            if (next->n == LANES) {
+                self(job, batches, level + 1);
+                if (S->stop) return;
+            }
+            continue;
+        }
+        job->res[B->k[l]] = y;
+    }
+}
+
+static void laplace_batch(Job *job, Batch *batches, int level) {
+    batch_body(job, batches, level, SAMPLER_LAPLACE, laplace_batch);
+}
+
+static void gaussian_batch(Job *job, Batch *batches, int level) {
+    batch_body(job, batches, level, SAMPLER_GAUSSIAN, gaussian_batch);
+}
+
 static void *run_job(void *arg) {
     Job *job = (Job *)arg;
-    Sample *S = &job->S;
-#define J(k) (job->js ? job->js[k] : job->first + (uint64_t)(k))
-    uint32_t blocks[MAX_LANES][16];
-    Py_ssize_t k = job->lo, n = job->hi;
-    while (k < n && !S->failed) {
-        /* Runs of consecutive indices get their first blocks LANES at a time. */
-        int lanes = k + LANES <= n;
-        for (int l = 1; lanes && l < LANES; l++)
-            if (J(k + l) != J(k) + (uint64_t)l) lanes = 0;
-        if (lanes) chacha20_first_blocks(S->key, J(k), blocks);
-        int m = lanes ? LANES : 1;
-        for (int l = 0; l < m && !S->failed; l++, k++) {
-            S->j = J(k);
-            S->pos = 0;
-            if (lanes) {
-                memcpy(S->block, blocks[l], sizeof S->block);
-                S->counter = 1;
-            } else {
-                S->counter = 0;
-            }
-            job->res[k] = job->fn(S, job->U, job->b, job->c);
-        }
+    void (*batch)(Job *, Batch *, int) = job->sampler == SAMPLER_GAUSSIAN ? gaussian_batch : laplace_batch;
+    Batch batches[BLOCKS_AT_ONCE];
+    for (int level = 0; level < BLOCKS_AT_ONCE; level++) batches[level].n = 0;
+    Batch *B = &batches[0];
+    for (Py_ssize_t k = job->lo; k < job->hi && !job->S.stop; k++) {
+        B->k[B->n] = k;
+        B->j[B->n++] = job->js ? job->js[k] : job->first + (uint64_t)k;
+        if (B->n == LANES) batch(job, batches, 0);
     }
-#undef J
+    for (int level = 0; level < BLOCKS_AT_ONCE && !job->S.stop; level++)
+        if (batches[level].n) batch(job, batches, level);
     return NULL;
 }
 
@@ -383,7 +613,8 @@ static void *run_job(void *arg) {
 static int THREADS = 1;
 static Py_ssize_t MIN_PER_THREAD = 1 << 15;
 
-static PyObject *run(PyObject *args, sampler_fn fn, int three) {
+static PyObject *run(PyObject *args, int sampler) {
+    int three = sampler == SAMPLER_GAUSSIAN;
     PyObject *key, *idx, *out, *exact;
     long long a, b, c = 0;
     unsigned long long first;
@@ -394,13 +625,29 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
         PyErr_SetString(PyExc_ValueError, "parameters must be positive (and t <= 2^44)");
         return NULL;
     }
-    Uniform U = uniform_for((uint64_t)a);
+    Params P;
+    memset(&P, 0, sizeof P);
+    P.U = uniform_for((uint64_t)a);
+    P.t = a;
+    P.inv_t = 1.0 / (double)a;
+    if (three) {
+        P.s = 1, P.p = b, P.q = c;
+        P.den = (__int128)2 * a * b * c;
+        P.inv_den = 1.0 / ((double)2 * (double)a * (double)b * (double)c);
+    } else {
+        P.s = b;
+    }
     Buffers bufs;
     if (get_buffers(key, idx, out, &bufs) < 0) {
         release_buffers(&bufs);
         return NULL;
     }
     Py_ssize_t n = bufs.out.len / 8;
+    if (build_tables(&P, n, three) < 0) {
+        free_tables(&P);
+        release_buffers(&bufs);
+        return PyErr_NoMemory();
+    }
     int threads = THREADS;
     if (threads > 1 && n / threads < MIN_PER_THREAD) threads = (int)(n / MIN_PER_THREAD);
     if (threads < 1) threads = 1;
@@ -414,10 +661,8 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
                             (uint32_t)kb[4 * w + 3] << 24;
         job->S.exact = exact;
         job->S.threaded = threads > 1;
-        job->U = &U;
-        job->fn = fn;
-        job->b = b;
-        job->c = c;
+        job->P = &P;
+        job->sampler = sampler;
         job->js = bufs.idx.obj ? (const uint64_t *)bufs.idx.buf : NULL;
         job->first = first;
         job->res = (int64_t *)bufs.out.buf;
@@ -441,10 +686,11 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
 #endif
     }
     release_buffers(&bufs);
+    free_tables(&P);
     int failed = 0;
     for (int t = 0; t < threads; t++) {
         Sample *S = &jobs[t].S;
-        if (!S->failed) continue;
+        if (!(S->stop & STOP_FAILED)) continue;
         if (!failed && S->err_type) PyErr_Restore(S->err_type, S->err_value, S->err_tb);
         else {
             Py_XDECREF(S->err_type);
@@ -460,8 +706,8 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
     Py_RETURN_NONE;
 }
 
-static PyObject *py_laplace(PyObject *self, PyObject *args) { (void)self; return run(args, laplace_fn, 0); }
-static PyObject *py_gaussian(PyObject *self, PyObject *args) { (void)self; return run(args, gaussian_fn, 1); }
+static PyObject *py_laplace(PyObject *self, PyObject *args) { (void)self; return run(args, SAMPLER_LAPLACE); }
+static PyObject *py_gaussian(PyObject *self, PyObject *args) { (void)self; return run(args, SAMPLER_GAUSSIAN); }
 
 static PyObject *py_block(PyObject *self, PyObject *args) {
     (void)self;
@@ -496,6 +742,7 @@ static PyObject *py_set_margin(PyObject *self, PyObject *args) {
     }
     double old = MARGIN;
     MARGIN = m;
+    geometric_thresholds();
     return PyFloat_FromDouble(old);
 }
 
@@ -514,6 +761,19 @@ static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
     }
     int old = LANES;
     LANES = lanes;
+    return PyLong_FromLong(old);
+}
+
+static PyObject *py_set_tables(PyObject *self, PyObject *args) {
+    (void)self;
+    int mode;
+    if (!PyArg_ParseTuple(args, "i", &mode)) return NULL;
+    if (mode < 0 || mode > 2) {
+        PyErr_SetString(PyExc_ValueError, "mode must be 0 (never), 1 (large draws) or 2 (always)");
+        return NULL;
+    }
+    int old = TABLES;
+    TABLES = mode;
     return PyLong_FromLong(old);
 }
 
@@ -540,6 +800,8 @@ static PyMethodDef methods[] = {
      "set_threads(n[, min_per_thread]) -> old: threads for large draws (default: the CPUs, at most 16)."},
     {"set_lanes", py_set_lanes, METH_VARARGS,
      "set_lanes(n) -> old: samples whose first blocks are computed together (8, or 16 with AVX-512; tests)."},
+    {"set_tables", py_set_tables, METH_VARARGS,
+     "set_tables(mode) -> old: threshold tables for the Bernoulli trials, 1 = for large draws at small scales (default), 0 = never, 2 = always (tests)."},
     {"set_margin", py_set_margin, METH_VARARGS,
      "set_margin(m) -> old: the float decisions' relative margin (tests widen it so the exact path runs often)."},
     {"laplace", py_laplace, METH_VARARGS,
@@ -555,6 +817,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_noise", "Exact inte
 
 PyMODINIT_FUNC PyInit__noise(void) {
     for (int k = 0; k < 64; k++) EXP_MINUS[k] = exp(-(double)k);
+    for (int i = 0; i <= 64; i++) EXP_MINUS_64THS[i] = exp(-(double)i / 64.0);
+    geometric_thresholds();
 #ifdef X86_DISPATCH
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f")) LANES = 16;

@@ -27,8 +27,9 @@ the same number. The operations on a sample's words are, in order:
 
 Two implementations compute this function: the numpy reference in this module (vectorised over
 samples, each keeping its own word cursor) and the compiled ``dpcli.core._noise`` (one sample at
-a time, ~10× faster on one core; draws of more than 2^15 samples per thread are split over one
-thread per CPU, ``DPCLI_NOISE_THREADS`` to change it), built by pip from ``dpcli/core/_noise.c``.
+a time, about 15–25× faster on one core; draws of more than 2^15 samples per thread are split
+over one thread per CPU, ``DPCLI_NOISE_THREADS`` to change it), built by pip from
+``dpcli/core/_noise.c``.
 They are tested equal sample for sample; :data:`BACKEND` says which one runs
 (``DPCLI_NOISE_BACKEND=reference`` forces the reference).
 """
