@@ -45,6 +45,7 @@ typedef struct {
     PyObject *exact;     /* exact(j, i, u, num, den) -> bool */
     int failed;          /* a Python error is pending (or, in a worker, kept in err_*) */
     int threaded;        /* running without the GIL: take it around the callback */
+    int exhausted;       /* the sample reached WORD_LIMIT words (failed is set too) */
     PyObject *err_type, *err_value, *err_tb; /* a worker's error, restored by the caller */
 } Sample;
 
@@ -129,6 +130,19 @@ static void chacha20_first_blocks(const uint32_t key[8], uint64_t j0, uint32_t o
     chacha20_first_blocks8(key, j0, out);
 }
 
+/* Words one sample may read: its word indices i stay below 2^31, so the extension nonces 2^31 + i never
+ * wrap round onto the sample's own stream (nonce word 0) and the block counter never wraps. A sample
+ * that needs more (only for parameters whose acceptance is hopeless) fails; each trial checks the
+ * limit first and reads fewer than 64 words. set_word_limit() lowers it in tests. */
+#define MAX_WORD_LIMIT ((1u << 31) - 64u)
+static uint32_t WORD_LIMIT = MAX_WORD_LIMIT;
+
+static inline int out_of_words(Sample *S) {
+    if (S->pos < WORD_LIMIT) return 0;
+    S->failed = S->exhausted = 1;
+    return 1;
+}
+
 static inline uint32_t next_word(Sample *S) {
     if (S->pos >= 16u * S->counter) {
         chacha20_block(S->key, S->counter, (uint32_t)S->j, (uint32_t)(S->j >> 32), 0u, S->block);
@@ -154,6 +168,7 @@ static Uniform uniform_for(uint64_t m) {
 
 static inline uint64_t uniform_below(Sample *S, const Uniform *U) {
     for (;;) {
+        if (out_of_words(S)) return 0;
         uint64_t u = next_word(S);
         if (!U->wide) {
             uint64_t x = u * U->m;
@@ -247,9 +262,11 @@ static int64_t laplace_one(Sample *S, const Uniform *U, int64_t s) {
     int64_t t = (int64_t)U->m;
     double inv_t = 1.0 / (double)t;
     for (;;) {
+        if (out_of_words(S)) return 0;
         int64_t u = 0; /* t = 1: U = 0 and the first trial always succeeds, so neither is drawn */
         if (t > 1) {
             u = (int64_t)uniform_below(S, U);
+            if (S->failed) return 0;
             /* Bernoulli(exp(-u/t)), usually decided without exp: 1 - g <= exp(-g) <= 1 - g + g^2/2
              * for g = u/t in [0, 1), whose float value is within 2^-53 of the truth; an absolute
              * slack of 2^-48 covers that and the rounding of the bounds. Undecided: less_than_exp. */
@@ -268,7 +285,14 @@ static int64_t laplace_one(Sample *S, const Uniform *U, int64_t s) {
         int64_t v = geometric_e(S);
         if (S->failed) return 0;
         if (v >= (INT64_C(1) << 62) / t) { /* probability below exp(-2^18) */
-            PyErr_SetString(PyExc_OverflowError, "geometric part out of range");
+            if (S->threaded) { /* a worker runs without the GIL: raise under it and keep the error */
+                PyGILState_STATE gil = PyGILState_Ensure();
+                PyErr_SetString(PyExc_OverflowError, "geometric part out of range");
+                PyErr_Fetch(&S->err_type, &S->err_value, &S->err_tb);
+                PyGILState_Release(gil);
+            } else {
+                PyErr_SetString(PyExc_OverflowError, "geometric part out of range");
+            }
             S->failed = 1;
             return 0;
         }
@@ -285,6 +309,7 @@ static int64_t gaussian_one(Sample *S, const Uniform *U, int64_t p, int64_t q) {
     __int128 den = (__int128)2 * t * p * q;
     double inv_den = 1.0 / ((double)2 * (double)t * (double)p * (double)q);
     for (;;) {
+        if (out_of_words(S)) return 0;
         int64_t y = laplace_one(S, U, 1);
         if (S->failed) return 0;
         __int128 d = (__int128)q * (y < 0 ? -(__int128)y : (__int128)y) - p;
@@ -384,12 +409,14 @@ static int THREADS = 1;
 static Py_ssize_t MIN_PER_THREAD = 1 << 15;
 
 static PyObject *run(PyObject *args, sampler_fn fn, int three) {
-    PyObject *key, *idx, *out, *exact;
+    PyObject *key, *idx, *out, *exact, *first_obj;
     long long a, b, c = 0;
-    unsigned long long first;
-    int ok = three ? PyArg_ParseTuple(args, "OLLLKOOO", &key, &a, &b, &c, &first, &idx, &out, &exact)
-                   : PyArg_ParseTuple(args, "OLLKOOO", &key, &a, &b, &first, &idx, &out, &exact);
+    int ok = three ? PyArg_ParseTuple(args, "OLLLOOOO", &key, &a, &b, &c, &first_obj, &idx, &out, &exact)
+                   : PyArg_ParseTuple(args, "OLLOOOO", &key, &a, &b, &first_obj, &idx, &out, &exact);
     if (!ok) return NULL;
+    /* Not "K": it takes 2^64 + j as j without a word, and sample j's noise would be read twice. */
+    unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
+    if (first == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     if (a < 1 || b < 1 || (three && c < 1) || a > (INT64_C(1) << 44)) {
         PyErr_SetString(PyExc_ValueError, "parameters must be positive (and t <= 2^44)");
         return NULL;
@@ -401,6 +428,11 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
         return NULL;
     }
     Py_ssize_t n = bufs.out.len / 8;
+    if (idx == Py_None && n > 0 && first > UINT64_MAX - (uint64_t)(n - 1)) { /* the range must not wrap round */
+        release_buffers(&bufs);
+        PyErr_SetString(PyExc_OverflowError, "sample indices beyond 2^64 - 1");
+        return NULL;
+    }
     int threads = THREADS;
     if (threads > 1 && n / threads < MIN_PER_THREAD) threads = (int)(n / MIN_PER_THREAD);
     if (threads < 1) threads = 1;
@@ -454,7 +486,12 @@ static PyObject *run(PyObject *args, sampler_fn fn, int three) {
         failed = 1;
     }
     if (failed) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "noise sampling failed");
+        int exhausted = 0;
+        for (int t = 0; t < threads; t++) exhausted |= jobs[t].S.exhausted;
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, exhausted ? "a noise sample needs more words than its stream has "
+                                                            "(parameters with a hopeless acceptance rate)"
+                                                          : "noise sampling failed");
         return NULL;
     }
     Py_RETURN_NONE;
@@ -517,6 +554,19 @@ static PyObject *py_set_lanes(PyObject *self, PyObject *args) {
     return PyLong_FromLong(old);
 }
 
+static PyObject *py_set_word_limit(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long limit;
+    if (!PyArg_ParseTuple(args, "k", &limit)) return NULL;
+    if (limit < 64 || limit > MAX_WORD_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "the word limit must be in [64, 2^31 - 64]");
+        return NULL;
+    }
+    unsigned long old = WORD_LIMIT;
+    WORD_LIMIT = (uint32_t)limit;
+    return PyLong_FromUnsignedLong(old);
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     (void)self;
     int threads;
@@ -540,6 +590,8 @@ static PyMethodDef methods[] = {
      "set_threads(n[, min_per_thread]) -> old: threads for large draws (default: the CPUs, at most 16)."},
     {"set_lanes", py_set_lanes, METH_VARARGS,
      "set_lanes(n) -> old: samples whose first blocks are computed together (8, or 16 with AVX-512; tests)."},
+    {"set_word_limit", py_set_word_limit, METH_VARARGS,
+     "set_word_limit(n) -> old: the words one sample may read before it fails (default 2^31 - 64; tests lower it)."},
     {"set_margin", py_set_margin, METH_VARARGS,
      "set_margin(m) -> old: the float decisions' relative margin (tests widen it so the exact path runs often)."},
     {"laplace", py_laplace, METH_VARARGS,
