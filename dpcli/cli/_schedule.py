@@ -70,7 +70,7 @@ def schedule_spec(
     b = probability("--beta", beta, allow_zero=False)
     defaulted = frozenset(name for name, value in (("c", c), ("index", index)) if value is None)
     cc = positive("--improver-c", c) if c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
-    if cc is None or cc >= Fraction(1, 4):
+    if cc is None or cc >= Fraction(1, 4) or float(cc) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
         raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
                          "no longer improves as the data grows")
     if index is not None and index not in sch.IMPROVER_INDEXES:

@@ -190,8 +190,11 @@ static Uniform uniform_for(uint64_t m) {
     return U;
 }
 
+static inline int out_of_words(Sample *S);
+
 static inline uint64_t uniform_below(Sample *S, const Uniform *U) {
     for (;;) {
+        if (out_of_words(S)) return 0;
         uint64_t u = next_word(S);
         if (!U->wide) {
             uint64_t x = u * U->m;
@@ -279,6 +282,22 @@ static __attribute__((noinline)) void fail(Sample *S, PyObject *type, const char
         PyErr_Fetch(&S->err_type, &S->err_value, &S->err_tb);
         PyGILState_Release(gil);
     }
+}
+
+/* Words one sample may read: its word indices i stay below 2^31, so the extension nonces 2^31 + i never
+ * wrap round onto the sample's own stream (nonce word 0) and the block counter never wraps. A sample
+ * that needs more (only for parameters whose acceptance is hopeless) fails; each trial checks the
+ * limit first and reads fewer than 64 words. set_word_limit() lowers it in tests. A sample already
+ * deferred (reading words not at hand) stops without failing: it is redrawn with its real words. */
+#define MAX_WORD_LIMIT ((1u << 31) - 64u)
+static uint32_t WORD_LIMIT = MAX_WORD_LIMIT;
+
+static inline int out_of_words(Sample *S) {
+    if (__builtin_expect(S->pos < WORD_LIMIT, 1)) return 0;
+    if (!S->stop)
+        fail(S, PyExc_RuntimeError, "a noise sample needs more words than its stream has "
+                                    "(parameters with a hopeless acceptance rate)");
+    return 1;
 }
 
 /* Is V < exp(-num/den) (num >= 0, den >= 1), where V's leading 32 bits are the word u at index i of
@@ -381,9 +400,11 @@ static const double SLACK = 3.552713678800501e-15; /* 2^-48 */
 static inline __attribute__((always_inline)) int64_t laplace_one(Sample *S, const Params *P, int64_t s) {
     int64_t t = P->t;
     for (;;) {
+        if (out_of_words(S)) return 0;
         int64_t u = 0; /* t = 1: U = 0 and the first trial always succeeds, so neither is drawn */
         if (t > 1) {
             u = (int64_t)uniform_below(S, &P->U);
+            if (S->stop) return 0;
             uint32_t i = S->pos;
             uint32_t w = next_word(S);
             int accept;
@@ -426,6 +447,7 @@ static inline __attribute__((always_inline)) int64_t laplace_one(Sample *S, cons
 static inline __attribute__((always_inline)) int64_t gaussian_one(Sample *S, const Params *P) {
     int64_t p = P->p, q = P->q;
     for (;;) {
+        if (out_of_words(S)) return 0;
         int64_t y = laplace_one(S, P, 1);
         if (S->stop) return 0;
         int64_t ay = y < 0 ? -y : y;
@@ -615,12 +637,14 @@ static Py_ssize_t MIN_PER_THREAD = 1 << 15;
 
 static PyObject *run(PyObject *args, int sampler) {
     int three = sampler == SAMPLER_GAUSSIAN;
-    PyObject *key, *idx, *out, *exact;
+    PyObject *key, *idx, *out, *exact, *first_obj;
     long long a, b, c = 0;
-    unsigned long long first;
-    int ok = three ? PyArg_ParseTuple(args, "OLLLKOOO", &key, &a, &b, &c, &first, &idx, &out, &exact)
-                   : PyArg_ParseTuple(args, "OLLKOOO", &key, &a, &b, &first, &idx, &out, &exact);
+    int ok = three ? PyArg_ParseTuple(args, "OLLLOOOO", &key, &a, &b, &c, &first_obj, &idx, &out, &exact)
+                   : PyArg_ParseTuple(args, "OLLOOOO", &key, &a, &b, &first_obj, &idx, &out, &exact);
     if (!ok) return NULL;
+    /* Not "K": it takes 2^64 + j as j without a word, and sample j's noise would be read twice. */
+    unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
+    if (first == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     if (a < 1 || b < 1 || (three && c < 1) || a > (INT64_C(1) << 44)) {
         PyErr_SetString(PyExc_ValueError, "parameters must be positive (and t <= 2^44)");
         return NULL;
@@ -643,6 +667,11 @@ static PyObject *run(PyObject *args, int sampler) {
         return NULL;
     }
     Py_ssize_t n = bufs.out.len / 8;
+    if (idx == Py_None && n > 0 && first > UINT64_MAX - (uint64_t)(n - 1)) { /* the range must not wrap round */
+        release_buffers(&bufs);
+        PyErr_SetString(PyExc_OverflowError, "sample indices beyond 2^64 - 1");
+        return NULL;
+    }
     if (build_tables(&P, n, three) < 0) {
         free_tables(&P);
         release_buffers(&bufs);
@@ -777,6 +806,19 @@ static PyObject *py_set_tables(PyObject *self, PyObject *args) {
     return PyLong_FromLong(old);
 }
 
+static PyObject *py_set_word_limit(PyObject *self, PyObject *args) {
+    (void)self;
+    unsigned long limit;
+    if (!PyArg_ParseTuple(args, "k", &limit)) return NULL;
+    if (limit < 64 || limit > MAX_WORD_LIMIT) {
+        PyErr_SetString(PyExc_ValueError, "the word limit must be in [64, 2^31 - 64]");
+        return NULL;
+    }
+    unsigned long old = WORD_LIMIT;
+    WORD_LIMIT = (uint32_t)limit;
+    return PyLong_FromUnsignedLong(old);
+}
+
 static PyObject *py_set_threads(PyObject *self, PyObject *args) {
     (void)self;
     int threads;
@@ -802,6 +844,8 @@ static PyMethodDef methods[] = {
      "set_lanes(n) -> old: samples whose first blocks are computed together (8, or 16 with AVX-512; tests)."},
     {"set_tables", py_set_tables, METH_VARARGS,
      "set_tables(mode) -> old: threshold tables for the Bernoulli trials, 1 = for large draws at small scales (default), 0 = never, 2 = always (tests)."},
+    {"set_word_limit", py_set_word_limit, METH_VARARGS,
+     "set_word_limit(n) -> old: the words one sample may read before it fails (default 2^31 - 64; tests lower it)."},
     {"set_margin", py_set_margin, METH_VARARGS,
      "set_margin(m) -> old: the float decisions' relative margin (tests widen it so the exact path runs often)."},
     {"laplace", py_laplace, METH_VARARGS,

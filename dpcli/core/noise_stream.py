@@ -13,7 +13,8 @@ the same number. The operations on a sample's words are, in order:
   and the trial succeeds when V < exp(−num/den). Floats decide only when V's whole interval
   [u, u + 1)/2^32 lies clearly (relative margin 2^-36) on one side; otherwise V's later bits come
   from the word's *extension stream* (nonce (j mod 2^32, j div 2^32, 2^31 + i), i = the word's
-  index in the sample's stream) and :func:`exact_less` decides with exact arithmetic. So every
+  index in the sample's stream; a sample reads at most :data:`MAX_WORD_LIMIT` < 2^31 words, so these
+  never wrap onto its own stream) and :func:`exact_less` decides with exact arithmetic. So every
   outcome is the exact V < p, a function of the bits alone: the float arithmetic of a platform
   never changes a sample;
 * the discrete Laplace with scale t/s (Canonne, Kamath & Steinke 2020, Algorithm 2): repeat
@@ -64,6 +65,28 @@ _CONSTANTS = np.array([0x61707865, 0x3320646E, 0x79622D32, 0x6B206574], dtype=_U
 _EXTENSION = 1 << 31  # third nonce word of a Bernoulli word's extension stream: 2^31 + word index
 _TWO_M32 = 2.0**-32
 _margin = 2.0**-36  # relative margin of the float decisions (tests widen it with set_margin)
+#: Words one sample may read: word indices stay below 2^31, so an extension nonce 2^31 + i never wraps
+#: round onto the sample's own stream. Checked before each trial (a trial reads < 64 words); a sample
+#: that needs more (parameters with a hopeless acceptance rate) raises RuntimeError in both paths.
+MAX_WORD_LIMIT = (1 << 31) - 64
+_word_limit = MAX_WORD_LIMIT
+
+
+def set_word_limit(limit: int) -> int:
+    """Set the words one sample may read in both implementations (tests lower it); returns the old one."""
+    global _word_limit
+    if not 64 <= limit <= MAX_WORD_LIMIT:
+        raise ValueError("the word limit must be in [64, 2^31 - 64]")
+    old, _word_limit = _word_limit, limit
+    if _compiled is not None:
+        _compiled.set_word_limit(limit)
+    return old
+
+
+def _check_words(w: "_Words", sel: np.ndarray) -> None:
+    if sel.size and int(w.pos[sel].max()) >= _word_limit:
+        raise RuntimeError("a noise sample needs more words than its stream has "
+                           "(parameters with a hopeless acceptance rate)")
 
 
 def set_margin(margin: float) -> float:
@@ -138,10 +161,12 @@ def exact_less(key: bytes, j: int, i: int, u: int, num: int, den: int) -> bool:
     while True:
         ctx = decimal.Context(prec=prec, Emin=-(10**9), Emax=10**9)
         g = ctx.divide(decimal.Decimal(num), decimal.Decimal(den))
-        slack = decimal.Decimal(10) ** (-prec + 3)
-        width = abs(g) * slack
-        p_lo = Fraction(ctx.exp(-(g + width))) * (1 - Fraction(slack))
-        p_hi = Fraction(ctx.exp(-(g - width))) * (1 + Fraction(slack))
+        slack = decimal.Decimal(10) ** (-prec + 3)  # exact
+        # every operation in ctx: Python's operators would round to the thread's ambient context (28
+        # digits by default), and the bracket would stop shrinking there and could miss exp(−γ)
+        width = ctx.multiply(ctx.abs(g), slack)
+        p_lo = Fraction(ctx.exp(ctx.minus(ctx.add(g, width)))) * (1 - Fraction(slack))
+        p_hi = Fraction(ctx.exp(ctx.minus(ctx.subtract(g, width)))) * (1 + Fraction(slack))
         if Fraction(v + 1, 1 << bits) <= p_lo:
             return True
         if Fraction(v, 1 << bits) >= p_hi:
@@ -183,6 +208,7 @@ def _uniform_below(w: _Words, sel: np.ndarray, m: int) -> np.ndarray:
     if m <= 1 << 32:  # Lemire: x = u·m < 2^64, accepted when its low word ≥ 2^32 mod m
         threshold, mm = np.uint64((1 << 32) % m), np.uint64(m)
         while pending.size:
+            _check_words(w, sel[pending])
             x = w.take(sel[pending]) * mm
             ok = (x & np.uint64(0xFFFFFFFF)) >= threshold
             out[pending[ok]] = (x[ok] >> np.uint64(32)).astype(np.int64)
@@ -191,6 +217,7 @@ def _uniform_below(w: _Words, sel: np.ndarray, m: int) -> np.ndarray:
     rem = ((1 << 64) - m) % m
     while pending.size:
         s = sel[pending]
+        _check_words(w, s)
         lo = w.take(s)
         u = lo | (w.take(s) << np.uint64(32))
         ok = np.ones(u.size, dtype=bool) if rem == 0 else u < np.uint64((1 << 64) - rem)
@@ -243,6 +270,7 @@ def _laplace(w: _Words, sel: np.ndarray, t: int, s: int) -> np.ndarray:
     pending = np.arange(sel.size)
     while pending.size:
         ss = sel[pending]
+        _check_words(w, ss)
         if t == 1:  # U = 0 and the trial always succeeds: nothing drawn
             u = np.zeros(ss.size, dtype=np.int64)
             first = np.ones(ss.size, dtype=bool)
@@ -271,6 +299,7 @@ def _gaussian(w: _Words, sel: np.ndarray, t: int, p: int, q: int) -> np.ndarray:
     pending = np.arange(sel.size)
     while pending.size:
         ss = sel[pending]
+        _check_words(w, ss)
         y = _laplace(w, ss, t, 1)
         d = q * np.abs(y).astype(np.float64) - p  # floats for the fast decision; exact integers below
         acc = _bernoulli_exp(w, ss, d * d / float(den), lambda k: (q * abs(int(y[k])) - p) ** 2, den)
@@ -280,13 +309,23 @@ def _gaussian(w: _Words, sel: np.ndarray, t: int, p: int, q: int) -> np.ndarray:
 
 
 def _indices(key: bytes, idx: np.ndarray | range) -> tuple[int, np.ndarray | None, int]:
-    """(first, index array or None for a step-1 range, count) of the samples asked for."""
+    """(first, index array or None for a step-1 range, count) of the samples asked for.
+
+    Every index is an integer in [0, 2^64): the nonce holds 64 bits, so a larger index (or a
+    negative one cast to uint64) would read another sample's stream, i.e. reuse its noise.
+    """
     _key_words(key)
     if isinstance(idx, range):
-        if idx.step != 1 or idx.start < 0:
-            raise ValueError("a range of sample indices must have step 1 and start ≥ 0")
+        if idx.step != 1 or idx.start < 0 or max(idx.start, idx.stop) > 1 << 64:
+            raise ValueError("a range of sample indices must have step 1 and lie in [0, 2^64)")
         return idx.start, None, len(idx)
-    arr = np.ascontiguousarray(idx, dtype=np.uint64)
+    raw = idx if isinstance(idx, np.ndarray) else np.asarray(idx if len(idx) else [], dtype=object)
+    if raw.dtype.kind == "O":  # Python ints: checked exactly
+        if not all(isinstance(v, (int, np.integer)) and 0 <= v < 1 << 64 for v in raw.ravel()):
+            raise ValueError("sample indices must be integers in [0, 2^64)")
+    elif raw.dtype.kind not in "ui" or (raw.dtype.kind == "i" and raw.size and int(raw.min()) < 0):
+        raise ValueError("sample indices must be integers in [0, 2^64)")
+    arr = np.ascontiguousarray(raw, dtype=np.uint64)
     return 0, arr, arr.size
 
 

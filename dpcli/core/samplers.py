@@ -185,10 +185,11 @@ def _compare_exact(stream: KeyedStream, u: int, num: int, den: int, scale: Fract
         else:
             ctx = decimal.Context(prec=prec, Emin=-(10**9), Emax=10**9)
             g = ctx.divide(decimal.Decimal(num), decimal.Decimal(den))
-            slack = decimal.Decimal(10) ** (-prec + 3)
-            width = abs(g) * slack
-            p_lo = Fraction(ctx.exp(-(g + width))) * (1 - Fraction(slack)) * scale
-            p_hi = Fraction(ctx.exp(-(g - width))) * (1 + Fraction(slack)) * scale
+            slack = decimal.Decimal(10) ** (-prec + 3)  # exact
+            # all in ctx (Python's operators round to the ambient context, 28 digits by default)
+            width = ctx.multiply(ctx.abs(g), slack)
+            p_lo = Fraction(ctx.exp(ctx.minus(ctx.add(g, width)))) * (1 - Fraction(slack)) * scale
+            p_hi = Fraction(ctx.exp(ctx.minus(ctx.subtract(g, width)))) * (1 + Fraction(slack)) * scale
         v_lo = Fraction(u, 1 << bits)
         v_hi = Fraction(u + 1, 1 << bits)
         if v_hi <= p_lo:
