@@ -74,6 +74,8 @@ def race(
     best = -1
     den_all = np.full(u.size, rate.denominator, dtype=np.int64)
     sn_all = c * _SLACK_NUM
+    if rate.denominator < 1 or int(sn_all.min()) < 1:  # bernoulli_exp's checks, once for every item
+        raise ValueError("need den ≥ 1 and positive scales")
     while remaining.size and len(order) < picks:
         while not alive[by_weight[head]]:
             head += 1
@@ -131,9 +133,7 @@ def _bernoulli_from_bounds(stream: KeyedStream, prop: np.ndarray, bounds: tuple[
                            den: np.ndarray, sn: np.ndarray, sd: np.ndarray) -> np.ndarray:
     """``bernoulli_exp(stream, num[prop], den[prop], sn[prop], sd[prop])`` from precomputed bounds:
     the same checks, the same words and the same exact comparisons, in the same order."""
-    log_p, f_lo_all, f_hi_all = bounds
-    if den[prop].min() < 1 or sn[prop].min() < 1 or sd[prop].min() < 1:
-        raise ValueError("need den ≥ 1 and positive scales")
+    log_p, f_lo_all, f_hi_all = bounds  # den, sn and sd are ≥ 1 by construction (checked in race)
     if log_p[prop].max() > 1e-9:
         raise ValueError("probability above 1")
     f_lo, f_hi = f_lo_all[prop], f_hi_all[prop]
