@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpcli.core.prf import KeyedStream
-from dpcli.core.samplers import bernoulli_exp, rate_at_most, uniform_below
+from dpcli.core.samplers import _MARGIN, _TWO_M64, _compare_exact, rate_at_most
 
 #: B = (1 + 1/256) × the float-identified largest weight: any float error in
 #: finding the largest weight (≤ 1e-7 relative here) stays far inside it.
@@ -59,31 +59,92 @@ def race(
         raise ValueError("multiplier too large")
     remaining = np.arange(u.size)
     order: list[int] = []
-    rate_f = float(rate)
+    if not u.size or picks <= 0:
+        return order
+    # Each round is one call of uniform_below and one of bernoulli_exp over the m remaining items, and
+    # consumes the stream exactly as those calls do (same words, same order, same exact comparisons);
+    # what is hoisted out of the rounds is only arithmetic that does not change between them: every
+    # item's log-weight, and each candidate's acceptance bounds, computed element by element by the
+    # same float expressions as bernoulli_exp (so bit for bit the same), for all items at once, again
+    # only when the best remaining item (the bound B) changes.
+    log_w = np.log(c.astype(np.float64)) + float(rate) * u.astype(np.float64)
+    alive = np.ones(u.size, dtype=bool)
+    by_weight = np.argsort(-log_w, kind="stable")  # argmax over the remaining: the first alive in this order
+    head = 0
+    best = -1
+    den_all = np.full(u.size, rate.denominator, dtype=np.int64)
+    sn_all = c * _SLACK_NUM
+    if rate.denominator < 1 or int(sn_all.min()) < 1:  # bernoulli_exp's checks, once for every item
+        raise ValueError("need den ≥ 1 and positive scales")
     while remaining.size and len(order) < picks:
-        log_w = np.log(c[remaining].astype(np.float64)) + rate_f * u[remaining].astype(np.float64)
-        best = int(remaining[int(np.argmax(log_w))])
+        while not alive[by_weight[head]]:
+            head += 1
+        top = int(by_weight[head])
+        if top != best:  # a new B: the acceptance bounds of every item against it
+            best = top
+            num_all = rate.numerator * (u[best] - u)
+            sd = np.full(u.size, int(c[best]) * _SLACK_DEN, dtype=np.int64)
+            bounds = _acceptance_bounds(num_all, den_all, sn_all, sd)
         m = remaining.size
         while True:
-            prop = remaining[uniform_below(stream, np.full(m, m, dtype=np.int64))]
-            # w_i / B = (c_i·256)/(c_best·257) · exp(−rate·(u_best − u_i))
-            num = rate.numerator * (u[best] - u[prop])
-            ok = bernoulli_exp(
-                stream,
-                num,
-                np.full(m, rate.denominator, dtype=np.int64),
-                c[prop] * _SLACK_NUM,
-                np.full(m, int(c[best]) * _SLACK_DEN, dtype=np.int64),
-            )
+            prop = remaining[_uniform_below_scalar(stream, m)]
+            ok = _bernoulli_from_bounds(stream, prop, bounds, num_all, den_all, sn_all, sd)
             hits = np.flatnonzero(ok)
             if hits.size:
                 pick = int(prop[hits[0]])
                 break
         order.append(pick)
+        alive[pick] = False
         remaining = remaining[remaining != pick]
         if stop is not None and pick == stop:
             break
     return order
+
+
+def _uniform_below_scalar(stream: KeyedStream, m: int) -> np.ndarray:
+    """``uniform_below(stream, np.full(m, m))``: the same words, the same values (one bound for all)."""
+    bound = np.uint64(m)
+    with np.errstate(over="ignore"):
+        limit = ((np.uint64(0) - bound) // bound + np.uint64(1)) * bound  # 0 means 2^64
+    out = np.empty(m, dtype=np.int64)
+    pending = np.arange(m)
+    while pending.size:
+        w = stream.uint64(pending.size)
+        ok = (w < limit) if limit else np.ones(w.size, dtype=bool)
+        out[pending[ok]] = (w[ok] % bound).astype(np.int64)
+        pending = pending[~ok]
+    return out
+
+
+def _acceptance_bounds(num: np.ndarray, den: np.ndarray, sn: np.ndarray, sd: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per item, the float quantities :func:`bernoulli_exp` computes element by element for
+    Bernoulli((sn/sd)·exp(−num/den)): log p, and the bounds f_lo, f_hi of its fast path."""
+    log_p = -(num.astype(np.float64) / den.astype(np.float64))
+    log_p = log_p + np.log(sn.astype(np.float64) / sd.astype(np.float64))
+    huge = log_p < -700.0
+    with np.errstate(under="ignore"):  # items above B (already picked, never proposed) are capped: no overflow
+        f = np.exp(np.where(huge, 0.0, np.minimum(log_p, 1.0)))
+    f_lo = np.where(huge, 0.0, f * (1.0 - _MARGIN))
+    f_hi = np.where(huge, 2.0**-1000, f * (1.0 + _MARGIN))
+    return log_p, f_lo, f_hi
+
+
+def _bernoulli_from_bounds(stream: KeyedStream, prop: np.ndarray, bounds: tuple[np.ndarray, ...], num: np.ndarray,
+                           den: np.ndarray, sn: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """``bernoulli_exp(stream, num[prop], den[prop], sn[prop], sd[prop])`` from precomputed bounds:
+    the same checks, the same words and the same exact comparisons, in the same order."""
+    log_p, f_lo_all, f_hi_all = bounds  # den, sn and sd are ≥ 1 by construction (checked in race)
+    if log_p[prop].max() > 1e-9:
+        raise ValueError("probability above 1")
+    f_lo, f_hi = f_lo_all[prop], f_hi_all[prop]
+    w = stream.uint64(prop.size)
+    uf = w.astype(np.float64) * _TWO_M64
+    accept = (uf + _TWO_M64) * (1.0 + 2.0**-50) < f_lo
+    unsure = ~accept & ~(uf * (1.0 - 2.0**-50) > f_hi)
+    for i in np.flatnonzero(unsure):
+        j = prop[i]
+        accept[i] = _compare_exact(stream, int(w[i]), int(num[j]), int(den[j]), Fraction(int(sn[j]), int(sd[j])))
+    return accept
 
 
 def last_finisher(stream: KeyedStream, utilities: np.ndarray, multipliers: np.ndarray, rate: Fraction) -> int:

@@ -39,6 +39,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
+from dpcli.files import collect
 
 
 @dataclass(frozen=True)
@@ -208,14 +209,30 @@ class TopKRelease:
 
 
 def group_counts(frame: pl.LazyFrame, q: TopKQuery, *, name: str = "the input", rows: int | None = None,
-                 engine: bounding.TotalsEngine | None = None) -> pl.DataFrame:
-    """Per-group counts after bounding (τ rows per unit per group, or distinct units), all groups."""
+                 engine: bounding.TotalsEngine | None = None, top: int | None = None) -> pl.DataFrame:
+    """Per-group counts after bounding (τ rows per unit per group, or distinct units): all groups, or
+    with ``top`` only the ``top`` largest (ties: the smaller group first), in no particular order.
+
+    With ``top`` and one pass over the input (:func:`dpcli.bounding.unit_buckets`), the largest are
+    taken by ``top_k`` inside the one streaming query: no table of every group's counts is built or
+    sorted. The counts are those of :func:`dpcli.bounding.group_totals` (``units`` or ``rows``).
+    """
     spec = q.bounding_spec()
+    by = list(q.by)
+    if engine is None and top is not None and bounding.unit_buckets(rows) == 1:
+        partial = bounding.bound_contributions(frame, spec, 0)
+        count = pl.len() if q.count == "units" else pl.col(bounding.N_ROWS).sum()
+        largest = partial.group_by(by).agg(count.cast(pl.Int64).alias("h")).top_k(
+            top, by=["h", *by], reverse=[False] + [True] * len(by))
+        return collect(largest, f"cannot read {name}")
     if engine is not None:
         totals = engine(spec, 0)
     else:
         totals = bounding.bounded_totals(frame, spec, 0, bounding.unit_buckets(rows), name=name)
-    return totals.select([*q.by, pl.col("units" if q.count == "units" else "rows").alias("h")])
+    counts = totals.select([*by, pl.col("units" if q.count == "units" else "rows").alias("h")])
+    if top is not None:
+        counts = counts.top_k(top, by=["h", *by], reverse=[False] + [True] * len(by))
+    return counts
 
 
 def run_topk(
@@ -227,8 +244,9 @@ def run_topk(
     ``name`` names the input in error messages; ``rows``: its row count if known without a pass;
     ``engine``: bound on another engine (Spark) instead of polars.
     """
-    counts = group_counts(frame, q, name=name, rows=rows, engine=engine)
     by = list(q.by)
+    top = None if q.known_domain else q.groups_considered + 1  # UnkGumb looks at the d̄ + 1 largest only
+    counts = group_counts(frame, q, name=name, rows=rows, engine=engine, top=top)
     meta: dict[str, Any] = {"tau": q.count_sensitivity}
     if q.known_domain:
         assert domain is not None
@@ -240,8 +258,8 @@ def run_topk(
         chosen = cand[picks]
         bottom = False
     else:
-        head = counts.top_k(q.groups_considered + 1, by=["h", *by], reverse=[False] + [True] * len(by))  # ties: smaller key first
-        ranked = head.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True)
+        # counts holds the d̄ + 1 largest groups (ties: smaller key first)
+        ranked = counts.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True)
         res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.groups_considered, plan.epsilon_per, q.count_sensitivity, plan.delta)
         chosen = ranked[res.positions]
         bottom = res.bottom
