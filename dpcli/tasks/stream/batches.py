@@ -45,7 +45,7 @@ class WindowBatches:
     new_units: np.ndarray  # units not in the key's round, first seen with it at this trigger in this run
     new_keys: pl.DataFrame  # keys given the next slots, in slot order
     new_pairs: pl.DataFrame  # (__id, __unit) of those first appearances (they join the rounds)
-    events: pl.DataFrame  # (__trigger, __id, __unit): units of keys whose round restarts (sorted on first use)
+    events: pl.LazyFrame | pl.DataFrame  # (__trigger, __id, __unit): units of keys whose round restarts
 
     def span(self, t: int) -> tuple[int, int]:
         """The rows of trigger t's batch."""
@@ -54,8 +54,8 @@ class WindowBatches:
 
     def units_of(self, t: int, ids: np.ndarray) -> dict[int, list[Any]]:
         """The units of trigger t's records of the keys ``ids`` (called for restarted rounds only)."""
-        if not self.events[T].is_sorted():
-            self.events = self.events.sort(T)
+        if isinstance(self.events, pl.LazyFrame):  # collected when a round first restarts
+            self.events = self.events.sort(T).collect()
         lo, hi = np.searchsorted(self.events[T].to_numpy(), [t, t + 1])
         part = self.events.slice(int(lo), int(hi - lo)).filter(pl.col(ID).is_in(ids.tolist()))
         grouped = part.group_by(ID).agg(pl.col(UNIT))
@@ -103,13 +103,11 @@ def window_batches(events: pl.DataFrame, keys: list[str], value: bool,
             W, pl.col(ID).cast(pl.Int64), pl.col(UNIT).cast(events.schema[UNIT]))
         pairs = pairs.join(held_rounds, on=[W, ID, UNIT], how="anti", nulls_equal=True)
     new = slots.filter(pl.col("__new")).sort(W, ID).select(W, *keys)
-    batch_df, pairs_df, new_df, ev_df = pl.collect_all([batch.sort(W, T, "__order"), pairs.select(W, ID, UNIT, T), new,
-                                                        ev.select(W, T, ID, UNIT)])
+    batch_df, pairs_df, new_df = pl.collect_all([batch.sort(W, T, "__order"), pairs.select(W, ID, UNIT, T), new])
 
     out: dict[int, WindowBatches] = {}
     new_by_window = new_df.partition_by(W, as_dict=True, include_key=False)
     pairs_by_window = pairs_df.partition_by(W, as_dict=True, include_key=False)
-    events_by_window = ev_df.partition_by(W, as_dict=True, include_key=False)
     for (w,), b in batch_df.partition_by(W, as_dict=True).items():
         nk, pairs_w = new_by_window.get((w,)), pairs_by_window[(w,)]
         triggers, ids = b[T].to_numpy(), b[ID].to_numpy()
@@ -118,6 +116,6 @@ def window_batches(events: pl.DataFrame, keys: list[str], value: bool,
             s=b["s"].to_numpy().astype(np.int64) if value else None,
             new_units=_first_appearances(triggers, ids, pairs_w[T].to_numpy(), pairs_w[ID].to_numpy()),
             new_keys=nk if nk is not None else new_df.select(keys).clear(),
-            new_pairs=pairs_w.select(ID, UNIT), events=events_by_window[(w,)],
+            new_pairs=pairs_w.select(ID, UNIT), events=ev.filter(pl.col(W) == w).select(T, ID, UNIT),
         )
     return out
