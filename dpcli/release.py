@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -32,8 +32,10 @@ from dpcli.core.prf import NOISE_VERSION, KeyedStream, canonical_json, derive_se
 from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
 from dpcli.state import keys, ledger
-from dpcli.tasks import histogram as hist
-from dpcli.tasks import topk as tk
+
+if TYPE_CHECKING:  # loaded by the runners that use them: stream-replay and budget need neither
+    from dpcli.tasks import histogram as hist
+    from dpcli.tasks import topk as tk
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def open_block_list(spec: Any) -> InputTable:
 def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs,
                      limits: Any, engine: Engine | None = None) -> Callable[[Fraction | None], Prepared]:
     """ε → the histogram release at that ε (a schedule calls it with each run's ε)."""
+    from dpcli.tasks import histogram as hist
 
     def run(eps: Fraction | None) -> Prepared:
         q = replace(query, epsilon=eps)
@@ -195,6 +198,7 @@ def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs
 def topk_runner(root: Path, inputs: QueryInputs, limits: Any,
                 engine: Engine | None = None) -> Callable[[tk.TopKQuery, str], Prepared]:
     """(query, accounting mode) → the top-k release (a schedule runs it in pure mode at each run's ε_per)."""
+    from dpcli.tasks import topk as tk
 
     def run(q: tk.TopKQuery, mode: str) -> Prepared:
         plan = tk.plan_topk(q, mode, limits.values)
