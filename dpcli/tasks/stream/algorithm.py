@@ -182,7 +182,7 @@ class WindowRun:
         self._rounds, self._new_pairs, self._restarted = rounds, None, {}
         self.restarted[:] = False
 
-    def _add(self, b: WindowBatches) -> None:
+    def add_batches(self, b: WindowBatches) -> None:
         """Give the batches' new keys their slots."""
         extra = b.new_keys.height
         if extra:
@@ -419,7 +419,7 @@ class StreamState:
             run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
             b = batches.get(start)
             if b is not None:
-                run._add(b)
+                run.add_batches(b)
             last_t = min(self.q.triggers, through - start // self.step)
             for t in range(run.fired + 1, last_t + 1):
                 rows.extend(run.fire(t, b))
