@@ -6,7 +6,7 @@ records never change which records of others count):
 * a record is dropped when its time is missing, does not parse (ISO 8601 with
   an optional offset, or epoch seconds; the layout is fixed, never inferred
   from the data) or lies in a window not wholly within 0001-01-01 … 9999-12-31
-  UTC; when its unit is null; when a value column is summed and its value is
+  UTC; when its unit is null (or NaN); when a value column is summed and its value is
   missing, unparsable or not finite (:func:`dpcli.bounding.numeric_value`);
   when its trigger ends after the run's public ``through`` trigger; for a
   persisted stream, when its trigger has already run (a late event);
@@ -72,8 +72,13 @@ def _float_seconds(x: pl.Expr) -> pl.Expr:
 def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
     """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
     schema = frame.collect_schema()
-    cols = [event_seconds(schema, q).alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
+    unit, unit_type = pl.col(q.unit), schema[q.unit]
+    if unit_type == pl.Time or (isinstance(unit_type, (pl.Datetime, pl.Duration)) and unit_type.time_unit == "ns"):
+        unit = unit.to_physical()  # Python's values stop at microseconds: units would merge in restarted rounds
+    cols = [event_seconds(schema, q).alias("__t"), unit.alias("__unit"), *[pl.col(k) for k in q.keys]]
     keep = pl.col("__t").is_not_null() & pl.col("__unit").is_not_null()
+    if schema[q.unit].is_float():  # NaN is no unit: Python's sets and dicts (restarted rounds, the
+        keep &= pl.col("__unit").is_not_nan()  # state's per-unit counts) never match it to itself
     grid = q.grid
     if grid is not None and q.value is not None:
         dtype = schema[q.value]
