@@ -17,7 +17,9 @@ the data (an exit code is public). Found by the adversarial review of the rewrit
   back in UTC spelling, which sorts predicted releases differently across DST;
 * a restored window typed its keys from its first 100 keys only: a key column null in those crashed
   the next run (ComputeError, whose message even quoted a key value);
-* Time and nanosecond units merged into one unit in restarted rounds (Python values stop at µs).
+* Time and nanosecond units merged into one unit in restarted rounds (Python values stop at µs);
+* a unit or key date beyond Python's years 1 … 9999 failed the run once it became a Python value
+  (a release, a restarted round, a state), quoting the year (also in the per-key engine before).
 """
 
 from __future__ import annotations
@@ -242,6 +244,29 @@ def test_a_restored_window_types_its_keys_from_every_row():
     df = pl.DataFrame({"ts": [5] * 121 + [105] * 2, "user": [f"u{i}" for i in range(121)] + ["u0", "z"],
                        "key": list(range(120)) + [999, 0, 999], "grp": [None] * 120 + ["a", None, "a"]})
     _incremental_equals_replay(df, q, s, [1, 2, 10])
+
+
+def test_dates_python_cannot_hold_are_dropped_not_an_error():
+    """Polars dates reach years ±262,000; Python's stop at 1 … 9999. One record whose unit is such a date,
+    after its key's release (a restarted round turns units into Python values), or whose key is one
+    (a state stores its keys) made the run fail ("ValueError: year 15659 is out of range", exit 70, the
+    year quoted): an error for some data and not for other. Such records are dropped now, also a
+    tz-aware time whose local year is 9999 and UTC year 10000."""
+    q = _query(max_records=3)
+    s = _seed("far")
+    units = pl.Series(list(range(300)) + [5_000_000]).cast(pl.Date)
+    df = pl.DataFrame({"ts": [5] * 300 + [150], "user": units, "key": ["a"] * 301})
+    rows = _replay_equals_reference(df, q, s, 10)
+    assert rows == _replay_equals_reference(df.head(300), q, s, 10) and rows
+    edge = pl.DataFrame({"s": pl.Series([dt.datetime(2020, 1, 1), dt.datetime(9999, 12, 31, 23, 30), None],
+                                        dtype=pl.Datetime("ms", "UTC"))}).select(
+        pl.col("s") + pl.duration(hours=pl.int_range(3) % 2))["s"].dt.convert_time_zone("America/New_York")
+    for key in (pl.Series([0, 5_000_000, -1_000_000]).cast(pl.Date), edge):
+        df = pl.DataFrame({"ts": [5, 6, 7], "user": ["u", "v", "w"], "key": key})
+        inc = sr.StreamState(q, _plan(q), s)
+        sr.advance_stream(df.lazy(), inc, inc.time_of(1))
+        inc = _roundtrip(inc, q, s)
+        assert inc.windows[0].size == 1 + key.null_count()
 
 
 # -- resisted -------------------------------------------------------------------------------------------
