@@ -251,7 +251,7 @@ def test_dates_python_cannot_hold_are_dropped_not_an_error():
     after its key's release (a restarted round turns units into Python values), or whose key is one
     (a state stores its keys) made the run fail ("ValueError: year 15659 is out of range", exit 70, the
     year quoted): an error for some data and not for other. Such records are dropped now, also a
-    tz-aware time whose local year is 9999 and UTC year 10000."""
+    tz-aware time whose local year is 9999 and UTC year 10000, and durations beyond 10^9 days."""
     q = _query(max_records=3)
     s = _seed("far")
     units = pl.Series(list(range(300)) + [5_000_000]).cast(pl.Date)
@@ -267,6 +267,9 @@ def test_dates_python_cannot_hold_are_dropped_not_an_error():
         sr.advance_stream(df.lazy(), inc, inc.time_of(1))
         inc = _roundtrip(inc, q, s)
         assert inc.windows[0].size == 1 + key.null_count()
+    far = pl.Series([2**62] * 300 + [1] * 300).cast(pl.Duration("ms"))  # 10^11 days: beyond timedelta
+    df = pl.DataFrame({"ts": [5] * 600, "user": [f"u{i}" for i in range(600)], "key": far})
+    assert _replay_equals_reference(df, q, s, 10) == _replay_equals_reference(df.tail(300), q, s, 10)
 
 
 # -- resisted -------------------------------------------------------------------------------------------
