@@ -85,6 +85,8 @@ def bounded_events(sdf: Any, session: Any, q: StreamQuery, *, through: int | Non
     cols = [F.when((start >= F.lit(MIN_SECONDS)) & (start + F.lit(q.window) <= F.lit(MAX_SECONDS)), seconds)
             .alias("__t"), F.col(q.unit).alias("__unit"), *[F.col(k) for k in q.keys]]
     keep = F.col("__t").isNotNull() & F.col("__unit").isNotNull()
+    if isinstance(types[q.unit], (T.FloatType, T.DoubleType)):  # NaN is no unit (as for polars)
+        keep = keep & ~F.isnan(F.col(q.unit))
     grid = q.grid
     summed = grid is not None and q.value is not None
     if summed:

@@ -171,13 +171,16 @@ class WindowRun:
         """Fold this run's first appearances and restarted rounds into ``_rounds``."""
         if self._new_pairs is None and not self._restarted:
             return
-        parts = [self._rounds] + ([self._new_pairs] if self._new_pairs is not None else [])
+        # one unit type (the input's): a restored state's units have the types JSON gives back, which
+        # polars may not combine with the input's (time zones)
+        dtype = (self._new_pairs if self._new_pairs is not None else self._rounds).schema["__unit"]
+        parts = [self._rounds.cast({"__unit": dtype})] + ([self._new_pairs] if self._new_pairs is not None else [])
         rounds = pl.concat(parts, how="vertical_relaxed")
         if self._restarted:
             restarted = list(self._restarted)
             slots = [slot for slot, users in self._restarted.items() for _ in users]
             units = [u for users in self._restarted.values() for u in users]
-            again = pl.DataFrame({"__id": pl.Series(slots, dtype=pl.Int64), "__unit": units})
+            again = pl.DataFrame({"__id": pl.Series(slots, dtype=pl.Int64), "__unit": units}).cast({"__unit": dtype})
             rounds = pl.concat([rounds.filter(~pl.col("__id").is_in(restarted)), again], how="vertical_relaxed")
         self._rounds, self._new_pairs, self._restarted = rounds, None, {}
         self.restarted[:] = False
@@ -336,7 +339,8 @@ class WindowRun:
         m = len(keys)
         if not m:
             return run
-        run.keys = pl.DataFrame(keys, schema=list(q.keys), orient="row")
+        # every row decides the types (a key column null in the first 100 keys is not a Null column)
+        run.keys = pl.DataFrame(keys, schema=list(q.keys), orient="row", infer_schema_length=None)
         sts = list(states.values())
         for name, attr in (("buffer_count", "buffer_count"), ("buffer_sum", "buffer_sum"),
                            ("pert_count", "pert_count"), ("pert_sum", "pert_sum"), ("rounds", "rounds")):

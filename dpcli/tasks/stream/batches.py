@@ -108,8 +108,9 @@ def window_batches(events: pl.DataFrame, keys: list[str], value: bool,
     out: dict[int, WindowBatches] = {}
     new_by_window = new_df.partition_by(W, as_dict=True, include_key=False)
     pairs_by_window = pairs_df.partition_by(W, as_dict=True, include_key=False)
+    no_pairs = pairs_df.drop(W).clear()  # a window whose units are all in their keys' rounds already
     for (w,), b in batch_df.partition_by(W, as_dict=True).items():
-        nk, pairs_w = new_by_window.get((w,)), pairs_by_window[(w,)]
+        nk, pairs_w = new_by_window.get((w,)), pairs_by_window.get((w,), no_pairs)
         triggers, ids = b[T].to_numpy(), b[ID].to_numpy()
         out[int(w)] = WindowBatches(
             triggers=triggers, ids=ids, n=b["n"].to_numpy().astype(np.int64),

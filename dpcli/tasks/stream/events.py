@@ -6,8 +6,10 @@ records never change which records of others count):
 * a record is dropped when its time is missing, does not parse (ISO 8601 with
   an optional offset, or epoch seconds; the layout is fixed, never inferred
   from the data) or lies in a window not wholly within 0001-01-01 … 9999-12-31
-  UTC; when its unit is null; when a value column is summed and its value is
-  missing, unparsable or not finite (:func:`dpcli.bounding.numeric_value`);
+  UTC; when its unit is null (or NaN); when its unit or a key is a date outside
+  years 1 … 9999 or a duration of 10^9 days (Python cannot hold them); when a
+  value column is summed and its value is missing, unparsable or not finite
+  (:func:`dpcli.bounding.numeric_value`);
   when its trigger ends after the run's public ``through`` trigger; for a
   persisted stream, when its trigger has already run (a late event);
 * then each unit keeps its first C remaining records in time order, over the
@@ -69,11 +71,35 @@ def _float_seconds(x: pl.Expr) -> pl.Expr:
     return pl.when(ok).then(x.floor()).cast(pl.Int64, strict=False)
 
 
+def _python_holds(col: str, dtype: pl.DataType) -> pl.Expr | None:
+    """Whether a value of the column becomes a Python value (dates: years 1 … 9999, durations: under
+    10^9 days); None when every value of the type does."""
+    if dtype == pl.Date or (isinstance(dtype, pl.Datetime) and dtype.time_unit != "ns"):
+        years = [pl.col(col).dt.year()]
+        if getattr(dtype, "time_zone", None) is not None:  # Python goes through UTC as well
+            years.append(pl.col(col).dt.convert_time_zone("UTC").dt.year())
+        return pl.all_horizontal([y.is_between(1, 9999) for y in years])
+    if isinstance(dtype, pl.Duration) and dtype.time_unit == "ms":
+        return pl.col(col).dt.total_days().abs() < 999_999_999
+    return None
+
+
 def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
     """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
     schema = frame.collect_schema()
-    cols = [event_seconds(schema, q).alias("__t"), pl.col(q.unit).alias("__unit"), *[pl.col(k) for k in q.keys]]
+    unit, unit_type = pl.col(q.unit), schema[q.unit]
+    if unit_type == pl.Time or isinstance(unit_type, pl.Duration) or (
+            isinstance(unit_type, pl.Datetime) and unit_type.time_unit == "ns"):
+        # Python's values stop at microseconds (units would merge in restarted rounds) or 10^9 days
+        unit, unit_type = unit.to_physical(), pl.Int64()
+    cols = [event_seconds(schema, q).alias("__t"), unit.alias("__unit"), *[pl.col(k) for k in q.keys]]
     keep = pl.col("__t").is_not_null() & pl.col("__unit").is_not_null()
+    if schema[q.unit].is_float():  # NaN is no unit: Python's sets and dicts (restarted rounds, the
+        keep &= pl.col("__unit").is_not_nan()  # state's per-unit counts) never match it to itself
+    for c, col in ((q.unit, "__unit"), *((k, k) for k in q.keys)):  # values Python cannot hold (released keys,
+        holds = _python_holds(col, unit_type if col == "__unit" else schema[c])  # restarted rounds' units and
+        if holds is not None:  # states become Python values): dropped, never an error for some data
+            keep &= pl.col(col).is_null() | holds
     grid = q.grid
     if grid is not None and q.value is not None:
         dtype = schema[q.value]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import polars as pl
@@ -25,8 +26,9 @@ STATE_KIND = "dpcli-stream-state"
 
 def _encode(v: Any) -> Any:
     """A key or unit value as JSON (temporal values tagged, so they come back with their type)."""
-    if isinstance(v, datetime):
-        return {"$dt": v.isoformat()}
+    if isinstance(v, datetime):  # with its time zone's name: keys come back spelt (and sorted) as the input's
+        tz = getattr(v.tzinfo, "key", None)
+        return {"$dt": v.isoformat(), "tz": tz} if tz else {"$dt": v.isoformat()}
     if isinstance(v, date):
         return {"$d": v.isoformat()}
     if v is None or isinstance(v, (str, int, float, bool)):
@@ -38,7 +40,8 @@ def _encode(v: Any) -> Any:
 def _decode(v: Any) -> Any:
     if isinstance(v, dict):
         if "$dt" in v:
-            return datetime.fromisoformat(v["$dt"])
+            moment = datetime.fromisoformat(v["$dt"])
+            return moment.astimezone(ZoneInfo(v["tz"])) if "tz" in v else moment
         return date.fromisoformat(v["$d"])
     return v
 
@@ -102,8 +105,27 @@ def decode_state(doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, seed: by
     return state
 
 
+def _storable(dtype: pl.DataType) -> bool:
+    """Values of this type come back from the state's JSON equal (as polars compares them) to the input's."""
+    if isinstance(dtype, pl.Datetime):
+        return dtype.time_unit != "ns"  # Python datetimes stop at microseconds: distinct units would merge
+    if dtype in (pl.Int128, pl.UInt128):  # Python ints beyond 64 bits do not come back as one polars type
+        return False
+    return (dtype.is_integer() or dtype.is_float() or isinstance(dtype, (pl.Categorical, pl.Enum))
+            or dtype in (pl.String, pl.Boolean, pl.Date, pl.Null))
+
+
 def key_schema_of(schema: pl.Schema, q: StreamQuery) -> dict[str, str]:
-    """The dtypes of the unit and key columns (from the input's ``schema``), as recorded in a state file."""
+    """The dtypes of the unit and key columns (from the input's ``schema``), as recorded in a state file.
+
+    Refuses (from the schema alone, before any data is read) a column whose values the state
+    cannot store exactly: otherwise the refusal would come only once a value is stored (whether
+    any record counted: data-dependent), and a truncated unit would escape its record cap.
+    """
+    for c in (q.unit, *q.keys):
+        if not _storable(schema[c]):
+            raise UsageError(f"cannot store column {c!r} of type {schema[c]} (use text, integer, boolean, date "
+                             "or datetime columns with at most microseconds)", field="state")
     return {c: str(schema[c]) for c in (q.unit, *q.keys)}
 
 
