@@ -9,6 +9,7 @@ algorithm runs on the driver, as for polars. Each step mirrors the polars one:
   9999-12-31 is dropped. Text times are refused on Spark (a schema error, before any data is
   read): polars parses them with its own layouts, which Spark's parsers do not reproduce value
   for value, so give a timestamp column (Parquet) or use ``--engine polars``;
+* units: null and NaN units are dropped (Spark has no dates outside 0001 … 9999, no ns times);
 * values: the grammar :data:`dpcli.bounding.NUMBER` for text, ``bround`` (half to even, as
   polars rounds) to grid units, clamped; non-finite values are dropped;
 * the cap: a window ``row_number`` per unit over (time, unit, keys, value), nulls last, minus
