@@ -465,6 +465,28 @@ def test_spark_stream_events_equal_polars(spark, tmp_path, summed):
             assert mine.height > 100
 
 
+def test_spark_stream_drops_nan_units_like_polars(spark, tmp_path):
+    """Float units: NaN is no unit on either engine (dropped like null), so a NaN-unit record never
+    escapes the per-unit cap (tests/attacks/test_attack_stream_engine.py has the polars side)."""
+    from dpcli.spark.bounding import read_input
+    from dpcli.spark.stream import bounded_events
+    from dpcli.tasks import stream_replay as sr
+
+    n = 400
+    frame = pl.DataFrame({"ts": [1_793_500_000 + 97 * i for i in range(n)],
+                          "user_id": [float("nan") if i % 5 == 0 else None if i % 7 == 0 else float(i % 13)
+                                      for i in range(n)],
+                          "page": [f"/p/{i % 3}" for i in range(n)]})
+    path = tmp_path / "nan_units.parquet"
+    frame.write_parquet(path)
+    q = sr.StreamQuery(time="ts", keys=("page",), unit="user_id", window=86400, triggers=4, max_records=3,
+                       epsilon=Fraction(1), delta=Fraction(1, 10**9))
+    mine = sr.prepare_events(open_input(str(path)).frame, q)
+    theirs = bounded_events(read_input(spark, "file://" + str(path), "parquet"), spark, q)
+    assert mine.equals(theirs)
+    assert mine.height == 13 * 3 and not mine["__unit"].is_nan().any()
+
+
 def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path, monkeypatch):
     """stream-replay on Spark: a replay is charged afresh; with the seed forced equal its bytes are
     polars'; a --state stream fed by polars and then by Spark gives the rows a polars-only stream gives."""
