@@ -400,3 +400,24 @@ def test_nan_keys_are_one_key_through_replays_and_states():
             inc = _roundtrip(inc, q, s)
             rows += sr.advance_stream(df.lazy(), inc, inc.time_of(g)).table.rows()
         assert repr(rows) == repr(sr.run_stream(df.lazy(), q, _plan(q), s, sr.naive_utc(20 * q.step)).table.rows())
+
+
+def test_a_malformed_state_names_no_stored_value():
+    """A state whose stored key cannot be read back: the error names the problem, never the value
+    (a state file holds units and keys of the data; stderr is public)."""
+    import json
+    from fractions import Fraction
+
+    import pytest
+
+    from dpcli.errors import StateError
+    from dpcli.tasks import stream_replay as sr
+
+    q = sr.StreamQuery(time="ts", keys=("key",), unit="user", window=1000, triggers=10, max_records=3,
+                       epsilon=Fraction(6), delta=Fraction(1, 10**9))
+    plan = sr.plan_stream(q)
+    body = {"seed": "00" * 32, "stream": {"watermark": 1, "used": {"units": ["secret-unit-4711"], "records": [1]},
+                                          "windows": [{"start": 0, "fired": 1, "keys": [[[{"$d": "secret-key-4711"}], {}]]}]}}
+    with pytest.raises(StateError) as err:
+        sr.load_state(json.loads(json.dumps(body)), q, plan)
+    assert "4711" not in str(err.value) and "malformed" in str(err.value)

@@ -163,4 +163,5 @@ def load_state(body: dict[str, Any], q: StreamQuery, plan: StreamPlan) -> Stream
     try:
         return decode_state(body["stream"], q, plan, seed)
     except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"stream state is malformed ({type(exc).__name__}: {exc})") from None
+        # the exception's own text may quote a stored unit or key (data): name its type only
+        raise StateError(f"stream state is malformed ({type(exc).__name__})") from None
