@@ -52,7 +52,7 @@ class Engine:
     """Bounding on another engine (``--engine spark``): its totals function and what enters the seed.
 
     ``seed_tag`` enters the release seed. The CLI always sets one for Spark: the engines compute
-    the same totals (selection v2, one number grammar; ``tests/test_spark.py``), but if they ever
+    the same totals (selection v3, one number grammar; ``tests/test_spark.py``), but if they ever
     diverged silently (a reader that skips a file, two CSV parsers splitting a damaged record
     differently), a "free replay" across engines would reuse the noise over different values and
     publish their exact difference. So a Spark release has its own noise and its own charge. An

@@ -72,13 +72,36 @@ def test_text_values_parse_by_the_same_grammar(spark):
 def test_the_spark_order_key_is_the_reference_one(spark):
     from dpcli.spark.bounding import order_key
 
-    rows = [("a", 1, True, dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 3, 4, 5, 6), -7),
-            ("héllo", None, False, None, dt.datetime(1969, 12, 31, 23, 59, 59), 0), (None, -5, None, dt.date(1, 1, 1),
-                                                                                   None, 2**40)]
-    frame = spark.createDataFrame(rows, "s string, i bigint, b boolean, d date, t timestamp, g bigint")
-    got = [r[0] for r in frame.select(order_key(frame, ["s", "i", "b", "d", "t"], SALT, "rows", [("g", "long")]))
-           .collect()]
-    assert got == [reference_order_key(list(r), SALT, "rows") for r in rows]
+    long_text = "a long text of more than thirty-two bytes, héllo"  # XXH64's stripe path
+    rows = [("a", 1, True, dt.date(2026, 1, 2), dt.datetime(2026, 1, 2, 3, 4, 5, 6), -7, 3),
+            ("héllo", None, False, None, dt.datetime(1969, 12, 31, 23, 59, 59), 0, None),
+            (None, -5, None, dt.date(1, 1, 1), None, 2**40, -2**31),
+            (long_text, -2**63, True, dt.date(9999, 12, 31), dt.datetime(9999, 1, 1), 2**63 - 1, 2**31 - 1),
+            ("", 0, False, dt.date(1970, 1, 1), dt.datetime(1970, 1, 1), None, 0)]
+    frame = spark.createDataFrame(rows, "s string, i bigint, b boolean, d date, t timestamp, g bigint, n int")
+    got = [r[0] for r in frame.select(order_key(frame, ["s", "i", "b", "d", "t", "n"], SALT, "rows",
+                                                [("g", "long")])).collect()]
+    assert got == [reference_order_key([*r[:5], r[6], r[5]], SALT, "rows") for r in rows]
+    for column in ("s", "i", "b", "d", "t", "n"):
+        got = [r[0] for r in frame.select(order_key(frame, [column], SALT, "groups")).collect()]
+        assert got == [reference_order_key([r[frame.columns.index(column)]], SALT, "groups") for r in rows], column
+
+
+def test_spark_drops_ties_at_the_cap_like_polars(spark):
+    """A null group and the integer whose word is the null word tie in every unit; at a cap that
+    falls inside the tie both engines keep neither (and never one of them by row order)."""
+    from dpcli.bounding.keyed_order import NULL_WORD, signed
+    from dpcli.spark.bounding import bounded_totals
+
+    tied = signed(NULL_WORD)
+    rows = [(u, g) for u in range(40) for g in (None, tied, *range(u % 5))]
+    frame = pl.DataFrame(rows, schema={"u": pl.Int64, "g": pl.Int64}, orient="row")
+    sdf = spark.createDataFrame(rows, "u bigint, g bigint").repartition(3)
+    for cap in (1, 2, 3, 5):
+        spec = bounding.BoundingSpec(unit="u", by=("g",), max_partitions=cap, max_contributions=1)
+        mine = bounding.bounded_totals(frame.lazy(), spec, SALT)
+        assert mine.equals(bounded_totals(sdf, spec, SALT)), cap
+        assert mine.filter(pl.col("g").is_null())["units"].to_list() == mine.filter(pl.col("g") == tied)["units"].to_list()
 
 
 def _init(state: Path) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from dpcli.bounding.keyed_order import order_key
+from dpcli.bounding.keyed_order import keep_first
 from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError
 from dpcli.files import collect
@@ -37,7 +37,9 @@ GRID = "__dp_grid"
 #: 3: selection v2, rows and groups kept by a keyed SHA-256 order (keyed_order.py) that every
 #: engine computes alike, instead of polars' seeded hash; text values parsed by the grammar
 #: NUMBER (the same on every engine), not by polars' own leniency.
-SEMANTICS = 3
+#: 4: selection v3, a keyed order computed as a chain of 64-bit XXH64 steps instead of
+#: SHA-256 over text (about 2.5 times faster); groups tied at a cap are dropped, never chosen by row order.
+SEMANTICS = 4
 
 #: Largest |grid value| allowed (see docs/bounding.md: squares fit Int64, totals fit Int128).
 MAX_GRID_UNITS = 1 << 31
@@ -263,13 +265,13 @@ def bounded_rows(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyF
     lf = lf.filter(pl.col(GRID).is_not_null() & pl.col(spec.unit).is_not_null())
     schema = lf.collect_schema()
     fields = [(c, schema[c]) for c in keys] + [(GRID, pl.Int64)]
-    return _keep_first(lf, keys, fields, salt, "rows", spec.max_contributions)
+    return keep_first(lf, keys, fields, salt, "rows", spec.max_contributions)
 
 
 def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> pl.LazyFrame:
     """Per-(unit, group) partial aggregates after all contribution bounds.
 
-    ``salt`` (128 bits, secret) keys both samples: :func:`dpcli.bounding.keyed_order.order_key`
+    ``salt`` (128 bits, secret) keys both samples: :func:`dpcli.bounding.keyed_order.keep_first`
     ranks a unit's rows in a group (purpose ``rows``) and a unit's groups (purpose ``groups``).
 
     Columns: the unit, the group columns, ``N_ROWS`` (rows counted, ≤ C) and,
@@ -291,21 +293,7 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
     if spec.max_partitions is None:
         return partial
     schema = partial.collect_schema()
-    return _keep_first(partial, [spec.unit], [(c, schema[c]) for c in keys], salt, "groups", spec.max_partitions)
-
-
-def _keep_first(lf: pl.LazyFrame, over: list[str], fields: list[tuple[str, pl.DataType]], salt: int, purpose: str,
-                cap: int) -> pl.LazyFrame:
-    """The first ``cap`` rows of each ``over`` partition in the keyed order of ``fields``.
-
-    Partitions within the cap keep every row, so the hash is only computed for the rows of
-    partitions over it (most (unit, group) pairs have few rows); the result is the same.
-    """
-    count = pl.len().over(over)
-    within = lf.filter(count <= cap)
-    over_cap = lf.filter(count > cap)
-    kept = over_cap.filter(order_key(fields, salt, purpose).rank("ordinal").over(over) <= cap)
-    return pl.concat([within, kept], how="vertical")
+    return keep_first(partial, [spec.unit], [(c, schema[c]) for c in keys], salt, "groups", spec.max_partitions)
 
 
 def group_totals(partial: pl.DataFrame | pl.LazyFrame, spec: BoundingSpec) -> Any:

@@ -5,9 +5,9 @@ Every step mirrors the polars one, value for value:
 * values: text is parsed by the grammar :data:`dpcli.bounding.NUMBER` (else null), NaN is
   null, and grid units are ``bround(x / g)`` (half to even, as polars rounds) clamped to the
   grid's integers; rows with a null unit or value are dropped;
-* at most C rows per (unit, group) and K groups per unit, chosen by the keyed SHA-256 order of
-  :mod:`dpcli.bounding.keyed_order` (``sha2`` over the same encoding, built with ``concat``;
-  never ``concat_ws``, which skips nulls);
+* at most C rows per (unit, group) and K groups per unit, chosen by the keyed order of
+  :mod:`dpcli.bounding.keyed_order` (a chain of Spark's own ``xxhash64`` over the same 64-bit
+  words, nulls given their word explicitly; equal keys ranked as on polars);
 * sums in ``decimal(38, 0)`` (no wrap-around), returned through Arrow as polars Int128.
 
 Only built-in Spark SQL runs on the executors.
@@ -20,7 +20,7 @@ from typing import Any
 import polars as pl
 
 from dpcli import bounding
-from dpcli.bounding.keyed_order import SCHEME
+from dpcli.bounding import keyed_order
 from dpcli.errors import DataError, UsageError
 
 _DEC = "decimal(38,0)"
@@ -64,45 +64,54 @@ def numeric_text(text: Any) -> Any:
             .otherwise(F.lit(None).cast("double")))
 
 
-def _encode(name: str, dtype: Any) -> Any:
-    """:func:`dpcli.bounding.keyed_order.encode_field` in Spark SQL."""
+def _word(name: str, dtype: Any) -> Any:
+    """:func:`dpcli.bounding.keyed_order.field_word` in Spark SQL (a ``bigint``: the word's bits)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     c = F.col(name)
     if isinstance(dtype, T.StringType):
-        enc = F.concat(F.lit("s"), F.octet_length(c).cast("string"), F.lit(":"), c)
-    elif isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
-        enc = F.concat(F.lit("i"), c.cast("string"), F.lit(";"))
-    elif isinstance(dtype, T.BooleanType):
-        enc = F.when(c, F.lit("b1;")).otherwise(F.lit("b0;"))
+        word = F.xxhash64(c)  # XXH64 of the UTF-8 bytes with seed 42, as polars-hash's xxhash64(seed=42)
+    elif isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType)):
+        word = c.cast("long")
     elif isinstance(dtype, T.DateType):
-        enc = F.concat(F.lit("d"), F.datediff(c, F.lit("1970-01-01").cast("date")).cast("string"), F.lit(";"))
+        word = F.datediff(c, F.lit("1970-01-01").cast("date")).cast("long")
     elif isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
-        enc = F.concat(F.lit("t"), F.unix_micros(c.cast("timestamp")).cast("string"), F.lit(";"))
+        word = F.unix_micros(c.cast("timestamp"))
     else:
         raise DataError(f"column {name!r} has type {dtype.simpleString()}: a privacy-unit or group column must hold "
                         "text, integers, booleans, dates or times (cast it), so that rows can be sampled the same "
                         "on every engine")
-    return F.when(c.isNull(), F.lit("n;")).otherwise(enc)
+    return F.when(c.isNull(), F.lit(keyed_order.signed(keyed_order.NULL_WORD)).cast("long")).otherwise(word)
 
 
 def order_key(sdf: Any, columns: list[str], salt: int, purpose: str, extra: list[tuple[str, str]] = ()) -> Any:
-    """The keyed SHA-256 of :mod:`dpcli.bounding.keyed_order` over ``columns`` (+ ``extra`` integer columns)."""
+    """The order key of :mod:`dpcli.bounding.keyed_order` over ``columns`` (+ ``extra`` integer columns):
+    each step is Spark's own ``xxhash64`` of a ``bigint`` (no 64-bit arithmetic in SQL, which ANSI
+    mode would refuse to wrap)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     types = {f.name: f.dataType for f in sdf.schema.fields}
-    fields = [_encode(c, types[c]) for c in columns] + [_encode(c, T.LongType()) for c, _ in extra]
-    prefix = f"{SCHEME}|{purpose}|{salt & ((1 << 128) - 1):032x}|"
-    return F.sha2(F.concat(F.lit(prefix), *fields), 256)
+    words = [_word(c, types[c]) for c in columns] + [_word(c, T.LongType()) for c, _ in extra]
+    h = F.lit(keyed_order.signed(keyed_order.start_word(salt, purpose))).cast("long")
+    for word in words:
+        h = F.xxhash64(h.bitwiseXOR(word))
+    return h
 
 
-def _keep_first(sdf: Any, over: list[str], key: Any, cap: int) -> Any:
+def _keep_first(sdf: Any, over: list[str], key: Any, cap: int, purpose: str) -> Any:
+    """:func:`dpcli.bounding.keyed_order.keep_first`: equal keys ranked as ``keyed_order.TIES`` says,
+    by ``row_number`` (ties are identical records) or by a count over a range frame, which counts
+    every row whose key is ≤ this one, tied rows included (a rank by "max")."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    rank = F.row_number().over(Window.partitionBy(*over).orderBy(key))
+    ordered = Window.partitionBy(*over).orderBy(key)
+    if keyed_order.TIES[purpose] == "max":
+        rank = F.count(F.lit(1)).over(ordered.rangeBetween(Window.unboundedPreceding, Window.currentRow))
+    else:
+        rank = F.row_number().over(ordered)
     return sdf.withColumn("__dp_rank", rank).filter(F.col("__dp_rank") <= cap).drop("__dp_rank")
 
 
@@ -132,13 +141,14 @@ def _bounded(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> tuple[Any, Any
         rows = rows.withColumn(bounding.GRID, grid)
         rows = rows.filter(F.col(bounding.GRID).isNotNull() & F.col(spec.unit).isNotNull())
         key = order_key(rows, keys, salt, "rows", [(bounding.GRID, "long")])
-        rows = _keep_first(rows, keys, key, spec.max_contributions)
+        rows = _keep_first(rows, keys, key, spec.max_contributions, "rows")
         gv = F.col(bounding.GRID).cast(_DEC)
         aggs += [F.sum(gv).alias(bounding.C_SUM), F.sum(gv * gv).cast(_DEC).alias(bounding.C_SUMSQ)]
     partial = rows.groupBy(*keys).agg(*aggs).filter(F.col(spec.unit).isNotNull())
     partial = partial.withColumn(bounding.N_ROWS, F.least(F.col(bounding.N_ROWS), F.lit(spec.max_contributions)))
     if spec.max_partitions is not None:
-        partial = _keep_first(partial, [spec.unit], order_key(partial, keys, salt, "groups"), spec.max_partitions)
+        partial = _keep_first(partial, [spec.unit], order_key(partial, keys, salt, "groups"), spec.max_partitions,
+                              "groups")
     return rows, partial, keys
 
 
