@@ -41,6 +41,7 @@ from typing import IO, Literal
 import polars as pl
 
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
+from dpcli.opening import EarlyInput, FileIdentity, fingerprint_fileobj, open_binary  # noqa: F401 (re-exported)
 from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
@@ -63,21 +64,6 @@ _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": 
 #: Test hook: called with the input's path right after its fingerprint is taken and before the parser
 #: is given the file, so tests can swap or rewrite the file in between. None (the default) in real runs.
 after_fingerprint_hook: Callable[[str], None] | None = None
-
-
-@dataclass(frozen=True)
-class FileIdentity:
-    """What ``fstat`` says about an open input: enough to notice a rewrite of the same inode."""
-
-    dev: int
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-
-    @classmethod
-    def of(cls, st: os.stat_result) -> FileIdentity:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -181,14 +167,6 @@ def fingerprint_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def fingerprint_fileobj(fh: IO[bytes]) -> str:
-    """Streamed SHA-256 of an open binary file from its start; leaves it at offset 0."""
-    fh.seek(0)
-    digest = hashlib.file_digest(fh, "sha256").hexdigest()  # type: ignore[arg-type]
-    fh.seek(0)
-    return "sha256:" + digest
-
-
 def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (), delimiter: str = ",") -> pl.LazyFrame:
     """A lazy scan of an open file or of bytes in memory: never a path, so polars expands no glob or ``~``.
 
@@ -214,42 +192,13 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
     return pl.scan_ndjson(source)
 
 
-def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
-    """Open ``path`` exactly as written (no ``~`` or glob expansion) for reading, once.
-
-    Refuses, as :class:`InputMissingError`, a missing or unreadable path, a directory and anything
-    that is not a regular file (a FIFO would block or be consumed by the hash: use ``-``); opening
-    with ``O_NONBLOCK`` keeps a FIFO from blocking before it can be refused. Returns the file (an
-    exact ``io.BufferedReader`` at offset 0) and its identity at open.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise InputMissingError(f"{what} {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise InputMissingError(f"{what} {path!r} is a directory, not a file") from None
-    except OSError as exc:
-        raise InputMissingError(f"{what} {path!r} is not readable ({exc.strerror})") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise InputMissingError(f"{what} {path!r} is a directory, not a file")
-        if not stat.S_ISREG(st.st_mode):
-            raise InputMissingError(f"{what} {path!r} is not a regular file (pipe data in with '-')")
-        os.set_blocking(fd, True)
-        fh = os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fh, FileIdentity.of(st)
-
-
 def open_input(
     path: str,
     input_format: str | None = None,
     stdin: IO[bytes] | None = None,
     text_columns: tuple[str, ...] = (),
     delimiter: str = ",",
+    early: EarlyInput | None = None,
 ) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
 
@@ -268,7 +217,9 @@ def open_input(
     types (they are in the file's metadata, not inferred).
 
     A compressed file (``.gz``, ``.bz2``, ``.xz``) is hashed as it is on disk and decompressed in
-    memory from those same bytes. ``delimiter`` splits CSV fields.
+    memory from those same bytes. ``delimiter`` splits CSV fields. ``early``: the same path
+    already opened and being hashed (:func:`dpcli.opening.hash_early`), taken instead of opening
+    it again.
 
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
@@ -288,12 +239,16 @@ def open_input(
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot parse standard input as {fmt}: {withheld(exc)}") from None
         return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt)
-    fh, identity = open_binary(path)
+    if early is not None and early.path == path:
+        fh, identity = early.fh, early.identity
+    else:
+        early = None
+        fh, identity = open_binary(path)
     try:
         if identity.size == 0:
             raise DataError(f"input file {path!r} is empty")
         try:
-            fingerprint = fingerprint_fileobj(fh)
+            fingerprint = fingerprint_fileobj(fh) if early is None else early.take()[2]
         except OSError as exc:
             raise InputMissingError(f"input file {path!r} is not readable ({exc.strerror})") from None
         if after_fingerprint_hook is not None:

@@ -31,6 +31,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import NOISE_VERSION, KeyedStream, canonical_json, derive_seed, seed_id
 from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
+from dpcli.opening import EarlyInput
 from dpcli.state import keys, ledger
 
 if TYPE_CHECKING:  # loaded by the runners that use them: stream-replay and budget need neither
@@ -129,6 +130,7 @@ def open_query_inputs(
     group_list_name: str = "keys",
     delimiter: str = ",",
     table: InputTable | None = None,
+    early: EarlyInput | None = None,
 ) -> QueryInputs:
     """Open the data (and a public group list) for a grouped query and check its columns.
 
@@ -137,11 +139,12 @@ def open_query_inputs(
     are dropped). Parquet keeps its declared types. The group list is read as text too and cast to
     the data's types (text matches text exactly: "01" is not "1"). ``delimiter`` splits the data's
     CSV fields (a group list is always comma-separated). ``table`` is the data when it was opened
-    elsewhere (a URI Spark listed: :func:`dpcli.spark.inputs.open_uri`).
+    elsewhere (a URI Spark listed: :func:`dpcli.spark.inputs.open_uri`); ``early``: the data file
+    already opened and being hashed (:func:`dpcli.opening.hash_early`).
     """
     if table is None:
         table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])),
-                           delimiter=delimiter)
+                           delimiter=delimiter, early=early)
     wanted: dict[str, Any] = {unit: "key", **{c: "key" for c in by}}
     if value:
         wanted[value] = "value"

@@ -276,3 +276,66 @@ def test_no_output_inside_an_input_dataset(tmp_path):
     d = _dataset(tmp_path)
     with pytest.raises(OutputError, match="inside the input dataset"):
         files.check_output_path(str(d / "out.csv"), tmp_path / "state", [str(d)])
+
+
+# ---- early inputs: opened once, hashed on a thread while the rest of dpcli loads -------------------
+
+def test_an_early_input_is_the_file_opened_once_and_hashed(tmp_path):
+    """The early handle is the file parsed: a file renamed over the path after the early open
+    changes neither the bytes hashed nor the bytes read, and the release is refused before any
+    charge (the open file was unlinked)."""
+    import hashlib
+
+    from dpcli.opening import hash_early
+
+    path = tmp_path / "d.csv"
+    first = b"u,x\na,1\nb,2\n"
+    path.write_bytes(first)
+    early = hash_early(str(path))
+    assert early is not None
+    (tmp_path / "new.csv").write_bytes(b"u,x\nz,9\n")
+    os.replace(tmp_path / "new.csv", path)
+    t = files.open_input(str(path), early=early)
+    assert t.fingerprint == "sha256:" + hashlib.sha256(first).hexdigest()
+    assert t.frame.collect()["u"].to_list() == ["a", "b"]
+    with pytest.raises(InputMissingError, match="changed while it was read"):
+        t.verify_unchanged()
+
+
+def test_an_early_input_of_another_path_is_not_taken(tmp_path):
+    from dpcli.opening import hash_early
+
+    (tmp_path / "a.csv").write_text("u\na\n")
+    (tmp_path / "b.csv").write_text("u\nb\n")
+    early = hash_early(str(tmp_path / "a.csv"))
+    assert files.open_input(str(tmp_path / "b.csv"), early=early).frame.collect()["u"].to_list() == ["b"]
+
+
+def test_only_regular_files_are_hashed_early(tmp_path):
+    """Standard input, URIs, directories, missing, empty and special files, and runs that read no
+    data, get no early handle: the normal open reports each in its usual order."""
+    from dpcli.opening import hash_early
+
+    (tmp_path / "d.csv").write_text("u\na\n")
+    (tmp_path / "empty.csv").write_text("")
+    os.mkfifo(tmp_path / "fifo.csv")
+    for path in ("-", "s3a://bucket/x.parquet", str(tmp_path), str(tmp_path / "missing.csv"),
+                 str(tmp_path / "empty.csv"), str(tmp_path / "fifo.csv"), None):
+        assert hash_early(path) is None, path
+    assert hash_early(str(tmp_path / "d.csv"), read=False) is None
+    assert hash_early(str(tmp_path / "d.csv")) is not None
+
+
+def test_an_early_read_error_is_the_usual_error(tmp_path, monkeypatch):
+    import errno
+
+    from dpcli import opening
+
+    def broken(fh):
+        raise OSError(errno.EIO, "Input/output error")
+
+    (tmp_path / "d.csv").write_text("u\na\n")
+    monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
+    early = opening.hash_early(str(tmp_path / "d.csv"))
+    with pytest.raises(InputMissingError, match=r"'.*d.csv' is not readable \(Input/output error\)"):
+        files.open_input(str(tmp_path / "d.csv"), early=early)

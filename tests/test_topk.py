@@ -21,6 +21,32 @@ runner = CliRunner()
 
 # ---- the exponential race equals Gumbel noise + sort ---------------------------------------------
 
+class _Words:
+    """A stand-in stream that returns given 64-bit words in order (to force redraws)."""
+
+    def __init__(self, words: list[int]) -> None:
+        self.words = list(words)
+
+    def uint64(self, n: int) -> np.ndarray:
+        out, self.words = self.words[:n], self.words[n:]
+        return np.array(out, dtype=np.uint64)
+
+
+@pytest.mark.parametrize("m, words", [
+    (3, [2**64 - 1, 5, 2**64 - 1, 7, 8]),  # 2^64 mod 3 = 1: the word 2^64 − 1 is redrawn, twice
+    (4, [2**64 - 1, 1, 2]),  # a power of two: nothing is redrawn
+    (7, [2**64 - 1, 2**64 - 2, 0, 13, 2**63]),  # 2^64 mod 7 = 2: the top two words are redrawn
+])
+def test_the_race_proposals_are_uniform_below_word_for_word(m, words):
+    from dpcli.core.samplers import uniform_below
+
+    words = words + list(range(11, 31))
+    a, b = _Words(words), _Words(words)
+    assert sel._uniform_below_scalar(a, m).tolist() == uniform_below(b, np.full(m, m)).tolist()
+    assert a.words == b.words  # the same words consumed
+
+
+
 
 def test_first_finisher_is_softmax():
     """P[first = i] = w_i / Σw with w = exp(rate·h); chi-square over 3000 races, p > 1e-4."""

@@ -39,6 +39,7 @@ from dpcli.cli._schedule import (
     TotalEpsilonOpt,
 )
 from dpcli.errors import UsageError
+from dpcli.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -118,6 +119,7 @@ def histogram(
     Without --keys, groups are discovered from the data and only released
     when enough units support them.
     """
+    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_plan, show_dry_run, write_release
@@ -163,7 +165,7 @@ def histogram(
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     spark = check_engine(engine, master, remote, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",",
-                                       table=open_spark_input(s, spark, input))
+                                       table=open_spark_input(s, spark, input), early=early)
     bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
 

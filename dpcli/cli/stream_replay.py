@@ -31,6 +31,7 @@ from dpcli.cli._options import (
     probability,
 )
 from dpcli.errors import UsageError
+from dpcli.opening import EarlyInput, hash_early
 
 if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
     from dpcli.files import InputTable
@@ -103,6 +104,7 @@ def stream_replay(
     only events after the last trigger already run (late events are dropped),
     and a run repeated with the same input returns the same rows again.
     """
+    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
     from dpcli.cli._times import parse_moment
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
@@ -132,7 +134,7 @@ def stream_replay(
         check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
     spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    table = _open(input, input_format, query, delimiter or ",", open_spark_input(s, spark, input))
+    table = _open(input, input_format, query, delimiter or ",", open_spark_input(s, spark, input), early)
     bounder = bounding_engine(s, spark, table, delimiter or ",")
     events = bounder.stream_events if bounder else None
     margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
@@ -179,7 +181,7 @@ def _query(
 
 
 def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter: str,
-          table: InputTable | None = None) -> InputTable:
+          table: InputTable | None = None, early: EarlyInput | None = None) -> InputTable:
     """The input (``table`` if Spark listed it already), its schema checked. CSV columns the query reads
     are taken as text: their types (and the keys' spelling and order) must not depend on what one
     record holds; times and values are parsed per record by the task."""
@@ -188,7 +190,7 @@ def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter
     value = [query.value] if query.value else []
     if table is None:
         table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value),
-                           delimiter=delimiter)
+                           delimiter=delimiter, early=early)
     wanted = {query.unit: "key", query.time: "temporal", **{k: "key" for k in query.keys}}
     if query.value:
         wanted[query.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)

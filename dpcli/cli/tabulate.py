@@ -20,6 +20,7 @@ from dpcli.cli._options import (
     probability,
 )
 from dpcli.errors import UsageError
+from dpcli.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -55,6 +56,7 @@ def tabulate(
     (MOE targets → ε or ρ) and the total privacy loss under pure DP, RDP and
     zCDP, without reading data or charging.
     """
+    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
@@ -91,7 +93,7 @@ def tabulate(
     spark = check_engine(engine, master, remote, spark_conf, input, input_format)
     table = open_spark_input(s, spark, input) or open_input(
         input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
-        delimiter=delimiter or ",")
+        delimiter=delimiter or ",", early=early)
     blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
     bounder = bounding_engine(s, spark, table, delimiter or ",")
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}

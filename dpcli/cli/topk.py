@@ -37,6 +37,7 @@ from dpcli.cli._schedule import (
     TotalEpsilonOpt,
 )
 from dpcli.errors import UsageError
+from dpcli.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -105,6 +106,7 @@ def topk(
     --keys the list always has k rows; otherwise groups are discovered and
     the list may end early (⊥) when the remaining groups are too rare.
     """
+    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_plan, show_dry_run, write_release
@@ -154,7 +156,7 @@ def topk(
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
     spark = check_engine(engine, master, remote, spark_conf, input, input_format)
     inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
-                                       delimiter=delimiter or ",", table=open_spark_input(s, spark, input))
+                                       delimiter=delimiter or ",", table=open_spark_input(s, spark, input), early=early)
     bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
     runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
 

@@ -291,3 +291,54 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
     assert r.exit_code == 65 and "does not look like csv" in r.stderr
     assert "SECRET" not in r.stderr and "PAR1" not in r.stderr and r.stderr.count("\n") == 1
     assert not files.header_is_text(["PAR1\x15\x04"]) and files.header_is_text(["user_id", "page views"])
+
+
+@pytest.mark.parametrize("command", [
+    ["histogram", "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6"],
+    ["topk", "--by", "g", "--privacy-unit", "user", "--epsilon-per", "1", "-k", "1", "--delta", "1e-6"],
+    ["stream-replay", "--time", "t", "--by", "g", "--privacy-unit", "user", "--window", "1h", "--triggers", "2",
+     "--epsilon", "1", "--delta", "1e-6", "--max-contributions", "1"],
+])
+def test_a_dry_run_never_opens_the_input(tmp_path, monkeypatch, command):
+    """The input is hashed early, while dpcli loads, but never by a run that promises to read no data."""
+    from dpcli import opening
+
+    init()
+    (tmp_path / "d.csv").write_text(data("a"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the input was opened")
+
+    monkeypatch.setattr(opening, "open_binary", refuse)
+    monkeypatch.setattr(files, "open_binary", refuse)
+    r = runner.invoke(app, [command[0], str(tmp_path / "d.csv"), *command[1:], "--dry-run"])
+    assert r.exit_code == 0, r.stderr
+
+
+def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):
+    """A read error met by the background hash is reported like any unreadable input: exit 66, one
+    line, nothing charged or written."""
+    import errno
+
+    from dpcli import opening
+
+    def broken(fh):
+        raise OSError(errno.EIO, "Input/output error")
+
+    init()
+    (tmp_path / "d.csv").write_text(data("a"))
+    monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
+    run = Run(tmp_path, tmp_path / "d.csv", "o.csv")
+    assert run.result.exit_code == 66, run.result.stderr
+    assert run.result.stderr.count("\n") == 1 and "is not readable (Input/output error)" in run.result.stderr
+    assert history() == [] and not run.out.exists()
+
+
+def test_a_usage_error_after_the_early_open_is_one_line(tmp_path):
+    """The early hash runs on, unseen, when the command then stops on a bad option."""
+    init()
+    (tmp_path / "d.csv").write_text(data("a"))
+    r = runner.invoke(app, ["histogram", str(tmp_path / "d.csv"), "--by", "g", "--privacy-unit", "user",
+                            "--epsilon", "-1"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert history() == []

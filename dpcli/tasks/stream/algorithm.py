@@ -43,6 +43,7 @@ import numpy as np
 import polars as pl
 
 from dpcli.core import tree
+from dpcli.core.arrays import sorted_unique
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks.stream.batches import KnownKeys, WindowBatches, window_batches
@@ -222,7 +223,7 @@ class WindowRun:
         μ + τ? For the others, Alg. 4: the first future trigger that would release with no new data."""
         selected = np.zeros(slots.size, dtype=bool)
         starts = self.round_start[slots]
-        for start in np.unique(starts):
+        for start in sorted_unique(starts):
             part = starts == start
             g, units = slots[part], self.units[slots[part]]
             margins, best = self.select[int(start)]
@@ -237,7 +238,7 @@ class WindowRun:
                 if g.size:
                     when = t + 1 + np.argmax(margins[rows, i + 1:] > -units[:, None], axis=1)
                     self.predicted[g] = when
-                    for p in np.unique(when):
+                    for p in sorted_unique(when):
                         self.predicted_at[int(p)].append(g[when == p])
         return selected
 
@@ -296,7 +297,7 @@ class WindowRun:
         released = evaluate[self._check_selection(evaluate, t)].tolist()
         due = self.predicted_at.pop(t, None)
         if due:  # predictions made for t; outdated ones (re-evaluated or released since) are skipped
-            cand = np.unique(np.concatenate(due))
+            cand = sorted_unique(np.concatenate(due))
             cand = cand[(self.predicted[cand] == t) & ~np.isin(cand, slots)]
             released += sorted(cand.tolist(), key=lambda s: key_label(self.key(s)))
         first = [s for s in released if self.pert_start[s] == _NONE]
@@ -352,19 +353,19 @@ class WindowRun:
         run.restarted = np.zeros(m, dtype=bool)
         run.select_row = np.full(m, _NONE, dtype=np.int64)
         run.pert_row = np.full(m, _NONE, dtype=np.int64)
-        for start_t in np.unique(run.round_start[run.round_start != _NONE]).tolist():
+        for start_t in sorted_unique(run.round_start[run.round_start != _NONE]).tolist():
             slots = np.flatnonzero(run.round_start == start_t)
             margins = np.stack([sts[s].select_margin for s in slots])  # type: ignore[misc]
             run.select[start_t] = (margins, np.maximum.accumulate(margins[:, ::-1], axis=1)[:, ::-1])
             run.select_row[slots] = np.arange(slots.size)
-        for start_t in np.unique(run.pert_start[run.pert_start != _NONE]).tolist():
+        for start_t in sorted_unique(run.pert_start[run.pert_start != _NONE]).tolist():
             slots = np.flatnonzero(run.pert_start == start_t)
             noise = [sts[s].pert_noise for s in slots]
             counts = np.stack([c for c, _ in noise])  # type: ignore[misc]
             sums = None if noise[0][1] is None else np.stack([sm for _, sm in noise])  # type: ignore[misc]
             run.pert[start_t] = (counts, sums)
             run.pert_row[slots] = np.arange(slots.size)
-        for p in np.unique(run.predicted[run.predicted != _NONE]).tolist():
+        for p in sorted_unique(run.predicted[run.predicted != _NONE]).tolist():
             run.predicted_at[p].append(np.flatnonzero(run.predicted == p))
         rows = [(slot, u) for slot, st in enumerate(sts) for u in st.round_users]
         if rows:

@@ -1,0 +1,136 @@
+"""Opening an input file once, and hashing it while the rest of dpcli loads.
+
+Every input is opened once, by its literal path, and the open file is both hashed (the
+fingerprint that enters the release seed) and handed to the parser (:mod:`dpcli.files`). This
+module holds that first step without importing polars or numpy, so a command can start it
+before they load: :func:`hash_early` opens the data file and hashes it on a background thread
+(``hashlib`` releases the interpreter lock while it hashes), and the 0.1 s or so of imports
+that follow run alongside; :func:`dpcli.files.open_input` then takes the same open file and
+waits for its digest. Nothing about the file is reported before then: a path that cannot be
+opened here is simply opened again, and reported, by ``open_input`` in its usual order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import IO
+
+from dpcli.errors import InputMissingError
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What ``fstat`` says about an open input: enough to notice a rewrite of the same inode."""
+
+    dev: int
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
+    """Open ``path`` exactly as written (no ``~`` or glob expansion) for reading, once.
+
+    Refuses, as :class:`InputMissingError`, a missing or unreadable path, a directory and anything
+    that is not a regular file (a FIFO would block or be consumed by the hash: use ``-``); opening
+    with ``O_NONBLOCK`` keeps a FIFO from blocking before it can be refused. Returns the file (an
+    exact ``io.BufferedReader`` at offset 0) and its identity at open.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputMissingError(f"{what} {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise InputMissingError(f"{what} {path!r} is a directory, not a file") from None
+    except OSError as exc:
+        raise InputMissingError(f"{what} {path!r} is not readable ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InputMissingError(f"{what} {path!r} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputMissingError(f"{what} {path!r} is not a regular file (pipe data in with '-')")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fh, FileIdentity.of(st)
+
+
+def fingerprint_fileobj(fh: IO[bytes]) -> str:
+    """Streamed SHA-256 of an open binary file from its start; leaves it at offset 0."""
+    fh.seek(0)
+    digest = hashlib.file_digest(fh, "sha256").hexdigest()  # type: ignore[arg-type]
+    fh.seek(0)
+    return "sha256:" + digest
+
+
+class EarlyInput:
+    """A regular file opened by :func:`hash_early`, being hashed on a background thread.
+
+    :func:`dpcli.files.open_input` takes it (:meth:`take`): the same open file, its identity at
+    open, and its fingerprint once the thread is done. A file never taken is closed when this
+    object is collected.
+    """
+
+    def __init__(self, path: str, fh: IO[bytes], identity: FileIdentity) -> None:
+        self.path = path
+        self.fh = fh
+        self.identity = identity
+        self._digest: str | None = None
+        self._error: Exception | None = None
+        self._taken = False
+        self._thread = threading.Thread(target=self._hash, name="dpcli-hash", daemon=True)
+        self._closer = weakref.finalize(self, fh.close)
+        self._thread.start()
+
+    def _hash(self) -> None:
+        try:
+            self._digest = fingerprint_fileobj(self.fh)
+        except Exception as exc:  # noqa: BLE001 (kept for the taker; a thread must not print it)
+            self._error = exc
+
+    def take(self) -> tuple[IO[bytes], FileIdentity, str]:
+        """The open file (at offset 0), its identity at open and its fingerprint; once.
+
+        Raises the exception the hash met, if any (an ``OSError`` the caller reports as it would its own).
+        """
+        if self._taken:
+            raise RuntimeError("an early input is taken once")
+        self._taken = True
+        self._thread.join()
+        self._closer.detach()  # the caller owns the file now
+        if self._error is not None:
+            raise self._error
+        assert self._digest is not None
+        return self.fh, self.identity, self._digest
+
+
+def hash_early(path: str | None, read: bool = True) -> EarlyInput | None:
+    """Open ``path`` and start hashing it in the background, or None when that is not for now.
+
+    None for standard input (``-``), a URI, a directory (a dataset), when ``read`` is false (a
+    dry run reads no data; another engine reads the input itself) and for any path
+    :func:`open_binary` refuses: the normal open reports it then, in its usual order.
+    """
+    if not read or path is None or path == "-" or "://" in path:
+        return None
+    try:
+        fh, identity = open_binary(path)
+    except InputMissingError:
+        return None
+    if identity.size == 0:
+        fh.close()
+        return None
+    return EarlyInput(path, fh, identity)
