@@ -162,3 +162,24 @@ def test_identical_rows_fill_the_row_cap_whatever_their_order():
             want = sorted(([first] * min(cap, 10 if first == 4 else 2)
                            + [9 - first] * max(0, cap - (10 if first == 4 else 2)))[:cap])
             assert sorted(unit1["v"].to_list()) == want
+
+
+@pytest.mark.parametrize("engine", ["in-memory", "streaming"])
+def test_every_integer_type_and_extreme_value_gives_the_reference_word(engine):
+    """Each integer type at its extremes (a 128-bit value beyond 64 bits is hashed as text): never an
+    error, whatever the values (a failing cast would make the run depend on the data)."""
+    columns = {
+        "u128": ([0, 5, 2**64 - 1, 2**64, 2**127 + 3, 2**128 - 1, None], pl.UInt128),
+        "i128": ([0, -1, -2**63, -2**63 - 1, 2**64 - 1, 2**64, -2**127], pl.Int128),
+        "u64": ([0, 2**64 - 1, 2**63, None, 1, 2, 3], pl.UInt64),
+        "i8": ([-128, 0, 127, None, 1, 2, 3], pl.Int8),
+        "u8": ([0, 255, None, 1, 2, 3, 4], pl.UInt8),
+        "i16": ([-2**15, 2**15 - 1, None, 0, 1, 2, 3], pl.Int16),
+        "u32": ([0, 2**32 - 1, None, 1, 2, 3, 4], pl.UInt32),
+        "i32": ([-2**31, 2**31 - 1, None, 0, 1, 2, 3], pl.Int32),
+        "e": (["a", "b", None, "a", "b", "a", "b"], pl.Enum(["b", "a"])),
+    }
+    df = pl.DataFrame({n: v for n, (v, _) in columns.items()}, schema={n: t for n, (_, t) in columns.items()})
+    for name, dtype in df.schema.items():
+        got = with_order_key(df.lazy(), [(name, dtype)], SALT, "groups", "k").collect(engine=engine)["k"].to_list()
+        assert got == [reference_order_key([v], SALT, "groups") for v in df[name]], name

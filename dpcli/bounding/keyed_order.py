@@ -196,9 +196,12 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
     if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
         word = col.cast(pl.String).nchash.xxhash64(seed=SEED)
     elif dtype in (pl.Int128, pl.UInt128):
-        word = (pl.when(col.is_between(-(1 << 63), (1 << 64) - 1))
-                .then(col.cast(pl.Int128, strict=False).cast(pl.UInt128, wrap_numerical=True)
-                      .cast(pl.UInt64, wrap_numerical=True))
+        # Literals of the column's own type: a mixed comparison would cast the column to a common
+        # type, which fails on some values (an error that would depend on the data).
+        fits = col <= pl.lit((1 << 64) - 1, dtype=dtype)
+        if dtype == pl.Int128:
+            fits = fits & (col >= pl.lit(-(1 << 63), dtype=dtype))
+        word = (pl.when(fits).then(col.cast(pl.UInt64, wrap_numerical=True))
                 .otherwise(col.cast(pl.String).nchash.xxhash64(seed=SEED)))
     elif dtype == pl.UInt64:
         word = col
