@@ -22,7 +22,7 @@ integer       the value, two's complement (128-bit types: XXH64 of decimal)   ``
 boolean       1 or 0                                                          ``true`` → 1
 date          days since 1970-01-01                                           19000
 datetime      µs since the epoch (UTC)                                        1700000000000000
-duration      µs                                                              1000000
+duration      the stored integer, in the column's own unit (µs, ms, ns)       1000000 µs
 ============  ==============================================================  ==========
 
 Floating-point unit or group columns are refused (a public schema error, before any data is
@@ -195,10 +195,14 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
     col = pl.col(column)
     if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
         word = col.cast(pl.String).nchash.xxhash64(seed=SEED)
-    elif dtype in (pl.Int128, pl.UInt128):
+    elif dtype == pl.Int128:
         word = (pl.when(col.is_between(-(1 << 63), (1 << 64) - 1))
-                .then(col.cast(pl.Int128, strict=False).cast(pl.UInt128, wrap_numerical=True)
-                      .cast(pl.UInt64, wrap_numerical=True))
+                .then(col.cast(pl.UInt128, wrap_numerical=True).cast(pl.UInt64, wrap_numerical=True))
+                .otherwise(col.cast(pl.String).nchash.xxhash64(seed=SEED)))
+    elif dtype == pl.UInt128:
+        # Never compared with a negative bound: polars would cast the column to Int128, strictly,
+        # and fail on values ≥ 2^127 (a failure that depends on a record).
+        word = (pl.when(col <= (1 << 64) - 1).then(col.cast(pl.UInt64, strict=False))
                 .otherwise(col.cast(pl.String).nchash.xxhash64(seed=SEED)))
     elif dtype == pl.UInt64:
         word = col
@@ -211,7 +215,10 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
     elif isinstance(dtype, pl.Datetime):
         word = col.dt.epoch("us").reinterpret(signed=False)
     elif isinstance(dtype, pl.Duration):
-        word = col.dt.total_microseconds().cast(pl.Int64).reinterpret(signed=False)
+        # The stored integer, in the column's own unit: what Spark reads (a Parquet duration is a
+        # bigint there). Never converted: ms would overflow and ns would be truncated, and neither
+        # would match Spark.
+        word = col.to_physical().cast(pl.Int64).reinterpret(signed=False)
     else:
         raise DataError(f"column {column!r} has type {dtype}: a privacy-unit or group column must hold text, integers, "
                         "booleans, dates or times (cast it), so that rows can be sampled the same on every engine")
