@@ -24,7 +24,9 @@ from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError
 from dpcli.files import collect
 
-#: Internal column names (prefixed so they cannot clash with user columns).
+#: Internal column names start with this prefix; a query naming such a column is refused
+#: (:class:`BoundingSpec`), so they cannot clash with user columns.
+RESERVED_PREFIX = "__dp_"
 N_ROWS = "__dp_rows"
 C_SUM = "__dp_csum"
 C_SUMSQ = "__dp_csumsq"
@@ -215,6 +217,12 @@ class BoundingSpec:
             raise ValueError("contribution caps must be ≥ 1")
         if (self.value is None) != (self.grid is None):
             raise ValueError("a value column needs a grid and vice versa")
+        for column in (self.unit, *self.by, *([self.value] if self.value else [])):
+            if column.startswith(RESERVED_PREFIX):
+                # The bounding's own columns (GRID, N_ROWS, the order key…) would replace it: a unit
+                # column named like GRID would become each row's value, unbounding every person.
+                raise UsageError(f"column {column!r}: names starting with {RESERVED_PREFIX!r} are dpcli's own; "
+                                 "rename the column")
 
     def stability(self) -> Stability:
         """What these bounds guarantee per group, in the units of each bounded total (:func:`group_totals`).

@@ -22,7 +22,7 @@ integer       the value, two's complement (128-bit types: XXH64 of decimal)   ``
 boolean       1 or 0                                                          ``true`` → 1
 date          days since 1970-01-01                                           19000
 datetime      µs since the epoch (UTC)                                        1700000000000000
-duration      µs                                                              1000000
+duration      the stored integer, in the column's own unit (µs, ms, ns)       1000000 µs
 ============  ==============================================================  ==========
 
 Floating-point unit or group columns are refused (a public schema error, before any data is
@@ -141,7 +141,8 @@ def mix(x: int) -> int:
 
 
 def reference_word(value: Any) -> int:
-    """The word of one Python value (see the module's table)."""
+    """The word of one Python value (see the module's table; a ``timedelta`` is taken in µs, the
+    word of a µs duration column)."""
     if value is None:
         return NULL_WORD
     if isinstance(value, bool):
@@ -214,7 +215,10 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
     elif isinstance(dtype, pl.Datetime):
         word = col.dt.epoch("us").reinterpret(signed=False)
     elif isinstance(dtype, pl.Duration):
-        word = col.dt.total_microseconds().cast(pl.Int64).reinterpret(signed=False)
+        # The stored integer, in the column's own unit: what Spark reads (a Parquet duration is a
+        # bigint there). Never converted: ms would overflow and ns would be truncated, and neither
+        # would match Spark.
+        word = col.to_physical().cast(pl.Int64).reinterpret(signed=False)
     else:
         raise DataError(f"column {column!r} has type {dtype}: a privacy-unit or group column must hold text, integers, "
                         "booleans, dates or times (cast it), so that rows can be sampled the same on every engine")
