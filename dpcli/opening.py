@@ -131,8 +131,9 @@ def hash_early(path: str | None, read: bool = True) -> EarlyInput | None:
     """Open ``path`` and start hashing it in the background, or None when that is not for now.
 
     None for standard input (``-``), a URI, a directory (a dataset), when ``read`` is false (a
-    dry run reads no data; another engine reads the input itself) and for any path
-    :func:`open_binary` refuses: the normal open reports it then, in its usual order.
+    dry run reads no data; another engine reads the input itself), for any path
+    :func:`open_binary` refuses (the normal open reports it then, in its usual order) and when no
+    thread can be started (the hash is only early, never required).
     """
     if not read or path is None or path == "-" or "://" in path:
         return None
@@ -143,4 +144,8 @@ def hash_early(path: str | None, read: bool = True) -> EarlyInput | None:
     if identity.size == 0:
         fh.close()
         return None
-    return EarlyInput(path, fh, identity)
+    try:
+        return EarlyInput(path, fh, identity)
+    except RuntimeError:  # no thread to be had (a pids limit): the normal open hashes it, as before
+        fh.close()
+        return None
