@@ -102,7 +102,7 @@ def race(
 
 
 def _uniform_below_scalar(stream: KeyedStream, m: int) -> np.ndarray:
-    """``uniform_below(stream, np.full(m, m))``: the same words, the same values (one bound for all)."""
+    """``uniform_below(stream, np.full(m, m))`` for m ≥ 1: the same words, the same values (one bound for all)."""
     limit = ((1 << 64) // m) * m  # words ≥ limit are redrawn; 2^64 (m a power of two): none is
     w = stream.uint64(m)
     if limit == 1 << 64 or int(w.max()) < limit:  # the usual case: one draw, no word redrawn
