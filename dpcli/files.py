@@ -29,7 +29,6 @@ import lzma
 import math
 import os
 import secrets
-import stat
 import sys
 import weakref
 import zlib
