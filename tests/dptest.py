@@ -40,6 +40,21 @@ def history(analyst: str = "default") -> list[dict[str, Any]]:
     return json.loads(cli("budget", "history", analyst, "--json").stdout)
 
 
+#: Units in :func:`one_group_csv`'s files (the input attacks): each has one row in the file's group.
+N_UNITS = 200
+
+
+def one_group_csv(group: str, extra: int = 0) -> str:
+    """A CSV of ``N_UNITS + extra`` units (``user``), one row each, all in group ``g`` = ``group``."""
+    return "user,g\n" + "".join(f"u{i},{group}\n" for i in range(N_UNITS + extra))
+
+
+def init_pure_ledger(epsilon: str = "50") -> None:
+    """``dpcli budget init default --mode pure --epsilon EPSILON`` (asserted to succeed)."""
+    r = cli("budget", "init", "default", "--mode", "pure", "--epsilon", epsilon)
+    assert r.exit_code == 0, r.stderr
+
+
 #: Notes computed from a release's noisy output (post-processing, see dpcli.advice): they may differ
 #: between two releases exactly as the released values do.
 OUTPUT_NOTES = ("is mostly noise", "groups released: no group")

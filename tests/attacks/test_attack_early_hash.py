@@ -33,26 +33,11 @@ from typer.testing import CliRunner
 from dpcli import files, opening
 from dpcli.cli import _release
 from dpcli.cli.app import app
+from dptest import N_UNITS as N, history, init_pure_ledger as init, one_group_csv as data
 from tabulate_specs import spec_toml
 
 runner = CliRunner()
-N = 200
 HIST = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1"]
-
-
-def data(group: str, extra: int = 0) -> str:
-    return "user,g\n" + "".join(f"u{i},{group}\n" for i in range(N + extra))
-
-
-def init() -> None:
-    r = runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "50"])
-    assert r.exit_code == 0, r.stderr
-
-
-def history() -> list[dict]:
-    r = runner.invoke(app, ["budget", "history", "default", "--json"])
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 def hist(tmp_path: Path, source, out: str, *extra: str):

@@ -21,26 +21,10 @@ from typer.testing import CliRunner
 
 from dpcli import files
 from dpcli.cli.app import app
+from dptest import N_UNITS as N, history, init_pure_ledger as init, one_group_csv as data
 from tabulate_specs import spec_toml
 
 runner = CliRunner()
-N = 200  # units per data file: every unit has one row in the file's single group
-
-
-def data(group: str, extra: int = 0) -> str:
-    """``N + extra`` units, one row each, all in ``group``."""
-    return "user,g\n" + "".join(f"u{i},{group}\n" for i in range(N + extra))
-
-
-def init() -> None:
-    r = runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "50"])
-    assert r.exit_code == 0, r.stderr
-
-
-def history() -> list[dict]:
-    r = runner.invoke(app, ["budget", "history", "default", "--json"])
-    assert r.exit_code == 0, r.stderr
-    return json.loads(r.stdout)
 
 
 class Run:
