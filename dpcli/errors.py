@@ -7,6 +7,7 @@ line on stderr. Anything else that escapes is a bug (exit code 1).
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 
 
@@ -34,14 +35,19 @@ class DpcliError(Exception):
     The CLI renders the field as its flag (``--epsilon``), the way
     sqlite-utils maps its library errors to click errors, so no module below
     ``dpcli.cli`` ever spells a flag.
+
+    ``fix`` is a remedy only the operator may apply (create a ledger, reseal
+    one): the CLI shows it to operators and tells anyone else to ask the
+    operator, so no message hands an analyst a command that gives budget back.
     """
 
     exit_code: ExitCode = ExitCode.INTERNAL
 
-    def __init__(self, detail: str, *, field: str | None = None) -> None:
+    def __init__(self, detail: str, *, field: str | None = None, fix: str | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
         self.field = field
+        self.fix = fix
 
     def __str__(self) -> str:
         return f"{self.field} {self.detail}" if self.field else self.detail
@@ -97,3 +103,18 @@ class SparkStopped(DpcliError):
     """The Spark driver went away during a run (it exits when out of heap); nothing was charged."""
 
     exit_code = ExitCode.INTERNAL
+
+
+#: What an operating-system error means, in dpcli's words (its own text is the OS's: never printed).
+_OS_REASONS = {errno.EACCES: "permission denied", errno.EPERM: "not permitted", errno.ENOENT: "no such file",
+               errno.EISDIR: "a directory", errno.ENOTDIR: "a path component is not a directory",
+               errno.ELOOP: "too many symbolic links", errno.ENAMETOOLONG: "name too long",
+               errno.ENOSPC: "no space left on the device", errno.EROFS: "read-only file system",
+               errno.EIO: "input/output error", errno.EMFILE: "too many open files", errno.EXDEV: "another device",
+               errno.EDQUOT: "disk quota exceeded", errno.EEXIST: "already exists"}
+
+
+def os_reason(exc: BaseException) -> str:
+    """A fixed phrase for an OS error (by its errno), never the error's own text."""
+    code = getattr(exc, "errno", None)
+    return _OS_REASONS.get(code, "operating-system error") if isinstance(code, int) else "operating-system error"

@@ -39,8 +39,9 @@ from typing import IO, Literal
 
 import polars as pl
 
-from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
-from dpcli.opening import EarlyInput, FileIdentity, fingerprint_fileobj, open_binary  # noqa: F401 (re-exported)
+from dpcli.access import Source, gate, inside
+from dpcli.errors import DataError, InputMissingError, OutputError, UsageError, os_reason
+from dpcli.opening import EarlyInput, FileIdentity, fingerprint_fileobj, open_binary, refuse_private  # noqa: F401 (re-exported)
 from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
@@ -76,6 +77,7 @@ class InputTable:
 
     frame: pl.LazyFrame
     fingerprint: str
+    #: What messages, summaries and ledger lines call it: a catalog name, or the path as given.
     name: str
     format: str
     source: IO[bytes] | None = field(default=None, compare=False, repr=False)
@@ -85,6 +87,13 @@ class InputTable:
     file_identities: tuple[FileIdentity, ...] = field(default=(), compare=False, repr=False)
     #: A URI listed by Spark (:func:`dpcli.spark.inputs.open_uri`): the files Spark reads, as Spark names them.
     uris: tuple[str, ...] = field(default=(), compare=False, repr=False)
+    #: Where it was read: the path, dataset directory or URI (``name`` when empty).
+    location: str = field(default="", compare=False)
+
+    @property
+    def where(self) -> str:
+        """The path, directory or URI read (never shown to a service-mode analyst: see ``name``)."""
+        return self.location or self.name
 
     @property
     def is_dataset(self) -> bool:
@@ -102,7 +111,7 @@ class InputTable:
         Linux 6.13+ ext4/xfs/btrfs/tmpfs the times are fine-grained once queried, as here at open).
         """
         if self.files:
-            now_files = tuple(dataset_files(self.name))
+            now_files = tuple(dataset_files(self.where))
             try:
                 now_ids = tuple(FileIdentity.of(os.stat(f)) for f in now_files)
             except OSError:
@@ -127,6 +136,10 @@ def verify_unchanged(*inputs: InputTable | None) -> None:
             table.verify_unchanged()
 
 
+#: ``compression`` names of a catalog entry → the suffix that implies them.
+_COMPRESSION_NAMES = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz"}
+
+
 def _suffixes(path: str) -> tuple[str, str | None]:
     """The format suffix of ``path`` and its compression suffix (or None): ``a.csv.gz`` → (``.csv``, ``.gz``)."""
     p = Path(path)
@@ -136,8 +149,9 @@ def _suffixes(path: str) -> tuple[str, str | None]:
     return comp, None
 
 
-def input_format_for(path: str, explicit: str | None) -> str:
-    """The input format from ``--input-format``, else the file extension (``-``: CSV)."""
+def input_format_for(path: str, explicit: str | None, name: str | None = None) -> str:
+    """The input format from ``--input-format``, else the file extension (``-``: CSV); messages call the
+    input ``name`` (a catalog name) when given."""
     if explicit:
         if explicit not in INPUT_FORMATS:
             raise UsageError(f"unknown input format {explicit!r} (choose from {', '.join(INPUT_FORMATS)})")
@@ -146,7 +160,8 @@ def input_format_for(path: str, explicit: str | None) -> str:
         return "csv"
     fmt = _INPUT_EXT.get(_suffixes(path)[0])
     if fmt is None:
-        raise UsageError(f"is needed: the format of {path!r} is not clear from its extension", field="input_format")
+        raise UsageError(f"is needed: the format of {name or path!r} is not clear from its extension",
+                         field="input_format")
     return fmt
 
 
@@ -192,7 +207,7 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
 
 
 def open_input(
-    path: str,
+    path: str | Source,
     input_format: str | None = None,
     stdin: IO[bytes] | None = None,
     text_columns: tuple[str, ...] = (),
@@ -220,17 +235,25 @@ def open_input(
     already opened and being hashed (:func:`dpcli.opening.hash_early`), taken instead of opening
     it again.
 
+    ``path`` may be a :class:`dpcli.access.Source` (a catalog entry resolved by name): its location is
+    read, with the entry's format, delimiter and compression, and messages call it by its name.
+
     Raises :class:`InputMissingError` for a missing/unreadable file and
     :class:`DataError` for one polars cannot parse or that has no columns.
     """
+    source = path if isinstance(path, Source) else Source(path, path)
+    path, name = source.location, source.name
+    input_format = source.format or input_format
+    delimiter = source.delimiter or delimiter
     if path != "-" and os.path.isdir(path):
-        return open_dataset(path, input_format)
-    fmt = input_format_for(path, input_format)
+        return open_dataset(path, input_format, name)
+    fmt = input_format_for(path, input_format, name)
     delimiter = csv_delimiter(delimiter)
     if path == "-":
         data = (stdin or sys.stdin.buffer).read()
         if not data:
             raise DataError("standard input is empty")
+        refuse_private(data[:32], "standard input", "-")
         fingerprint = fingerprint_bytes(data)
         try:
             frame = _scan(data, fmt, text_columns, delimiter)
@@ -245,24 +268,28 @@ def open_input(
         fh, identity = open_binary(path)
     try:
         if identity.size == 0:
-            raise DataError(f"input file {path!r} is empty")
+            raise DataError(f"input file {name!r} is empty")
         try:
             fingerprint = fingerprint_fileobj(fh) if early is None else early.take()[2]
         except OSError as exc:
-            raise InputMissingError(f"input file {path!r} is not readable ({exc.strerror})") from None
+            raise InputMissingError(f"input file {name!r} is not readable ({os_reason(exc)})") from None
         if after_fingerprint_hook is not None:
             after_fingerprint_hook(path)
-        decompress = _COMPRESSION.get(_suffixes(path)[1] or "")
+        suffix = _COMPRESSION_NAMES.get(source.compression or "") if source.compression else _suffixes(path)[1]
+        decompress = _COMPRESSION.get(suffix or "")
         try:
-            source: IO[bytes] | bytes = fh if decompress is None else decompress(fh.read())
-            frame = _scan(source, fmt, text_columns, delimiter)
+            content: IO[bytes] | bytes = fh if decompress is None else decompress(fh.read())
+            if isinstance(content, bytes):
+                refuse_private(content[:32], "input file", name)
+            frame = _scan(content, fmt, text_columns, delimiter)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
-            raise DataError(f"cannot read {path!r} as {fmt}: {withheld(exc)}") from None
+            raise DataError(f"cannot read {name!r} as {fmt}: {withheld(exc)}") from None
     except BaseException:
         fh.close()
         raise
-    table = InputTable(frame=frame, fingerprint=fingerprint, name=path, format=fmt, source=fh, identity=identity)
+    table = InputTable(frame=frame, fingerprint=fingerprint, name=name, format=fmt, source=fh, identity=identity,
+                       location=path)
     weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
     return table
 
@@ -293,7 +320,7 @@ def _footer_digest(f: Path, directory: str) -> str:
         return hashlib.sha256(fh.read(length)).hexdigest()
 
 
-def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
+def open_dataset(directory: str, input_format: str | None = None, name: str | None = None) -> InputTable:
     """A directory of Parquet files (a partitioned dataset) as one input.
 
     Hashing every byte of a large dataset is not possible, so its fingerprint is a manifest: each
@@ -306,6 +333,8 @@ def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
     """
     if input_format not in (None, "parquet"):
         raise UsageError("a dataset directory is read as Parquet files", field="input_format")
+    gate().check_read(directory, "dataset")
+    name = name or directory
     files = dataset_files(directory)
     if not files:
         raise InputMissingError(f"dataset {directory!r} holds no data files")
@@ -316,7 +345,7 @@ def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
     try:
         identities = tuple(FileIdentity.of(os.stat(f)) for f in files)
     except OSError as exc:
-        raise InputMissingError(f"dataset {directory!r} is not readable ({exc.strerror})") from None
+        raise InputMissingError(f"dataset {directory!r} is not readable ({os_reason(exc)})") from None
     manifest = [[str(f.relative_to(directory)), i.size, i.mtime_ns, _footer_digest(f, directory)]
                 for f, i in zip(files, identities)]
     digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
@@ -326,8 +355,8 @@ def open_dataset(directory: str, input_format: str | None = None) -> InputTable:
         frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DataError(f"cannot read {directory!r} as Parquet: {withheld(exc)}") from None
-    return InputTable(frame=frame, fingerprint=fingerprint, name=directory, format="parquet", files=tuple(files),
-                      file_identities=identities)
+    return InputTable(frame=frame, fingerprint=fingerprint, name=name, format="parquet", files=tuple(files),
+                      file_identities=identities, location=directory)
 
 
 def withheld(exc: BaseException) -> str:
@@ -338,11 +367,6 @@ def withheld(exc: BaseException) -> str:
     the inputs are kept total where they can be (CSV: ragged lines truncated, invalid UTF-8 replaced).
     """
     return f"the file does not parse ({type(exc).__name__}; the parser's message is withheld: it may quote records)"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 ColumnKind = Literal["any", "numeric", "value", "temporal", "key"]
@@ -373,6 +397,8 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
             if not header_is_text(schema.names()):  # binary bytes read as a header: never echo them
                 raise DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
                                 "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz name)")
+            if gate().restricted:  # the data's other column names are private to a service-mode analyst
+                raise DataError(f"column {col!r} not found in {table.name}")
             known = ", ".join(list(schema.names())[:12])
             raise DataError(f"column {col!r} not found in {table.name} (columns: {known})")
         dtype = schema[col]
@@ -405,7 +431,8 @@ def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Sche
     try:
         groups = table.frame.select([pl.col(c).cast(data_schema[c], strict=True) for c in by]).unique().collect()
     except pl.exceptions.PolarsError as exc:
-        raise DataError(f"{table.name}: values do not match the data's column types ({_first_line(exc)})") from None
+        raise DataError(f"{table.name}: values do not match the data's column types ({type(exc).__name__}; "
+                        "the parser's message is withheld)") from None
     if groups.height == 0:
         raise DataError(f"{table.name} lists no groups")
     table.verify_unchanged()  # the whole list has been read: it is the list that was hashed
@@ -447,30 +474,6 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
         return False
 
 
-def _inside(path: PathLike, directory: PathLike) -> bool:
-    """Is ``path`` (resolved: symlinks of the path and of its parents, ``..``) ``directory`` or below it?
-
-    Compared as resolved text and, for each existing ancestor, by (device, inode), so a bind mount
-    or a second name of the directory is caught too.
-    """
-    real = Path(os.path.realpath(path))
-    root = Path(os.path.realpath(directory))
-    if real == root or root in real.parents:
-        return True
-    try:
-        root_id = (os.stat(root).st_dev, os.stat(root).st_ino)
-    except OSError:
-        return False
-    for ancestor in (real, *real.parents):
-        try:
-            st = os.stat(ancestor)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == root_id:
-            return True
-    return False
-
-
 def check_path_is_not_protected(
     path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output"
 ) -> None:
@@ -481,14 +484,14 @@ def check_path_is_not_protected(
     same file when both resolve to one path or (both existing) to one inode. Standard input/output
     (``-``) and missing entries are skipped.
     """
-    if state_dir is not None and _inside(path, state_dir):
+    if state_dir is not None and inside(path, state_dir):
         raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
     for source in inputs:
         if source is None or str(source) == "-":
             continue
         if _same_file(path, source):
             raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
-        if os.path.isdir(source) and _inside(path, source):
+        if os.path.isdir(source) and inside(path, source):
             raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
 
 
@@ -503,6 +506,7 @@ def check_output_path(
     """
     if not path or path == "-":
         return
+    gate().check_write(path)
     check_path_is_not_protected(path, state_dir, inputs)
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
@@ -574,10 +578,11 @@ def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes]
         out.write(data)
         out.flush()
         return
+    gate().check_write(path)
     try:
         atomic_write_bytes(Path(path), data, mode=0o644)
     except OSError as exc:
-        raise OutputError(f"cannot write {path!r}: {exc.strerror}") from None
+        raise OutputError(f"cannot write {path!r}: {os_reason(exc)}") from None
 
 
 def cheap_row_count(table: InputTable) -> int | None:

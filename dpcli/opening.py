@@ -20,7 +20,7 @@ import weakref
 from dataclasses import dataclass
 from typing import IO
 
-from dpcli.errors import InputMissingError
+from dpcli.errors import InputMissingError, os_reason
 
 
 @dataclass(frozen=True)
@@ -38,14 +38,40 @@ class FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+#: How dpcli's own private files begin: the secret key, a ledger and its mark, and every checked
+#: state document (stream states, schedules, the catalog). None is ever read as an input.
+_PRIVATE_HEADS = (b"dpcli-secret-key", b'{"schema_version": ', b'{"ledger_id": ', b'{"format": "dpcli-',
+                  b'{\n "format": "dpcli-')
+
+
+def is_private_file(head: bytes) -> bool:
+    """Do these first bytes of a file look like one of dpcli's private files (key, ledger, state)?"""
+    return head.lstrip(b"\xef\xbb\xbf").startswith(_PRIVATE_HEADS)
+
+
+def refuse_private(head: bytes, what: str, path: str) -> None:
+    """Refuse (exit 66) an input whose first bytes are those of a key, ledger or state file."""
+    if is_private_file(head):
+        raise InputMissingError(f"{what} {path!r} is one of dpcli's private files (a key, ledger or state): "
+                                "dpcli never reads them as input")
+
+
 def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
     """Open ``path`` exactly as written (no ``~`` or glob expansion) for reading, once.
+
+    Every open of a path dpcli reads for its caller passes here, so here the caller's rights are
+    asked first (:meth:`dpcli.access.Gate.check_read`: in service mode only catalog locations; in
+    personal mode nothing in the state directory), and a file that begins like a key, ledger or
+    state file is refused wherever it lies (a copy or a hard link of one).
 
     Refuses, as :class:`InputMissingError`, a missing or unreadable path, a directory and anything
     that is not a regular file (a FIFO would block or be consumed by the hash: use ``-``); opening
     with ``O_NONBLOCK`` keeps a FIFO from blocking before it can be refused. Returns the file (an
     exact ``io.BufferedReader`` at offset 0) and its identity at open.
     """
+    from dpcli.access import gate
+
+    gate().check_read(path, what)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -53,13 +79,14 @@ def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIde
     except IsADirectoryError:
         raise InputMissingError(f"{what} {path!r} is a directory, not a file") from None
     except OSError as exc:
-        raise InputMissingError(f"{what} {path!r} is not readable ({exc.strerror})") from None
+        raise InputMissingError(f"{what} {path!r} is not readable ({os_reason(exc)})") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
             raise InputMissingError(f"{what} {path!r} is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
             raise InputMissingError(f"{what} {path!r} is not a regular file (pipe data in with '-')")
+        refuse_private(os.pread(fd, 32, 0), what, path)
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
     except BaseException:

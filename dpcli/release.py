@@ -29,6 +29,7 @@ from dpcli import bounding
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import NOISE_VERSION, KeyedStream, canonical_json, derive_seed, seed_id
+from dpcli.access import Source
 from dpcli.errors import DataError, UsageError
 from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
 from dpcli.opening import EarlyInput
@@ -121,12 +122,12 @@ class QueryInputs:
 
 
 def open_query_inputs(
-    source: str,
+    source: str | Source,
     input_format: str | None,
     unit: str,
     by: tuple[str, ...],
     value: str | None = None,
-    group_list: str | None = None,
+    group_list: str | Source | None = None,
     group_list_name: str = "keys",
     delimiter: str = ",",
     table: InputTable | None = None,
@@ -162,9 +163,19 @@ def open_block_list(spec: Any) -> InputTable:
     """Open a tabulation spec's public block list once (fingerprinted; its fingerprint enters the seed)."""
     from dpcli.tasks.tabulate import block_columns
 
-    if spec.blocks_file is None:
+    if spec.blocks is None:
         raise DataError("the spec needs geography.blocks: the public list of blocks groups are enumerated from")
-    return open_input(str(spec.blocks_file), text_columns=tuple(block_columns(spec)))
+    return open_input(block_list_source(spec), text_columns=tuple(block_columns(spec)))
+
+
+def block_list_source(spec: Any) -> Source:
+    """A spec's ``geography.blocks``: a catalog public name (always, in service mode), else a path next to the spec."""
+    from dpcli.access import gate
+
+    g = gate()
+    if g.service or (g.catalog is not None and g.catalog.entry("public", spec.blocks) is not None):
+        return g.public(spec.blocks, "geography.blocks")
+    return Source(spec.blocks, str(spec.blocks_file))
 
 
 def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs,
@@ -226,6 +237,7 @@ def charge(
     step: ledger.Step | None = None,
     before_output: Callable[[], None] | None = None,
     inputs: Sequence[InputTable | None] = (),
+    output_digest: str | None = None,
 ) -> Release:
     """Debit ``prepared`` (free if this seed was already released) and report; nothing is written here.
 
@@ -236,11 +248,13 @@ def charge(
     reservation (which ``step.create`` debits on the first run: the report then says
     ``"charged": true`` and lists it as ``reserved``). ``before_output`` runs after the debit (the
     state file's own write: ledger first, so a crash in between is retried as a free exact repeat).
+    ``output_digest``: the digest of the file the release is about to be written to, recorded in the
+    ledger entry (``dpcli plot`` in service mode draws only files whose digest a ledger holds).
     """
     verify_unchanged(*inputs)
     receipt = ledger.charge(root, analyst, command=command, query_id=prepared.seed.query_id,
                             seed_id=prepared.seed.id, reserve=prepared.events, actual=prepared.actual,
-                            summary=summary_line, lock_timeout=lock_timeout, step=step)
+                            summary=summary_line, lock_timeout=lock_timeout, step=step, output=output_digest)
     if before_output is not None:
         before_output()
     charged = prepared.actual if prepared.actual is not None else prepared.events

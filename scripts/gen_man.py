@@ -19,9 +19,10 @@ from dpcli.errors import ExitCode
 _EXIT_MEANING = {
     ExitCode.OK: "success",
     ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; nothing charged)",
-    ExitCode.USAGE: "usage error: bad option or argument",
-    ExitCode.DATA: "bad input data (missing column, wrong type, nulls in the privacy unit, empty input)",
-    ExitCode.NO_INPUT: "input file missing or unreadable",
+    ExitCode.USAGE: "usage error: bad option or argument, or (service mode) a path or verb the caller may not use",
+    ExitCode.DATA: "bad input data (missing column, wrong type, unparsable or empty input); bad records are dropped, "
+                   "never an error",
+    ExitCode.NO_INPUT: "input file missing or unreadable, or one of dpcli's private files (key, ledger, state)",
     ExitCode.CANT_WRITE: "output cannot be written",
     ExitCode.LOCK_TIMEOUT: "ledger lock not acquired in time (safe to retry)",
     ExitCode.BUDGET: "privacy budget refused (or no ledger for the analyst)",

@@ -75,3 +75,74 @@ def dataset(tmp_path: Path, name: str) -> Path:
         part.write_parquet(big / ("day=2" if i % 2 else "") / name.format(i=i))
     (big / "_SUCCESS").write_text("")
     return big
+
+
+class Service:
+    """A service-mode deployment inside a test: a service account's home, its state directory, private
+    data, a catalog, output directories, and CLI runs as the owner (personal mode) or as an analyst
+    invoking dpcli through sudo (the identity source is replaced; see :mod:`dpcli.access`).
+
+    Private data: ``visits.csv`` (units ``user``, groups ``page``, a ``secret`` column), ``pages.csv``
+    (a public list) in ``data/``; outputs go to ``out/<analyst>/``.
+    """
+
+    SERVICE_UID_OFFSET = 40000  # analysts' fake uids: far from any real one
+
+    def __init__(self, tmp_path: Path, monkeypatch: Any, analysts: tuple[str, ...] = ("alice", "bob"),
+                 operators: tuple[str, ...] = ("ops",)) -> None:
+        import os
+
+        self.monkeypatch = monkeypatch
+        self.home = tmp_path / "svc-home"
+        self.state = self.home / ".local" / "share" / "dpcli"
+        self.data = tmp_path / "data"
+        self.out = tmp_path / "out"
+        self.euid = os.geteuid()
+        self.names = {self.SERVICE_UID_OFFSET + i: n for i, n in enumerate((*analysts, *operators))}
+        self.data.mkdir()
+        self.home.mkdir()
+        for name in analysts:
+            (self.out / name).mkdir(parents=True)
+        monkeypatch.delenv("DPCLI_STATE_DIR", raising=False)
+        rows = "".join(f"u{i},/p/{i % 3},s{i}\n" for i in range(300))
+        (self.data / "visits.csv").write_text("user,page,secret\n" + rows)
+        (self.data / "pages.csv").write_text("page\n/p/0\n/p/1\n/p/2\n")
+        outputs = "".join(f'[[outputs]]\ndirectory = "{self.out / n}"\nanalysts = ["{n}"]\n' for n in analysts)
+        self.catalog_toml = (
+            f'operators = {list(operators)!r}\n'
+            f'[datasets.visits]\nlocation = "{self.data / "visits.csv"}"\nprivacy_unit = "user"\nanalysts = ["*"]\n'
+            f'[public.pages]\nlocation = "{self.data / "pages.csv"}"\nanalysts = ["*"]\n' + outputs
+        ).replace("'", '"')
+
+    def owner(self, *args: Any) -> Any:
+        """``dpcli ARGS`` as the service account itself (personal mode: the owner is the operator)."""
+        self._identity(None)
+        return runner.invoke(app, ["--state-dir", str(self.state), *[str(a) for a in args]])
+
+    def setup(self, epsilon: str = "10", ledgers: bool = True) -> None:
+        """The owner installs the catalog and (``ledgers``) creates an approx ledger for every analyst."""
+        cat = self.home / "catalog.toml"
+        cat.write_text(self.catalog_toml)
+        r = self.owner("catalog", "set", cat)
+        assert r.exit_code == 0, r.stderr
+        for name in self.names.values() if ledgers else ():
+            r = self.owner("budget", "init", name, "--mode", "approx", "--epsilon", epsilon, "--delta", "1e-4")
+            assert r.exit_code == 0, r.stderr
+
+    def run(self, analyst: str, *args: Any, env: dict[str, str] | None = None) -> Any:
+        """``dpcli ARGS`` invoked by ``analyst`` through sudo, as the service account (service mode)."""
+        self._identity(analyst, env)
+        return runner.invoke(app, [str(a) for a in args])
+
+    def _identity(self, analyst: str | None, env: dict[str, str] | None = None) -> None:
+        from dpcli import access
+
+        uids = {n: u for u, n in self.names.items()}
+        environ = dict(env or {})
+        if analyst is not None:
+            environ.update({"SUDO_UID": str(uids[analyst]), "SUDO_USER": analyst})
+        home, euid, names = self.home, self.euid, self.names
+        self.monkeypatch.setattr(access, "SOURCE", access.IdentitySource(
+            uid=lambda: euid, euid=lambda: euid, environ=lambda: environ,
+            user_name=lambda uid: names.get(uid, "svc"), user_home=lambda uid: home if uid == euid else None,
+            user_id=lambda name: uids.get(name)))

@@ -332,10 +332,10 @@ def test_an_early_read_error_is_the_usual_error(tmp_path, monkeypatch):
     from dpcli import opening
 
     def broken(fh):
-        raise OSError(errno.EIO, "Input/output error")
+        raise OSError(errno.EIO, "input/output error")
 
     (tmp_path / "d.csv").write_text("u\na\n")
     monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
     early = opening.hash_early(str(tmp_path / "d.csv"))
-    with pytest.raises(InputMissingError, match=r"'.*d.csv' is not readable \(Input/output error\)"):
+    with pytest.raises(InputMissingError, match=r"'.*d.csv' is not readable \(input/output error\)"):
         files.open_input(str(tmp_path / "d.csv"), early=early)

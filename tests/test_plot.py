@@ -189,7 +189,7 @@ def test_without_matplotlib_a_file_says_how_to_install_and_text_still_works(monk
 
 
 @pytest.mark.parametrize("args, code, needle", [
-    ([str(DATA / "missing.csv")], 66, "not found"),
+    ([str(DATA / "missing.csv")], 66, "does not exist"),
     ([str(DATA / "histogram.csv"), "-o", "x.pdf"], 2, "must end in .png or .svg"),
     ([str(DATA / "histogram.csv"), "--value", "sum_x"], 2, "no released column 'sum_x'"),
     ([str(DATA / "stream.csv"), "--keys", "/p/999"], 2, "no released rows for /p/999"),

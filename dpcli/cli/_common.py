@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from dpcli.errors import DpcliError, ExitCode
+from dpcli.errors import DpcliError, ExitCode, UsageError
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 
@@ -119,24 +119,40 @@ def flag_for(field: str) -> str:
 
 
 def error_line(exc: DpcliError) -> str:
-    """The one stderr line for an expected error, its field (if any) spelt as a flag."""
-    return one_line(exc.rendered(flag_for(exc.field)) if exc.field else str(exc))
+    """The one stderr line for an expected error, its field (if any) spelt as a flag.
+
+    An operator's remedy (:attr:`DpcliError.fix`) is shown to operators only; anyone else is told
+    to ask the operator (in service mode no message hands an analyst a command that gives budget back).
+    """
+    from dpcli.access import gate
+
+    text = exc.rendered(flag_for(exc.field)) if exc.field else str(exc)
+    if exc.fix:
+        text += f"; {exc.fix}" if gate().operator else "; ask the operator"
+    return one_line(text)
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
-def _raised_by_dpcli(exc: BaseException) -> bool:
-    """Was ``exc`` raised in dpcli's own code (whose messages never quote records)?"""
-    frames = traceback.extract_tb(exc.__traceback__)
-    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_PACKAGE_DIR)
+def _where(exc: BaseException) -> str:
+    """The innermost frame of dpcli's own code that ``exc`` went through (``dpcli/files.py:120``), for a bug report."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
+    if not frames:
+        return "?"
+    return f"{Path(frames[-1].filename).resolve().relative_to(_PACKAGE_DIR.parent)}:{frames[-1].lineno}"
 
 
 def message_of(exc: BaseException) -> str:
-    """An exception's message if dpcli wrote it, else a placeholder: a parser's or a library's
-    message may quote the value of a record (polars: the offending field; float(): the text)."""
-    if isinstance(exc, DpcliError) or _raised_by_dpcli(exc):
-        return str(exc)
+    """An exception's message if dpcli wrote it as such (a :class:`DpcliError`), else a placeholder.
+
+    Any other exception's text is foreign: a parser's or a library's message may quote a record
+    (polars: the offending field; ``float()``: the text; a ``KeyError``: the missing key), a path
+    or a secret, even when it was raised inside dpcli's own code. Only its type is shown.
+    """
+    if isinstance(exc, DpcliError):
+        return error_line(exc)
     return "message withheld (it may quote records)"
 
 
@@ -176,16 +192,22 @@ def handles_errors(func: F) -> F:
         except KeyboardInterrupt:
             typer.echo("dpcli: interrupted", err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except Exception as exc:  # a bug: say so, keep the one-line contract
+        except Exception as exc:  # a bug: say so, keep the one-line contract, never the foreign text
             if verbose:
                 sys.stderr.write(safe_traceback(exc))
-            text = message_of(exc)
-            msg = text.splitlines()[0] if text else ""
-            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__}: {one_line(msg)}", err=True)
+            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
     return wrapper  # type: ignore[return-value]
 
 
 def resolve_analyst(name: str | None, ctx: typer.Context) -> str:
-    return validate_analyst(name or settings(ctx).analyst)
+    """The ledger a command uses: ``name`` if given, else the caller's. In service mode an analyst
+    may name only their own ledger (an operator any)."""
+    from dpcli.access import gate
+
+    chosen = validate_analyst(name or settings(ctx).analyst)
+    g = gate()
+    if g.service and chosen != g.analyst and not g.operator:
+        raise UsageError(f"in service mode you use your own ledger ({g.analyst!r}) only")
+    return chosen

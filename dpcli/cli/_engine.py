@@ -12,6 +12,7 @@ from dpcli.cli._common import Settings
 from dpcli.errors import SparkStopped, UsageError
 
 if TYPE_CHECKING:
+    from dpcli.access import Source
     from dpcli.files import InputTable
     from dpcli.release import Engine
 
@@ -27,16 +28,21 @@ class SparkChoice:
     uri: bool  # the input is a URI Spark lists and reads (no local file)
 
 
-def check_engine(engine: str, master: str | None, remote: str | None, conf: list[str] | None, source: str,
-                 input_format: str | None) -> SparkChoice | None:
+def check_engine(engine: str, master: str | None, remote: str | None, conf: list[str] | None,
+                 data: Source) -> SparkChoice | None:
     """Check the engine options before any data is read: None for polars, else where Spark runs.
 
     Spark takes a local CSV or Parquet file or dataset directory (by a path without ``:``), or a
     storage URI (:data:`dpcli.spark.inputs.SCHEMES`, without glob characters), never standard input.
+    In service mode the endpoint is the catalog's (:meth:`dpcli.access.Gate.spark`).
     """
+    from dpcli.access import gate
     from dpcli.files import input_format_for
     from dpcli.spark.inputs import check_uri, uri_scheme
 
+    source, input_format = data.location, data.format
+    if engine == "spark":
+        master, remote, conf = gate().spark(master, remote, conf)
     scheme = uri_scheme(source)
     if engine == "polars":
         if master is not None or remote is not None or conf:
@@ -56,15 +62,15 @@ def check_engine(engine: str, master: str | None, remote: str | None, conf: list
     if scheme is not None:
         check_uri(source)
         name = source.rstrip("/").rsplit("/", 1)[-1]
-        fmt = input_format_for(source, input_format) if input_format or "." in name else "parquet"  # a directory
+        fmt = input_format_for(source, input_format, data.name) if input_format or "." in name else "parquet"
     elif Path(source).is_dir():  # a dataset directory: its Parquet files (files.open_dataset)
         fmt = "parquet"
     else:
-        fmt = input_format_for(source, input_format)
+        fmt = input_format_for(source, input_format, data.name)
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
     if scheme is None:
-        _check_local_path(source)
+        _check_local_path(source, data.name)
     return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
 
 
@@ -77,14 +83,16 @@ def spark_session(s: Settings, choice: SparkChoice) -> Any:
     return spark_session(choice.master or "local[*]", list(choice.conf), s.state_dir)
 
 
-def open_spark_input(s: Settings, choice: SparkChoice | None, source: str) -> InputTable | None:
+def open_spark_input(s: Settings, choice: SparkChoice | None, data: Source) -> InputTable | None:
     """For a URI input, the table Spark lists (its manifest and schema); None for local files,
     which are opened and fingerprinted on this machine as for polars."""
     if choice is None or not choice.uri:
         return None
+    from dpcli.access import gate
     from dpcli.spark.inputs import open_uri
 
-    return open_uri(spark_session(s, choice), source, choice.fmt)
+    gate().check_read(data.location, "input")
+    return open_uri(spark_session(s, choice), data.location, choice.fmt, data.name)
 
 
 def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, delimiter: str) -> Engine | None:
@@ -107,7 +115,7 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     else:
         # By absolute, glob-escaped file: paths (no scheme or glob left to Spark); a dataset is given
         # as its list of files, so Spark adds no partition columns and reads no file the manifest lacks.
-        files = table.files or (Path(table.name),)
+        files = table.files or (Path(table.where),)
         if any(":" in str(f.resolve()) for f in files):  # names below a dataset are never quoted
             raise UsageError(f"{table.name!r} holds a file with ':' in its path, which Spark cannot read: "
                              "rename it, or use --engine polars")
@@ -143,7 +151,7 @@ def _guarded(compute: Callable[..., Any]) -> Callable[..., Any]:
     return run
 
 
-def _check_local_path(path: str) -> None:
+def _check_local_path(path: str, name: str) -> None:
     if ":" in str(Path(path).resolve()):
         raise UsageError(f"--engine spark cannot read a local path with ':' in it (Hadoop takes it for a URI "
-                         f"scheme), got {path!r}: rename it or use --engine polars")
+                         f"scheme), got {name!r}: rename it or use --engine polars")

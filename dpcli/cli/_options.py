@@ -156,7 +156,10 @@ JsonOpt = Annotated[
         help="Machine-readable summary: on stdout with -o FILE; without -o, result and summary as one JSON document.",
     ),
 ]
-UnitOpt = Annotated[str, typer.Option("--privacy-unit", help="Column identifying the privacy unit (e.g. user_id).")]
+UnitOpt = Annotated[
+    str | None, typer.Option("--privacy-unit", help="Column identifying the privacy unit (e.g. user_id); a catalog "
+                             "dataset's is the operator's.", show_default=False)
+]
 EpsilonOpt = Annotated[str | None, typer.Option("--epsilon", help="ε of this release (total over all its parts).")]
 DeltaOpt = Annotated[str | None, typer.Option("--delta", help="δ of this release, in [0, 1).")]
 EngineOpt = Annotated[

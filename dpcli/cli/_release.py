@@ -20,7 +20,8 @@ import typer
 from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
-from dpcli.files import InputTable, check_output_path, output_format_for, rounded, write_output
+from dpcli.files import (InputTable, check_output_path, fingerprint_bytes, output_format_for, render, rounded,
+                         write_output)
 from dpcli.release import Prepared, Release, ReleaseSeed, charge, cost_text
 from dpcli.state import ledger
 
@@ -108,9 +109,23 @@ def charge_and_write(
     """Debit the release (:func:`dpcli.release.charge`), then write it, report and add ``notes``; the report."""
     prepared = Prepared(seed, events, table, metadata, actual)
     release = charge(s.state_dir, analyst, command, prepared, summary_line, lock_timeout=s.lock_timeout,
-                     step=step, before_output=before_output, inputs=inputs)
+                     step=step, before_output=before_output, inputs=inputs,
+                     output_digest=output_digest(table, output, out_format, metadata))
     write_release(s, release, output, out_format, as_json, notes)
     return release.report
+
+
+def _grid_step(report: dict[str, Any]) -> float | None:
+    """The grid released values were snapped to (it sets how floats are rounded in text outputs)."""
+    return float(Fraction(report["granularity"])) if report.get("granularity") else None
+
+
+def output_digest(table: pl.DataFrame, output: str | None, out_format: str, metadata: dict[str, Any]) -> str | None:
+    """The digest of the file a release is about to be written to (``-o FILE``), recorded in the ledger
+    before it is written; None for standard output."""
+    if not output or output == "-" or out_format == "table":
+        return None
+    return fingerprint_bytes(render(table, out_format, _grid_step(metadata)))
 
 
 def write_release(s: Settings, release: Release, output: str | None, out_format: str, as_json: bool,
@@ -131,7 +146,7 @@ def write_and_report(
 ) -> None:
     """Write the result (stdout or -o), the summary (--json, or one line on stderr on a terminal) and
     the notes that change how to read it (stderr unless -q, also in pipes)."""
-    step = float(Fraction(report["granularity"])) if report.get("granularity") else None  # values' grid
+    step = _grid_step(report)
     if as_json and (not output or output == "-"):
         emit_json({"result": json.loads(rounded(table, step).write_json()), "summary": report})
     else:

@@ -5,20 +5,26 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dpcli import __version__
 from dpcli.cli import budget as budget_cli
+from dpcli.cli import catalog as catalog_cli
 from dpcli.cli import histogram as histogram_cli
 from dpcli.cli import plot as plot_cli
 from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
 from dpcli.cli._aliases import expand_aliases
-from dpcli.cli._common import Settings
-from dpcli.state.paths import default_state_dir
+from dpcli.cli._common import Settings, handles_errors
+from dpcli.state.paths import default_state_dir, validate_analyst
+
+if TYPE_CHECKING:
+    from dpcli.catalog import Catalog
+
+CATALOG_FILE = "catalog.json"  # dpcli.catalog.CATALOG_FILE, without importing it for every command
 
 app = typer.Typer(
     name="dpcli",
@@ -37,6 +43,7 @@ app.command("tabulate")(tabulate_cli.tabulate)
 app.command("stream-replay")(stream_replay_cli.stream_replay)
 app.command("plot")(plot_cli.plot)
 app.add_typer(budget_cli.app, name="budget")
+app.add_typer(catalog_cli.app, name="catalog")
 
 
 def _version(value: bool) -> None:
@@ -74,18 +81,73 @@ def root(
     """Differentially private statistics from files, with a privacy-budget ledger."""
     if not lock_timeout <= 10**6:  # also refuses nan, which the range check lets through (a wait forever)
         raise typer.BadParameter("must be a number of seconds in [0, 1e6]", param_hint="--lock-timeout")
-    ctx.obj = Settings(
-        state_dir=(state_dir or default_state_dir()).expanduser(),
-        analyst=analyst or os.environ.get("DPCLI_ANALYST") or "default",
-        verbosity=verbose - quiet,
-        lock_timeout=lock_timeout,
-    )
+    ctx.obj = start(state_dir, analyst, verbose - quiet, lock_timeout)
+
+
+@handles_errors
+def start(state_dir: Path | None, analyst: str | None, verbosity: int, lock_timeout: float) -> Settings:
+    """Who runs dpcli and where its state is (:func:`dpcli.access.whoami`); installs the gate every
+    command's opens and writes pass through, and returns the global settings.
+
+    Service mode: the state directory and the ledger are fixed by the process (the service account's
+    directory, the invoking user's ledger); ``--state-dir``, ``--analyst`` and ``DPCLI_*`` are refused.
+    """
+    from dpcli import access
+
+    caller = access.whoami()
+    access.service_refusals(caller, state_dir is not None, analyst is not None, access.SOURCE.environ())
+    if caller.service:
+        assert caller.state_dir is not None
+        root_dir, name = caller.state_dir, validate_analyst(caller.name)
+    else:
+        root_dir = (state_dir or default_state_dir()).expanduser()
+        name = analyst or os.environ.get("DPCLI_ANALYST") or "default"
+    catalog = _catalog(root_dir) if caller.service or (root_dir / CATALOG_FILE).exists() else None
+    gate = access.Gate(caller, root_dir, catalog)
+    if caller.service and catalog is None and not caller.root:
+        gate.require_catalog()
+    access.install(gate)
+    return Settings(state_dir=root_dir, analyst=name, verbosity=verbosity, lock_timeout=lock_timeout)
+
+
+def _catalog(root_dir: Path) -> Catalog | None:
+    from dpcli.catalog import read_catalog
+
+    return read_catalog(root_dir)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: old option spellings are rewritten (with a note), then typer runs."""
+    """Console-script entry point: old option spellings are rewritten (with a note), then typer runs.
+
+    Library warnings are silenced (their text is foreign: it may quote a record or a path), and in
+    service mode shell completion is refused before typer would install or print it.
+    """
+    import warnings
+
+    warnings.simplefilter("ignore")
     args, notes = expand_aliases(sys.argv[1:] if argv is None else argv)
+    if _completion_asked(args):
+        _refuse_completion_in_service_mode()
     if not {"-q", "--quiet"} & set(args):
         for note in notes:
             print(note, file=sys.stderr)
     app(args=args, prog_name="dpcli")
+
+
+def _completion_asked(args: list[str]) -> bool:
+    return any(a in ("--install-completion", "--show-completion") for a in args) or any(
+        k.startswith("_DPCLI_COMPLETE") for k in os.environ)
+
+
+def _refuse_completion_in_service_mode() -> None:
+    """Shell completion writes to (or prints for) the running account's shell: the operator's, in service mode."""
+    from dpcli import access
+    from dpcli.errors import DpcliError
+
+    try:
+        service = access.whoami().service
+    except DpcliError:
+        service = True
+    if service:
+        print("dpcli: error: shell completion is not available in service mode", file=sys.stderr)
+        raise SystemExit(2)

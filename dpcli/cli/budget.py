@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dpcli.access import gate
 from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings
 from dpcli.cli._options import positive, probability
 from dpcli.core import accounting as acc
@@ -44,7 +45,8 @@ def init(
     ] = "1e-9",
     as_json: JsonOpt = False,
 ) -> None:
-    """Create a budget ledger for ANALYST with limits in one accounting mode."""
+    """Create a budget ledger for ANALYST with limits in one accounting mode (the operator's, in service mode)."""
+    gate().require_operator("budget init")
     s = settings(ctx)
     analyst = resolve_analyst(analyst, ctx)
     if mode not in bud.MODES:
@@ -214,6 +216,7 @@ def verify(
     name = resolve_analyst(analyst, ctx)
     reason = None
     if reseal:
+        gate().require_operator("budget verify --reseal")
         led, reason = ledger.reseal(s.state_dir, name, s.lock_timeout)
     else:
         led = ledger.read_ledger(s.state_dir, name, s.lock_timeout)
@@ -287,10 +290,13 @@ def key(
     """Show the secret key's fingerprint (never the key), or rotate it."""
     root = ensure_state_dir(settings(ctx).state_dir)
     if rotate:
+        gate().require_operator("budget key --rotate")
         old, new, archive = keys.rotate_key(root)
         data = {"old_fingerprint": old, "fingerprint": new, "archived_as": str(archive)}
     else:
-        data = {"fingerprint": keys.key_fingerprint(keys.load_or_create_key(root)), "path": str(keys.key_path(root))}
+        data = {"fingerprint": keys.key_fingerprint(keys.load_or_create_key(root))}
+        if gate().operator:  # where the key lies is the operator's business
+            data["path"] = str(keys.key_path(root))
     if as_json:
         emit_json(data)
     else:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
+from dpcli.cli._sources import data_source, public_source
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -49,7 +50,7 @@ def histogram(
     ctx: typer.Context,
     input: InputArg,
     by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
-    privacy_unit: UnitOpt,
+    privacy_unit: UnitOpt = None,
     agg: Annotated[
         str,
         typer.Option("--agg", help="Aggregations, comma-separated: count, count-units, sum, mean, variance, median, pNN."),
@@ -119,10 +120,11 @@ def histogram(
     Without --keys, groups are discovered from the data and only released
     when enough units support them.
     """
-    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    source = data_source(input, privacy_unit, input_format, delimiter)
+    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import output_plan, show_dry_run, write_release
+    from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
@@ -134,7 +136,7 @@ def histogram(
     defaulted = [f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions)) if v is None]
     query = hist.HistogramQuery(
         by=columns("--by", by),
-        unit=privacy_unit,
+        unit=source.privacy_unit,  # type: ignore[arg-type]
         aggregations=columns("--agg", agg),
         value=value,
         bounds=bounds("--bounds", bounds_text),
@@ -162,11 +164,13 @@ def histogram(
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
         plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
         ledger.check_payable(led, plan.events)
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, value, keys, delimiter=delimiter or ",",
-                                       table=open_spark_input(s, spark, input), early=early)
-    bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
+    key_list = public_source(keys, "--keys")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
+                      inputs=(source.location, key_list.location if key_list else None))
+    spark = check_engine(engine, master, remote, spark_conf, source)
+    inputs = release.open_query_inputs(source, None, query.unit, query.by, value, key_list,
+                                       table=open_spark_input(s, spark, source), early=early)
+    bounder = bounding_engine(s, spark, inputs.table, source.delimiter or ",")
     runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
 
     def run(eps: Fraction | None) -> release.Prepared:
@@ -184,5 +188,6 @@ def histogram(
     prepared = run(query.epsilon)
     done = release.charge(s.state_dir, analyst, "histogram", prepared,
                           release.histogram_summary(inputs.table.name, prepared.metadata),
-                          lock_timeout=s.lock_timeout, inputs=inputs.tables)
+                          lock_timeout=s.lock_timeout, inputs=inputs.tables,
+                          output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
     write_release(s, done, output, fmt, as_json, advice.histogram_notes(query, plan, done.table, defaulted))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -63,6 +64,7 @@ def plot(
     """
     from dpcli.plot.release_view import read_release
 
+    accept = _written_by_dpcli(ctx, release, summary)
     target = None
     if output is not None:
         from dpcli.plot.figure import check_target
@@ -70,7 +72,7 @@ def plot(
         target = check_target(output)
         if os.path.abspath(output) == os.path.abspath(release):
             raise UsageError("would overwrite the release it draws", field="output")
-    view = read_release(release, summary)
+    view = read_release(release, summary, accept)
     key_list = list(columns("--keys", keys)) if keys else None
     if target is None:
         from dpcli.plot.terminal import release_text
@@ -81,3 +83,29 @@ def plot(
 
     assert output is not None
     save(release_figure(view, value, top, key_list, group, level, totals), output)
+
+
+def _written_by_dpcli(ctx: typer.Context, release: str, summary: str | None) -> Callable[[str], None] | None:
+    """Service mode: a check that the file is a release dpcli wrote for this analyst (its digest is in
+    their ledger), after refusing any path outside their output directories; None in personal mode
+    and for an operator."""
+    from dpcli.access import gate, inside
+
+    g = gate()
+    if not g.restricted:
+        return None
+    if summary is not None:
+        raise UsageError("in service mode plot reads the release only (its digest vouches for it)", field="summary")
+    if not any(inside(release, d) for d in g.output_dirs()):
+        raise UsageError("plot: in service mode dpcli draws only releases in your output directories")
+    g.allow_read(release)
+    from dpcli.cli._common import settings
+    from dpcli.state import ledger
+
+    led = ledger.read_ledger(settings(ctx).state_dir, g.analyst)
+
+    def accept(digest: str) -> None:
+        if not ledger.wrote(led, digest):
+            raise UsageError(f"{release!r} is not a release dpcli wrote for you (no entry of your ledger has its digest)")
+
+    return accept

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from dpcli.access import Source, gate
 from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
+from dpcli.cli._sources import data_source
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -44,11 +46,11 @@ def stream_replay(
     input: InputArg,
     time: Annotated[str, typer.Option("--time", help="Event-time column (timestamps, ISO strings or epoch seconds).")],
     by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
-    privacy_unit: UnitOpt,
     window: Annotated[str, typer.Option("--window", help="Event-time window size, e.g. 1d, 6h, 3600.")],
     max_contributions: Annotated[
         int, typer.Option("--max-contributions", help="C: records kept per unit over the whole stream.", max=10**6)
     ],
+    privacy_unit: UnitOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     triggers: Annotated[int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.", max=10**6)] = None,
@@ -104,7 +106,8 @@ def stream_replay(
     only events after the last trigger already run (late events are dropped),
     and a run repeated with the same input returns the same rows again.
     """
-    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    source = data_source(input, privacy_unit, input_format, delimiter)
+    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
     from dpcli.cli._times import parse_moment
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
@@ -117,7 +120,7 @@ def stream_replay(
 
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    query = _query(time, by, privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta, value,
+    query = _query(time, by, source.privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta, value,
                    bounds_text, mu)
     plan = sr.plan_stream(query)
     if dry_run:
@@ -130,16 +133,17 @@ def stream_replay(
     moment = parse_moment(through) if through is not None else None
     if moment is not None:
         sr.trigger_through(moment, query.step)  # a bad --through fails before any data is read
-    if state is not None:  # the state file is written: never into the state dir, never over an input
-        check_path_is_not_protected(state, s.state_dir, (input,), what="--state file")
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, state))
-    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    table = _open(input, input_format, query, delimiter or ",", open_spark_input(s, spark, input), early)
-    bounder = bounding_engine(s, spark, table, delimiter or ",")
+    state_path = gate().stream_state(state) if state is not None else None
+    if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
+        check_path_is_not_protected(state_path, s.state_dir, (source.location,), what="--state file")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(source.location, state_path))
+    spark = check_engine(engine, master, remote, spark_conf, source)
+    table = _open(source, query, open_spark_input(s, spark, source), early)
+    bounder = bounding_engine(s, spark, table, source.delimiter or ",")
     events = bounder.stream_events if bounder else None
     margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
-    if state is not None:
-        _incremental(ctx, analyst, Path(state), moment, query, plan, table, output, fmt, as_json, margins, events)
+    if state_path is not None:
+        _incremental(ctx, analyst, state_path, state or "", moment, query, plan, table, output, fmt, as_json, margins, events)
         return
     # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
     seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint},
@@ -180,8 +184,8 @@ def _query(
     )
 
 
-def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter: str,
-          table: InputTable | None = None, early: EarlyInput | None = None) -> InputTable:
+def _open(source: Source, query: sr.StreamQuery, table: InputTable | None = None,
+          early: EarlyInput | None = None) -> InputTable:
     """The input (``table`` if Spark listed it already), its schema checked. CSV columns the query reads
     are taken as text: their types (and the keys' spelling and order) must not depend on what one
     record holds; times and values are parsed per record by the task."""
@@ -189,8 +193,7 @@ def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter
 
     value = [query.value] if query.value else []
     if table is None:
-        table = open_input(input, input_format, text_columns=(query.time, query.unit, *query.keys, *value),
-                           delimiter=delimiter, early=early)
+        table = open_input(source, text_columns=(query.time, query.unit, *query.keys, *value), early=early)
     wanted = {query.unit: "key", query.time: "temporal", **{k: "key" for k in query.keys}}
     if query.value:
         wanted[query.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
@@ -199,7 +202,8 @@ def _open(input: str, input_format: str | None, query: sr.StreamQuery, delimiter
 
 
 def _incremental(
-    ctx: typer.Context, analyst: str, path: Path, moment: datetime | None, query: sr.StreamQuery, plan: sr.StreamPlan,
+    ctx: typer.Context, analyst: str, path: Path, label: str, moment: datetime | None, query: sr.StreamQuery,
+    plan: sr.StreamPlan,
     table: InputTable, output: str | None, fmt: str, as_json: bool, margins: Callable[[Any], Any],
     events: Any = None,
 ) -> None:
@@ -212,12 +216,12 @@ def _incremental(
     data = sr.StateInput(table.frame, table.fingerprint, table.name, events)
     with sr.state_run(path, query, plan, data, analyst=analyst, state_dir=s.state_dir, lock_timeout=s.lock_timeout,
                       new_seed=lambda material: release_seed(s.state_dir, material, {}), through=moment,
-                      busy=lambda: working(ctx, f"feeding {table.name} to {path}")) as run:
+                      busy=lambda: working(ctx, f"feeding {table.name} to {label}")) as run:
         if run.repeat:
             write_and_report(s, margins(run.table), output, fmt, run.metadata, as_json,
-                             f"stream-replay: repeated run, same rows as before (state {path}, free)")
+                             f"stream-replay: repeated run, same rows as before (state {label}, free)")
             return
-        line = (f"stream-replay of {table.name} into {path}: {run.metadata['releases']} release row(s), "
+        line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
                 f"triggers run through {run.metadata['through']}")
         charge_and_write(s, analyst, "stream-replay --state", ReleaseSeed(b"", run.run_id, run.reservation),
                          list(plan.events), margins(run.table), output, fmt, run.metadata, as_json, line, step=run.step,

@@ -19,6 +19,7 @@ from dpcli.cli._options import (
     SparkConfOpt,
     probability,
 )
+from dpcli.access import Source, gate
 from dpcli.errors import UsageError
 from dpcli.opening import hash_early
 
@@ -56,12 +57,13 @@ def tabulate(
     (MOE targets → ε or ρ) and the total privacy loss under pure DP, RDP and
     zCDP, without reading data or charging.
     """
-    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    source = gate().dataset(input) if input is not None else None
+    early = hash_early(source.location if source else None, read=not dry_run and engine == "polars")
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
     from dpcli.files import open_input
-    from dpcli.release import open_block_list, release_seed
+    from dpcli.release import block_list_source, open_block_list, release_seed
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
     from dpcli.tasks import tabulate as tab
@@ -79,23 +81,29 @@ def tabulate(
         else:
             typer.echo(_plan_text(result))
         return
-    if input is None:
+    if source is None:
         raise UsageError("give the person file (or --dry-run for the plan only)")
+    if source.entry is not None and (input_format or delimiter) and gate().service:
+        raise UsageError(f"dataset {source.name!r} is read as the operator declared it; drop --input-format and "
+                         "--delimiter")
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
     ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
     events = tab.events(spec)
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, spec_path, spec.blocks_file))
+    if source.entry is None:
+        source = Source(source.name, source.location, input_format, delimiter)
+    blocks_source = block_list_source(spec) if spec.blocks is not None else None
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
+                      inputs=(source.location, spec_path, blocks_source.location if blocks_source else None))
     c = spec.columns
     # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
     # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
     # turn into a data-dependent error.
-    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    table = open_spark_input(s, spark, input) or open_input(
-        input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
-        delimiter=delimiter or ",", early=early)
+    spark = check_engine(engine, master, remote, spark_conf, source)
+    table = open_spark_input(s, spark, source) or open_input(
+        source, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")), early=early)
     blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
-    bounder = bounding_engine(s, spark, table, delimiter or ",")
+    bounder = bounding_engine(s, spark, table, source.delimiter or ",")
     data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
     seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data, bounder)  # margins: post-processing
     with working(ctx, f"tabulating {table.name}"):

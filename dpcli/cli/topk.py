@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from dpcli.cli._common import handles_errors, notice, resolve_analyst, settings, working
+from dpcli.cli._sources import data_source, public_source
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -48,7 +49,7 @@ def topk(
     input: InputArg,
     by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
     k: Annotated[int, typer.Option("-k", "--k", help="How many groups to return.", max=10**4)],
-    privacy_unit: UnitOpt,
+    privacy_unit: UnitOpt = None,
     count: Annotated[
         str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and group).")
     ] = "units",
@@ -106,10 +107,11 @@ def topk(
     --keys the list always has k rows; otherwise groups are discovered and
     the list may end early (⊥) when the remaining groups are too rare.
     """
-    early = hash_early(input, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    source = data_source(input, privacy_unit, input_format, delimiter)
+    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import output_plan, show_dry_run, write_release
+    from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
@@ -126,7 +128,7 @@ def topk(
         per_step = tk.epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
     query = tk.TopKQuery(
         by=columns("--by", by),
-        unit=privacy_unit,
+        unit=source.privacy_unit,  # type: ignore[arg-type]
         k=k,
         count=count,  # type: ignore[arg-type]
         max_contributions=1 if max_contributions is None else max_contributions,
@@ -153,11 +155,13 @@ def topk(
     else:  # refuse a bad query, or one this ledger can never pay, before reading data
         plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
         ledger.check_payable(led, plan.reserve)
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, keys))
-    spark = check_engine(engine, master, remote, spark_conf, input, input_format)
-    inputs = release.open_query_inputs(input, input_format, privacy_unit, query.by, None, keys, "domain",
-                                       delimiter=delimiter or ",", table=open_spark_input(s, spark, input), early=early)
-    bounder = bounding_engine(s, spark, inputs.table, delimiter or ",")
+    key_list = public_source(keys, "--keys")
+    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
+                      inputs=(source.location, key_list.location if key_list else None))
+    spark = check_engine(engine, master, remote, spark_conf, source)
+    inputs = release.open_query_inputs(source, None, query.unit, query.by, None, key_list, "domain",
+                                       table=open_spark_input(s, spark, source), early=early)
+    bounder = bounding_engine(s, spark, inputs.table, source.delimiter or ",")
     runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
 
     def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
@@ -180,7 +184,8 @@ def topk(
     line = f"top-{query.k} of {inputs.table.name}: {found} group(s)"
     if bottom:
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
-    done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables)
+    done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables,
+                          output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
     notes = advice.topk_notes(query, plan, done.table, defaulted)
     write_release(s, done, output, fmt, as_json, notes)
     if bottom:

@@ -34,9 +34,12 @@ def _pyplot() -> Any:
 
 def check_target(path: str) -> str:
     """The picture format of ``path`` (.png or .svg), refused otherwise (before anything is read)."""
+    from dpcli.access import gate
+
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise UsageError(f"must end in .png or .svg, got {path!r}", field="output")
+    gate().check_write(path, "picture")
     return suffix
 
 

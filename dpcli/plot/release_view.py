@@ -15,8 +15,10 @@ selection threshold.
 
 from __future__ import annotations
 
+import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -77,37 +79,54 @@ def _short(text: Any) -> str:
         return str(text)
 
 
-def read_release(path: str, summary_path: str | None = None) -> ReleaseView:
-    """Read a release (CSV, Parquet or JSON records, by extension) and recognise it."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputMissingError(f"release {path!r} not found")
-    suffix = p.suffix.lower()
+def read_release(path: str, summary_path: str | None = None,
+                 accept: Callable[[str], None] | None = None) -> ReleaseView:
+    """Read a release (CSV, Parquet or JSON records, by extension) and recognise it.
+
+    The file is opened once through :func:`dpcli.opening.open_binary` (the caller's rights are asked
+    there) and parsed from the bytes read; ``accept``, if given, is called with their fingerprint
+    first and may refuse them (service mode: only releases a ledger recorded).
+    """
+    from dpcli.files import fingerprint_bytes, open_binary
+
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".parquet", ".pq", ".json", ".csv", ".tsv", ".txt"):
+        raise UsageError(f"cannot tell the format of {path!r} from its extension (.csv, .parquet or .json)")
+    fh, _ = open_binary(path, "release")
+    try:
+        with fh:
+            data = fh.read()
+    except OSError:
+        raise InputMissingError(f"release {path!r} is not readable") from None
+    if accept is not None:
+        accept(fingerprint_bytes(data))
+    summary = read_summary(summary_path) if summary_path else {}
     try:
         if suffix in (".parquet", ".pq"):
-            table = pl.read_parquet(p)
+            table = pl.read_parquet(io.BytesIO(data))
         elif suffix == ".json":
-            doc = json.loads(p.read_bytes())
+            doc = json.loads(data)
             rows = doc.get("result") if isinstance(doc, dict) else doc
             if not isinstance(rows, list):
                 raise DataError(f"{path!r} is not a dpcli release (a JSON list of records)")
             table = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
             if isinstance(doc, dict) and summary_path is None:
                 summary = doc.get("summary") or {}
-                return recognise(table, path, summary)
-        elif suffix in (".csv", ".tsv", ".txt"):
-            table = pl.read_csv(p, infer_schema_length=None, separator="\t" if suffix == ".tsv" else ",")
         else:
-            raise UsageError(f"cannot tell the format of {path!r} from its extension (.csv, .parquet or .json)")
-    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+            table = pl.read_csv(io.BytesIO(data), infer_schema_length=None, separator="\t" if suffix == ".tsv" else ",")
+    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError) as exc:
         raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
-    return recognise(table, path, read_summary(summary_path) if summary_path else {})
+    return recognise(table, path, summary)
 
 
 def read_summary(path: str) -> dict[str, Any]:
     """A summary saved from ``--json`` (the whole document, or its ``summary``)."""
+    from dpcli.files import open_binary
+
     try:
-        doc = json.loads(Path(path).read_bytes())
+        fh, _ = open_binary(path, "summary")
+        with fh:
+            doc = json.loads(fh.read())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read the summary {path!r} ({type(exc).__name__})", field="summary") from None
     if isinstance(doc, dict) and isinstance(doc.get("summary"), dict):

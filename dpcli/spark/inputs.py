@@ -51,35 +51,37 @@ def escape_path(path: str) -> str:
     return re.sub(r"([*?\[\]{}\\])", r"\\\1", path)
 
 
-def open_uri(session: Any, uri: str, fmt: str) -> InputTable:
+def open_uri(session: Any, uri: str, fmt: str, name: str | None = None) -> InputTable:
     """The files at ``uri`` (a file, or every data file below a directory) as one input.
 
     The returned table's frame is empty and carries the schema Spark reads (CSV: every column as
     text), for the query's column checks; ``uris`` lists the files, which Spark then reads.
-    Names below ``uri`` can be data (hive partitions), so messages never quote them.
+    Names below ``uri`` can be data (hive partitions), so messages never quote them; ``name`` is what
+    messages call the input (a catalog name: the URI itself is then never shown).
     """
     from dpcli.spark.bounding import read_input
 
+    shown = name or uri
     try:
         listing = (session.read.format("binaryFile").option("recursiveFileLookup", "true").load(uri)
                    .select("path", "length", "modificationTime").collect())
     except Exception as exc:  # Spark's message names paths below the URI: withheld
-        raise InputMissingError(f"cannot list {uri!r} on Spark ({type(exc).__name__})") from None
+        raise InputMissingError(f"cannot list {shown!r} on Spark ({type(exc).__name__})") from None
     if not listing:
-        raise InputMissingError(f"{uri!r} holds no data files")
+        raise InputMissingError(f"{shown!r} holds no data files")
     rows = sorted((str(r[0]), int(r[1]), r[2].isoformat()) for r in listing)
     if any(not path.lower().endswith(_SUFFIXES[fmt]) for path, _, _ in rows):
-        raise UsageError(f"{uri!r} holds a file whose name does not end in {' or '.join(_SUFFIXES[fmt])}: "
+        raise UsageError(f"{shown!r} holds a file whose name does not end in {' or '.join(_SUFFIXES[fmt])}: "
                          f"give the input format with --input-format, or point at the {fmt} files only")
     digest = hashlib.sha256(json.dumps(rows, separators=(",", ":")).encode()).hexdigest()
     paths = tuple(escape_path(path) for path, _, _ in rows)
     try:
         schema = read_input(session, list(paths), fmt).schema
     except Exception as exc:
-        raise DataError(f"cannot read {uri!r} as {fmt} on Spark ({type(exc).__name__})") from None
+        raise DataError(f"cannot read {shown!r} as {fmt} on Spark ({type(exc).__name__})") from None
     frame = pl.LazyFrame(schema={f.name: polars_type(f.dataType) for f in schema.fields})
-    return InputTable(frame=frame, fingerprint=f"manifest:{digest}; run {secrets.token_hex(16)}", name=uri,
-                      format=f"spark-{fmt}", uris=paths)
+    return InputTable(frame=frame, fingerprint=f"manifest:{digest}; run {secrets.token_hex(16)}", name=shown,
+                      format=f"spark-{fmt}", uris=paths, location=uri)
 
 
 def polars_type(dtype: Any) -> Any:

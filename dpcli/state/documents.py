@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dpcli.errors import StateError
+from dpcli.errors import StateError, os_reason
 from dpcli.state.atomic import atomic_write_bytes
 from dpcli.state.lock import exclusive_lock
 
@@ -76,4 +76,4 @@ def write(path: Path, kind: str, body: dict[str, Any]) -> None:
     try:
         atomic_write_bytes(path, json.dumps(doc, ensure_ascii=False).encode("utf-8"), mode=0o600)
     except OSError as exc:
-        raise StateError(f"cannot write state file {path}: {exc.strerror or exc}") from None
+        raise StateError(f"cannot write state file {path}: {os_reason(exc)}") from None

@@ -181,8 +181,8 @@ class Receipt:
 class _MarkError(StateError):
     """The high-water mark does not vouch for the ledger file; ``reason`` is a short public phrase."""
 
-    def __init__(self, message: str, reason: str, entries_missing: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, reason: str, entries_missing: bool = False, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
         self.reason = reason
         #: The sealed mark proves entries are missing: a reseal would hand back what they spent.
         self.entries_missing = entries_missing
@@ -194,11 +194,10 @@ def _read(path: Path, analyst: str) -> tuple[bytes, int]:
         with open(path, "rb") as fh:
             return fh.read(), os.fstat(fh.fileno()).st_ctime_ns
     except FileNotFoundError:
-        raise BudgetError(
-            f"analyst {analyst!r} has no budget ledger; create one with: dpcli budget init {analyst} --mode ..."
-        ) from None
-    except OSError as exc:
-        raise StateError(f"cannot read ledger {path}: {exc.strerror}") from None
+        raise BudgetError(f"analyst {analyst!r} has no budget ledger",
+                          fix=f"create one with: dpcli budget init {analyst} --mode ...") from None
+    except OSError:
+        raise StateError(f"cannot read ledger {path}") from None
 
 
 def _fields(path: Path, data: dict[str, Any]) -> tuple[bud.Limits, datetime, int | None, float, str, list[Any]]:
@@ -214,7 +213,7 @@ def _fields(path: Path, data: dict[str, Any]) -> tuple[bud.Limits, datetime, int
         if not isinstance(analyst, str) or not isinstance(entries, list):
             raise TypeError("analyst or entries")
     except (KeyError, TypeError, ValueError) as exc:
-        raise StateError(f"ledger {path} is corrupt ({exc})") from None
+        raise StateError(f"ledger {path} is corrupt ({type(exc).__name__})") from None
     return limits, created, refresh, report_delta, analyst, entries
 
 
@@ -224,7 +223,7 @@ def _check_events(path: Path, entries: list[Any]) -> None:
             for ev in entry["events"]:
                 PrivacyEvent.from_json(ev)
         except (KeyError, TypeError, ValueError) as exc:
-            raise StateError(f"ledger {path} entry {i} has an invalid event ({exc})") from None
+            raise StateError(f"ledger {path} entry {i} has an invalid event ({type(exc).__name__})") from None
 
 
 def _verify_chain(path: Path, entries: list[Any], genesis: str, digest: Any) -> None:
@@ -242,10 +241,8 @@ def _parse(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path, chec
     data, complete = load_document(path, raw)
     version = data["schema_version"]
     if version == 1:
-        raise StateError(
-            f"ledger {path} has schema_version 1 (no keyed seal); check it, then upgrade it once with: "
-            f"dpcli budget verify {analyst} --reseal"
-        )
+        raise StateError(f"ledger {path} has schema_version 1 (no keyed seal)",
+                         fix=f"check it, then upgrade it once with: dpcli budget verify {analyst} --reseal")
     if version not in _READABLE_VERSIONS:
         raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade dpcli")
     limits, created, refresh, report_delta, owner, entries = _fields(path, data)
@@ -280,6 +277,7 @@ def _check_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
     """
     hwm = _hwm_path(led.path)
     fix = f"restore the newest copy, or accept this one with: dpcli budget verify {led.analyst} --reseal"
+    restore = "restore the newest copy"
     try:
         mark = json.loads(hwm.read_bytes())
         body = {k: v for k, v in mark.items() if k != "mac"}
@@ -290,36 +288,37 @@ def _check_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
         if count < 0:
             raise ValueError("count")
     except FileNotFoundError:
-        raise _MarkError(f"high-water mark {hwm} is missing, so a rollback cannot be ruled out; {fix}",
-                         "high-water mark missing") from None
+        raise _MarkError(f"high-water mark {hwm} is missing, so a rollback cannot be ruled out",
+                         "high-water mark missing", fix=fix) from None
     except (OSError, ValueError, KeyError, TypeError):
-        raise _MarkError(f"high-water mark {hwm} is corrupt; {fix}", "high-water mark unreadable") from None
+        raise _MarkError(f"high-water mark {hwm} is corrupt", "high-water mark unreadable", fix=fix) from None
     if not any(_same(_mark_mac(k, body), sealed) for k in _mac_keys(root)):
-        raise _MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory); {fix}",
-                         "high-water mark unverifiable")
+        raise _MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory)",
+                         "high-water mark unverifiable", fix=fix)
     if body["ledger_id"] != led.ledger_id:
-        raise _MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?); {fix}",
-                         "high-water mark of another ledger")
+        raise _MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?)",
+                         "high-water mark of another ledger", fix=fix)
     if body.get("pending") is not None:
         return _with_pending(led, raw, body, fix)
     n = len(led.entries)
     if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != body["hash"]:
         raise _MarkError(
             f"ledger {led.path} is older than its high-water mark ({n} entries, {count} recorded): "
-            "it was rolled back or replaced; restore the newest copy (a reseal is refused: it would hand back "
-            "the budget of the missing entries)",
+            "it was rolled back or replaced",
             f"ledger older than its high-water mark ({n} entries, {count} recorded)",
             entries_missing=True,
+            fix=f"{restore} (a reseal is refused: it would hand back the budget of the missing entries)",
         )
     if len({e.get("time") for e in led.entries[count:]}) > 1:  # more than one write ahead of the mark
-        raise _MarkError(f"high-water mark {hwm} is older than its ledger (restored from a backup?); {fix}",
-                         "high-water mark older than the ledger")
+        raise _MarkError(f"high-water mark {hwm} is older than its ledger (restored from a backup?)",
+                         "high-water mark older than the ledger", fix=fix)
     if count == n and ctime != ctime_ns:
         raise _MarkError(
-            f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?): if it is a "
-            "restored backup, restore the newest copy instead (releases after the backup are missing from it); "
-            f"if it was only copied or moved as is, accept it with: dpcli budget verify {led.analyst} --reseal",
+            f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?)",
             "ledger file replaced (restored, copied or moved)",
+            fix="if it is a restored backup, restore the newest copy instead (releases after the backup are missing "
+                "from it); if it was only copied or moved as is, accept it with: "
+                f"dpcli budget verify {led.analyst} --reseal",
         )
     return led
 
@@ -338,8 +337,8 @@ def _with_pending(led: Ledger, raw: bytes, body: dict[str, Any], fix: str) -> Le
     old = led.entries[:count]
     intact = len(old) == count and (old[-1]["hash"] if count else led.genesis) == body["hash"]
     if not intact or len(raw) < size or not lines.startswith(raw[size:]):
-        raise _MarkError(f"ledger {led.path} does not match its high-water mark (restored or edited?); {fix}",
-                         "ledger does not match the pending charge of its high-water mark")
+        raise _MarkError(f"ledger {led.path} does not match its high-water mark (restored or edited?)",
+                         "ledger does not match the pending charge of its high-water mark", fix=fix)
     # No ctime check here: a write killed before its first byte lands may already have moved the
     # ctime (the kernel stamps it before copying data). The bytes are exactly those the sealed mark
     # vouches for, so nothing the ledger recorded is missing.
@@ -607,6 +606,7 @@ def charge(
     lock_timeout: float = 30.0,
     now: datetime | None = None,
     step: Step | None = None,
+    output: str | None = None,
 ) -> Receipt:
     """Debit a release durably, before its output is written (the ledger is read and verified once).
 
@@ -622,6 +622,9 @@ def charge(
     step, an exact repeat (free, ``replay``), or :class:`StateError` for a
     state that is older, forked, re-created or foreign. ``step.create``
     debits the reservation itself in the same write.
+
+    ``output`` is the digest of the release file about to be written (``-o``): recorded in the entry,
+    so ``dpcli plot`` can tell a release dpcli wrote from any other file.
     """
     actual = reserve if actual is None else actual
     ensure_state_dir(root)
@@ -632,6 +635,8 @@ def charge(
                                 "query_id": query_id, "seed_id": seed_id, "events": []}
         if summary:
             base["summary"] = summary
+        if output:
+            base["output"] = output
         reserved: tuple[PrivacyEvent, ...] = ()
         covered: int | None = None
         if step is not None:
@@ -794,6 +799,11 @@ def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime |
         return _load(root, analyst), reason
 
 
+def wrote(led: Ledger, digest: str) -> bool:
+    """Did a release recorded in this ledger write a file with this digest (``-o``)?"""
+    return any(e.get("output") == digest for e in led.entries)
+
+
 def remaining_text(ledger: Ledger, when: datetime | None = None, spent: bud.Spend | None = None) -> dict[str, str]:
     """What is left of each limit, as exact text (RDP: the ε reached so far); ``spent``: if already computed."""
     return ledger.accountant.remaining(ledger.spend(when) if spent is None else spent)
@@ -801,5 +811,5 @@ def remaining_text(ledger: Ledger, when: datetime | None = None, spent: bud.Spen
 
 __all__ = [
     "Ledger", "Receipt", "Reservation", "Step", "charge", "check_recorded", "init_ledger",
-    "read_ledger", "remaining_text", "reseal", "step_digest",
+    "read_ledger", "remaining_text", "reseal", "step_digest", "wrote",
 ]

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dpcli.errors import LockTimeoutError, StateError
+from dpcli.errors import LockTimeoutError, StateError, os_reason
 
 
 @contextmanager
@@ -23,7 +23,7 @@ def exclusive_lock(path: Path, timeout: float = 30.0) -> Iterator[None]:
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
-        raise StateError(f"cannot open lock file {path}: {exc.strerror}") from exc
+        raise StateError(f"cannot open lock file {path}: {os_reason(exc)}") from exc
     try:
         deadline = time.monotonic() + timeout
         delay = 0.001

@@ -12,7 +12,7 @@ import re
 import stat
 from pathlib import Path
 
-from dpcli.errors import StateError, UsageError
+from dpcli.errors import StateError, UsageError, os_reason
 
 _README = """\
 This directory belongs to dpcli (differential privacy CLI).
@@ -61,7 +61,7 @@ def ensure_state_dir(root: Path) -> Path:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         (root / "ledgers").mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
-        raise StateError(f"cannot create state directory {root}: {exc.strerror}") from exc
+        raise StateError(f"cannot create state directory {root}: {os_reason(exc)}") from exc
     if not root.is_dir():
         raise StateError(f"state directory {root} is not a directory")
     mode = stat.S_IMODE(root.stat().st_mode)

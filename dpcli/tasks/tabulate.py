@@ -308,10 +308,10 @@ def read_blocks(spec: Spec, blocks: pl.LazyFrame) -> pl.DataFrame:
     schema = blocks.collect_schema()
     for col in cols:
         if col not in schema:
-            raise DataError(f"public block list {spec.blocks_file} lacks column {col!r}")
+            raise DataError(f"public block list {spec.blocks!r} lacks column {col!r}")
     df = blocks.select([pl.col(c).cast(pl.String) for c in cols]).collect()
     if df["block"].null_count() or df["block"].n_unique() != df.height:
-        raise DataError(f"public block list {spec.blocks_file}: block ids must be unique and non-null")
+        raise DataError(f"public block list {spec.blocks!r}: block ids must be unique and non-null")
     return df
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from dpcli.core.exact import to_fraction
-from dpcli.errors import InputMissingError, UsageError
-from dpcli.files import fingerprint_bytes, open_binary
+from dpcli.errors import InputMissingError, UsageError, os_reason
+from dpcli.files import fingerprint_bytes, open_binary, refuse_private
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -71,10 +72,16 @@ class Spec:
     sexes: tuple[str, ...]
     age_bins: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # lower edges, 3 granularities
     columns: dict[str, str]
-    blocks_file: Path | None
+    blocks: str | None  # geography.blocks as written: a catalog public name, or a path relative to the spec
     geo_levels: dict[str, GeoLevel]
     iterations: dict[str, tuple[Iteration, ...]]
     levels: tuple[Level, ...]
+    base: Path = Path(".")  # the spec file's directory
+
+    @property
+    def blocks_file(self) -> Path | None:
+        """``geography.blocks`` as a path, next to the spec file (personal mode)."""
+        return self.base / self.blocks if self.blocks else None
 
 
 def _err(key: str, msg: str) -> SpecError:
@@ -126,21 +133,33 @@ def read_spec(path: str) -> tuple[Spec, str]:
 
     The file is opened once by its literal path (no ``~`` or glob expansion) and read whole; those
     bytes are both hashed (the fingerprint enters the release seed) and parsed. The block list it
-    names is resolved next to the spec file, literally too.
+    names is resolved next to the spec file, literally too. ``-`` reads the spec from standard input
+    (its block list is then relative to the working directory, or a catalog public name).
     """
+    if path == "-":
+        return _parse_spec_bytes(sys.stdin.buffer.read(), path, Path("."))
     fh, _ = open_binary(path, "spec file")
     try:
         with fh:
             data = fh.read()
     except OSError as exc:
-        raise InputMissingError(f"cannot read spec file {path!r}: {exc.strerror}") from None
+        raise InputMissingError(f"cannot read spec file {path!r}: {os_reason(exc)}") from None
+    return _parse_spec_bytes(data, path, Path(path).parent)
+
+
+def _parse_spec_bytes(data: bytes, path: str, base: Path) -> tuple[Spec, str]:
+    """A spec from its bytes: (the spec, their fingerprint). TOML's own messages are withheld (a
+    private file named as a spec would be quoted by them)."""
+    refuse_private(data[:32], "spec file", path)
     try:
         raw = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputMissingError(f"cannot read spec file {path!r}: {exc}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"spec: {path}: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"spec: {path}: not valid TOML ({exc})") from None
-    return parse_spec(raw, Path(path).parent), fingerprint_bytes(data)
+        at = re.search(r"at line (\d+), column (\d+)", str(exc))  # digits only: the parser's words are withheld
+        where = f" (at line {at[1]}, column {at[2]})" if at else ""
+        raise SpecError(f"spec: {path}: not valid TOML{where}") from None
+    return parse_spec(raw, base), fingerprint_bytes(data)
 
 
 _TOP_KEYS = ("noise", "gamma", "thresholds", "sexes", "age_bins", "columns", "geography", "iterations", "levels",
@@ -176,7 +195,7 @@ def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
         raise _err("levels", "needs at least one population-group level")
     levels = tuple(_level(i, lv, noise, geo_levels, iterations) for i, lv in enumerate(raw_levels))
     return Spec(noise, calibration, gamma, (th[0], th[1], th[2]), tuple(map(str, sexes)), age_bins, dict(columns),
-                (base / blocks) if blocks else None, geo_levels, iterations, levels)
+                blocks, geo_levels, iterations, levels, base)
 
 
 def _noise_and_gamma(raw: dict[str, Any]) -> tuple[str, str, Fraction]:

@@ -307,14 +307,14 @@ def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):
     from dpcli import opening
 
     def broken(fh):
-        raise OSError(errno.EIO, "Input/output error")
+        raise OSError(errno.EIO, "input/output error")
 
     init()
     (tmp_path / "d.csv").write_text(data("a"))
     monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
     run = Run(tmp_path, tmp_path / "d.csv", "o.csv")
     assert run.result.exit_code == 66, run.result.stderr
-    assert run.result.stderr.count("\n") == 1 and "is not readable (Input/output error)" in run.result.stderr
+    assert run.result.stderr.count("\n") == 1 and "is not readable (input/output error)" in run.result.stderr
     assert history() == [] and not run.out.exists()
 
 

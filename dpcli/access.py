@@ -1,0 +1,398 @@
+"""Who runs dpcli, in which mode, and what dpcli may open on their behalf.
+
+Two modes, decided by the process and never by an option:
+
+* **Personal mode.** The person running dpcli owns the data and the state directory. Every
+  path they name may be read (dpcli runs with their own rights), except dpcli's own private
+  files: nothing inside the state directory, and no key, ledger or state file wherever it lies,
+  is ever read as an input. The library API is personal mode only.
+* **Service mode.** Analysts run dpcli as a service account that owns the state directory
+  (``sudo -u dpcli dpcli …`` under a sudo rule that allows only dpcli). They cannot read the
+  data, the key or the state; they name datasets, public lists, Spark endpoints and stream
+  states by their names in the operator's catalog (:mod:`dpcli.catalog`), write only into the
+  output directories the catalog gives them, and dpcli opens nothing else with its rights.
+
+:func:`whoami` reads the identity once, from the system: the process's real and effective user
+ids, and ``SUDO_USER``/``SUDO_UID`` (set by sudo itself under its environment reset), which are
+trusted only when the process runs as the owner of the service state directory. Tests replace
+:data:`SOURCE`; nothing in the environment can.
+
+:class:`Gate` is what every command asks before it opens or writes a path: the few entry points
+(:func:`dpcli.opening.open_binary`, :func:`dpcli.files.check_output_path` and
+:func:`dpcli.files.write_output`, the plot and state-file openers) call :func:`gate`, so a new
+option that takes a path passes the same check.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dpcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dpcli.catalog import Catalog
+
+#: Environment variables that configure dpcli; in service mode every one of them is refused.
+ENV_PREFIXES = ("DPCLI_", "_DPCLI_")
+
+
+def _user_name(uid: int) -> str | None:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+def _user_home(uid: int) -> Path | None:
+    try:
+        return Path(pwd.getpwuid(uid).pw_dir)
+    except KeyError:
+        return None
+
+
+def _user_id(name: str) -> int | None:
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+@dataclass(frozen=True)
+class IdentitySource:
+    """Where identity comes from: the process's user ids, its environment and the user database."""
+
+    uid: Callable[[], int] = os.getuid
+    euid: Callable[[], int] = os.geteuid
+    environ: Callable[[], Mapping[str, str]] = lambda: os.environ
+    user_name: Callable[[int], str | None] = _user_name
+    user_home: Callable[[int], Path | None] = _user_home
+    user_id: Callable[[str], int | None] = _user_id
+
+
+#: The identity source of this process. Tests replace it (never the environment: an analyst controls that).
+SOURCE = IdentitySource()
+
+
+def service_state_dir(source: IdentitySource, uid: int) -> Path | None:
+    """The service account's state directory: ``~/.local/share/dpcli`` of its home in the user
+    database (never ``$HOME`` or ``$XDG_DATA_HOME``, which the caller may set)."""
+    home = source.user_home(uid)
+    return None if home is None else home / ".local" / "share" / "dpcli"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who invoked dpcli, and in which mode.
+
+    ``name`` is the user on whose behalf dpcli runs: in service mode the invoking analyst (their
+    ledger is the one charged), in personal mode the real user. ``state_dir`` is the service
+    account's fixed state directory (service mode only). ``root`` marks a caller that is the
+    super-user: in service mode an operator by definition (they could become the account anyway).
+    """
+
+    name: str
+    service: bool
+    state_dir: Path | None = None
+    root: bool = False
+
+
+def _owned_dir(path: Path | None, uid: int) -> bool:
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        return False
+    import stat
+
+    return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid
+
+
+def whoami(source: IdentitySource | None = None) -> Caller:
+    """The caller, read once from the system.
+
+    Service mode when the process runs as the owner of its service state directory *on behalf of
+    another user*: a set-user-id process (real uid ≠ effective uid: the real user invoked it), or
+    sudo (``SUDO_UID`` ≠ the effective uid; ``SUDO_USER`` names the invoker). Otherwise personal
+    mode, as the real user: a ``SUDO_USER`` is never believed by a process that does not own a
+    service state directory.
+    """
+    src = source or SOURCE
+    euid, uid, env = src.euid(), src.uid(), src.environ()
+    invoker: int | None = None
+    invoker_name: str | None = None
+    if uid != euid:
+        invoker = uid
+        invoker_name = src.user_name(uid)
+    elif env.get("SUDO_UID", "").isdigit() and int(env["SUDO_UID"]) != euid:
+        invoker = int(env["SUDO_UID"])
+        invoker_name = env.get("SUDO_USER") or src.user_name(invoker)
+    if invoker is not None:
+        directory = service_state_dir(src, euid)
+        if _owned_dir(directory, euid):
+            if not invoker_name:
+                raise UsageError("service mode: the invoking user has no name in the user database")
+            return Caller(invoker_name, True, directory, root=invoker == 0)
+    name = src.user_name(uid) or str(uid)
+    return Caller(name, False, root=uid == 0)
+
+
+def service_refusals(caller: Caller, state_dir_option: bool, analyst_option: bool,
+                     environ: Mapping[str, str]) -> None:
+    """Refuse, in service mode, what only the operator may choose: the state directory, the ledger
+    (``--analyst``) and every ``DPCLI_*`` variable of the caller's environment."""
+    if not caller.service:
+        return
+    if state_dir_option:
+        raise UsageError("--state-dir: in service mode the state directory is the operator's; drop it")
+    if analyst_option:
+        raise UsageError("--analyst: in service mode your ledger is the one of the user who ran dpcli; drop it")
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIXES):
+            raise UsageError(f"{name} is set: in service mode dpcli takes no settings from the environment; unset it")
+
+
+@dataclass(frozen=True)
+class Source:
+    """An input as the caller named it, resolved to where and how it is read.
+
+    ``name`` is what messages, summaries and ledger lines show (a catalog name, or the path as
+    given); ``location`` is the path, directory or URI read. ``entry`` is the catalog entry the name
+    resolved to (it enters the release seed), None for a path given directly.
+    """
+
+    name: str
+    location: str
+    format: str | None = None
+    delimiter: str | None = None
+    compression: str | None = None
+    privacy_unit: str | None = None
+    entry: dict[str, object] | None = None
+
+
+@dataclass
+class Gate:
+    """What this process may open and write for its caller (see the module docstring).
+
+    Personal mode: any path except dpcli's own private files. Service mode: only what the catalog
+    lets this analyst use, resolved by name; every other path is refused before anything is read.
+    """
+
+    caller: Caller
+    state_dir: Path | None = None
+    catalog: Catalog | None = None
+    #: Locations the resolved names of this run may read (service mode): filled by the resolvers.
+    readable: set[str] = field(default_factory=set)
+
+    @property
+    def service(self) -> bool:
+        return self.caller.service
+
+    @property
+    def analyst(self) -> str:
+        return self.caller.name
+
+    @property
+    def restricted(self) -> bool:
+        """Does the catalog limit what this caller may open and write? (A service-mode analyst; an
+        operator owns the data and the state, as in personal mode.)"""
+        return self.service and not self.operator
+
+    @property
+    def operator(self) -> bool:
+        """May this caller give budget back (create ledgers, reseal, rotate the key, edit the catalog)?
+
+        In personal mode, yes: one person holds every role. In service mode: the super-user, or a user
+        the catalog names as an operator.
+        """
+        if not self.service:
+            return True
+        return self.caller.root or (self.catalog is not None and self.caller.name in self.catalog.operators)
+
+    def require_operator(self, what: str) -> None:
+        """Refuse ``what`` unless the caller is an operator (one line, exit 2)."""
+        if not self.operator:
+            raise UsageError(f"{what} is the operator's: analysts cannot run it in service mode")
+
+    def require_catalog(self) -> Catalog:
+        if self.catalog is None:
+            raise UsageError("service mode: the operator has not set up dpcli yet (no catalog)")
+        return self.catalog
+
+    # --- inputs -------------------------------------------------------------------------------
+
+    def dataset(self, argument: str) -> Source:
+        """The data input named on the command line: a catalog dataset, standard input, or (personal
+        mode) a path."""
+        if argument == "-":
+            return Source("<stdin>", "-")
+        entry = self._entry("datasets", argument)
+        if entry is None:
+            return Source(argument, argument)
+        return self._resolved(argument, entry)
+
+    def public(self, argument: str, option: str) -> Source:
+        """A public file (a list of groups, a block list) named by ``option``: a catalog public name,
+        standard input, or (personal mode) a path."""
+        if argument == "-":
+            return Source("<stdin>", "-")
+        entry = self._entry("public", argument, option)
+        if entry is None:
+            return Source(argument, argument)
+        return self._resolved(argument, entry)
+
+    def _entry(self, section: str, argument: str, option: str | None = None) -> dict[str, object] | None:
+        """The catalog entry ``argument`` names in ``section`` (if the caller may use it); None for a
+        path in personal mode; refused in service mode when it is no such name."""
+        catalog = self.catalog if not self.restricted else self.require_catalog()
+        entry = catalog.entry(section, argument) if catalog is not None else None
+        if entry is not None and self.restricted and not catalog.allows(entry, self.analyst):  # type: ignore[union-attr]
+            entry = None
+        if entry is None and self.restricted:
+            what = "dataset" if section == "datasets" else "public list"
+            where = f"{option} " if option else ""
+            raise UsageError(f"{where}{argument!r} is not a {what} of the catalog you may use "
+                             "(in service mode inputs are named, never given as paths; see: dpcli catalog show)")
+        return entry
+
+    def _resolved(self, name: str, entry: dict[str, object]) -> Source:
+        location = str(entry["location"])
+        self.readable.add(location)
+        unit = entry.get("privacy_unit")
+        return Source(name, location, _text(entry.get("format")), _text(entry.get("delimiter")),
+                      _text(entry.get("compression")), _text(unit), {"name": name, **entry})
+
+    def check_read(self, path: str, what: str) -> None:
+        """The entry point of every open (:func:`dpcli.opening.open_binary`): may dpcli read ``path``?
+
+        Personal mode: not inside the state directory (the key, ledgers, catalog and schedule states
+        live there). Service mode: only locations this run resolved from the catalog (and files below
+        a dataset directory among them); anything else is refused before it is opened.
+        """
+        if self.restricted:
+            if not self._resolved_location(path):
+                raise UsageError(f"{what}: dpcli opens no path for an analyst in service mode (name a catalog entry)")
+            return
+        if self.state_dir is not None and path != "-" and inside(path, self.state_dir):
+            from dpcli.errors import InputMissingError
+
+            raise InputMissingError(f"{what} {path!r} lies in the state directory: dpcli never reads its own state as "
+                                    "an input")
+
+    def _resolved_location(self, path: str) -> bool:
+        if path in self.readable:
+            return True
+        return any(os.path.isdir(loc) and inside(path, loc) for loc in self.readable)
+
+    def allow_read(self, path: str) -> None:
+        """Let this run read ``path`` (a release file checked against the ledger, an analyst's stream state)."""
+        self.readable.add(path)
+
+    # --- outputs ------------------------------------------------------------------------------
+
+    def check_write(self, path: str, what: str = "output") -> None:
+        """May dpcli write ``path`` for the caller? Never inside the state directory (exit 73); in
+        service mode only inside an output directory the catalog gives this analyst (resolved:
+        symlinks, ``..``; exit 2). The run's own inputs are protected by
+        :func:`dpcli.files.check_path_is_not_protected`."""
+        if path in ("", "-"):
+            return
+        if self.state_dir is not None and inside(path, self.state_dir):
+            from dpcli.errors import OutputError
+
+            raise OutputError(f"{what} {path!r} lies inside the state directory; write it elsewhere")
+        if not self.restricted:
+            return
+        catalog = self.require_catalog()
+        if not any(inside(path, d) for d in catalog.output_dirs(self.analyst)):
+            raise UsageError(f"{what}: in service mode you write only into your output directories "
+                             "(see: dpcli catalog show)")
+
+    def output_dirs(self) -> list[str]:
+        """The directories this caller may write into (service mode); empty in personal mode."""
+        return self.catalog.output_dirs(self.analyst) if self.restricted and self.catalog is not None else []
+
+    # --- other named things -------------------------------------------------------------------
+
+    def spark(self, master: str | None, remote: str | None, conf: list[str] | None) -> tuple[str | None, str | None,
+                                                                                                list[str] | None]:
+        """``--master``/``--remote``/``--spark-conf``: as given in personal mode; in service mode
+        ``--master NAME`` names a Spark endpoint of the catalog (its master or Connect server and its
+        settings), and ``--remote``/``--spark-conf`` are refused."""
+        if not self.restricted:
+            return master, remote, conf
+        if remote is not None or conf:
+            raise UsageError("--remote and --spark-conf: in service mode Spark endpoints are the catalog's; "
+                             "name one with --master NAME")
+        catalog = self.require_catalog()
+        if master is None:
+            names = catalog.usable("spark", self.analyst)
+            if len(names) != 1:
+                raise UsageError("--engine spark: name the catalog's Spark endpoint with --master NAME")
+            master = names[0]
+        entry = catalog.entry("spark", master)
+        if entry is None or not catalog.allows(entry, self.analyst):
+            raise UsageError(f"--master {master!r} is not a Spark endpoint of the catalog you may use")
+        conf_list = [str(c) for c in entry.get("conf", []) or []]  # type: ignore[attr-defined]
+        return _text(entry.get("master")), _text(entry.get("remote")), conf_list
+
+    def stream_state(self, argument: str) -> Path:
+        """``--state``: a path in personal mode; in service mode a NAME, kept in the state directory
+        under the analyst's own folder (``streams/ANALYST/NAME.stream``)."""
+        if not self.service:
+            return Path(argument)
+        from dpcli.state.paths import validate_analyst
+
+        try:
+            validate_analyst(argument)
+        except UsageError:
+            raise UsageError("--state: in service mode a stream is named (letters, digits, '_', '.', '-'), "
+                             "not given as a path") from None
+        assert self.state_dir is not None
+        folder = self.state_dir / "streams" / self.analyst
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return folder / f"{argument}.stream"
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:
+    """Is ``path`` (resolved: symlinks, ``..``) ``directory`` or below it? (By resolved text and,
+    for existing ancestors, by device and inode, so a bind mount or second name is caught.)"""
+    real = Path(os.path.realpath(path))
+    root = Path(os.path.realpath(directory))
+    if real == root or root in real.parents:
+        return True
+    try:
+        root_st = os.stat(root)
+    except OSError:
+        return False
+    for ancestor in (real, *real.parents):
+        try:
+            st = os.stat(ancestor)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (root_st.st_dev, root_st.st_ino):
+            return True
+    return False
+
+
+#: The gate of this process: personal mode with no state directory until the CLI installs one.
+_GATE = Gate(Caller("", False))
+
+
+def gate() -> Gate:
+    """The gate every entry point asks (:func:`install` sets it; the library runs in personal mode)."""
+    return _GATE
+
+
+def install(new: Gate) -> Gate:
+    """Make ``new`` the process's gate (the CLI, once per invocation); returns the previous one."""
+    global _GATE
+    previous, _GATE = _GATE, new
+    return previous

@@ -1,0 +1,267 @@
+"""The operator's catalog: what analysts may use in service mode, by name.
+
+The operator writes it as TOML and installs it with ``dpcli catalog set FILE``; dpcli keeps it in
+the state directory as ``catalog.json``, sealed with a key derived from the secret key (an edit
+made without dpcli fails its seal: exit 78). Sections::
+
+    operators = ["ops"]                     # users who may act as the operator through sudo
+
+    [datasets.visits]                       # private data: analysts name it, never read it
+    location = "/srv/data/visits.parquet"   # an absolute path, a directory of Parquet files, or a URI
+    privacy_unit = "user_id"                # the column that identifies a person: the operator's choice
+    format = "parquet"                      # csv, parquet or ndjson (default: from the extension)
+    delimiter = ","                         # CSV only
+    compression = "gzip"                    # gzip, bzip2, xz or none (default: from the extension)
+    analysts = ["alice", "bob"]             # or ["*"]: every analyst
+
+    [public.pages]                          # public lists and tables (--keys, a spec's block list)
+    location = "/srv/data/pages.csv"
+    analysts = ["*"]
+
+    [spark.cluster]                         # Spark endpoints (--engine spark --master cluster)
+    master = "spark://10.0.0.5:7077"        # or: remote = "sc://gateway:15002"
+    conf = ["spark.executor.memory=8g"]
+    analysts = ["alice"]
+
+    [[outputs]]                             # where analysts may write (-o, plot -o, budget show --plot)
+    directory = "/srv/dpcli/out/alice"
+    analysts = ["alice"]
+
+Every name follows the analyst-name rule (letters, digits, ``_ . -``). The catalog is private: an
+analyst's ``dpcli catalog show`` lists only the names they may use, never locations or columns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpcli.errors import StateError, UsageError
+from dpcli.state.paths import validate_analyst
+
+CATALOG_FILE = "catalog.json"
+_KIND = "dpcli-catalog"
+_VERSION = 1
+_MAC_LABEL = "catalog-mac/v1"
+SECTIONS = ("datasets", "public", "spark")
+_FORMATS = ("csv", "parquet", "ndjson")
+_COMPRESSIONS = ("gzip", "bzip2", "xz", "none")
+_ENTRY_KEYS = {
+    "datasets": {"location", "privacy_unit", "format", "delimiter", "compression", "analysts", "description"},
+    "public": {"location", "format", "delimiter", "compression", "analysts", "description"},
+    "spark": {"master", "remote", "conf", "analysts", "description"},
+}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """A checked catalog: operators, named entries per section, and output directories."""
+
+    operators: tuple[str, ...]
+    sections: dict[str, dict[str, dict[str, Any]]]
+    outputs: tuple[dict[str, Any], ...]
+
+    def entry(self, section: str, name: str) -> dict[str, Any] | None:
+        """The entry ``name`` of ``section`` (None if there is none)."""
+        return self.sections.get(section, {}).get(name)
+
+    @staticmethod
+    def allows(entry: dict[str, Any], analyst: str) -> bool:
+        """May ``analyst`` use ``entry``?"""
+        users = entry.get("analysts", [])
+        return "*" in users or analyst in users
+
+    def usable(self, section: str, analyst: str) -> list[str]:
+        """The names of ``section`` that ``analyst`` may use, sorted."""
+        return sorted(n for n, e in self.sections.get(section, {}).items() if self.allows(e, analyst))
+
+    def output_dirs(self, analyst: str) -> list[str]:
+        """The output directories ``analyst`` may write into."""
+        return [o["directory"] for o in self.outputs if self.allows(o, analyst)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"operators": list(self.operators), **{s: self.sections.get(s, {}) for s in SECTIONS},
+                "outputs": list(self.outputs)}
+
+    def view_for(self, analyst: str) -> dict[str, Any]:
+        """What an analyst may know of the catalog: the names they may use (no locations, no columns)."""
+        view: dict[str, Any] = {s: {n: {k: v for k, v in self.sections[s][n].items() if k in ("description",)}
+                                    for n in self.usable(s, analyst)} for s in SECTIONS}
+        view["outputs"] = self.output_dirs(analyst)
+        return view
+
+
+def _err(where: str, problem: str) -> UsageError:
+    return UsageError(f"catalog: {where}: {problem}")
+
+
+def _names(value: Any, where: str, star: bool = True) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _err(where, "must be a list of user names")
+    for v in value:
+        if not (star and v == "*"):
+            try:
+                validate_analyst(v)
+            except UsageError:
+                raise _err(where, f"{v!r} is not a valid user name") from None
+    return sorted(set(value))
+
+
+def _location(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _err(where, "must be a path or URI")
+    if "://" not in value and not os.path.isabs(value):
+        raise _err(where, f"{value!r} must be an absolute path (or a URI)")
+    return value
+
+
+def _one_char(value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) != 1 or value in "\"\r\n":
+        raise _err(where, "must be one character (not a quote or a line break)")
+    return value
+
+
+def _entry(section: str, name: str, raw: Any) -> dict[str, Any]:
+    where = f"{section}.{name}"
+    if not isinstance(raw, dict):
+        raise _err(where, "must be a table")
+    unknown = sorted(set(raw) - _ENTRY_KEYS[section])
+    if unknown:
+        raise _err(where, f"unknown key {unknown[0]!r} (expected: {', '.join(sorted(_ENTRY_KEYS[section]))})")
+    out: dict[str, Any] = {"analysts": _names(raw.get("analysts", []), f"{where}.analysts")}
+    if isinstance(raw.get("description"), str):
+        out["description"] = raw["description"]
+    if section == "spark":
+        if ("master" in raw) == ("remote" in raw):
+            raise _err(where, "give exactly one of master (local[N], spark://…) or remote (sc://HOST:PORT)")
+        for key in ("master", "remote"):
+            if key in raw:
+                if not isinstance(raw[key], str) or not raw[key]:
+                    raise _err(f"{where}.{key}", "must be text")
+                out[key] = raw[key]
+        conf = raw.get("conf", [])
+        if not isinstance(conf, list) or not all(isinstance(c, str) and "=" in c for c in conf):
+            raise _err(f"{where}.conf", "must be a list of KEY=VALUE settings")
+        out["conf"] = list(conf)
+        return out
+    out["location"] = _location(raw.get("location"), f"{where}.location")
+    if "format" in raw:
+        if raw["format"] not in _FORMATS:
+            raise _err(f"{where}.format", f"must be one of {', '.join(_FORMATS)}")
+        out["format"] = raw["format"]
+    if "delimiter" in raw:
+        out["delimiter"] = _one_char(raw["delimiter"], f"{where}.delimiter")
+    if "compression" in raw:
+        if raw["compression"] not in _COMPRESSIONS:
+            raise _err(f"{where}.compression", f"must be one of {', '.join(_COMPRESSIONS)}")
+        out["compression"] = raw["compression"]
+    if section == "datasets":
+        out["privacy_unit"] = _unit(raw.get("privacy_unit"), f"{where}.privacy_unit")
+    return out
+
+
+def _unit(value: Any, where: str) -> str:
+    """The privacy unit column: one name (a list of one is accepted; several columns are not supported yet)."""
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, list):
+        raise _err(where, "one column identifies the privacy unit (several columns are not supported yet)")
+    if not isinstance(value, str) or not value:
+        raise _err(where, "is required: the column that identifies a person")
+    return value
+
+
+def parse_catalog(raw: dict[str, Any]) -> Catalog:
+    """Check a catalog document (the operator's TOML, parsed); every error names its key (exit 2)."""
+    unknown = sorted(set(raw) - {"operators", "outputs", *SECTIONS})
+    if unknown:
+        raise _err(unknown[0], "unknown section (expected: operators, datasets, public, spark, outputs)")
+    operators = tuple(_names(raw.get("operators", []), "operators", star=False))
+    sections: dict[str, dict[str, dict[str, Any]]] = {}
+    for section in SECTIONS:
+        table = raw.get(section, {})
+        if not isinstance(table, dict):
+            raise _err(section, "must be a table of named entries")
+        for name in table:
+            try:
+                validate_analyst(name)
+            except UsageError:
+                raise _err(f"{section}.{name}", "names use letters, digits, '_', '.' or '-'") from None
+        sections[section] = {name: _entry(section, name, table[name]) for name in sorted(table)}
+    outputs = raw.get("outputs", [])
+    if not isinstance(outputs, list):
+        raise _err("outputs", "must be an array of tables ([[outputs]])")
+    checked = []
+    for i, out in enumerate(outputs):
+        where = f"outputs[{i}]"
+        if not isinstance(out, dict) or set(out) - {"directory", "analysts"}:
+            raise _err(where, "holds directory and analysts")
+        directory = _location(out.get("directory"), f"{where}.directory")
+        if "://" in directory:
+            raise _err(f"{where}.directory", "must be a local directory")
+        checked.append({"directory": directory, "analysts": _names(out.get("analysts", []), f"{where}.analysts")})
+    return Catalog(operators, sections, tuple(checked))
+
+
+def read_toml(data: bytes) -> Catalog:
+    """The operator's TOML catalog, parsed and checked."""
+    try:
+        raw = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        raise UsageError("catalog: not valid UTF-8 TOML") from None
+    return parse_catalog(raw)
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _mac(root: Path, body: dict[str, Any]) -> str:
+    from dpcli.state import keys
+
+    key = keys.derive_key(keys.load_key(root), _MAC_LABEL)
+    return hmac.new(key, _canonical(body), hashlib.sha256).hexdigest()
+
+
+def catalog_path(root: Path) -> Path:
+    return root / CATALOG_FILE
+
+
+def read_catalog(root: Path) -> Catalog | None:
+    """The state directory's catalog, its seal verified; None when there is none (exit 78 if damaged)."""
+    path = catalog_path(root)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        raise StateError(f"catalog {path} is not readable") from None
+    try:
+        doc = json.loads(raw)
+        body = doc["body"]
+        if doc.get("format") != _KIND or doc.get("version") != _VERSION or not isinstance(body, dict):
+            raise ValueError("kind")
+    except (ValueError, KeyError, TypeError):
+        raise StateError(f"catalog {path} is corrupt") from None
+    if not hmac.compare_digest(_mac(root, body), str(doc.get("mac", ""))):
+        raise StateError(f"catalog {path} fails its seal (edited without dpcli catalog set?)")
+    return parse_catalog(body)
+
+
+def write_catalog(root: Path, catalog: Catalog) -> Path:
+    """Seal and write ``catalog`` into the state directory (0600, atomically)."""
+    from dpcli.state.atomic import atomic_write_bytes
+    from dpcli.state import keys
+
+    keys.load_or_create_key(root)
+    body = catalog.to_json()
+    doc = {"format": _KIND, "version": _VERSION, "body": body, "mac": _mac(root, body)}
+    path = catalog_path(root)
+    atomic_write_bytes(path, json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8"), mode=0o600)
+    return path

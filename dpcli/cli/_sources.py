@@ -1,0 +1,42 @@
+"""The inputs a command names, resolved through the gate (:mod:`dpcli.access`) before anything is read.
+
+A data input is a catalog dataset (by name: its location, format, delimiter, compression and
+privacy unit are the operator's), standard input, or in personal mode a path; a public list is a
+catalog public entry, standard input, or in personal mode a path.
+"""
+
+from __future__ import annotations
+
+from dpcli.access import Source, gate
+from dpcli.errors import UsageError
+
+
+def data_source(argument: str, privacy_unit: str | None, input_format: str | None = None,
+                delimiter: str | None = None) -> Source:
+    """The data input ``argument``, resolved, with its privacy unit settled.
+
+    A catalog dataset's privacy unit, format and delimiter are the operator's: in service mode the
+    options are refused (naming a unit would tell whether a guess is the unit column), in personal
+    mode they must agree with the entry. A path needs ``--privacy-unit``.
+    """
+    source = gate().dataset(argument)
+    if source.entry is None:
+        if not privacy_unit:
+            raise UsageError("--privacy-unit is required: the column that identifies a person")
+        return Source(source.name, source.location, input_format, delimiter, None, privacy_unit)
+    given = {"--privacy-unit": (privacy_unit, source.privacy_unit), "--input-format": (input_format, source.format),
+             "--delimiter": (delimiter, source.delimiter)}
+    for flag, (option, declared) in given.items():
+        if option is None:
+            continue
+        if gate().service:
+            raise UsageError(f"{flag}: dataset {source.name!r} is read as the operator declared it; drop {flag}")
+        if declared is not None and option != declared:
+            raise UsageError(f"{flag} {option!r} differs from what the catalog declares for {source.name!r}")
+    return Source(source.name, source.location, source.format or input_format, source.delimiter or delimiter,
+                  source.compression, source.privacy_unit, source.entry)
+
+
+def public_source(argument: str | None, option: str) -> Source | None:
+    """A public file named by ``option`` (``--keys``, a spec's block list), resolved; None when absent."""
+    return None if argument is None else gate().public(argument, option)

@@ -1,0 +1,73 @@
+"""``dpcli catalog``: the operator's catalog of datasets, public lists, Spark endpoints and output directories."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from dpcli.access import gate
+from dpcli.cli._common import emit_json, handles_errors, info, settings
+from dpcli.errors import InputMissingError
+
+app = typer.Typer(help="The operator's catalog (service mode): datasets, public lists, Spark endpoints, outputs.",
+                  no_args_is_help=True)
+
+
+@app.command("set")
+@handles_errors
+def set_catalog(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(help="The catalog as TOML ('-' reads it from stdin).", show_default=False)],
+) -> None:
+    """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
+    from dpcli.catalog import read_toml, write_catalog
+    from dpcli.opening import open_binary
+    from dpcli.state.paths import ensure_state_dir
+
+    gate().require_operator("catalog set")
+    if file == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        fh, _ = open_binary(file, "catalog file")
+        try:
+            with fh:
+                data = fh.read()
+        except OSError:
+            raise InputMissingError(f"catalog file {file!r} is not readable") from None
+    catalog = read_toml(data)
+    path = write_catalog(ensure_state_dir(settings(ctx).state_dir), catalog)
+    counts = ", ".join(f"{len(catalog.sections[s])} {s}" for s in catalog.sections)
+    info(ctx, f"catalog installed at {path}: {counts}, {len(catalog.outputs)} output director(ies)")
+
+
+@app.command("show")
+@handles_errors
+def show(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+) -> None:
+    """What the catalog holds: all of it for the operator; for an analyst, the names they may use."""
+    g = gate()
+    catalog = g.catalog
+    if catalog is None:
+        typer.echo("no catalog (personal mode: inputs are paths)" if not as_json else "{}")
+        return
+    doc = catalog.to_json() if g.operator else catalog.view_for(g.analyst)
+    if as_json:
+        emit_json(doc)
+        return
+    lines = []
+    for section in ("datasets", "public", "spark"):
+        for name, entry in doc[section].items():
+            where = entry.get("location") or entry.get("master") or entry.get("remote") or ""
+            extra = f"  unit {entry['privacy_unit']}" if "privacy_unit" in entry else ""
+            lines.append(f"{section:<9} {name:<20} {where}{extra}".rstrip())
+    outputs = doc["outputs"]
+    for out in outputs:
+        lines.append(f"output    {out['directory']}  ({', '.join(out['analysts'])})" if isinstance(out, dict)
+                     else f"output    {out}")
+    if g.operator and doc.get("operators"):
+        lines.append("operators " + ", ".join(doc["operators"]))
+    typer.echo("\n".join(lines) if lines else "the catalog is empty")
