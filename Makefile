@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-spark audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ demo: $(STAMP)
 	@echo "--- done. dpcli is installed in .venv: run '. .venv/bin/activate' to use it here, or 'make install' to put it on your PATH"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not audit and not spark"
+	$(BIN)/python -m pytest -q -m "not audit and not spark and not deployment"
 
 # --engine spark on a real local Spark, a standalone cluster and a Spark Connect server (all on
 # 127.0.0.1, started by the tests): installs the spark and spark-connect extras into .venv.
@@ -61,6 +61,18 @@ $(SPARK_STAMP): $(STAMP)
 
 test-spark: $(SPARK_STAMP)
 	$(BIN)/python -m pytest -q -m spark
+
+# Service mode as deployed (README "Service mode"): real users and file permissions. Needs root (it
+# creates three users, runs dpcli as them, and removes them) and an interpreter every user can run;
+# dpcli is installed for them into a world-readable venv outside the clone.
+SERVICE_PYTHON ?= /usr/bin/python3
+SERVICE_VENV ?= /tmp/dpcli-service-venv
+test-service: $(STAMP)
+	@if [ "$$(id -u)" != 0 ]; then echo "test-service: skipped: needs root to create users and run dpcli as them"; exit 0; fi; \
+	if [ ! -x "$(SERVICE_PYTHON)" ]; then echo "test-service: skipped: no $(SERVICE_PYTHON) (an interpreter every user can run)"; exit 0; fi; \
+	set -e; rm -rf "$(SERVICE_VENV)"; "$(SERVICE_PYTHON)" -m venv "$(SERVICE_VENV)"; \
+	"$(SERVICE_VENV)/bin/python" -m pip install --quiet .; chmod -R a+rX "$(SERVICE_VENV)"; \
+	DPCLI_SERVICE_DPCLI="$(SERVICE_VENV)/bin/dpcli" $(BIN)/python -m pytest -q -rs -m deployment tests/deployment
 
 audit: $(STAMP)
 	$(BIN)/python -m pytest -q

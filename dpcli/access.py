@@ -253,8 +253,9 @@ class Gate:
             entry = None
         if entry is None and self.restricted:
             what = "dataset" if section == "datasets" else "public list"
+            named = f"{argument!r}" if _is_name(argument) else "the path given"  # a path is not echoed
             where = f"{option} " if option else ""
-            raise UsageError(f"{where}{argument!r} is not a {what} of the catalog you may use "
+            raise UsageError(f"{where}{named} is not a {what} of the catalog you may use "
                              "(in service mode inputs are named, never given as paths; see: dpcli catalog show)")
         return entry
 
@@ -355,6 +356,17 @@ class Gate:
         folder = self.state_dir / "streams" / self.analyst
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         return folder / f"{argument}.stream"
+
+
+def _is_name(text: str) -> bool:
+    """Does ``text`` have the shape of a catalog name (so a refusal may echo it)?"""
+    from dpcli.state.paths import validate_analyst
+
+    try:
+        validate_analyst(text)
+    except UsageError:
+        return False
+    return True
 
 
 def _text(value: object) -> str | None:

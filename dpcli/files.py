@@ -41,7 +41,8 @@ import polars as pl
 
 from dpcli.access import Source, gate, inside
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError, os_reason
-from dpcli.opening import EarlyInput, FileIdentity, fingerprint_fileobj, open_binary, refuse_private  # noqa: F401 (re-exported)
+from dpcli.opening import (  # noqa: F401 (re-exported)
+    EarlyInput, FileIdentity, fingerprint_fileobj, is_private_file, open_binary, refuse_private)
 from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
@@ -474,10 +475,23 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
         return False
 
 
+def _holds_private_file(path: PathLike) -> bool:
+    """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
+    the state directory?"""
+    try:
+        with open(os.path.realpath(path), "rb") as fh:
+            return is_private_file(fh.read(32))
+    except OSError:
+        return False
+
+
 def check_path_is_not_protected(
-    path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output"
+    path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output",
+    state_file: bool = False,
 ) -> None:
-    """Refuse (exit 73) a path dpcli is about to write that lies in the state directory or is an input.
+    """Refuse (exit 73) a path dpcli is about to write that lies in the state directory, is an input, or
+    holds one of dpcli's private files (a stream state kept elsewhere; ``state_file``: the path is a
+    ``--state`` file, which is one by design).
 
     ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
     a symlinked directory or a dangling symlink into the state directory is caught; an input is the
@@ -486,6 +500,9 @@ def check_path_is_not_protected(
     """
     if state_dir is not None and inside(path, state_dir):
         raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
+    if not state_file and _holds_private_file(path):  # (a --state file is one: it is checked as such)
+        raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
+                          "write it elsewhere")
     for source in inputs:
         if source is None or str(source) == "-":
             continue

@@ -116,7 +116,7 @@ def show(
     if plot not in (None, "-"):
         from dpcli.plot.figure import check_target
 
-        check_target(plot)
+        check_target(plot, "plot")
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
     data = _show_json(led)
     if plot is not None:

@@ -135,7 +135,7 @@ def stream_replay(
         sr.trigger_through(moment, query.step)  # a bad --through fails before any data is read
     state_path = gate().stream_state(state) if state is not None else None
     if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
-        check_path_is_not_protected(state_path, s.state_dir, (source.location,), what="--state file")
+        check_path_is_not_protected(state_path, s.state_dir, (source.location,), what="--state file", state_file=True)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(source.location, state_path))
     spark = check_engine(engine, master, remote, spark_conf, source)
     table = _open(source, query, open_spark_input(s, spark, source), early)

@@ -32,13 +32,14 @@ def _pyplot() -> Any:
     return plt
 
 
-def check_target(path: str) -> str:
-    """The picture format of ``path`` (.png or .svg), refused otherwise (before anything is read)."""
+def check_target(path: str, field: str = "output") -> str:
+    """The picture format of ``path`` (.png or .svg), refused otherwise (before anything is read);
+    ``field`` names the option that gave it."""
     from dpcli.access import gate
 
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise UsageError(f"must end in .png or .svg, got {path!r}", field="output")
+        raise UsageError(f"must end in .png or .svg, got {path!r}", field=field)
     gate().check_write(path, "picture")
     return suffix
 

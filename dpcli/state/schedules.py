@@ -76,7 +76,7 @@ def cached_release(directory: Path, key: str, run: int) -> pl.DataFrame:
     try:
         return pl.read_parquet(path.read_bytes())  # bytes, not the path: polars would expand globs in it
     except (OSError, pl.exceptions.PolarsError) as exc:
-        raise StateError(f"cached release {path} is missing or corrupt ({exc})".splitlines()[0]) from None
+        raise StateError(f"cached release {path} is missing or corrupt ({type(exc).__name__})") from None
 
 
 def all_schedules(root: Path, analyst: str) -> list[dict[str, Any]]:

@@ -339,8 +339,8 @@ def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:
     noise = make(sensitivity, budget)
     try:
         noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
-    except ValueError as exc:
-        raise UsageError(f"noise too large to sample ({exc}); use a coarser --granularity or tighter bounds") from None
+    except ValueError:
+        raise UsageError("noise too large to sample; use a coarser --granularity or tighter bounds") from None
     return noise
 
 

@@ -185,8 +185,8 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
     if noise is not None:
         try:
             noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
-        except ValueError as exc:
-            raise UsageError(f"count noise too large to sample ({exc}); use a larger --epsilon-per") from None
+        except ValueError:
+            raise UsageError("count noise too large to sample; use a larger --epsilon-per") from None
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False))
     k = q.k
     if q.known_domain:

@@ -1,0 +1,197 @@
+"""Service mode as deployed: real users, real file permissions, dpcli run by the service account for analysts.
+
+Run by ``make test-service`` (and by CI when it runs as root): it needs root to create three users
+(the service account and two analysts) and to start processes as them. Every process is started the
+way sudo starts it under its environment reset — as the service account, with ``SUDO_USER`` and
+``SUDO_UID`` naming the analyst and nothing else of theirs — or as the analyst themself. The users
+are removed at the end. ``DPCLI_SERVICE_PYTHON`` is the dpcli the users run (a venv built by the
+make target with an interpreter every user can execute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.deployment
+
+DPCLI = os.environ.get("DPCLI_SERVICE_DPCLI", "")
+NAMES = {"svc": "dpcli-t-svc", "alice": "dpcli-t-alice", "bob": "dpcli-t-bob"}
+
+
+def _why_not() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root, to create users and start processes as them"
+    if shutil.which("useradd") is None or shutil.which("userdel") is None:
+        return "needs useradd and userdel"
+    if not DPCLI or not os.access(DPCLI, os.X_OK):
+        return "needs DPCLI_SERVICE_DPCLI: a dpcli every user can run (make test-service builds one)"
+    return None
+
+
+@dataclass
+class Deployment:
+    base: Path
+    svc_home: Path
+    data: Path
+    out: Path
+
+    def uid(self, who: str) -> int:
+        return pwd.getpwnam(NAMES[who]).pw_uid
+
+    def run(self, who: str, *args: str, via_sudo: bool = True) -> subprocess.CompletedProcess[str]:
+        """dpcli ARGS as sudo runs it for ``who`` (as the service account), or as ``who`` themself."""
+        account = "svc" if via_sudo else who
+        user = pwd.getpwnam(NAMES[account])
+        env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "LANG": "C.UTF-8", "USER": user.pw_name,
+               "LOGNAME": user.pw_name}
+        if via_sudo and who != "svc":
+            env.update({"SUDO_USER": NAMES[who], "SUDO_UID": str(self.uid(who)),
+                        "SUDO_GID": str(pwd.getpwnam(NAMES[who]).pw_gid), "SUDO_COMMAND": DPCLI})
+        return subprocess.run([DPCLI, *args], env=env, cwd=self.base, user=user.pw_uid, group=user.pw_gid,
+                              extra_groups=[], capture_output=True, text=True, timeout=300, check=False)
+
+
+def _useradd(name: str, home: Path) -> None:
+    subprocess.run(["userdel", name], capture_output=True, check=False)  # a crashed earlier run
+    subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", str(home), "--shell", "/usr/sbin/nologin",
+                    "--user-group", name], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def deployment() -> Iterator[Deployment]:
+    why = _why_not()
+    if why:
+        pytest.skip(why)
+    base = Path(tempfile.mkdtemp(prefix="dpcli-deploy-"))
+    base.chmod(0o755)
+    try:
+        homes = {who: base / who for who in NAMES}
+        for who, name in NAMES.items():
+            _useradd(name, homes[who])
+        for who in NAMES:
+            homes[who].mkdir(mode=0o700)
+            shutil.chown(homes[who], NAMES[who], NAMES[who])
+        d = Deployment(base, homes["svc"], homes["svc"] / "data", base / "out")
+        _install(d)
+        yield d
+    finally:
+        for name in NAMES.values():
+            subprocess.run(["userdel", name], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _install(d: Deployment) -> None:
+    """What the README's operator does: private data, output directories, a catalog, ledgers."""
+    d.data.mkdir()
+    rows = "".join(f"u{i},/p/{i % 3},{i % 7}\n" for i in range(400))
+    (d.data / "visits.csv").write_text("user,page,secret\n" + rows)
+    (d.data / "pages.csv").write_text("page\n/p/0\n/p/1\n/p/2\n")
+    d.out.mkdir(mode=0o755)
+    for who in ("alice", "bob"):
+        (d.out / who).mkdir(mode=0o755)
+        shutil.chown(d.out / who, NAMES["svc"], NAMES["svc"])
+    catalog = (f'operators = []\n[datasets.visits]\nlocation = "{d.data / "visits.csv"}"\nprivacy_unit = "user"\n'
+               f'analysts = ["*"]\n[public.pages]\nlocation = "{d.data / "pages.csv"}"\nanalysts = ["*"]\n'
+               + "".join(f'[[outputs]]\ndirectory = "{d.out / w}"\nanalysts = ["{NAMES[w]}"]\n' for w in ("alice", "bob")))
+    (d.svc_home / "catalog.toml").write_text(catalog)
+    for path in (d.data, *d.data.iterdir(), d.svc_home / "catalog.toml"):
+        shutil.chown(path, NAMES["svc"], NAMES["svc"])
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    r = d.run("svc", "catalog", "set", str(d.svc_home / "catalog.toml"), via_sudo=False)
+    assert r.returncode == 0, r.stderr
+    for who in ("alice", "bob"):
+        r = d.run("svc", "budget", "init", NAMES[who], "--mode", "approx", "--epsilon", "5", "--delta", "1e-5",
+                  via_sudo=False)
+        assert r.returncode == 0, r.stderr
+
+
+QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
+
+
+def test_an_analysts_first_query_works_by_dataset_name(deployment):
+    r = deployment.run("alice", *QUERY)
+    assert r.returncode == 0, r.stderr
+    assert "/p/0" in r.stdout
+    r = deployment.run("alice", "budget", "show", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["analyst"] == NAMES["alice"]
+
+
+def test_an_analyst_cannot_read_the_data_the_key_or_the_state(deployment):
+    r = deployment.run("alice", "budget", "init", "default", "--mode", "approx", "--epsilon", "1", "--delta", "1e-6",
+                       via_sudo=False)  # her own ledger, in her own home: personal mode
+    assert r.returncode == 0, r.stderr
+    for path in (deployment.data / "visits.csv", deployment.svc_home / ".local/share/dpcli/secret.key"):
+        r = deployment.run("alice", "histogram", str(path), "--input-format", "csv", "--by", "page",
+                           "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6",
+                           via_sudo=False)  # as herself: the OS says no
+        assert r.returncode == 66, r.stderr
+        with pytest.raises(PermissionError):
+            _open_as(deployment.uid("alice"), path)
+
+
+def test_through_the_service_account_no_path_is_opened_for_the_analyst(deployment):
+    private = str(deployment.data / "visits.csv")
+    for args in (
+        ["histogram", "visits", "--by", "page", "--epsilon", "1", "--keys", private],
+        ["histogram", private, "--by", "page", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6"],
+        ["plot", private],
+        [*QUERY, "-o", str(deployment.base / "anywhere.csv")],
+        ["--state-dir", str(deployment.base), "budget", "show"],
+        ["budget", "init", NAMES["alice"] + "2", "--mode", "pure", "--epsilon", "9"],
+    ):
+        r = deployment.run("alice", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "u17" not in r.stdout + r.stderr
+
+
+def test_outputs_are_the_analysts_and_plots_only_their_releases(deployment):
+    mine = deployment.out / "alice" / "pages.csv"
+    r = deployment.run("alice", *QUERY, "-o", str(mine))
+    assert r.returncode == 0, r.stderr
+    assert deployment.run("alice", "plot", str(mine)).returncode == 0
+    assert deployment.run("bob", "plot", str(mine)).returncode == 2  # not in bob's directories, not his release
+    assert deployment.run("bob", "budget", "show", NAMES["alice"]).returncode == 2
+    r = deployment.run("bob", *QUERY, "-o", str(deployment.out / "alice" / "x.csv"))
+    assert r.returncode == 2, r.stderr
+
+
+def test_a_forged_sudo_user_is_not_believed_outside_the_service_account(deployment):
+    """SUDO_USER set by a user for themself reaches only her own state directory (personal mode, or a
+    "service mode" over her own files with no catalog): never the service account's ledgers."""
+    user = pwd.getpwnam(NAMES["alice"])
+    env = {"PATH": "/usr/bin:/bin", "HOME": user.pw_dir, "SUDO_USER": NAMES["bob"], "SUDO_UID": str(deployment.uid("bob"))}
+    r = subprocess.run([DPCLI, "budget", "show"], env=env, cwd=deployment.base, user=user.pw_uid, group=user.pw_gid,
+                       extra_groups=[], capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode in (2, 77), r.stderr
+    assert '"epsilon"' not in r.stdout and str(deployment.svc_home) not in r.stderr
+
+
+def _open_as(uid: int, path: Path) -> None:
+    """Open ``path`` in a child running as ``uid``; PermissionError if the OS refuses."""
+    pid = os.fork()
+    if pid == 0:  # the child: drop to uid, try, report by exit status
+        try:
+            os.setgroups([])
+            os.setgid(pwd.getpwuid(uid).pw_gid)
+            os.setuid(uid)
+            open(path, "rb").close()
+            os._exit(0)
+        except PermissionError:
+            os._exit(13)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 13:
+        raise PermissionError(path)
+    assert code == 0, code
