@@ -61,7 +61,7 @@ def tabulate(
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
     from dpcli.files import open_input
-    from dpcli.release import open_block_list, release_seed
+    from dpcli.release import Calibration, DocumentInput, open_block_list, release_seed
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
     from dpcli.tasks import tabulate as tab
@@ -83,7 +83,7 @@ def tabulate(
         raise UsageError("give the person file (or --dry-run for the plan only)")
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
     events = tab.events(spec)
     fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(input, spec_path, spec.blocks_file))
     c = spec.columns
@@ -94,10 +94,12 @@ def tabulate(
     table = open_spark_input(s, spark, input) or open_input(
         input, input_format, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")),
         delimiter=delimiter or ",", early=early)
-    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
+    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed, and how
     bounder = bounding_engine(s, spark, table, delimiter or ",")
-    data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
-    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data, bounder)  # margins: post-processing
+    inputs = {"data": table, "spec": DocumentInput(spec_fingerprint, "toml"), "blocks": blocks}
+    calibration = Calibration(led.limits.mode, tab.plan_tabulate(spec))
+    # --with-error is not in the query: margins are post-processing
+    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, inputs, calibration, bounder)
     with working(ctx, f"tabulating {table.name}"):
         release = tab.run_tabulate(table.frame, spec, KeyedStream(seed.seed, "tabulate"), with_error,
                                    blocks=blocks.frame, name=table.name,
