@@ -263,8 +263,9 @@ class Gate:
         location = str(entry["location"])
         self.readable.add(location)
         unit = entry.get("privacy_unit")
+        shaping = {k: v for k, v in entry.items() if k not in ("analysts", "description")}  # what enters the seed
         return Source(name, location, _text(entry.get("format")), _text(entry.get("delimiter")),
-                      _text(entry.get("compression")), _text(unit), {"name": name, **entry})
+                      _text(entry.get("compression")), _text(unit), {"name": name, **shaping})
 
     def check_read(self, path: str, what: str) -> None:
         """The entry point of every open (:func:`dpcli.opening.open_binary`): may dpcli read ``path``?

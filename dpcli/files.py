@@ -4,8 +4,10 @@ Inputs: CSV, Parquet or NDJSON chosen by extension or ``--input-format``,
 optionally compressed (``.gz``, ``.bz2``, ``.xz``: decompressed into memory);
 ``-`` reads standard input, CSV unless ``--input-format`` says otherwise
 (uncompressed). CSV fields are split on ``--delimiter`` (default ``,``). Every input
-is fingerprinted with a streamed SHA-256 of its bytes: the fingerprint enters
-the release seed, so a changed file gets fresh noise. A file is opened once,
+is fingerprinted with a streamed SHA-256 of its bytes, and how they are read (its
+:class:`Reading`: format, compression, delimiter, text columns) is all the parser
+is given: both enter the release seed (:meth:`InputTable.seed_material`), so a
+changed file, or the same bytes read another way, gets fresh noise. A file is opened once,
 by its literal path (no ``~`` or glob expansion), hashed through that open
 file and parsed from it, so the fingerprint is of the bytes parsed; a rewrite
 of the open file in place is caught before the ledger is charged
@@ -33,9 +35,9 @@ import sys
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 import polars as pl
 
@@ -68,12 +70,39 @@ after_fingerprint_hook: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
+class Reading:
+    """How an input's bytes are parsed: everything besides the bytes that shapes its frame.
+
+    It is all the parser gets (:func:`_parse` takes a Reading), and all of it enters the release
+    seed with the bytes' fingerprint (:meth:`InputTable.seed_material`): the same bytes read
+    another way (a file valid as CSV and as NDJSON, another delimiter, a ``.gz`` name) are another
+    input, with other noise. Build it with :meth:`of`, which keeps only what the format uses.
+    """
+
+    format: str
+    #: The compression suffix dpcli decompresses (``.gz``, ``.bz2``, ``.xz``), or None.
+    compression: str | None = None
+    #: The CSV field separator (None for other formats).
+    delimiter: str | None = None
+    #: Columns read as text from CSV and NDJSON (see :func:`open_input`); () for Parquet.
+    text_columns: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, fmt: str, compression: str | None = None, delimiter: str = ",",
+           text_columns: tuple[str, ...] = ()) -> Reading:
+        """The reading of a ``fmt`` input: the delimiter for CSV only, text columns for CSV and NDJSON only."""
+        return cls(fmt, compression, delimiter if fmt == "csv" else None,
+                   tuple(text_columns) if fmt in ("csv", "ndjson") else ())
+
+
+@dataclass(frozen=True)
 class InputTable:
-    """A validated-to-open input: a lazy frame plus the fingerprint of its bytes.
+    """A validated-to-open input: a lazy frame plus the fingerprint of its bytes and how they were read.
 
     For a file, ``source`` is the one open file object that was both hashed and handed to polars
     (every scan of ``frame`` reads that open file, never the path again), and ``identity`` its
     ``fstat`` at open; :meth:`verify_unchanged` checks it before a release is charged.
+    :meth:`seed_material` is what of it enters a release seed.
     """
 
     frame: pl.LazyFrame
@@ -81,6 +110,11 @@ class InputTable:
     #: What messages, summaries and ledger lines call it: a catalog name, or the path as given.
     name: str
     format: str
+    #: How the bytes were parsed; None: by ``format`` alone (a Parquet dataset, a URI Spark listed).
+    reading: Reading | None = None
+    #: The catalog entry (dataset name, location, format, delimiter, compression, privacy unit) when
+    #: the input was opened by a catalog name; it enters the seed with the bytes.
+    origin: dict[str, Any] | None = None
     source: IO[bytes] | None = field(default=None, compare=False, repr=False)
     identity: FileIdentity | None = field(default=None, compare=False, repr=False)
     #: A dataset directory: its Parquet files (sorted) and their identities when listed.
@@ -95,6 +129,24 @@ class InputTable:
     def where(self) -> str:
         """The path, directory or URI read (never shown to a service-mode analyst: see ``name``)."""
         return self.location or self.name
+
+    def __post_init__(self) -> None:
+        if self.reading is not None and self.reading.format != self.format:
+            raise ValueError(f"input {self.name!r}: read as {self.reading.format}, labelled {self.format}")
+
+    def reading_material(self) -> dict[str, Any]:
+        """How the bytes were read: every field of its :class:`Reading` and, when the input came
+        from a catalog, its entry (``origin``). Plain JSON data (lists, not tuples): a stream's
+        state stores it and compares it with a later run's."""
+        reading = asdict(self.reading or Reading(self.format))
+        material: dict[str, Any] = {"reading": {**reading, "text_columns": list(reading["text_columns"])}}
+        if self.origin is not None:
+            material["origin"] = dict(self.origin)
+        return material
+
+    def seed_material(self) -> dict[str, Any]:
+        """What of this input enters a release seed: its bytes' fingerprint and :meth:`reading_material`."""
+        return {"fingerprint": self.fingerprint, **self.reading_material()}
 
     @property
     def is_dataset(self) -> bool:
@@ -182,11 +234,13 @@ def fingerprint_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (), delimiter: str = ",") -> pl.LazyFrame:
-    """A lazy scan of an open file or of bytes in memory: never a path, so polars expands no glob or ``~``.
+def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
+    """A lazy scan of an open file or of bytes in memory, as ``reading`` says (and nothing else):
+    never a path, so polars expands no glob or ``~``.
 
-    Given an exact ``io.BufferedReader``, polars (unix) duplicates its descriptor and reads that open
-    file at every collect (memory-mapped, as for a path); the bytes are not copied into memory.
+    Compressed bytes are decompressed into memory first. Given an exact ``io.BufferedReader``
+    (uncompressed), polars (unix) duplicates its descriptor and reads that open file at every
+    collect (memory-mapped, as for a path); the bytes are not copied into memory.
 
     ``text_columns`` (see :func:`open_input`): in a CSV they are read as strings (the other columns'
     types are inferred as before, and never read by a query that names only text columns); an NDJSON
@@ -194,16 +248,20 @@ def _scan(source: IO[bytes] | bytes, fmt: str, text_columns: tuple[str, ...] = (
     inferred: a record without one of the keys has null there, and any JSON value in them (number,
     boolean, list, object) is kept as its JSON text.
     """
-    if fmt == "csv":
-        overrides = {c: pl.String for c in text_columns}
+    if reading.compression is not None:
+        raw = source if isinstance(source, bytes) else source.read()
+        source = _COMPRESSION[reading.compression](raw)
+        refuse_private(source[:32], "compressed input", "(its content)")
+    if reading.format == "csv":
+        overrides = {c: pl.String for c in reading.text_columns}
         # Per-record damage is not an error (control flow must not depend on one record): a record with
         # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
-        return pl.scan_csv(source, separator=delimiter, infer_schema_length=10000, schema_overrides=overrides,
-                           truncate_ragged_lines=True, encoding="utf8-lossy")
-    if fmt == "parquet":
+        return pl.scan_csv(source, separator=reading.delimiter or ",", infer_schema_length=10000,
+                           schema_overrides=overrides, truncate_ragged_lines=True, encoding="utf8-lossy")
+    if reading.format == "parquet":
         return pl.scan_parquet(source)
-    if text_columns:
-        return pl.scan_ndjson(source, schema={c: pl.String for c in dict.fromkeys(text_columns)})
+    if reading.text_columns:
+        return pl.scan_ndjson(source, schema={c: pl.String for c in dict.fromkeys(reading.text_columns)})
     return pl.scan_ndjson(source)
 
 
@@ -228,11 +286,13 @@ def open_input(
     it, and with it an error or the output's types and order); codes such as block ids keep their
     leading zeros. Commands name every column they use; values are parsed per record afterwards
     (:func:`dpcli.bounding.numeric_value`), and those that do not parse are dropped. An NDJSON then
-    has exactly these columns (it has no header: see :func:`_scan`). Parquet keeps its declared
+    has exactly these columns (it has no header: see :func:`_parse`). Parquet keeps its declared
     types (they are in the file's metadata, not inferred).
 
     A compressed file (``.gz``, ``.bz2``, ``.xz``) is hashed as it is on disk and decompressed in
-    memory from those same bytes. ``delimiter`` splits CSV fields. ``early``: the same path
+    memory from those same bytes. ``delimiter`` splits CSV fields. The format, compression,
+    delimiter and text columns are the table's :class:`Reading`, which enters the release seed
+    with the fingerprint (:meth:`InputTable.seed_material`). ``early``: the same path
     already opened and being hashed (:func:`dpcli.opening.hash_early`), taken instead of opening
     it again.
 
@@ -247,9 +307,15 @@ def open_input(
     input_format = source.format or input_format
     delimiter = source.delimiter or delimiter
     if path != "-" and os.path.isdir(path):
-        return open_dataset(path, input_format, name)
+        return open_dataset(path, input_format, name, source.entry)
     fmt = input_format_for(path, input_format, name)
-    delimiter = csv_delimiter(delimiter)
+    if path == "-":
+        compression = None
+    elif source.compression:  # a catalog entry's (``none``: not compressed, whatever the name)
+        compression = _COMPRESSION_NAMES.get(source.compression)
+    else:
+        compression = _suffixes(path)[1]
+    reading = Reading.of(fmt, compression, csv_delimiter(delimiter), text_columns)
     if path == "-":
         data = (stdin or sys.stdin.buffer).read()
         if not data:
@@ -257,11 +323,11 @@ def open_input(
         refuse_private(data[:32], "standard input", "-")
         fingerprint = fingerprint_bytes(data)
         try:
-            frame = _scan(data, fmt, text_columns, delimiter)
+            frame = _parse(data, reading)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
             raise DataError(f"cannot parse standard input as {fmt}: {withheld(exc)}") from None
-        return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt)
+        return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt, reading=reading)
     if early is not None and early.path == path:
         fh, identity = early.fh, early.identity
     else:
@@ -276,21 +342,16 @@ def open_input(
             raise InputMissingError(f"input file {name!r} is not readable ({os_reason(exc)})") from None
         if after_fingerprint_hook is not None:
             after_fingerprint_hook(path)
-        suffix = _COMPRESSION_NAMES.get(source.compression or "") if source.compression else _suffixes(path)[1]
-        decompress = _COMPRESSION.get(suffix or "")
         try:
-            content: IO[bytes] | bytes = fh if decompress is None else decompress(fh.read())
-            if isinstance(content, bytes):
-                refuse_private(content[:32], "input file", name)
-            frame = _scan(content, fmt, text_columns, delimiter)
+            frame = _parse(fh, reading)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise DataError(f"cannot read {name!r} as {fmt}: {withheld(exc)}") from None
     except BaseException:
         fh.close()
         raise
-    table = InputTable(frame=frame, fingerprint=fingerprint, name=name, format=fmt, source=fh, identity=identity,
-                       location=path)
+    table = InputTable(frame=frame, fingerprint=fingerprint, name=name, format=fmt, reading=reading,
+                       origin=source.entry, source=fh, identity=identity, location=path)
     weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
     return table
 
@@ -321,7 +382,8 @@ def _footer_digest(f: Path, directory: str) -> str:
         return hashlib.sha256(fh.read(length)).hexdigest()
 
 
-def open_dataset(directory: str, input_format: str | None = None, name: str | None = None) -> InputTable:
+def open_dataset(directory: str, input_format: str | None = None, name: str | None = None,
+                 origin: dict[str, Any] | None = None) -> InputTable:
     """A directory of Parquet files (a partitioned dataset) as one input.
 
     Hashing every byte of a large dataset is not possible, so its fingerprint is a manifest: each
@@ -356,7 +418,8 @@ def open_dataset(directory: str, input_format: str | None = None, name: str | No
         frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DataError(f"cannot read {directory!r} as Parquet: {withheld(exc)}") from None
-    return InputTable(frame=frame, fingerprint=fingerprint, name=name, format="parquet", files=tuple(files),
+    return InputTable(frame=frame, fingerprint=fingerprint, name=name, format="parquet",
+                      reading=Reading.of("parquet"), origin=origin, files=tuple(files),
                       file_identities=identities, location=directory)
 
 

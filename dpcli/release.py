@@ -2,8 +2,12 @@
 
 A release is computed in memory first (bad data fails before any debit), then
 the ledger is charged durably, and only then may anything be written. The
-seed is ``HMAC(key, query + input fingerprints + engine versions)``, so the
-same query on the same bytes is the same release (and a free replay).
+seed is ``HMAC(key, seed material)``, where the material (:func:`seed_material`,
+built here for every command) binds everything that shapes the output: the
+query, each input's bytes with how they were read, the calibration (the
+accounting mode and the plan: noise families, scales, thresholds) and the
+engine versions. So the same query on the same bytes, read alike and calibrated
+alike, is the same release (and a free replay), and anything else is not.
 
 Library use (no CLI involved)::
 
@@ -16,12 +20,14 @@ Library use (no CLI involved)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import polars as pl
 
@@ -71,13 +77,97 @@ class Engine:
     stream_events: Any = None
 
 
-def release_seed(root: Path, query: dict[str, Any], data: dict[str, Any], engine: Engine | None = None) -> ReleaseSeed:
-    """seed = HMAC(key, query + data fingerprints + polars, bounding and noise versions); query id = hash of the query."""
+#: The shape of the seed material (:func:`seed_material`), in one place for every command. 1: the
+#: query, the inputs' fingerprints and the engine versions. 2 (issue 29): each input with how it was
+#: read, and the calibration. A new version gives every release fresh noise (and a charge) once.
+SEED_MATERIAL_VERSION = 2
+
+
+class SeedInput(Protocol):
+    """An input as it enters a seed (:class:`dpcli.files.InputTable`, :class:`DocumentInput`)."""
+
+    def seed_material(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class DocumentInput:
+    """An input dpcli reads whole and parses itself (a tabulation spec, TOML): its fingerprint and format."""
+
+    fingerprint: str
+    format: str
+
+    def seed_material(self) -> dict[str, Any]:
+        """The bytes' fingerprint and how they were read (one parser, so its format is all of it)."""
+        return {"fingerprint": self.fingerprint, "reading": {"format": self.format}}
+
+
+def plan_material(value: Any) -> Any:
+    """A plan as plain data for the seed: every field that takes part in its equality, recursively.
+
+    A dataclass becomes the dict of its compared fields (``compare=False`` marks caches and
+    display-only text, such as a stream plan's lazily filled threshold cache: two plans that compare
+    equal calibrate the same noise); mappings and sequences keep their shape; numbers, text, booleans
+    and None stay as they are (exact in :func:`dpcli.core.prf.canonical_json`). Any other type is
+    refused, so a new plan field of a new kind fails loudly instead of staying out of the seed.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare}
+    if isinstance(value, Mapping):
+        return {str(k): plan_material(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plan_material(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str, Fraction, Decimal)):
+        return value
+    raise TypeError(f"a plan holds a {type(value).__name__}, which has no seed material")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What turns a query into noise: the accounting mode its plan was made for, and the plan.
+
+    ``plan`` is the task's plan object as the release runs it (:class:`dpcli.tasks.histogram.HistogramPlan`,
+    :class:`dpcli.tasks.topk.TopKPlan`, :class:`dpcli.tasks.stream.plan.StreamPlan`,
+    :class:`dpcli.tasks.tabulate.TabulatePlan`): noise families and scales, thresholds, the split of
+    ε, a br ledger's ε_per. All of it enters the seed (:func:`plan_material`): two ledgers that
+    calibrate one query differently (pure and br: Laplace scales 2 and 4) never share noise.
+    """
+
+    mode: str
+    plan: Any
+
+    def seed_material(self) -> dict[str, Any]:
+        return {"mode": self.mode, "plan": plan_material(self.plan)}
+
+
+def engine_versions(engine: Engine | None = None) -> str:
+    """The versions of what computes a release: polars, the bounding semantics, the noise, another engine's tag."""
     versions = f"polars {pl.__version__}; bounding {bounding.SEMANTICS}; noise v{NOISE_VERSION}"
     if engine is not None and engine.seed_tag:
         versions += f"; {engine.seed_tag}"
-    material = {"query": query, **data, "engine": versions}
-    seed = derive_seed(keys.load_or_create_key(root), material)
+    return versions
+
+
+def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
+                  engine: Engine | None = None) -> dict[str, Any]:
+    """Everything that shapes a release, as the data its seed is derived from (every command's seed).
+
+    ``{"material": 2, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
+    "calibration": {"mode", "plan"}, "engine": "polars …; bounding …; noise v2[; tag]"}``. A run is
+    a free replay of another exactly when all of it is equal.
+    """
+    return {
+        "material": SEED_MATERIAL_VERSION,
+        "query": query,
+        "inputs": {role: source.seed_material() for role, source in inputs.items()},
+        "calibration": calibration.seed_material(),
+        "engine": engine_versions(engine),
+    }
+
+
+def release_seed(root: Path, query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
+                 engine: Engine | None = None) -> ReleaseSeed:
+    """seed = HMAC(key, :func:`seed_material`); query id = hash of the query alone."""
+    seed = derive_seed(keys.load_or_create_key(root), seed_material(query, inputs, calibration, engine))
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)
 
@@ -114,11 +204,24 @@ class QueryInputs:
     schema: pl.Schema
     groups: pl.DataFrame | None = None  # the public list of groups (--keys, --domain), cast to the data's types
     groups_table: InputTable | None = None
-    fingerprints: dict[str, str] | None = None
+    group_list_name: str = "keys"  # the group list's role in the seed: keys (histogram) or domain (topk)
 
     @property
     def tables(self) -> tuple[InputTable | None, ...]:
         return (self.table, self.groups_table)
+
+    @property
+    def by_role(self) -> dict[str, InputTable]:
+        """The inputs by their role in the seed material: ``data``, and the group list if any."""
+        roles = {"data": self.table}
+        if self.groups_table is not None:
+            roles[self.group_list_name] = self.groups_table
+        return roles
+
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        """Each input's fingerprint by role (part of a schedule's name: :func:`dpcli.state.schedules.schedule_key`)."""
+        return {role: table.fingerprint for role, table in self.by_role.items()}
 
 
 def open_query_inputs(
@@ -150,17 +253,15 @@ def open_query_inputs(
     if value:
         wanted[value] = "value"
     schema = require_columns(table, wanted)
-    fingerprints = {"data": table.fingerprint}
     if group_list is None:
-        return QueryInputs(table, schema, fingerprints=fingerprints)
+        return QueryInputs(table, schema, group_list_name=group_list_name)
     groups_table = open_input(group_list, text_columns=by)
     groups = read_group_list(groups_table, by, schema)
-    fingerprints[group_list_name] = groups_table.fingerprint
-    return QueryInputs(table, schema, groups, groups_table, fingerprints)
+    return QueryInputs(table, schema, groups, groups_table, group_list_name)
 
 
 def open_block_list(spec: Any) -> InputTable:
-    """Open a tabulation spec's public block list once (fingerprinted; its fingerprint enters the seed)."""
+    """Open a tabulation spec's public block list once (fingerprinted; it enters the seed with its reading)."""
     from dpcli.tasks.tabulate import block_columns
 
     if spec.blocks is None:
@@ -186,8 +287,8 @@ def histogram_runner(root: Path, query: hist.HistogramQuery, inputs: QueryInputs
     def run(eps: Fraction | None) -> Prepared:
         q = replace(query, epsilon=eps)
         plan = hist.plan_histogram(q, limits.mode, limits.values)
-        seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.fingerprints or {},
-                            engine)
+        seed = release_seed(root, {"command": "histogram", "v": 1, **q.canonical()}, inputs.by_role,
+                            Calibration(limits.mode, plan), engine)
         result = hist.run_histogram(inputs.table.frame, q, plan, KeyedStream(seed.seed, "histogram"), inputs.groups,
                                     name=inputs.table.name, rows=cheap_row_count(inputs.table),
                                     engine=engine.totals if engine else None,
@@ -216,7 +317,8 @@ def topk_runner(root: Path, inputs: QueryInputs, limits: Any,
 
     def run(q: tk.TopKQuery, mode: str) -> Prepared:
         plan = tk.plan_topk(q, mode, limits.values)
-        seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.fingerprints or {}, engine)
+        seed = release_seed(root, {"command": "topk", "v": 1, **q.canonical()}, inputs.by_role, Calibration(mode, plan),
+                            engine)
         result = tk.run_topk(inputs.table.frame, q, plan, KeyedStream(seed.seed, "topk"), inputs.groups,
                              name=inputs.table.name, rows=cheap_row_count(inputs.table),
                              engine=engine.totals if engine else None)

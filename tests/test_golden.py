@@ -2,7 +2,10 @@
 
 Recorded before the issue-16 refactor ("one shape for every command") and kept
 afterwards: a restructuring of the code must not change a single released
-value, summary field or ledger line for the same key, query and data. The
+value, summary field or ledger line for the same key, query and data.
+Re-recorded for seed material v2 (issue 29: the seed binds each input's reading
+and the calibration), which changed every seed, so every noisy value and seed
+id, and nothing else. The
 recorded documents live in ``tests/golden/``; after a deliberate change of
 semantics (which must also change the seed material, e.g. ``bounding.SEMANTICS``)
 re-record them with ``DPCLI_GOLDEN_RECORD=1 pytest tests/test_golden.py`` and

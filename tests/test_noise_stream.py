@@ -286,10 +286,12 @@ def test_the_noise_version_is_part_of_the_seed(tmp_path, monkeypatch):
     from dpcli import release
 
     monkeypatch.setenv("DPCLI_STATE_DIR", str(tmp_path))
-    a = release.release_seed(tmp_path, {"q": 1}, {"input": "x"})
-    assert release.release_seed(tmp_path, {"q": 1}, {"input": "x"}).id == a.id
+    doc = release.DocumentInput("sha256:x", "toml")
+    calibration = release.Calibration("pure", {"scale": 1})
+    a = release.release_seed(tmp_path, {"q": 1}, {"input": doc}, calibration)
+    assert release.release_seed(tmp_path, {"q": 1}, {"input": doc}, calibration).id == a.id
     monkeypatch.setattr(release, "NOISE_VERSION", 3)
-    assert release.release_seed(tmp_path, {"q": 1}, {"input": "x"}).id != a.id
+    assert release.release_seed(tmp_path, {"q": 1}, {"input": doc}, calibration).id != a.id
 
 
 def test_stream_step_digests_keep_v1_runs_and_bind_the_noise_version():
@@ -298,8 +300,8 @@ def test_stream_step_digests_keep_v1_runs_and_bind_the_noise_version():
 
     seed = b"\x07" * 32
     v1 = ledger.step_digest(seed, {"input": "fp", "through": 42})
-    assert statefile._step_digest(seed, "fp", 42, 1) == v1  # runs recorded before v2 still match
-    assert statefile._step_digest(seed, "fp", 42, 2) != v1
+    assert statefile._step_digest(seed, "fp", 42, 1, None) == v1  # runs recorded before v2 still match
+    assert statefile._step_digest(seed, "fp", 42, 2, None) != v1
 
 
 def test_laplace_tail_is_geometric_via_one_word():

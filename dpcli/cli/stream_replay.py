@@ -37,6 +37,7 @@ from dpcli.opening import EarlyInput, hash_early
 
 if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
     from dpcli.files import InputTable
+    from dpcli.release import Calibration
     from dpcli.tasks import stream_replay as sr
 
 
@@ -112,7 +113,7 @@ def stream_replay(
     from dpcli.cli._times import parse_moment
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.files import check_path_is_not_protected
-    from dpcli.release import release_seed
+    from dpcli.release import Calibration, release_seed
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
     from dpcli.tasks import stream_replay as sr
@@ -129,7 +130,8 @@ def stream_replay(
         doc = {"query": query.canonical(), **plan.summary, "moe95": margins, "cost": [e.to_json() for e in plan.events]}
         show_dry_run(s, analyst, doc, list(plan.events), as_json)
         return
-    ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    calibration = Calibration(led.limits.mode, plan)
     moment = parse_moment(through) if through is not None else None
     if moment is not None:
         sr.trigger_through(moment, query.step)  # a bad --through fails before any data is read
@@ -143,11 +145,12 @@ def stream_replay(
     events = bounder.stream_events if bounder else None
     margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
     if state_path is not None:
-        _incremental(ctx, analyst, state_path, state or "", moment, query, plan, table, output, fmt, as_json, margins, events)
+        _incremental(ctx, analyst, state_path, state or "", moment, query, calibration, table, output, fmt, as_json,
+                     margins, events)
         return
     # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
-    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table.fingerprint},
-                        bounder)
+    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table},
+                        calibration, bounder)
     with working(ctx, f"replaying {table.name}"):
         release = sr.run_stream(table.frame, query, plan, seed.seed, moment, name=table.name, engine=events)
     line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
@@ -203,19 +206,23 @@ def _open(source: Source, query: sr.StreamQuery, table: InputTable | None = None
 
 def _incremental(
     ctx: typer.Context, analyst: str, path: Path, label: str, moment: datetime | None, query: sr.StreamQuery,
-    plan: sr.StreamPlan,
-    table: InputTable, output: str | None, fmt: str, as_json: bool, margins: Callable[[Any], Any],
-    events: Any = None,
+    calibration: Calibration, table: InputTable, output: str | None, fmt: str, as_json: bool,
+    margins: Callable[[Any], Any], events: Any = None,
 ) -> None:
-    """One cron run against a state file (:func:`dpcli.tasks.stream_replay.state_run`): charge, save, write."""
+    """One cron run against a state file (:func:`dpcli.tasks.stream_replay.state_run`): charge, save, write.
+
+    A new stream's seed binds its query, a fresh reservation id and ``calibration``; it has no
+    inputs (it is made once, for every run): each run's input, with its reading, is bound by the
+    run's digest in the ledger."""
     from dpcli.cli._release import charge_and_write, write_and_report
     from dpcli.release import ReleaseSeed, release_seed
     from dpcli.tasks import stream_replay as sr
 
     s = settings(ctx)
-    data = sr.StateInput(table.frame, table.fingerprint, table.name, events)
+    plan = calibration.plan
+    data = sr.StateInput(table.frame, table.fingerprint, table.name, events, reading=table.reading_material())
     with sr.state_run(path, query, plan, data, analyst=analyst, state_dir=s.state_dir, lock_timeout=s.lock_timeout,
-                      new_seed=lambda material: release_seed(s.state_dir, material, {}), through=moment,
+                      new_seed=lambda material: release_seed(s.state_dir, material, {}, calibration), through=moment,
                       busy=lambda: working(ctx, f"feeding {table.name} to {label}")) as run:
         if run.repeat:
             write_and_report(s, margins(run.table), output, fmt, run.metadata, as_json,

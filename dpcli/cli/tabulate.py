@@ -63,7 +63,7 @@ def tabulate(
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
     from dpcli.files import open_input
-    from dpcli.release import block_list_source, open_block_list, release_seed
+    from dpcli.release import Calibration, DocumentInput, block_list_source, open_block_list, release_seed
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
     from dpcli.tasks import tabulate as tab
@@ -88,7 +88,7 @@ def tabulate(
                          "--delimiter")
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
-    ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
+    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
     events = tab.events(spec)
     if source.entry is None:
         source = Source(source.name, source.location, input_format, delimiter)
@@ -102,10 +102,12 @@ def tabulate(
     spark = check_engine(engine, master, remote, spark_conf, source)
     table = open_spark_input(s, spark, source) or open_input(
         source, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")), early=early)
-    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed
+    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed, and how
     bounder = bounding_engine(s, spark, table, source.delimiter or ",")
-    data = {"data": table.fingerprint, "spec": spec_fingerprint, "blocks": blocks.fingerprint}
-    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, data, bounder)  # margins: post-processing
+    inputs = {"data": table, "spec": DocumentInput(spec_fingerprint, "toml"), "blocks": blocks}
+    calibration = Calibration(led.limits.mode, tab.plan_tabulate(spec))
+    # --with-error is not in the query: margins are post-processing
+    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, inputs, calibration, bounder)
     with working(ctx, f"tabulating {table.name}"):
         release = tab.run_tabulate(table.frame, spec, KeyedStream(seed.seed, "tabulate"), with_error,
                                    blocks=blocks.frame, name=table.name,

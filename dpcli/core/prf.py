@@ -2,8 +2,10 @@
 
 Construction (documented in docs/accounting.md, "Randomness and noise"):
 
-* ``seed = HMAC-SHA256(key, b"dpcli/seed/v1\\x00" + canonical_json(query))``,
-  where the canonical query contains the fingerprints of every input read.
+* ``seed = HMAC-SHA256(key, b"dpcli/seed/v1\\x00" + canonical_json(material))``, where the
+  material (:func:`dpcli.release.seed_material`) binds everything that shapes a release: the
+  query, every input's fingerprint with how it was read, the calibration (accounting mode and
+  plan) and the engine versions.
 * A :class:`KeyedStream` for a *label* (domain separation between mechanisms of
   one release) is the SHAKE-256 extendable output function in counter mode:
   chunk ``i`` is ``SHAKE256(b"dpcli/stream/v1" || seed || len(label) || label || i)``
@@ -67,11 +69,11 @@ def canonical_json(query: dict[str, Any]) -> bytes:
     ).encode("ascii")
 
 
-def derive_seed(key: bytes, query: dict[str, Any]) -> bytes:
-    """The 32-byte seed of one release: HMAC-SHA256 of the canonical query."""
+def derive_seed(key: bytes, material: dict[str, Any]) -> bytes:
+    """The 32-byte seed of one release: HMAC-SHA256 of its canonical seed material."""
     if len(key) < 32:
         raise ValueError("secret key must be at least 32 bytes")
-    return hmac.new(key, _SEED_DOMAIN + canonical_json(query), hashlib.sha256).digest()
+    return hmac.new(key, _SEED_DOMAIN + canonical_json(material), hashlib.sha256).digest()
 
 
 def seed_id(seed: bytes) -> str:

@@ -103,6 +103,27 @@ def level_budgets(spec: Spec, noise: str) -> list[LevelBudget]:
     return out
 
 
+@dataclass(frozen=True)
+class TabulatePlan:
+    """A tabulation's calibration, from its spec alone: what :func:`run_tabulate` draws its noise
+    with, exactly. The noise family, γ (the step-1 share), the thresholds θ1 < θ2 < θ3 that choose
+    each group's branch, the levels, and each level's ρ_i/s (or ε_i/s) per population group, as
+    charged. It enters the release seed (:class:`dpcli.release.Calibration`)."""
+
+    noise: str
+    gamma: Fraction
+    thresholds: tuple[int, int, int]
+    levels: tuple[Level, ...]
+    per_group: tuple[Fraction, ...]  # one per level, in order: :attr:`LevelBudget.per_group`
+
+
+def plan_tabulate(spec: Spec) -> TabulatePlan:
+    """The calibration of ``spec``'s release (no data read)."""
+    budgets = level_budgets(spec, spec.noise)  # every level has a budget in the spec's own noise
+    return TabulatePlan(spec.noise, spec.gamma, spec.thresholds, tuple(b.level for b in budgets),
+                        tuple(b.per_group for b in budgets))
+
+
 def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) -> tuple[float, float]:
     """Eq. 39–40: f(α) = Σ_i s·max[τ(α, γρ_i/s) + τ(α, (1−γ)ρ_i/s), τ(α, ρ_i/s)], minimised over α ∈ {1.01…10}."""
     a = SAFETAB_ORDERS
@@ -354,12 +375,12 @@ def run_tabulate(
     else:
         check_columns(frame.collect_schema(), spec, name)
         counts_of = engine(spec, blocks_df)
-    budgets = {b.level.index: b for b in level_budgets(spec, spec.noise)}
+    plan = plan_tabulate(spec)
     parts: list[pl.DataFrame] = []
     meta_levels = []
-    for level in spec.levels:
+    for level, per_group in zip(plan.levels, plan.per_group, strict=True):
         counts = counts_of(level).select([pl.col(c).cast(d) for c, d in COUNT_SCHEMA.items()])
-        part, info = _tabulate_level(counts, blocks_df, spec, level, budgets[level.index],
+        part, info = _tabulate_level(counts, blocks_df, spec, plan, level, per_group,
                                      stream.child(f"level-{level.index}"), with_error)
         parts.append(part)
         meta_levels.append(info)
@@ -414,9 +435,13 @@ def level_counts(frame: pl.LazyFrame, spec: Spec, blocks_df: pl.DataFrame, name:
 # (the Sex × Age cells each total allows) for one level, with their noise drawn from the keyed
 # stream in one visible order (reordering the draws would change every release).
 def _tabulate_level(
-    counts: pl.DataFrame, blocks: pl.DataFrame, spec: Spec, level: Level, budget: LevelBudget,
+    counts: pl.DataFrame, blocks: pl.DataFrame, spec: Spec, plan: TabulatePlan, level: Level, per_group: Fraction,
     stream: KeyedStream, with_error: bool,
 ) -> tuple[pl.DataFrame, dict[str, Any]]:
+    """One level's rows: noisy step-1 totals choose each group's branch, then its total or marginal.
+
+    Every noise parameter comes from ``plan`` (the seed's calibration) and ``per_group`` (the
+    level's ρ_i/s); ``spec`` gives the shape (iterations, age bins, sexes)."""
     its = spec.iterations[level.iterations]
     groups = _entities(blocks, spec, level).join(
         pl.DataFrame({"iteration": [it.code for it in its], "__total_only": [it.total_only for it in its]}),
@@ -424,14 +449,13 @@ def _tabulate_level(
     ).sort(["geo_id", "iteration"])
     totals = groups.join(counts.group_by(["geo_id", "iteration"]).agg(pl.col("n").sum().alias("true")),
                          on=["geo_id", "iteration"], how="left").with_columns(pl.col("true").fill_null(0))
-    per_group = budget.per_group
-    gamma = spec.gamma
+    gamma = plan.gamma
     total_only = totals["__total_only"].to_numpy() | level.total_only
     true = totals["true"].to_numpy().astype(np.int64)
     n = totals.height
     # Step 1 (not released): noisy totals with γ·ρ_i/s, for groups that are not TotalOnly.
-    step1 = true + _noise_for(spec.noise, gamma * per_group).sample(stream.child("step1"), n)
-    th1, th2, th3 = spec.thresholds
+    step1 = true + _noise_for(plan.noise, gamma * per_group).sample(stream.child("step1"), n)
+    th1, th2, th3 = plan.thresholds
     branch = np.where(step1 < th1, 0, np.where(step1 < th2, 1, np.where(step1 < th3, 2, 3)))
     branch = np.where(total_only, -1, branch)
     out_rows = []
@@ -439,7 +463,7 @@ def _tabulate_level(
     for kind, mask, param in (("total_only", branch == -1, per_group), ("total", branch == 0, (1 - gamma) * per_group)):
         if not mask.any():
             continue
-        noise = _noise_for(spec.noise, param)
+        noise = _noise_for(plan.noise, param)
         sel = totals.filter(pl.Series(mask))
         values = sel["true"].to_numpy() + noise.sample(stream.child(kind), sel.height)
         df = sel.select("geo_id", "iteration").with_columns(
@@ -449,7 +473,7 @@ def _tabulate_level(
         if with_error:
             df = df.with_columns(pl.lit(noise.margin95()).alias("moe95"))
         out_rows.append(df)
-    cell_noise = _noise_for(spec.noise, (1 - gamma) * per_group)
+    cell_noise = _noise_for(plan.noise, (1 - gamma) * per_group)
     for b in (1, 2, 3):
         mask = branch == b
         if not mask.any():
@@ -493,4 +517,4 @@ def _tabulate_level(
     return result, info
 
 
-__all__ = ["plan", "events", "run_tabulate", "level_budgets", "base_from_moe"]
+__all__ = ["plan", "plan_tabulate", "TabulatePlan", "events", "run_tabulate", "level_budgets", "base_from_moe"]

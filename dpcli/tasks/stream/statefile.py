@@ -44,13 +44,15 @@ class Seed(Protocol):
 
 @dataclass(frozen=True)
 class StateInput:
-    """The input a run feeds to the stream: its frame, its content fingerprint, its name (for messages)
-    and the engine that bounds its events (None: polars)."""
+    """The input a run feeds to the stream: its frame, its content fingerprint, its name (for messages),
+    the engine that bounds its events (None: polars) and how its bytes were read
+    (:meth:`dpcli.files.InputTable.reading_material`; None only for states' older runs)."""
 
     frame: pl.LazyFrame
     fingerprint: str
     name: str
     engine: EventsEngine | None = None
+    reading: dict[str, Any] | None = None
 
 
 @dataclass
@@ -102,17 +104,34 @@ def _parquet_text(table: pl.DataFrame) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _step_digest(seed: bytes, fingerprint: str, through: int, noise: int) -> str:
-    """The ledger's digest of a run: its input and ``through``, and (from v2 on) the noise definition.
+def _step_digest(seed: bytes, fingerprint: str, through: int, noise: int, reading: dict[str, Any] | None) -> str:
+    """The ledger's digest of a run: its input and ``through``, (from noise v2 on) the noise
+    definition, and (from issue 29 on) how the input was read.
 
     A run recomputed from an older copy of the state is free only as an exact repeat of a
     recorded run; the noise version in the digest makes a repeat under another noise definition
-    (which would draw the run's new trees differently) a different run, refused as a fork.
+    (which would draw the run's new trees differently) a different run, refused as a fork, and the
+    reading makes one over the same bytes read another way (other events) a different run too.
+    Runs recorded before either existed keep their digest (``noise`` 1, ``reading`` None).
     """
     material: dict[str, Any] = {"input": fingerprint, "through": through}
     if noise != 1:
         material["noise"] = noise
+    if reading is not None:
+        material["reading"] = reading
     return ledger.step_digest(seed, material)
+
+
+def _repeats(last: dict[str, Any] | None, data: StateInput, through: int) -> bool:
+    """Is this run the state's last recorded run again: the same bytes, read alike, through the same trigger?
+
+    A last run recorded before readings were kept (no ``reading``) is matched by its bytes and
+    ``through``: it returns those cached rows (post-processing of a charged release), whatever
+    the reading.
+    """
+    if not last or last["input"] != data.fingerprint or last["through"] != through:
+        return False
+    return "reading" not in last or last["reading"] == data.reading
 
 
 @contextmanager
@@ -125,8 +144,10 @@ def state_run(
 
     Yields the :class:`StateRun` while the lock is held (the caller charges
     and writes inside the ``with``). ``through`` (default now) is public and,
-    with the input's fingerprint, identifies the run; ``new_seed(material)``
-    derives a new stream's seed; ``busy()`` wraps the computation (a spinner).
+    with the input's fingerprint and reading, identifies the run;
+    ``new_seed(material)`` derives a new stream's seed from the query and a
+    fresh reservation id (the caller adds the calibration:
+    :func:`dpcli.release.release_seed`); ``busy()`` wraps the computation (a spinner).
     """
     moment = through if through is not None else datetime.now(timezone.utc)
     last_trigger = trigger_through(moment, q.step)
@@ -135,10 +156,10 @@ def state_run(
     with documents.locked(path, lock_timeout):
         body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
         seed = bytes.fromhex(body["seed"])
-        digest = _step_digest(seed, data.fingerprint, last_trigger, NOISE_VERSION)
+        digest = _step_digest(seed, data.fingerprint, last_trigger, NOISE_VERSION, data.reading)
         last = body.get("last")
-        if last and last["input"] == data.fingerprint and last["through"] == last_trigger:
-            recorded = _step_digest(seed, data.fingerprint, last_trigger, last.get("noise", 1))
+        if _repeats(last, data, last_trigger):
+            recorded = _step_digest(seed, data.fingerprint, last_trigger, last.get("noise", 1), last.get("reading"))
             ledger.check_recorded(state_dir, analyst, body["reservation"], body["step"], recorded, label, lock_timeout)
             cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
             yield StateRun(path, cached, {**last["metadata"], "charged": False, "retry": True}, repeat=True)
@@ -158,6 +179,8 @@ def state_run(
         metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
         last = {"input": data.fingerprint, "through": last_trigger, "noise": NOISE_VERSION, "metadata": metadata,
                 "release": _parquet_text(release.table)}
+        if data.reading is not None:
+            last["reading"] = data.reading
         step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label,
                            create=create)
         yield StateRun(path, release.table, metadata, repeat=False,
