@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 from pathlib import Path
 
@@ -17,7 +18,7 @@ def test_formats_and_fingerprint(tmp_path):
     df = pl.DataFrame({"u": ["a", "b"], "x": [1.5, 2.0]})
     for name, writer in (("d.csv", df.write_csv), ("d.parquet", df.write_parquet), ("d.ndjson", df.write_ndjson)):
         writer(tmp_path / name)
-        t = files.open_input(str(tmp_path / name))
+        t = files.open_input(str(tmp_path / name), text_columns=("u", "x") if name.endswith("ndjson") else ())
         assert t.frame.collect().shape == (2, 2)
         assert t.fingerprint.startswith("sha256:")
     t1 = files.open_input(str(tmp_path / "d.csv"))
@@ -29,8 +30,8 @@ def test_stdin_reads_csv_by_default_and_other_formats_when_told():
     """`cat events.csv | dpcli histogram - …` works without --input-format (issue 17)."""
     t = files.open_input("-", stdin=io.BytesIO(b"u,x\na,1\n"))
     assert t.format == "csv" and t.frame.collect()["x"].to_list() == [1]
-    t = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'))
-    assert t.frame.collect()["x"].to_list() == [2]
+    t = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'), text_columns=("x",))
+    assert t.frame.collect()["x"].to_list() == ["2"]
 
 
 @pytest.mark.parametrize("suffix, compress", [(".csv.gz", "gzip"), (".csv.bz2", "bz2"), (".csv.xz", "lzma")])
@@ -102,9 +103,10 @@ def test_fingerprint_is_of_the_bytes_and_stdin_parquet_reads(tmp_path):
     for name, writer in (("d.csv", df.write_csv), ("d.parquet", df.write_parquet), ("d.ndjson", df.write_ndjson)):
         writer(tmp_path / name)
         raw = (tmp_path / name).read_bytes()
-        t = files.open_input(str(tmp_path / name))
+        cols = ("u", "x") if name.endswith("ndjson") else ()
+        t = files.open_input(str(tmp_path / name), text_columns=cols)
         assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == files.fingerprint_bytes(raw)
-        s = files.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw))
+        s = files.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw), text_columns=cols)
         assert s.fingerprint == t.fingerprint and s.frame.collect().equals(t.frame.collect())
         t.verify_unchanged()
         s.verify_unchanged()  # stdin: held in memory, nothing to check
@@ -203,9 +205,149 @@ def test_text_columns_fix_the_schema_of_csv_and_ndjson(tmp_path):
     (tmp_path / "d.ndjson").write_text('{"u":1,"g":"01","x":2.5,"other":[1]}\n{"u":2,"x":[1,2]}\n{"u":"3","g":1.5}\n')
     t = files.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
     assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String}
-    assert t.frame.collect().rows() == [("1", "01", "2.5"), ("2", None, "[1, 2]"), ("3", "1.5", None)]
+    assert t.frame.collect().rows() == [("1", "01", "2.5"), ("2", None, "[1,2]"), ("3", "1.5", None)]
     s = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
     assert s.frame.collect()["u"].to_list() == ["7"]
+
+
+# ---- NDJSON is read record by record (issue 29): a line that is not a JSON object is a record of nulls --------
+
+
+def _ndjson_rows(raw: bytes, columns: tuple[str, ...] = ("u", "g"), tmp_path: Path | None = None) -> list[tuple]:
+    """The rows of ``raw`` read as NDJSON with ``columns``: from stdin and, given ``tmp_path``, from a file
+    and a .jsonl.gz file too (asserted equal)."""
+    import gzip
+
+    rows = files.open_input("-", "ndjson", stdin=io.BytesIO(raw), text_columns=columns).frame.collect().rows()
+    if tmp_path is not None:
+        (tmp_path / "d.ndjson").write_bytes(raw)
+        (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(raw))
+        for name in ("d.ndjson", "d.jsonl.gz"):
+            t = files.open_input(str(tmp_path / name), text_columns=columns)
+            assert t.frame.collect().rows() == rows, name
+            assert t.frame.select(pl.len()).collect().item() == len(rows)
+    return rows
+
+
+GOOD_LINE = b'{"u":"a","g":"x"}\n'
+#: One line each, between two good records: the rows read for it (a record of nulls when it is no JSON object).
+NDJSON_LINES = {
+    "number beyond the double range": (b'{"u":"b","g":1e999}\n', [(None, None)]),
+    "negative number beyond the range": (b'{"u":"b","g":-1E+400}\n', [(None, None)]),
+    "1100 levels of nesting": (b'{"u":"b","g":' + b"[" * 1100 + b"]" * 1100 + b"}\n", [(None, None)]),
+    "128 levels": (b'{"u":"b","g":' + b"[" * 127 + b"]" * 127 + b"}\n", [(None, None)]),
+    "127 levels": (b'{"u":"b","g":' + b"[" * 126 + b"]" * 126 + b"}\n", [("b", "[" * 126 + "]" * 126)]),
+    "top-level array": (b'[{"u":"b","g":"y"}]\n', [(None, None)]),
+    "top-level null": (b"null\n", [(None, None)]),
+    "top-level number": (b"42\n", [(None, None)]),
+    "top-level string": (b'"u"\n', [(None, None)]),
+    "invalid UTF-8": (b'{"u":"b\xff","g":"y\xc3"}\n', [("b\ufffd", "y\ufffd")]),
+    "not JSON": (b"u=b, g=y\n", [(None, None)]),
+    "cut short": (b'{"u":"b","g":"y\n', [(None, None)]),
+    "trailing garbage": (b'{"u":"b","g":"y"} x\n', [(None, None)]),
+    "two objects": (b'{"u":"b","g":"y"}{"u":"c"}\n', [(None, None)]),
+    "CRLF": (b'{"u":"b","g":"y"}\r\n', [("b", "y")]),
+    "spaces around": (b' \t{"u" : "b" , "g":"y"} \n', [("b", "y")]),
+    "blank lines": (b"\n   \n\t\r\n\n", []),
+    "NUL inside a string": (b'{"u":"b","g":"y\x00z"}\n', [(None, None)]),
+    "NUL after the object": (b'{"u":"b","g":"y"}\x00tail\n', [("b", "y")]),  # read up to the NUL
+    "escaped NUL": (b'{"u":"b","g":"y\\u0000z"}\n', [("b", "y\x00z")]),
+    "escapes": (b'{"u":"\\u00e9\\ud83d\\ude00","g":"\\"\\\\\\/\\t"}\n', [("\u00e9\U0001F600", '"\\/\t')]),
+    "lone surrogate": (b'{"u":"b","g":"\\ud800"}\n', [(None, None)]),
+    "duplicate keys": (b'{"u":"b","g":"y","u":"c"}\n', [("c", "y")]),
+    "missing key": (b'{"u":"b"}\n', [("b", None)]),
+    "JSON null value": (b'{"u":null,"g":"y"}\n', [(None, "y")]),
+    "empty object": (b"{}\n", [(None, None)]),
+    "other values": (b'{"u":true,"g":{"k":[1, 2.50,"s",null]}}\n', [("true", '{"k":[1,2.5,"s",null]}')]),
+    "huge integer": (b'{"u":123456789012345678901234567890,"g":18446744073709551615}\n',
+                     [("1.2345678901234568e+29", "18446744073709551615")]),
+    "whole floats": (b'{"u":1.0,"g":-1e2}\n', [("1", "-100")]),
+    "whole float text": (b'{"u":"1.0","g":"1e2"}\n', [("1.0", "1e2")]),
+    "other floats": (b'{"u":2.50,"g":0.00000015}\n', [("2.5", "1.5e-7")]),
+    "BOM": (b'\xef\xbb\xbf{"u":"b","g":"y"}\n', [(None, None)]),  # mid-file: not JSON
+}
+
+
+@pytest.mark.parametrize("case", list(NDJSON_LINES))
+def test_ndjson_is_read_record_by_record(tmp_path, case):
+    """Each line is read alone: whatever it holds, it never fails the scan, and the records around it
+    are read as they are without it (from a file, a .jsonl.gz and stdin alike)."""
+    line, rows = NDJSON_LINES[case]
+    assert _ndjson_rows(GOOD_LINE + line + GOOD_LINE, tmp_path=tmp_path) == [("a", "x"), *rows, ("a", "x")]
+
+
+def test_ndjson_first_and_last_lines(tmp_path):
+    """The first line (where inference used to look), a BOM before it, and a last line without a newline."""
+    assert _ndjson_rows(b'\xef\xbb\xbf{"u":"a","g":"x"}\n{"u":"b"}', tmp_path=tmp_path) == [("a", "x"), ("b", None)]
+    assert _ndjson_rows(b'1e999\n[1]\n{"u":"b","g":"y"}', tmp_path=tmp_path) == [(None, None), (None, None),
+                                                                                   ("b", "y")]
+    assert _ndjson_rows(b'\x00{"u":"a"}\n{"u":"b"}\x00\n', tmp_path=tmp_path) == [("b", None)]  # a NUL first: blank
+
+
+def test_ndjson_whose_every_line_is_broken_reads_as_records_of_nulls(tmp_path):
+    assert _ndjson_rows(b'1e999\n[1]\nnull\n{"u":\n', tmp_path=tmp_path) == [(None, None)] * 4
+    assert _ndjson_rows(b"\n\n  \n", tmp_path=tmp_path) == []
+
+
+def test_empty_ndjson_is_the_empty_error(tmp_path):
+    """Only the file's size (public) decides it: a file of blank lines is read, as no records."""
+    (tmp_path / "e.ndjson").write_bytes(b"")
+    with pytest.raises(DataError, match="is empty"):
+        files.open_input(str(tmp_path / "e.ndjson"), text_columns=("u",))
+    with pytest.raises(DataError, match="standard input is empty"):
+        files.open_input("-", "ndjson", stdin=io.BytesIO(b""), text_columns=("u",))
+
+
+@pytest.mark.parametrize("name", ["a.b", "it's", 'say "hi"', "[x]", "a b", " ", "", "é", "日本", "a\\b", "x'y\"z",
+                                  "$", "@", "*", "..", "?(@.x)", "a,b", "a','b", "a\nb", "\U0001F600", "0", "-1",
+                                  "'", '"', "\\", "user_id", "nested", "outer", "x", "line", "__dp_line"])
+def test_ndjson_key_names_are_read_exactly(tmp_path, name):
+    """A column name is a key, not a path: dots, quotes, brackets, spaces, JSONPath's own characters are
+    read literally, among keys made of its pieces and a nested copy of it; a name JSONPath cannot spell
+    is refused whatever the file holds (DataError), never read from another key."""
+    import re
+
+    decoys = {p: "piece" for p in re.split(r"[^0-9A-Za-z]+", name) if p and p != name}
+    recs = [{**decoys, name: "v", "n": {name: "nested"}}, {**decoys, name: 1.0}, {**decoys, "n": {name: 2}}]
+    raw = "".join(json.dumps(r) + "\n" for r in recs).encode()
+    try:
+        rows = _ndjson_rows(raw, (name,), tmp_path)
+    except DataError as exc:
+        assert f"column {name!r} cannot be read from NDJSON" in str(exc)
+        for content in (b"", b"{}\n", raw):  # the name alone decides
+            with pytest.raises(DataError, match="cannot be read from NDJSON"):
+                files._parse(content, files.Reading.of("ndjson", text_columns=(name,)))
+        assert "\\" in name  # only a name with a backslash and other special characters is refused
+        return
+    assert rows == [("v",), ("1",), (None,)]
+
+
+def test_ndjson_key_names_refused_are_few():
+    for name in ("a\\b", "\\", "a\\'", 'x\\"'):
+        files._parse(b"", files.Reading.of("ndjson", text_columns=(name,)))  # dot notation spells these
+    for name in ("a\\ b", "'\\a", "a.\\", "\\[0]"):
+        with pytest.raises(DataError, match="cannot be read from NDJSON"):
+            files._parse(b"", files.Reading.of("ndjson", text_columns=(name,)))
+
+
+def test_ndjson_needs_the_columns_a_query_reads(tmp_path):
+    """No schema is ever inferred from NDJSON records: without columns an NDJSON is not opened at all."""
+    (tmp_path / "d.ndjson").write_text('{"u": 1}\n')
+    with pytest.raises(UsageError, match="read by the columns a query names"):
+        files.open_input(str(tmp_path / "d.ndjson"))
+    with pytest.raises(UsageError, match="read by the columns a query names"):
+        files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": 1}\n'))
+
+
+def test_ndjson_scan_stays_lazy_and_reads_the_open_file(tmp_path):
+    """The NDJSON frame is a lazy scan of the open file (no rows in Python): a later collect sees the
+    same open file, and a filter on a column is evaluated per record."""
+    f = tmp_path / "d.ndjson"
+    f.write_bytes(b'{"u":"a"}\n1e999\n{"u":"b"}\n')
+    t = files.open_input(str(f), text_columns=("u",))
+    assert isinstance(t.frame, pl.LazyFrame)
+    assert t.frame.filter(pl.col("u").is_not_null()).collect()["u"].to_list() == ["a", "b"]
+    assert t.frame.collect(engine="streaming")["u"].to_list() == ["a", None, "b"]
 
 
 def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(tmp_path):

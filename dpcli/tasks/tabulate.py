@@ -224,7 +224,7 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
     race_type = check_columns(schema, spec, name)
     race = pl.col(c["race"])
     if race_type == pl.String:
-        # ';'-separated codes; an NDJSON list of codes is read as its JSON text ("[1000, 2000]", see
+        # ';'-separated codes; an NDJSON list of codes is read as its JSON text ("[1000,2000]", see
         # dpcli.files.open_input), so a bracketed value is split on commas, quotes dropped.
         text = race.str.strip_chars()
         listed = text.str.starts_with("[") & text.str.ends_with("]")

@@ -79,14 +79,15 @@ def _ledger_entries(state_dir: Path, analyst: str) -> list[dict[str, Any]]:
 
 
 def run_cli(args: Sequence[str], state_dir: Path, setup: Sequence[Sequence[str]] = (),
-            analyst: str = "default") -> Report:
-    """Run ``setup`` commands then ``args`` (all with state dir ``state_dir``) under the forced seed."""
+            analyst: str = "default", stdin: bytes | None = None) -> Report:
+    """Run ``setup`` commands then ``args`` (all with state dir ``state_dir``) under the forced seed;
+    ``stdin``: the bytes the command reads from standard input (for an input of ``-``)."""
     env = {"DPCLI_STATE_DIR": str(state_dir), "DPCLI_ANALYST": analyst}
     with forced_seed():
         for cmd in setup:
             r = runner.invoke(app, [str(a) for a in cmd], env=env)
             assert r.exit_code == 0, (cmd, r.stdout, r.stderr)
-        r = runner.invoke(app, [str(a) for a in args], env=env)
+        r = runner.invoke(app, [str(a) for a in args], env=env, input=stdin)
     try:
         doc = json.loads(r.stdout)
     except ValueError:
