@@ -204,3 +204,17 @@ def test_personal_mode_never_reads_the_state_as_input(tmp_path, monkeypatch):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1")
         assert r.exit_code == 66, r.stderr
         assert key_hex not in r.stdout + r.stderr
+
+
+def test_two_catalog_names_for_one_file_are_two_releases(svc):
+    """The seed binds the catalog entry: another name (or an edited entry) is never a free replay."""
+    svc.catalog_toml = svc.catalog_toml.replace(
+        "[public.pages]", f'[datasets.visits2]\nlocation = "{svc.data / "visits.csv"}"\nprivacy_unit = "user"\n'
+        'analysts = ["*"]\n[public.pages]')
+    svc.setup(ledgers=False)
+    query = ["--by", "page", "--epsilon", "1", "--delta", "1e-6", "--json"]
+    first = json.loads(svc.run("alice", "histogram", "visits", *query).stdout)["summary"]
+    again = json.loads(svc.run("alice", "histogram", "visits", *query).stdout)["summary"]
+    other = json.loads(svc.run("alice", "histogram", "visits2", *query).stdout)["summary"]
+    assert first["charged"] and not again["charged"] and other["charged"]
+    assert other["seed_id"] != first["seed_id"]
