@@ -6,7 +6,10 @@ Zipf-distributed groups). Every day each schedule answers a known-domain histogr
 the whole year (the pure ones are (1, 0)-DP, which is stronger):
 
 * ``bbscheduler``: Algorithm 1 with δ > 0 (γ from Algorithm 1, ε_i with the CDP constants); a new
-  release when the snapshot has grown by (1 + γ) since the epoch began, else the cached one;
+  release when the snapshot has grown by (1 + γ) since the epoch began, else the cached one, on the
+  exact sizes (the paper's setting, which dpcli no longer uses: the reference);
+* ``bbscheduler-noisy``: what ``--scheduler bbscheduler`` does (issue 29): the same on noisy sizes,
+  with ñ, γ and the crossing tests of dpcli.core.schedules paid from ε/10, the releases from 9ε/10;
 * ``bbimprover-rows``: Algorithm 2 as printed, t = the snapshot's rows, c = 0.1;
 * ``bbimprover-runs``: dpcli's cron form, t = the run's number k, c = 0.1 (the default);
 * ``fixed-365``: the same ε every day, chosen so that 365 runs compose (CDP, Theorem 4) to exactly
@@ -16,7 +19,8 @@ the whole year (the pure ones are (1, 0)-DP, which is stronger):
 
 Per day: the mean absolute error of the released *fractions* (count / current size) against the
 current snapshot, averaged over 20 noise seeds, and the (ε, δ) spent so far (CDP composition of
-the runs made for the δ > 0 schedules, the sum for the pure ones). Theorem 10's bound for
+the runs made for the δ > 0 schedules, the sum for the pure ones; plus the size estimates committed
+for bbscheduler-noisy). Theorem 10's bound for
 BBScheduler, α ≈ C·(ln(1/β)/(ε n))^{1/3} with C = 1, β = 0.05 and n = 10^4, is drawn for scale.
 Writes ``bench/growing_schedules.png`` with dpcli's own plotting module (``dpcli.plot.figure``) and
 prints the tables of ``bench/growing_schedules.md``.
@@ -56,6 +60,35 @@ def fixed_cdp_epsilon(runs: int, total: float, delta: float) -> Fraction:
     return Fraction(math.floor(lo * 10**15), 10**15)
 
 
+def noisy_epochs(sizes: np.ndarray) -> tuple[list[int | None], list[Fraction], Fraction]:
+    """bbscheduler with dpcli's noisy sizes (one row per unit): per day the epoch started (None: the
+    cached release) and the size ε committed so far; and γ. One decision path, from a fixed stream."""
+    def day_stream(day: int) -> KeyedStream:
+        return KeyedStream(hashlib.sha256(f"growing/sizes/{day}".encode()).digest(), "bench")
+
+    start = sch.noisy_start(day_stream(0).child("start"), int(sizes[0]), TOTAL)
+    gamma = sch.default_gamma(float(sch.release_total(TOTAL)), start, DELTA, BETA)
+    epochs: list[int | None] = [0]
+    test_eps = sch.crossing_epsilon(1, gamma, TOTAL)
+    rho = sch.threshold_noise(day_stream(0).child("threshold/1"), test_eps)
+    committed = [sch.start_epsilon(TOTAL) + test_eps]
+    k = 1
+    for day in range(1, len(sizes)):
+        units, s = int(sizes[day]), day_stream(day)
+        epoch = None
+        if sch.crossed(s.child(f"crossed/{k}"), units, sch.epoch_threshold(k, start, gamma), rho, test_eps):
+            count = sch.crossing_count(s.child(f"count/{k}"), units, test_eps)
+            epoch = max(k, sch.epoch_of(max(count, start), start, gamma))
+            k = epoch + 1
+            test_eps = sch.crossing_epsilon(k, gamma, TOTAL)
+            rho = sch.threshold_noise(s.child(f"threshold/{k}"), test_eps)
+            committed.append(committed[-1] + test_eps)
+        else:
+            committed.append(committed[-1])
+        epochs.append(epoch)
+    return epochs, committed, gamma
+
+
 def main(out: str = "bench/growing_schedules.png") -> None:
     rng = np.random.default_rng(4)  # data generation only
     sizes = np.round(1e4 * 100 ** (np.arange(DAYS) / (DAYS - 1))).astype(np.int64)
@@ -75,7 +108,8 @@ def main(out: str = "bench/growing_schedules.png") -> None:
     n0 = int(sizes[0])
     gamma = sch.default_gamma(float(TOTAL), n0, DELTA, BETA)
     fixed_eps = fixed_cdp_epsilon(DAYS, float(TOTAL), DELTA)
-    names = ["bbscheduler", "bbimprover-rows", "bbimprover-runs", "fixed-365", "naive"]
+    names = ["bbscheduler", "bbscheduler-noisy", "bbimprover-rows", "bbimprover-runs", "fixed-365", "naive"]
+    noisy, committed, noisy_gamma = noisy_epochs(sizes)
     errors: dict[str, list[float]] = {k: [] for k in names}
     spent: dict[str, list[float]] = {k: [] for k in names}
     runs: dict[str, list[Fraction]] = {k: [] for k in names}
@@ -92,6 +126,9 @@ def main(out: str = "bench/growing_schedules.png") -> None:
         if epoch != epoch_now:
             todays["bbscheduler"] = sch.bbscheduler_epsilon(epoch, gamma, TOTAL, DELTA)
             epoch_now = epoch
+        if noisy[day] is not None:
+            todays["bbscheduler-noisy"] = sch.bbscheduler_epsilon(noisy[day], noisy_gamma, sch.release_total(TOTAL),
+                                                                  DELTA)
         if sum(runs["naive"]) + NAIVE <= TOTAL:
             todays["naive"] = NAIVE
         for name in names:
@@ -101,8 +138,11 @@ def main(out: str = "bench/growing_schedules.png") -> None:
             errors[name].append(float(np.abs(cached[name] - now).mean()))
             pure = name == "naive"
             spent[name].append(float(sum(runs[name])) if pure else sch.cdp_total(runs[name], DELTA))
+        spent["bbscheduler-noisy"][-1] += float(committed[day])
     bound = (math.log(1 / BETA) / (float(TOTAL) * n0)) ** (1 / 3)
 
+    print(f"bbscheduler-noisy: γ = {float(noisy_gamma):.4f}, {sum(e is not None for e in noisy)} runs, last epoch "
+          f"{max(e for e in noisy if e is not None)}")
     print(f"γ = {float(gamma):.4f}: {epoch_now + 1} bbscheduler epochs over {DAYS} days; fixed-365: "
           f"ε = {float(fixed_eps):.5f} per run; Theorem 10 bound (C = 1): α ≈ {bound:.3g}")
     print("\nMean |error| of the released fractions (20 noise seeds):\n")

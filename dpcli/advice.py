@@ -78,6 +78,14 @@ def improver_c_without_gain(scheduler: str, c: float) -> Note | None:
                 "improves as the data grow; a new --schedule name would get c = 0.1")
 
 
+def improver_counts_runs(made_with_index: str | None) -> Note | None:
+    """A BBImprover schedule made counting rows: it goes on counting runs (row counts are not public)."""
+    if made_with_index != "rows":
+        return None
+    return Note("this bbimprover schedule was made counting rows; it counts runs from now on (t = the run's "
+                "number), which keeps its total within its reservation and needs no row count")
+
+
 def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
     """Notes for a histogram release: empty, mostly-noise count/sum columns, caps left at their default.
 

@@ -6,13 +6,18 @@ reservation, and calls that fall inside an epoch already run return the
 cached release (post-processing: free). The state is bound to the ledger
 (see :func:`run_scheduled`). :mod:`dpcli.core.schedules` holds the
 arithmetic; the CLI options are in :mod:`dpcli.cli._schedule`.
+
+No exact size of a snapshot decides anything or leaves a run: bbscheduler
+decides its epochs from noisy counts of distinct privacy units, paid from its
+reservation (:func:`_bbscheduler_plan`); bbimprover counts runs; fixed needs no
+size. The exact count (:func:`count_units`) is only ever used under noise.
 """
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -23,14 +28,17 @@ import polars as pl
 from dpcli.core import schedules as sch
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
-from dpcli.errors import BudgetError, DataError, StateError, UsageError
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import BudgetError, StateError, UsageError
 from dpcli.files import InputTable, collect
-from dpcli.release import Prepared, Release, charge
+from dpcli.release import Calibration, Prepared, Release, charge, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 
 #: A run's black box: ε for this run → the release computed at that ε (not yet charged).
 RunRelease = Callable[[Fraction], Prepared]
+#: (released table, report) → the digest of the file it is about to be written to (None: stdout).
+OutputDigest = Callable[[pl.DataFrame, dict[str, Any]], str | None]
 
 
 @dataclass(frozen=True)
@@ -86,9 +94,68 @@ def stored_spec(stored: dict[str, Any]) -> dict[str, Any]:
     return stored
 
 
-def snapshot_size(table: InputTable) -> int:
-    """Rows in the snapshot (treated as public, as in the paper)."""
-    return int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())
+#: What a bbscheduler state made since issue 29 records in ``sizes``: its sizes are noisy unit counts.
+#: A state without it (dpcli before issue 29) decided epochs on exact row counts and cannot go on.
+NOISY_SIZES = "noisy-units-v1"
+
+
+@dataclass
+class Plan:
+    """What a new run does: its step (epoch or run number), its release's ε, and what it records.
+
+    ``fields`` go into the run's entry; ``state`` into the schedule's state, both only once the
+    ledger has recorded the run."""
+
+    step: int
+    epsilon: Fraction
+    fields: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] = field(default_factory=dict)
+
+
+class Sizes:
+    """One run's access to its snapshot's size: the exact count of distinct privacy units, computed
+    only when a noisy estimate needs it, and the keyed stream that noise comes from.
+
+    The stream's seed is ``HMAC(key, schedule key + reservation id + the snapshot (its bytes and how
+    they were read) + the schedule's spec)``:
+    the same snapshot gets the same noise within a schedule (asking again reveals nothing new), a
+    new snapshot or a new schedule fresh noise."""
+
+    def __init__(self, state_dir: Path, state: dict[str, Any], table: InputTable, unit: str) -> None:
+        self._state_dir, self._state, self._table, self._unit = state_dir, state, table, unit
+        self._units: int | None = None
+        self._stream: KeyedStream | None = None
+
+    @property
+    def asked(self) -> bool:
+        """Whether this run has looked at the data's size (then its answer came from noise the state holds)."""
+        return self._units is not None
+
+    @property
+    def units(self) -> int:
+        if self._units is None:
+            self._units = count_units(self._table, self._unit)
+        return self._units
+
+    @property
+    def stream(self) -> KeyedStream:
+        if self._stream is None:
+            material = {"command": "schedule-sizes", "v": 1, "schedule": self._state["key"],
+                        "reservation": self._state["reservation"]}
+            # The calibration is the schedule's spec: its ε and γ set every size noise's scale.
+            seed = release_seed(self._state_dir, material, {"data": self._table},
+                                Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")}))
+            self._stream = KeyedStream(seed.seed, "schedule-sizes")
+        return self._stream
+
+
+def count_units(table: InputTable, unit: str) -> int:
+    """Distinct non-null privacy units in the snapshot (one unit moves it by at most 1).
+
+    Exact and private: only ever used with noise added (:mod:`dpcli.core.schedules`)."""
+    units = int(collect(table.frame.select(pl.col(unit).drop_nulls().n_unique()), f"cannot read {table.name}").item())
+    table.verify_unchanged()  # the count is of the bytes whose fingerprint seeds its noise
+    return units
 
 
 def run_scheduled(
@@ -100,6 +167,7 @@ def run_scheduled(
     table: InputTable,
     run: RunRelease,
     lock_timeout: float = 30.0,
+    output_digest: OutputDigest | None = None,
 ) -> Release:
     """One call of a scheduled query: reserve (first call), run a new epoch or return the cached one.
 
@@ -109,65 +177,85 @@ def run_scheduled(
     re-created one or one from another analyst is refused (exit 78), never
     given fresh releases for free. Order: compute in memory, debit or record
     in the ledger, write the state and cached release, then the output.
+    ``query["unit"]`` names the privacy unit, whose distinct values are the size bbscheduler estimates.
+    ``output_digest(table, report)``: the digest of the file a new run's release is written to, for its
+    ledger entry (see :func:`dpcli.release.charge`).
     """
-    size = snapshot_size(table)
     key = store.schedule_key(spec.name, query)
-    label = f"schedule {spec.name!r}"
     with store.locked(state_dir, analyst, key, lock_timeout) as directory:
-        state, fresh = _load_or_start(state_dir, directory, analyst, command, spec, query, size, key, lock_timeout)
+        state, fresh = _load_or_start(state_dir, directory, analyst, command, spec, query, key, lock_timeout)
         spec = spec.as_in(state["spec"])
-        runs: list[dict[str, Any]] = state["runs"]
-        last = runs[-1] if runs else None
-        if last is not None and size < last["size"]:
-            raise DataError(
-                f"snapshot has {size} rows, fewer than the {last['size']} of schedule {spec.name!r}'s last run: "
-                "schedules are for growing databases; start a new --schedule name for a replaced dataset"
-            )
-        step, epsilon = _next_step(spec, state, size, table.fingerprint, last)
-        if step is None:
-            assert last is not None
-            ledger.check_recorded(state_dir, analyst, state["reservation"], len(runs), None, label, lock_timeout)
-            cached = store.cached_release(directory, key, len(runs))
-            report = {**last["metadata"], "schedule": _label(spec, state, last, cached=True), "charged": False,
-                      "seed_id": last["seed_id"]}
-            return Release(cached, report, f"{command}: cached release of {_where(spec, last)} (free)")
-        if epsilon <= 0:
-            raise BudgetError(f"schedule {spec.name!r}: the ε for {step} is below 10^-15; the schedule is spent")
-        prepared = run(epsilon)
-        seed, events, result, metadata = prepared.seed, prepared.events, prepared.table, prepared.metadata
-        if any(e.kind != "pure" for e in events) or sum(e.epsilon for e in events) > epsilon:
+        sizes = Sizes(state_dir, state, table, query["unit"])
+        plan = _plan(spec, state, table.fingerprint, sizes)
+        if plan is None:
+            return _cached(state_dir, directory, analyst, command, spec, state, sizes.asked, lock_timeout)
+        if plan.epsilon <= 0:
+            raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
+        prepared = run(plan.epsilon)
+        if any(e.kind != "pure" for e in prepared.events) or sum(e.epsilon for e in prepared.events) > plan.epsilon:
             raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
         if fresh:  # on disk before its reservation: a crash in between is retried with the same id
             store.save(directory, key, state)
-        record = ledger.Step(
-            reservation=state["reservation"],
-            start=len(runs),
-            # the run's seed too: an older copy of the state recomputing this run is free only if it
-            # draws the same noise (same dpcli noise, polars and bounding versions), else it is refused
-            digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint, "seed": seed.id}),
-            label=label,
-            create=_reservation(state, spec, command) if not runs else None,
-        )
-        entry = {
-            **step_fields(spec, step),
-            "size": size,
-            "fingerprint": table.fingerprint,
-            "epsilon": fraction_text(epsilon),
-            "seed_id": seed.id,
-            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "metadata": metadata,
-        }
-        table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
-        runs.append(entry)  # in memory; saved once the ledger has recorded the run
-        labelled = Prepared(seed, events, result, {**metadata, "schedule": _label(spec, state, entry, cached=False)})
-        return charge(state_dir, analyst, command, labelled,
-                      f"{command}: {_where(spec, entry)} of schedule {spec.name!r} (ε = {fraction_text(epsilon)})",
-                      lock_timeout=lock_timeout, step=record, before_output=lambda: store.save(directory, key, state, result))
+        return _record(state_dir, directory, analyst, command, spec, state, table, prepared, plan, lock_timeout,
+                       output_digest)
+
+
+def _record(
+    state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, state: dict[str, Any],
+    table: InputTable, prepared: Prepared, plan: Plan, lock_timeout: float, output_digest: OutputDigest | None = None,
+) -> Release:
+    """Record a new run in the ledger (its first run debits the reservation), then save the state and output."""
+    runs: list[dict[str, Any]] = state["runs"]
+    seed = prepared.seed
+    record = ledger.Step(
+        reservation=state["reservation"],
+        start=len(runs),
+        # the run's seed too: an older copy of the state recomputing this run is free only if it
+        # draws the same noise (same dpcli noise, polars and bounding versions), else it is refused
+        digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint, "seed": seed.id}),
+        label=f"schedule {spec.name!r}",
+        create=_reservation(state, spec, command) if not runs else None,
+    )
+    entry = {
+        **step_fields(spec, plan.step),
+        **plan.fields,
+        "fingerprint": table.fingerprint,
+        "epsilon": fraction_text(plan.epsilon),
+        "seed_id": seed.id,
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "metadata": prepared.metadata,
+    }
+    table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
+    runs.append(entry)  # in memory; saved once the ledger has recorded the run
+    state.update(plan.state)
+    labelled = Prepared(seed, prepared.events, prepared.table,
+                        {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
+    line = f"{command}: {_where(spec, state, entry)} of schedule {spec.name!r} (ε = {fraction_text(plan.epsilon)})"
+    digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
+    return charge(state_dir, analyst, command, labelled, line, lock_timeout=lock_timeout, step=record,
+                  before_output=lambda: store.save(directory, state["key"], state, prepared.table),
+                  output_digest=digest)
+
+
+def _cached(
+    state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, state: dict[str, Any],
+    asked: bool, lock_timeout: float,
+) -> Release:
+    """The last run's release again, free. After a crossing test said "not yet" (``asked``), the state
+    must be the newest the ledger knows: an older copy would answer from a test that has since passed."""
+    runs = state["runs"]
+    last = runs[-1]
+    ledger.check_recorded(state_dir, analyst, state["reservation"], len(runs), None, f"schedule {spec.name!r}",
+                          lock_timeout, current=asked)
+    cached = store.cached_release(directory, state["key"], len(runs))
+    report = {**last["metadata"], "schedule": _label(spec, state, last, cached=True), "charged": False,
+              "seed_id": last["seed_id"]}
+    return Release(cached, report, f"{command}: cached release of {_where(spec, state, last)} (free)")
 
 
 def _load_or_start(
     state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, query: dict[str, Any],
-    size: int, key: str, lock_timeout: float,
+    key: str, lock_timeout: float,
 ) -> tuple[dict[str, Any], bool]:
     """The schedule's checked state, or a new one (not yet saved) if the ledger has no reservation for it."""
     label = f"schedule {spec.name!r}"
@@ -175,6 +263,9 @@ def _load_or_start(
     if state is not None:
         _check_state(state, spec.as_in(state["spec"]), analyst, label)
         return state, False
+    if spec.scheduler == "bbimprover" and spec.index == "rows":
+        raise UsageError("--improver-index rows would need each snapshot's exact row count, which dpcli no longer "
+                         "uses: use --improver-index runs (the default) for a new schedule")
     led = ledger.read_ledger(state_dir, analyst, lock_timeout)
     seq = led.find_reservation("schedule", key)
     if seq is not None:
@@ -182,7 +273,7 @@ def _load_or_start(
             f"{label} already has reservation #{seq} in this ledger but no state file (deleted?): "
             "restore its state from a backup, or use a new --schedule name"
         )
-    return _new_state(analyst, led.ledger_id, command, spec, query, size, key), True
+    return _new_state(analyst, led.ledger_id, command, spec, query, key), True
 
 
 def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
@@ -196,14 +287,11 @@ def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label:
 
 
 def _new_state(
-    analyst: str, ledger_id: str, command: str, spec: ScheduleSpec, query: dict[str, Any], size: int, key: str,
+    analyst: str, ledger_id: str, command: str, spec: ScheduleSpec, query: dict[str, Any], key: str,
 ) -> dict[str, Any]:
-    """A new schedule's state (not yet saved): a random reservation id and input-digest secret."""
-    if size < 1:
-        raise DataError("the first snapshot of a schedule is empty")
-    gamma = spec.gamma
-    if spec.scheduler == "bbscheduler" and gamma is None:
-        gamma = sch.default_gamma(float(spec.total_epsilon), size, float(spec.total_delta), spec.beta)
+    """A new schedule's state (not yet saved): a random reservation id and input-digest secret.
+
+    A bbscheduler's noisy start and γ are added by its first run (:func:`_first_epoch`)."""
     return {
         "key": key,
         "analyst": analyst,
@@ -213,8 +301,7 @@ def _new_state(
         "command": command,
         "query": query,
         "spec": spec.to_json(),
-        "n0": size,
-        "gamma": fraction_text(gamma) if gamma is not None else None,
+        "gamma": None,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": [],
     }
@@ -233,73 +320,126 @@ def _reservation(state: dict[str, Any], spec: ScheduleSpec, command: str) -> led
     )
 
 
-def _next_step(
-    spec: ScheduleSpec, state: dict[str, Any], size: int, fingerprint: str, last: dict[str, Any] | None
-) -> tuple[Any, Fraction]:
-    """(None, 0) to return the cached release; else (the step id, its ε)."""
-    total = spec.total_epsilon
+def _plan(spec: ScheduleSpec, state: dict[str, Any], fingerprint: str, sizes: Sizes) -> Plan | None:
+    """None to return the cached release (the last run's snapshot again, or no new epoch); else the new run."""
+    runs = state["runs"]
+    if runs and runs[-1]["fingerprint"] == fingerprint:
+        return None
     if spec.scheduler == "bbscheduler":
-        gamma = Fraction(state["gamma"])
-        epoch = sch.epoch_of(size, state["n0"], gamma)
-        if last is not None and epoch == last["epoch"]:
-            return None, Fraction(0)
-        return epoch, sch.bbscheduler_epsilon(epoch, gamma, total, float(spec.total_delta))
-    if last is not None and last["fingerprint"] == fingerprint:
-        return None, Fraction(0)
-    if spec.scheduler == "bbimprover":
-        if spec.index == "rows" and last is not None and size == last["size"]:
-            raise DataError(
-                f"snapshot changed but still has {size} rows: bbimprover runs once per database size; wait for growth"
-            )
-        if spec.index == "runs":  # t = k, the number of this run
-            k = len(state["runs"]) + 1
-            return k, sch.bbimprover_epsilon(k, total, float(spec.total_delta), spec.c)
-        return size, sch.bbimprover_epsilon(size, total, float(spec.total_delta), spec.c)
-    spent = sum(Fraction(r["epsilon"]) for r in state["runs"])
+        return _bbscheduler_plan(spec, state, sizes)
+    if spec.scheduler == "bbimprover":  # t = k, the number of this run (a schedule made with rows goes on so)
+        k = len(runs) + 1
+        return Plan(k, sch.bbimprover_epsilon(k, spec.total_epsilon, float(spec.total_delta), spec.c))
+    spent = sum(Fraction(r["epsilon"]) for r in runs)
     assert spec.run_epsilon is not None
-    if spent + spec.run_epsilon > total:
-        raise BudgetError(
-            f"schedule {spec.name!r} (fixed) has spent {fraction_text(spent)} of {fraction_text(total)}: no more runs"
-        )
-    return len(state["runs"]), spec.run_epsilon
+    if spent + spec.run_epsilon > spec.total_epsilon:
+        raise BudgetError(f"schedule {spec.name!r} (fixed) has spent {fraction_text(spent)} of "
+                          f"{fraction_text(spec.total_epsilon)}: no more runs")
+    return Plan(len(runs), spec.run_epsilon)
+
+
+def _bbscheduler_plan(spec: ScheduleSpec, state: dict[str, Any], sizes: Sizes) -> Plan | None:
+    """Epoch 0 at the first run; later, a new epoch only when the open crossing test passes on this snapshot."""
+    if not state["runs"]:
+        return _first_epoch(spec, sizes)
+    if state.get("sizes") != NOISY_SIZES:
+        raise StateError(f"schedule {spec.name!r} was made by an older dpcli, whose epochs came from exact row "
+                         "counts; it can only return its last release: start a new --schedule name")
+    test = state.get("crossing")
+    if test is None:
+        raise BudgetError(f"schedule {spec.name!r} has no budget left for a new epoch; start a new --schedule name")
+    k, eps, start, gamma = test["epoch"], Fraction(test["epsilon"]), state["n0_noisy"], Fraction(state["gamma"])
+    threshold = sch.epoch_threshold(k, start, gamma)
+    if not sch.crossed(sizes.stream.child(f"crossed/{k}"), sizes.units, threshold, test["noise"], eps):
+        return None
+    estimate = sch.crossing_count(sizes.stream.child(f"count/{k}"), sizes.units, eps)
+    epoch = max(k, sch.epoch_of(max(estimate, start), start, gamma))
+    return _epoch_plan(spec, epoch, estimate, gamma, start, sizes, Fraction(0))
+
+
+def _first_epoch(spec: ScheduleSpec, sizes: Sizes) -> Plan:
+    """Epoch 0: the noisy start ñ (ε/50) and γ from it (Algorithm 1 with the releases' ε), unless given."""
+    total = spec.total_epsilon
+    start = sch.noisy_start(sizes.stream.child("start"), sizes.units, total)
+    gamma = spec.gamma or sch.default_gamma(float(sch.release_total(total)), start, float(spec.total_delta), spec.beta)
+    plan = _epoch_plan(spec, 0, start, gamma, start, sizes, sch.start_epsilon(total))
+    plan.state.update({"sizes": NOISY_SIZES, "n0_noisy": start, "gamma": fraction_text(gamma)})
+    return plan
+
+
+def _epoch_plan(
+    spec: ScheduleSpec, epoch: int, estimate: int, gamma: Fraction, start: int, sizes: Sizes, paid: Fraction,
+) -> Plan:
+    """Epoch ``epoch``'s release (ε_i of the releases' share) and the crossing test of the next epoch it opens.
+
+    The run records the size ε it commits: ``paid`` (the start estimate at epoch 0) plus the new test's."""
+    eps = sch.bbscheduler_epsilon(epoch, gamma, sch.release_total(spec.total_epsilon), float(spec.total_delta))
+    nxt = epoch + 1
+    eps_next = sch.crossing_epsilon(nxt, gamma, spec.total_epsilon)
+    test = None
+    if eps_next >= sch.MIN_TEST_EPSILON:
+        noise = sch.threshold_noise(sizes.stream.child(f"threshold/{nxt}"), eps_next)
+        test = {"epoch": nxt, "epsilon": fraction_text(eps_next), "noise": noise}
+        paid += eps_next
+    return Plan(epoch, eps, {"units_noisy": estimate, "size_epsilon": fraction_text(paid)}, {"crossing": test})
 
 
 def step_fields(spec: ScheduleSpec, step: Any) -> dict[str, Any]:
     if spec.scheduler == "bbscheduler":
         return {"epoch": step}
-    if spec.scheduler == "bbimprover" and spec.index == "rows":
-        return {"t": step}
     return {"run": step}
 
 
-def _where(spec: ScheduleSpec, run: dict[str, Any]) -> str:
+def _where(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any]) -> str:
     if spec.scheduler == "bbscheduler":
-        return f"epoch {run['epoch']} (computed on {run['size']} rows)"
-    if spec.scheduler == "bbimprover" and spec.index == "runs":
-        return f"run {run['run']} at {run['size']} rows"
-    return f"run at {run['size']} rows"
+        return f"epoch {run['epoch']}"
+    return f"run {_number(state, run)}"
+
+
+def _number(state: dict[str, Any], run: dict[str, Any]) -> int:
+    """The run's number in its schedule (1, 2, …)."""
+    return next(i for i, r in enumerate(state["runs"], 1) if r is run)
+
+
+def _spent(runs: list[dict[str, Any]]) -> tuple[Fraction, Fraction]:
+    """(ε of the releases, ε committed to size estimates) of a schedule's runs so far."""
+    releases = sum((Fraction(r["epsilon"]) for r in runs), Fraction(0))
+    return releases, sum((Fraction(r.get("size_epsilon", 0)) for r in runs), Fraction(0))
 
 
 def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cached: bool) -> dict[str, Any]:
-    spent = sum(Fraction(r["epsilon"]) for r in state["runs"])
-    label = {
+    """The ``schedule`` part of a run's summary: public parameters and noisy estimates only."""
+    releases, sizes = _spent(state["runs"])
+    label: dict[str, Any] = {
         "name": spec.name,
         "scheduler": spec.scheduler,
         "cached": cached,
-        "computed_on_rows": run["size"],
         "run_epsilon": run["epsilon"],
         "runs": len(state["runs"]),
-        "epsilon_spent": fraction_text(spent),
+        "epsilon_spent": fraction_text(releases + sizes),
         "epsilon_reserved": fraction_text(spec.total_epsilon),
     }
-    label.update(step_fields(spec, run.get("epoch", run.get("t", run.get("run")))))
-    if state.get("gamma"):
-        label["gamma"] = state["gamma"]
-    if spec.scheduler == "bbimprover":
-        label.update({"index": spec.index, "c": spec.c})
     if spec.scheduler == "bbscheduler":
-        alpha, beta_i = sch.bbscheduler_accuracy(
-            run["epoch"], Fraction(run["epsilon"]), Fraction(state["gamma"]), state["n0"], spec.beta
-        )
-        label.update({"alpha": alpha, "beta": beta_i})
+        label.update(_bbscheduler_label(spec, state, run, sizes))
+    elif spec.scheduler == "bbimprover":
+        label.update({"run": _number(state, run), "index": "runs", "c": spec.c})
+        if spec.index == "rows":
+            label["made_with_index"] = "rows"
+    else:
+        label["run"] = run["run"]
+    return label
+
+
+def _bbscheduler_label(
+    spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], sizes: Fraction,
+) -> dict[str, Any]:
+    """Epoch, γ, the noisy unit count the epoch was decided on, and (α_i, β_i) from the noisy start."""
+    label: dict[str, Any] = {"epoch": run["epoch"], "gamma": state["gamma"]}
+    if state.get("sizes") != NOISY_SIZES:  # made by an older dpcli: its sizes were exact, none is shown
+        return label
+    label.update({"units_noisy": run["units_noisy"], "size_epsilon_spent": fraction_text(sizes)})
+    alpha, beta_i = sch.bbscheduler_accuracy(
+        run["epoch"], Fraction(run["epsilon"]), Fraction(state["gamma"]), state["n0_noisy"], spec.beta
+    )
+    label.update({"alpha": alpha, "beta": beta_i})
     return label

@@ -65,3 +65,15 @@ def test_an_old_one_shot_query_is_charged_once_more(old_state):
     first = json.loads(cli(*query).stdout)
     second = json.loads(cli(*query).stdout)
     assert first["charged"] is True and second["charged"] is False
+
+
+def test_an_old_bbscheduler_returns_its_last_release_and_refuses_a_new_snapshot(old_state):
+    """Its epochs were defined by exact row counts (docs/commands/schedules.md, migration)."""
+    assert cli("budget", "verify", "--reseal").exit_code == 0
+    query = ["histogram", "--by", "page", "--privacy-unit", "user", "--keys", "pages.csv", "--schedule", "daily",
+             "--total-epsilon", "2"]
+    same = cli(query[0], "snap1.csv", *query[1:], "--json", "-o", "cached.csv")
+    assert same.exit_code == 0, same.stderr
+    assert json.loads(same.stdout)["charged"] is False
+    grown = cli(query[0], "views.csv", *query[1:])
+    assert grown.exit_code == 78 and "new --schedule name" in grown.stderr, grown.stderr

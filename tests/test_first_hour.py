@@ -127,7 +127,7 @@ def test_bottom_and_empty_releases_are_noted_in_a_pipe():
 def test_a_schedule_run_with_a_tiny_share_of_its_epsilon_says_so(tmp_path):
     init()
     snap = tmp_path / "snap.parquet"
-    pl.read_parquet(PV).head(3000).write_parquet(snap)
+    pl.read_parquet(PV).head(20000).write_parquet(snap)  # about 9,000 units: epoch 0 gets ε ≈ 0.005
     r = cli("histogram", snap, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
             "--schedule", "daily", "--total-epsilon", "1", "--max-partitions", "1")
     assert r.exit_code == 0, r.stderr

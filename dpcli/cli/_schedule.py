@@ -20,7 +20,8 @@ ScheduleOpt = Annotated[
     str | None, typer.Option("--schedule", help="Run as part of the named schedule over growing snapshots.")
 ]
 SchedulerOpt = Annotated[
-    str, typer.Option("--scheduler", help="bbscheduler (epochs at (1+γ)^i·n), bbimprover (every run) or fixed.")
+    str, typer.Option("--scheduler", help="bbscheduler (a new epoch when the noisy count of units has grown by 1+γ), "
+                      "bbimprover (every run) or fixed.")
 ]
 TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε of the whole schedule, forever.")]
 TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
@@ -33,8 +34,8 @@ ImproverCOpt = Annotated[
 ]
 ImproverIndexOpt = Annotated[
     str | None,
-    typer.Option("--improver-index", help="bbimprover: t counts runs (default, for cron) or rows (Algorithm 2 "
-                 "as printed); an existing schedule keeps its own."),
+    typer.Option("--improver-index", help="bbimprover: t counts runs (the default). rows (Algorithm 2 as "
+                 "printed) is refused for new schedules; one made with it counts runs from now on."),
 ]
 
 
@@ -113,11 +114,13 @@ def run_scheduled(
     ``notes_for(release, run ε)`` gives the command's notes on the run's release; a run that used
     under 1% of the schedule's ε says so too."""
     from dpcli import advice, scheduling
-    from dpcli.cli._release import write_release
+    from dpcli.cli._release import output_digest, write_release
 
-    done = scheduling.run_scheduled(s.state_dir, analyst, command, spec, query, table, run, s.lock_timeout)
+    done = scheduling.run_scheduled(s.state_dir, analyst, command, spec, query, table, run, s.lock_timeout,
+                                    lambda released, report: output_digest(released, output, out_format, report))
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
     label = done.report["schedule"]
     notes = [*notes_for(done, run_eps), advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
-             advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0)))]
+             advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
+             advice.improver_counts_runs(label.get("made_with_index"))]
     write_release(s, done, output, out_format, as_json, [n for n in notes if n is not None])

@@ -17,7 +17,9 @@
   so only 0 < c < 1/4 improves with growth.
   - index ``rows`` (the paper's): the run's t is the snapshot's row count.
     From a daily cron most t never get a run, and the runs that do happen
-    use a vanishing part of the total (bench/growing_schedules.md).
+    use a vanishing part of the total (bench/growing_schedules.md). Since
+    issue 29 it is refused for new schedules (t, printed through ε_t, would be
+    an exact row count); one made with it counts runs from its next run.
   - index ``runs`` (for cron): the same formula with t = k, the number of the
     run (1, 2, 3, …). Σ_{k≥1} k^{−(1+2c)} ≤ 1 + 1/(2c), so
     Σ_k ε_k² ≤ c(1 + 1/(2c)) · ε²/(9 ln(1/δ)) = (c + 1/2) · ε²/(9 ln(1/δ)),
@@ -27,6 +29,20 @@
     (as 1/(ε_k·n_k)) while the schedule spends its budget on the runs that
     actually happen.
 * **fixed**: the naive baseline, a constant ε per run until the total is spent.
+
+**Sizes are estimated with noise** (issue 29: a snapshot's size is never public). The size is the
+number of distinct privacy units (one unit moves it by at most 1). A bbscheduler schedule spends
+``SIZE_SHARE`` = 1/10 of its ε on sizes and gives its releases the rest, ε_rel = 9ε/10 (ε_i, γ and
+α_i above are computed with ε_rel):
+
+* the first run estimates n with discrete Laplace noise of scale 1/ε_start, ε_start = ε/50;
+* epoch k ≥ 1 begins when a *crossing test* (an above-threshold test, paper 004 App. C, ATG/NATG)
+  says the snapshot reached t_k = ⌈(1 + γ)^k·ñ⌉ units. The test of epoch k has
+  ε_k^test = (2ε/25)·γ/(1 + γ)^k: 4/5 of it for the test (threshold noise of scale 5/(2ε_k^test),
+  drawn once when the test starts; noise of scale 5/ε_k^test on each snapshot it is asked about)
+  and 1/5 for a noisy count (scale 5/ε_k^test) when it passes, which picks the epoch. A test is
+  ε_k^test-DP however many runs it answers; it passes once, and the next test (of a later epoch)
+  starts. Σ_{k≥1} ε_k^test = 2ε/25, so sizes cost at most ε/50 + 2ε/25 = ε/10, forever.
 
 Per-run ε values are rounded *down* to 15 decimals (never more budget than
 the formula gives), so any number of epochs stays within the total.
@@ -38,10 +54,12 @@ import math
 from fractions import Fraction
 
 from dpcli.core.exact import floor_fraction
+from dpcli.core.prf import KeyedStream
+from dpcli.core.samplers import discrete_laplace
 
 SCHEDULERS = ("bbscheduler", "bbimprover", "fixed")
-#: What BBImprover's t counts: the run's number (``runs``, the default for new schedules) or the
-#: snapshot's rows (``rows``, Algorithm 2 as printed; schedules made before dpcli 0.3 use it).
+#: What BBImprover's t counts: the run's number (``runs``) or the snapshot's rows (``rows``, Algorithm 2
+#: as printed: refused for new schedules; schedules made with it count runs from their next run).
 IMPROVER_INDEXES = ("runs", "rows")
 #: Default c of new BBImprover schedules: inside (0, 1/4), where Theorem 13's bound improves with t,
 #: and near the best k^c/√c (per-run ε against the exponent) for 30 to 3,000 runs, c = 1/(2 ln k).
@@ -132,3 +150,78 @@ def bbimprover_runs_square_sum_bound(c: float) -> float:
     if not 0 < c <= 0.5:
         raise ValueError("need 0 < c ≤ 1/2")
     return c + 0.5
+
+
+# ---- bbscheduler's sizes, estimated with noise ------------------------------------------------
+
+#: The share of a bbscheduler schedule's ε that estimates sizes; the releases get the rest.
+SIZE_SHARE = Fraction(1, 10)
+#: Of that share, what the first run's estimate of n takes; the crossing tests share the rest.
+START_SHARE = Fraction(1, 5)
+#: A crossing test below this ε would need noise beyond the sampler's range: the schedule has no more epochs.
+MIN_TEST_EPSILON = Fraction(1, 10**10)
+#: A float computed in log space is within this relative error of the truth; removed before flooring.
+_FLOAT_MARGIN = 1e-9
+
+
+def release_total(total: Fraction) -> Fraction:
+    """ε_rel = (1 − SIZE_SHARE)·ε: what the releases of a bbscheduler schedule share."""
+    return (1 - SIZE_SHARE) * total
+
+
+def start_epsilon(total: Fraction) -> Fraction:
+    """ε of the first run's estimate of n: SIZE_SHARE·START_SHARE·ε (ε/50)."""
+    return SIZE_SHARE * START_SHARE * total
+
+
+def crossing_share(total: Fraction) -> Fraction:
+    """What all crossing tests of a schedule share: SIZE_SHARE·(1 − START_SHARE)·ε (2ε/25)."""
+    return SIZE_SHARE * (1 - START_SHARE) * total
+
+
+def crossing_epsilon(k: int, gamma: Fraction, total: Fraction) -> Fraction:
+    """ε_k^test = crossing_share·γ/(1 + γ)^k of epoch k's crossing test (k ≥ 1), rounded down.
+
+    Σ_{k≥1} γ/(1 + γ)^k = 1, so all tests together cost at most :func:`crossing_share`; the noise of
+    every test is the same fraction of the gap t_k − t_{k−1}, whatever k. Computed in log space
+    (exact powers of 1 + γ grow without bound), less a relative 10^-9 that covers its rounding.
+    """
+    if k < 1:
+        raise ValueError("crossing tests start at epoch 1")
+    g = float(gamma)
+    log_eps = math.log(g) - k * math.log1p(g) + math.log(float(crossing_share(total)))
+    if log_eps < -700:
+        return Fraction(0)
+    return floor_fraction(math.exp(log_eps) * (1.0 - _FLOAT_MARGIN), _QUANTUM)
+
+
+def epoch_threshold(k: int, start: int, gamma: Fraction) -> int:
+    """t_k = ⌈(1 + γ)^k·ñ⌉ units, exactly: where epoch k begins, from the noisy start ñ."""
+    return math.ceil(epoch_start(k, start, gamma))
+
+
+def noisy_start(stream: KeyedStream, units: int, total: Fraction) -> int:
+    """ñ = units + discrete Laplace noise of scale 1/ε_start, at least 1 (units has sensitivity 1)."""
+    noise = int(discrete_laplace(stream, 1 / start_epsilon(total), 1)[0])
+    return max(1, units + noise)
+
+
+def threshold_noise(stream: KeyedStream, epsilon: Fraction) -> int:
+    """The noise on a crossing test's threshold, drawn once when the test starts: scale 5/(2ε)."""
+    return int(discrete_laplace(stream, Fraction(5, 2) / epsilon, 1)[0])
+
+
+def crossed(stream: KeyedStream, units: int, threshold: int, noise: int, epsilon: Fraction) -> bool:
+    """Does the snapshot pass the crossing test? units + ν ≥ threshold + noise, ν of scale 5/ε.
+
+    With the threshold noise of :func:`threshold_noise` this is AboveThreshold on integers with
+    4ε/5 (noise 2/(4ε/5) on the threshold, 4/(4ε/5) on each answer): shifting the threshold noise
+    by 1 and ν by 2 maps every outcome on one dataset to the same outcome on a neighbour.
+    """
+    nu = int(discrete_laplace(stream, 5 / epsilon, 1)[0])
+    return units + nu >= threshold + noise
+
+
+def crossing_count(stream: KeyedStream, units: int, epsilon: Fraction) -> int:
+    """The count a passed test releases (NATG): units + noise of scale 5/ε, i.e. ε/5-DP."""
+    return units + int(discrete_laplace(stream, 5 / epsilon, 1)[0])

@@ -730,11 +730,13 @@ def _record(root: Path, led: Ledger, cache: _Cache, added: list[dict[str, Any]])
 
 
 def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest: str | None, label: str,
-                   lock_timeout: float = 30.0) -> None:
+                   lock_timeout: float = 30.0, current: bool = False) -> None:
     """Before handing back a state file's cached release of its run ``runs``: the ledger must record that run.
 
     ``digest``, if given, must be the input digest recorded for it. A state the
     ledger does not know (foreign, or ahead of a restored ledger) is refused.
+    With ``current`` the run must also be the last one recorded: a state that answers
+    from noise it holds (a schedule's open crossing test) must not be an older copy.
     """
     led = read_ledger(root, analyst, lock_timeout)
     created = led.reservation(reservation)
@@ -744,6 +746,9 @@ def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest
                          "the ledger restored from an older backup)")
     if digest is not None and not _same(steps[runs - 1]["step"].get("input"), digest):
         raise StateError(f"{label} differs from the run the ledger recorded (an older or copied state)")
+    if current and len(steps) != runs:
+        raise StateError(f"{label} is an older copy of its state (the ledger recorded later runs): restore the newest "
+                         "state file, or use a new --schedule name")
 
 
 def _upgrade_v1(path: Path, data: dict[str, Any], analyst: str) -> tuple[dict[str, Any], str]:

@@ -7,6 +7,9 @@ input file, so the same daily job finds its schedule. The state is written
 (atomically, under ``KEY.json.lock``) *before* a release is output, so a crash
 can never lead to two different releases for one epoch.
 
+States written before issue 29 also hold exact row counts (``n0``, each run's ``size``); dpcli
+never shows or uses them (docs/commands/schedules.md, "Schedules made before noisy sizes").
+
 The state is bound to the analyst's ledger: it records the ``analyst``, the
 ``ledger_id``, a random ``reservation`` id (its entry in the ledger) and a random
 ``secret`` keying the input digests recorded with each run (see
@@ -109,10 +112,11 @@ def summaries(root: Path, analyst: str) -> list[dict[str, Any]]:
                 "command": st["command"],
                 "runs": len(runs),
                 "epochs": [r["epoch"] for r in runs] if spec["scheduler"] == "bbscheduler" else None,
-                "epsilon_spent": fraction_text(sum((Fraction(r["epsilon"]) for r in runs), Fraction(0))),
+                # releases and the noisy size estimates (bbscheduler) together; no size is listed
+                "epsilon_spent": fraction_text(sum((Fraction(r["epsilon"]) + Fraction(r.get("size_epsilon", 0))
+                                                    for r in runs), Fraction(0))),
                 "epsilon_reserved": spec["total_epsilon"],
                 "delta_reserved": spec["total_delta"],
-                "last_size": runs[-1]["size"] if runs else None,
             }
         )
     return out

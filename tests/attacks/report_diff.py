@@ -70,6 +70,15 @@ def forced_seed() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def counted_tokens() -> Iterator[None]:
+    """``secrets.token_hex`` from a counter (restarted on entry): a stream's or schedule's random state ids
+    and secrets come out the same for D and D′ (a schedule's size noise is keyed by its reservation id)."""
+    drawn = iter(range(10**6))
+    with mock.patch("secrets.token_hex", lambda n=32: hashlib.sha256(b"%d" % next(drawn)).hexdigest()[: 2 * n]):
+        yield
+
+
 def _ledger_entries(state_dir: Path, analyst: str) -> list[dict[str, Any]]:
     try:
         led = ledger.read_ledger(state_dir, analyst)
@@ -138,16 +147,19 @@ def report_diff(a: Report, b: Report, noisy: Collection[str] = ()) -> list[str]:
 
 
 def differential(args: Sequence[Any], data: Path, d: bytes | str, d2: bytes | str, tmp: Path,
-                 setup: Sequence[Sequence[Any]] = (), noisy: Collection[str] = ()) -> tuple[Report, Report, list[str]]:
+                 setup: Sequence[Sequence[Any]] = (), noisy: Collection[str] = (),
+                 same_ids: bool = False) -> tuple[Report, Report, list[str]]:
     """Run ``args`` with ``data`` holding D, then with ``data`` holding D′, each in a fresh state dir.
 
     The file path is the same in both runs (it appears in summaries and ledger lines), only its
-    content changes. Returns both reports and :func:`report_diff` of them.
+    content changes. ``same_ids``: state ids and secrets from :func:`counted_tokens`. Returns both
+    reports and :func:`report_diff` of them.
     """
     reports = []
     for label, content in (("D", d), ("D-prime", d2)):
         data.write_bytes(content.encode() if isinstance(content, str) else content)
-        reports.append(run_cli([str(a) for a in args], tmp / f"state-{label}", setup))
+        with counted_tokens() if same_ids else contextlib.nullcontext():
+            reports.append(run_cli([str(a) for a in args], tmp / f"state-{label}", setup))
     return reports[0], reports[1], report_diff(reports[0], reports[1], noisy)
 
 

@@ -184,11 +184,13 @@ def test_a_crash_between_ledger_and_state_write_retries_the_same_release(stream,
 
 @pytest.fixture
 def snapshots(tmp_path):
-    rows = [(f"u{i % 700}", "abc"[i % 3]) for i in range(1400)]
+    """One row per unit. With γ = 0.5 and ε = 1, epoch 1 starts near 30,000 units and epoch 2 near 45,000; the
+    crossing tests' noise has a scale of a few hundred units, so 21,000 is epoch 0 and 37,000 epoch 1 for sure
+    (and 85,000 an epoch past 1)."""
     paths = {}
-    for size in (1000, 1100, 1300, 1400):
+    for size in (20000, 21000, 37000, 85000):
         p = tmp_path / f"snap{size}.csv"
-        pl.DataFrame(rows[:size], schema=["user", "g"], orient="row").write_csv(p)
+        pl.DataFrame({"user": [f"u{i}" for i in range(size)], "g": ["abc"[i % 3] for i in range(size)]}).write_csv(p)
         paths[size] = p
     keys = tmp_path / "keys.csv"
     keys.write_text("g\na\nb\nc\n")
@@ -198,73 +200,77 @@ def snapshots(tmp_path):
 
 def _hist(path, keys, *extra, out=None):
     return runner.invoke(app, ["histogram", str(path), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
-                               "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.1", *extra,
+                               "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.5", *extra,
                                *(["-o", str(out)] if out else ["--json", "-o", "-"])])
 
 
 def test_a_deleted_and_recreated_schedule_gets_no_free_release(snapshots, tmp_path, state_dir):
     paths, keys = snapshots
-    assert _hist(paths[1000], keys).exit_code == 0
+    assert _hist(paths[20000], keys).exit_code == 0
     for f in (state_dir / "schedules" / "default").glob("*"):
         if f.suffix != ".lock":
             f.unlink()
     before = _ledger_files(state_dir)
     out = tmp_path / "o.csv"
-    _refused(_hist(paths[1000], keys, out=out), state_dir, before, out)
-    _refused(_hist(paths[1400], keys, out=out), state_dir, before, out)
+    _refused(_hist(paths[20000], keys, out=out), state_dir, before, out)
+    _refused(_hist(paths[85000], keys, out=out), state_dir, before, out)
     assert len(_charged(state_dir)) == 1
 
 
 def test_a_rolled_back_schedule_state_is_refused(snapshots, tmp_path, state_dir):
+    """The old state still holds epoch 1's crossing test, which has passed since: asked about a new snapshot it
+    would answer from its threshold noise again. Whether it would say "not yet" (a cached release) or "yes" (a
+    new epoch), it is refused; only the recorded run, recomputed exactly, is allowed (free)."""
     paths, keys = snapshots
-    assert _hist(paths[1000], keys).exit_code == 0
+    assert _hist(paths[20000], keys).exit_code == 0
     (state,) = (state_dir / "schedules" / "default").glob("*.json")
     old = state.read_bytes()
-    assert _hist(paths[1100], keys).exit_code == 0  # epoch 1
+    assert json.loads(_hist(paths[37000], keys).stdout)["summary"]["schedule"]["epoch"] == 1
     state.write_bytes(old)
     before = _ledger_files(state_dir)
     out = tmp_path / "o.csv"
-    _refused(_hist(paths[1300], keys, out=out), state_dir, before, out)  # epoch 2 from a state that forgot epoch 1
-    again = _hist(paths[1100], keys)  # the recorded epoch 1, exactly: the same release
+    _refused(_hist(paths[85000], keys, out=out), state_dir, before, out)  # a new epoch from a state that forgot epoch 1
+    _refused(_hist(paths[21000], keys, out=out), state_dir, before, out)  # "not yet" from the passed test
+    again = _hist(paths[37000], keys)  # the recorded epoch 1, exactly: the same release
     assert again.exit_code == 0, again.stderr
     assert len(_charged(state_dir)) == 1
 
 
 def test_a_schedule_state_moved_to_another_analyst_is_refused(snapshots, tmp_path, state_dir):
     paths, keys = snapshots
-    assert _hist(paths[1000], keys).exit_code == 0
+    assert _hist(paths[20000], keys).exit_code == 0
     assert runner.invoke(app, ["budget", "init", "bob", "--mode", "pure", "--epsilon", "3"]).exit_code == 0
     bob = state_dir / "schedules" / "bob"
     shutil.copytree(state_dir / "schedules" / "default", bob)
     before = _ledger_files(state_dir)
     out = tmp_path / "o.csv"
-    r = runner.invoke(app, ["--analyst", "bob", "histogram", str(paths[1100]), "--by", "g", "--privacy-unit", "user",
-                            "--keys", str(keys), "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.1",
+    r = runner.invoke(app, ["--analyst", "bob", "histogram", str(paths[37000]), "--by", "g", "--privacy-unit", "user",
+                            "--keys", str(keys), "--schedule", "daily", "--total-epsilon", "1", "--gamma", "0.5",
                             "-o", str(out)])
     _refused(r, state_dir, before, out)
 
 
 def test_a_crash_between_ledger_and_schedule_state_write_retries_the_same_release(snapshots, state_dir, monkeypatch):
     paths, keys = snapshots
-    assert _hist(paths[1000], keys).exit_code == 0
+    assert _hist(paths[20000], keys).exit_code == 0
     captured: list = []
     with monkeypatch.context() as m:
         _crash_after_ledger_write(m, state_dir, "dpcli-schedule", captured)
-        assert _hist(paths[1100], keys).exit_code != 0 and captured
-    retry = _hist(paths[1100], keys)
+        assert _hist(paths[37000], keys).exit_code != 0 and captured
+    retry = _hist(paths[37000], keys)
     assert retry.exit_code == 0, retry.stderr
     summary = json.loads(retry.stdout)["summary"]
     assert summary["schedule"]["epoch"] == 1 and summary["schedule"]["runs"] == 2
     assert len(_charged(state_dir)) == 1
-    again = _hist(paths[1100], keys)
+    again = _hist(paths[37000], keys)
     assert json.loads(again.stdout)["result"] == json.loads(retry.stdout)["result"]
 
 
 def test_the_first_scheduled_run_reports_its_reservation(snapshots):
     paths, keys = snapshots
-    first = json.loads(_hist(paths[1000], keys).stdout)["summary"]
+    first = json.loads(_hist(paths[20000], keys).stdout)["summary"]
     assert first["charged"] is True and first["reserved"][0]["epsilon"] == "1"
-    later = json.loads(_hist(paths[1100], keys).stdout)["summary"]
+    later = json.loads(_hist(paths[37000], keys).stdout)["summary"]
     assert later["charged"] is False and "reserved" not in later
 
 
@@ -297,17 +303,17 @@ def test_a_restored_schedule_state_replayed_under_another_noise_definition_is_re
     import dpcli.release as release
 
     paths, keys = snapshots
-    assert _hist(paths[1000], keys).exit_code == 0
+    assert _hist(paths[20000], keys).exit_code == 0
     (state,) = (state_dir / "schedules" / "default").glob("*.json")
     old = state.read_bytes()
-    assert _hist(paths[1100], keys).exit_code == 0  # epoch 1
+    assert json.loads(_hist(paths[37000], keys).stdout)["summary"]["schedule"]["epoch"] == 1
     state.write_bytes(old)
     version = release.NOISE_VERSION
     monkeypatch.setattr(release, "NOISE_VERSION", version + 1)
     before = _ledger_files(state_dir)
     out = tmp_path / "o.csv"
-    _refused(_hist(paths[1100], keys, out=out), state_dir, before, out)
+    _refused(_hist(paths[37000], keys, out=out), state_dir, before, out)
     monkeypatch.setattr(release, "NOISE_VERSION", version)
-    again = _hist(paths[1100], keys)  # under the noise it was recorded with: the same release, free
+    again = _hist(paths[37000], keys)  # under the noise it was recorded with: the same release, free
     assert again.exit_code == 0, again.stderr
     assert len(_charged(state_dir)) == 1
