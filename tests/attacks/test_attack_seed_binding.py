@@ -340,8 +340,12 @@ def test_every_command_binds_each_input_with_its_reading_and_the_calibration(tmp
         before = len(materials)
         r = cli(*args)
         assert r.exit_code == 0, (args, r.stderr)
-        assert len(materials) == before + 1, args
-        _assert_bound(materials[-1], roles, "pure" if "--schedule" in args and args[0] == "topk" else "approx")
+        releases = [m for m in materials[before:] if m["query"].get("command") != "schedule-sizes"]
+        sizes = [m for m in materials[before:] if m["query"].get("command") == "schedule-sizes"]
+        assert len(releases) == 1, args
+        _assert_bound(releases[0], roles, "pure" if "--schedule" in args and args[0] == "topk" else "approx")
+        for size in sizes:  # bbscheduler's noisy size: the snapshot with its reading, and the schedule's spec
+            assert set(size["inputs"]) == {"data"} and size["calibration"]["mode"] == "schedule"
 
     r = cli("tabulate", SAMPLE / "persons.parquet", "--spec", SAMPLE / "safetab_spec.toml", "--json")
     assert r.exit_code == 0, r.stderr
