@@ -108,7 +108,7 @@ def topk(
     the list may end early (⊥) when the remaining groups are too rare.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
