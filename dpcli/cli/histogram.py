@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, resolve_analyst, settings, unit_word, working
 from dpcli.cli._sources import data_source, public_source
 from dpcli.cli._options import (
     DelimiterOpt,
@@ -183,11 +183,12 @@ def histogram(
                       "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json,
                       notes_for=lambda done, eps: advice.histogram_notes(
                           query, hist.plan_histogram(replace(query, epsilon=eps), led.limits.mode, led.limits.values),
-                          done.table, defaulted))
+                          done.table, defaulted, unit_word()))
         return
     prepared = run(query.epsilon)
     done = release.charge(s.state_dir, analyst, "histogram", prepared,
                           release.histogram_summary(inputs.table.name, prepared.metadata),
                           lock_timeout=s.lock_timeout, inputs=inputs.tables,
                           output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
-    write_release(s, done, output, fmt, as_json, advice.histogram_notes(query, plan, done.table, defaulted))
+    notes = advice.histogram_notes(query, plan, done.table, defaulted, unit_word())
+    write_release(s, done, output, fmt, as_json, notes)
