@@ -18,9 +18,12 @@ trusted only when the process runs as the owner of the service state directory. 
 :data:`SOURCE`; nothing in the environment can.
 
 :class:`Gate` is what every command asks before it opens or writes a path: the few entry points
-(:func:`dpcli.opening.open_binary`, :func:`dpcli.files.check_output_path` and
-:func:`dpcli.files.write_output`, the plot and state-file openers) call :func:`gate`, so a new
-option that takes a path passes the same check.
+(:func:`dpcli.opening.open_binary` through :meth:`Gate.open`, :func:`dpcli.files.check_output_path`
+and :meth:`Gate.write`, the plot and state-file openers) call :func:`gate`, so a new option that
+takes a path passes the same check. In service mode a read is allowed for a :class:`Source` the
+gate resolved from a catalog name (never for a path the analyst typed, whatever its text), and
+files in the analyst's output directories are read and written through the directory, opened
+without following symlinks (:mod:`dpcli.beneath`): what the check saw is what is opened.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dpcli.beneath import SWAPPED, Escape, open_dir_below
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -114,11 +118,13 @@ def _owned_dir(path: Path | None, uid: int) -> bool:
 def whoami(source: IdentitySource | None = None) -> Caller:
     """The caller, read once from the system.
 
-    Service mode when the process runs as the owner of its service state directory *on behalf of
-    another user*: a set-user-id process (real uid ≠ effective uid: the real user invoked it), or
-    sudo (``SUDO_UID`` ≠ the effective uid; ``SUDO_USER`` names the invoker). Otherwise personal
-    mode, as the real user: a ``SUDO_USER`` is never believed by a process that does not own a
-    service state directory.
+    Service mode when the process runs *on behalf of another user*: a set-user-id process (real
+    uid ≠ effective uid: the real user invoked it), or sudo (``SUDO_UID`` ≠ the effective uid;
+    ``SUDO_USER`` names the invoker), as the owner of its service state directory. Run so by anyone
+    but root, a process whose account owns no such directory is refused (not set up yet, or moved
+    away): it would otherwise run in personal mode with the account's rights, for a user who does
+    not own them. Otherwise personal mode, as the real user: a ``SUDO_USER`` is never believed by a
+    process that does not own a service state directory.
     """
     src = source or SOURCE
     euid, uid, env = src.euid(), src.uid(), src.environ()
@@ -136,6 +142,9 @@ def whoami(source: IdentitySource | None = None) -> Caller:
             if not invoker_name:
                 raise UsageError("service mode: the invoking user has no name in the user database")
             return Caller(invoker_name, True, directory, root=invoker == 0)
+        if invoker != 0:  # root sets the service up this way (README: sudo -u dpcli dpcli catalog set)
+            raise UsageError("service mode: dpcli runs for you as an account that has no dpcli state directory "
+                             "of its own (not set up, or moved away); ask the operator")
     name = src.user_name(uid) or str(uid)
     return Caller(name, False, root=uid == 0)
 
@@ -186,6 +195,8 @@ class Gate:
     catalog: Catalog | None = None
     #: Locations the resolved names of this run may read (service mode): filled by the resolvers.
     readable: set[str] = field(default_factory=set)
+    #: Files in the analyst's output directories this run may read (service mode: ``plot``).
+    releases: set[str] = field(default_factory=set)
 
     @property
     def service(self) -> bool:
@@ -267,31 +278,53 @@ class Gate:
         return Source(name, location, _text(entry.get("format")), _text(entry.get("delimiter")),
                       _text(entry.get("compression")), _text(unit), {"name": name, **shaping})
 
-    def check_read(self, path: str, what: str) -> None:
-        """The entry point of every open (:func:`dpcli.opening.open_binary`): may dpcli read ``path``?
+    def check_read(self, path: str | Source, what: str) -> None:
+        """May dpcli read ``path``? (Asked by :meth:`open`, and before a dataset directory is listed.)
 
         Personal mode: not inside the state directory (the key, ledgers, catalog and schedule states
-        live there). Service mode: only locations this run resolved from the catalog (and files below
-        a dataset directory among them); anything else is refused before it is opened.
+        live there). Service mode: only a :class:`Source` this gate resolved from a catalog name the
+        analyst may use, and the releases :meth:`allow_read` let through; a path the analyst typed is
+        refused even when its text is a resolved location, and nothing below a dataset directory is
+        opened here (dpcli lists those files itself). Refused before anything is opened.
         """
         if self.restricted:
-            if not self._resolved_location(path):
+            resolved = isinstance(path, Source) and path.entry is not None and path.location in self.readable
+            if not (resolved or (isinstance(path, str) and path in self.releases)):
                 raise UsageError(f"{what}: dpcli opens no path for an analyst in service mode (name a catalog entry)")
             return
-        if self.state_dir is not None and path != "-" and inside(path, self.state_dir):
+        location = path.location if isinstance(path, Source) else path
+        if self.state_dir is not None and location != "-" and inside(location, self.state_dir):
             from dpcli.errors import InputMissingError
 
-            raise InputMissingError(f"{what} {path!r} lies in the state directory: dpcli never reads its own state as "
-                                    "an input")
+            raise InputMissingError(f"{what} {_shown(path)!r} lies in the state directory: dpcli never reads its own "
+                                    "state as an input")
 
-    def _resolved_location(self, path: str) -> bool:
-        if path in self.readable:
-            return True
-        return any(os.path.isdir(loc) and inside(path, loc) for loc in self.readable)
+    def open(self, path: str | Source, what: str, flags: int) -> int:
+        """Open ``path`` for reading once :meth:`check_read` allows it; ``OSError`` as the OS raises it.
+
+        A release in an output directory (service mode) is opened from that directory, one name at a
+        time without following symlinks (:mod:`dpcli.beneath`): one swapped for a symlink after the
+        check is refused like any path outside, whether or not what it points to exists.
+        """
+        self.check_read(path, what)
+        if not (self.restricted and isinstance(path, str)):
+            return os.open(path.location if isinstance(path, Source) else path, flags)
+        real = os.path.realpath(path)
+        refusal = f"{what} {path!r}: in service mode dpcli reads only releases in your output directories"
+        directory = self._output_dir_fd(os.path.dirname(real), refusal)
+        try:
+            return os.open(os.path.basename(real), flags | os.O_NOFOLLOW, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno in SWAPPED:
+                raise UsageError(refusal) from None
+            raise
+        finally:
+            os.close(directory)
 
     def allow_read(self, path: str) -> None:
-        """Let this run read ``path`` (a release file checked against the ledger, an analyst's stream state)."""
-        self.readable.add(path)
+        """Let this run read ``path``, a file in the analyst's output directories (a release that
+        ``plot`` then checks against the ledger by its digest)."""
+        self.releases.add(path)
 
     # --- outputs ------------------------------------------------------------------------------
 
@@ -302,16 +335,45 @@ class Gate:
         :func:`dpcli.files.check_path_is_not_protected`."""
         if path in ("", "-"):
             return
+        if self.restricted and not any(inside(path, d) for d in self.require_catalog().output_dirs(self.analyst)):
+            raise UsageError(_outside(what))
         if self.state_dir is not None and inside(path, self.state_dir):
             from dpcli.errors import OutputError
 
             raise OutputError(f"{what} {path!r} lies inside the state directory; write it elsewhere")
-        if not self.restricted:
-            return
-        catalog = self.require_catalog()
-        if not any(inside(path, d) for d in catalog.output_dirs(self.analyst)):
-            raise UsageError(f"{what}: in service mode you write only into your output directories "
-                             "(see: dpcli catalog show)")
+
+    def write(self, path: str, data: bytes, what: str = "output", mode: int = 0o644) -> None:
+        """Write ``data`` to ``path`` atomically once :meth:`check_write` allows it (:class:`OutputError`
+        when the system refuses). For a service-mode analyst the file is written through its directory,
+        opened from their output directory without following symlinks (:mod:`dpcli.beneath`), so a
+        directory swapped for a symlink after the check cannot lead the write elsewhere (exit 2)."""
+        from dpcli.errors import OutputError, os_reason
+        from dpcli.state.atomic import atomic_write_at, atomic_write_bytes
+
+        self.check_write(path, what)
+        target = Path(path)
+        try:
+            if not self.restricted:
+                atomic_write_bytes(target, data, mode)
+                return
+            directory = self._output_dir_fd(os.path.realpath(target.parent), _outside(what))
+            try:
+                atomic_write_at(directory, target.name, data, mode)
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path!r}: {os_reason(exc)}") from None
+
+    def _output_dir_fd(self, directory: str, refusal: str) -> int:
+        """``directory`` (resolved) opened from the output directory of this analyst it lies in; the
+        ``refusal`` (exit 2) if it lies in none, or no longer does."""
+        for root in self.output_dirs():
+            if inside(directory, root):
+                try:
+                    return open_dir_below(root, directory)
+                except Escape:
+                    break
+        raise UsageError(refusal)
 
     def output_dirs(self) -> list[str]:
         """The directories this caller may write into (service mode); empty in personal mode."""
@@ -357,6 +419,16 @@ class Gate:
         folder = self.state_dir / "streams" / self.analyst
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         return folder / f"{argument}.stream"
+
+
+def _outside(what: str) -> str:
+    """The refusal of a path outside the analyst's output directories (or led out of them by a symlink)."""
+    return f"{what}: in service mode you write only into your output directories (see: dpcli catalog show)"
+
+
+def _shown(path: str | Source) -> str:
+    """How messages name an input: a catalog name (its location is private), or the path as given."""
+    return path.name if isinstance(path, Source) else path
 
 
 def _is_name(text: str) -> bool:

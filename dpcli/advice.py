@@ -86,12 +86,13 @@ def improver_counts_runs(made_with_index: str | None) -> Note | None:
                 "number), which keeps its total within its reservation and needs no row count")
 
 
-def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
+def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
+                    unit: str | None = None) -> list[Note]:
     """Notes for a histogram release: empty, mostly-noise count/sum columns, caps left at their default.
 
     ``plan`` is the query's :class:`dpcli.tasks.histogram.HistogramPlan`, ``table`` the released
     polars table, ``defaulted`` the cap fields the user did not set (``max_contributions``,
-    ``max_partitions``).
+    ``max_partitions``); ``unit`` is how notes name the privacy unit (default: its column).
     """
     notes: list[Note] = []
     if table.height == 0 and query.domain != "keys":
@@ -106,18 +107,19 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
                 notes.append(note)
     defaulted = set(defaulted)
     counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
-    notes += default_caps(query.unit, "max_contributions" in defaulted and counts_rows,
+    notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
                           "max_partitions" in defaulted)
     return notes
 
 
-def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = ()) -> list[Note]:
-    """Notes for a top-k release: mostly-noise counts, a row cap left at 1 with ``count = rows``."""
+def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (), unit: str | None = None) -> list[Note]:
+    """Notes for a top-k release: mostly-noise counts, a row cap left at 1 with ``count = rows``
+    (``unit``: how notes name the privacy unit; default: its column)."""
     notes: list[Note] = []
     if "count" in table.columns and plan.count_noise is not None and table.height:
         note = mostly_noise("count", table["count"].to_list(), plan.count_noise.margin95())
         if note:
             notes.append(note)
     if query.count == "rows" and "max_contributions" in set(defaulted):
-        notes += default_caps(query.unit, True, False)
+        notes += default_caps(unit or query.unit, True, False)
     return notes

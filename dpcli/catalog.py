@@ -209,6 +209,23 @@ def parse_catalog(raw: dict[str, Any]) -> Catalog:
     return Catalog(operators, sections, tuple(checked))
 
 
+def check_outputs(catalog: Catalog, state_dir: Path) -> None:
+    """Refuse an output directory that holds the state directory, lies in it, or holds a dataset's or
+    public list's location (exit 2 names the key): analysts write there (and, if the operator lets
+    them, plant symlinks), so ``-o`` could replace the data, or a list swapped for a link to it be read."""
+    from dpcli.access import inside
+
+    for i, out in enumerate(catalog.outputs):
+        where, directory = f"outputs[{i}].directory", out["directory"]
+        if inside(state_dir, directory) or inside(directory, state_dir):
+            raise _err(where, "holds the state directory or lies in it: analysts write into their directories")
+        for section in ("datasets", "public"):
+            for name, entry in catalog.sections.get(section, {}).items():
+                if "://" not in entry["location"] and inside(entry["location"], directory):
+                    raise _err(where, f"holds the location of {section}.{name}: analysts write into their "
+                                      "directories")
+
+
 def read_toml(data: bytes) -> Catalog:
     """The operator's TOML catalog, parsed and checked."""
     try:
@@ -250,7 +267,8 @@ def read_catalog(root: Path) -> Catalog | None:
     except (ValueError, KeyError, TypeError):
         raise StateError(f"catalog {path} is corrupt") from None
     if not hmac.compare_digest(_mac(root, body), str(doc.get("mac", ""))):
-        raise StateError(f"catalog {path} fails its seal (edited without dpcli catalog set?)")
+        raise StateError(f"catalog {path} fails its seal (edited by hand?)",
+                         fix="install the catalog again with: dpcli catalog set FILE")
     return parse_catalog(body)
 
 

@@ -118,3 +118,17 @@ def os_reason(exc: BaseException) -> str:
     """A fixed phrase for an OS error (by its errno), never the error's own text."""
     code = getattr(exc, "errno", None)
     return _OS_REASONS.get(code, "operating-system error") if isinstance(code, int) else "operating-system error"
+
+
+def type_text(dtype: object) -> str:
+    """A column type in dpcli's words: its kind only (``Enum``, ``Struct``, ``Datetime``, ``Int64``).
+
+    A type's own text is foreign: a polars ``Enum`` lists its categories (data values, even ones no
+    record holds), a ``Struct`` its fields (column names the analyst did not name), a Spark struct
+    the same (``struct<…>``). Accepts a polars type (its base type) or a Spark one (its type name).
+    """
+    base = getattr(dtype, "base_type", None)
+    if callable(base):
+        return str(base())
+    name = getattr(dtype, "typeName", None)
+    return str(name()) if callable(name) else type(dtype).__name__

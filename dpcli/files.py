@@ -42,10 +42,9 @@ from typing import IO, Any, Literal
 import polars as pl
 
 from dpcli.access import Source, gate, inside
-from dpcli.errors import DataError, InputMissingError, OutputError, UsageError, os_reason
+from dpcli.errors import DataError, InputMissingError, OutputError, UsageError, os_reason, type_text
 from dpcli.opening import (  # noqa: F401 (re-exported)
     EarlyInput, FileIdentity, fingerprint_fileobj, is_private_file, open_binary, refuse_private)
-from dpcli.state.atomic import atomic_write_bytes
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
 OutputFormat = Literal["csv", "parquet", "json", "table"]
@@ -430,7 +429,7 @@ def open_input(
     input_format = source.format or input_format
     delimiter = source.delimiter or delimiter
     if path != "-" and os.path.isdir(path):
-        return open_dataset(path, input_format, name, source.entry)
+        return open_dataset(source, input_format)
     fmt = input_format_for(path, input_format, name)
     if fmt == "ndjson" and not text_columns:
         raise UsageError(_NDJSON_NEEDS_COLUMNS)
@@ -457,7 +456,7 @@ def open_input(
         fh, identity = early.fh, early.identity
     else:
         early = None
-        fh, identity = open_binary(path)
+        fh, identity = open_binary(source)
     try:
         if identity.size == 0:
             raise DataError(f"input file {name!r} is empty")
@@ -493,7 +492,7 @@ def dataset_files(directory: str) -> list[Path]:
     return sorted(found)
 
 
-def _footer_digest(f: Path, directory: str) -> str:
+def _footer_digest(f: Path, name: str) -> str:
     """SHA-256 of a Parquet file's footer (its schema, row groups and statistics), read from its end."""
     with open(f, "rb") as fh:
         fh.seek(0, os.SEEK_END)
@@ -502,14 +501,14 @@ def _footer_digest(f: Path, directory: str) -> str:
         tail = fh.read(8)
         length = int.from_bytes(tail[:4], "little")
         if size < 12 or tail[4:] != b"PAR1" or length > size - 12:
-            raise DataError(f"dataset {directory!r} holds a file that is not Parquet")
+            raise DataError(f"dataset {name!r} holds a file that is not Parquet")
         fh.seek(size - 8 - length)
         return hashlib.sha256(fh.read(length)).hexdigest()
 
 
-def open_dataset(directory: str, input_format: str | None = None, name: str | None = None,
-                 origin: dict[str, Any] | None = None) -> InputTable:
-    """A directory of Parquet files (a partitioned dataset) as one input.
+def open_dataset(directory: str | Source, input_format: str | None = None) -> InputTable:
+    """A directory of Parquet files (a partitioned dataset) as one input: a path, or a
+    :class:`dpcli.access.Source` (a catalog name: messages call it so, never by its location).
 
     Hashing every byte of a large dataset is not possible, so its fingerprint is a manifest: each
     file's relative path, size, modification time and the SHA-256 of its Parquet footer. A manifest
@@ -519,22 +518,23 @@ def open_dataset(directory: str, input_format: str | None = None, name: str | No
     read by their paths (no hive-partition columns are added), and the listing and each file's
     identity are checked again before the charge.
     """
-    if input_format not in (None, "parquet"):
+    source = directory if isinstance(directory, Source) else Source(directory, directory)
+    location, name = source.location, source.name
+    if (source.format or input_format) not in (None, "parquet"):
         raise UsageError("a dataset directory is read as Parquet files", field="input_format")
-    gate().check_read(directory, "dataset")
-    name = name or directory
-    files = dataset_files(directory)
+    gate().check_read(source, "dataset")
+    files = dataset_files(location)
     if not files:
-        raise InputMissingError(f"dataset {directory!r} holds no data files")
+        raise InputMissingError(f"dataset {name!r} holds no data files")
     # Names below the directory can be data (hive partitions: diagnosis=…): messages never quote them.
     if any(f.suffix.lower() not in (".parquet", ".pq") for f in files):
-        raise UsageError(f"dataset {directory!r} holds a file without a .parquet name: a dataset holds Parquet "
+        raise UsageError(f"dataset {name!r} holds a file without a .parquet name: a dataset holds Parquet "
                          "files only")
     try:
         identities = tuple(FileIdentity.of(os.stat(f)) for f in files)
     except OSError as exc:
-        raise InputMissingError(f"dataset {directory!r} is not readable ({os_reason(exc)})") from None
-    manifest = [[str(f.relative_to(directory)), i.size, i.mtime_ns, _footer_digest(f, directory)]
+        raise InputMissingError(f"dataset {name!r} is not readable ({os_reason(exc)})") from None
+    manifest = [[str(f.relative_to(location)), i.size, i.mtime_ns, _footer_digest(f, name)]
                 for f, i in zip(files, identities)]
     digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
     fingerprint = f"manifest:{digest}; run {secrets.token_hex(16)}"  # never a replay: see above
@@ -542,10 +542,10 @@ def open_dataset(directory: str, input_format: str | None = None, name: str | No
         frame = pl.scan_parquet([str(f) for f in files], glob=False, hive_partitioning=False)
         frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise DataError(f"cannot read {directory!r} as Parquet: {withheld(exc)}") from None
+        raise DataError(f"cannot read {name!r} as Parquet: {withheld(exc)}") from None
     return InputTable(frame=frame, fingerprint=fingerprint, name=name, format="parquet",
-                      reading=Reading.of("parquet"), origin=origin, files=tuple(files),
-                      file_identities=identities, location=directory)
+                      reading=Reading.of("parquet"), origin=source.entry, files=tuple(files),
+                      file_identities=identities, location=location)
 
 
 def withheld(exc: BaseException) -> str:
@@ -593,15 +593,15 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
             raise DataError(f"column {col!r} not found in {table.name} (columns: {known})")
         dtype = schema[col]
         if kind == "numeric" and not dtype.is_numeric():
-            raise DataError(f"column {col!r} must be numeric but is {dtype} in {table.name}")
+            raise DataError(f"column {col!r} must be numeric but is {type_text(dtype)} in {table.name}")
         if kind == "value" and not (dtype.is_numeric() or dtype == pl.String):
             raise DataError(
-                f"column {col!r} must be numeric (or text holding numbers) but is {dtype} in {table.name}"
+                f"column {col!r} must be numeric (or text holding numbers) but is {type_text(dtype)} in {table.name}"
             )
         if kind == "temporal" and not (dtype.is_temporal() or dtype.is_numeric() or dtype == pl.String):
-            raise DataError(f"column {col!r} must hold timestamps but is {dtype} in {table.name}")
+            raise DataError(f"column {col!r} must hold timestamps but is {type_text(dtype)} in {table.name}")
         if kind == "key" and dtype.is_nested():
-            raise DataError(f"column {col!r} is a nested {dtype} and cannot be grouped by in {table.name}")
+            raise DataError(f"column {col!r} is a nested {type_text(dtype)} and cannot be grouped by in {table.name}")
     return schema
 
 
@@ -784,11 +784,7 @@ def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes]
         out.write(data)
         out.flush()
         return
-    gate().check_write(path)
-    try:
-        atomic_write_bytes(Path(path), data, mode=0o644)
-    except OSError as exc:
-        raise OutputError(f"cannot write {path!r}: {os_reason(exc)}") from None
+    gate().write(path, data)
 
 
 def cheap_row_count(table: InputTable) -> int | None:

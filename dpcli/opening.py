@@ -20,7 +20,8 @@ import weakref
 from dataclasses import dataclass
 from typing import IO
 
-from dpcli.errors import InputMissingError, os_reason
+from dpcli.access import Source
+from dpcli.errors import DpcliError, InputMissingError, os_reason
 
 
 @dataclass(frozen=True)
@@ -56,13 +57,15 @@ def refuse_private(head: bytes, what: str, path: str) -> None:
                                 "dpcli never reads them as input")
 
 
-def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
+def open_binary(path: str | Source, what: str = "input file") -> tuple[IO[bytes], FileIdentity]:
     """Open ``path`` exactly as written (no ``~`` or glob expansion) for reading, once.
 
     Every open of a path dpcli reads for its caller passes here, so here the caller's rights are
-    asked first (:meth:`dpcli.access.Gate.check_read`: in service mode only catalog locations; in
-    personal mode nothing in the state directory), and a file that begins like a key, ledger or
-    state file is refused wherever it lies (a copy or a hard link of one).
+    asked first (:meth:`dpcli.access.Gate.open`: in service mode only what a catalog name resolved
+    to, as a :class:`dpcli.access.Source`, or a release in an output directory; in personal mode
+    nothing in the state directory), and a file that begins like a key, ledger or state file is
+    refused wherever it lies (a copy or a hard link of one). Messages call a Source by its name
+    (a catalog location is private), a path as given.
 
     Refuses, as :class:`InputMissingError`, a missing or unreadable path, a directory and anything
     that is not a regular file (a FIFO would block or be consumed by the hash: use ``-``); opening
@@ -71,22 +74,22 @@ def open_binary(path: str, what: str = "input file") -> tuple[IO[bytes], FileIde
     """
     from dpcli.access import gate
 
-    gate().check_read(path, what)
+    shown = path.name if isinstance(path, Source) else path
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = gate().open(path, what, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputMissingError(f"{what} {path!r} does not exist") from None
+        raise InputMissingError(f"{what} {shown!r} does not exist") from None
     except IsADirectoryError:
-        raise InputMissingError(f"{what} {path!r} is a directory, not a file") from None
+        raise InputMissingError(f"{what} {shown!r} is a directory, not a file") from None
     except OSError as exc:
-        raise InputMissingError(f"{what} {path!r} is not readable ({os_reason(exc)})") from None
+        raise InputMissingError(f"{what} {shown!r} is not readable ({os_reason(exc)})") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise InputMissingError(f"{what} {path!r} is a directory, not a file")
+            raise InputMissingError(f"{what} {shown!r} is a directory, not a file")
         if not stat.S_ISREG(st.st_mode):
-            raise InputMissingError(f"{what} {path!r} is not a regular file (pipe data in with '-')")
-        refuse_private(os.pread(fd, 32, 0), what, path)
+            raise InputMissingError(f"{what} {shown!r} is not a regular file (pipe data in with '-')")
+        refuse_private(os.pread(fd, 32, 0), what, shown)
         os.set_blocking(fd, True)
         fh = os.fdopen(fd, "rb")
     except BaseException:
@@ -154,25 +157,29 @@ class EarlyInput:
         return self.fh, self.identity, self._digest
 
 
-def hash_early(path: str | None, read: bool = True) -> EarlyInput | None:
-    """Open ``path`` and start hashing it in the background, or None when that is not for now.
+def hash_early(path: str | Source | None, read: bool = True) -> EarlyInput | None:
+    """Open ``path`` (a resolved :class:`dpcli.access.Source`, or a path) and start hashing it in the
+    background, or None when that is not for now.
 
     None for standard input (``-``), a URI, a directory (a dataset), when ``read`` is false (a
     dry run reads no data; another engine reads the input itself), for any path
     :func:`open_binary` refuses (the normal open reports it then, in its usual order) and when no
     thread can be started (the hash is only early, never required).
     """
-    if not read or path is None or path == "-" or "://" in path:
+    if not read or path is None:
+        return None
+    location = path.location if isinstance(path, Source) else path
+    if location == "-" or "://" in location:
         return None
     try:
         fh, identity = open_binary(path)
-    except InputMissingError:
+    except DpcliError:  # refused or unreadable: the normal open reports it, in its order
         return None
     if identity.size == 0:
         fh.close()
         return None
     try:
-        return EarlyInput(path, fh, identity)
+        return EarlyInput(location, fh, identity)
     except RuntimeError:  # no thread to be had (a pids limit): the normal open hashes it, as before
         fh.close()
         return None

@@ -129,10 +129,11 @@ class Service:
             r = self.owner("budget", "init", name, "--mode", "approx", "--epsilon", epsilon, "--delta", "1e-4")
             assert r.exit_code == 0, r.stderr
 
-    def run(self, analyst: str, *args: Any, env: dict[str, str] | None = None) -> Any:
-        """``dpcli ARGS`` invoked by ``analyst`` through sudo, as the service account (service mode)."""
+    def run(self, analyst: str, *args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Any:
+        """``dpcli ARGS`` invoked by ``analyst`` through sudo, as the service account (service mode);
+        ``input`` is what they pipe in."""
         self._identity(analyst, env)
-        return runner.invoke(app, [str(a) for a in args])
+        return runner.invoke(app, [str(a) for a in args], input=input)
 
     def _identity(self, analyst: str | None, env: dict[str, str] | None = None) -> None:
         from dpcli import access

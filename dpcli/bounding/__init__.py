@@ -21,7 +21,7 @@ import polars as pl
 
 from dpcli.bounding.keyed_order import keep_first
 from dpcli.bounding.stability import Bounded, Stability
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import DataError, UsageError, type_text
 from dpcli.files import collect
 
 #: Internal column names start with this prefix; a query naming such a column is refused
@@ -161,7 +161,7 @@ def numeric_value(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
                 .otherwise(pl.lit(None, dtype=pl.Float64)))
     if dtype.is_numeric():
         return value.cast(pl.Float64, strict=False)
-    raise DataError(f"a value column must be numeric (or text holding numbers), not {dtype}")
+    raise DataError(f"a value column must be numeric (or text holding numbers), not {type_text(dtype)}")
 
 
 def grid_units(value: pl.Expr, grid: ValueGrid) -> pl.Expr:

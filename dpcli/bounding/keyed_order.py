@@ -63,7 +63,7 @@ from typing import Any
 import polars as pl
 import polars_hash  # noqa: F401  (registers the ``nchash`` expression namespace)
 
-from dpcli.errors import DataError
+from dpcli.errors import DataError, type_text
 
 SCHEME = "dpcli-order-v3"
 #: XXH64's seed in every word and step: the seed of Spark's ``xxhash64``.
@@ -220,8 +220,9 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
         # would match Spark.
         word = col.to_physical().cast(pl.Int64).reinterpret(signed=False)
     else:
-        raise DataError(f"column {column!r} has type {dtype}: a privacy-unit or group column must hold text, integers, "
-                        "booleans, dates or times (cast it), so that rows can be sampled the same on every engine")
+        raise DataError(f"column {column!r} has type {type_text(dtype)}: a privacy-unit or group column must hold "
+                        "text, integers, booleans, dates or times (cast it), so that rows can be sampled the same on "
+                        "every engine")
     return word.fill_null(_u64(NULL_WORD))
 
 

@@ -62,6 +62,14 @@ def notice(ctx_or_settings: Any, message: str) -> None:
         typer.echo(f"dpcli: note: {one_line(message)}", err=True)
 
 
+def unit_word() -> str | None:
+    """How notes name the privacy unit: by its column (None), except to a service-mode analyst, to whom
+    the operator's column names are private ("unit")."""
+    from dpcli.access import gate
+
+    return "unit" if gate().restricted else None
+
+
 def render_note(note: Any) -> str:
     """A library :class:`dpcli.advice.Note` with its field spelt as the flag."""
     return note.render(flag_for(note.field)) if note.field else note.render()

@@ -91,7 +91,7 @@ def open_spark_input(s: Settings, choice: SparkChoice | None, data: Source) -> I
     from dpcli.access import gate
     from dpcli.spark.inputs import open_uri
 
-    gate().check_read(data.location, "input")
+    gate().check_read(data, "input")
     return open_uri(spark_session(s, choice), data.location, choice.fmt, data.name)
 
 

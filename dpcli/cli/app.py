@@ -102,6 +102,7 @@ def start(state_dir: Path | None, analyst: str | None, verbosity: int, lock_time
     else:
         root_dir = (state_dir or default_state_dir()).expanduser()
         name = analyst or os.environ.get("DPCLI_ANALYST") or "default"
+    access.install(access.Gate(caller, root_dir))  # until the catalog is read: no one but root is an operator
     catalog = _catalog(root_dir) if caller.service or (root_dir / CATALOG_FILE).exists() else None
     gate = access.Gate(caller, root_dir, catalog)
     if caller.service and catalog is None and not caller.root:

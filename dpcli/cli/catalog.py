@@ -22,7 +22,7 @@ def set_catalog(
     file: Annotated[str, typer.Argument(help="The catalog as TOML ('-' reads it from stdin).", show_default=False)],
 ) -> None:
     """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
-    from dpcli.catalog import read_toml, write_catalog
+    from dpcli.catalog import check_outputs, read_toml, write_catalog
     from dpcli.opening import open_binary
     from dpcli.state.paths import ensure_state_dir
 
@@ -37,6 +37,7 @@ def set_catalog(
         except OSError:
             raise InputMissingError(f"catalog file {file!r} is not readable") from None
     catalog = read_toml(data)
+    check_outputs(catalog, settings(ctx).state_dir)
     path = write_catalog(ensure_state_dir(settings(ctx).state_dir), catalog)
     counts = ", ".join(f"{len(catalog.sections[s])} {s}" for s in catalog.sections)
     info(ctx, f"catalog installed at {path}: {counts}, {len(catalog.outputs)} output director(ies)")

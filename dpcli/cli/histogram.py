@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, resolve_analyst, settings, unit_word, working
 from dpcli.cli._sources import data_source, public_source
 from dpcli.cli._options import (
     DelimiterOpt,
@@ -121,7 +121,7 @@ def histogram(
     when enough units support them.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
@@ -183,11 +183,12 @@ def histogram(
                       "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json,
                       notes_for=lambda done, eps: advice.histogram_notes(
                           query, hist.plan_histogram(replace(query, epsilon=eps), led.limits.mode, led.limits.values),
-                          done.table, defaulted))
+                          done.table, defaulted, unit_word()))
         return
     prepared = run(query.epsilon)
     done = release.charge(s.state_dir, analyst, "histogram", prepared,
                           release.histogram_summary(inputs.table.name, prepared.metadata),
                           lock_timeout=s.lock_timeout, inputs=inputs.tables,
                           output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
-    write_release(s, done, output, fmt, as_json, advice.histogram_notes(query, plan, done.table, defaulted))
+    notes = advice.histogram_notes(query, plan, done.table, defaulted, unit_word())
+    write_release(s, done, output, fmt, as_json, notes)

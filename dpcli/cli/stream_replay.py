@@ -108,7 +108,7 @@ def stream_replay(
     and a run repeated with the same input returns the same rows again.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
     from dpcli.cli._times import parse_moment
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input

@@ -58,7 +58,7 @@ def tabulate(
     zCDP, without reading data or charging.
     """
     source = gate().dataset(input) if input is not None else None
-    early = hash_early(source.location if source else None, read=not dry_run and engine == "polars")
+    early = hash_early(source, read=not dry_run and engine == "polars")
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import handles_errors, notice, resolve_analyst, settings, working
+from dpcli.cli._common import handles_errors, notice, resolve_analyst, settings, unit_word, working
 from dpcli.cli._sources import data_source, public_source
 from dpcli.cli._options import (
     DelimiterOpt,
@@ -108,7 +108,7 @@ def topk(
     the list may end early (⊥) when the remaining groups are too rare.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source.location, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
@@ -177,7 +177,7 @@ def topk(
                       inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json,
                       notes_for=lambda done, eps: advice.topk_notes(
                           query, tk.plan_topk(replace(query, epsilon_per=per(eps)), "pure", led.limits.values),
-                          done.table, defaulted))
+                          done.table, defaulted, unit_word()))
         return
     prepared = run(query, led.limits.mode)
     found, bottom = prepared.metadata["found"], prepared.metadata.get("bottom", False)
@@ -186,7 +186,7 @@ def topk(
         line += f", ⊥ reached (only {found} of {query.k} could be released)"
     done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables,
                           output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
-    notes = advice.topk_notes(query, plan, done.table, defaulted)
+    notes = advice.topk_notes(query, plan, done.table, defaulted, unit_word())
     write_release(s, done, output, fmt, as_json, notes)
     if bottom:
         notice(ctx, f"fewer than k = {query.k} groups pass the threshold (⊥): only {found} released")

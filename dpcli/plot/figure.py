@@ -32,31 +32,39 @@ def _pyplot() -> Any:
     return plt
 
 
-def check_target(path: str, field: str = "output") -> str:
-    """The picture format of ``path`` (.png or .svg), refused otherwise (before anything is read);
-    ``field`` names the option that gave it."""
-    from dpcli.access import gate
-
+def picture_format(path: str, field: str = "output") -> str:
+    """The picture format of ``path``: ``.png`` or ``.svg``, refused otherwise; ``field`` names the
+    option that gave it."""
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise UsageError(f"must end in .png or .svg, got {path!r}", field=field)
+    return suffix
+
+
+def check_target(path: str, field: str = "output") -> str:
+    """The picture format of ``path`` (:func:`picture_format`), and may it be written (the gate):
+    refused before anything is read."""
+    from dpcli.access import gate
+
+    suffix = picture_format(path, field)
     gate().check_write(path, "picture")
     return suffix
 
 
 def save(fig: Any, path: str) -> None:
-    """Write ``fig`` to ``path`` atomically (SVG without a date, PNG without software metadata)."""
+    """Write ``fig`` to ``path`` atomically, through the gate (SVG without a date, PNG without software
+    metadata)."""
     import io
 
-    from dpcli.state.atomic import atomic_write_bytes
+    from dpcli.access import gate
 
     buf = io.BytesIO()
-    suffix = check_target(path)
+    suffix = picture_format(path)
     metadata = {"Date": None, "Creator": "dpcli"} if suffix == ".svg" else {"Software": "dpcli"}
     plt = _pyplot()
     with plt.rc_context(_STYLE):  # the hash salt is read when saving
         fig.savefig(buf, format=suffix[1:], metadata=metadata, bbox_inches="tight")
-    atomic_write_bytes(Path(path), buf.getvalue(), mode=0o644)
+    gate().write(path, buf.getvalue(), "picture")
 
 
 def release_figure(view: ReleaseView, value: str | None = None, top: int | None = None,

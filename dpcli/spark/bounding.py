@@ -21,7 +21,7 @@ import polars as pl
 
 from dpcli import bounding
 from dpcli.bounding import keyed_order
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import DataError, UsageError, type_text
 
 _DEC = "decimal(38,0)"
 _NULL_SENTINEL = "\u0000dpcli: no field is this\u0000"
@@ -79,7 +79,7 @@ def _word(name: str, dtype: Any) -> Any:
     elif isinstance(dtype, (T.TimestampType, T.TimestampNTZType)):
         word = F.unix_micros(c.cast("timestamp"))
     else:
-        raise DataError(f"column {name!r} has type {dtype.simpleString()}: a privacy-unit or group column must hold "
+        raise DataError(f"column {name!r} has type {type_text(dtype)}: a privacy-unit or group column must hold "
                         "text, integers, booleans, dates or times (cast it), so that rows can be sampled the same "
                         "on every engine")
     return F.when(c.isNull(), F.lit(keyed_order.signed(keyed_order.NULL_WORD)).cast("long")).otherwise(word)

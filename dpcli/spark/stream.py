@@ -25,7 +25,7 @@ from typing import Any
 
 import polars as pl
 
-from dpcli.errors import DataError
+from dpcli.errors import DataError, type_text
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
 
@@ -54,7 +54,7 @@ def _seconds(name: str, dtype: Any) -> Any:
     if isinstance(dtype, T.StringType):
         raise DataError(f"column {name!r} holds text: on --engine spark the time column must hold timestamps, dates "
                         "or epoch seconds (Parquet keeps them typed); text times are parsed by --engine polars")
-    raise DataError(f"column {name!r} must hold timestamps, but is {dtype.simpleString()}")
+    raise DataError(f"column {name!r} must hold timestamps, but is {type_text(dtype)}")
 
 
 def events_engine(sdf: Any, session: Any) -> Any:
@@ -79,7 +79,7 @@ def bounded_events(sdf: Any, session: Any, q: StreamQuery, *, through: int | Non
     types = {f.name: f.dataType for f in sdf.schema.fields}
     for k in q.keys:
         if isinstance(types[k], (T.FloatType, T.DoubleType)):
-            raise DataError(f"column {k!r} has type {types[k].simpleString()}: on --engine spark a key column must "
+            raise DataError(f"column {k!r} has type {type_text(types[k])}: on --engine spark a key column must "
                             "hold text, integers, booleans, dates or times (cast it)")
     seconds = _seconds(q.time, types[q.time])
     start = seconds - F.pmod(seconds, F.lit(q.window))
@@ -98,7 +98,7 @@ def bounded_events(sdf: Any, session: Any, q: StreamQuery, *, through: int | Non
         elif isinstance(vtype, T.NumericType):
             x = F.col(q.value).cast("double")
         else:
-            raise DataError(f"column {q.value!r} must be numeric but is {vtype.simpleString()}")
+            raise DataError(f"column {q.value!r} must be numeric but is {type_text(vtype)}")
         finite = x.isNotNull() & ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
         units = F.least(F.greatest(F.bround(x / F.lit(float(grid.granularity)), 0), F.lit(float(grid.lo_units))),
                         F.lit(float(grid.hi_units))).cast("bigint")

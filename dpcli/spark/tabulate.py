@@ -21,7 +21,7 @@ from typing import Any
 
 import polars as pl
 
-from dpcli.errors import DataError
+from dpcli.errors import DataError, type_text
 from dpcli.tasks.tabulate import COUNT_SCHEMA, LevelCounts
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
@@ -60,7 +60,7 @@ def _text(name: str, dtype: Any) -> Any:
     if isinstance(dtype, (T.StringType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType,
                           T.DateType)):
         return F.col(name).cast("string")
-    raise DataError(f"column {name!r} has type {dtype.simpleString()}: on --engine spark, block and sex columns "
+    raise DataError(f"column {name!r} has type {type_text(dtype)}: on --engine spark, block and sex columns "
                     "must hold text, integers, booleans or dates (cast it)")
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -17,24 +20,46 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
-
-    Steps: create a temp file (``mode``) next to ``path``, write, fsync, ``os.replace``,
-    fsync the directory. The temp file is removed if anything fails before the rename.
-    """
+    """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file
+    (:func:`atomic_write_at` in ``path``'s directory)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd = os.open(path.parent, _DIR_FLAGS)
+    try:
+        atomic_write_at(fd, path.name, data, mode)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_at(directory_fd: int, name: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace the file ``name`` of the open directory ``directory_fd`` with ``data``, crash-safely.
+
+    Steps: create a temp file (``mode``) next to it, write, fsync, rename over ``name``, fsync the
+    directory; every step is relative to the descriptor, so the directory is never looked up by
+    path again. The temp file is removed if anything fails before the rename.
+    """
+    tmp, fd = _new_temp(directory_fd, name)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=directory_fd)
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(path.parent)
+    os.fsync(directory_fd)
+
+
+def _new_temp(directory_fd: int, name: str) -> tuple[str, int]:
+    """A new, empty temp file ``.NAME.RANDOM.tmp`` in the directory (0600 until the caller sets its mode)."""
+    for _ in range(100):
+        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            return tmp, os.open(tmp, _NEW_FILE, 0o600, dir_fd=directory_fd)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name next to {name}")

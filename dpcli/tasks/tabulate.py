@@ -21,7 +21,7 @@ from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError
+from dpcli.errors import DataError, type_text
 from dpcli.files import collect
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
@@ -255,10 +255,11 @@ def check_columns(schema: pl.Schema, spec: Spec, name: str) -> pl.DataType:
     for key in ("ethnicity", "age"):
         dtype = schema[c[key]]
         if not (dtype.is_integer() or dtype == pl.String):
-            raise DataError(f"column {c[key]!r} ({key}) must hold integer codes (integers or text), but is {dtype}")
+            raise DataError(f"column {c[key]!r} ({key}) must hold integer codes (integers or text), "
+                            f"but is {type_text(dtype)}")
     for key in ("block", "sex"):
         if schema[c[key]].is_nested():
-            raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {schema[c[key]]}")
+            raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {type_text(schema[c[key]])}")
     race_type = schema[c["race"]]
     if race_type == pl.String:
         inner: pl.DataType = pl.String()

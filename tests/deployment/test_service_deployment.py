@@ -165,6 +165,28 @@ def test_outputs_are_the_analysts_and_plots_only_their_releases(deployment):
     assert r.returncode == 2, r.stderr
 
 
+def test_without_its_state_directory_the_service_account_runs_nothing_for_an_analyst(deployment):
+    """While the state directory is moved away (a restore), dpcli through sudo ran in personal mode as
+    the service account: the analyst's own --state-dir and ledger, any path read with its rights."""
+    state = deployment.svc_home / ".local/share/dpcli"
+    away = state.with_name("dpcli.moved")
+    state.rename(away)
+    try:
+        mine = deployment.svc_home / "alices-state"  # somewhere the service account may write
+        for args in (["--state-dir", str(mine), "budget", "init", "default", "--mode", "pure", "--epsilon", "99"],
+                     ["--state-dir", str(mine), "histogram", str(deployment.data / "visits.csv"), "--by", "page",
+                      "--privacy-unit", "page", "--keys", str(deployment.data / "visits.csv"), "--epsilon", "1"]):
+            r = deployment.run("alice", *args)
+            assert r.returncode == 2 and "ask the operator" in r.stderr, (args, r.stderr)
+            assert "u17" not in r.stdout + r.stderr
+        assert not mine.exists() and not state.exists()
+    finally:
+        shutil.rmtree(deployment.svc_home / "alices-state", ignore_errors=True)
+        shutil.rmtree(state, ignore_errors=True)
+        away.rename(state)
+    assert deployment.run("alice", *QUERY).returncode == 0
+
+
 def test_a_forged_sudo_user_is_not_believed_outside_the_service_account(deployment):
     """SUDO_USER set by a user for themself reaches only her own state directory (personal mode, or a
     "service mode" over her own files with no catalog): never the service account's ledgers."""

@@ -28,7 +28,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.bounding import Bounded
 from dpcli.bounding.stream_records import cap_records
-from dpcli.errors import DataError
+from dpcli.errors import DataError, type_text
 from dpcli.files import collect
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
@@ -60,7 +60,7 @@ def event_seconds(schema: pl.Schema, q: StreamQuery) -> pl.Expr:
     elif dtype.is_numeric():
         seconds = _float_seconds(t.cast(pl.Float64, strict=False))
     else:  # the column's type, not its values, decides: the same for every dataset of this schema
-        raise DataError(f"column {q.time!r} must hold timestamps, but is {dtype}")
+        raise DataError(f"column {q.time!r} must hold timestamps, but is {type_text(dtype)}")
     start = seconds // q.window * q.window  # the window, which must start and end on showable dates
     return pl.when((start >= MIN_SECONDS) & (start + q.window <= MAX_SECONDS)).then(seconds)
 
@@ -104,7 +104,7 @@ def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Ex
     if grid is not None and q.value is not None:
         dtype = schema[q.value]
         if not (dtype.is_numeric() or dtype == pl.String):
-            raise DataError(f"column {q.value!r} must be numeric but is {dtype} in {name}")
+            raise DataError(f"column {q.value!r} must be numeric but is {type_text(dtype)} in {name}")
         x = bounding.numeric_value(pl.col(q.value), dtype)
         # Snapped, then clamped to the grid's exact integers (|units| ≤ 2^10 per record: the grid has
         # ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53 records; totals across triggers are

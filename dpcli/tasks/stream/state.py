@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
-from dpcli.errors import DataError, StateError, UsageError
+from dpcli.errors import DataError, StateError, UsageError, type_text
 from dpcli.tasks.stream.algorithm import KeyState, StreamState, WindowRun
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
@@ -124,8 +124,8 @@ def key_schema_of(schema: pl.Schema, q: StreamQuery) -> dict[str, str]:
     """
     for c in (q.unit, *q.keys):
         if not _storable(schema[c]):
-            raise UsageError(f"cannot store column {c!r} of type {schema[c]} (use text, integer, boolean, date "
-                             "or datetime columns with at most microseconds)", field="state")
+            raise UsageError(f"cannot store column {c!r} of type {type_text(schema[c])} (use text, integer, boolean, "
+                             "date or datetime columns with at most microseconds)", field="state")
     return {c: str(schema[c]) for c in (q.unit, *q.keys)}
 
 
@@ -146,8 +146,8 @@ def check_state_body(body: dict[str, Any], q: StreamQuery, analyst: str, key_sch
     if body.get("analyst") != analyst:
         raise UsageError(f"state file {name} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
     if body.get("key_schema") != key_schema:
-        raise DataError(f"column types differ from those of state file {name}: "
-                        f"{body.get('key_schema')} then, {key_schema} now")
+        raise DataError(f"column types differ from those of state file {name}: the data's schema changed since "
+                        "the stream began")  # the types' own text is foreign: an Enum's lists its categories
 
 
 def state_body(body: dict[str, Any], state: StreamState, last: dict[str, Any]) -> dict[str, Any]:
