@@ -39,11 +39,11 @@ def fsync(fd):
         die()
     real_fsync(fd)
 
-def replace(a, b):
+def replace(a, b, **kw):
     calls["replace"] += 1
     if step == "before-rename" and calls["replace"] == n:
         die()
-    real_replace(a, b)
+    real_replace(a, b, **kw)
     if step == "after-rename" and calls["replace"] == n:
         die()
 
