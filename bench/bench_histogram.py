@@ -29,6 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
+
 def plain(path: str) -> pl.DataFrame:
     """The baseline: the same bounding and group-by in plain polars, no noise."""
     lf = pl.scan_parquet(path).select("user_id", "page")
@@ -75,7 +76,8 @@ def in_process(path: Path) -> tuple[float, float]:
     from fractions import Fraction
 
     from dpcli.core.prf import KeyedStream
-    from dpcli.files import cheap_row_count, open_input
+    from dpcli.frames import cheap_row_count
+    from dpcli.io.inputs import open_input
     from dpcli.tasks import histogram as hist
 
     q = hist.HistogramQuery(by=("page",), unit="user_id", max_partitions=32, epsilon=Fraction(1),

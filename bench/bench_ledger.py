@@ -19,6 +19,8 @@ from pathlib import Path
 from dpcli.core.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.state import ledger
+from dpcli.state.ledger import document as ledger_document
+from dpcli.state.ledger import format as ledger_format
 
 LIMITS = {
     "pure": {"epsilon": Fraction(10**6)},
@@ -42,12 +44,12 @@ def ledger_with(root: Path, mode: str, n: int) -> None:
     """A sealed ledger of ``n`` charged entries (as n charges would leave it, written in one go)."""
     ledger.init_ledger(root, "a", Limits(mode, LIMITS[mode]))
     led = ledger.read_ledger(root, "a")
-    when = ledger._iso(ledger._now())
+    when = ledger_format.iso_time(ledger_format.utc_now())
     ev = event(mode).to_json()
     entries = [{"seq": i + 1, "time": when, "period": 0, "command": "histogram", "query_id": f"q:{i:016x}",
                 "seed_id": f"{i:024x}", "events": [ev], "summary": "histogram of data.parquet: 8 group(s) released"}
                for i in range(n)]
-    ledger._write(root, led.path, ledger._doc(led, entries))
+    ledger_document.write_ledger(root, led.path, ledger_document.document_of(led, entries))
 
 
 def time_charges(root: Path, mode: str, charges: int) -> list[float]:

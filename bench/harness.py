@@ -292,7 +292,7 @@ PROFILING = """## Profiled and fixed (before → after, same machine)
   selection 1.06 s → 0.40 s, the whole run 2.2 s → 1.3 s, as fast as plain polars with its seeded
   hash.
 * Fixed cost per run (issue 20): the data file is hashed on a thread while dpcli imports polars and
-  numpy (`dpcli/opening.py`; 0.06 s for 104 MB, now alongside the imports); the race's proposals
+  numpy (`dpcli/io/opening.py`; 0.06 s for 104 MB, now alongside the imports); the race's proposals
   skip numpy scalar arithmetic (the same words: 0.067 s → 0.035 s for d̄ = 1000 on a first call);
   `np.setdiff1d` and `np.unique`, which import `numpy.ma`, are gone from the topk and stream paths.
 * Issue 20 (2026-11-24): noise stream v2, compiled (section 12): 1M events at 96 triggers 14.75 s →

@@ -3,11 +3,16 @@ its first leaf (margin[0]); any other tree had an Alg. 4 prediction over all its
 
 Usage: python bench/stream_nodes_used.py EVENTS.parquet  (bench/synthetic.py EVENTS.parquet 1000000 --seed 0)
 """
-import sys, hashlib
+import hashlib
+import sys
 from fractions import Fraction
-import numpy as np, polars as pl
-from dpcli.tasks import stream_replay as sr
+
+import polars as pl
+
 from dpcli.core import tree
+from dpcli.tasks import stream_replay as sr
+
+
 def run(every, triggers, C, eps, mu=0, window=86400):
     q = sr.StreamQuery(time="ts", keys=("key",), unit="user_id", window=window, triggers=triggers, max_records=C,
                        epsilon=Fraction(eps), delta=Fraction(1, 10**9), mu=mu)

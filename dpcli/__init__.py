@@ -32,7 +32,7 @@ _EXPORTS = {
     "accountant_for": "dpcli.core.accountants",
     "init_ledger": "dpcli.state.ledger",
     "read_ledger": "dpcli.state.ledger",
-    "open_input": "dpcli.files",
+    "open_input": "dpcli.io.inputs",
     "release_histogram": "dpcli.release",
     "Release": "dpcli.release",
     "DpcliError": "dpcli.errors",

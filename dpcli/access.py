@@ -18,12 +18,12 @@ trusted only when the process runs as the owner of the service state directory. 
 :data:`SOURCE`; nothing in the environment can.
 
 :class:`Gate` is what every command asks before it opens or writes a path: the few entry points
-(:func:`dpcli.opening.open_binary` through :meth:`Gate.open`, :func:`dpcli.files.check_output_path`
+(:func:`dpcli.io.opening.open_binary` through :meth:`Gate.open`, :func:`dpcli.io.outputs.check_output_path`
 and :meth:`Gate.write`, the plot and state-file openers) call :func:`gate`, so a new option that
 takes a path passes the same check. In service mode a read is allowed for a :class:`Source` the
 gate resolved from a catalog name (never for a path the analyst typed, whatever its text), and
 files in the analyst's output directories are read and written through the directory, opened
-without following symlinks (:mod:`dpcli.beneath`): what the check saw is what is opened.
+without following symlinks (:mod:`dpcli.io.beneath`): what the check saw is what is opened.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpcli.beneath import SWAPPED, Escape, open_dir_below
 from dpcli.errors import UsageError
+from dpcli.io.beneath import SWAPPED, Escape, open_dir_below
 
 if TYPE_CHECKING:
     from dpcli.catalog import Catalog
@@ -303,7 +303,7 @@ class Gate:
         """Open ``path`` for reading once :meth:`check_read` allows it; ``OSError`` as the OS raises it.
 
         A release in an output directory (service mode) is opened from that directory, one name at a
-        time without following symlinks (:mod:`dpcli.beneath`): one swapped for a symlink after the
+        time without following symlinks (:mod:`dpcli.io.beneath`): one swapped for a symlink after the
         check is refused like any path outside, whether or not what it points to exists.
         """
         self.check_read(path, what)
@@ -332,7 +332,7 @@ class Gate:
         """May dpcli write ``path`` for the caller? Never inside the state directory (exit 73); in
         service mode only inside an output directory the catalog gives this analyst (resolved:
         symlinks, ``..``; exit 2). The run's own inputs are protected by
-        :func:`dpcli.files.check_path_is_not_protected`."""
+        :func:`dpcli.io.outputs.check_path_is_not_protected`."""
         if path in ("", "-"):
             return
         if self.restricted and not any(inside(path, d) for d in self.require_catalog().output_dirs(self.analyst)):
@@ -345,7 +345,7 @@ class Gate:
     def write(self, path: str, data: bytes, what: str = "output", mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` atomically once :meth:`check_write` allows it (:class:`OutputError`
         when the system refuses). For a service-mode analyst the file is written through its directory,
-        opened from their output directory without following symlinks (:mod:`dpcli.beneath`), so a
+        opened from their output directory without following symlinks (:mod:`dpcli.io.beneath`), so a
         directory swapped for a symlink after the check cannot lead the write elsewhere (exit 2)."""
         from dpcli.errors import OutputError, os_reason
         from dpcli.state.atomic import atomic_write_at, atomic_write_bytes

@@ -274,8 +274,8 @@ def read_catalog(root: Path) -> Catalog | None:
 
 def write_catalog(root: Path, catalog: Catalog) -> Path:
     """Seal and write ``catalog`` into the state directory (0600, atomically)."""
-    from dpcli.state.atomic import atomic_write_bytes
     from dpcli.state import keys
+    from dpcli.state.atomic import atomic_write_bytes
 
     keys.load_or_create_key(root)
     body = catalog.to_json()

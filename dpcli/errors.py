@@ -132,3 +132,14 @@ def type_text(dtype: object) -> str:
         return str(base())
     name = getattr(dtype, "typeName", None)
     return str(name()) if callable(name) else type(dtype).__name__
+
+
+def withheld(exc: BaseException) -> str:
+    """What to say about a parser's error on data: its kind only, never its message.
+
+    Polars quotes the offending field (``could not parse `…` as dtype i64``) or, for an unterminated
+    quote, the rest of the file: records, which must never reach stderr. The run still fails, so
+    the inputs are kept total where they can be (CSV: ragged lines truncated, invalid UTF-8 replaced;
+    NDJSON: a line that is not a JSON object is a record of nulls).
+    """
+    return f"the file does not parse ({type(exc).__name__}; the parser's message is withheld: it may quote records)"

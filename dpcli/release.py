@@ -32,13 +32,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 import polars as pl
 
 from dpcli import bounding
+from dpcli.access import Source
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
-from dpcli.core.prf import NOISE_VERSION, KeyedStream, canonical_json, derive_seed, seed_id
-from dpcli.access import Source
+from dpcli.core.prf import (
+    NOISE_VERSION,
+    KeyedStream,
+    canonical_json,
+    derive_seed,
+    seed_id,
+)
 from dpcli.errors import DataError, UsageError
-from dpcli.files import InputTable, cheap_row_count, open_input, read_group_list, require_columns, verify_unchanged
-from dpcli.opening import EarlyInput
+from dpcli.frames import cheap_row_count
+from dpcli.io.inputs import (
+    InputTable,
+    open_input,
+    read_group_list,
+    require_columns,
+    verify_unchanged,
+)
+from dpcli.io.opening import EarlyInput
 from dpcli.state import keys, ledger
 
 if TYPE_CHECKING:  # loaded by the runners that use them: stream-replay and budget need neither
@@ -84,7 +97,7 @@ SEED_MATERIAL_VERSION = 2
 
 
 class SeedInput(Protocol):
-    """An input as it enters a seed (:class:`dpcli.files.InputTable`, :class:`DocumentInput`)."""
+    """An input as it enters a seed (:class:`dpcli.io.inputs.InputTable`, :class:`DocumentInput`)."""
 
     def seed_material(self) -> dict[str, Any]: ...
 
@@ -244,7 +257,7 @@ def open_query_inputs(
     the data's types (text matches text exactly: "01" is not "1"). ``delimiter`` splits the data's
     CSV fields (a group list is always comma-separated). ``table`` is the data when it was opened
     elsewhere (a URI Spark listed: :func:`dpcli.spark.inputs.open_uri`); ``early``: the data file
-    already opened and being hashed (:func:`dpcli.opening.hash_early`).
+    already opened and being hashed (:func:`dpcli.io.opening.hash_early`).
     """
     if table is None:
         table = open_input(source, input_format, text_columns=(unit, *by, *([value] if value else [])),

@@ -30,7 +30,8 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import BudgetError, StateError, UsageError
-from dpcli.files import InputTable, collect
+from dpcli.frames import collect
+from dpcli.io.inputs import InputTable
 from dpcli.release import Calibration, Prepared, Release, charge, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store

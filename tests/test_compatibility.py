@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from dptest import cli
 
 FIXTURE = Path(__file__).parent / "data" / "state-554e946"

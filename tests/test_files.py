@@ -10,27 +10,27 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from dpcli import files
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
+from dpcli.io import inputs, outputs
 
 
 def test_formats_and_fingerprint(tmp_path):
     df = pl.DataFrame({"u": ["a", "b"], "x": [1.5, 2.0]})
     for name, writer in (("d.csv", df.write_csv), ("d.parquet", df.write_parquet), ("d.ndjson", df.write_ndjson)):
         writer(tmp_path / name)
-        t = files.open_input(str(tmp_path / name), text_columns=("u", "x") if name.endswith("ndjson") else ())
+        t = inputs.open_input(str(tmp_path / name), text_columns=("u", "x") if name.endswith("ndjson") else ())
         assert t.frame.collect().shape == (2, 2)
         assert t.fingerprint.startswith("sha256:")
-    t1 = files.open_input(str(tmp_path / "d.csv"))
+    t1 = inputs.open_input(str(tmp_path / "d.csv"))
     (tmp_path / "d.csv").write_text("u,x\na,1.5\nb,2.5\n")
-    assert files.open_input(str(tmp_path / "d.csv")).fingerprint != t1.fingerprint
+    assert inputs.open_input(str(tmp_path / "d.csv")).fingerprint != t1.fingerprint
 
 
 def test_stdin_reads_csv_by_default_and_other_formats_when_told():
     """`cat events.csv | dpcli histogram - …` works without --input-format (issue 17)."""
-    t = files.open_input("-", stdin=io.BytesIO(b"u,x\na,1\n"))
+    t = inputs.open_input("-", stdin=io.BytesIO(b"u,x\na,1\n"))
     assert t.format == "csv" and t.frame.collect()["x"].to_list() == [1]
-    t = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'), text_columns=("x",))
+    t = inputs.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'), text_columns=("x",))
     assert t.frame.collect()["x"].to_list() == ["2"]
 
 
@@ -42,54 +42,54 @@ def test_compressed_inputs_are_hashed_as_stored_and_parsed_decompressed(tmp_path
     packed = importlib.import_module(compress).compress(raw)
     f = tmp_path / f"in{suffix}"
     f.write_bytes(packed)
-    t = files.open_input(str(f), delimiter=";")
+    t = inputs.open_input(str(f), delimiter=";")
     assert t.frame.collect()["x"].to_list() == [1, 2]
-    assert t.fingerprint == files.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
+    assert t.fingerprint == inputs.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
     f.write_bytes(packed[: len(packed) // 2])  # a truncated archive: one line, no traceback
     with pytest.raises(DataError, match="does not parse"):
-        files.open_input(str(f), delimiter=";")
+        inputs.open_input(str(f), delimiter=";")
 
 
 @pytest.mark.parametrize("text, sep", [(None, ","), (";", ";"), ("tab", "\t"), ("\\t", "\t"), ("|", "|")])
 def test_csv_delimiter(text, sep):
-    assert files.csv_delimiter(text) == sep
+    assert inputs.csv_delimiter(text) == sep
 
 
 @pytest.mark.parametrize("text", ["", ";;", '"', "\n", "é"])
 def test_csv_delimiter_refuses_what_cannot_split_fields(text):
     with pytest.raises(UsageError, match="delimiter must be one ASCII character"):
-        files.csv_delimiter(text)
+        inputs.csv_delimiter(text)
 
 
 def test_errors(tmp_path):
     with pytest.raises(InputMissingError):
-        files.open_input(str(tmp_path / "missing.csv"))
+        inputs.open_input(str(tmp_path / "missing.csv"))
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(DataError, match="empty"):
-        files.open_input(str(tmp_path / "empty.csv"))
+        inputs.open_input(str(tmp_path / "empty.csv"))
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(DataError):
-        files.open_input(str(tmp_path / "bad.parquet"))
+        inputs.open_input(str(tmp_path / "bad.parquet"))
     pl.DataFrame({"u": ["a"], "x": ["text"]}).write_csv(tmp_path / "t.csv")
-    t = files.open_input(str(tmp_path / "t.csv"))
+    t = inputs.open_input(str(tmp_path / "t.csv"))
     with pytest.raises(DataError, match="'nope' not found"):
-        files.require_columns(t, {"nope": "any"})
+        inputs.require_columns(t, {"nope": "any"})
     with pytest.raises(DataError, match="must be numeric"):
-        files.require_columns(t, {"x": "numeric"})
+        inputs.require_columns(t, {"x": "numeric"})
     with pytest.raises(UsageError):
-        files.open_input(str(tmp_path / "t.xyz"))
+        inputs.open_input(str(tmp_path / "t.xyz"))
 
 
 def test_atomic_output(tmp_path):
     df = pl.DataFrame({"k": [1, 2]})
     out = tmp_path / "o.parquet"
-    files.write_output(df, str(out), files.output_format_for(str(out), None))
+    outputs.write_output(df, str(out), outputs.output_format_for(str(out), None))
     assert pl.read_parquet(out).equals(df)
     assert [p.name for p in tmp_path.iterdir()] == ["o.parquet"]
     with pytest.raises(OutputError):
-        files.check_output_path(str(tmp_path / "nodir" / "x.csv"))
+        outputs.check_output_path(str(tmp_path / "nodir" / "x.csv"))
     buf = io.BytesIO()
-    files.write_output(df, None, "json", stdout=buf)
+    outputs.write_output(df, None, "json", stdout=buf)
     assert b'"k"' in buf.getvalue()
 
 
@@ -104,9 +104,9 @@ def test_fingerprint_is_of_the_bytes_and_stdin_parquet_reads(tmp_path):
         writer(tmp_path / name)
         raw = (tmp_path / name).read_bytes()
         cols = ("u", "x") if name.endswith("ndjson") else ()
-        t = files.open_input(str(tmp_path / name), text_columns=cols)
-        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == files.fingerprint_bytes(raw)
-        s = files.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw), text_columns=cols)
+        t = inputs.open_input(str(tmp_path / name), text_columns=cols)
+        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == inputs.fingerprint_bytes(raw)
+        s = inputs.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw), text_columns=cols)
         assert s.fingerprint == t.fingerprint and s.frame.collect().equals(t.frame.collect())
         t.verify_unchanged()
         s.verify_unchanged()  # stdin: held in memory, nothing to check
@@ -118,14 +118,14 @@ def test_paths_are_literal_no_glob_no_tilde(tmp_path, monkeypatch):
     (tmp_path / "r1.csv").write_text("u\nother\n")
     (tmp_path / "x.csv").write_text("u\nhome\n")
     with pytest.raises(InputMissingError, match="does not exist"):
-        files.open_input("r[1].csv")
+        inputs.open_input("r[1].csv")
     with pytest.raises(InputMissingError, match="does not exist"):
-        files.open_input("~/x.csv")
+        inputs.open_input("~/x.csv")
     (tmp_path / "r[1].csv").write_text("u\nliteral\n")
     (tmp_path / "~").mkdir()
     (tmp_path / "~" / "x.csv").write_text("u\ntilde\n")
-    assert files.open_input("r[1].csv").frame.collect()["u"].to_list() == ["literal"]
-    assert files.open_input("~/x.csv").frame.collect()["u"].to_list() == ["tilde"]
+    assert inputs.open_input("r[1].csv").frame.collect()["u"].to_list() == ["literal"]
+    assert inputs.open_input("~/x.csv").frame.collect()["u"].to_list() == ["tilde"]
 
 
 def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
@@ -139,9 +139,9 @@ def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
         (tmp_path / "tmp").symlink_to(tmp_path / "b.parquet")
         (tmp_path / "tmp").replace(tmp_path / "cur.parquet")
 
-    monkeypatch.setattr(files, "after_fingerprint_hook", swap)
-    t = files.open_input(str(tmp_path / "cur.parquet"))
-    assert t.fingerprint == files.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", swap)
+    t = inputs.open_input(str(tmp_path / "cur.parquet"))
+    assert t.fingerprint == inputs.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
     for _ in range(2):
         assert t.frame.select(pl.col("x").sum()).collect(engine="streaming").item() == 4950
         parts = [t.frame.filter(pl.col("u").hash(7) % 3 == b).select(pl.len()).collect().item() for b in range(3)]
@@ -152,23 +152,23 @@ def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
 def test_rewrite_in_place_is_caught_by_verify_unchanged(tmp_path):
     p = tmp_path / "d.csv"
     p.write_text("u,x\na,1\nb,2\n")
-    t = files.open_input(str(p))
+    t = inputs.open_input(str(p))
     t.verify_unchanged()
     with open(p, "r+") as fh:
         fh.write("u,x\na,9\n")
     with pytest.raises(InputMissingError, match="changed while it was read; rerun"):
         t.verify_unchanged()
     with pytest.raises(InputMissingError):
-        files.verify_unchanged(None, t)
+        inputs.verify_unchanged(None, t)
 
 
 def test_fifos_are_refused_without_blocking_and_empty_directories_hold_no_data(tmp_path):
     with pytest.raises(InputMissingError, match="holds no data files"):
-        files.open_input(str(tmp_path))
+        inputs.open_input(str(tmp_path))
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
     with pytest.raises(InputMissingError, match="not a regular file"):
-        files.open_input(str(fifo))  # no writer: a blocking open would hang here
+        inputs.open_input(str(fifo))  # no writer: a blocking open would hang here
 
 
 def test_output_path_refuses_state_dir_and_inputs(tmp_path):
@@ -182,14 +182,14 @@ def test_output_path_refuses_state_dir_and_inputs(tmp_path):
            tmp_path / "link" / ".." / "state" / "y.csv", state]
     for out in bad:
         with pytest.raises(OutputError, match="inside the state directory"):
-            files.check_output_path(str(out), state, [str(data)])
+            outputs.check_output_path(str(out), state, [str(data)])
     (tmp_path / "alias.csv").symlink_to(data)
     for out in (data, tmp_path / "alias.csv", tmp_path / "sub" / ".." / "d.csv"):
         with pytest.raises(OutputError, match="is the input"):
-            files.check_output_path(str(out), state, [None, "-", str(data)])
-    files.check_output_path(str(tmp_path / "fine.csv"), state, [str(data), None, "-"])
-    files.check_output_path("-", state, [str(data)])
-    files.check_output_path(None, state, [str(data)])
+            outputs.check_output_path(str(out), state, [None, "-", str(data)])
+    outputs.check_output_path(str(tmp_path / "fine.csv"), state, [str(data), None, "-"])
+    outputs.check_output_path("-", state, [str(data)])
+    outputs.check_output_path(None, state, [str(data)])
 
 
 # ---- column types from the query, not the records (issue 15: a record must not flip a column's type) --------
@@ -199,14 +199,14 @@ def test_text_columns_fix_the_schema_of_csv_and_ndjson(tmp_path):
     """CSV: the named columns are strings whatever the records hold. NDJSON (no header): exactly the
     named columns, all strings; a missing key is null, a JSON number or list is kept as its text."""
     (tmp_path / "d.csv").write_text("u,g,x,other\n1,01,2,5\n2,1,abc,6\n")
-    t = files.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
+    t = inputs.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
     assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String, "other": pl.Int64}
     assert t.frame.collect()["g"].to_list() == ["01", "1"]
     (tmp_path / "d.ndjson").write_text('{"u":1,"g":"01","x":2.5,"other":[1]}\n{"u":2,"x":[1,2]}\n{"u":"3","g":1.5}\n')
-    t = files.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
+    t = inputs.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))
     assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String}
     assert t.frame.collect().rows() == [("1", "01", "2.5"), ("2", None, "[1,2]"), ("3", "1.5", None)]
-    s = files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
+    s = inputs.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u":7}\n'), text_columns=("u",))
     assert s.frame.collect()["u"].to_list() == ["7"]
 
 
@@ -218,12 +218,12 @@ def _ndjson_rows(raw: bytes, columns: tuple[str, ...] = ("u", "g"), tmp_path: Pa
     and a .jsonl.gz file too (asserted equal)."""
     import gzip
 
-    rows = files.open_input("-", "ndjson", stdin=io.BytesIO(raw), text_columns=columns).frame.collect().rows()
+    rows = inputs.open_input("-", "ndjson", stdin=io.BytesIO(raw), text_columns=columns).frame.collect().rows()
     if tmp_path is not None:
         (tmp_path / "d.ndjson").write_bytes(raw)
         (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(raw))
         for name in ("d.ndjson", "d.jsonl.gz"):
-            t = files.open_input(str(tmp_path / name), text_columns=columns)
+            t = inputs.open_input(str(tmp_path / name), text_columns=columns)
             assert t.frame.collect().rows() == rows, name
             assert t.frame.select(pl.len()).collect().item() == len(rows)
     return rows
@@ -293,9 +293,9 @@ def test_empty_ndjson_is_the_empty_error(tmp_path):
     """Only the file's size (public) decides it: a file of blank lines is read, as no records."""
     (tmp_path / "e.ndjson").write_bytes(b"")
     with pytest.raises(DataError, match="is empty"):
-        files.open_input(str(tmp_path / "e.ndjson"), text_columns=("u",))
+        inputs.open_input(str(tmp_path / "e.ndjson"), text_columns=("u",))
     with pytest.raises(DataError, match="standard input is empty"):
-        files.open_input("-", "ndjson", stdin=io.BytesIO(b""), text_columns=("u",))
+        inputs.open_input("-", "ndjson", stdin=io.BytesIO(b""), text_columns=("u",))
 
 
 @pytest.mark.parametrize("name", ["a.b", "it's", 'say "hi"', "[x]", "a b", " ", "", "é", "日本", "a\\b", "x'y\"z",
@@ -316,7 +316,7 @@ def test_ndjson_key_names_are_read_exactly(tmp_path, name):
         assert f"column {name!r} cannot be read from NDJSON" in str(exc)
         for content in (b"", b"{}\n", raw):  # the name alone decides
             with pytest.raises(DataError, match="cannot be read from NDJSON"):
-                files._parse(content, files.Reading.of("ndjson", text_columns=(name,)))
+                inputs._parse(content, inputs.Reading.of("ndjson", text_columns=(name,)))
         assert "\\" in name  # only a name with a backslash and other special characters is refused
         return
     assert rows == [("v",), ("1",), (None,)]
@@ -324,19 +324,19 @@ def test_ndjson_key_names_are_read_exactly(tmp_path, name):
 
 def test_ndjson_key_names_refused_are_few():
     for name in ("a\\b", "\\", "a\\'", 'x\\"'):
-        files._parse(b"", files.Reading.of("ndjson", text_columns=(name,)))  # dot notation spells these
+        inputs._parse(b"", inputs.Reading.of("ndjson", text_columns=(name,)))  # dot notation spells these
     for name in ("a\\ b", "'\\a", "a.\\", "\\[0]"):
         with pytest.raises(DataError, match="cannot be read from NDJSON"):
-            files._parse(b"", files.Reading.of("ndjson", text_columns=(name,)))
+            inputs._parse(b"", inputs.Reading.of("ndjson", text_columns=(name,)))
 
 
 def test_ndjson_needs_the_columns_a_query_reads(tmp_path):
     """No schema is ever inferred from NDJSON records: without columns an NDJSON is not opened at all."""
     (tmp_path / "d.ndjson").write_text('{"u": 1}\n')
     with pytest.raises(UsageError, match="read by the columns a query names"):
-        files.open_input(str(tmp_path / "d.ndjson"))
+        inputs.open_input(str(tmp_path / "d.ndjson"))
     with pytest.raises(UsageError, match="read by the columns a query names"):
-        files.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": 1}\n'))
+        inputs.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": 1}\n'))
 
 
 def test_ndjson_scan_stays_lazy_and_reads_the_open_file(tmp_path):
@@ -344,7 +344,7 @@ def test_ndjson_scan_stays_lazy_and_reads_the_open_file(tmp_path):
     same open file, and a filter on a column is evaluated per record."""
     f = tmp_path / "d.ndjson"
     f.write_bytes(b'{"u":"a"}\n1e999\n{"u":"b"}\n')
-    t = files.open_input(str(f), text_columns=("u",))
+    t = inputs.open_input(str(f), text_columns=("u",))
     assert isinstance(t.frame, pl.LazyFrame)
     assert t.frame.filter(pl.col("u").is_not_null()).collect()["u"].to_list() == ["a", "b"]
     assert t.frame.collect(engine="streaming")["u"].to_list() == ["a", None, "b"]
@@ -352,24 +352,24 @@ def test_ndjson_scan_stays_lazy_and_reads_the_open_file(tmp_path):
 
 def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(tmp_path):
     (tmp_path / "keys.csv").write_text("g\n01\n1\n10\n")
-    keys = files.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
-    text = files.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
+    keys = inputs.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
+    text = inputs.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
     assert text["g"].to_list() == ["01", "1", "10"]  # text order; "01" and "1" are two groups
-    ints = files.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
+    ints = inputs.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
     assert ints["g"].to_list() == [1, 10]
     (tmp_path / "bad.csv").write_text("g\n1\nzz\n")
     with pytest.raises(DataError, match="do not match the data's column types"):
-        files.read_group_list(files.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
+        inputs.read_group_list(inputs.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
                                pl.Schema({"g": pl.Int64}))
 
 
 def test_value_kind_accepts_numbers_and_text_only(tmp_path):
     p = tmp_path / "d.parquet"
     pl.DataFrame({"n": [1.5], "t": ["2"], "b": [True]}).write_parquet(p)
-    t = files.open_input(str(p))
-    files.require_columns(t, {"n": "value", "t": "value"})
+    t = inputs.open_input(str(p))
+    inputs.require_columns(t, {"n": "value", "t": "value"})
     with pytest.raises(DataError, match="'b' must be numeric"):
-        files.require_columns(t, {"b": "value"})
+        inputs.require_columns(t, {"b": "value"})
 
 
 def _dataset(root: Path, parts: int = 3) -> Path:
@@ -385,7 +385,7 @@ def _dataset(root: Path, parts: int = 3) -> Path:
 
 def test_a_dataset_directory_is_its_parquet_files_with_a_fresh_manifest_fingerprint(tmp_path):
     d = _dataset(tmp_path)
-    a, b = files.open_input(str(d)), files.open_input(str(d))
+    a, b = inputs.open_input(str(d)), inputs.open_input(str(d))
     assert [str(f.relative_to(d)) for f in a.files] == ["day=1/part-1.parquet", "day=1/part-2.parquet",
                                                         "part-0.parquet"]  # sorted; _SUCCESS and .crc skipped
     assert a.frame.collect().height == 60 and "day" not in a.frame.collect_schema()  # no partition columns
@@ -401,15 +401,15 @@ def test_a_dataset_holds_parquet_files_only(tmp_path):
     d = _dataset(tmp_path)
     (d / "notes.csv").write_text("a\n1\n")
     with pytest.raises(UsageError, match="Parquet files only") as err:
-        files.open_input(str(d))
+        inputs.open_input(str(d))
     assert "notes" not in str(err.value)  # names below the directory can be data: never quoted
     (d / "notes.csv").unlink()
     (d / "day=1" / "diagnosis=x.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(DataError, match="holds a file that is not Parquet") as err:
-        files.open_input(str(d))
+        inputs.open_input(str(d))
     assert "diagnosis" not in str(err.value) and "day=1" not in str(err.value)
     with pytest.raises(UsageError, match="read as Parquet"):
-        files.open_input(str(d), "csv")
+        inputs.open_input(str(d), "csv")
 
 
 def test_no_output_inside_an_input_dataset(tmp_path):
@@ -417,7 +417,7 @@ def test_no_output_inside_an_input_dataset(tmp_path):
 
     d = _dataset(tmp_path)
     with pytest.raises(OutputError, match="inside the input dataset"):
-        files.check_output_path(str(d / "out.csv"), tmp_path / "state", [str(d)])
+        outputs.check_output_path(str(d / "out.csv"), tmp_path / "state", [str(d)])
 
 
 # ---- early inputs: opened once, hashed on a thread while the rest of dpcli loads -------------------
@@ -428,7 +428,7 @@ def test_an_early_input_is_the_file_opened_once_and_hashed(tmp_path):
     charge (the open file was unlinked)."""
     import hashlib
 
-    from dpcli.opening import hash_early
+    from dpcli.io.opening import hash_early
 
     path = tmp_path / "d.csv"
     first = b"u,x\na,1\nb,2\n"
@@ -437,7 +437,7 @@ def test_an_early_input_is_the_file_opened_once_and_hashed(tmp_path):
     assert early is not None
     (tmp_path / "new.csv").write_bytes(b"u,x\nz,9\n")
     os.replace(tmp_path / "new.csv", path)
-    t = files.open_input(str(path), early=early)
+    t = inputs.open_input(str(path), early=early)
     assert t.fingerprint == "sha256:" + hashlib.sha256(first).hexdigest()
     assert t.frame.collect()["u"].to_list() == ["a", "b"]
     with pytest.raises(InputMissingError, match="changed while it was read"):
@@ -445,18 +445,18 @@ def test_an_early_input_is_the_file_opened_once_and_hashed(tmp_path):
 
 
 def test_an_early_input_of_another_path_is_not_taken(tmp_path):
-    from dpcli.opening import hash_early
+    from dpcli.io.opening import hash_early
 
     (tmp_path / "a.csv").write_text("u\na\n")
     (tmp_path / "b.csv").write_text("u\nb\n")
     early = hash_early(str(tmp_path / "a.csv"))
-    assert files.open_input(str(tmp_path / "b.csv"), early=early).frame.collect()["u"].to_list() == ["b"]
+    assert inputs.open_input(str(tmp_path / "b.csv"), early=early).frame.collect()["u"].to_list() == ["b"]
 
 
 def test_only_regular_files_are_hashed_early(tmp_path):
     """Standard input, URIs, directories, missing, empty and special files, and runs that read no
     data, get no early handle: the normal open reports each in its usual order."""
-    from dpcli.opening import hash_early
+    from dpcli.io.opening import hash_early
 
     (tmp_path / "d.csv").write_text("u\na\n")
     (tmp_path / "empty.csv").write_text("")
@@ -471,7 +471,7 @@ def test_only_regular_files_are_hashed_early(tmp_path):
 def test_an_early_read_error_is_the_usual_error(tmp_path, monkeypatch):
     import errno
 
-    from dpcli import opening
+    from dpcli.io import opening
 
     def broken(fh):
         raise OSError(errno.EIO, "input/output error")
@@ -480,4 +480,4 @@ def test_an_early_read_error_is_the_usual_error(tmp_path, monkeypatch):
     monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
     early = opening.hash_early(str(tmp_path / "d.csv"))
     with pytest.raises(InputMissingError, match=r"'.*d.csv' is not readable \(input/output error\)"):
-        files.open_input(str(tmp_path / "d.csv"), early=early)
+        inputs.open_input(str(tmp_path / "d.csv"), early=early)

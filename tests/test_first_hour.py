@@ -13,13 +13,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from dptest import history
 from typer.testing import CliRunner
 
 import dpcli
 from dpcli.cli._aliases import expand_aliases
 from dpcli.cli.app import app
-from dpcli.files import rounded
-from dptest import history
+from dpcli.io.outputs import rounded
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"

@@ -9,6 +9,8 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from dptest import history as entries
+from dptest import table, without_output_notes
 from typer.testing import CliRunner
 
 from dpcli import bounding
@@ -17,7 +19,6 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks import histogram as hist
-from dptest import history as entries, table, without_output_notes
 
 runner = CliRunner()
 
@@ -387,7 +388,8 @@ def test_cli_reads_csv_from_stdin_without_input_format(data_file, tmp_path):
 def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_path, monkeypatch):
     """Bucketing by unit (to bound memory on big Parquet files) changes no released value: every
     bound is per unit, and group totals and quantile bins add up across buckets."""
-    from dpcli.files import cheap_row_count, open_input
+    from dpcli.frames import cheap_row_count
+    from dpcli.io.inputs import open_input
     from dpcli.tasks import topk as tk
 
     d = base_data(n_units=2000, seed=5)

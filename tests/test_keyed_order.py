@@ -14,8 +14,16 @@ import polars_hash  # noqa: F401
 import pytest
 
 from dpcli import bounding
-from dpcli.bounding.keyed_order import (NULL_WORD, keep_first, mix, reference_keep, reference_order_key, start_word,
-                                        with_order_key, xxh64)
+from dpcli.bounding.keyed_order import (
+    NULL_WORD,
+    keep_first,
+    mix,
+    reference_keep,
+    reference_order_key,
+    start_word,
+    with_order_key,
+    xxh64,
+)
 
 SALT = 0x0123456789ABCDEF_FEDCBA9876543210
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import multiprocessing as mp
+import os
 import signal
 import subprocess
 import sys
@@ -17,7 +17,10 @@ import pytest
 from dpcli.core.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
-from dpcli.state import ledger, ledger_format
+from dpcli.state import ledger
+from dpcli.state.ledger import charges as ledger_charges
+from dpcli.state.ledger import document as ledger_document
+from dpcli.state.ledger import format as ledger_format
 
 
 def ev(eps="0.1"):
@@ -100,27 +103,27 @@ def _charged(state_dir, n=3):
 def test_tampering_is_detected(state_dir):
     path = _charged(state_dir)
     original = path.read_bytes()
-    doc = ledger.load_document(path, original)[0]
+    doc = ledger_format.load_document(path, original)[0]
     doc["entries"][1]["events"][0]["epsilon"] = "0.01"
-    path.write_bytes(ledger.dump_document(doc))
+    path.write_bytes(ledger_format.dump_document(doc))
     with pytest.raises(StateError, match="modified"):
         ledger.read_ledger(state_dir, "a")
-    doc = ledger.load_document(path, original)[0]
+    doc = ledger_format.load_document(path, original)[0]
     del doc["entries"][1]
-    path.write_bytes(ledger.dump_document(doc))
+    path.write_bytes(ledger_format.dump_document(doc))
     with pytest.raises(StateError, match="entry 2"):
         ledger.read_ledger(state_dir, "a")
-    doc = ledger.load_document(path, original)[0]
+    doc = ledger_format.load_document(path, original)[0]
     del doc["entries"][2]  # drop the last entry: a rollback
-    path.write_bytes(ledger.dump_document(doc))
+    path.write_bytes(ledger_format.dump_document(doc))
     with pytest.raises(StateError, match="high-water"):
         ledger.read_ledger(state_dir, "a")
     path.write_text("{not json")
     with pytest.raises(StateError, match="corrupt"):
         ledger.read_ledger(state_dir, "a")
-    doc = ledger.load_document(path, original)[0]
+    doc = ledger_format.load_document(path, original)[0]
     doc["schema_version"] = 99
-    path.write_bytes(ledger.dump_document(doc))
+    path.write_bytes(ledger_format.dump_document(doc))
     with pytest.raises(StateError, match="upgrade"):
         ledger.read_ledger(state_dir, "a")
 
@@ -192,8 +195,8 @@ def test_a_charge_of_an_unchanged_ledger_reads_no_entries(state_dir, monkeypatch
     """O(1) charges: the sealed mark's running totals are used while the file is the one it was written for."""
     ledger.init_ledger(state_dir, "a", Limits("pure", {"epsilon": Fraction(1)}))
     calls = []
-    real = ledger._parse
-    monkeypatch.setattr(ledger, "_parse", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = ledger_document.parse_ledger
+    monkeypatch.setattr(ledger_document, "parse_ledger", lambda *a, **k: calls.append(1) or real(*a, **k))
     r = ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="s", reserve=[ev()])
     assert calls == [] and r.remaining == {"epsilon": "0.9"} and r.spent.epsilon == Fraction(1, 10)
     assert ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="s", reserve=[ev()]).replay
@@ -231,7 +234,7 @@ def test_running_totals_equal_a_full_recount_bit_for_bit(state_dir, mode):
 def _crash_in_append(monkeypatch, keep: int | str | None):
     """Make the next append die after writing ``keep`` bytes (None: before the call; "ctime": no byte,
     but the file's ctime moved, as a SIGKILL inside write(2) can leave it)."""
-    real = ledger._append_at
+    real = ledger_charges.append_at
 
     def dying(path, at, data):
         if keep == "ctime":  # killed inside write(2) after the kernel stamped the ctime, before any byte
@@ -240,7 +243,7 @@ def _crash_in_append(monkeypatch, keep: int | str | None):
         elif keep is not None:
             real(path, at, data[:keep])
         raise KeyboardInterrupt("killed")
-    monkeypatch.setattr(ledger, "_append_at", dying)
+    monkeypatch.setattr(ledger_charges, "append_at", dying)
     return real
 
 
@@ -253,7 +256,7 @@ def test_a_crash_mid_append_is_completed_from_the_sealed_intent(state_dir, monke
         ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="dying", reserve=[ev()])
     led = ledger.read_ledger(state_dir, "a")
     assert len(led.entries) == 3 and led.spend().epsilon == Fraction(3, 10)  # counted, never under-counted
-    monkeypatch.setattr(ledger, "_append_at", real)
+    monkeypatch.setattr(ledger_charges, "append_at", real)
     assert ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="dying", reserve=[ev()]).replay
     ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="after", reserve=[ev()])
     assert ledger.read_ledger(state_dir, "a").spend().epsilon == Fraction(4, 10)
@@ -275,14 +278,14 @@ def test_bytes_appended_to_a_restored_ledger_are_not_taken_for_a_crash(state_dir
 
 def test_a_schema_2_ledger_is_read_and_becomes_schema_3_at_its_next_charge(state_dir):
     path = _charged(state_dir, 2)
-    doc = ledger.load_document(path, path.read_bytes())[0]
+    doc = ledger_format.load_document(path, path.read_bytes())[0]
     doc["schema_version"] = 2
-    key = ledger._current_mac_key(state_dir)
-    ledger_format._seal(doc, key)
+    key = ledger_format.current_mac_key(state_dir)
+    ledger_format.seal(doc, key)
     path.write_text(json.dumps(doc, indent=1))
     body = {"ledger_id": doc["ledger_id"], "count": 2, "hash": doc["entries"][-1]["hash"],
             "ctime_ns": os.stat(path).st_ctime_ns}
-    path.with_suffix(".hwm").write_text(json.dumps({**body, "mac": ledger_format._mac(key, ledger_format._HWM_DOMAIN, body)}))
+    path.with_suffix(".hwm").write_text(json.dumps({**body, "mac": ledger_format.mac(key, ledger_format.HWM_DOMAIN, body)}))
     assert ledger.read_ledger(state_dir, "a").spend().epsilon == Fraction(2, 10)
     ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="v3", reserve=[ev()])
     assert path.read_bytes().startswith(b'{"schema_version": 3')
@@ -327,16 +330,17 @@ def test_reseal_accepts_a_restore_and_says_so(state_dir):
     assert "replaced" in reason and led.entries[-1]["command"] == "budget reseal"
     assert "accepted" in led.entries[-1]["summary"] and led.spend().epsilon == Fraction(1, 10)
     assert ledger.reseal(state_dir, "a")[1] is None  # nothing left to accept
-    doc = ledger.load_document(path, path.read_bytes())[0]
+    doc = ledger_format.load_document(path, path.read_bytes())[0]
     doc["entries"][0]["events"][0]["epsilon"] = "0.0001"
-    path.write_bytes(ledger.dump_document(doc))
+    path.write_bytes(ledger_format.dump_document(doc))
     with pytest.raises(StateError, match="modified"):
         ledger.reseal(state_dir, "a")  # edits are never accepted
 
 
 def test_a_schema_1_ledger_is_refused_until_resealed(state_dir):
-    from dpcli.cli.app import app
     from typer.testing import CliRunner
+
+    from dpcli.cli.app import app
 
     runner = CliRunner()
     (state_dir / "ledgers").mkdir(parents=True)
@@ -344,7 +348,7 @@ def test_a_schema_1_ledger_is_refused_until_resealed(state_dir):
     for i in (1, 2):
         e = {"seq": i, "time": "2026-01-01T00:00:00.000000Z", "period": 0, "command": "t", "query_id": "q",
              "seed_id": f"s{i}", "events": [ev("0.25").to_json()], "prev": prev}
-        e["hash"] = ledger_format._v1_entry_hash(e)
+        e["hash"] = ledger_format.v1_entry_hash(e)
         prev = e["hash"]
         entries.append(e)
     v1 = {"schema_version": 1, "analyst": "old", "created": "2026-01-01T00:00:00.000000Z",
@@ -364,11 +368,11 @@ def test_a_schema_1_ledger_is_refused_until_resealed(state_dir):
 def test_a_rotated_key_still_verifies_and_the_next_write_reseals(state_dir):
     from dpcli.state import keys
     path = _charged(state_dir, 1)
-    old_genesis = ledger.load_document(path, path.read_bytes())[0]["genesis"]
+    old_genesis = ledger_format.load_document(path, path.read_bytes())[0]["genesis"]
     keys.rotate_key(state_dir)
     assert len(ledger.read_ledger(state_dir, "a").entries) == 1
     ledger.charge(state_dir, "a", command="t", query_id="q", seed_id="after", reserve=[ev()])
-    assert ledger.load_document(path, path.read_bytes())[0]["genesis"] != old_genesis
+    assert ledger_format.load_document(path, path.read_bytes())[0]["genesis"] != old_genesis
     for old in state_dir.glob("secret.key.*.old"):
         old.unlink()
     assert len(ledger.read_ledger(state_dir, "a").entries) == 2  # sealed with the current key only

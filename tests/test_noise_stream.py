@@ -348,7 +348,11 @@ def test_reference_path_goodness_of_fit(kind, scale, monkeypatch):
     where the extension was not built): 2·10^5 samples, p > 1e-4, ±30% scales rejected."""
     from test_samplers import _chi2_p, _gauss_pmf, _laplace_pmf
 
-    from dpcli.core.samplers import discrete_gaussian, discrete_laplace, effective_sigma2
+    from dpcli.core.samplers import (
+        discrete_gaussian,
+        discrete_laplace,
+        effective_sigma2,
+    )
 
     monkeypatch.setattr(ns, "BACKEND", "reference")
     stream = KeyedStream(b"\x43" * 32, f"ref-{kind}-{scale}")

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpcli.core.prf import KeyedStream
 from dpcli.core import samplers
 from dpcli.core.mechanisms import exponential_mechanism_rows
+from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import (
     bernoulli_exp,
     discrete_gaussian,

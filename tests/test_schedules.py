@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from dptest import stream
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import schedules as sch
 from dpcli.core.exact import fraction_text
-from dptest import stream
 
 runner = CliRunner()
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from dataclasses import replace
 import shutil
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -19,12 +19,13 @@ from typer.testing import CliRunner
 
 pytest.importorskip("pyspark")
 
+from dptest import dataset, without_output_notes  # noqa: E402
+
 from dpcli import bounding  # noqa: E402
 from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.errors import InputMissingError, UsageError  # noqa: E402
-from dpcli.files import open_input  # noqa: E402
-from dptest import dataset, without_output_notes  # noqa: E402
+from dpcli.io.inputs import open_input
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -169,7 +170,7 @@ def test_attack_a_symlink_swapped_during_a_spark_run_gives_no_replay(spark, tmp_
     """Review finding: the driver hashed A through current.parquet, the link was flipped to B before
     Spark read it, and the rerun on A was a free replay with the same noise (B − A published exactly).
     Simulated here by flipping the link between the fingerprint and Spark's read."""
-    from dpcli import files
+    from dpcli.io import inputs
 
     views = pl.read_parquet(PV)
     views.head(150_000).write_parquet(tmp_path / "A.parquet")
@@ -185,9 +186,9 @@ def test_attack_a_symlink_swapped_during_a_spark_run_gives_no_replay(spark, tmp_
         link.unlink()
         link.symlink_to(tmp_path / "B.parquet")
 
-    monkeypatch.setattr(files, "after_fingerprint_hook", flip)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", flip)
     swapped = runner.invoke(app, args)
-    monkeypatch.setattr(files, "after_fingerprint_hook", None)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", None)
     link.unlink()
     link.symlink_to(tmp_path / "A.parquet")
     honest = runner.invoke(app, args)
@@ -380,8 +381,8 @@ def _tricky_persons(tmp_path: Path) -> dict[str, Path]:
 def test_spark_tabulate_counts_equal_polars(spark, tmp_path):
     """Every level's bounded counts (parse, keep, join, match iterations, cap at s, count) on Spark
     are polars' counts, for the sample persons and for records built to trip the parsers."""
-    from dpcli.spark.tabulate import level_counts as spark_counts
     from dpcli.spark.bounding import read_input
+    from dpcli.spark.tabulate import level_counts as spark_counts
     from dpcli.tasks import tabulate as tab
     from dpcli.tasks.tabulate_spec import read_spec
 

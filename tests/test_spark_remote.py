@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
 import queue
 import re
 import signal
@@ -19,6 +18,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -28,11 +28,12 @@ from typer.testing import CliRunner
 
 pyspark = pytest.importorskip("pyspark")
 
+from dptest import dataset  # noqa: E402
+
 from dpcli import bounding  # noqa: E402
 from dpcli.cli import _engine  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
-from dpcli.files import open_input  # noqa: E402
-from dptest import dataset  # noqa: E402
+from dpcli.io.inputs import open_input
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,13 +10,13 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from dptest import stream
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import tree
 from dpcli.errors import UsageError
 from dpcli.tasks import stream_replay as sr
-from dptest import stream
 
 runner = CliRunner()
 
@@ -264,7 +264,7 @@ def test_cli_state_mode_matches_full_replay_and_charges_once(tmp_path):
     pl.concat([pl.read_csv(f) for f in days]).write_csv(allf)
     q = sr.StreamQuery(time="ts", keys=("page",), unit="user", window=2 * 86400, triggers=4, max_records=6,
                        epsilon=Fraction(6), delta=Fraction(1, 10**9))
-    from dpcli.files import open_input
+    from dpcli.io.inputs import open_input
     full = sr.run_stream(open_input(str(allf), text_columns=("ts", "user", "page")).frame, q, sr.plan_stream(q),
                          bytes.fromhex(body["seed"])).table
     inc = pl.concat([o for o in outs if o is not None])

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from tabulate_specs import write_spec
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
@@ -18,7 +19,6 @@ from dpcli.errors import DataError, UsageError
 from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
-from tabulate_specs import write_spec
 
 runner = CliRunner()
 SAMPLE_SPEC = Path(__file__).resolve().parent.parent / "sample_data" / "safetab_spec.toml"

@@ -8,13 +8,13 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from dptest import stream
 from scipy import stats
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import selection as sel
 from dpcli.tasks import topk as tk
-from dptest import stream
 
 runner = CliRunner()
 

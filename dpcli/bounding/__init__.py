@@ -22,7 +22,7 @@ import polars as pl
 from dpcli.bounding.keyed_order import keep_first
 from dpcli.bounding.stability import Bounded, Stability
 from dpcli.errors import DataError, UsageError, type_text
-from dpcli.files import collect
+from dpcli.frames import collect
 
 #: Internal column names start with this prefix; a query naming such a column is refused
 #: (:class:`BoundingSpec`), so they cannot clash with user columns.
@@ -326,7 +326,7 @@ TotalsEngine = Callable[["BoundingSpec", int], pl.DataFrame]
 def unit_buckets(rows: int | None) -> int:
     """How many unit buckets to bound an input of ``rows`` rows in: 1, or one per :data:`BUCKET_ROWS`
     rows over :data:`SINGLE_PASS_ROWS`. ``rows`` is None when counting would need a pass over the
-    data (CSV, NDJSON): one bucket (:func:`dpcli.files.cheap_row_count` gives Parquet's from metadata)."""
+    data (CSV, NDJSON): one bucket (:func:`dpcli.frames.cheap_row_count` gives Parquet's from metadata)."""
     if rows is None or rows <= SINGLE_PASS_ROWS:
         return 1
     return -(-rows // BUCKET_ROWS)

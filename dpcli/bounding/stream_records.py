@@ -21,8 +21,8 @@ from typing import Any
 
 import polars as pl
 
-from dpcli.bounding.stability import Bounded, Stability
 from dpcli.bounding import ValueGrid
+from dpcli.bounding.stability import Bounded, Stability
 
 
 def record_cap_stability(max_records: int, grid: ValueGrid | None) -> Stability:

@@ -13,7 +13,7 @@ from dpcli.errors import SparkStopped, UsageError
 
 if TYPE_CHECKING:
     from dpcli.access import Source
-    from dpcli.files import InputTable
+    from dpcli.io.inputs import InputTable
     from dpcli.release import Engine
 
 
@@ -37,7 +37,7 @@ def check_engine(engine: str, master: str | None, remote: str | None, conf: list
     In service mode the endpoint is the catalog's (:meth:`dpcli.access.Gate.spark`).
     """
     from dpcli.access import gate
-    from dpcli.files import input_format_for
+    from dpcli.io.inputs import input_format_for
     from dpcli.spark.inputs import check_uri, uri_scheme
 
     source, input_format = data.location, data.format
@@ -63,7 +63,7 @@ def check_engine(engine: str, master: str | None, remote: str | None, conf: list
         check_uri(source)
         name = source.rstrip("/").rsplit("/", 1)[-1]
         fmt = input_format_for(source, input_format, data.name) if input_format or "." in name else "parquet"
-    elif Path(source).is_dir():  # a dataset directory: its Parquet files (files.open_dataset)
+    elif Path(source).is_dir():  # a dataset directory: its Parquet files (dpcli.io.inputs.open_dataset)
         fmt = "parquet"
     else:
         fmt = input_format_for(source, input_format, data.name)
@@ -102,7 +102,7 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
         return None
     import pyspark
 
-    from dpcli.files import csv_delimiter
+    from dpcli.io.inputs import csv_delimiter
     from dpcli.release import Engine
     from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
     from dpcli.spark.inputs import escape_path

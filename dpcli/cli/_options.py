@@ -12,7 +12,6 @@ import typer
 from dpcli.core.exact import to_fraction
 from dpcli.errors import UsageError
 
-
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
 MAX_NUMBER_TEXT = 100
 

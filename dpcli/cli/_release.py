@@ -20,8 +20,14 @@ import typer
 from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
-from dpcli.files import (InputTable, check_output_path, fingerprint_bytes, output_format_for, render, rounded,
-                         write_output)
+from dpcli.io.inputs import InputTable, fingerprint_bytes
+from dpcli.io.outputs import (
+    check_output_path,
+    output_format_for,
+    render,
+    rounded,
+    write_output,
+)
 from dpcli.release import Prepared, Release, ReleaseSeed, charge, cost_text
 from dpcli.state import ledger
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -13,7 +13,7 @@ from dpcli.cli._options import positive, probability
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:  # the library is imported when a schedule runs, not for --help
-    from dpcli.files import InputTable
+    from dpcli.io.inputs import InputTable
     from dpcli.scheduling import RunRelease, ScheduleSpec
 
 ScheduleOpt = Annotated[

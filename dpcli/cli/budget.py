@@ -16,6 +16,7 @@ from dpcli.core import budget as bud
 from dpcli.core.exact import float_up, fraction_text
 from dpcli.errors import UsageError
 from dpcli.state import keys, ledger
+from dpcli.state.ledger.format import utc_now
 from dpcli.state.paths import ensure_state_dir
 
 app = typer.Typer(help="Privacy-budget ledgers, composition calculator and the secret key.", no_args_is_help=True)
@@ -146,7 +147,7 @@ def show(
         f"releases     {data['releases']} charged, {data['replays']} free replays",
     ]
     if led.refresh_days:
-        lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(ledger._now())})")
+        lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(utc_now())})")
     for sc in data["schedules"]:
         epochs = f", epochs {sc['epochs']}" if sc["epochs"] is not None else ""
         lines.append(

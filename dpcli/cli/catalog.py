@@ -23,7 +23,7 @@ def set_catalog(
 ) -> None:
     """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
     from dpcli.catalog import check_outputs, read_toml, write_catalog
-    from dpcli.opening import open_binary
+    from dpcli.io.opening import open_binary
     from dpcli.state.paths import ensure_state_dir
 
     gate().require_operator("catalog set")

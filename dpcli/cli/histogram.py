@@ -8,8 +8,13 @@ from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import handles_errors, resolve_analyst, settings, unit_word, working
-from dpcli.cli._sources import data_source, public_source
+from dpcli.cli._common import (
+    handles_errors,
+    resolve_analyst,
+    settings,
+    unit_word,
+    working,
+)
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -39,8 +44,9 @@ from dpcli.cli._schedule import (
     TotalDeltaOpt,
     TotalEpsilonOpt,
 )
+from dpcli.cli._sources import data_source, public_source
 from dpcli.errors import UsageError
-from dpcli.opening import hash_early
+from dpcli.io.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -124,7 +130,12 @@ def histogram(
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import advice, release
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import output_digest, output_plan, show_dry_run, write_release
+    from dpcli.cli._release import (
+        output_digest,
+        output_plan,
+        show_dry_run,
+        write_release,
+    )
     from dpcli.cli._schedule import run_scheduled, schedule_spec
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir

@@ -3,16 +3,15 @@ charge, write."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dpcli.access import Source, gate
 from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
-from dpcli.cli._sources import data_source
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -32,11 +31,12 @@ from dpcli.cli._options import (
     positive,
     probability,
 )
+from dpcli.cli._sources import data_source
 from dpcli.errors import UsageError
-from dpcli.opening import EarlyInput, hash_early
+from dpcli.io.opening import EarlyInput, hash_early
 
 if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
-    from dpcli.files import InputTable
+    from dpcli.io.inputs import InputTable
     from dpcli.release import Calibration
     from dpcli.tasks import stream_replay as sr
 
@@ -109,10 +109,10 @@ def stream_replay(
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
     from dpcli.cli._times import parse_moment
-    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.files import check_path_is_not_protected
+    from dpcli.io.outputs import check_path_is_not_protected
     from dpcli.release import Calibration, release_seed
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
@@ -192,7 +192,7 @@ def _open(source: Source, query: sr.StreamQuery, table: InputTable | None = None
     """The input (``table`` if Spark listed it already), its schema checked. CSV columns the query reads
     are taken as text: their types (and the keys' spelling and order) must not depend on what one
     record holds; times and values are parsed per record by the task."""
-    from dpcli.files import open_input, require_columns
+    from dpcli.io.inputs import open_input, require_columns
 
     value = [query.value] if query.value else []
     if table is None:

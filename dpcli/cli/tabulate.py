@@ -6,7 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
-from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings, working
+from dpcli.access import Source, gate
+from dpcli.cli._common import (
+    emit_json,
+    handles_errors,
+    resolve_analyst,
+    settings,
+    working,
+)
 from dpcli.cli._options import (
     DelimiterOpt,
     EngineOpt,
@@ -19,9 +26,8 @@ from dpcli.cli._options import (
     SparkConfOpt,
     probability,
 )
-from dpcli.access import Source, gate
 from dpcli.errors import UsageError
-from dpcli.opening import hash_early
+from dpcli.io.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -62,8 +68,14 @@ def tabulate(
     from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
     from dpcli.cli._release import charge_and_write, output_plan
     from dpcli.core.prf import KeyedStream
-    from dpcli.files import open_input
-    from dpcli.release import Calibration, DocumentInput, block_list_source, open_block_list, release_seed
+    from dpcli.io.inputs import open_input
+    from dpcli.release import (
+        Calibration,
+        DocumentInput,
+        block_list_source,
+        open_block_list,
+        release_seed,
+    )
     from dpcli.state import ledger
     from dpcli.state.paths import ensure_state_dir
     from dpcli.tasks import tabulate as tab

@@ -13,7 +13,13 @@ from typing import Any
 
 from dpcli.errors import UsageError
 from dpcli.plot.budget_view import BudgetTimeline
-from dpcli.plot.release_view import ReleaseView, bars, level_totals, pyramid, stream_lines
+from dpcli.plot.release_view import (
+    ReleaseView,
+    bars,
+    level_totals,
+    pyramid,
+    stream_lines,
+)
 
 FORMATS = (".png", ".svg")
 _STYLE = {"svg.hashsalt": "dpcli", "svg.fonttype": "path", "font.family": "DejaVu Sans", "font.size": 9,

@@ -83,11 +83,12 @@ def read_release(path: str, summary_path: str | None = None,
                  accept: Callable[[str], None] | None = None) -> ReleaseView:
     """Read a release (CSV, Parquet or JSON records, by extension) and recognise it.
 
-    The file is opened once through :func:`dpcli.opening.open_binary` (the caller's rights are asked
+    The file is opened once through :func:`dpcli.io.opening.open_binary` (the caller's rights are asked
     there) and parsed from the bytes read; ``accept``, if given, is called with their fingerprint
     first and may refuse them (service mode: only releases a ledger recorded).
     """
-    from dpcli.files import fingerprint_bytes, open_binary
+    from dpcli.io.inputs import fingerprint_bytes
+    from dpcli.io.opening import open_binary
 
     suffix = Path(path).suffix.lower()
     if suffix not in (".parquet", ".pq", ".json", ".csv", ".tsv", ".txt"):
@@ -121,7 +122,7 @@ def read_release(path: str, summary_path: str | None = None,
 
 def read_summary(path: str) -> dict[str, Any]:
     """A summary saved from ``--json`` (the whole document, or its ``summary``)."""
-    from dpcli.files import open_binary
+    from dpcli.io.opening import open_binary
 
     try:
         fh, _ = open_binary(path, "summary")

@@ -22,11 +22,11 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
-from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import collect
+from dpcli.frames import collect
 
 Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")

@@ -13,8 +13,19 @@ this module (tests replace :func:`plan_stream` here).
 from __future__ import annotations
 
 from dpcli.core import tree
-from dpcli.tasks.stream.algorithm import KeyState, StreamState, WindowRun, naive_utc, trigger_through
-from dpcli.tasks.stream.events import ISO_LAYOUTS, bounded_events, event_seconds, prepare_events
+from dpcli.tasks.stream.algorithm import (
+    KeyState,
+    StreamState,
+    WindowRun,
+    naive_utc,
+    trigger_through,
+)
+from dpcli.tasks.stream.events import (
+    ISO_LAYOUTS,
+    bounded_events,
+    event_seconds,
+    prepare_events,
+)
 from dpcli.tasks.stream.plan import StreamPlan, plan_stream
 from dpcli.tasks.stream.query import (
     CLAMP_RANGE,

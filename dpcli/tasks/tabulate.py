@@ -22,7 +22,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text
-from dpcli.files import collect
+from dpcli.frames import collect
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
 #: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
@@ -225,7 +225,7 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
     race = pl.col(c["race"])
     if race_type == pl.String:
         # ';'-separated codes; an NDJSON list of codes is read as its JSON text ("[1000,2000]", see
-        # dpcli.files.open_input), so a bracketed value is split on commas, quotes dropped.
+        # dpcli.io.inputs.open_input), so a bracketed value is split on commas, quotes dropped.
         text = race.str.strip_chars()
         listed = text.str.starts_with("[") & text.str.ends_with("]")
         items = text.str.slice(1, text.str.len_chars() - 2).str.replace_all('"', "", literal=True)

@@ -17,7 +17,8 @@ from typing import Any
 
 from dpcli.core.exact import to_fraction
 from dpcli.errors import InputMissingError, UsageError, os_reason
-from dpcli.files import fingerprint_bytes, open_binary, refuse_private
+from dpcli.io.inputs import fingerprint_bytes
+from dpcli.io.opening import open_binary, refuse_private
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")

@@ -35,11 +35,11 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
-from dpcli.core.exact import fraction_text
 from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
-from dpcli.files import collect
+from dpcli.frames import collect
 
 
 @dataclass(frozen=True)

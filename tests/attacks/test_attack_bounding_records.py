@@ -17,10 +17,10 @@ from typing import Any
 
 import polars as pl
 import pytest
+from dptest import without_output_notes
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from dptest import without_output_notes
 
 runner = CliRunner()
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}

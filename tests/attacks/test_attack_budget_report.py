@@ -13,7 +13,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from report_diff import csv_text, report_diff, run_cli
 from tabulate_specs import write_spec
 

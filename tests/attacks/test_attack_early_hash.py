@@ -1,4 +1,4 @@
-"""Attacks on the early hash (dpcli/opening.py) and on the race's uniform proposals (selection.py).
+"""Attacks on the early hash (dpcli/io/opening.py) and on the race's uniform proposals (selection.py).
 
 The data file is now opened and hashed on a thread first thing in ``histogram``, ``topk``,
 ``tabulate`` and ``stream-replay``, long before the parser takes it (settings, the ledger, the
@@ -28,13 +28,16 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from dptest import N_UNITS as N
+from dptest import history
+from dptest import init_pure_ledger as init
+from dptest import one_group_csv as data
+from tabulate_specs import spec_toml
 from typer.testing import CliRunner
 
-from dpcli import files, opening
 from dpcli.cli import _release
 from dpcli.cli.app import app
-from dptest import N_UNITS as N, history, init_pure_ledger as init, one_group_csv as data
-from tabulate_specs import spec_toml
+from dpcli.io import inputs, opening
 
 runner = CliRunner()
 HIST = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1"]
@@ -260,7 +263,7 @@ def test_a_gz_input_hashed_early_is_its_bytes_on_disk_and_parsed_from_them(tmp_p
     p.write_bytes(raw)
     early = opening.hash_early(str(p))
     assert early is not None
-    t = files.open_input(str(p), early=early)
+    t = inputs.open_input(str(p), early=early)
     assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() and t.source is early.fh
     assert t.frame.collect()["g"].unique().to_list() == ["a"]
     t.verify_unchanged()
@@ -294,7 +297,7 @@ def test_an_early_handle_is_taken_once(tmp_path):
     d = tmp_path / "d.csv"
     d.write_text("u\na\n")
     early = opening.hash_early(str(d))
-    files.open_input(str(d), early=early)
+    inputs.open_input(str(d), early=early)
     with pytest.raises(RuntimeError):
         early.take()
 
@@ -338,7 +341,7 @@ def test_a_tabulate_dry_run_never_opens_the_person_file(tmp_path, monkeypatch):
         return real(path, *args, **kwargs)
 
     monkeypatch.setattr(opening, "open_binary", guarded)
-    monkeypatch.setattr(files, "open_binary", guarded)
+    monkeypatch.setattr(inputs, "open_binary", guarded)
     r = runner.invoke(app, ["tabulate", str(persons), "--spec", str(spec), "--dry-run"])
     assert r.exit_code == 0, r.stderr
 
@@ -434,7 +437,7 @@ def test_a_process_that_exits_while_the_thread_hashes_prints_one_line(tmp_path):
     argv = ["histogram", str(d), *HIST, "--keys", str(tmp_path / "keys.csv")]
     code = f"""
 import hashlib, sys, threading, time
-import dpcli.opening as o
+import dpcli.io.opening as o
 
 def slow(fh):
     fh.seek(0)

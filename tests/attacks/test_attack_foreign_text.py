@@ -18,8 +18,6 @@ import ast
 import json
 from pathlib import Path
 
-import pytest
-
 from dptest import Service, cli
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dpcli"
@@ -31,10 +29,11 @@ ALLOWED = {
     ("cli/_common.py", "safe_traceback(exc)"): "the boundary itself: prints only DpcliError messages",
     ("cli/_common.py", "error_line(exc)"): "a DpcliError: dpcli wrote its message",
     ("cli/_common.py", "_where(exc)"): "the file and line of dpcli's own code, never the message",
-    ("opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
+    ("io/opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
     ("cli/tabulate.py", "str(exc)"): "a DpcliError (no ledger): dpcli wrote its message",
-    ("state/ledger.py", "str(exc)"): "a BudgetError: dpcli wrote its message",
-    ("state/ledger.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
+    ("state/ledger/charges.py", "str(exc)"): "a BudgetError: dpcli wrote its message",
+    ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
+    ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("cli/_schedule.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate_spec.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",

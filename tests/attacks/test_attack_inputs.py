@@ -17,12 +17,15 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from dptest import N_UNITS as N
+from dptest import history
+from dptest import init_pure_ledger as init
+from dptest import one_group_csv as data
+from tabulate_specs import spec_toml
 from typer.testing import CliRunner
 
-from dpcli import files
 from dpcli.cli.app import app
-from dptest import N_UNITS as N, history, init_pure_ledger as init, one_group_csv as data
-from tabulate_specs import spec_toml
+from dpcli.io import inputs
 
 runner = CliRunner()
 
@@ -139,7 +142,7 @@ def test_symlink_swapped_between_hashing_and_reading_reads_the_hashed_file(tmp_p
             tmp.symlink_to(b)
             os.replace(tmp, cur)
 
-    monkeypatch.setattr(files, "after_fingerprint_hook", swap, raising=False)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", swap, raising=False)
     swapped = Run(tmp_path, cur, "o2.csv")
     assert swapped.ok, swapped.result.stderr
     assert swapped.summary["charged"] is False and swapped.read_group() == "a"
@@ -179,7 +182,7 @@ def test_file_replaced_between_hashing_and_reading_is_refused(tmp_path, monkeypa
         if Path(path).name == target:
             how(path, content)
 
-    monkeypatch.setattr(files, "after_fingerprint_hook", replace, raising=False)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", replace, raising=False)
     run = Run(tmp_path, tmp_path / "data.csv", "o.csv")
     assert run.result.exit_code == 66, (run.result.stdout, run.result.stderr)
     assert "changed while it was read; rerun" in run.result.stderr and run.result.stderr.count("\n") == 1
@@ -216,7 +219,7 @@ def test_tabulate_block_list_rewritten_in_place_is_refused(tmp_path, monkeypatch
         if Path(path).name == "blocks.csv":
             _rewrite_in_place(path, "block\n03001\n04001\n")
 
-    monkeypatch.setattr(files, "after_fingerprint_hook", rewrite, raising=False)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", rewrite, raising=False)
     out = tmp_path / "o.csv"
     r = runner.invoke(app, ["tabulate", str(persons), "--spec", str(spec), "-o", str(out)])
     assert r.exit_code == 66, (r.stdout, r.stderr)
@@ -230,7 +233,7 @@ def test_spec_fingerprint_is_of_the_parsed_bytes(tmp_path):
     spec_path, _ = _tabulate_setup(tmp_path, "blocks.csv")
     raw = spec_path.read_bytes()
     spec, fingerprint = read_spec(str(spec_path))
-    assert fingerprint == files.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
+    assert fingerprint == inputs.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
 
 
 def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, monkeypatch):
@@ -243,12 +246,12 @@ def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, mo
     args = ["histogram", str(tmp_path / "data.csv"), "--by", "g", "--privacy-unit", "user", "--keys",
             str(tmp_path / "keys.csv"), "--schedule", "s", "--scheduler", "fixed", "--epsilon", "1",
             "--total-epsilon", "5", "--json", "-o", "-"]
-    monkeypatch.setattr(files, "after_fingerprint_hook",
+    monkeypatch.setattr(inputs, "after_fingerprint_hook",
                         lambda path: _rewrite_in_place(path, data("b")) if path.endswith("data.csv") else None)
     r = runner.invoke(app, args)
     assert r.exit_code == 66 and "changed while it was read" in r.stderr and r.stdout == ""
     assert history() == []  # neither the reservation nor a run
-    monkeypatch.setattr(files, "after_fingerprint_hook", None)
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", None)
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)["summary"]
@@ -274,7 +277,7 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
         r = runner.invoke(app, ["histogram", str(misnamed), *args, "--delta", "1e-9"])
     assert r.exit_code == 65 and "does not look like csv" in r.stderr
     assert "SECRET" not in r.stderr and "PAR1" not in r.stderr and r.stderr.count("\n") == 1
-    assert not files.header_is_text(["PAR1\x15\x04"]) and files.header_is_text(["user_id", "page views"])
+    assert not inputs.header_is_text(["PAR1\x15\x04"]) and inputs.header_is_text(["user_id", "page views"])
 
 
 @pytest.mark.parametrize("command", [
@@ -285,7 +288,7 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
 ])
 def test_a_dry_run_never_opens_the_input(tmp_path, monkeypatch, command):
     """The input is hashed early, while dpcli loads, but never by a run that promises to read no data."""
-    from dpcli import opening
+    from dpcli.io import opening
 
     init()
     (tmp_path / "d.csv").write_text(data("a"))
@@ -294,7 +297,7 @@ def test_a_dry_run_never_opens_the_input(tmp_path, monkeypatch, command):
         raise AssertionError("the input was opened")
 
     monkeypatch.setattr(opening, "open_binary", refuse)
-    monkeypatch.setattr(files, "open_binary", refuse)
+    monkeypatch.setattr(inputs, "open_binary", refuse)
     r = runner.invoke(app, [command[0], str(tmp_path / "d.csv"), *command[1:], "--dry-run"])
     assert r.exit_code == 0, r.stderr
 
@@ -304,7 +307,7 @@ def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):
     line, nothing charged or written."""
     import errno
 
-    from dpcli import opening
+    from dpcli.io import opening
 
     def broken(fh):
         raise OSError(errno.EIO, "input/output error")

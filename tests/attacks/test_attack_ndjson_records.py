@@ -5,7 +5,7 @@ grammar: a number beyond the double range (``1e999``), 1024 levels of nesting, a
 array, ``null`` or a number rather than an object, bytes that are not UTF-8, text that is not
 JSON. One person's record then decided whether every command failed (exit 65): a bit about that
 person, published for free, whatever ε. CSV never did this (ragged lines are truncated, invalid
-UTF-8 replaced). Now every line is read alone (:func:`dpcli.files._scan_ndjson`): a line that is
+UTF-8 replaced). Now every line is read alone (:func:`dpcli.io.inputs._scan_ndjson`): a line that is
 not a JSON object is a record of nulls, dropped inside the bounded transformation by the
 per-record rules (a null unit), never counted or reported.
 
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from report_diff import Report, differential, report_diff, run_cli
 from tabulate_specs import write_spec
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from tabulate_specs import write_spec
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from tabulate_specs import write_spec
 
 runner = CliRunner()
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from dptest import Service
 
 SECRET_VALUES = ("s17", "s42", "s299")  # values of the private column: none may ever be printed

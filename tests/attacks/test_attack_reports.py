@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from report_diff import csv_text, differential
 from tabulate_specs import write_spec
 

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-
 from dptest import cli
 from report_diff import Report, counted_tokens, report_diff, run_cli
 

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from report_diff import Report, differential
 from tabulate_specs import write_spec
 

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dptest import cli, history, runner
 
-from dpcli import files, release
+from dpcli import release
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
-from dptest import cli, history, runner
+from dpcli.io import inputs
 
 N = 60  # units per group in the polyglot data files
 
@@ -134,8 +135,8 @@ def test_a_group_list_read_as_csv_and_as_ndjson_is_two_lists(tmp_path, command):
                  .encode())
     k_csv = write(tmp_path / "k.csv", csv_and_ndjson(["g"], [["B1"], ["B2"]], [["A0"], ["A1"], ["A2"]]))
     k_json = hard_link(k_csv, "k.jsonl")
-    assert files.open_input(str(k_csv), text_columns=("g",)).frame.collect()["g"].to_list() == ["B1", "B2"]
-    assert files.open_input(str(k_json), text_columns=("g",)).frame.collect()["g"].to_list() == ["A0", "A1", "A2"]
+    assert inputs.open_input(str(k_csv), text_columns=("g",)).frame.collect()["g"].to_list() == ["B1", "B2"]
+    assert inputs.open_input(str(k_json), text_columns=("g",)).frame.collect()["g"].to_list() == ["A0", "A1", "A2"]
 
     def run(k: Path) -> dict[str, Any]:
         if command == "histogram":
@@ -189,8 +190,8 @@ def test_a_compressed_name_is_another_reading(tmp_path, keys):
     first = histogram(gz, keys)
     assert_free_replay(first, histogram(gz, keys))
     assert_two_releases(first, histogram(hard_link(gz, "d.csv"), keys))
-    table = files.open_input(str(gz), text_columns=("user", "g"))
-    assert table.reading == files.Reading("csv", ".gz", ",", ("user", "g"))
+    table = inputs.open_input(str(gz), text_columns=("user", "g"))
+    assert table.reading == inputs.Reading("csv", ".gz", ",", ("user", "g"))
 
 
 # ---- attack 2: same seed, other calibration -----------------------------------------------------
@@ -371,19 +372,19 @@ def test_a_catalog_origin_enters_the_seed(tmp_path, state_dir):
     bytes is another input."""
     state_dir.mkdir(mode=0o700)
     path = write(tmp_path / "d.csv", b"user,g\nu1,G\n")
-    plain = files.open_input(str(path))
+    plain = inputs.open_input(str(path))
     entry = {"dataset": "views", "location": str(path), "format": "csv", "delimiter": ",", "compression": "",
              "privacy_unit": "user"}
-    named = files.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views", format="csv",
+    named = inputs.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views", format="csv",
                              reading=plain.reading, origin=entry)
     assert named.seed_material() == {**plain.seed_material(), "origin": entry}
     calibration = release.Calibration("pure", {"scale": 1})
 
-    def seed(table: files.InputTable) -> str:
+    def seed(table: inputs.InputTable) -> str:
         return release.release_seed(state_dir, {"q": 1}, {"data": table}, calibration).id
 
     assert seed(plain) == seed(plain) != seed(named)
-    assert seed(named) != seed(files.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views",
+    assert seed(named) != seed(inputs.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views",
                                                 format="csv", reading=plain.reading,
                                                 origin={**entry, "privacy_unit": "household"}))
 

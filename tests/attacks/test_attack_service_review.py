@@ -13,7 +13,6 @@ import os
 
 import polars as pl
 import pytest
-
 from dptest import Service, runner
 
 QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]

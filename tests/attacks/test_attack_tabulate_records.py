@@ -11,7 +11,6 @@ code, the same stderr (with -v: the summary line) and the same ledger entries.
 from __future__ import annotations
 
 import pytest
-
 from report_diff import differential
 from tabulate_specs import write_spec
 

@@ -19,18 +19,18 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from dptest import table as _table  # one fingerprint for all: identical randomness
+from tabulate_specs import write_spec
 
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
+from dpcli.release import open_block_list
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import stream_replay as sr
-from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks import topk
 from dpcli.tasks.tabulate_spec import load_spec
-from dptest import table as _table  # one fingerprint for all: identical randomness
-from tabulate_specs import write_spec
 
 PAIRS = [pytest.param(50, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")]
 

@@ -26,12 +26,12 @@ import numpy as np
 import polars as pl
 import pytest
 from auditstats import event_epsilon_bound, two_sample_violations
+from tabulate_specs import spec_toml
 
 from dpcli.core.prf import KeyedStream
 from dpcli.release import open_block_list
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec
-from tabulate_specs import spec_toml
 
 BASE = 2  # x: persons per block under D
 

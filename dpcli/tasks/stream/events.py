@@ -29,7 +29,7 @@ from dpcli import bounding
 from dpcli.bounding import Bounded
 from dpcli.bounding.stream_records import cap_records
 from dpcli.errors import DataError, type_text
-from dpcli.files import collect
+from dpcli.frames import collect
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
 #: ISO 8601 layouts accepted in text timestamps (a trailing Z counts as +00:00); anything else that is

@@ -27,12 +27,19 @@ import polars as pl
 from dpcli.core.prf import NOISE_VERSION
 from dpcli.errors import StateError
 from dpcli.state import documents, ledger
-from dpcli.tasks.stream.plan import StreamPlan
-from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.algorithm import trigger_through
 from dpcli.tasks.stream.events import EventsEngine
+from dpcli.tasks.stream.plan import StreamPlan
+from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.run import advance_stream
-from dpcli.tasks.stream.state import STATE_KIND, check_state_body, key_schema_of, load_state, new_state_body, state_body
+from dpcli.tasks.stream.state import (
+    STATE_KIND,
+    check_state_body,
+    key_schema_of,
+    load_state,
+    new_state_body,
+    state_body,
+)
 
 
 class Seed(Protocol):
@@ -46,7 +53,7 @@ class Seed(Protocol):
 class StateInput:
     """The input a run feeds to the stream: its frame, its content fingerprint, its name (for messages),
     the engine that bounds its events (None: polars) and how its bytes were read
-    (:meth:`dpcli.files.InputTable.reading_material`; None only for states' older runs)."""
+    (:meth:`dpcli.io.inputs.InputTable.reading_material`; None only for states' older runs)."""
 
     frame: pl.LazyFrame
     fingerprint: str

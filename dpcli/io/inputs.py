@@ -1,6 +1,6 @@
-"""Reading inputs lazily, validating columns, fingerprinting, writing outputs atomically.
+"""Inputs: opened once, fingerprinted from the bytes parsed, read as their :class:`Reading` says.
 
-Inputs: CSV, Parquet or NDJSON chosen by extension or ``--input-format``,
+CSV, Parquet or NDJSON chosen by extension or ``--input-format`` (or a catalog entry),
 optionally compressed (``.gz``, ``.bz2``, ``.xz``: decompressed into memory);
 ``-`` reads standard input, CSV unless ``--input-format`` says otherwise
 (uncompressed). CSV fields are split on ``--delimiter`` (default ``,``). Every input
@@ -11,13 +11,8 @@ changed file, or the same bytes read another way, gets fresh noise. A file is op
 by its literal path (no ``~`` or glob expansion), hashed through that open
 file and parsed from it, so the fingerprint is of the bytes parsed; a rewrite
 of the open file in place is caught before the ledger is charged
-(:meth:`InputTable.verify_unchanged`, exit 66).
-
-Outputs: CSV, Parquet or JSON to stdout or a file; a file is written to a
-temporary name in the same directory and renamed, so a failed run never
-leaves a partial file. An output path inside the state directory, or naming
-one of the run's inputs, is refused before anything is read
-(:func:`check_output_path`, exit 73).
+(:meth:`InputTable.verify_unchanged`, exit 66). NDJSON is read record by record
+(:mod:`dpcli.io.ndjson`). Column checks and public group lists are here too.
 """
 
 from __future__ import annotations
@@ -25,10 +20,8 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
-import io
 import json
 import lzma
-import math
 import os
 import secrets
 import sys
@@ -41,15 +34,26 @@ from typing import IO, Any, Literal
 
 import polars as pl
 
-from dpcli.access import Source, gate, inside
-from dpcli.errors import DataError, InputMissingError, OutputError, UsageError, os_reason, type_text
-from dpcli.opening import (  # noqa: F401 (re-exported)
-    EarlyInput, FileIdentity, fingerprint_fileobj, is_private_file, open_binary, refuse_private)
+from dpcli.access import Source, gate
+from dpcli.errors import (
+    DataError,
+    InputMissingError,
+    UsageError,
+    os_reason,
+    type_text,
+    withheld,
+)
+from dpcli.io.ndjson import NDJSON_NEEDS_COLUMNS, scan_ndjson
+from dpcli.io.opening import (
+    EarlyInput,
+    FileIdentity,
+    fingerprint_fileobj,
+    open_binary,
+    refuse_private,
+)
 
 InputFormat = Literal["csv", "parquet", "ndjson"]
-OutputFormat = Literal["csv", "parquet", "json", "table"]
 INPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "ndjson")
-OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
 
 _INPUT_EXT = {
     ".csv": "csv",
@@ -60,7 +64,6 @@ _INPUT_EXT = {
 }
 #: Compressed inputs by suffix (after it comes the format's own: ``events.csv.gz``).
 _COMPRESSION: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}
-_OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 
 
 #: Test hook: called with the input's path right after its fingerprint is taken and before the parser
@@ -233,123 +236,6 @@ def fingerprint_bytes(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-#: The one column an NDJSON file is first read into: each line whole, as text. (``__dp_`` names are
-#: dpcli's own: no query column can take it.)
-_LINE = "__dp_line"
-#: What the lines are split on: NUL, which never occurs in JSON text (a control character in a
-#: string must be escaped, and it is no whitespace). A line that holds one is no JSON anyway; it is
-#: read up to its first NUL, and that part counts as the record (see :func:`_scan_ndjson`).
-_NO_SPLIT = "\x00"
-#: The most negative double: a JSONPath filter ``value >= this`` holds exactly when the value is a number.
-_MOST_NEGATIVE = "-1.7976931348623157e308"
-#: Characters that end or change a key in JSONPath's dot notation (``$.name``), as do whitespace and a
-#: leading quote.
-_DOT_SPECIAL = frozenset("$.*[]()@?,:<>=&|!")
-
-
-_NDJSON_NEEDS_COLUMNS = ("an NDJSON input is read by the columns a query names (text_columns): they are its "
-                         "schema, never inferred from the records")
-
-
-def _json_member_paths(name: str) -> tuple[str, str]:
-    """Two JSONPath expressions for the member ``name`` of a JSON object (the one record of a line):
-    its value, and a filter that matches the object exactly when that value is a number.
-
-    polars' JSONPath reader keeps no escape inside brackets (a backslash is dropped, an escaped
-    quote is matched with its backslash in filters), so the name goes in quotes it does not
-    contain; a name with a backslash or both kinds of quotes goes in dot notation, which cannot
-    hold JSONPath's special characters, whitespace or a leading quote: such a name is refused.
-    Either way, the paths are checked on probe records (:func:`_check_member_paths`): a name is
-    refused rather than read from the wrong member. Depends only on the name, so the refusal is the
-    same for every file.
-    """
-    if "\\" not in name and "'" not in name:
-        spelt = f"['{name}']"
-    elif "\\" not in name and '"' not in name:
-        spelt = f'["{name}"]'
-    elif name and name[0] not in "'\"" and not any(c in _DOT_SPECIAL or c.isspace() for c in name):
-        spelt = f".{name}"
-    else:
-        raise DataError(f"column {name!r} cannot be read from NDJSON: its name mixes quotes, backslashes and "
-                        "JSONPath's special characters (rename the key, or convert the file to CSV or Parquet)")
-    paths = f"${spelt}", f"$[?(@{spelt} >= {_MOST_NEGATIVE})]"
-    _check_member_paths(name, *paths)
-    return paths
-
-
-def _check_member_paths(name: str, value_path: str, number_path: str) -> None:
-    """Refuse (DataError) ``name`` unless its paths read exactly its member on probe records: the
-    member among decoys (keys that hold pieces of its name, nested copies of it), a missing member,
-    lines that are no object; and the number filter tells a number from the same text as a string."""
-    outer = "nested" if name != "nested" else "outer"
-    pieces = {p for p in "".join(c if c.isalnum() else " " for c in name).split() if p != name}
-    decoys = dict.fromkeys(["", *sorted(pieces), "x" + name, name + "x", "\U0010ffff"])
-    decoys.pop(name, None)
-    records: list[tuple[object, str | None, bool]] = [
-        ({**{k: "decoy" for k in decoys}, name: "probe", outer: {name: "nested"}}, "probe", False),
-        ({name: 5.0, **{k: 1.0 for k in decoys}}, "5.0", True),
-        ({name: "5.0", **{k: 1.0 for k in decoys}}, "5.0", False),
-        ({**{k: 2 for k in decoys}, outer: {name: 3}}, None, False),
-        ([{name: "in a list"}], None, False),
-        ("a string", None, False),
-    ]
-    lines = pl.Series([json.dumps(r) for r, _, _ in records], dtype=pl.String)
-    try:
-        values = lines.str.json_path_match(value_path).to_list()
-        objects = lines.head(4).str.json_path_match(number_path).to_list()  # it sees objects only (see _scan_ndjson)
-    except BaseException as exc:  # a path polars rejects, or panics on (pyo3's PanicException is a BaseException)
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        values, objects = [], []
-    if values != [v for _, v, _ in records] or [o is not None for o in objects] != [n for _, _, n in records[:4]]:
-        raise DataError(f"column {name!r} cannot be read from NDJSON: JSONPath does not spell its name "
-                        "(rename the key, or convert the file to CSV or Parquet)")
-
-
-def _scan_ndjson(source: IO[bytes] | bytes, columns: tuple[str, ...]) -> pl.LazyFrame:
-    """NDJSON, record by record: one line is one record, and a line that is not a JSON object is a
-    record whose every column is null (the per-record rules then drop it), never an error.
-
-    The lines are read as text (as CSV without quotes, split on nothing a JSON line holds: see
-    :data:`_NO_SPLIT`; bytes that are not UTF-8 are replaced, as in CSV); blank lines are not
-    records. Each column is then taken from its line with JSONPath, which is null when the line is
-    not valid JSON (text after the object included), not an object, nests 128 levels deep or more,
-    holds a number beyond the double range, or lacks the key (or has it as JSON ``null``). A string
-    is its text; any other value is its JSON text, compact (``[1,2]``, ``{"a":1}``, ``true``).
-    Numbers are read so that one value has one spelling: an integer as written (up to 64 bits; a
-    longer one is a double), a whole number written with a fraction or an exponent as that integer
-    (``1.0``, ``1e2`` → ``1``, ``100``, below 10^16), any other number in the shortest form that
-    reads back as the same double (``2.50`` → ``2.5``, ``0.00000015`` → ``1.5e-7``, ``1e16`` →
-    ``1e+16``); the same text in a JSON string stays as written. With duplicate keys, the last one
-    counts. Every step is per line: no record changes another's columns, the schema is ``columns``
-    (all strings) whatever the file holds, and the scan is lazy.
-    """
-    paths = {c: _json_member_paths(c) for c in columns}
-    line = pl.col(_LINE)
-    lines = (pl.scan_csv(source, has_header=False, separator=_NO_SPLIT, quote_char=None, schema={_LINE: pl.String},
-                         encoding="utf8-lossy", truncate_ragged_lines=True, extra_columns="ignore",
-                         raise_if_empty=False)
-             .filter(line.str.contains(r"[^ \t\r]")))  # blank lines (null when empty) are no records
-    # Columns by position (pl.col would take "*" or "^…$" as patterns); names are only ever aliases, and
-    # the line is kept under one no column has (a library caller may name a column __dp_line).
-    held = _LINE
-    while held in paths:
-        held += "_"
-    raw = lines.select(line.alias(held), *[line.str.json_path_match(value).alias(c) for c, (value, _) in paths.items()])
-    # A whole number written as a float ("1.0": serde prints every such double < 10^16 so) is read as
-    # the integer, like 1: one unit or group is never split by how a writer spelt its number. Only lines
-    # whose value ends in ".0" are parsed a second time, to tell the number 1.0 from the string "1.0".
-    values = [(pl.nth(i + 1), c, number) for i, (c, (_, number)) in enumerate(paths.items())]
-    # cache(): a query that reads the input twice (bounding unions two passes over it) parses each line
-    # once per collect, not once per pass. A query that reads it once keeps its pushdowns (polars drops
-    # a cache with one consumer: counting rows parses nothing).
-    return raw.select([
-        pl.when(pl.when(v.str.ends_with(".0")).then(pl.nth(0)).str.json_path_match(number).is_not_null())
-        .then(v.str.strip_suffix(".0")).otherwise(v).alias(c)
-        for v, c, number in values
-    ]).cache()
-
-
 def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
     """A lazy scan of an open file or of bytes in memory, as ``reading`` says (and nothing else):
     never a path, so polars expands no glob or ``~``.
@@ -361,7 +247,7 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
     ``text_columns`` (see :func:`open_input`): in a CSV they are read as strings (the other columns'
     types are inferred as before, and never read by a query that names only text columns). An
     NDJSON is read with exactly those columns as its schema, all strings, record by record
-    (:func:`_scan_ndjson`): nothing is inferred, a record without one of the keys has null there,
+    (:func:`dpcli.io.ndjson.scan_ndjson`): nothing is inferred, a record without one of the keys has null there,
     any other JSON value in them is kept as its JSON text, and a line that is not a JSON object is
     a record of nulls. An NDJSON has no header to take a schema from, so it needs ``text_columns``.
     """
@@ -378,8 +264,8 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
     if reading.format == "parquet":
         return pl.scan_parquet(source)
     if not reading.text_columns:
-        raise UsageError(_NDJSON_NEEDS_COLUMNS)
-    return _scan_ndjson(source, tuple(dict.fromkeys(reading.text_columns)))
+        raise UsageError(NDJSON_NEEDS_COLUMNS)
+    return scan_ndjson(source, tuple(dict.fromkeys(reading.text_columns)))
 
 
 def open_input(
@@ -406,14 +292,14 @@ def open_input(
     has exactly these columns (it has no header, so it needs them: UsageError without) and is read
     record by record: a line that is not a JSON object (not JSON, an array, a number beyond the
     double range, nesting 128 levels deep, …) is a record of nulls that the per-record rules drop,
-    never an error (:func:`_scan_ndjson`). Parquet keeps its declared types (they are in the
+    never an error (:func:`dpcli.io.ndjson.scan_ndjson`). Parquet keeps its declared types (they are in the
     file's metadata, not inferred).
 
     A compressed file (``.gz``, ``.bz2``, ``.xz``) is hashed as it is on disk and decompressed in
     memory from those same bytes. ``delimiter`` splits CSV fields. The format, compression,
     delimiter and text columns are the table's :class:`Reading`, which enters the release seed
     with the fingerprint (:meth:`InputTable.seed_material`). ``early``: the same path
-    already opened and being hashed (:func:`dpcli.opening.hash_early`), taken instead of opening
+    already opened and being hashed (:func:`dpcli.io.opening.hash_early`), taken instead of opening
     it again.
 
     ``path`` may be a :class:`dpcli.access.Source` (a catalog entry resolved by name): its location is
@@ -432,7 +318,7 @@ def open_input(
         return open_dataset(source, input_format)
     fmt = input_format_for(path, input_format, name)
     if fmt == "ndjson" and not text_columns:
-        raise UsageError(_NDJSON_NEEDS_COLUMNS)
+        raise UsageError(NDJSON_NEEDS_COLUMNS)
     if path == "-":
         compression = None
     elif source.compression:  # a catalog entry's (``none``: not compressed, whatever the name)
@@ -548,17 +434,6 @@ def open_dataset(directory: str | Source, input_format: str | None = None) -> In
                       file_identities=identities, location=location)
 
 
-def withheld(exc: BaseException) -> str:
-    """What to say about a parser's error on data: its kind only, never its message.
-
-    Polars quotes the offending field (``could not parse `…` as dtype i64``) or, for an unterminated
-    quote, the rest of the file: records, which must never reach stderr. The run still fails, so
-    the inputs are kept total where they can be (CSV: ragged lines truncated, invalid UTF-8 replaced;
-    NDJSON: a line that is not a JSON object is a record of nulls).
-    """
-    return f"the file does not parse ({type(exc).__name__}; the parser's message is withheld: it may quote records)"
-
-
 ColumnKind = Literal["any", "numeric", "value", "temporal", "key"]
 
 
@@ -627,168 +502,3 @@ def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Sche
         raise DataError(f"{table.name} lists no groups")
     table.verify_unchanged()  # the whole list has been read: it is the list that was hashed
     return groups.sort(list(by), nulls_last=True)
-
-
-def collect(frame: pl.LazyFrame, what: str, streaming: bool = True) -> pl.DataFrame:
-    """Collect a lazy frame (streaming engine), turning polars errors into one-line DataErrors."""
-    try:
-        return frame.collect(engine="streaming" if streaming else "auto")
-    except pl.exceptions.PolarsError as exc:
-        raise DataError(f"{what}: {withheld(exc)}") from None
-
-
-def output_format_for(path: str | None, explicit: str | None) -> str:
-    """The output format from ``--format``, the ``-o`` extension, or CSV."""
-    if explicit:
-        if explicit not in OUTPUT_FORMATS:
-            raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
-        return explicit
-    if path and path != "-":
-        fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
-        if fmt is None:
-            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension", field="format")
-        return fmt
-    return "csv"
-
-
-PathLike = str | os.PathLike[str]
-
-
-def _same_file(a: PathLike, b: PathLike) -> bool:
-    """Do two paths name one file (after symlinks, or as one inode when both exist)?"""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
-def _holds_private_file(path: PathLike) -> bool:
-    """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
-    the state directory?"""
-    try:
-        with open(os.path.realpath(path), "rb") as fh:
-            return is_private_file(fh.read(32))
-    except OSError:
-        return False
-
-
-def check_path_is_not_protected(
-    path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output",
-    state_file: bool = False,
-) -> None:
-    """Refuse (exit 73) a path dpcli is about to write that lies in the state directory, is an input, or
-    holds one of dpcli's private files (a stream state kept elsewhere; ``state_file``: the path is a
-    ``--state`` file, which is one by design).
-
-    ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
-    a symlinked directory or a dangling symlink into the state directory is caught; an input is the
-    same file when both resolve to one path or (both existing) to one inode. Standard input/output
-    (``-``) and missing entries are skipped.
-    """
-    if state_dir is not None and inside(path, state_dir):
-        raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
-    if not state_file and _holds_private_file(path):  # (a --state file is one: it is checked as such)
-        raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
-                          "write it elsewhere")
-    for source in inputs:
-        if source is None or str(source) == "-":
-            continue
-        if _same_file(path, source):
-            raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
-        if os.path.isdir(source) and inside(path, source):
-            raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
-
-
-def check_output_path(
-    path: str | None, state_dir: PathLike | None = None, inputs: Sequence[PathLike | None] = ()
-) -> None:
-    """Fail early (before any data is read or budget spent) if ``-o PATH`` cannot or must not be written.
-
-    Must not: inside the state directory ``state_dir`` (ledgers, keys, stream and schedule state) or
-    the same file as one of ``inputs`` (data, public lists, spec, block list), see
-    :func:`check_path_is_not_protected`.
-    """
-    if not path or path == "-":
-        return
-    gate().check_write(path)
-    check_path_is_not_protected(path, state_dir, inputs)
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise OutputError(f"output {path!r} is a directory")
-    if not parent.is_dir():
-        raise OutputError(f"output directory {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK):
-        raise OutputError(f"output directory {str(parent)!r} is not writable")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise OutputError(f"output file {path!r} is not writable")
-
-
-def _decimals_of(step: float) -> int:
-    """Decimals that show two significant digits of ``step`` (never negative)."""
-    return max(0, 1 - math.floor(math.log10(step)))
-
-
-def rounded(df: pl.DataFrame, step: float | None = None) -> pl.DataFrame:
-    """Float columns rounded to what their noise and grid justify, for text outputs (CSV, JSON, tables).
-
-    A column ``c`` with a margin column ``c_moe95`` (and the margin itself, upwards) is rounded to
-    the decimal of two significant digits of its median margin: digits below it are noise. Other
-    float columns (means, variances, quantiles, sums without margins) are rounded to two significant
-    digits of ``step``, the grid values were snapped to, when there is one; below it nothing was
-    measured. Integer columns are exact and untouched, and Parquet outputs keep every float as
-    computed. Rounding is post-processing of released values: it changes no guarantee.
-    """
-    exprs = []
-    for column, dtype in df.schema.items():
-        if not dtype.is_float():
-            continue
-        margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
-        typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
-        if isinstance(typical, (int, float)) and math.isfinite(typical) and typical > 0:
-            decimals = _decimals_of(typical)
-            if column == margin_col:  # a margin is rounded up: never shown narrower than it is
-                exprs.append((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals)
-            else:
-                exprs.append(pl.col(column).round(decimals))
-        elif step is not None and math.isfinite(step) and step > 0:
-            exprs.append(pl.col(column).round(_decimals_of(step)))
-    return df.with_columns(exprs) if exprs else df
-
-
-def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:
-    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON)."""
-    buf = io.BytesIO()
-    if fmt != "parquet":
-        df = rounded(df, step)
-    if fmt == "csv":
-        df.write_csv(buf)
-    elif fmt == "parquet":
-        df.write_parquet(buf)
-    else:
-        buf.write(df.write_json().encode())
-        buf.write(b"\n")
-    return buf.getvalue()
-
-
-def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None,
-                 step: float | None = None) -> None:
-    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`)."""
-    data = render(df, fmt, step)
-    if not path or path == "-":
-        out = stdout or sys.stdout.buffer
-        if fmt == "parquet" and hasattr(out, "isatty") and out.isatty():
-            raise OutputError("refusing to write Parquet to a terminal; use -o FILE or --format csv")
-        out.write(data)
-        out.flush()
-        return
-    gate().write(path, data)
-
-
-def cheap_row_count(table: InputTable) -> int | None:
-    """The row count of a Parquet input (from its metadata: no pass over the data), else None."""
-    if table.format != "parquet":
-        return None
-    return int(collect(table.frame.select(pl.len()), f"cannot read {table.name}").item())

@@ -25,39 +25,39 @@ SCHEMA_VERSION = 3
 
 #: Schema versions this dpcli reads (2: one JSON document, rewritten whole at each charge; it becomes 3 at
 #: its next write). Schema 1 needs a one-time ``budget verify --reseal``.
-_READABLE_VERSIONS = (2, 3)
+READABLE_VERSIONS = (2, 3)
 
 
-_HEADER_FIELDS = ("schema_version", "analyst", "ledger_id", "created", "limits", "refresh_days", "report_delta")
+HEADER_FIELDS = ("schema_version", "analyst", "ledger_id", "created", "limits", "refresh_days", "report_delta")
 
 
 _MAC_LABEL = "ledger-mac/v2"
 
 
-_GENESIS_DOMAIN = b"dpcli/ledger/genesis/v2\x00"
+GENESIS_DOMAIN = b"dpcli/ledger/genesis/v2\x00"
 
 
-_ENTRY_DOMAIN = b"dpcli/ledger/entry/v2\x00"
+ENTRY_DOMAIN = b"dpcli/ledger/entry/v2\x00"
 
 
-_HWM_DOMAIN = b"dpcli/ledger/hwm/v2\x00"
+HWM_DOMAIN = b"dpcli/ledger/hwm/v2\x00"
 
 
 _STEP_DOMAIN = b"dpcli/ledger/step-input/v1\x00"
 
 
-_V1_GENESIS = "0" * 64
+V1_GENESIS = "0" * 64
 
 
-def _now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _iso(t: datetime) -> str:
+def iso_time(t: datetime) -> str:
     return t.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _parse_time(text: str) -> datetime:
+def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
@@ -65,27 +65,27 @@ def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
-def _mac(key: bytes, domain: bytes, obj: Any) -> str:
+def mac(key: bytes, domain: bytes, obj: Any) -> str:
     return hmac.new(key, domain + _canonical(obj), hashlib.sha256).hexdigest()
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_mac(a: Any, b: Any) -> bool:
     return isinstance(a, str) and isinstance(b, str) and hmac.compare_digest(a.encode(), b.encode())
 
 
-def _v1_entry_hash(entry: dict[str, Any]) -> str:
+def v1_entry_hash(entry: dict[str, Any]) -> str:
     body = {k: v for k, v in entry.items() if k != "hash"}
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _mac_keys(root: Path) -> Iterator[bytes]:
+def mac_keys(root: Path) -> Iterator[bytes]:
     """Ledger seal keys to try: the current key's first, then those of rotated-out keys (newest first)."""
     yield keys.derive_key(keys.load_key(root), _MAC_LABEL)
     for old in keys.archived_keys(root):
         yield keys.derive_key(old, _MAC_LABEL)
 
 
-def _current_mac_key(root: Path) -> bytes:
+def current_mac_key(root: Path) -> bytes:
     return keys.derive_key(keys.load_or_create_key(root), _MAC_LABEL)
 
 
@@ -98,7 +98,7 @@ def step_digest(secret: bytes, material: dict[str, Any]) -> str:
     return hmac.new(secret, _STEP_DOMAIN + _canonical(material), hashlib.sha256).hexdigest()[:32]
 
 
-def _hwm_path(path: Path) -> Path:
+def hwm_path(path: Path) -> Path:
     return path.with_suffix(".hwm")
 
 
@@ -108,7 +108,7 @@ def dump_document(doc: dict[str, Any]) -> bytes:
     JSON escapes every control character, so a line never contains a newline: appending an entry is
     appending one line, and a crash mid-append can only leave a torn last line without its newline.
     """
-    head = {**{f: doc.get(f) for f in _HEADER_FIELDS}, "genesis": doc.get("genesis")}
+    head = {**{f: doc.get(f) for f in HEADER_FIELDS}, "genesis": doc.get("genesis")}
     return b"".join(json.dumps(obj).encode("ascii") + b"\n" for obj in [head, *doc["entries"]])
 
 
@@ -140,43 +140,43 @@ def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
     return data, len(raw)
 
 
-def _seal(doc: dict[str, Any], key: bytes) -> None:
+def seal(doc: dict[str, Any], key: bytes) -> None:
     """(Re)compute the genesis and every entry's ``prev``/``hash`` of ``doc`` in place."""
-    header = {f: doc.get(f) for f in _HEADER_FIELDS}
-    prev = doc["genesis"] = _mac(key, _GENESIS_DOMAIN, header)
+    header = {f: doc.get(f) for f in HEADER_FIELDS}
+    prev = doc["genesis"] = mac(key, GENESIS_DOMAIN, header)
     for entry in doc["entries"]:
         entry.pop("hash", None)
         entry["prev"] = prev
-        prev = entry["hash"] = _mac(key, _ENTRY_DOMAIN, entry)
+        prev = entry["hash"] = mac(key, ENTRY_DOMAIN, entry)
 
 
-def _mark_mac(key: bytes, body: dict[str, Any]) -> str:
+def mark_mac(key: bytes, body: dict[str, Any]) -> str:
     """The seal of a high-water mark body; its (long) seeds blob enters by its SHA-256, hashed not JSON-encoded."""
     cache = body.get("cache")
     if isinstance(cache, dict) and isinstance(cache.get("seeds"), str):
         digest = hashlib.sha256(cache["seeds"].encode("utf-8", "surrogatepass")).hexdigest()
         body = {**body, "cache": {**cache, "seeds": f"sha256:{digest}"}}
-    return _mac(key, _HWM_DOMAIN, body)
+    return mac(key, HWM_DOMAIN, body)
 
 
-def _seed_tag(seed_id: str) -> str:
+def seed_tag(seed_id: str) -> str:
     """A fixed-length, escape-free tag of a seed id: 128 bits of SHA-256, so the chance that two of a
     ledger's n seed ids share one is below n²/2^129 (a shared tag would make a release a free replay)."""
     return hashlib.sha256(seed_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
-def _sealed_lines(root: Path, head: str, entries: list[dict[str, Any]]) -> bytes:
+def sealed_lines(root: Path, head: str, entries: list[dict[str, Any]]) -> bytes:
     """Chain ``entries`` after the entry hash ``head`` and seal them (in place); their ledger lines."""
-    key = _current_mac_key(root)
+    key = current_mac_key(root)
     prev = head
     for entry in entries:
         entry.pop("hash", None)
         entry["prev"] = prev
-        prev = entry["hash"] = _mac(key, _ENTRY_DOMAIN, entry)
+        prev = entry["hash"] = mac(key, ENTRY_DOMAIN, entry)
     return b"".join(json.dumps(e).encode("ascii") + b"\n" for e in entries)
 
 
-def _append_at(path: Path, at: int, data: bytes) -> int:
+def append_at(path: Path, at: int, data: bytes) -> int:
     """Write ``data`` at offset ``at`` (the file's verified length) and fsync; the new length.
 
     Nothing else touches the file first (not even a no-op truncate, which moves its ctime): a crash

@@ -5,7 +5,7 @@ fingerprint that enters the release seed) and handed to the parser (:mod:`dpcli.
 module holds that first step without importing polars or numpy, so a command can start it
 before they load: :func:`hash_early` opens the data file and hashes it on a background thread
 (``hashlib`` releases the interpreter lock while it hashes), and the 0.1 s or so of imports
-that follow run alongside; :func:`dpcli.files.open_input` then takes the same open file and
+that follow run alongside; :func:`dpcli.io.inputs.open_input` then takes the same open file and
 waits for its digest. Nothing about the file is reported before then: a path that cannot be
 opened here is simply opened again, and reported, by ``open_input`` in its usual order.
 """
@@ -119,7 +119,7 @@ def fingerprint_fileobj(fh: IO[bytes]) -> str:
 class EarlyInput:
     """A regular file opened by :func:`hash_early`, being hashed on a background thread.
 
-    :func:`dpcli.files.open_input` takes it (:meth:`take`): the same open file, its identity at
+    :func:`dpcli.io.inputs.open_input` takes it (:meth:`take`): the same open file, its identity at
     open, and its fingerprint once the thread is done. A file never taken is closed when this
     object is collected.
     """

@@ -1,0 +1,183 @@
+"""Outputs: the output format, the checks on an output path, rounding, rendering and the one atomic writer.
+
+CSV, Parquet or JSON to stdout or a file; a file is written to a temporary name in the same
+directory and renamed (through the gate, :meth:`dpcli.access.Gate.write`), so a failed run
+never leaves a partial file. An output path inside the state directory, naming one of the run's
+inputs, or holding one of dpcli's private files is refused before anything is read
+(:func:`check_output_path`, exit 73).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Literal
+
+import polars as pl
+
+from dpcli.access import gate, inside
+from dpcli.errors import (
+    OutputError,
+    UsageError,
+)
+from dpcli.io.opening import (
+    is_private_file,
+)
+
+OutputFormat = Literal["csv", "parquet", "json", "table"]
+OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
+_OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
+
+
+def output_format_for(path: str | None, explicit: str | None) -> str:
+    """The output format from ``--format``, the ``-o`` extension, or CSV."""
+    if explicit:
+        if explicit not in OUTPUT_FORMATS:
+            raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
+        return explicit
+    if path and path != "-":
+        fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
+        if fmt is None:
+            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension", field="format")
+        return fmt
+    return "csv"
+
+
+PathLike = str | os.PathLike[str]
+
+
+def _same_file(a: PathLike, b: PathLike) -> bool:
+    """Do two paths name one file (after symlinks, or as one inode when both exist)?"""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _holds_private_file(path: PathLike) -> bool:
+    """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
+    the state directory?"""
+    try:
+        with open(os.path.realpath(path), "rb") as fh:
+            return is_private_file(fh.read(32))
+    except OSError:
+        return False
+
+
+def check_path_is_not_protected(
+    path: PathLike, state_dir: PathLike | None, inputs: Sequence[PathLike | None] = (), what: str = "output",
+    state_file: bool = False,
+) -> None:
+    """Refuse (exit 73) a path dpcli is about to write that lies in the state directory, is an input, or
+    holds one of dpcli's private files (a stream state kept elsewhere; ``state_file``: the path is a
+    ``--state`` file, which is one by design).
+
+    ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
+    a symlinked directory or a dangling symlink into the state directory is caught; an input is the
+    same file when both resolve to one path or (both existing) to one inode. Standard input/output
+    (``-``) and missing entries are skipped.
+    """
+    if state_dir is not None and inside(path, state_dir):
+        raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
+    if not state_file and _holds_private_file(path):  # (a --state file is one: it is checked as such)
+        raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
+                          "write it elsewhere")
+    for source in inputs:
+        if source is None or str(source) == "-":
+            continue
+        if _same_file(path, source):
+            raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
+        if os.path.isdir(source) and inside(path, source):
+            raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
+
+
+def check_output_path(
+    path: str | None, state_dir: PathLike | None = None, inputs: Sequence[PathLike | None] = ()
+) -> None:
+    """Fail early (before any data is read or budget spent) if ``-o PATH`` cannot or must not be written.
+
+    Must not: inside the state directory ``state_dir`` (ledgers, keys, stream and schedule state) or
+    the same file as one of ``inputs`` (data, public lists, spec, block list), see
+    :func:`check_path_is_not_protected`.
+    """
+    if not path or path == "-":
+        return
+    gate().check_write(path)
+    check_path_is_not_protected(path, state_dir, inputs)
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise OutputError(f"output {path!r} is a directory")
+    if not parent.is_dir():
+        raise OutputError(f"output directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise OutputError(f"output directory {str(parent)!r} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"output file {path!r} is not writable")
+
+
+def _decimals_of(step: float) -> int:
+    """Decimals that show two significant digits of ``step`` (never negative)."""
+    return max(0, 1 - math.floor(math.log10(step)))
+
+
+def rounded(df: pl.DataFrame, step: float | None = None) -> pl.DataFrame:
+    """Float columns rounded to what their noise and grid justify, for text outputs (CSV, JSON, tables).
+
+    A column ``c`` with a margin column ``c_moe95`` (and the margin itself, upwards) is rounded to
+    the decimal of two significant digits of its median margin: digits below it are noise. Other
+    float columns (means, variances, quantiles, sums without margins) are rounded to two significant
+    digits of ``step``, the grid values were snapped to, when there is one; below it nothing was
+    measured. Integer columns are exact and untouched, and Parquet outputs keep every float as
+    computed. Rounding is post-processing of released values: it changes no guarantee.
+    """
+    exprs = []
+    for column, dtype in df.schema.items():
+        if not dtype.is_float():
+            continue
+        margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
+        typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
+        if isinstance(typical, (int, float)) and math.isfinite(typical) and typical > 0:
+            decimals = _decimals_of(typical)
+            if column == margin_col:  # a margin is rounded up: never shown narrower than it is
+                exprs.append((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals)
+            else:
+                exprs.append(pl.col(column).round(decimals))
+        elif step is not None and math.isfinite(step) and step > 0:
+            exprs.append(pl.col(column).round(_decimals_of(step)))
+    return df.with_columns(exprs) if exprs else df
+
+
+def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:
+    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON)."""
+    buf = io.BytesIO()
+    if fmt != "parquet":
+        df = rounded(df, step)
+    if fmt == "csv":
+        df.write_csv(buf)
+    elif fmt == "parquet":
+        df.write_parquet(buf)
+    else:
+        buf.write(df.write_json().encode())
+        buf.write(b"\n")
+    return buf.getvalue()
+
+
+def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None,
+                 step: float | None = None) -> None:
+    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`)."""
+    data = render(df, fmt, step)
+    if not path or path == "-":
+        out = stdout or sys.stdout.buffer
+        if fmt == "parquet" and hasattr(out, "isatty") and out.isatty():
+            raise OutputError("refusing to write Parquet to a terminal; use -o FILE or --format csv")
+        out.write(data)
+        out.flush()
+        return
+    gate().write(path, data)

@@ -1,0 +1,154 @@
+"""Debiting a release: lock → read and verify once → check → append durably → unlock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dpcli.core import budget as bud
+from dpcli.core.events import PrivacyEvent
+from dpcli.errors import BudgetError
+from dpcli.state.ledger.document import (
+    document_of,
+    ledger_of,
+    load_ledger,
+    remaining_text,
+    write_ledger,
+)
+from dpcli.state.ledger.format import (
+    SCHEMA_VERSION,
+    append_at,
+    iso_time,
+    parse_time,
+    sealed_lines,
+    utc_now,
+)
+from dpcli.state.ledger.mark import MarkTotals, from_mark, write_mark
+from dpcli.state.ledger.model import Ledger, Receipt, Step, refuse_unless_fits
+from dpcli.state.ledger.steps import step_entries
+from dpcli.state.lock import exclusive_lock
+from dpcli.state.paths import ensure_state_dir, lock_path
+
+
+def check_payable(led: Ledger, events: list[PrivacyEvent]) -> None:
+    """Refuse (BudgetError, exit 77) events this ledger's mode can never pay (δ in a pure ledger).
+
+    Called before any data is read. Running out of budget is checked only when charging: the
+    same release may be a free replay, which only the data's fingerprint can tell.
+    """
+    try:
+        led.accountant.spend(events)
+    except bud.ChargeRefused as exc:
+        raise BudgetError(f"analyst {led.analyst!r} ({led.limits.mode} ledger): {exc}") from None
+
+
+def refusal(led: Ledger, events: list[PrivacyEvent], when: datetime | None = None) -> str | None:
+    """Why ``led`` would refuse a new release costing ``events`` now, or None if it would accept it.
+
+    Reads only (``--dry-run``): a replay of an earlier identical release would be free anyway.
+    """
+    try:
+        refuse_unless_fits(led, led.analyst, led.spend(when), events, events)
+    except BudgetError as exc:
+        return str(exc)
+    return None
+
+
+def charge(
+    root: Path,
+    analyst: str,
+    *,
+    command: str,
+    query_id: str,
+    seed_id: str,
+    reserve: list[PrivacyEvent],
+    actual: list[PrivacyEvent] | None = None,
+    summary: str = "",
+    lock_timeout: float = 30.0,
+    now: datetime | None = None,
+    step: Step | None = None,
+    output: str | None = None,
+) -> Receipt:
+    """Debit a release durably, before its output is written (the ledger is read and verified once).
+
+    ``reserve`` is the largest cost the query can have, decided without looking
+    at the data (so a refusal reveals nothing); ``actual`` (≤ reserve, default
+    the same) is what the release really cost, e.g. UnkGumb's 2|o| + 1 - 1{⊥}.
+    Under the lock: a seed already charged this period is a free replay;
+    otherwise the reserve must fit the remaining budget and the actual cost is
+    appended and fsynced. Raises :class:`BudgetError` when it does not fit.
+
+    ``step`` records a run against a stream's or schedule's state file instead
+    (its cost is covered by the reservation; see docs/ledger.md): a new
+    step, an exact repeat (free, ``replay``), or :class:`StateError` for a
+    state that is older, forked, re-created or foreign. ``step.create``
+    debits the reservation itself in the same write.
+
+    ``output`` is the digest of the release file about to be written (``-o``): recorded in the entry,
+    so ``dpcli plot`` can tell a release dpcli wrote from any other file.
+    """
+    actual = reserve if actual is None else actual
+    ensure_state_dir(root)
+    when = now or utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led, cache = _open_for_charge(root, analyst, when, entries_needed=step is not None)
+        base: dict[str, Any] = {"seq": 0, "time": iso_time(when), "period": cache.period, "command": command,
+                                "query_id": query_id, "seed_id": seed_id, "events": []}
+        if summary:
+            base["summary"] = summary
+        if output:
+            base["output"] = output
+        reserved: tuple[PrivacyEvent, ...] = ()
+        covered: int | None = None
+        if step is not None:
+            added, reserved, replay_of, covered = step_entries(led, analyst, step, base, when, cache.spent)
+        else:
+            replay_of = cache.replay_of(seed_id)
+            entry = {**base, "seq": cache.count + 1}
+            if replay_of is None:
+                refuse_unless_fits(led, analyst, cache.spent, reserve, actual)
+                entry["events"] = [ev.to_json() for ev in actual]
+            else:
+                entry["replay_of"] = replay_of
+            added = [entry]
+        after = _record(root, led, cache, added)
+    return Receipt(
+        analyst=analyst,
+        replay=replay_of is not None,
+        seq=added[-1]["seq"],
+        spent=after.spent,
+        guarantee=led.accountant.guarantee(after.spent, led.report_delta),
+        limits=led.limits,
+        remaining=remaining_text(led, when, after.spent),
+        reserved=reserved,
+        covered_by=covered,
+    )
+
+
+def _open_for_charge(root: Path, analyst: str, when: datetime, entries_needed: bool) -> tuple[Ledger, MarkTotals]:
+    """The ledger and its running totals for period ``when``: from the sealed mark if it vouches for the file
+    as it is (O(1) in the number of entries), else by reading and verifying everything (O(n))."""
+    if not entries_needed:
+        fast = from_mark(root, analyst, when)
+        if fast is not None:
+            return fast
+    led = load_ledger(root, analyst)
+    return led, MarkTotals.of(led, when)
+
+
+def _record(root: Path, led: Ledger, cache: MarkTotals, added: list[dict[str, Any]]) -> MarkTotals:
+    """Write ``added`` durably (append, or rewrite a schema-2 or old-key file whole), then the mark; new totals."""
+    new_events = [PrivacyEvent.from_json(ev) for e in added for ev in e["events"]]
+    spent = led.accountant.spend(new_events, base=cache.spent)
+    tail = led.tail
+    if tail is None or tail.version != SCHEMA_VERSION or not tail.current_key:
+        doc = document_of(led, [*led.entries, *added])
+        write_ledger(root, led.path, doc, parse_time(added[-1]["time"]))
+        return MarkTotals.of(ledger_of(led.path, doc), parse_time(added[-1]["time"]))
+    lines = sealed_lines(root, cache.head, added)
+    write_mark(root, led, cache, tail.size, pending=lines)  # intent first: a crash mid-append is completed
+    size = append_at(led.path, tail.size, lines)
+    after = MarkTotals(cache.period, spent, cache.with_seeds(added), cache.count + len(added), added[-1]["hash"])
+    write_mark(root, led, after, size)
+    return after

@@ -1,0 +1,155 @@
+"""A ledger as data: the verified ledger, the receipt of a charge, a reservation and a step."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dpcli.core import budget as bud
+from dpcli.core.accountants import Accountant, accountant_for
+from dpcli.core.events import PrivacyEvent
+from dpcli.errors import BudgetError
+from dpcli.state.ledger.format import (
+    utc_now,
+)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A stream's or schedule's whole budget, debited once when its first run is recorded.
+
+    ``id`` is random per creation (so a re-created schedule never matches an
+    old reservation), ``key`` says what is reserved (a schedule's key, a
+    stream's query id), and ``ledger_id`` is the id of the ledger the state
+    file was created for (a state copied elsewhere is refused).
+    """
+
+    id: str
+    kind: str
+    key: str
+    ledger_id: str
+    events: tuple[PrivacyEvent, ...]
+    command: str
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One run against a state file: the state was at ``start`` recorded runs; its input digest.
+
+    ``create`` (only with ``start == 0``) is the reservation to debit first if
+    the ledger does not hold it yet. ``label`` names the state in messages.
+    """
+
+    reservation: str
+    start: int
+    digest: str
+    label: str
+    create: Reservation | None = None
+
+
+@dataclass(frozen=True)
+class Tail:
+    """Where a verified ledger file ends, for appending to it: its schema, complete length, and key."""
+
+    version: int
+    size: int  # bytes up to the last complete line (a torn append after it is cut off by the next write)
+    current_key: bool  # sealed with the current key (else the next write reseals the whole file)
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A parsed, verified ledger."""
+
+    path: Path
+    analyst: str
+    ledger_id: str
+    limits: bud.Limits
+    created: datetime
+    refresh_days: int | None
+    report_delta: float
+    entries: tuple[dict[str, Any], ...]
+    genesis: str = field(default="", repr=False, compare=False)
+    header: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    tail: Tail | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def accountant(self) -> Accountant:
+        """The accountant of this ledger's mode and limits."""
+        return accountant_for(self.limits)
+
+    def period(self, when: datetime) -> int:
+        """Index of the refresh period containing ``when`` (always 0 without refresh)."""
+        if not self.refresh_days:
+            return 0
+        days = (when - self.created).total_seconds() / 86400.0
+        return max(0, math.floor(days / self.refresh_days))
+
+    def current_entries(self, when: datetime | None = None) -> list[dict[str, Any]]:
+        p = self.period(when or utc_now())
+        return [e for e in self.entries if e.get("period", 0) == p]
+
+    def spend(self, when: datetime | None = None) -> bud.Spend:
+        events = [PrivacyEvent.from_json(ev) for e in self.current_entries(when) for ev in e["events"]]
+        return self.accountant.spend(events)
+
+    def guarantee(self, when: datetime | None = None) -> tuple[float, float]:
+        return self.accountant.guarantee(self.spend(when), self.report_delta)
+
+    def reservation(self, rid: str) -> dict[str, Any] | None:
+        """The entry that created reservation ``rid``, if any."""
+        return next((e for e in self.entries if (e.get("reservation") or {}).get("id") == rid), None)
+
+    def find_reservation(self, kind: str, key: str, when: datetime | None = None) -> int | None:
+        """The entry number of a reservation of ``kind`` for ``key`` in the current period, if any."""
+        p = self.period(when or utc_now())
+        return next((e["seq"] for e in self.entries if e.get("period", 0) == p
+                     and (e.get("reservation") or {}).get("kind") == kind and e["reservation"].get("key") == key), None)
+
+    def steps(self, reservation_seq: int) -> list[dict[str, Any]]:
+        """The recorded (non-repeat) steps of a reservation, in order: element i started at step i."""
+        return [e for e in self.entries
+                if e.get("covered_by") == reservation_seq and "step" in e and not e.get("replay_of")]
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What :func:`charge` did."""
+
+    analyst: str
+    replay: bool
+    seq: int
+    spent: bud.Spend
+    guarantee: tuple[float, float]
+    limits: bud.Limits
+    remaining: dict[str, str] = field(default_factory=dict)
+    reserved: tuple[PrivacyEvent, ...] = ()  # a reservation debited by this call (a stream's or schedule's first run)
+    covered_by: int | None = None  # the reservation entry that paid for this release
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "analyst": self.analyst,
+            "replay": self.replay,
+            "entry": self.seq,
+            "mode": self.limits.mode,
+            "limits": self.limits.to_json(),
+            "spent": accountant_for(self.limits).spent_json(self.spent),
+            "guarantee": {"epsilon": self.guarantee[0], "delta": self.guarantee[1]},
+        }
+
+def refuse_unless_fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEvent], actual: list[PrivacyEvent]) -> None:
+    """Refuse (BudgetError) unless the reserve fits what is left; the actual cost must not exceed it."""
+    mode = led.limits.mode
+    try:
+        need = led.accountant.spend(reserve)
+        actual_spend = led.accountant.spend(actual)
+    except bud.ChargeRefused as exc:
+        raise BudgetError(f"analyst {analyst!r} ({mode} ledger): {exc}") from None
+    short = led.accountant.fits(spent, need)
+    if short is not None:
+        raise BudgetError(f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})")
+    if led.accountant.fits(spent, actual_spend) is not None:
+        raise BudgetError("internal: actual cost exceeds the reserved cost")
