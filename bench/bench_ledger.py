@@ -16,7 +16,7 @@ import time
 from fractions import Fraction
 from pathlib import Path
 
-from dpcli.core.budget import Limits
+from dpcli.core.accounting.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.state import ledger
 from dpcli.state.ledger import document as ledger_document

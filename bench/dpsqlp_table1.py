@@ -55,7 +55,7 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).parent))
 import synthetic  # noqa: E402
 
-from dpcli.core import accounting as acc  # noqa: E402
+from dpcli.core.accounting import composition as acc  # noqa: E402
 from dpcli.tasks import stream_replay as sr  # noqa: E402
 
 EPS, DELTA, C, SPAN = 6.0, 1e-9, 32, 100_000

@@ -27,9 +27,9 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "HistogramQuery": "dpcli.tasks.histogram",
     "TopKQuery": "dpcli.tasks.topk",
-    "Limits": "dpcli.core.budget",
+    "Limits": "dpcli.core.accounting.budget",
     "PrivacyEvent": "dpcli.core.events",
-    "accountant_for": "dpcli.core.accountants",
+    "accountant_for": "dpcli.core.accounting.accountants",
     "init_ledger": "dpcli.state.ledger",
     "read_ledger": "dpcli.state.ledger",
     "open_input": "dpcli.io.inputs",

@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dpcli.core import accounting as acc
+from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 
 SAFETAB_GEOMETRIC_TOTALS = [4.27, 4.27, 2.49, 2.49, 0.59, 0.59, 0.59]  # Table 4, ε per level
@@ -155,8 +155,8 @@ def test_large_epsilon_does_not_overflow():
 
 
 def test_one_accountant_per_mode_and_limits_never_change_the_callers_dict():
-    from dpcli.core.accountants import ACCOUNTANTS, accountant_for
-    from dpcli.core.budget import MODES, Limits
+    from dpcli.core.accounting.accountants import ACCOUNTANTS, accountant_for
+    from dpcli.core.accounting.budget import MODES, Limits
 
     assert sorted(ACCOUNTANTS) == sorted(MODES)
     given = {"epsilon": "1"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dpcli.core.budget import Limits
+from dpcli.core.accounting.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, StateError, UsageError
 from dpcli.state import ledger

@@ -11,8 +11,8 @@ import typer
 from dpcli.access import gate
 from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings
 from dpcli.cli._options import positive, probability
-from dpcli.core import accounting as acc
-from dpcli.core import budget as bud
+from dpcli.core.accounting import budget as bud
+from dpcli.core.accounting import composition as acc
 from dpcli.core.exact import float_up, fraction_text
 from dpcli.errors import UsageError
 from dpcli.state import keys, ledger

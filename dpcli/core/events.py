@@ -2,7 +2,7 @@
 
 A mechanism returns its release together with a list of :class:`PrivacyEvent`;
 the ledger turns events into spend in its accounting mode
-(:mod:`dpcli.core.budget`). Amounts are exact ``Fraction``s and serialise as
+(:mod:`dpcli.core.accounting.budget`). Amounts are exact ``Fraction``s and serialise as
 ``"n/d"`` strings so a ledger never accumulates float rounding.
 """
 

@@ -17,8 +17,8 @@ import numpy as np
 import polars as pl
 
 from dpcli import bounding
-from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
+from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from dpcli.core import accounting as acc
+from dpcli.core.accounting import composition as acc
 
 runner = CliRunner()
 SPEC = Path(__file__).resolve().parents[2] / "sample_data" / "safetab_spec.toml"

@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from dpcli.core.budget import Limits
+from dpcli.core.accounting.budget import Limits
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import StateError, UsageError
 from dpcli.state import ledger

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from dpcli.core import accounting
+from dpcli.core.accounting import composition as accounting
 
 runner = CliRunner()
 

@@ -40,7 +40,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-from dpcli.core import accounting
+from dpcli.core.accounting import composition as accounting
 from dpcli.errors import UsageError
 from dpcli.tasks import stream_replay as sr
 from dpcli.tasks.stream.algorithm import key_label

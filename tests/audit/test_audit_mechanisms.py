@@ -18,8 +18,8 @@ import pytest
 from auditstats import threshold_epsilon_bound
 from scipy import stats
 
-from dpcli.core import accounting as acc
 from dpcli.core import mechanisms as mech
+from dpcli.core.accounting import composition as acc
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import histogram as hist
 

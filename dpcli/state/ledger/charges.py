@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dpcli.core import budget as bud
+from dpcli.core.accounting import budget as bud
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError
 from dpcli.state.ledger.document import (

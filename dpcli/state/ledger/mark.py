@@ -11,7 +11,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dpcli.core import budget as bud
+from dpcli.core.accounting import budget as bud
 from dpcli.core.exact import fraction_text, to_fraction
 from dpcli.errors import StateError
 from dpcli.state.atomic import atomic_write_bytes

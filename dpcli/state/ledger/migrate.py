@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from dpcli.core import budget as bud
+from dpcli.core.accounting import budget as bud
 from dpcli.errors import StateError
 from dpcli.state.ledger.document import (
     check_events,

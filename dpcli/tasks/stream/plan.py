@@ -20,8 +20,8 @@ import numpy as np
 import polars as pl
 
 from dpcli.bounding.stream_records import record_cap_stability
-from dpcli.core import accounting as acc
 from dpcli.core import tree
+from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.samplers import effective_sigma2

@@ -1,11 +1,11 @@
 """One accountant per ledger mode: how privacy events compose into spend, and what that guarantees.
 
-An accountant is built from a ledger's :class:`~dpcli.core.budget.Limits` and is pure: it folds
-:class:`~dpcli.core.events.PrivacyEvent` data into a :class:`~dpcli.core.budget.Spend`
+An accountant is built from a ledger's :class:`~dpcli.core.accounting.budget.Limits` and is pure: it folds
+:class:`~dpcli.core.events.PrivacyEvent` data into a :class:`~dpcli.core.accounting.budget.Spend`
 (:meth:`Accountant.spend`), says whether more fits (:meth:`Accountant.fits`), states the overall
 (ε, δ) (:meth:`Accountant.guarantee`) and what is left (:meth:`Accountant.remaining`), in the manner
 of Google's ``dp_accounting`` (events as data, one accountant per method). The table of modes is in
-:mod:`dpcli.core.budget`.
+:mod:`dpcli.core.accounting.budget`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from dpcli.core import accounting as acc
-from dpcli.core.budget import ChargeRefused, Limits, Spend
+from dpcli.core.accounting import composition as acc
+from dpcli.core.accounting.budget import ChargeRefused, Limits, Spend
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_at_least, fraction_text
 

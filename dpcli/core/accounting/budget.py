@@ -18,7 +18,7 @@ br        ε_per, δ, information budget k*,         ``br`` events only: units f
 
 Everything except the RDP total is exact ``Fraction`` arithmetic, so ten spends
 of 0.1 exhaust a limit of 1 exactly. This module holds the data (limits,
-spend); :mod:`dpcli.core.accountants` holds one accountant class per mode.
+spend); :mod:`dpcli.core.accounting.accountants` holds one accountant class per mode.
 """
 
 from __future__ import annotations
