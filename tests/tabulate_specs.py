@@ -48,3 +48,11 @@ def write_spec(directory: Path, levels: str, iterations: str | None = None, extr
     path = directory / "spec.toml"
     path.write_text(spec_toml(levels, iterations or REG_ITERATIONS, extra=extra))
     return path
+
+
+def block_frame(spec: object) -> object:
+    """A spec's public block list as a lazy frame, opened as the release path opens it (text columns)."""
+    from dpcli.io.inputs import open_input
+    from dpcli.tasks.tabulate import block_columns
+
+    return open_input(str(spec.blocks_file), text_columns=tuple(block_columns(spec))).frame  # type: ignore[attr-defined]

@@ -283,7 +283,7 @@ def test_bad_parameters_are_refused():
 
 def test_the_noise_version_is_part_of_the_seed(tmp_path, monkeypatch):
     """A release drawn under another noise definition is never a free replay of this one."""
-    from dpcli import release
+    from dpcli.release import seeds as release
 
     monkeypatch.setenv("DPCLI_STATE_DIR", str(tmp_path))
     doc = release.DocumentInput("sha256:x", "toml")
@@ -296,7 +296,7 @@ def test_the_noise_version_is_part_of_the_seed(tmp_path, monkeypatch):
 
 def test_stream_step_digests_keep_v1_runs_and_bind_the_noise_version():
     from dpcli.state import ledger
-    from dpcli.tasks.stream import statefile
+    from dpcli.release import streams as statefile
 
     seed = b"\x07" * 32
     v1 = ledger.step_digest(seed, {"input": "fp", "through": 42})

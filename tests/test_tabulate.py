@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
-from dpcli.release import open_block_list
+from tabulate_specs import block_frame
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec, parse_spec
 
@@ -83,7 +83,7 @@ def test_adaptive_branches_follow_the_thresholds_and_total_only(tmp_path):
     spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 200\nstability = 4\n')))
     rows = ([("01001", "2000", 1, "1", 30)] * 50 + [("01001", "1000", 1, "2", 40)] * 300
             + [("01002", "1000;2000", 2, "1", 70)] * 5 + [("02001", "1500", 1, "1", 10)] * 2000)
-    out = tab.run_tabulate(persons(rows), spec, KeyedStream(b"t" * 32, "tab"), blocks=open_block_list(spec).frame).table
+    out = tab.run_tabulate(persons(rows), spec, KeyedStream(b"t" * 32, "tab"), blocks=block_frame(spec)).table
     per = out.group_by("iteration").agg(pl.len().alias("rows"), pl.col("age").first())
     got = dict(zip(per["iteration"], per["rows"]))
     # W: 2300 people (alone) → fine; WC: 2305 → fine; B: 55 → coarse; H: 5 → total only.
@@ -95,7 +95,7 @@ def test_adaptive_branches_follow_the_thresholds_and_total_only(tmp_path):
 
 def test_small_groups_get_only_a_total(tmp_path):
     spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 200\nstability = 4\n')))
-    out = tab.run_tabulate(persons([("01001", "1000", 1, "1", 30)] * 3), spec, KeyedStream(b"u" * 32, "tab"), blocks=open_block_list(spec).frame).table
+    out = tab.run_tabulate(persons([("01001", "1000", 1, "1", 30)] * 3), spec, KeyedStream(b"u" * 32, "tab"), blocks=block_frame(spec)).table
     # 2 states × 4 iterations: every group (including the empty ones) is released, as a total.
     assert out.height == 8 and set(out["age"]) == {"total"} and set(out["geo_id"]) == {"01", "02"}
 
@@ -105,12 +105,12 @@ def test_stability_is_enforced_by_truncation_in_code_order(tmp_path):
     empty. Nothing counts the truncated records (no error, no summary field)."""
     rows = [("01001", "1000;1100;2000", 1, "1", 30), ("01001", "1000", 1, "1", 30)]
     spec = load_spec(str(write_spec(tmp_path, '[[levels]]\ngeography = "nation"\niterations = "reg"\nepsilon = 200\nstability = 1\n')))
-    r = tab.run_tabulate(persons(rows), spec, KeyedStream(b"s" * 32, "tab"), blocks=open_block_list(spec).frame)
+    r = tab.run_tabulate(persons(rows), spec, KeyedStream(b"s" * 32, "tab"), blocks=block_frame(spec))
     got = dict(zip(r.table["iteration"], r.table["count"]))
     assert got == {"B": 1, "H": 0, "W": 1, "WC": 0}  # noise scale 1/180: zero here
     assert "truncated_records" not in r.metadata["levels"][0]
     # Row order does not matter: the same records reversed give the same release.
-    assert r.table.equals(tab.run_tabulate(persons(rows[::-1]), spec, KeyedStream(b"s" * 32, "tab"), blocks=open_block_list(spec).frame).table)
+    assert r.table.equals(tab.run_tabulate(persons(rows[::-1]), spec, KeyedStream(b"s" * 32, "tab"), blocks=block_frame(spec)).table)
 
 
 def test_on_unstable_error_is_refused_by_the_spec(tmp_path):
@@ -133,7 +133,7 @@ def test_bad_records_are_dropped_silently_and_empty_input_is_released(tmp_path):
                         "age": ["30", "30", "30", "30", "30", "30", "30", "-4", "3.5"]})
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
-        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"d" * 32, "tab"), blocks=open_block_list(spec).frame).table
+        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"d" * 32, "tab"), blocks=block_frame(spec)).table
 
     clean = run(good)
     assert clean.equals(run(pl.concat([bad.head(4), good, bad.tail(5)])))
@@ -149,7 +149,7 @@ def test_integer_and_list_columns_are_accepted_and_float_ages_are_a_schema_error
                           "sex": [1, 2], "age": [30, 70]})
 
     def run(df: pl.DataFrame) -> pl.DataFrame:
-        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"i" * 32, "tab"), blocks=open_block_list(spec).frame).table
+        return tab.run_tabulate(df.lazy(), spec, KeyedStream(b"i" * 32, "tab"), blocks=block_frame(spec)).table
 
     assert run(text).equals(run(typed))
     with pytest.raises(DataError, match="'age' \\(age\\) must hold integer codes"):
@@ -172,7 +172,7 @@ def test_step2_cells_cover_their_moe_target(tmp_path, calibration, lo, hi):
     data = persons(rows)
     for seed in range(60):
         out = tab.run_tabulate(data, spec, KeyedStream(hashlib.sha256(bytes([seed])).digest(), "tab"),
-                               blocks=open_block_list(spec).frame).table
+                               blocks=block_frame(spec)).table
         # Every released row is a step-2 statistic here (no TotalOnly groups): totals of small
         # groups and the Sex × Age cells of large ones alike.
         true = np.array([truth_total.get((g, i), 0) if a == "total" else truth_cell.get((g, i, s, a), 0)

@@ -11,12 +11,15 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
 from dpcli.errors import DpcliError, ExitCode, UsageError
 from dpcli.state.paths import default_state_dir, validate_analyst
+
+if TYPE_CHECKING:
+    from dpcli.release.path import LedgerRef
 
 
 @dataclass
@@ -219,3 +222,17 @@ def resolve_analyst(name: str | None, ctx: typer.Context) -> str:
     if g.service and chosen != g.analyst and not g.operator:
         raise UsageError(f"in service mode you use your own ledger ({g.analyst!r}) only")
     return chosen
+
+
+def payer(ctx: typer.Context, analyst: str | None = None) -> LedgerRef:
+    """The ledger a command charges: the caller's (or ``analyst``'s, see :func:`resolve_analyst`) in the
+    state directory, with the global lock timeout."""
+    from dpcli.release.path import LedgerRef
+
+    s = settings(ctx)
+    return LedgerRef(s.state_dir, resolve_analyst(analyst, ctx), s.lock_timeout)
+
+
+def busy(ctx: typer.Context) -> Callable[[str], contextlib.AbstractContextManager[None]]:
+    """``what`` → a spinner while long work runs (on a terminal only): :func:`working` for the release path."""
+    return lambda what: working(ctx, what)

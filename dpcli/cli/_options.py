@@ -1,16 +1,23 @@
-"""Parsing of numeric options into exact values, with one-line errors."""
+"""The options commands share: their declarations (one name per idea, docs/vocabulary.md), the
+parsing of numbers into exact values with one-line errors, and the option groups a command turns
+into library values (``--schedule …`` → :class:`dpcli.release.schedules.ScheduleSpec`, ``--engine …``
+→ :class:`dpcli.spark.engine.EngineRequest`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dpcli.core.exact import to_fraction
 from dpcli.errors import UsageError
+
+if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
+    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.spark.engine import EngineRequest
 
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
 MAX_NUMBER_TEXT = 100
@@ -58,7 +65,7 @@ POSITIVE_RANGES: dict[str, Range] = {
     "--total-epsilon": EPSILON_RANGE,
     "--rho": RHO_RANGE,
     "--gamma": _range("0.001", "0.999"),  # bbscheduler's growth factor: about ln(growth)/γ epochs
-    "--improver-c": _range("1e-6", "0.5"),  # and < 1/4 for a new schedule (dpcli/cli/_schedule.py)
+    "--improver-c": _range("1e-6", "0.5"),  # and < 1/4 for a new schedule (schedule_spec)
 }
 
 
@@ -178,3 +185,106 @@ SparkConfOpt = Annotated[
     typer.Option("--spark-conf", help="--engine spark: a resource setting KEY=VALUE, e.g. spark.executor.memory=8g "
                  "(repeatable; settings that could change or publish a result are refused)."),
 ]
+ScheduleOpt = Annotated[
+    str | None, typer.Option("--schedule", help="Run as part of the named schedule over growing snapshots.")
+]
+SchedulerOpt = Annotated[
+    str, typer.Option("--scheduler", help="bbscheduler (a new epoch when the noisy count of units has grown by 1+γ), "
+                      "bbimprover (every run) or fixed.")
+]
+TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε of the whole schedule, forever.")]
+TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
+GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: Alg. 1).")]
+BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
+ImproverCOpt = Annotated[
+    str | None,
+    typer.Option("--improver-c", help="bbimprover: c in ε_t ∝ t^-(1/2+c), 0 < c < 1/4 (default 0.1; "
+                 "an existing schedule keeps its own)."),
+]
+ImproverIndexOpt = Annotated[
+    str | None,
+    typer.Option("--improver-index", help="bbimprover: t counts runs (the default). rows (Algorithm 2 as "
+                 "printed) is refused for new schedules; one made with it counts runs from now on."),
+]
+
+
+@dataclass(frozen=True)
+class ScheduleOptions:
+    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it)."""
+
+    name: str | None
+    scheduler: str = "bbscheduler"
+    total_epsilon: str | None = None
+    total_delta: str | None = None
+    gamma: str | None = None
+    beta: str = "0.05"
+    improver_c: str | None = None
+    improver_index: str | None = None
+
+
+def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_run: bool = False) -> ScheduleSpec | None:
+    """The schedule the options describe, checked (None when ``--schedule`` is absent)."""
+    from dpcli.core import schedules as sch
+    from dpcli.release.schedules import ScheduleSpec
+
+    o = options
+    if o.name is None:
+        if o.total_epsilon or o.total_delta or o.gamma:
+            raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+        return None
+    if dry_run:
+        raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
+    if o.scheduler not in sch.SCHEDULERS:
+        raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {o.scheduler!r}")
+    total = positive("--total-epsilon", o.total_epsilon, required=True)
+    delta = probability("--total-delta", o.total_delta) or Fraction(0)
+    gamma = positive("--gamma", o.gamma)
+    if gamma is not None and not gamma < 1:
+        raise UsageError("--gamma must be in (0, 1)")
+    beta = probability("--beta", o.beta, allow_zero=False)
+    c = _improver_c(o)
+    _check_scheduler_options(o, run_epsilon, delta)
+    if delta:
+        try:
+            sch.check_cdp_total(float(total), float(delta))  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
+    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,  # type: ignore[arg-type]
+                        index=o.improver_index or "runs", defaulted=defaulted)
+
+
+def _improver_c(o: ScheduleOptions) -> Fraction:
+    """``--improver-c`` (default 0.1), in (0, 1/4); ``--improver-index`` runs or rows; both bbimprover's only."""
+    from dpcli.core import schedules as sch
+
+    c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
+    if c is None or c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
+        raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
+                         "no longer improves as the data grows")
+    if o.improver_index is not None and o.improver_index not in sch.IMPROVER_INDEXES:
+        raise UsageError(f"--improver-index must be runs or rows, got {o.improver_index!r}")
+    if (o.improver_c is not None or o.improver_index is not None) and o.scheduler != "bbimprover":
+        raise UsageError("--improver-c and --improver-index apply to --scheduler bbimprover")
+    return c
+
+
+def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, delta: Fraction) -> None:
+    """Each scheduler's own rules: fixed spends --epsilon per pure run; the others set each run's ε;
+    bbimprover composes with CDP (a δ)."""
+    if o.scheduler == "fixed":
+        if run_epsilon is None:
+            raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
+        if delta:
+            raise UsageError("--scheduler fixed composes pure runs: drop --total-delta")
+    elif run_epsilon is not None:
+        raise UsageError(f"--scheduler {o.scheduler} sets each run's ε itself; drop --epsilon")
+    if o.scheduler == "bbimprover" and not delta:
+        raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
+
+
+def engine_request(engine: str, master: str | None, remote: str | None, conf: list[str] | None) -> EngineRequest:
+    """The ``--engine`` option group (checked by the release path before any data is read)."""
+    from dpcli.spark.engine import EngineRequest
+
+    return EngineRequest(engine, master, remote, tuple(conf or ()))

@@ -7,6 +7,8 @@ catalog public entry, standard input, or in personal mode a path.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dpcli.access import Source, gate
 from dpcli.errors import UsageError
 
@@ -40,3 +42,14 @@ def data_source(argument: str, privacy_unit: str | None, input_format: str | Non
 def public_source(argument: str | None, option: str) -> Source | None:
     """A public file named by ``option`` (``--keys``, a spec's block list), resolved; None when absent."""
     return None if argument is None else gate().public(argument, option)
+
+
+def block_list_source(spec: Any) -> Source | None:
+    """A tabulation spec's ``geography.blocks``: a catalog public name (always, in service mode), else a
+    path next to the spec; None when the spec names none."""
+    g = gate()
+    if spec.blocks is None:
+        return None
+    if g.service or (g.catalog is not None and g.catalog.entry("public", spec.blocks) is not None):
+        return g.public(spec.blocks, "geography.blocks")
+    return Source(spec.blocks, str(spec.blocks_file))

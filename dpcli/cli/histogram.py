@@ -1,51 +1,43 @@
-"""``dpcli histogram``: parse options, call :mod:`dpcli.tasks.histogram`, charge, write."""
+"""``dpcli histogram``: declare the options, build the task, run the release path, render."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from fractions import Fraction
 from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import (
-    handles_errors,
-    resolve_analyst,
-    settings,
-    unit_word,
-    working,
-)
+from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    BetaOpt,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
     EpsilonOpt,
     FormatOpt,
+    GammaOpt,
+    ImproverCOpt,
+    ImproverIndexOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    ScheduleOpt,
+    ScheduleOptions,
+    SchedulerOpt,
     SparkConfOpt,
+    TotalDeltaOpt,
+    TotalEpsilonOpt,
     UnitOpt,
     bounds,
     columns,
+    engine_request,
     positive,
     probability,
-)
-from dpcli.cli._schedule import (
-    BetaOpt,
-    GammaOpt,
-    ImproverCOpt,
-    ImproverIndexOpt,
-    ScheduleOpt,
-    SchedulerOpt,
-    TotalDeltaOpt,
-    TotalEpsilonOpt,
+    schedule_spec,
 )
 from dpcli.cli._sources import data_source, public_source
-from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
@@ -128,78 +120,28 @@ def histogram(
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
-    from dpcli import advice, release
-    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import (
-        output_digest,
-        output_plan,
-        show_dry_run,
-        write_release,
-    )
-    from dpcli.cli._schedule import run_scheduled, schedule_spec
-    from dpcli.state import ledger
-    from dpcli.state.paths import ensure_state_dir
-    from dpcli.tasks import histogram as hist
+    from dpcli import release
+    from dpcli.cli.render import output_target, show_plan, write_release
+    from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
-    s = settings(ctx)
-    analyst = resolve_analyst(None, ctx)
-    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)
-    defaulted = [f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions)) if v is None]
-    query = hist.HistogramQuery(
-        by=columns("--by", by),
-        unit=source.privacy_unit,  # type: ignore[arg-type]
-        aggregations=columns("--agg", agg),
-        value=value,
-        bounds=bounds("--bounds", bounds_text),
-        granularity=positive("--granularity", granularity),
-        max_partitions=max_partitions or 1,
-        max_contributions=max_contributions or 1,
-        epsilon=positive("--epsilon", epsilon),
-        delta=probability("--delta", delta) or 0,
-        rho=positive("--rho", rho),
-        noise=noise or ("gaussian" if led.limits.mode == "zcdp" else "laplace"),  # type: ignore[arg-type]
-        domain="keys" if keys else selection,  # type: ignore[arg-type]
-        max_groups=max_groups,
-        with_error=with_error,
-    )
-    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, query.epsilon,
-                         dry_run=dry_run, index=improver_index)
-    if spec is not None:
-        if query.domain != "keys" or query.noise != "laplace":
-            raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
-        query.validate()
-    elif dry_run:
-        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
-        show_dry_run(s, analyst, hist.describe_plan(query, plan), plan.events, as_json)
+    query = HistogramQuery(
+        by=columns("--by", by), unit=source.privacy_unit, aggregations=columns("--agg", agg),  # type: ignore[arg-type]
+        value=value, bounds=bounds("--bounds", bounds_text), granularity=positive("--granularity", granularity),
+        max_partitions=max_partitions or 1, max_contributions=max_contributions or 1,
+        epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or 0, rho=positive("--rho", rho),
+        noise=noise or "laplace", domain="keys" if keys else selection,  # type: ignore[arg-type]
+        max_groups=max_groups, with_error=with_error)
+    defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
+                      if v is None)
+    task = HistogramTask(query, noise_given=noise is not None, defaulted=defaulted, unit_label=unit_word())
+    spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
+                                         improver_index), query.epsilon, dry_run)
+    ledger = payer(ctx)
+    if dry_run:
+        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
         return
-    else:  # refuse a bad query, or one this ledger can never pay, before reading data
-        plan = hist.plan_histogram(query, led.limits.mode, led.limits.values)
-        ledger.check_payable(led, plan.events)
-    key_list = public_source(keys, "--keys")
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
-                      inputs=(source.location, key_list.location if key_list else None))
-    spark = check_engine(engine, master, remote, spark_conf, source)
-    inputs = release.open_query_inputs(source, None, query.unit, query.by, value, key_list,
-                                       table=open_spark_input(s, spark, source), early=early)
-    bounder = bounding_engine(s, spark, inputs.table, source.delimiter or ",")
-    runner = release.histogram_runner(s.state_dir, query, inputs, led.limits, bounder)
-
-    def run(eps: Fraction | None) -> release.Prepared:
-        with working(ctx, f"bounding contributions and aggregating {inputs.table.name}"):
-            return runner(eps)
-
-    if spec is not None:
-        scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon"}
-        run_scheduled(s, analyst, "histogram", spec, {"command": "histogram", **scheduled,
-                      "keys": inputs.fingerprints["keys"]}, inputs.table, run, output, fmt, as_json,
-                      notes_for=lambda done, eps: advice.histogram_notes(
-                          query, hist.plan_histogram(replace(query, epsilon=eps), led.limits.mode, led.limits.values),
-                          done.table, defaulted, unit_word()))
-        return
-    prepared = run(query.epsilon)
-    done = release.charge(s.state_dir, analyst, "histogram", prepared,
-                          release.histogram_summary(inputs.table.name, prepared.metadata),
-                          lock_timeout=s.lock_timeout, inputs=inputs.tables,
-                          output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
-    notes = advice.histogram_notes(query, plan, done.table, defaulted, unit_word())
-    write_release(s, done, output, fmt, as_json, notes)
+    target = output_target(output, out_format, as_json)
+    sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
+    done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
+                       early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
+    write_release(settings(ctx), done, target, as_json)

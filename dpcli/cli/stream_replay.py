@@ -1,17 +1,14 @@
-"""``dpcli stream-replay``: declare the options, build the query, call :mod:`dpcli.tasks.stream_replay`,
-charge, write."""
+"""``dpcli stream-replay``: declare the options, build the task, run the release path (once, or against a
+``--state`` stream), render."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dpcli.access import Source, gate
-from dpcli.cli._common import handles_errors, resolve_analyst, settings, working
+from dpcli.access import gate
+from dpcli.cli._common import busy, handles_errors, payer, settings
 from dpcli.cli._options import (
     DelimiterOpt,
     DeltaOpt,
@@ -28,16 +25,15 @@ from dpcli.cli._options import (
     UnitOpt,
     bounds,
     columns,
+    engine_request,
     positive,
     probability,
 )
 from dpcli.cli._sources import data_source
 from dpcli.errors import UsageError
-from dpcli.io.opening import EarlyInput, hash_early
+from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
-    from dpcli.io.inputs import InputTable
-    from dpcli.release import Calibration
     from dpcli.tasks import stream_replay as sr
 
 
@@ -109,54 +105,31 @@ def stream_replay(
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
-    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import charge_and_write, output_plan, show_dry_run
+    from dpcli import release
     from dpcli.cli._times import parse_moment
+    from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.io.outputs import check_path_is_not_protected
-    from dpcli.release import Calibration, release_seed
-    from dpcli.state import ledger
-    from dpcli.state.paths import ensure_state_dir
-    from dpcli.tasks import stream_replay as sr
-    from dpcli.tasks.stream.plan import margins95, with_margins
+    from dpcli.tasks.stream.algorithm import trigger_through
+    from dpcli.tasks.stream.task import StreamTask
 
-    s = settings(ctx)
-    analyst = resolve_analyst(None, ctx)
-    query = _query(time, by, source.privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta, value,
-                   bounds_text, mu)
-    plan = sr.plan_stream(query)
-    if dry_run:
-        ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # exit 77 without a ledger
-        margins = margins95(query, plan)
-        doc = {"query": query.canonical(), **plan.summary, "moe95": margins, "cost": [e.to_json() for e in plan.events]}
-        show_dry_run(s, analyst, doc, list(plan.events), as_json)
-        return
-    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
-    calibration = Calibration(led.limits.mode, plan)
+    query = _query(time, by, source.privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
+                   value, bounds_text, mu)
     moment = parse_moment(through) if through is not None else None
+    task, ledger = StreamTask(query, moment, with_error), payer(ctx)
+    if dry_run:
+        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
+        return
     if moment is not None:
-        sr.trigger_through(moment, query.step)  # a bad --through fails before any data is read
+        trigger_through(moment, query.step)  # a bad --through fails before any data is read
     state_path = gate().stream_state(state) if state is not None else None
     if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
-        check_path_is_not_protected(state_path, s.state_dir, (source.location,), what="--state file", state_file=True)
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir, inputs=(source.location, state_path))
-    spark = check_engine(engine, master, remote, spark_conf, source)
-    table = _open(source, query, open_spark_input(s, spark, source), early)
-    bounder = bounding_engine(s, spark, table, source.delimiter or ",")
-    events = bounder.stream_events if bounder else None
-    margins = (lambda t: with_margins(t, query, plan)) if with_error else (lambda t: t)
-    if state_path is not None:
-        _incremental(ctx, analyst, state_path, state or "", moment, query, calibration, table, output, fmt, as_json,
-                     margins, events)
-        return
-    # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
-    seed = release_seed(s.state_dir, {"command": "stream-replay", "v": 2, **query.canonical()}, {"data": table},
-                        calibration, bounder)
-    with working(ctx, f"replaying {table.name}"):
-        release = sr.run_stream(table.frame, query, plan, seed.seed, moment, name=table.name, engine=events)
-    line = (f"stream-replay of {table.name}: {release.metadata['releases']} release row(s), "
-            f"triggers run through {release.metadata['through']}")
-    charge_and_write(s, analyst, "stream-replay", seed, list(plan.events), margins(release.table), output, fmt,
-                     {"command": "stream-replay", **release.metadata}, as_json, line, inputs=(table,))
+        check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file", state_file=True)
+    continuation = release.Continuation(stream_state=state_path, label=state or "", through=moment) if state_path else None
+    target = output_target(output, out_format, as_json)
+    done = release.run(task, release.Sources(source), ledger, output=target,
+                       engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx),
+                       continuation=continuation)
+    write_release(settings(ctx), done, target, as_json)
 
 
 def _query(
@@ -185,51 +158,3 @@ def _query(
         delta=probability("--delta", delta, required=True, allow_zero=False),  # type: ignore[arg-type]
         value=value, clamp=clamp, mu=mu,
     )
-
-
-def _open(source: Source, query: sr.StreamQuery, table: InputTable | None = None,
-          early: EarlyInput | None = None) -> InputTable:
-    """The input (``table`` if Spark listed it already), its schema checked. CSV columns the query reads
-    are taken as text: their types (and the keys' spelling and order) must not depend on what one
-    record holds; times and values are parsed per record by the task."""
-    from dpcli.io.inputs import open_input, require_columns
-
-    value = [query.value] if query.value else []
-    if table is None:
-        table = open_input(source, text_columns=(query.time, query.unit, *query.keys, *value), early=early)
-    wanted = {query.unit: "key", query.time: "temporal", **{k: "key" for k in query.keys}}
-    if query.value:
-        wanted[query.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
-    require_columns(table, wanted)  # type: ignore[arg-type]
-    return table
-
-
-def _incremental(
-    ctx: typer.Context, analyst: str, path: Path, label: str, moment: datetime | None, query: sr.StreamQuery,
-    calibration: Calibration, table: InputTable, output: str | None, fmt: str, as_json: bool,
-    margins: Callable[[Any], Any], events: Any = None,
-) -> None:
-    """One cron run against a state file (:func:`dpcli.tasks.stream_replay.state_run`): charge, save, write.
-
-    A new stream's seed binds its query, a fresh reservation id and ``calibration``; it has no
-    inputs (it is made once, for every run): each run's input, with its reading, is bound by the
-    run's digest in the ledger."""
-    from dpcli.cli._release import charge_and_write, write_and_report
-    from dpcli.release import ReleaseSeed, release_seed
-    from dpcli.tasks import stream_replay as sr
-
-    s = settings(ctx)
-    plan = calibration.plan
-    data = sr.StateInput(table.frame, table.fingerprint, table.name, events, reading=table.reading_material())
-    with sr.state_run(path, query, plan, data, analyst=analyst, state_dir=s.state_dir, lock_timeout=s.lock_timeout,
-                      new_seed=lambda material: release_seed(s.state_dir, material, {}, calibration), through=moment,
-                      busy=lambda: working(ctx, f"feeding {table.name} to {label}")) as run:
-        if run.repeat:
-            write_and_report(s, margins(run.table), output, fmt, run.metadata, as_json,
-                             f"stream-replay: repeated run, same rows as before (state {label}, free)")
-            return
-        line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
-                f"triggers run through {run.metadata['through']}")
-        charge_and_write(s, analyst, "stream-replay --state", ReleaseSeed(b"", run.run_id, run.reservation),
-                         list(plan.events), margins(run.table), output, fmt, run.metadata, as_json, line, step=run.step,
-                         inputs=(table,), before_output=run.save)

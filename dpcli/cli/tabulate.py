@@ -8,11 +8,12 @@ import typer
 
 from dpcli.access import Source, gate
 from dpcli.cli._common import (
+    busy,
     emit_json,
     handles_errors,
+    payer,
     resolve_analyst,
     settings,
-    working,
 )
 from dpcli.cli._options import (
     DelimiterOpt,
@@ -24,8 +25,10 @@ from dpcli.cli._options import (
     OutputOpt,
     RemoteOpt,
     SparkConfOpt,
+    engine_request,
     probability,
 )
+from dpcli.cli._sources import block_list_source
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
@@ -65,19 +68,9 @@ def tabulate(
     """
     source = gate().dataset(input) if input is not None else None
     early = hash_early(source, read=not dry_run and engine == "polars")
-    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import charge_and_write, output_plan
-    from dpcli.core.prf import KeyedStream
-    from dpcli.io.inputs import open_input
-    from dpcli.release import (
-        Calibration,
-        DocumentInput,
-        block_list_source,
-        open_block_list,
-        release_seed,
-    )
-    from dpcli.state import ledger
-    from dpcli.state.paths import ensure_state_dir
+    from dpcli import release
+    from dpcli.cli.render import output_target, write_release
+    from dpcli.release.seeds import DocumentInput
     from dpcli.tasks import tabulate as tab
     from dpcli.tasks.tabulate_spec import read_spec
 
@@ -85,51 +78,36 @@ def tabulate(
         raise UsageError("--spec is required (the tabulation spec, TOML)")
     spec, spec_fingerprint = read_spec(spec_path)
     if dry_run:
-        d = probability("--delta", delta, allow_zero=False)
-        result = tab.plan(spec, float(d))  # type: ignore[arg-type]
-        result["ledger"] = _would_accept(ctx, tab.events(spec))
-        if as_json:
-            emit_json(result)
-        else:
-            typer.echo(_plan_text(result))
+        _show_plan(ctx, spec, delta, as_json)
         return
     if source is None:
         raise UsageError("give the person file (or --dry-run for the plan only)")
     if source.entry is not None and (input_format or delimiter) and gate().service:
         raise UsageError(f"dataset {source.name!r} is read as the operator declared it; drop --input-format and "
                          "--delimiter")
-    s = settings(ctx)
-    analyst = resolve_analyst(None, ctx)
-    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)  # fail early (exit 77) without a ledger
-    events = tab.events(spec)
     if source.entry is None:
         source = Source(source.name, source.location, input_format, delimiter)
-    blocks_source = block_list_source(spec) if spec.blocks is not None else None
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
-                      inputs=(source.location, spec_path, blocks_source.location if blocks_source else None))
-    c = spec.columns
-    # Every spec column is read as text from CSV: the codes are parsed (and unparsable records
-    # dropped) inside the tabulation, so a stray value cannot change the inferred schema and
-    # turn into a data-dependent error.
-    spark = check_engine(engine, master, remote, spark_conf, source)
-    table = open_spark_input(s, spark, source) or open_input(
-        source, text_columns=tuple(c[k] for k in ("block", "race", "ethnicity", "sex", "age")), early=early)
-    blocks = open_block_list(spec)  # every input is hashed as read: the seed covers the bytes parsed, and how
-    bounder = bounding_engine(s, spark, table, source.delimiter or ",")
-    inputs = {"data": table, "spec": DocumentInput(spec_fingerprint, "toml"), "blocks": blocks}
-    calibration = Calibration(led.limits.mode, tab.plan_tabulate(spec))
-    # --with-error is not in the query: margins are post-processing
-    seed = release_seed(s.state_dir, {"command": "tabulate", "v": 1}, inputs, calibration, bounder)
-    with working(ctx, f"tabulating {table.name}"):
-        release = tab.run_tabulate(table.frame, spec, KeyedStream(seed.seed, "tabulate"), with_error,
-                                   blocks=blocks.frame, name=table.name,
-                                   engine=bounder.tabulate_counts if bounder else None)
-    # The summary holds public values (spec, levels, groups enumerated from the public block list,
-    # noise scales) and functions of the noisy output (branches, rows): no count of records.
-    metadata: dict[str, Any] = {"command": "tabulate", "noise": spec.noise, **release.metadata}
-    line = f"tabulate {table.name}: {release.metadata['rows']} cell(s) over {len(spec.levels)} level(s)"
-    charge_and_write(s, analyst, "tabulate", seed, events, release.table, output, fmt, metadata, as_json, line,
-                     inputs=(table, blocks))
+    blocks = block_list_source(spec)
+    task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
+    sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
+    target = output_target(output, out_format, as_json)
+    done = release.run(task, sources, payer(ctx), output=target, engine=engine_request(engine, master, remote, spark_conf),
+                       early=early, busy=busy(ctx))
+    write_release(settings(ctx), done, target, as_json)
+
+
+def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None:
+    """``--dry-run``: Table 4 (per-level parameters) and Table 2 (total loss under each analysis), and
+    whether the ledger would accept the spec's cost now."""
+    from dpcli.tasks import tabulate as tab
+
+    d = probability("--delta", delta, allow_zero=False)
+    result = tab.plan(spec, float(d))  # type: ignore[arg-type]
+    result["ledger"] = _would_accept(ctx, tab.events(spec))
+    if as_json:
+        emit_json(result)
+    else:
+        typer.echo(_plan_text(result))
 
 
 def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:

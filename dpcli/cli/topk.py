@@ -1,47 +1,39 @@
-"""``dpcli topk``: parse options, call :mod:`dpcli.tasks.topk`, charge (reserve, settle), write."""
+"""``dpcli topk``: declare the options, build the task, run the release path (reserve, settle), render."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from fractions import Fraction
 from typing import Annotated
 
 import typer
 
-from dpcli.cli._common import (
-    handles_errors,
-    notice,
-    resolve_analyst,
-    settings,
-    unit_word,
-    working,
-)
+from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    BetaOpt,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
     FormatOpt,
+    GammaOpt,
+    ImproverCOpt,
+    ImproverIndexOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
     MasterOpt,
     OutputOpt,
     RemoteOpt,
-    SparkConfOpt,
-    UnitOpt,
-    columns,
-    positive,
-    probability,
-)
-from dpcli.cli._schedule import (
-    BetaOpt,
-    GammaOpt,
-    ImproverCOpt,
-    ImproverIndexOpt,
     ScheduleOpt,
+    ScheduleOptions,
     SchedulerOpt,
+    SparkConfOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
+    UnitOpt,
+    columns,
+    engine_request,
+    positive,
+    probability,
+    schedule_spec,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.errors import UsageError
@@ -116,89 +108,29 @@ def topk(
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
-    from dpcli import advice, release
-    from dpcli.cli._engine import bounding_engine, check_engine, open_spark_input
-    from dpcli.cli._release import (
-        output_digest,
-        output_plan,
-        show_dry_run,
-        write_release,
-    )
-    from dpcli.cli._schedule import run_scheduled, schedule_spec
-    from dpcli.state import ledger
-    from dpcli.state.paths import ensure_state_dir
-    from dpcli.tasks import topk as tk
+    from dpcli import release
+    from dpcli.cli.render import output_target, show_plan, write_release
+    from dpcli.tasks.topk import TopKQuery, TopKTask, epsilon_per_for
 
-    s = settings(ctx)
-    analyst = resolve_analyst(None, ctx)
-    led = ledger.read_ledger(ensure_state_dir(s.state_dir), analyst)
     if epsilon is not None and epsilon_per is not None:
         raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
-    per_step = positive("--epsilon-per", epsilon_per)
-    whole = positive("--epsilon", epsilon)
+    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
     if whole is not None and schedule is None:
-        per_step = tk.epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
-    query = tk.TopKQuery(
-        by=columns("--by", by),
-        unit=source.privacy_unit,  # type: ignore[arg-type]
-        k=k,
-        count=count,  # type: ignore[arg-type]
-        max_contributions=1 if max_contributions is None else max_contributions,
-        known_domain=keys is not None,
-        dbar=max_groups,
-        with_counts=not no_counts,
-        epsilon_per=per_step,
-        delta=probability("--delta", delta) or 0,
-        with_error=with_error,
-    )
-    defaulted = ["max_contributions"] if max_contributions is None else []
-    spec = schedule_spec(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                         whole if schedule else None, dry_run=dry_run, index=improver_index)
-    if spec is not None:
-        if not query.known_domain:
-            raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --keys")
-        if query.epsilon_per is not None:
-            raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
-        query.validate()
-    elif dry_run:
-        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
-        show_dry_run(s, analyst, tk.describe_plan(query, plan), plan.reserve, as_json)
+        per_step = epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
+    query = TopKQuery(
+        by=columns("--by", by), unit=source.privacy_unit, k=k, count=count,  # type: ignore[arg-type]
+        max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
+        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step, delta=probability("--delta", delta) or 0,
+        with_error=with_error)
+    task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word())
+    spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
+                                         improver_index), whole if schedule else None, dry_run)
+    ledger = payer(ctx)
+    if dry_run:
+        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
         return
-    else:  # refuse a bad query, or one this ledger can never pay, before reading data
-        plan = tk.plan_topk(query, led.limits.mode, led.limits.values)
-        ledger.check_payable(led, plan.reserve)
-    key_list = public_source(keys, "--keys")
-    fmt = output_plan(output, out_format, as_json, state_dir=s.state_dir,
-                      inputs=(source.location, key_list.location if key_list else None))
-    spark = check_engine(engine, master, remote, spark_conf, source)
-    inputs = release.open_query_inputs(source, None, query.unit, query.by, None, key_list, "domain",
-                                       table=open_spark_input(s, spark, source), early=early)
-    bounder = bounding_engine(s, spark, inputs.table, source.delimiter or ",")
-    runner = release.topk_runner(s.state_dir, inputs, led.limits, bounder)
-
-    def run(q: tk.TopKQuery, mode: str) -> release.Prepared:
-        with working(ctx, f"counting groups in {inputs.table.name}"):
-            return runner(q, mode)
-
-    if spec is not None:
-        def per(eps: Fraction) -> Fraction:  # the run's whole ε, split as for --epsilon
-            return tk.epsilon_per_for(eps, query.k, known_domain=True, with_counts=query.with_counts)
-
-        scheduled = {k: v for k, v in query.canonical().items() if k != "epsilon_per"}
-        run_scheduled(s, analyst, "topk", spec, {"command": "topk", **scheduled, "domain": inputs.fingerprints["domain"]},
-                      inputs.table, lambda eps: run(replace(query, epsilon_per=per(eps)), "pure"), output, fmt, as_json,
-                      notes_for=lambda done, eps: advice.topk_notes(
-                          query, tk.plan_topk(replace(query, epsilon_per=per(eps)), "pure", led.limits.values),
-                          done.table, defaulted, unit_word()))
-        return
-    prepared = run(query, led.limits.mode)
-    found, bottom = prepared.metadata["found"], prepared.metadata.get("bottom", False)
-    line = f"top-{query.k} of {inputs.table.name}: {found} group(s)"
-    if bottom:
-        line += f", ⊥ reached (only {found} of {query.k} could be released)"
-    done = release.charge(s.state_dir, analyst, "topk", prepared, line, lock_timeout=s.lock_timeout, inputs=inputs.tables,
-                          output_digest=output_digest(prepared.table, output, fmt, prepared.metadata))
-    notes = advice.topk_notes(query, plan, done.table, defaulted, unit_word())
-    write_release(s, done, output, fmt, as_json, notes)
-    if bottom:
-        notice(ctx, f"fewer than k = {query.k} groups pass the threshold (⊥): only {found} released")
+    target = output_target(output, out_format, as_json)
+    sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
+    done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
+                       early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
+    write_release(settings(ctx), done, target, as_json)

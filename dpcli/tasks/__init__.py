@@ -1,1 +1,138 @@
-"""The papers' algorithms as importable tasks (no CLI code)."""
+"""The papers' algorithms as tasks: what a release computes, without I/O or state.
+
+Every command's release is one :class:`Task` run by :func:`dpcli.release.path`: the task says
+which inputs it reads (:meth:`Task.needs`), plans its noise from the ledger's mode and limits
+(:meth:`Task.plan`: the events the release reserves, decided before any data is read), computes
+on the opened frames with its keyed seed (:meth:`Task.run`), and describes the result
+(:meth:`Task.summary`, :meth:`Task.notes`). The release path does the rest, in one order for
+every task: limits → plan once → payable? → open → seed → run → charge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from dpcli.advice import Note
+    from dpcli.bounding import TotalsEngine
+    from dpcli.core.events import PrivacyEvent
+    from dpcli.io.inputs import ColumnKind
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Bounding on another engine than polars (``--engine spark``: :func:`dpcli.spark.engine.bounding_engine`):
+    the functions a task may hand its data pass to, and what enters the release seed.
+
+    ``seed_tag`` enters the release seed. The CLI always sets one for Spark: the engines compute
+    the same totals (selection v3, one number grammar; ``tests/test_spark.py``), but if they ever
+    diverged silently (a reader that skips a file, two CSV parsers splitting a damaged record
+    differently), a "free replay" across engines would reuse the noise over different values and
+    publish their exact difference. So a Spark release has its own noise and its own charge. An
+    empty tag (tests) gives polars' seed, and then the release is byte-identical to polars'.
+    """
+
+    totals: TotalsEngine
+    seed_tag: str = ""
+    #: ``histogram``'s quantile bins on this engine ((spec, salt, bins) → ``__bin``/``__n`` per group).
+    quantile_counts: Any = None
+    #: ``tabulate``'s counts on this engine (:data:`dpcli.tasks.tabulate.CountsEngine`).
+    tabulate_counts: Any = None
+    #: ``stream-replay``'s bounded events on this engine (:data:`dpcli.tasks.stream.events.EventsEngine`).
+    stream_events: Any = None
+
+
+@dataclass(frozen=True)
+class PublicList:
+    """A public list a task reads besides its data: its columns (read as text), and whether they are
+    cast to the data's types (a list of groups) or kept as text (a block list)."""
+
+    columns: tuple[str, ...]
+    cast_to_data: bool = True
+    #: The error when no source is given for it (None: the list is optional).
+    missing: str | None = None
+
+
+@dataclass(frozen=True)
+class Needs:
+    """The inputs a task reads: the data's columns (each read as text from CSV and NDJSON, so a type
+    never depends on a record) with how each is checked, and the public lists by their seed role."""
+
+    columns: Mapping[str, ColumnKind]
+    lists: Mapping[str, PublicList] = field(default_factory=dict)
+    #: False: the task checks the data's columns itself (tabulate, against its spec).
+    check_columns: bool = True
+    #: Inputs read before the release (a tabulation's spec), by their seed role: anything with
+    #: ``seed_material()`` (:class:`dpcli.release.seeds.DocumentInput`).
+    documents: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Frames:
+    """The opened inputs as a task computes on them: the data's lazy frame, its public name, its row
+    count when known without a pass (Parquet metadata), and each public list's frame by role."""
+
+    data: pl.LazyFrame
+    name: str
+    rows: int | None
+    schema: pl.Schema
+    lists: Mapping[str, pl.DataFrame | pl.LazyFrame] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A task's release, computed in memory: the noisy table, its public metadata, and what it
+    actually cost when that is less than what was reserved (topk's ⊥ in a br ledger)."""
+
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+    actual: list[PrivacyEvent] | None = None
+
+
+class Plan(Protocol):
+    """A task's calibration: every field of it enters the release seed (:func:`dpcli.release.seeds.plan_material`)."""
+
+    @property
+    def events(self) -> list[PrivacyEvent]: ...
+
+
+class Task(Protocol):
+    """One kind of release (see the module docstring)."""
+
+    #: The command that makes it, as the ledger records it (``histogram``, ``topk``, …).
+    command: str
+
+    def check(self) -> None:
+        """Refuse an inconsistent query (one-line usage errors): public inputs first, before any state."""
+        ...
+
+    def for_ledger(self, mode: str) -> Task:
+        """The task with the ledger's defaults filled in (a zcdp ledger: Gaussian noise)."""
+        ...
+
+    def needs(self) -> Needs: ...
+
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> Plan: ...
+
+    def describe(self, plan: Any) -> dict[str, Any]:
+        """The plan for ``--dry-run``: each measurement's noise and margin (public inputs only)."""
+        ...
+
+    def seed_query(self) -> dict[str, Any]:
+        """The query as it enters the release seed (its canonical, exact form)."""
+        ...
+
+    def run(self, frames: Frames, plan: Any, seed: bytes, engine: Engine | None) -> Result: ...
+
+    def summary(self, name: str, result: Result) -> str:
+        """The one public line of a release (public parameters and noisy counts only)."""
+        ...
+
+    def notes(self, plan: Any, result: Result) -> list[Note]:
+        """Notes that change how to read the release, from public inputs and the noisy output only."""
+        ...

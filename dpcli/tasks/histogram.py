@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import polars as pl
@@ -27,6 +27,10 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+
+if TYPE_CHECKING:
+    from dpcli.advice import Note
 
 Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
@@ -608,3 +612,91 @@ def _aggregate(
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     return f"{_q_label(p)}_{v}", values, None, "not provided (exponential mechanism)"
+
+
+@dataclass(frozen=True)
+class HistogramTask:
+    """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
+
+    ``noise_given``: whether the query's noise was chosen (else a zcdp ledger gets Gaussian noise:
+    :meth:`for_ledger`); ``defaulted``: the caps left at their defaults, and ``unit_label`` how notes
+    name the privacy unit (both for :meth:`notes`).
+    """
+
+    query: HistogramQuery
+    noise_given: bool = True
+    defaulted: tuple[str, ...] = ()
+    unit_label: str | None = None
+    command: str = "histogram"
+
+    def for_ledger(self, mode: str) -> HistogramTask:
+        if self.noise_given or mode != "zcdp":
+            return self
+        return replace(self, query=replace(self.query, noise="gaussian"), noise_given=True)
+
+    def at_epsilon(self, epsilon: Fraction) -> HistogramTask:
+        """The same query at a schedule run's ε."""
+        return replace(self, query=replace(self.query, epsilon=epsilon))
+
+    def check_schedulable(self) -> None:
+        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
+        if self.query.domain != "keys" or self.query.noise != "laplace":
+            raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
+        self.query.validate()
+
+    def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
+        """What names a schedule besides its name: the query without its ε, and the keys' fingerprint."""
+        query = {k: v for k, v in self.query.canonical().items() if k != "epsilon"}
+        return {"command": "histogram", **query, "keys": lists["keys"]}
+
+    def check(self) -> None:
+        """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
+        self.query.validate()
+
+    def needs(self) -> Needs:
+        q = self.query
+        columns: dict[str, Any] = {q.unit: "key", **{c: "key" for c in q.by}}
+        if q.value:
+            columns[q.value] = "value"
+        return Needs(columns, {"keys": PublicList(q.by)} if q.domain == "keys" else {})
+
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> HistogramPlan:
+        return plan_histogram(self.query, mode, dict(limits))
+
+    def describe(self, plan: HistogramPlan) -> dict[str, Any]:
+        return describe_plan(self.query, plan)
+
+    def seed_query(self) -> dict[str, Any]:
+        return {"command": "histogram", "v": 1, **self.query.canonical()}
+
+    def run(self, frames: Frames, plan: HistogramPlan, seed: bytes, engine: Engine | None) -> Result:
+        q = self.query
+        keys = frames.lists.get("keys")
+        released = run_histogram(frames.data, q, plan, KeyedStream(seed, "histogram"),
+                                 keys if isinstance(keys, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
+                                 engine=engine.totals if engine else None,
+                                 quantile_engine=engine.quantile_counts if engine else None)
+        metadata = {
+            "command": "histogram",
+            "groups": released.groups_released,
+            "aggregations": list(q.aggregations),
+            "max_partitions": q.max_partitions,
+            "max_contributions": q.max_contributions,
+            "split": plan.summary.get("split"),
+            "threshold": plan.threshold,
+            **released.metadata,
+        }
+        if q.epsilon is not None:
+            metadata["epsilon"] = fraction_text(q.epsilon)
+        return Result(released.table, metadata)
+
+    def summary(self, name: str, result: Result) -> str:
+        line = f"histogram of {name}: {result.metadata['groups']} group(s) released"
+        if result.metadata.get("threshold") is not None:
+            line += f" (threshold {result.metadata['threshold']} noisy units)"
+        return line
+
+    def notes(self, plan: HistogramPlan, result: Result) -> list[Note]:
+        from dpcli import advice
+
+        return advice.histogram_notes(self.query, plan, result.table, self.defaulted, self.unit_label)

@@ -6,7 +6,7 @@ A facade: the query (:mod:`~dpcli.tasks.stream.query`), the calibration
 (:mod:`~dpcli.tasks.stream.algorithm`), a replay or an advance
 (:mod:`~dpcli.tasks.stream.run`), the state codec
 (:mod:`~dpcli.tasks.stream.state`) and a run against a state file
-(:mod:`~dpcli.tasks.stream.statefile`). The CLI calls the functions through
+(:mod:`dpcli.release.streams`). The CLI calls the functions through
 this module (tests replace :func:`plan_stream` here).
 """
 
@@ -50,13 +50,12 @@ from dpcli.tasks.stream.state import (
     new_state_body,
     state_body,
 )
-from dpcli.tasks.stream.statefile import StateInput, StateRun, state_run
 
 __all__ = [
     "CLAMP_RANGE", "ISO_LAYOUTS", "MAX_EPSILON", "MAX_MU", "MAX_RECORDS", "MAX_SECONDS", "MAX_TRIGGERS",
-    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState", "StateInput", "StateRun",
+    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState",
     "StreamPlan", "StreamQuery", "StreamRelease", "StreamState", "WindowRun", "advance_stream", "bounded_events",
     "check_state_body", "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state",
-    "naive_utc", "new_state_body", "plan_stream", "prepare_events", "run_stream", "state_body", "state_run",
+    "naive_utc", "new_state_body", "plan_stream", "prepare_events", "run_stream", "state_body",
     "trigger_through", "tree",
 ]

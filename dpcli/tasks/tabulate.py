@@ -8,8 +8,8 @@ The algorithm, its calibration from margins of error and its accounting are in `
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -23,6 +23,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text
 from dpcli.frames import collect
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
 #: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
@@ -115,13 +116,15 @@ class TabulatePlan:
     thresholds: tuple[int, int, int]
     levels: tuple[Level, ...]
     per_group: tuple[Fraction, ...]  # one per level, in order: :attr:`LevelBudget.per_group`
+    #: What a run costs (:func:`events`): a function of the fields above, so not part of the seed's material.
+    events: list[PrivacyEvent] = field(default_factory=list, compare=False)
 
 
 def plan_tabulate(spec: Spec) -> TabulatePlan:
     """The calibration of ``spec``'s release (no data read)."""
     budgets = level_budgets(spec, spec.noise)  # every level has a budget in the spec's own noise
     return TabulatePlan(spec.noise, spec.gamma, spec.thresholds, tuple(b.level for b in budgets),
-                        tuple(b.per_group for b in budgets))
+                        tuple(b.per_group for b in budgets), events(spec))
 
 
 def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) -> tuple[float, float]:
@@ -364,7 +367,7 @@ COUNT_SCHEMA = {"geo_id": pl.String, "iteration": pl.String, "__sex": pl.String,
 
 def run_tabulate(
     frame: pl.LazyFrame, spec: Spec, stream: KeyedStream, with_error: bool = False, *, blocks: pl.LazyFrame,
-    name: str = "the input", engine: CountsEngine | None = None,
+    name: str = "the input", engine: CountsEngine | None = None, plan: TabulatePlan | None = None,
 ) -> TabulateRelease:
     """All levels: bound (stability), count, noisy step 1, adaptive step 2. Output rows in a fixed order.
 
@@ -376,7 +379,7 @@ def run_tabulate(
     else:
         check_columns(frame.collect_schema(), spec, name)
         counts_of = engine(spec, blocks_df)
-    plan = plan_tabulate(spec)
+    plan = plan or plan_tabulate(spec)
     parts: list[pl.DataFrame] = []
     meta_levels = []
     for level, per_group in zip(plan.levels, plan.per_group, strict=True):
@@ -519,3 +522,51 @@ def _tabulate_level(
 
 
 __all__ = ["plan", "plan_tabulate", "TabulatePlan", "events", "run_tabulate", "level_budgets", "base_from_moe"]
+
+
+@dataclass(frozen=True)
+class TabulateTask:
+    """``dpcli tabulate`` as a :class:`dpcli.tasks.Task`: the spec (its bytes, as a seed input ``spec``:
+    ``document``) and whether cells carry margins."""
+
+    spec: Spec
+    document: Any  # the spec's bytes as they enter the seed (:class:`dpcli.release.seeds.DocumentInput`)
+    with_error: bool = False
+    command: str = "tabulate"
+
+    def for_ledger(self, mode: str) -> TabulateTask:
+        return self
+
+    def check(self) -> None:
+        """The spec was checked when it was read (:func:`dpcli.tasks.tabulate_spec.read_spec`)."""
+
+    def needs(self) -> Needs:
+        c = self.spec.columns
+        columns: dict[str, Any] = {c[k]: "any" for k in ("block", "race", "ethnicity", "sex", "age")}
+        blocks = PublicList(tuple(block_columns(self.spec)), cast_to_data=False,
+                            missing="the spec needs geography.blocks: the public list of blocks groups are enumerated from")
+        return Needs(columns, {"blocks": blocks}, check_columns=False, documents={"spec": self.document})
+
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TabulatePlan:
+        return plan_tabulate(self.spec)
+
+    def describe(self, plan: TabulatePlan) -> dict[str, Any]:
+        return {"noise": plan.noise, "levels": [lv.name for lv in plan.levels]}
+
+    def seed_query(self) -> dict[str, Any]:
+        return {"command": "tabulate", "v": 1}  # --with-error is not in the query: margins are post-processing
+
+    def run(self, frames: Frames, plan: TabulatePlan, seed: bytes, engine: Engine | None) -> Result:
+        blocks = frames.lists["blocks"]
+        released = run_tabulate(frames.data, self.spec, KeyedStream(seed, "tabulate"), self.with_error,
+                                blocks=blocks.lazy(), name=frames.name,
+                                engine=engine.tabulate_counts if engine else None, plan=plan)
+        # The summary holds public values (spec, levels, groups enumerated from the public block list,
+        # noise scales) and functions of the noisy output (branches, rows): no count of records.
+        return Result(released.table, {"command": "tabulate", "noise": self.spec.noise, **released.metadata})
+
+    def summary(self, name: str, result: Result) -> str:
+        return f"tabulate {name}: {result.metadata['rows']} cell(s) over {len(self.spec.levels)} level(s)"
+
+    def notes(self, plan: TabulatePlan, result: Result) -> list[Any]:
+        return []

@@ -26,9 +26,10 @@ counts; zcdp ledgers charge (number of BR units)·ε_per²/8.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
 
@@ -40,6 +41,10 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+
+if TYPE_CHECKING:
+    from dpcli.advice import Note
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,11 @@ class TopKPlan:
     reserve: list[PrivacyEvent]
     guarantee: dict[str, Any]
     ledger_mode: str
+
+    @property
+    def events(self) -> list[PrivacyEvent]:
+        """What a release reserves: the most it can cost (its actual cost is settled from its output)."""
+        return self.reserve
 
 
 def _br_units(q: TopKQuery, released: int | None, bottom: bool) -> int:
@@ -279,3 +289,78 @@ def run_topk(
     # found, bottom and br_units are functions of the released list alone (post-processing).
     meta.update({"found": out.height, "k": q.k, "bottom": bottom, "br_units": units})
     return TopKRelease(out, bottom, actual, meta)
+
+
+@dataclass(frozen=True)
+class TopKTask:
+    """``dpcli topk`` as a :class:`dpcli.tasks.Task` (``defaulted`` and ``unit_label``: for :meth:`notes`)."""
+
+    query: TopKQuery
+    defaulted: tuple[str, ...] = ()
+    unit_label: str | None = None
+    command: str = "topk"
+    #: A scheduled run is accounted in pure ε-DP whatever the ledger's mode.
+    scheduled_mode: str = "pure"
+
+    def for_ledger(self, mode: str) -> TopKTask:
+        return self
+
+    def at_epsilon(self, epsilon: Fraction) -> TopKTask:
+        """The same query at a schedule run's whole ε (split over its selections and counts as for --epsilon)."""
+        q = self.query
+        per = epsilon_per_for(epsilon, q.k, known_domain=q.known_domain, with_counts=q.with_counts)
+        return replace(self, query=replace(q, epsilon_per=per))
+
+    def check_schedulable(self) -> None:
+        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
+        if not self.query.known_domain:
+            raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --keys")
+        if self.query.epsilon_per is not None:
+            raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
+        self.query.validate()
+
+    def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
+        """What names a schedule besides its name: the query without its ε, and the domain's fingerprint."""
+        query = {k: v for k, v in self.query.canonical().items() if k != "epsilon_per"}
+        return {"command": "topk", **query, "domain": lists["domain"]}
+
+    def check(self) -> None:
+        """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
+        self.query.validate()
+
+    def needs(self) -> Needs:
+        q = self.query
+        return Needs({q.unit: "key", **{c: "key" for c in q.by}}, {"domain": PublicList(q.by)} if q.known_domain else {})
+
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TopKPlan:
+        return plan_topk(self.query, mode, dict(limits))
+
+    def describe(self, plan: TopKPlan) -> dict[str, Any]:
+        return describe_plan(self.query, plan)
+
+    def seed_query(self) -> dict[str, Any]:
+        return {"command": "topk", "v": 1, **self.query.canonical()}
+
+    def run(self, frames: Frames, plan: TopKPlan, seed: bytes, engine: Engine | None) -> Result:
+        domain = frames.lists.get("domain")
+        released = run_topk(frames.data, self.query, plan, KeyedStream(seed, "topk"),
+                            domain if isinstance(domain, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
+                            engine=engine.totals if engine else None)
+        return Result(released.table, {**released.metadata, "command": "topk", "guarantee": plan.guarantee},
+                      released.actual)
+
+    def summary(self, name: str, result: Result) -> str:
+        found, k = result.metadata["found"], self.query.k
+        line = f"top-{k} of {name}: {found} group(s)"
+        if result.metadata.get("bottom", False):
+            line += f", ⊥ reached (only {found} of {k} could be released)"
+        return line
+
+    def notes(self, plan: TopKPlan, result: Result) -> list[Note]:
+        from dpcli import advice
+
+        notes = advice.topk_notes(self.query, plan, result.table, self.defaulted, self.unit_label)
+        if result.metadata.get("bottom", False):
+            notes.append(advice.Note(f"fewer than k = {self.query.k} groups pass the threshold (⊥): only "
+                                     f"{result.metadata['found']} released"))
+        return notes

@@ -66,7 +66,7 @@ def _forced_derive_seed(key: bytes, material: dict[str, Any]) -> bytes:
 @contextlib.contextmanager
 def forced_seed() -> Iterator[None]:
     """Patch the release seed so that it ignores the secret key and the data fingerprints."""
-    with mock.patch("dpcli.release.derive_seed", _forced_derive_seed):
+    with mock.patch("dpcli.release.seeds.derive_seed", _forced_derive_seed):
         yield
 
 

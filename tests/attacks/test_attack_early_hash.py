@@ -35,7 +35,7 @@ from dptest import one_group_csv as data
 from tabulate_specs import spec_toml
 from typer.testing import CliRunner
 
-from dpcli.cli import _release
+from dpcli.release import path as release_path
 from dpcli.cli.app import app
 from dpcli.io import inputs, opening
 
@@ -59,15 +59,15 @@ def group_of(out: Path) -> str:
 
 
 def in_the_window(monkeypatch, action) -> None:
-    """Run ``action()`` after the early open and before the data is taken: in ``output_plan``, which
-    every command calls between ``hash_early`` and ``open_input``."""
-    original = _release.output_plan
+    """Run ``action()`` after the early open and before the data is taken: in the release path's output
+    check, which comes between ``hash_early`` and ``open_input`` in every command."""
+    original = release_path.check_output_path
 
     def plan(*args, **kwargs):
         action()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(_release, "output_plan", plan)
+    monkeypatch.setattr(release_path, "check_output_path", plan)
 
 
 def hashing_threads() -> list[threading.Thread]:
@@ -123,7 +123,9 @@ def test_a_change_between_the_early_open_and_the_parse_is_refused(tmp_path, monk
 
 
 def test_stream_replay_file_renamed_over_in_the_window_is_refused(tmp_path, monkeypatch):
-    init()
+    # an approx ledger: a pure one can never pay the stream's δ, which is refused before any data is read
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "50",
+                               "--delta", "1e-3"]).exit_code == 0
     d = tmp_path / "s.csv"
     rows = "t,user,g\n" + "".join(f"2024-01-01T00:{i % 60:02d}:00,u{i},a\n" for i in range(N))
     d.write_text(rows)

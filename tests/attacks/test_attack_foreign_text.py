@@ -34,7 +34,7 @@ ALLOWED = {
     ("state/ledger/charges.py", "str(exc)"): "a BudgetError: dpcli wrote its message",
     ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
-    ("cli/_schedule.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
+    ("cli/_options.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate_spec.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
 }

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from dptest import cli, history, runner
 
-from dpcli import release
+from dpcli.release import seeds as release
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
 from dpcli.io import inputs
@@ -406,7 +406,7 @@ def test_what_of_a_plan_stays_out_of_the_seed_is_listed():
     classes = (HistogramPlan, NoisyStatistic, TopKPlan, StreamPlan, TabulatePlan, Level, Noise, PrivacyEvent)
     left_out = {c.__name__: [f.name for f in dataclasses.fields(c) if not f.compare] for c in classes}
     assert left_out == {"HistogramPlan": [], "NoisyStatistic": [], "TopKPlan": [],
-                        "StreamPlan": ["thresholds", "summary"], "TabulatePlan": [], "Level": [], "Noise": [],
+                        "StreamPlan": ["thresholds", "summary"], "TabulatePlan": ["events"], "Level": [], "Noise": [],
                         "PrivacyEvent": ["detail"]}
     with pytest.raises(TypeError):
         release.plan_material({"scales": np.array([1.0])})

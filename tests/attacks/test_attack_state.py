@@ -282,7 +282,7 @@ def test_a_restored_stream_state_replayed_under_another_noise_definition_is_refu
     """An older copy may repeat a recorded run for free only if it recomputes the same rows. After an
     upgrade that changes the noise, the new trees of that run would get other noise: two noisy answers
     for one charge. The run's ledger digest binds the noise version, so the copy is refused."""
-    import dpcli.tasks.stream.statefile as statefile
+    import dpcli.release.streams as statefile
 
     days, _ = stream
     s = tmp_path / "s.state"
@@ -300,7 +300,7 @@ def test_a_restored_stream_state_replayed_under_another_noise_definition_is_refu
 def test_a_restored_schedule_state_replayed_under_another_noise_definition_is_refused(snapshots, tmp_path,
                                                                                         state_dir, monkeypatch):
     """The same for a schedule: its run digest binds the run's seed, which holds the noise version."""
-    import dpcli.release as release
+    import dpcli.release.seeds as release
 
     paths, keys = snapshots
     assert _hist(paths[20000], keys).exit_code == 0

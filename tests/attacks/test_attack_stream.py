@@ -41,7 +41,7 @@ def fast_calibration(monkeypatch):
 @pytest.fixture
 def forced_seed(monkeypatch):
     """Every release seed is one constant: it no longer depends on the key, the data or the state token."""
-    monkeypatch.setattr("dpcli.release.derive_seed", lambda key, material: hashlib.sha256(b"fixed").digest())
+    monkeypatch.setattr("dpcli.release.seeds.derive_seed", lambda key, material: hashlib.sha256(b"fixed").digest())
 
 
 def _rows(extra: list[dict] | None = None, first: list[dict] | None = None, value: bool = False) -> pl.DataFrame:

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from dpcli import release
+from dpcli.tasks.histogram import HistogramTask
 from dpcli.cli.app import app
 from dpcli.errors import DataError
 
@@ -40,10 +40,7 @@ def test_no_record_reaches_stderr_through_a_traceback(tmp_path, monkeypatch, fai
     data.write_text(f"u,g\nu1,{SECRET}\n")
     assert runner.invoke(app, ["budget", "init", "default", "--epsilon", "5"]).exit_code == 0
 
-    def broken_runner(*args, **kwargs):
-        return lambda eps: fail()
-
-    monkeypatch.setattr(release, "histogram_runner", broken_runner)
+    monkeypatch.setattr(HistogramTask, "run", lambda *args, **kwargs: fail())
     r = runner.invoke(app, [*verbose, "histogram", str(data), "--by", "g", "--privacy-unit", "u", "--epsilon", "1",
                             "--keys", str(data)])
     assert r.exit_code in (1, 65), r.stderr

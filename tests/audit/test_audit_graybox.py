@@ -25,7 +25,7 @@ from tabulate_specs import write_spec
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
-from dpcli.release import open_block_list
+from tabulate_specs import block_frame
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import stream_replay as sr
 from dpcli.tasks import tabulate as tab
@@ -192,7 +192,7 @@ def test_tabulate(zero_noise, tmp_path, pairs):
 
     def run(df, s):
         calls.clear()
-        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab"), blocks=open_block_list(s).frame).table
+        out = tab.run_tabulate(_table(df), s, KeyedStream(b"t" * 32, "tab"), blocks=block_frame(s)).table
         return out, list(calls)
 
     def l1_by_level(a, b):

@@ -49,7 +49,7 @@ def replace(a, b, **kw):
 
 atomic.os.fsync, atomic.os.replace = fsync, replace
 if step == "between-debit-and-output":
-    import dpcli.cli._release as rel
+    import dpcli.cli.render as rel
     def write_output(*a, **k):
         die()
     rel.write_output = write_output

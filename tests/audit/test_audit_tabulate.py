@@ -29,7 +29,7 @@ from auditstats import event_epsilon_bound, two_sample_violations
 from tabulate_specs import spec_toml
 
 from dpcli.core.prf import KeyedStream
-from dpcli.release import open_block_list
+from tabulate_specs import block_frame
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks.tabulate_spec import load_spec
 
@@ -56,7 +56,7 @@ def _outcomes(spec, blocks: int, per_block: int, seed: str) -> np.ndarray:
     """Per block, one code of its release: branch-0 totals as 100 + (total − x), marginals as the
     person's cell (sex 1, 18–44) − x; both clipped to ±6 so the two-sample test has few values."""
     out = tab.run_tabulate(_persons(blocks, per_block), spec,
-                           KeyedStream(hashlib.sha256(seed.encode()).digest(), "tab"), blocks=open_block_list(spec).frame).table
+                           KeyedStream(hashlib.sha256(seed.encode()).digest(), "tab"), blocks=block_frame(spec)).table
     total = out.filter(pl.col("age") == "total").select("geo_id", (100 + (pl.col("count") - BASE).clip(-6, 6)).alias("code"))
     cell = out.filter((pl.col("sex") == "1") & (pl.col("age") == "18-44")).select(
         "geo_id", (pl.col("count") - BASE).clip(-6, 6).alias("code"))

@@ -6,7 +6,8 @@
 * :mod:`.algorithm`: the windows, their keys' trees and triggers (Alg. 2-4);
 * :mod:`.run`: a whole replay, or one incremental advance of a persisted stream;
 * :mod:`.state`: the JSON codec of a stream's state and the ``--state`` document body;
-* :mod:`.statefile`: one run against a state file (lock, checks, ledger step, save).
+* :mod:`.task`: a whole replay as a :class:`dpcli.tasks.Task` (runs against a ``--state`` file:
+  :mod:`dpcli.release.streams`).
 
 :mod:`dpcli.tasks.stream_replay` re-exports the public names.
 """

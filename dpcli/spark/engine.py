@@ -1,4 +1,5 @@
-"""``--engine``, ``--master``, ``--remote`` and ``--spark-conf``: the bounding engine of a release (see :mod:`dpcli.spark`)."""
+"""``--engine spark``: the options checked before any data is read, the session, and the bounding engine a
+release's task hands its data pass to (:class:`dpcli.tasks.Engine`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpcli.cli._common import Settings
 from dpcli.errors import SparkStopped, UsageError
 
 if TYPE_CHECKING:
     from dpcli.access import Source
     from dpcli.io.inputs import InputTable
-    from dpcli.release import Engine
+    from dpcli.tasks import Engine
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """The engine options as given: ``--engine``, ``--master``, ``--remote``, ``--spark-conf``."""
+
+    engine: str = "polars"
+    master: str | None = None
+    remote: str | None = None
+    conf: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -28,8 +38,7 @@ class SparkChoice:
     uri: bool  # the input is a URI Spark lists and reads (no local file)
 
 
-def check_engine(engine: str, master: str | None, remote: str | None, conf: list[str] | None,
-                 data: Source) -> SparkChoice | None:
+def check_engine(request: EngineRequest, data: Source) -> SparkChoice | None:
     """Check the engine options before any data is read: None for polars, else where Spark runs.
 
     Spark takes a local CSV or Parquet file or dataset directory (by a path without ``:``), or a
@@ -40,6 +49,8 @@ def check_engine(engine: str, master: str | None, remote: str | None, conf: list
     from dpcli.io.inputs import input_format_for
     from dpcli.spark.inputs import check_uri, uri_scheme
 
+    engine, master, remote = request.engine, request.master, request.remote
+    conf: list[str] | None = list(request.conf)
     source, input_format = data.location, data.format
     if engine == "spark":
         master, remote, conf = gate().spark(master, remote, conf)
@@ -74,16 +85,16 @@ def check_engine(engine: str, master: str | None, remote: str | None, conf: list
     return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
 
 
-def spark_session(s: Settings, choice: SparkChoice) -> Any:
+def spark_session(state_dir: Path, choice: SparkChoice) -> Any:
     """The Spark session of ``choice`` (started once per process; a Connect client needs no JVM)."""
     from dpcli.spark.session import connect_session, spark_session
 
     if choice.remote is not None:
         return connect_session(choice.remote)
-    return spark_session(choice.master or "local[*]", list(choice.conf), s.state_dir)
+    return spark_session(choice.master or "local[*]", list(choice.conf), state_dir)
 
 
-def open_spark_input(s: Settings, choice: SparkChoice | None, data: Source) -> InputTable | None:
+def open_spark_input(state_dir: Path, choice: SparkChoice | None, data: Source) -> InputTable | None:
     """For a URI input, the table Spark lists (its manifest and schema); None for local files,
     which are opened and fingerprinted on this machine as for polars."""
     if choice is None or not choice.uri:
@@ -92,10 +103,10 @@ def open_spark_input(s: Settings, choice: SparkChoice | None, data: Source) -> I
     from dpcli.spark.inputs import open_uri
 
     gate().check_read(data, "input")
-    return open_uri(spark_session(s, choice), data.location, choice.fmt, data.name)
+    return open_uri(spark_session(state_dir, choice), data.location, choice.fmt, data.name)
 
 
-def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, delimiter: str) -> Engine | None:
+def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTable, delimiter: str) -> Engine | None:
     """None for polars; for Spark, bounding on the files of ``table`` (the opened input: one file,
     the exact list of a dataset's files that its manifest covers, or the files a URI listed)."""
     if choice is None:
@@ -103,13 +114,13 @@ def bounding_engine(s: Settings, choice: SparkChoice | None, table: InputTable, 
     import pyspark
 
     from dpcli.io.inputs import csv_delimiter
-    from dpcli.release import Engine
     from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
     from dpcli.spark.inputs import escape_path
     from dpcli.spark.stream import events_engine
     from dpcli.spark.tabulate import level_counts
+    from dpcli.tasks import Engine
 
-    session = spark_session(s, choice)
+    session = spark_session(state_dir, choice)
     if table.uris:
         paths = list(table.uris)
     else:

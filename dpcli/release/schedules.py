@@ -1,11 +1,11 @@
-"""Scheduled releases on growing snapshots with one total budget (paper 004), as a library.
+"""Runs of a ``--schedule``: one release path over growing snapshots with one total budget (paper 004).
 
 The whole schedule's total is debited from the analyst's ledger at its first
 run; each later run is recorded in the ledger as covered by that
 reservation, and calls that fall inside an epoch already run return the
 cached release (post-processing: free). The state is bound to the ledger
 (see :func:`run_scheduled`). :mod:`dpcli.core.schedules` holds the
-arithmetic; the CLI options are in :mod:`dpcli.cli._schedule`.
+arithmetic; the CLI options are in :mod:`dpcli.cli._options`.
 
 No exact size of a snapshot decides anything or leaves a run: bbscheduler
 decides its epochs from noisy counts of distinct privacy units, paid from its
@@ -32,7 +32,8 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import BudgetError, StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import InputTable
-from dpcli.release import Calibration, Prepared, Release, charge, release_seed
+from dpcli.release.path import LedgerRef, Prepared, Release, charge
+from dpcli.release.seeds import Calibration, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 
@@ -233,7 +234,7 @@ def _record(
                         {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
     line = f"{command}: {_where(spec, state, entry)} of schedule {spec.name!r} (ε = {fraction_text(plan.epsilon)})"
     digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
-    return charge(state_dir, analyst, command, labelled, line, lock_timeout=lock_timeout, step=record,
+    return charge(LedgerRef(state_dir, analyst, lock_timeout), command, labelled, line, step=record,
                   before_output=lambda: store.save(directory, state["key"], state, prepared.table),
                   output_digest=digest)
 

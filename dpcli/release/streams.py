@@ -1,4 +1,4 @@
-"""One run of a persisted stream against its state file (``stream-replay --state``).
+"""A stream kept in a state file between runs (``stream-replay --state``): the release path's persisted form.
 
 The state is bound to the ledger (:class:`dpcli.state.ledger.Step`): it
 carries a random reservation id and its step (runs recorded); a run is
@@ -194,3 +194,36 @@ def state_run(
                        run_id=f"{body['seed_id']}/{release.metadata['through']}",
                        reservation=f"stream:{body['reservation']}", step=step,
                        new_body={**state_body(body, stream, last), "step": body["step"] + 1})
+
+
+def run_stream_state(task: Any, opened: Any, engine: Any, payer: Any, mode: str, planned: Any,
+                     continuation: Any, output: Any, busy: Any) -> Any:
+    """One cron run of ``stream-replay --state`` (the release path's persisted form): lock the state, run
+    the new triggers, charge the run as a step of the stream's reservation, save the state.
+
+    A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
+    inputs (it is made once, for every run): each run's input, with its reading, is bound by the
+    run's digest in the ledger. An exact repeat of the last run returns its rows again, free."""
+    from dpcli.release.path import LedgerRef, Prepared, Release, charge
+    from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
+
+    payer_ref: LedgerRef = payer
+    calibration = Calibration(mode, planned)
+    table = opened.data
+    data = StateInput(table.frame, table.fingerprint, table.name, engine.stream_events if engine else None,
+                      reading=table.reading_material())
+    label = continuation.label or str(continuation.stream_state)
+    with state_run(continuation.stream_state, task.query, planned, data, analyst=payer_ref.analyst,
+                   state_dir=payer_ref.state_dir, lock_timeout=payer_ref.lock_timeout,
+                   new_seed=lambda material: release_seed(payer_ref.state_dir, material, {}, calibration),
+                   through=continuation.through,
+                   busy=lambda: busy(f"feeding {table.name} to {label}")) as run:
+        rows = task.margins(run.table, planned)
+        if run.repeat:
+            return Release(rows, run.metadata, f"stream-replay: repeated run, same rows as before (state {label}, free)")
+        line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
+                f"triggers run through {run.metadata['through']}")
+        prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)
+        return charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
+                      before_output=run.save,
+                      output_digest=output.digest(rows, run.metadata) if output is not None else None)

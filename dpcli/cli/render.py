@@ -1,0 +1,109 @@
+"""Rendering what a release path hands back: the output's format, a dry run's plan, and a charged
+release (its table to standard output or ``-o``, its summary as ``--json`` or one line on stderr,
+its notes on stderr). Nothing here computes or charges: :mod:`dpcli.release` does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import polars as pl
+import typer
+
+from dpcli.cli._common import Settings, emit_json, notice, render_note
+from dpcli.errors import UsageError
+from dpcli.io.outputs import output_format_for, rounded, write_output
+from dpcli.release.path import Output, Planned, Release, cost_text, grid_step
+
+
+def output_target(output: str | None, out_format: str | None, as_json: bool) -> Output:
+    """Where and how the release goes (``-o``, ``--format``, ``--json``): a table for a person on a
+    terminal, CSV in pipes and files unless the extension or ``--format`` says otherwise. The path
+    itself is checked by the release path before any data is read."""
+    to_stdout = not output or output == "-"
+    if out_format is None and to_stdout and not as_json and sys.stdout.isatty():
+        out_format = "table"  # a person is reading: a table; pipes and files get CSV
+    fmt = output_format_for(output, out_format)
+    if as_json and to_stdout and out_format not in (None, "json"):
+        raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
+    if fmt == "table" and not to_stdout:
+        raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
+    return Output(output, fmt)
+
+
+def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
+    """``--dry-run``: the calibration (each measurement's noise and 95% margin in output units), the
+    cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json``."""
+    plan = planned.description
+    refused = planned.refusal
+    doc = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}
+    if as_json:
+        emit_json(doc)
+        return
+    lines = ["dry run: no data read, nothing charged"]
+    for name, m in (plan.get("calibration") or {}).items():
+        lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
+    for column, margin in (plan.get("moe95") or {}).items():
+        lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
+    if plan.get("count_noise"):
+        lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
+    if plan.get("threshold") is not None:
+        lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    lines.append("  cost: " + (cost_text(planned.events) or "nothing"))
+    if refused is None:
+        lines.append(f"  ledger {analyst!r}: would accept this release")
+    else:
+        lines.append(f"  ledger {analyst!r}: would refuse it: {refused}")
+    typer.echo("\n".join(lines))
+
+
+def _noise_text(m: dict[str, Any]) -> str:
+    """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
+    if "noise" not in m:
+        return str(m.get("mechanism", "exponential")) + " mechanism"
+    bits = [str(m["noise"]).replace("_", " ")]
+    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95", "column")]
+    if m.get("moe95") is not None:
+        bits.append(f"95% margin ±{m['moe95']:g}")
+    return ", ".join(bits)
+
+
+def write_release(s: Settings, release: Release, output: Output, as_json: bool) -> None:
+    """Write a charged release (stdout or -o), its summary (--json, or one line on stderr on a terminal)
+    and the notes that change how to read it (stderr unless -q, also in pipes)."""
+    step = grid_step(release.report)
+    table = release.table
+    if as_json and not (output.path and output.path != "-"):
+        emit_json({"result": json.loads(rounded(table, step).write_json()), "summary": release.report})
+    else:
+        if output.format == "table":
+            typer.echo(table_text(table, step))
+        else:
+            write_output(table, output.path, output.format, step=step)
+        if as_json:
+            emit_json(release.report)
+        elif s.chatty:
+            typer.echo(f"dpcli: {release.summary}", err=True)
+    for note in release.notes:
+        notice(s, render_note(note))
+
+
+def table_text(table: pl.DataFrame, step: float | None = None) -> str:
+    """The result as a readable table (rich), floats rounded as in CSV; empty results say so."""
+    from rich.console import Console
+    from rich.table import Table
+
+    shown = rounded(table, step)
+    view = Table(show_edge=False, header_style="bold")
+    for column, dtype in shown.schema.items():
+        view.add_column(column, justify="right" if dtype.is_numeric() else "left")
+    for row in shown.iter_rows():
+        view.add_row(*("" if v is None else str(v) for v in row))
+    cells = [[c, *("" if v is None else str(v) for v in shown[c].to_list())] for c in shown.columns]
+    needed = sum(max(len(x) for x in col) + 3 for col in cells)  # never truncate a header or a value
+    console = Console(width=max(needed, Console().width), highlight=False)
+    with console.capture() as captured:
+        console.print(view if shown.height else f"(no rows; columns: {', '.join(shown.columns)})")
+    return captured.get().rstrip("\n")

@@ -1,0 +1,90 @@
+"""Opening a release's inputs, as its task needs them (:class:`dpcli.tasks.Needs`), once and checked.
+
+Every column a task reads is read as text from CSV and NDJSON, so its type comes from the query,
+never from what one record holds (values are parsed per record while bounding; unparsable ones
+are dropped). Parquet keeps its declared types. A public list of groups is read as text too and
+cast to the data's types (text matches text exactly: "01" is not "1"); a block list stays text.
+Each input is hashed as read: with how it was read, it enters the seed under its role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from dpcli.access import Source
+from dpcli.errors import DataError
+from dpcli.frames import cheap_row_count
+from dpcli.io.inputs import InputTable, open_input, read_group_list, require_columns
+from dpcli.io.opening import EarlyInput
+from dpcli.tasks import Frames, Needs
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The inputs a release reads, resolved through the gate (:mod:`dpcli.access`): its data, and its
+    public lists by role (``keys``, ``domain``, ``blocks``)."""
+
+    data: Source
+    lists: Mapping[str, Source] = field(default_factory=dict)
+    #: Paths read before the release (a tabulation's spec): an output must not overwrite them either.
+    read_before: tuple[str, ...] = ()
+
+    @property
+    def locations(self) -> tuple[str, ...]:
+        """Every path read (an output must be none of them)."""
+        return (self.data.location, *(s.location for s in self.lists.values()), *self.read_before)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The opened inputs: the data, its checked schema, and each public list (its table and its frame:
+    a list of groups cast to the data's types, a block list as read)."""
+
+    data: InputTable
+    schema: pl.Schema
+    lists: Mapping[str, tuple[InputTable, pl.DataFrame | pl.LazyFrame]] = field(default_factory=dict)
+    documents: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def tables(self) -> tuple[InputTable, ...]:
+        """Every input table (checked unchanged before the charge)."""
+        return (self.data, *(table for table, _ in self.lists.values()))
+
+    @property
+    def seed_inputs(self) -> dict[str, Any]:
+        """Every input by its role in the seed material: ``data``, the lists, the documents."""
+        return {"data": self.data, **{role: table for role, (table, _) in self.lists.items()}, **self.documents}
+
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        """Each list's fingerprint by role (part of a schedule's name: :func:`dpcli.release.schedules.schedule_key`)."""
+        return {role: table.fingerprint for role, (table, _) in self.lists.items()}
+
+    def frames(self) -> Frames:
+        """The inputs as a task computes on them."""
+        return Frames(self.data.frame, self.data.name, cheap_row_count(self.data), self.schema,
+                      {role: frame for role, (_, frame) in self.lists.items()})
+
+
+def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | None = None,
+                 data: InputTable | None = None) -> Opened:
+    """Open ``sources`` as ``needs`` says: the data (``data`` if another engine listed it already: a URI
+    Spark reads), its columns checked, then each public list; ``early``: the data file already opened
+    and being hashed (:func:`dpcli.io.opening.hash_early`)."""
+    table = data or open_input(sources.data, text_columns=tuple(needs.columns), early=early)
+    schema = require_columns(table, dict(needs.columns)) if needs.check_columns else table.frame.collect_schema()
+    lists: dict[str, tuple[InputTable, pl.DataFrame | pl.LazyFrame]] = {}
+    for role, wanted in needs.lists.items():
+        source = sources.lists.get(role)
+        if source is None:
+            if wanted.missing is not None:
+                raise DataError(wanted.missing)
+            continue
+        listed = open_input(source, text_columns=wanted.columns)
+        frame = read_group_list(listed, wanted.columns, schema) if wanted.cast_to_data else listed.frame
+        lists[role] = (listed, frame)
+    return Opened(table, schema, lists, dict(needs.documents))

@@ -1,0 +1,293 @@
+"""The one path of a release: limits → plan once → payable? → check the output → open → seed → run → charge.
+
+A release is computed in memory first (bad data fails before any debit), then the ledger is
+charged durably, and only then may anything be written (:class:`Release` is handed back charged;
+the caller writes it). Every command and every library entry point goes through :func:`run`:
+histogram, topk, tabulate and stream-replay, and their scheduled (``--schedule``) and persisted
+(``--state``) runs, which differ only in what pays (a reservation) and what is kept between runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpcli.core.events import PrivacyEvent
+from dpcli.io.inputs import InputTable, fingerprint_bytes, verify_unchanged
+from dpcli.io.opening import EarlyInput
+from dpcli.io.outputs import check_output_path, render
+from dpcli.release.inputs import Opened, Sources, open_sources
+from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
+from dpcli.state import ledger
+from dpcli.state.paths import ensure_state_dir
+
+if TYPE_CHECKING:
+    from dpcli.advice import Note
+    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.spark.engine import EngineRequest
+    from dpcli.tasks import Engine, Task
+
+#: ``busy(what)``: a context to run long work in (the CLI's spinner on a terminal; nothing in the library).
+Busy = Callable[[str], AbstractContextManager[Any]]
+
+
+@dataclass(frozen=True)
+class LedgerRef:
+    """Whose ledger pays for a release, and where the state lies."""
+
+    state_dir: Path
+    analyst: str
+    lock_timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a release will be written: ``path`` (None or ``-``: standard output) in ``format``. Checked
+    before any data is read; a file's digest is recorded with the charge (``dpcli plot`` checks it)."""
+
+    path: str | None
+    format: str
+
+    @property
+    def to_file(self) -> bool:
+        return bool(self.path) and self.path != "-" and self.format != "table"
+
+    def digest(self, table: pl.DataFrame, metadata: dict[str, Any]) -> str | None:
+        """The digest of the file the release is about to be written to (None for standard output)."""
+        if not self.to_file:
+            return None
+        return fingerprint_bytes(render(table, self.format, grid_step(metadata)))
+
+
+def grid_step(report: dict[str, Any]) -> float | None:
+    """The grid released values were snapped to (it sets how floats are rounded in text outputs)."""
+    from fractions import Fraction
+
+    return float(Fraction(report["granularity"])) if report.get("granularity") else None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A release computed in memory, not yet charged: its seed, cost, table and public metadata.
+
+    Its table must not leave the process before :func:`charge` has debited it (only a charged
+    :class:`Release` is ever handed out).
+    """
+
+    seed: ReleaseSeed
+    events: list[PrivacyEvent]
+    table: pl.DataFrame
+    metadata: dict[str, Any]
+    actual: list[PrivacyEvent] | None = None  # what it really cost, if less than ``events`` (topk's ⊥)
+
+
+@dataclass(frozen=True)
+class Release:
+    """A charged release: the noisy table, the report of what was charged and what is left, one line
+    for people, and the notes that change how to read it."""
+
+    table: pl.DataFrame
+    report: dict[str, Any]
+    summary: str
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A dry run: the plan described (public inputs only), its cost, and whether the ledger would accept it."""
+
+    description: dict[str, Any]
+    events: list[PrivacyEvent]
+    refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What makes a run part of something bigger: a schedule over growing snapshots, or a stream kept in a
+    state file (``through``: the stream's public run-until time; None: now; ``label``: how lines name it)."""
+
+    schedule: ScheduleSpec | None = None
+    stream_state: Path | None = None
+    label: str = ""
+    through: datetime | None = None
+
+
+def plan(task: Task, payer: LedgerRef) -> Planned:
+    """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
+    ledger would accept it now. Reads no data, charges nothing."""
+    task.check()
+    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    task = task.for_ledger(led.limits.mode)
+    planned = task.plan(led.limits.mode, led.limits.values)
+    events = list(planned.events)
+    return Planned(task.describe(planned), events, ledger.refusal(led, events))
+
+
+def run(
+    task: Task,
+    sources: Sources,
+    payer: LedgerRef,
+    *,
+    output: Output | None = None,
+    engine: EngineRequest | None = None,
+    early: EarlyInput | None = None,
+    busy: Busy = lambda what: nullcontext(),
+    continuation: Continuation | None = None,
+) -> Release:
+    """The one path of a release (see the module docstring); the charged release, not yet written."""
+    task.check()
+    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    task = task.for_ledger(led.limits.mode)
+    schedule = continuation.schedule if continuation else None
+    if schedule is not None:  # each run's ε comes from the schedule: validated now, planned per run
+        task.check_schedulable()  # type: ignore[attr-defined]
+        planned = None
+    else:  # refuse a bad query, or one this ledger can never pay, before reading data
+        planned = task.plan(led.limits.mode, led.limits.values)
+        ledger.check_payable(led, list(planned.events))
+    extra = (str(continuation.stream_state),) if continuation and continuation.stream_state else ()
+    if output is not None:
+        check_output_path(output.path, payer.state_dir, (*sources.locations, *extra))
+    opened, bounder = _open(task, sources, payer, engine, early)
+    if schedule is not None:
+        return _scheduled(task, opened, bounder, payer, led.limits, schedule, output, busy)
+    if continuation is not None and continuation.stream_state is not None:
+        from dpcli.release.streams import run_stream_state
+
+        return run_stream_state(task, opened, bounder, payer, led.limits.mode, planned, continuation, output, busy)
+    prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy)
+    result_line = task.summary(opened.data.name, prepared.result)
+    done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
+                  output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata) if output else None)
+    return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
+
+
+def _open(task: Task, sources: Sources, payer: LedgerRef, request: EngineRequest | None,
+          early: EarlyInput | None) -> tuple[Opened, Engine | None]:
+    """The engine checked (before anything is read), the inputs opened, and the engine that bounds them."""
+    if request is None:
+        return open_sources(task.needs(), sources, early=early), None
+    from dpcli.spark.engine import bounding_engine, check_engine, open_spark_input
+
+    choice = check_engine(request, sources.data)
+    listed = open_spark_input(payer.state_dir, choice, sources.data)
+    opened = open_sources(task.needs(), sources, early=early, data=listed)
+    return opened, bounding_engine(payer.state_dir, choice, opened.data, sources.data.delimiter or ",")
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A task's result and the uncharged release made of it."""
+
+    result: Any
+    prepared: Prepared
+
+
+def prepare(task: Task, planned: Any, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
+            busy: Busy = lambda what: nullcontext()) -> Computed:
+    """Seed and run ``task`` on the opened inputs: the release in memory, not yet charged."""
+    seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine)
+    with busy(f"computing the {task.command} release of {opened.data.name}"):
+        result = task.run(opened.frames(), planned, seed.seed, engine)
+    return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual))
+
+
+def _scheduled(task: Task, opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Any,
+               spec: ScheduleSpec, output: Output | None, busy: Busy) -> Release:
+    """One run of a ``--schedule`` (:func:`dpcli.release.schedules.run_scheduled`): each run's ε from the
+    schedule, in pure mode for top-k (its accounting per run) and the ledger's mode for a histogram."""
+    from dpcli import advice
+    from dpcli.release import schedules
+
+    mode = getattr(task, "scheduled_mode", None) or limits.mode
+
+    def at(epsilon: Any) -> Any:
+        return task.at_epsilon(epsilon)  # type: ignore[attr-defined]
+
+    def run_at(epsilon: Any) -> Prepared:
+        run_task = at(epsilon)
+        return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
+                       busy).prepared
+
+    query = task.schedule_query(opened.fingerprints)  # type: ignore[attr-defined]
+    digest = output.digest if output is not None else None
+    done = schedules.run_scheduled(payer.state_dir, payer.analyst, task.command, spec, query, opened.data, run_at,
+                                   payer.lock_timeout, digest)
+    from fractions import Fraction
+
+    run_eps = Fraction(done.report["schedule"]["run_epsilon"])
+    label = done.report["schedule"]
+    run_task = at(run_eps)
+    from dpcli.tasks import Result
+
+    notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
+             advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
+             advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
+             advice.improver_counts_runs(label.get("made_with_index"))]
+    return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))
+
+
+def charge(
+    payer: LedgerRef,
+    command: str,
+    prepared: Prepared,
+    summary_line: str,
+    *,
+    step: ledger.Step | None = None,
+    before_output: Callable[[], None] | None = None,
+    inputs: Sequence[InputTable | None] = (),
+    output_digest: str | None = None,
+) -> Release:
+    """Debit ``prepared`` (free if this seed was already released) and report; nothing is written here.
+
+    ``inputs`` (the tables the release read) are first checked to be unchanged since they were
+    hashed: a file rewritten while it was read is refused (exit 66) with no debit.
+
+    With ``step`` the release is a run against a stream's or schedule's state file, paid by its
+    reservation (which ``step.create`` debits on the first run: the report then says
+    ``"charged": true`` and lists it as ``reserved``). ``before_output`` runs after the debit (the
+    state file's own write: ledger first, so a crash in between is retried as a free exact repeat).
+    ``output_digest``: the digest of the file the release is about to be written to, recorded in the
+    ledger entry (``dpcli plot`` in service mode draws only files whose digest a ledger holds).
+    """
+    verify_unchanged(*inputs)
+    receipt = ledger.charge(payer.state_dir, payer.analyst, command=command, query_id=prepared.seed.query_id,
+                            seed_id=prepared.seed.id, reserve=prepared.events, actual=prepared.actual,
+                            summary=summary_line, lock_timeout=payer.lock_timeout, step=step, output=output_digest)
+    if before_output is not None:
+        before_output()
+    charged = prepared.actual if prepared.actual is not None else prepared.events
+    report = {
+        **prepared.metadata,
+        "cost": [] if step else [e.to_json() for e in charged],
+        "charged": not receipt.replay and (step is None or bool(receipt.reserved)),
+        "seed_id": prepared.seed.id,
+        "ledger": {**receipt.to_json(), "remaining": receipt.remaining},
+    }
+    if receipt.reserved:
+        report["reserved"] = [e.to_json() for e in receipt.reserved]
+    if receipt.replay:
+        cost = "free replay of an earlier identical release"
+    elif receipt.reserved:
+        cost = "reserved " + cost_text(list(receipt.reserved)) + ", which covers this run"
+    elif step:
+        cost = "covered by the reservation"
+    else:
+        cost = "charged " + cost_text(charged)
+    remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
+    return Release(prepared.table, report, f"{summary_line}; {cost}; remaining {remaining}")
+
+
+def cost_text(events: list[PrivacyEvent]) -> str:
+    """``mechanism (epsilon=…, delta=…) + …``: a release's cost in one line."""
+    parts = []
+    for e in events:
+        bits = [f"{k}={v}" for k, v in e.to_json().items() if k in ("epsilon", "delta", "rho", "units", "calls")]
+        parts.append(f"{e.mechanism} ({', '.join(bits)})")
+    return " + ".join(parts)

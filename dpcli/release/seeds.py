@@ -1,0 +1,129 @@
+"""The release seed: ``HMAC(key, seed material)``, the material built in one place for every command.
+
+The material (:func:`seed_material`) binds everything that shapes an output: the query, each
+input's bytes with how they were read, the calibration (the accounting mode and the plan: noise
+families, scales, thresholds) and the engine versions. So the same query on the same bytes, read
+alike and calibrated alike, is the same release (and a free replay), and anything else is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Protocol
+
+import polars as pl
+
+from dpcli import bounding
+from dpcli.core.prf import NOISE_VERSION, canonical_json, derive_seed, seed_id
+from dpcli.state import keys
+from dpcli.tasks import Engine
+
+
+@dataclass(frozen=True)
+class ReleaseSeed:
+    """The seed of one release and its public id."""
+
+    seed: bytes
+    id: str
+    query_id: str
+
+
+#: The shape of the seed material (:func:`seed_material`), in one place for every command. 1: the
+#: query, the inputs' fingerprints and the engine versions. 2 (issue 29): each input with how it was
+#: read, and the calibration. A new version gives every release fresh noise (and a charge) once.
+SEED_MATERIAL_VERSION = 2
+
+
+class SeedInput(Protocol):
+    """An input as it enters a seed (:class:`dpcli.io.inputs.InputTable`, :class:`DocumentInput`)."""
+
+    def seed_material(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class DocumentInput:
+    """An input dpcli reads whole and parses itself (a tabulation spec, TOML): its fingerprint and format."""
+
+    fingerprint: str
+    format: str
+
+    def seed_material(self) -> dict[str, Any]:
+        """The bytes' fingerprint and how they were read (one parser, so its format is all of it)."""
+        return {"fingerprint": self.fingerprint, "reading": {"format": self.format}}
+
+
+def plan_material(value: Any) -> Any:
+    """A plan as plain data for the seed: every field that takes part in its equality, recursively.
+
+    A dataclass becomes the dict of its compared fields (``compare=False`` marks caches and
+    display-only text, such as a stream plan's lazily filled threshold cache: two plans that compare
+    equal calibrate the same noise); mappings and sequences keep their shape; numbers, text, booleans
+    and None stay as they are (exact in :func:`dpcli.core.prf.canonical_json`). Any other type is
+    refused, so a new plan field of a new kind fails loudly instead of staying out of the seed.
+    """
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare}
+    if isinstance(value, Mapping):
+        return {str(k): plan_material(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plan_material(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str, Fraction, Decimal)):
+        return value
+    raise TypeError(f"a plan holds a {type(value).__name__}, which has no seed material")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What turns a query into noise: the accounting mode its plan was made for, and the plan.
+
+    ``plan`` is the task's plan object as the release runs it (:class:`dpcli.tasks.histogram.HistogramPlan`,
+    :class:`dpcli.tasks.topk.TopKPlan`, :class:`dpcli.tasks.stream.plan.StreamPlan`,
+    :class:`dpcli.tasks.tabulate.TabulatePlan`): noise families and scales, thresholds, the split of
+    ε, a br ledger's ε_per. All of it enters the seed (:func:`plan_material`): two ledgers that
+    calibrate one query differently (pure and br: Laplace scales 2 and 4) never share noise.
+    """
+
+    mode: str
+    plan: Any
+
+    def seed_material(self) -> dict[str, Any]:
+        return {"mode": self.mode, "plan": plan_material(self.plan)}
+
+
+def engine_versions(engine: Engine | None = None) -> str:
+    """The versions of what computes a release: polars, the bounding semantics, the noise, another engine's tag."""
+    versions = f"polars {pl.__version__}; bounding {bounding.SEMANTICS}; noise v{NOISE_VERSION}"
+    if engine is not None and engine.seed_tag:
+        versions += f"; {engine.seed_tag}"
+    return versions
+
+
+def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
+                  engine: Engine | None = None) -> dict[str, Any]:
+    """Everything that shapes a release, as the data its seed is derived from (every command's seed).
+
+    ``{"material": 2, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
+    "calibration": {"mode", "plan"}, "engine": "polars …; bounding …; noise v2[; tag]"}``. A run is
+    a free replay of another exactly when all of it is equal.
+    """
+    return {
+        "material": SEED_MATERIAL_VERSION,
+        "query": query,
+        "inputs": {role: source.seed_material() for role, source in inputs.items()},
+        "calibration": calibration.seed_material(),
+        "engine": engine_versions(engine),
+    }
+
+
+def release_seed(root: Path, query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
+                 engine: Engine | None = None) -> ReleaseSeed:
+    """seed = HMAC(key, :func:`seed_material`); query id = hash of the query alone."""
+    seed = derive_seed(keys.load_or_create_key(root), seed_material(query, inputs, calibration, engine))
+    qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
+    return ReleaseSeed(seed, seed_id(seed), qid)
