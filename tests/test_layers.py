@@ -1,0 +1,120 @@
+"""ARCHITECTURE.md is held to the code: its layer table is read here and every import checked against it.
+
+A module may import from its own layer or the layers below (at run time; ``if TYPE_CHECKING:``
+imports are for annotations only). ``core/`` imports no polars, typer or rich; only ``cli/``
+imports typer or rich; every module is named in ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "dpcli"
+
+
+def layers() -> dict[str, int]:
+    """``{"cli/": 10, "advice.py": 6, …}`` from ARCHITECTURE.md's table (higher layers import lower ones)."""
+    table = {}
+    for line in (ROOT / "ARCHITECTURE.md").read_text().splitlines():
+        row = re.match(r"\|\s*(\d+) `\w+` \|(.*?)\|", line)
+        if row:
+            for part in re.findall(r"`([^`]+)`", row.group(2)):
+                table[part] = int(row.group(1))
+    return table
+
+
+def layer_of(module: str, table: dict[str, int]) -> int:
+    """The layer of ``dpcli.a.b`` (by its package ``a/`` or its module ``a.py``)."""
+    top = module.split(".")[1] if "." in module else ""
+    for key in (f"{top}/", f"{top}.py"):
+        if key in table:
+            return table[key]
+    raise AssertionError(f"{module} is in no layer of ARCHITECTURE.md")
+
+
+def runtime_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every ``dpcli`` import in ``path`` outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    typing_only = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only |= {id(n) for child in node.body for n in ast.walk(child)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpcli"):
+            targets = [node.module] if node.module != "dpcli" else [
+                f"dpcli.{a.name}" for a in node.names if not a.name.startswith("__")]  # (__version__: the package's)
+            found += [(node.lineno, t) for t in targets]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("dpcli.")]
+    return found
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def upward_imports(table: dict[str, int]) -> list[str]:
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if name in ("dpcli", "dpcli.__main__"):
+            continue  # the lazy public API and ``python -m dpcli`` stand above every layer
+        own = layer_of(name, table)
+        for line, target in runtime_imports(path):
+            if target not in ("dpcli",) and layer_of(target, table) > own:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target} (layer {layer_of(target, table)} > {own})")
+    return bad
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downwards():
+    table = layers()
+    assert len(set(table.values())) == 10, table
+    assert upward_imports(table) == []
+
+
+def test_the_contract_catches_an_upward_import():
+    """The check itself can fail: pretend ``core`` sits above ``cli``, and core's imports of nothing
+    upward stay fine while every cli module's imports of core become violations."""
+    table = layers()
+    swapped = {k: (11 if k == "core/" else v) for k, v in table.items()}
+    assert any("imports dpcli.core" in line for line in upward_imports(swapped))
+
+
+def test_core_does_not_import_typer_rich_or_polars():
+    core = PACKAGE / "core"
+    modules = sorted("dpcli.core." + ".".join(p.relative_to(core).with_suffix("").parts)
+                     for p in core.rglob("*.py") if p.stem != "__init__")
+    assert len(modules) >= 11
+    code = (
+        f"import sys, importlib; [importlib.import_module(m) for m in {modules!r}];"
+        "bad=[m for m in ('typer','rich','polars') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_only_the_cli_imports_typer_or_rich():
+    for path in PACKAGE.rglob("*.py"):
+        if "cli" in path.relative_to(PACKAGE).parts:
+            continue
+        imports = [line for line in path.read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
+        for line in imports:
+            assert "typer" not in line and "rich" not in line, (path, line)
+
+
+def test_architecture_md_names_every_module():
+    text = (ROOT / "ARCHITECTURE.md").read_text()
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem == "__main__":
+            continue
+        name = path.parent.name + "/" if path.stem == "__init__" else path.stem
+        assert f"`{name}" in text or f"{path.stem}.py" in text or f"`{path.stem}`" in text, path
