@@ -1,7 +1,8 @@
 """Helpers shared by the test files (importable as ``dptest``: ``tests/`` is on pytest's pythonpath).
 
-One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner and
-the analyst's ledger history as the CLI prints it.
+One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner (every
+test runs dpcli in process through :data:`runner` or :func:`cli`), a ledger of any mode and limits
+(:func:`init_ledger`, :func:`ledger_argv`) and the analyst's ledger history as the CLI prints it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,30 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import typer.testing
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 
+_build_command = typer.testing._get_command
+_built: dict[int, tuple[Any, Any]] = {}
+
+
+def _command_once(app: Any) -> Any:
+    """The click command of ``app``, built once per process as the console script builds it.
+
+    typer's ``CliRunner.invoke`` builds it anew on every call, inspecting the signature of every
+    command (about 20 ms: most of a small command's run, and two thirds of ``make test``)."""
+    hit = _built.get(id(app))
+    if hit is None or hit[0] is not app:
+        hit = _built[id(app)] = (app, _build_command(app))
+    return hit[1]
+
+
+typer.testing._get_command = _command_once
+
+#: The one CLI runner of the tests (``runner.invoke(app, args, input=…, env=…)``; or :func:`cli`).
 runner = CliRunner()
 
 
@@ -30,9 +50,9 @@ def stream(i: Any, label: str = "t") -> KeyedStream:
     return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
 
 
-def cli(*args: Any) -> Any:
-    """Run ``dpcli ARGS`` in process; the typer result (exit_code, stdout, stderr)."""
-    return runner.invoke(app, [str(a) for a in args])
+def cli(*args: Any, input: str | bytes | None = None, env: dict[str, str] | None = None) -> Any:
+    """Run ``dpcli ARGS`` in process (``input``: its standard input); the result (exit_code, stdout, stderr)."""
+    return runner.invoke(app, [str(a) for a in args], input=input, env=env)
 
 
 def history(analyst: str = "default") -> list[dict[str, Any]]:
@@ -49,9 +69,28 @@ def one_group_csv(group: str, extra: int = 0) -> str:
     return "user,g\n" + "".join(f"u{i},{group}\n" for i in range(N_UNITS + extra))
 
 
-def init_pure_ledger(epsilon: str = "50") -> None:
-    """``dpcli budget init default --mode pure --epsilon EPSILON`` (asserted to succeed)."""
-    r = cli("budget", "init", "default", "--mode", "pure", "--epsilon", epsilon)
+#: A ledger's limits when a test names only its mode: room to spare for any test's releases.
+LIMITS = {
+    "pure": ("--epsilon", "50"),
+    "approx": ("--epsilon", "50", "--delta", "1e-5"),
+    "zcdp": ("--rho", "50", "--delta", "1e-5"),
+    "rdp": ("--epsilon", "50", "--delta", "1e-5"),
+    "br": ("--epsilon-per", "0.5", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
+           "--delta-prime", "1e-9"),
+}
+
+
+def ledger_argv(mode: str = "pure", *limits: Any, analyst: str = "default") -> list[str]:
+    """``budget init ANALYST --mode MODE LIMITS`` as arguments (``LIMITS``: those given, or :data:`LIMITS`)."""
+    return ["budget", "init", analyst, "--mode", mode, *(str(a) for a in limits or LIMITS[mode])]
+
+
+def init_ledger(mode: str = "pure", *limits: Any, analyst: str = "default", state_dir: Path | str | None = None,
+                env: dict[str, str] | None = None) -> None:
+    """``dpcli budget init ANALYST --mode MODE LIMITS`` (see :func:`ledger_argv`), asserted to succeed, in
+    ``state_dir`` if given (else in the test's own ``DPCLI_STATE_DIR``, or ``env``'s)."""
+    where = ["--state-dir", state_dir] if state_dir is not None else []
+    r = cli(*where, *ledger_argv(mode, *limits, analyst=analyst), env=env)
     assert r.exit_code == 0, r.stderr
 
 
