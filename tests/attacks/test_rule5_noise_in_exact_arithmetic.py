@@ -1,4 +1,6 @@
-"""Attacks on noise stream v2 and BBImprover for cron (review of 777aa64..4bd0d73).
+"""Rule 5 for the noise: samples and selections are exactly what their definitions say, whatever the rounding.
+
+Attacks on noise stream v2 and BBImprover for cron (review of 777aa64..4bd0d73):
 
 * The exact fallback of a Bernoulli(exp(−γ)) trial (``noise_stream.exact_less``, and the older
   ``samplers._compare_exact`` of the selection mechanisms) bracketed exp(−γ) at growing precision,
@@ -12,33 +14,33 @@
   read sample j's ChaCha20 stream (noise reuse), a range crossing 2^64 wrapped round to 0, 1, …,
   and a signed index array with negative entries was silently cast to huge indices; the reference
   raised OverflowError for the first and agreed on the others. All are refused now, in both.
-* ``--improver-c 0.24999999999999999999`` passed the exact check c < 1/4 but was stored as the float
-  0.25: a new schedule made with c = 1/4 (refused as such).
 * Resisted (kept as cheap regression tests): the runs index's total over 10^7 runs stays inside the
-  reservation for c at the ends of (0, 1/4) and δ from 10^-100 to 1/2; c ≥ 1/4 is refused with one
-  line, exit 2, nothing debited; the noise key of a draw never repeats across labels, draws, seeds or
-  noise versions; worker-thread errors never return partial noise.
+  reservation for c at the ends of (0, 1/4) and δ from 10^-100 to 1/2; the noise key of a draw never
+  repeats across labels, draws, seeds or noise versions; worker-thread errors never return partial
+  noise. (Its ``--improver-c`` finding is rule 7's; the rolled-back runs index rule 2's.)
+
+The review of the early hash added the race's rewritten uniform proposals
+(``selection._uniform_below_scalar``): they must consume the same words and return the same values as
+``uniform_below`` in every case.
 """
 
 from __future__ import annotations
 
 import decimal
-import json
 import math
 from fractions import Fraction
 
 import numpy as np
-import polars as pl
 import pytest
-from typer.testing import CliRunner
 
-from dpcli.cli.app import app
 from dpcli.core import noise_stream as ns
 from dpcli.core import samplers
 from dpcli.core import schedules as sch
 from dpcli.core.prf import KeyedStream
 
-runner = CliRunner()
+
+
+
 KEY = bytes(range(32))
 
 
@@ -197,33 +199,6 @@ def test_runs_index_never_exceeds_the_reservation_over_ten_million_runs(c, delta
         assert float(e) ** 2 <= c * unit / run ** (1 + 2 * c) * (1 + 1e-12)
 
 
-@pytest.fixture
-def snapshot(tmp_path):
-    p = tmp_path / "snap.csv"
-    pl.DataFrame({"user": [f"u{i}" for i in range(50)], "g": ["a", "b"] * 25}).write_csv(p)
-    keys = tmp_path / "keys.csv"
-    keys.write_text("g\na\nb\n")
-    return p, keys
-
-
-def _history() -> list:
-    return json.loads(runner.invoke(app, ["budget", "history", "default", "--json"]).stdout)
-
-
-@pytest.mark.parametrize("c", ["0.25", "1/4", "0.24999999999999999999", "0.3", "0.5"])
-def test_c_at_or_above_a_quarter_is_refused_with_one_line(snapshot, c):
-    """Including a c just below 1/4 whose float is 0.25 (it was stored as c = 0.25)."""
-    path, keys = snapshot
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
-                               "--delta", "1e-5"]).exit_code == 0
-    r = runner.invoke(app, ["histogram", str(path), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
-                            "--schedule", "s", "--total-epsilon", "1", "--scheduler", "bbimprover",
-                            "--total-delta", "1e-6", "--improver-c", c, "--json", "-o", "-"])
-    assert r.exit_code == 2, (r.stdout, r.stderr)
-    assert len(r.stderr.strip().splitlines()) == 1 and "(0, 1/4)" in r.stderr
-    assert r.stdout == "" and _history() == []
-
-
 # ---- a sample's words: never past 2^31 (the extension nonces would wrap onto its own stream) -------
 
 
@@ -258,75 +233,55 @@ def test_a_sample_out_of_words_fails_alike_in_both_paths():
     assert ns.set_word_limit(ns.MAX_WORD_LIMIT) == ns.MAX_WORD_LIMIT
 
 
-# ---- stream-replay: the suffix maxima change no release (resisted) -----------------------------------
+# ---- the race's uniform proposals (review of the early hash) -------------------------------------
 
 
-def test_suffix_maxima_release_what_the_scan_released():
-    """Alg. 4 decided by suffix maxima (e77a5b6, vectorised since) against a linear scan per key
-    (tests/stream_reference.py), on a stream whose keys are released, restart rounds and get new
-    selection trees in the same window (a stale suffix maximum from the previous tree would show here),
-    and keys that are never released."""
-    import hashlib
-
-    import stream_reference
-
-    from dpcli.tasks import stream_replay as sr
-
-    rows = [(t * 100 + j, f"u{t}-{j}-{k}", f"k{k}", 1.0) for t in range(10) for k in range(12)
-            for j in range(3 * k)]  # key k: 3k new units per trigger
-    rows += [(t * 100 + 50, f"w{t}", "rare", 1.0) for t in range(0, 20, 3)]
-    q = sr.StreamQuery(time="ts", keys=("key",), unit="user", window=1000, triggers=10, max_records=3,
-                       epsilon=Fraction(3), delta=Fraction(1, 10**9))
-    plan = sr.plan_stream(q)
-    frame = pl.DataFrame(rows, schema=["ts", "user", "key", "v"], orient="row").lazy()
-    for s in range(3):
-        state = sr.StreamState(q, plan, hashlib.sha256(b"suffix%d" % s).digest(), track_units=False)
-        events = sr.prepare_events(frame, q, 20)
-        fast = state.advance(events, 20)
-        assert fast == stream_reference.replay(events, q, plan, state.stream)
-        released = pl.DataFrame([(r[0], r[3]) for r in fast], schema=["w", "key"], orient="row")
-        assert released.height and released.group_by("w", "key").len()["len"].max() > 1  # keys re-selected
+# ---- the race's uniform proposals ------------------------------------------------------------------
 
 
-# ---- BBImprover runs index: a rolled-back state, and a snapshot seen before (resisted) ---------------
+class _CountedWords:
+    def __init__(self, words: list[int]) -> None:
+        self.words = list(words)
+        self.calls: list[int] = []
+
+    def uint64(self, n: int) -> np.ndarray:
+        self.calls.append(n)
+        if n > len(self.words):
+            raise AssertionError("the stream ran out")
+        out, self.words = self.words[:n], self.words[n:]
+        return np.array(out, dtype=np.uint64)
 
 
-def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_draws_new_noise(tmp_path, state_dir):
-    """t = k counts the state's runs, so a state restored with fewer runs would re-spend the larger ε_k:
-    a new snapshot on it is refused (exit 78, nothing debited); the recorded one comes back free and
-    identical. A snapshot seen at run 1 and again at run 3 (A, B, A) is a new run at ε_3 ≠ ε_1: a new seed,
-    never run 1's noise at another scale."""
-    snaps = {}
-    for name, n in (("A", 40), ("B", 40), ("C", 60)):
-        p = tmp_path / f"{name}.csv"
-        rows = [(f"u{i}", "ab"[i % 2]) for i in range(n)]
-        if name == "B":
-            rows[0] = ("u0", "b")
-        pl.DataFrame(rows, schema=["user", "g"], orient="row").write_csv(p)
-        snaps[name] = p
-    keys = tmp_path / "keys.csv"
-    keys.write_text("g\na\nb\n")
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
-                               "--delta", "1e-5"]).exit_code == 0
+BOUNDS = [1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 255, 256, 257, 1000, 1023, 1024, 1025]
 
-    def run(name):
-        r = runner.invoke(app, ["histogram", str(snaps[name]), "--by", "g", "--privacy-unit", "user", "--keys",
-                                str(keys), "--schedule", "cron", "--total-epsilon", "1", "--scheduler", "bbimprover",
-                                "--total-delta", "1e-6", "--json", "-o", "-"])
-        return r, (json.loads(r.stdout) if r.exit_code == 0 else None)
 
-    r1, d1 = run("A")
-    (state,) = (state_dir / "schedules" / "default").glob("*.json")
-    after_one = state.read_bytes()
-    r2, d2 = run("B")
-    r3, d3 = run("A")
-    assert d1["summary"]["schedule"]["run"] == 1 and d3["summary"]["schedule"]["run"] == 3
-    assert d1["summary"]["seed_id"] != d3["summary"]["seed_id"]
-    ledger_before = {p.name: p.read_bytes() for p in (state_dir / "ledgers").glob("*.*") if p.suffix != ".lock"}
-    state.write_bytes(after_one)  # the operator restores the state from after run 1
-    r, _ = run("C")
-    assert r.exit_code == 78 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert {p.name: p.read_bytes() for p in (state_dir / "ledgers").glob("*.*") if p.suffix != ".lock"} == ledger_before
-    r, again = run("B")  # run 2, exactly as recorded: the same release, free
-    assert r.exit_code == 0, r.stderr
-    assert again["result"] == d2["result"] and again["summary"]["charged"] is False
+@pytest.mark.parametrize("m", BOUNDS)
+def test_the_proposals_consume_the_same_words_with_redraws_at_every_limit(m):
+    """Words placed at limit − 1 (kept), limit and 2^64 − 1 (redrawn, several rounds), 0, and random:
+    the same values, the same words consumed, the same calls that consume any."""
+    from dpcli.core import selection as sel
+    from dpcli.core.samplers import uniform_below
+
+    limit = ((1 << 64) // m) * m
+    rng = np.random.default_rng(m)
+    special = [w for w in (limit - 1, limit, limit + 1, (1 << 64) - 1, 0, m, m - 1) if 0 <= w < 1 << 64]
+    for trial in range(4):
+        first = [int(x) for x in rng.integers(0, 1 << 63, size=m, dtype=np.uint64)]
+        for i in range(min(m, 3 + trial)):
+            first[int(rng.integers(0, m))] = special[(i + trial) % len(special)]
+        tail = [(1 << 64) - 1] * trial + [int(x) for x in rng.integers(0, 1 << 63, size=m + 8, dtype=np.uint64)]
+        a, b = _CountedWords(first + tail), _CountedWords(first + tail)
+        assert sel._uniform_below_scalar(a, m).tolist() == uniform_below(b, np.full(m, m)).tolist()
+        assert a.words == b.words
+        assert [n for n in a.calls if n] == [n for n in b.calls if n]
+
+
+def test_the_proposals_equal_uniform_below_on_the_keyed_stream():
+    from dpcli.core import selection as sel
+    from dpcli.core.prf import KeyedStream
+    from dpcli.core.samplers import uniform_below
+
+    a, b = KeyedStream(b"k" * 32, "t"), KeyedStream(b"k" * 32, "t")
+    for m in [*range(1, 130), 4095, 4096, 4097]:
+        assert np.array_equal(sel._uniform_below_scalar(a, m), uniform_below(b, np.full(m, m)))
+    assert a.uint64(3).tolist() == b.uint64(3).tolist()

@@ -1,17 +1,18 @@
-"""Attack: float arithmetic against the declared sensitivity (issue 15, findings 5, 6 and 9).
+"""Rule 5, sensitivity holds in floating point too: no row moves an aggregate beyond its declared sensitivity.
 
-* Finding 5: the bounds' grid units were computed exactly in Python while
-  polars snapped values with float division and its own rounding, so with a
-  non-power-of-two ``--granularity`` (``--bounds 0:1.47 --granularity 0.98``)
-  one row moved a sum by 2 grid steps while the noise was calibrated for 1.
+Attack: float arithmetic against the declared sensitivity (issue 15, findings 5, 6 and 9).
+
+* Finding 5: the bounds' grid units were computed exactly in Python while polars snapped values with
+  float division and its own rounding, so with a non-power-of-two ``--granularity`` (``--bounds
+  0:1.47 --granularity 0.98``) one row moved a sum by 2 grid steps while the noise was calibrated
+  for 1.
 * Finding 6: sums wrapped around Int64 (three rows of 9e18 at granularity 1).
 * Finding 9: extreme ``--bounds``/``--granularity`` crashed (exit 1).
 
-The property test draws random bounds and granularities (powers of two or
-not, negative, tiny and huge magnitudes) and one row at any value (the
-bounds, just outside them, ±inf, NaN, ...): that row never moves the exact
-integer aggregate that noise is added to (rows, sum, centred sum, sum of
-squares) by more than the sensitivity the noise is calibrated for.
+The property test draws random bounds and granularities (powers of two or not, negative, tiny and huge
+magnitudes) and one row at any value (the bounds, just outside them, ±inf, NaN, ...): that row never
+moves the exact integer aggregate that noise is added to (rows, sum, centred sum, sum of squares) by
+more than the sensitivity the noise is calibrated for.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from dptest import runner
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from dpcli import bounding
 from dpcli.cli.app import app
@@ -34,8 +35,10 @@ from dpcli.core import mechanisms as mech
 from dpcli.errors import UsageError
 from dpcli.tasks import histogram as hist
 
-runner = CliRunner()
+
 MEASUREMENTS = ("rows", "sum", "csum", "csumsq")
+
+
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
 
 
@@ -199,6 +202,8 @@ def test_cli_sums_near_the_limits_do_not_wrap(tmp_path, zero_noise, bounds, gran
 
 
 ALL = "count,sum,mean,median,variance"
+
+
 MAX = 1.7976931348623157e308
 
 

@@ -1,85 +1,25 @@
-"""Attack: selection v3 (keyed XXH64 chain, ``dpcli/bounding/keyed_order.py``) against crafted records.
+"""Rule 5 in the bounding: every contribution cap holds for every value a data subject may choose.
 
-A data subject chooses their own values (text, extreme integers, 128-bit integers, nulls, times of
-any unit and zone) and may know the algorithm, not the salt. For every such input the contribution
-bounds must hold (≤ C rows per (unit, group), ≤ K groups per unit), the kept set must not depend
-on row order, chunking or engine, and no record may make a run fail. Findings of this review fail
-on the code before the fix; the others are regression tests of attacks the code resists.
+Attack: selection v3 (keyed XXH64 chain, ``dpcli/bounding/keyed_order.py``) against crafted records. A
+data subject chooses their own values (text, extreme integers, 128-bit integers, nulls, times of any
+unit and zone) and may know the algorithm, not the salt. For every such input the contribution bounds
+must hold (≤ C rows per (unit, group), ≤ K groups per unit), and the kept set must not depend on row
+order, chunking or engine. Findings of this review fail on the code before the fix; the others are
+regression tests of attacks the code resists. (Its findings that a record made a run fail are rule
+4's, ``test_rule4_schema_decides_types.py``; the internal column name is rule 7's.)
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import random
-from fractions import Fraction
 
 import polars as pl
 import pytest
+from keyed_order_cases import MASK, SALT, _assert_caps, _orders, _partial, _spec
 
 from dpcli import bounding
 from dpcli.bounding import keyed_order as ko
-from dpcli.errors import DataError, UsageError
-
-SALT = 0x5EC_0DE5_A17_0000_1111_2222_3333_4444
-MASK = (1 << 64) - 1
-GRID = bounding.ValueGrid(0.0, 16.0, Fraction(1))
-
-
-def _spec(unit: str, by: tuple[str, ...], c: int, k: int | None, value: str | None = "v") -> bounding.BoundingSpec:
-    return bounding.BoundingSpec(unit=unit, by=by, max_partitions=k, max_contributions=c, value=value,
-                                 grid=GRID if value else None)
-
-
-def _partial(frame: pl.LazyFrame, spec: bounding.BoundingSpec, engine: str = "streaming") -> pl.DataFrame:
-    out = bounding.bound_contributions(frame, spec, SALT).collect(engine=engine)
-    return out.sort(out.columns, nulls_last=True)
-
-
-def _orders(df: pl.DataFrame, n: int = 3):
-    """The frame in several row orders and chunkings (one chunk per few rows, then reversed)."""
-    yield df
-    for seed in range(n):
-        idx = list(range(df.height))
-        random.Random(seed).shuffle(idx)
-        shuffled = df[idx]
-        parts = [shuffled.slice(i, 3) for i in range(0, shuffled.height, 3)]
-        yield pl.concat(parts, rechunk=False) if parts else shuffled
-    yield df.reverse()
-
-
-def _assert_caps(partial: pl.DataFrame, spec: bounding.BoundingSpec) -> None:
-    assert partial[bounding.N_ROWS].max() is None or partial[bounding.N_ROWS].max() <= spec.max_contributions
-    if spec.max_partitions is not None and partial.height:
-        per_unit = partial.group_by(spec.unit).len()["len"].max()
-        assert per_unit <= spec.max_partitions
-    assert all(not c.startswith("__dp_order") and c != "__dp_rank" for c in partial.columns)  # the key never leaves
-
-
-# --- findings (failed before the fix) ------------------------------------------------------------
-
-def test_attack_uint128_values_at_or_above_2_127_never_fail_the_run():
-    """FINDING: the UInt128 word compared the column with a negative bound, which makes polars
-    cast it to Int128 strictly: one value ≥ 2^127 in a unit over its cap failed the run (a
-    record-dependent exit code, and polars' message quoted the values)."""
-    vals = [2**128 - 1, 2**127, 2**64, 2**64 - 1, 0, None]
-    df = pl.DataFrame({"u": [1] * 6, "g": pl.Series(vals, dtype=pl.UInt128), "v": [1.0] * 6})
-    spec = _spec("u", ("g",), 1, 2)
-    partial = _partial(df.lazy(), spec)
-    _assert_caps(partial, spec)
-    words = df.select(ko.field_word("g", pl.UInt128)).to_series().to_list()
-    assert words == [ko.reference_word(v) for v in vals]
-
-
-def test_attack_a_query_column_named_like_an_internal_column_is_refused():
-    """FINDING: the bounding writes its own columns (``__dp_grid``, ``__dp_order``…) over the
-    input's. A privacy unit column named ``__dp_grid`` became each row's grid value, so one person
-    with 8 rows counted as 8 units with C = K = 1 (rows 8, not 1); other names failed late. Now any
-    query column with the internal prefix is a usage error, before any data is read."""
-    for kw in ({"unit": "__dp_grid", "by": ("g",)}, {"unit": "u", "by": ("__dp_order",)},
-               {"unit": "u", "by": ("g", "__dp_rows")}, {"unit": "u", "by": ("g",), "value": "__dp_csum"}):
-        value = kw.pop("value", "v")
-        with pytest.raises(UsageError, match="__dp_"):
-            bounding.BoundingSpec(**kw, max_partitions=1, max_contributions=1, value=value, grid=GRID)
 
 
 @pytest.mark.parametrize("unit", ["ns", "us", "ms"])
@@ -94,6 +34,7 @@ def test_attack_duration_words_are_the_stored_integer(unit):
 
 
 # --- resisted: ties ------------------------------------------------------------------------------
+
 
 def _h2(u: int, a: int) -> int:
     """The chain after (unit, a) for purpose ``groups`` (all fields Int64)."""
@@ -210,18 +151,6 @@ def test_resisted_every_type_as_unit_and_group_keeps_the_caps_in_every_order(dty
             assert _partial(f.lazy(), spec).equals(first)
 
 
-@pytest.mark.parametrize("dtype", [pl.Float64, pl.Float32, pl.Decimal(10, 0), pl.List(pl.Int64), pl.Binary,
-                                   pl.Time, pl.Null, pl.Struct({"a": pl.Int64}), pl.Object], ids=str)
-def test_resisted_refused_types_are_refused_by_the_schema_alone(dtype):
-    """A type with no word is refused while the plan is built, from the schema: an empty input is
-    refused exactly as a full one (so the refusal says nothing about records)."""
-    lf = pl.LazyFrame(schema={"u": pl.Int64, "x": dtype, "v": pl.Float64})
-    with pytest.raises(DataError, match="'x' has type"):
-        bounding.bound_contributions(lf, _spec("u", ("x",), 1, 1), SALT)
-    with pytest.raises(DataError, match="'x' has type"):
-        bounding.bound_contributions(lf, _spec("x", ("u",), 1, None), SALT)
-
-
 def test_resisted_a_unit_whose_every_group_ties_keeps_none_and_never_more_than_k():
     tied = _tied_groups(7, 40)
     df = pl.DataFrame([(7, a, b) for a, b in tied], schema={"u": pl.Int64, "a": pl.Int64, "b": pl.Int64},
@@ -249,6 +178,7 @@ def test_resisted_unit_buckets_and_row_order_give_the_same_totals():
 
 
 # --- Spark: the same keys and the same kept sets -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):

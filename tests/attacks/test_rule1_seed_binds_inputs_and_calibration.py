@@ -1,9 +1,9 @@
-"""Attacks on the seed (issue 29): the seed binds everything that shapes the output (threat model, rule 1).
+"""Rule 1, the seed binds everything that shapes the output: each input with how it was read, and the calibration.
 
-A release's seed is an HMAC of its seed material, and a release whose seed was already charged is a
-free replay with the same noise. So anything that changes the output without changing the seed
-hands out correlated noise on different answers for free: subtracting two releases then gives
-exact counts. Two ways did this before the fix:
+Attacks on the seed (issue 29). A release's seed is an HMAC of its seed material, and a release whose
+seed was already charged is a free replay with the same noise. So anything that changes the output
+without changing the seed hands out correlated noise on different answers for free: subtracting two
+releases then gives exact counts. Two ways did this before the fix:
 
 1. **One file, two readings, one seed.** The material held each input's bytes (its SHA-256) but
    not how they were read. A file that is valid CSV *and* valid NDJSON, named ``k.csv`` once and
@@ -13,86 +13,35 @@ exact counts. Two ways did this before the fix:
    ``--analyst``) got the same seed for the same query, so their noise (Laplace scales 2 and 4)
    came from the same uniforms.
 
-Each test here failed on the code before the fix; replays of exactly equal runs stay free.
+A catalog name is part of an input's reading too (issue 29's service-mode review): two names for one
+file, or one name whose entry was edited, are two releases. Each test here failed on the code before
+the fix; replays of exactly equal runs stay free. (A restored stream or schedule state that recomputes
+a recorded run from the same bytes read another way is rule 2's: ``test_rule2_state_bound_to_ledger.py``.)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dptest import cli, history, runner
+from dptest import cli, runner
+from dptest import init_ledger as init
+from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 
-from dpcli.release import seeds as release
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
 from dpcli.io import inputs
-
-N = 60  # units per group in the polyglot data files
-
-
-# ---- polyglots: one file, two readings ----------------------------------------------------------
-
-
-def csv_and_ndjson(columns: Sequence[str], csv_rows: Sequence[Sequence[str]],
-                   json_rows: Sequence[Sequence[str]]) -> bytes:
-    """Bytes that are a CSV with ``columns`` and ``csv_rows``, and an NDJSON with ``json_rows``.
-
-    Each line is a JSON object ``{"z":[0,"a","b",0], "c1":"x", "c2":"y"}``. Split on commas it is
-    the CSV fields ``{"z":[0``, ``"a"``, ``"b"``, ``0]``, `` "c1":"x"``, …: the array holds the CSV
-    values (the header line's array holds the column names), the object's keys the NDJSON ones. The
-    header line is an NDJSON record too, so there is one more JSON row than CSV rows.
-    """
-    assert len(json_rows) == len(csv_rows) + 1
-
-    def line(array: Sequence[str], record: Sequence[str]) -> str:
-        items = ",".join(json.dumps(v) for v in array)
-        fields = "".join(f", {json.dumps(c)}:{json.dumps(v)}" for c, v in zip(columns, record))
-        return '{"z":[0,' + items + ",0]" + fields + "}\n"
-
-    return "".join(line(a, r) for a, r in zip([columns, *csv_rows], json_rows)).encode()
-
-
-def comma_and_semicolon(rows: int) -> bytes:
-    """Bytes that are two CSVs: split on ``,`` every unit ``u…`` is in group G, split on ``;`` every
-    unit ``v…`` is in group H (header ``user,g,x;g;user;y,z``)."""
-    return ("user,g,x;g;user;y,z\n" + "".join(f"u{i},G,x;H;v{i};y,z\n" for i in range(rows))).encode()
+from dpcli.release import seeds as release
 
 
 def two_group_data() -> bytes:
     """Units ``u…`` in group G as CSV, units ``v…`` in group H as NDJSON."""
     return csv_and_ndjson(["user", "g"], [[f"u{i}", "G"] for i in range(N)],
                           [["v0", "X"], *([f"v{i}", "H"] for i in range(1, N + 1))])
-
-
-def write(path: Path, data: bytes) -> Path:
-    path.write_bytes(data)
-    return path
-
-
-def hard_link(path: Path, name: str) -> Path:
-    """A second name for ``path``'s bytes (the same inode)."""
-    other = path.with_name(name)
-    os.link(path, other)
-    return other
-
-
-# ---- running ------------------------------------------------------------------------------------
-
-
-def init(mode: str = "pure", analyst: str = "default") -> None:
-    """A ledger for ``analyst``: pure ε = 50, or br at ε_per = 0.5, or approx/zcdp with room to spare."""
-    limits = {"pure": ["--epsilon", "50"], "approx": ["--epsilon", "50", "--delta", "1e-5"],
-              "zcdp": ["--rho", "50", "--delta", "1e-5"],
-              "br": ["--epsilon-per", "0.5", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
-                     "--delta-prime", "1e-9"]}[mode]
-    r = cli("--analyst", analyst, "budget", "init", analyst, "--mode", mode, *limits)
-    assert r.exit_code == 0, r.stderr
 
 
 def summary(*args: Any, stdin: bytes | None = None, analyst: str = "default") -> dict[str, Any]:
@@ -117,11 +66,6 @@ def assert_two_releases(first: dict[str, Any], second: dict[str, Any]) -> None:
 def assert_free_replay(first: dict[str, Any], second: dict[str, Any]) -> None:
     """Everything equal: the same seed, and the second run is free."""
     assert first["seed_id"] == second["seed_id"] and second["charged"] is False
-
-
-@pytest.fixture
-def keys(tmp_path: Path) -> Path:
-    return write(tmp_path / "groups.csv", b"g\nG\nH\nX\n")
 
 
 # ---- attack 1: one file, two readings, one seed ------------------------------------------------
@@ -200,8 +144,8 @@ def test_a_compressed_name_is_another_reading(tmp_path, keys):
 def test_a_pure_and_a_br_ledger_get_independent_noise(tmp_path, keys):
     """The same query on a pure ledger (Laplace scale 2) and a br ledger (scale 4, KnownLap) of one
     person: before, one seed, so the two noises came from the same uniforms."""
-    init("pure", "p")
-    init("br", "b")
+    init("pure", analyst="p")
+    init("br", analyst="b")
     data = write(tmp_path / "d.csv", ("user,g\n" + "".join(f"u{i},G\n" for i in range(N))).encode())
     pure = histogram(data, keys, "--agg", "count-units", analyst="p")
     br = histogram(data, keys, "--agg", "count-units", analyst="b")
@@ -215,82 +159,10 @@ def test_topk_under_two_accounting_modes_gets_two_seeds(tmp_path, keys, modes):
     data = write(tmp_path / "d.csv", ("user,g\n" + "".join(f"u{i},{'GH'[i % 2]}\n" for i in range(N))).encode())
     out = []
     for mode in modes:
-        init(mode, mode)
+        init(mode, analyst=mode)
         out.append(summary("topk", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "-k", "1",
                            "--epsilon-per", "0.5", analyst=mode))
     assert_two_releases(*out)
-
-
-# ---- state: a restored copy replays a recorded run only when it is read alike --------------------
-
-
-def _ledger_files(state_dir: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted((state_dir / "ledgers").glob("*.*")) if p.suffix != ".lock"}
-
-
-def _charged() -> list[dict[str, Any]]:
-    return [e for e in history() if e["events"] and not e.get("replay_of")]
-
-
-def test_a_restored_schedule_state_replays_a_run_only_under_the_same_delimiter(tmp_path, keys, state_dir):
-    """A schedule's run digest binds the run's seed: a restored state that recomputes a recorded epoch
-    from the same bytes split on another delimiter (other units, other groups) is refused."""
-    init()
-    # 1,000 → 40,000 units: past epoch 1's start by ~40 scales of the crossing test's noise (~700 units at
-    # ε = 1, γ = 0.1: docs/commands/schedules.md), so the epoch starts whatever the key.
-    small, big = write(tmp_path / "s1.csv", comma_and_semicolon(1000)), write(tmp_path / "s2.csv",
-                                                                            comma_and_semicolon(40000))
-
-    def run(path: Path, *extra: str) -> Any:
-        return cli("histogram", path, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--schedule", "daily",
-                   "--total-epsilon", "1", "--gamma", "0.1", *extra, "--json")
-
-    assert run(small).exit_code == 0
-    (state,) = (state_dir / "schedules" / "default").glob("*.json")
-    old = state.read_bytes()
-    assert run(big).exit_code == 0  # epoch 1
-    state.write_bytes(old)  # yesterday's backup
-    before = _ledger_files(state_dir)
-    refused = run(big, "--delimiter", ";")
-    assert refused.exit_code == 78, (refused.stdout, refused.stderr)
-    assert _ledger_files(state_dir) == before
-    again = run(big)  # the recorded epoch 1, read as it was: the same release, free
-    assert again.exit_code == 0, again.stderr
-    assert len(_charged()) == 1
-
-
-def _events(columns_csv: Sequence[Sequence[str]], columns_json: Sequence[Sequence[str]]) -> bytes:
-    return csv_and_ndjson(["ts", "user", "page"], columns_csv, columns_json)
-
-
-def test_a_restored_stream_state_replays_a_run_only_under_the_same_reading(tmp_path, state_dir):
-    """A stream's run digest binds how its input was read: an older copy of the state that recomputes
-    a recorded run from the same bytes read as NDJSON instead of CSV is refused (it would draw the
-    run's noise over other events)."""
-    init("approx")
-    opts = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "12h",
-            "--max-contributions", "2", "--epsilon", "2", "--delta", "1e-9"]
-    day1 = write(tmp_path / "d1.csv", _events([["2026-11-01T01:00:00", f"u{i}", "p1"] for i in range(N)],
-                                              [["2026-11-01T01:00:00", f"v{i}", "p2"] for i in range(N + 1)]))
-    day2 = write(tmp_path / "d2.csv", _events([["2026-11-02T01:00:00", f"u{i}", "p1"] for i in range(N)],
-                                              [["2026-11-02T01:00:00", f"v{i}", "p2"] for i in range(N + 1)]))
-    day2_json = hard_link(day2, "d2.jsonl")
-    s = tmp_path / "s.state"
-
-    def run(path: Path, through: str) -> Any:
-        return cli("stream-replay", path, *opts, "--state", s, "--through", through, "--json")
-
-    assert run(day1, "2026-11-02").exit_code == 0
-    old = s.read_bytes()
-    assert run(day2, "2026-11-03").exit_code == 0
-    s.write_bytes(old)  # yesterday's backup
-    before = _ledger_files(state_dir)
-    refused = run(day2_json, "2026-11-03")
-    assert refused.exit_code == 78, (refused.stdout, refused.stderr)
-    assert _ledger_files(state_dir) == before
-    again = run(day2, "2026-11-03")  # the recorded run, read as it was: the same rows, free
-    assert again.exit_code == 0, again.stderr
-    assert len(_charged()) == 1
 
 
 # ---- every command's seed material: each input with its reading, and the calibration --------------
@@ -410,3 +282,38 @@ def test_what_of_a_plan_stays_out_of_the_seed_is_listed():
                         "PrivacyEvent": ["detail"]}
     with pytest.raises(TypeError):
         release.plan_material({"scales": np.array([1.0])})
+
+
+# ---- catalog names: each entry is its own reading ------------------------------------------------
+
+
+def test_two_catalog_names_for_one_file_are_two_releases(svc):
+    """The seed binds the catalog entry: another name (or an edited entry) is never a free replay."""
+    svc.catalog_toml = svc.catalog_toml.replace(
+        "[public.pages]", f'[datasets.visits2]\nlocation = "{svc.data / "visits.csv"}"\nprivacy_unit = "user"\n'
+        'analysts = ["*"]\n[public.pages]')
+    svc.setup(ledgers=False)
+    query = ["--by", "page", "--epsilon", "1", "--delta", "1e-6", "--json"]
+    first = json.loads(svc.run("alice", "histogram", "visits", *query).stdout)["summary"]
+    again = json.loads(svc.run("alice", "histogram", "visits", *query).stdout)["summary"]
+    other = json.loads(svc.run("alice", "histogram", "visits2", *query).stdout)["summary"]
+    assert first["charged"] and not again["charged"] and other["charged"]
+    assert other["seed_id"] != first["seed_id"]
+
+
+QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
+
+
+def test_resists_free_replays_across_catalog_names_and_entry_edits(svc):
+    svc.catalog_toml += (f'[datasets.visits2]\nlocation = "{svc.data / "visits.csv"}"\nprivacy_unit = "user"\n'
+                         'analysts = ["*"]\n')
+    svc.setup(ledgers=False)
+    first = svc.run("alice", *QUERY)
+    assert svc.run("alice", *QUERY).stdout == first.stdout  # the same name: a free replay
+    other = svc.run("alice", "histogram", "visits2", *QUERY[2:])
+    svc.catalog_toml = svc.catalog_toml.replace('privacy_unit = "user"', 'privacy_unit = "secret"', 1)
+    svc.setup(ledgers=False)
+    edited = svc.run("alice", *QUERY)
+    assert other.exit_code == edited.exit_code == 0
+    history = json.loads(svc.run("alice", "budget", "history", "--json").stdout)
+    assert [bool(e["replay_of"]) for e in history] == [False, True, False, False]

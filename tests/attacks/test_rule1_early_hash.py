@@ -1,13 +1,13 @@
-"""Attacks on the early hash (dpcli/io/opening.py) and on the race's uniform proposals (selection.py).
+"""Rule 1 under the early hash (``dpcli/io/opening.py``): the bytes hashed on a thread are the bytes parsed.
 
-The data file is now opened and hashed on a thread first thing in ``histogram``, ``topk``,
-``tabulate`` and ``stream-replay``, long before the parser takes it (settings, the ledger, the
-options and the output path are checked in between). Each test below acts in that window, during
-the hash, or on a path that fails before the data is read, and checks the rules of the threat
-model: the bytes fingerprinted are the bytes parsed (a change is exit 66 before any debit), a
-replay is free only over the same bytes, a dry run or an early error reads no data and prints one
-line, and nothing of the thread is ever seen. The race's rewritten ``_uniform_below_scalar`` must
-consume the same words and return the same values as ``uniform_below`` in every case.
+The data file is opened and hashed on a thread first thing in ``histogram``, ``topk``, ``tabulate``
+and ``stream-replay``, long before the parser takes it (settings, the ledger, the options and the
+output path are checked in between). Each test below acts in that window, during the hash, or on a
+path that fails before the data is read, and checks the rules of the threat model: the bytes
+fingerprinted are the bytes parsed (a change is exit 66 before any debit), a replay is free only
+over the same bytes, a dry run or an early error reads no data and prints one line, and nothing of
+the thread is ever seen. (The same review's attacks on the race's uniform proposals are in
+``test_rule5_noise_in_exact_arithmetic.py``.)
 """
 
 from __future__ import annotations
@@ -25,21 +25,19 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 import pytest
 from dptest import N_UNITS as N
-from dptest import history
-from dptest import init_pure_ledger as init
+from dptest import history, runner
+from dptest import init_ledger as init
 from dptest import one_group_csv as data
 from tabulate_specs import spec_toml
-from typer.testing import CliRunner
 
-from dpcli.release import path as release_path
 from dpcli.cli.app import app
 from dpcli.io import inputs, opening
+from dpcli.release import path as release_path
 
-runner = CliRunner()
+
 HIST = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1"]
 
 
@@ -80,6 +78,7 @@ def wait_for_hashes() -> None:
 
 
 # ---- the window between the early open and the parse ----------------------------------------------
+
 
 def _rename_over(path: Path, content: str) -> None:
     tmp = path.with_suffix(".tmp")
@@ -208,6 +207,7 @@ def test_a_file_replaced_by_a_dataset_in_the_window_reads_the_dataset_and_prints
 
 # ---- during the hash ---------------------------------------------------------------------------------
 
+
 def _during_hash(monkeypatch, action_after_hash) -> None:
     original = opening.fingerprint_fileobj
 
@@ -273,6 +273,7 @@ def test_a_gz_input_hashed_early_is_its_bytes_on_disk_and_parsed_from_them(tmp_p
 
 # ---- who takes the early handle ------------------------------------------------------------------
 
+
 def test_the_data_file_named_again_as_keys_is_opened_twice_and_taken_once(tmp_path, monkeypatch):
     """Data and --keys are the same path: the early handle goes to the data only; the keys are opened
     (and hashed) on their own, and the run ends as it does with a separate copy of the keys."""
@@ -321,6 +322,7 @@ def test_nothing_carries_over_between_runs_in_one_process(tmp_path):
 
 # ---- runs that read no data, and errors before the data ----------------------------------------------
 
+
 def _tabulate_spec(tmp_path: Path) -> Path:
     levels = '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 1\nstability = 4\n'
     spec = spec_toml(levels, geography="levels.nation = { prefix = 0 }\nlevels.state = { prefix = 2 }")
@@ -330,7 +332,6 @@ def _tabulate_spec(tmp_path: Path) -> Path:
 
 
 def test_a_tabulate_dry_run_never_opens_the_person_file(tmp_path, monkeypatch):
-    import dpcli.tasks.tabulate_spec  # noqa: F401 (bound to the real open_binary before the patch)
 
     init()
     spec = _tabulate_spec(tmp_path)
@@ -480,53 +481,3 @@ def test_a_thread_that_cannot_start_does_not_fail_the_run(tmp_path, monkeypatch)
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["seed_id"] == json.loads(ref.stdout)["seed_id"]
     assert (tmp_path / "o1.csv").read_bytes() == (tmp_path / "o2.csv").read_bytes()
-
-
-# ---- the race's uniform proposals ------------------------------------------------------------------
-
-class _Words:
-    def __init__(self, words: list[int]) -> None:
-        self.words = list(words)
-        self.calls: list[int] = []
-
-    def uint64(self, n: int) -> np.ndarray:
-        self.calls.append(n)
-        if n > len(self.words):
-            raise AssertionError("the stream ran out")
-        out, self.words = self.words[:n], self.words[n:]
-        return np.array(out, dtype=np.uint64)
-
-
-BOUNDS = [1, 2, 3, 5, 6, 7, 8, 9, 15, 16, 17, 63, 64, 65, 100, 255, 256, 257, 1000, 1023, 1024, 1025]
-
-
-@pytest.mark.parametrize("m", BOUNDS)
-def test_the_proposals_consume_the_same_words_with_redraws_at_every_limit(m):
-    """Words placed at limit − 1 (kept), limit and 2^64 − 1 (redrawn, several rounds), 0, and random:
-    the same values, the same words consumed, the same calls that consume any."""
-    from dpcli.core import selection as sel
-    from dpcli.core.samplers import uniform_below
-
-    limit = ((1 << 64) // m) * m
-    rng = np.random.default_rng(m)
-    special = [w for w in (limit - 1, limit, limit + 1, (1 << 64) - 1, 0, m, m - 1) if 0 <= w < 1 << 64]
-    for trial in range(4):
-        first = [int(x) for x in rng.integers(0, 1 << 63, size=m, dtype=np.uint64)]
-        for i in range(min(m, 3 + trial)):
-            first[int(rng.integers(0, m))] = special[(i + trial) % len(special)]
-        tail = [(1 << 64) - 1] * trial + [int(x) for x in rng.integers(0, 1 << 63, size=m + 8, dtype=np.uint64)]
-        a, b = _Words(first + tail), _Words(first + tail)
-        assert sel._uniform_below_scalar(a, m).tolist() == uniform_below(b, np.full(m, m)).tolist()
-        assert a.words == b.words
-        assert [n for n in a.calls if n] == [n for n in b.calls if n]
-
-
-def test_the_proposals_equal_uniform_below_on_the_keyed_stream():
-    from dpcli.core import selection as sel
-    from dpcli.core.prf import KeyedStream
-    from dpcli.core.samplers import uniform_below
-
-    a, b = KeyedStream(b"k" * 32, "t"), KeyedStream(b"k" * 32, "t")
-    for m in [*range(1, 130), 4095, 4096, 4097]:
-        assert np.array_equal(sel._uniform_below_scalar(a, m), uniform_below(b, np.full(m, m)))
-    assert a.uint64(3).tolist() == b.uint64(3).tolist()

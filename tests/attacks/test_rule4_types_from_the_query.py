@@ -1,19 +1,23 @@
-"""Attack: one record that flips a column's inferred type (CSV and NDJSON inputs).
+"""Rule 4, control flow depends only on public inputs: column types come from the query, never from the records.
 
-CSV and NDJSON carry no column types: a reader that infers them from the data
-lets one private record decide the type of a column, and with it whether the
-run fails ("column 'x' must be numeric", a ``--keys`` value that no longer
-casts), the types and order of the released groups (``9`` < ``10`` as
-integers, ``"10"`` < ``"9"`` as text) and which listed groups match. The
-schema of a CSV is its header only, and NDJSON has none: the columns a query
-uses must be typed from the query alone.
+Attack: one record that flips a column's inferred type (CSV and NDJSON inputs). CSV and NDJSON carry
+no column types: a reader that infers them from the data lets one private record decide the type of a
+column, and with it whether the run fails ("column 'x' must be numeric", a ``--keys`` value that no
+longer casts), the types and order of the released groups (``9`` < ``10`` as integers, ``"10"`` <
+``"9"`` as text) and which listed groups match. The schema of a CSV is its header only, and NDJSON has
+none: the columns a query uses must be typed from the query alone.
 
-Each test runs D and its neighbour D′ = D plus ONE record whose value would
-flip the inferred type of one column (text in a numeric value column, a
-fraction or a word in an integer-looking group column), with the seed forced
-equal (``report_diff.differential``): exit code, stderr, the ``--json``
-summary and the ledger must agree, and so must the released group values and
-their JSON types (with a public list they are all released, in order).
+The first tests run D and its neighbour D′ = D plus ONE record whose value would flip the inferred
+type of one column (text in a numeric value column, a fraction or a word in an integer-looking group
+column), with the seed forced equal (``report_diff.differential``): exit code, stderr, the ``--json``
+summary and the ledger must agree, and so must the released group values and their JSON types (with a
+public list they are all released, in order).
+
+The review of issue 15 added the cases below them: a value past the inference window, an unterminated
+quote, invalid UTF-8, a ragged record and a late NDJSON record of another type must neither fail the
+run nor put private text on stderr (parser errors never quote a record); and (issue 17, which made
+``-`` read CSV by default) a Parquet file read as CSV must not have its first bytes echoed as a
+header.
 """
 
 from __future__ import annotations
@@ -22,12 +26,24 @@ import json
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
+from dptest import runner
+from dptest import init_ledger as init
 from report_diff import Report, differential
+from small_tables import csv_rows, write
 from tabulate_specs import write_spec
 
+from dpcli.cli.app import app
+from dpcli.io import inputs
+
+
 APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
+
+
 PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
+
+
 USERS = 12  # units per group in D: (user, g, x) with g in 1, 2, 9, 10 and x an integer
 
 
@@ -50,6 +66,8 @@ FLIPS_CSV = {
     "fraction-group": ("intruder", "1.5", 2),
     "word-group": ("intruder", "zz", 2),
 }
+
+
 FLIPS_NDJSON = {
     "text-value": {"user": "intruder", "g": 1, "x": "abc"},
     "fraction-group": {"user": "intruder", "g": 1.5, "x": 2},
@@ -78,7 +96,11 @@ def _assert_same(a: Report, b: Report, diff: list[str]) -> None:
 
 #: (format, flip) per test: each kind of flip in each format at least once, a few seconds in all.
 VALUE_CASES = [("csv", "text-value"), ("csv", "fraction-group"), ("ndjson", "text-value"), ("ndjson", "nested-value")]
+
+
 GROUP_CASES = [("csv", "word-group"), ("csv", "fraction-group"), ("ndjson", "fraction-group")]
+
+
 THRESHOLD_CASES = [("csv", "text-value"), ("ndjson", "word-group")]
 
 
@@ -182,3 +204,137 @@ def test_tabulate_ndjson_does_not_depend_on_inferred_types(tmp_path):
     c, _, _ = differential(["tabulate", csv, "--spec", spec, "--json"], csv, csv.read_text(), csv.read_text(),
                            tmp_path / "csv", setup=[PURE])
     assert c.json["result"] == a.json["result"]  # same persons, same forced seed: the same release
+
+
+# ---- the review of issue 15: one record decides whether a run fails, or is quoted ----------------
+
+
+SECRET = "SECRET4711"
+
+
+def histogram_sum(tmp_path: Path, data: Path, fmt: list[str] | None = None):
+    keys = tmp_path / "keys.csv"
+    keys.write_text("g\n0\n1\n2\n")
+    return runner.invoke(app, ["histogram", str(data), *(fmt or []), "--by", "g", "--privacy-unit", "uid",
+                               "--agg", "sum", "--value", "v", "--bounds", "0:10", "--epsilon", "1",
+                               "--keys", str(keys)])
+
+
+# ---- CSV schema inference: one record decides a column's type ------------------------------------
+
+
+def test_csv_parse_errors_never_quote_a_record(tmp_path):
+    """A value past the inference window that does not parse as the inferred type made polars fail with
+    the value in its message (``could not parse `SECRET4711` as dtype i64``): private text on stderr."""
+    init()
+    rows = csv_rows(10_050)
+    rows[10_020] = f"10019,1,{SECRET}"
+    r = histogram_sum(tmp_path, write(tmp_path / "b.csv", rows))
+    assert SECRET not in r.stderr and SECRET not in r.stdout
+
+
+def test_csv_unterminated_quote_is_not_quoted_back(tmp_path):
+    """A malformed quoted field made polars echo the rest of the file (other records) on stderr."""
+    init()
+    rows = csv_rows(300)
+    rows[200] = f'199,"1,{SECRET}'
+    r = histogram_sum(tmp_path, write(tmp_path / "q.csv", rows))
+    assert SECRET not in r.stderr and "199" not in r.stderr
+
+
+def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):
+    init()
+    rows = csv_rows(10_050)
+    clean = histogram_sum(tmp_path, write(tmp_path / "a.csv", rows))
+    rows[10_020] = f"10019,1,{SECRET}"
+    dirty = histogram_sum(tmp_path, write(tmp_path / "b.csv", rows))
+    assert clean.exit_code == 0, clean.stderr
+    assert dirty.exit_code == clean.exit_code, dirty.stderr
+
+
+def test_csv_one_text_value_does_not_change_the_value_columns_type(tmp_path):
+    init()
+    rows = csv_rows(300)
+    clean = histogram_sum(tmp_path, write(tmp_path / "a.csv", rows))
+    rows[5] = "4,1,n/a"
+    dirty = histogram_sum(tmp_path, write(tmp_path / "c.csv", rows))
+    assert clean.exit_code == 0, clean.stderr
+    assert dirty.exit_code == clean.exit_code, dirty.stderr
+
+
+def test_csv_one_record_does_not_change_the_released_group_types(tmp_path):
+    init()
+    keys = tmp_path / "keys.csv"
+    keys.write_text("g\n0\n1\n2\n")
+    outs = []
+    for name, odd in (("a.csv", None), ("d.csv", "4,x,3")):
+        rows = csv_rows(300)
+        if odd:
+            rows[5] = odd
+        data = write(tmp_path / name, rows)
+        r = runner.invoke(app, ["histogram", str(data), "--by", "g", "--privacy-unit", "uid", "--epsilon", "1",
+                                "--keys", str(keys), "--json"])
+        assert r.exit_code == 0, r.stderr
+        outs.append([type(row["g"]) for row in json.loads(r.stdout)["result"]])
+    assert outs[0] == outs[1]
+
+
+def test_csv_invalid_utf8_in_one_record_does_not_fail_the_run(tmp_path):
+    """One byte that is not UTF-8 in one record's field failed the whole run ('invalid utf-8 sequence')."""
+    init()
+    rows = csv_rows(300)
+    raw = ("\n".join(rows) + "\n").encode().replace(b"\n200,", b"\n200\xff,", 1)
+    data = tmp_path / "u.csv"
+    data.write_bytes(raw)
+    r = runner.invoke(app, ["topk", str(data), "--by", "g", "--privacy-unit", "uid", "-k", "1",
+                            "--epsilon-per", "1", "--keys", str(write(tmp_path / "dom.csv", ["g", "0", "1", "2"]))])
+    assert r.exit_code == 0, r.stderr
+
+
+def test_csv_one_ragged_record_does_not_fail_the_run(tmp_path):
+    """A record with one field too many failed the run ('found more fields than defined in Schema')."""
+    init()
+    rows = csv_rows(300)
+    rows[200] = "199,1,3,extra"
+    r = histogram_sum(tmp_path, write(tmp_path / "e.csv", rows))
+    assert r.exit_code == 0, r.stderr
+
+
+# ---- NDJSON schema inference ----------------------------------------------------------------------
+
+
+def test_ndjson_one_late_record_of_another_type_does_not_fail_the_run(tmp_path):
+    init()
+    recs = [{"uid": i, "g": i % 3, "v": i % 7} for i in range(300)]
+    data = tmp_path / "a.ndjson"
+    data.write_text("\n".join(json.dumps(x) for x in recs) + "\n")
+    clean = histogram_sum(tmp_path, data)
+    recs[200] = {"uid": 200, "g": 1, "v": SECRET}
+    data = tmp_path / "b.ndjson"
+    data.write_text("\n".join(json.dumps(x) for x in recs) + "\n")
+    dirty = histogram_sum(tmp_path, data)
+    assert SECRET not in dirty.stderr
+    assert clean.exit_code == 0, clean.stderr
+    assert dirty.exit_code == clean.exit_code, dirty.stderr
+
+
+@pytest.mark.parametrize("how", ["stdin", "misnamed-file"])
+def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
+    """Attack (issue 17 made `-` read CSV by default): a Parquet file piped in, or named .csv, has
+    a first "line" of raw bytes that can hold encoded records. The column-not-found error used to
+    list them as the file's columns; now it names no bytes of the file."""
+    secret = "SECRET-UNIT-90210"
+    pq = tmp_path / "data.parquet"
+    pl.DataFrame({"user": [secret] * 3, "g": ["a", "b", secret]}).write_parquet(pq, compression="uncompressed")
+    assert secret.encode() in pq.read_bytes()[:4096]  # the records are in the first bytes
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-6"]).exit_code == 0
+    args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--max-contributions", "1", "--max-partitions", "1"]
+    if how == "stdin":
+        r = runner.invoke(app, ["histogram", "-", *args, "--delta", "1e-9"], input=pq.read_bytes())
+    else:
+        misnamed = tmp_path / "data.csv"
+        misnamed.write_bytes(pq.read_bytes())
+        r = runner.invoke(app, ["histogram", str(misnamed), *args, "--delta", "1e-9"])
+    assert r.exit_code == 65 and "does not look like csv" in r.stderr
+    assert "SECRET" not in r.stderr and "PAR1" not in r.stderr and r.stderr.count("\n") == 1
+    assert not inputs.header_is_text(["PAR1\x15\x04"]) and inputs.header_is_text(["user_id", "page views"])

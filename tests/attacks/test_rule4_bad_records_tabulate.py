@@ -1,11 +1,11 @@
-"""Attack (issue 15, finding 4): tabulate's errors must not be an oracle on private records.
+"""Rule 4 for tabulate: a bad person record changes nothing public.
 
-The analyst writes the spec and the block list, so a refusal that depends on the
-records ("N record(s) map to more than stability", "N record(s) have a block id
-missing from the public block list", "N null or unparsable value(s)", bad sex codes,
-negative ages, "has no records") counts any predicate for free — and even
-fail-or-not leaks a bit. D with no bad record and D′ with one must give the same exit
-code, the same stderr (with -v: the summary line) and the same ledger entries.
+Attack (issue 15, finding 4): tabulate's errors must not be an oracle on private records. The analyst
+writes the spec and the block list, so a refusal that depends on the records ("N record(s) map to more
+than stability", "N record(s) have a block id missing from the public block list", "N null or
+unparsable value(s)", bad sex codes, negative ages, "has no records") counts any predicate for free —
+and even fail-or-not leaks a bit. D with no bad record and D′ with one must give the same exit code,
+the same stderr (with -v: the summary line) and the same ledger entries.
 """
 
 from __future__ import annotations
@@ -14,13 +14,21 @@ import pytest
 from report_diff import differential
 from tabulate_specs import write_spec
 
+
 PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
+
+
 #: Two levels at stability 1 (no on_unstable: the default must be safe too).
 LEVELS = "\n".join(f'[[levels]]\ngeography = "{g}"\niterations = "reg"\nepsilon = 2\nstability = 1\n'
                    for g in ("nation", "area"))
+
+
 #: Single-iteration persons only (race 2000, not Hispanic: iteration B alone).
 GOOD = "".join(f"0100{1 + i % 2},2000,1,{1 + i % 2},{20 + i % 50}\n" for i in range(200))
+
+
 HEADER = "block,race,eth,sex,age\n"
+
 
 BAD = {
     "over stability": "01001,1000;2000,1,1,30\n",  # W-in-combination and B: two groups at stability 1

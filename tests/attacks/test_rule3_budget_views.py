@@ -1,9 +1,10 @@
-"""Attack (issue 15, finding 3), fifth command: `budget show` and `budget history` after a release.
+"""Rule 3 for the ledger's public views: ``budget show`` and ``budget history`` after a release.
 
-The ledger's entries and summary lines are public. After each releasing command runs on D or on
-D′ = D plus one unit alone in a new group (same forced seed), every field `budget show` and
-`budget history` print, as JSON and as text, must be identical except the entries' times. Before
-the fix, stream-replay's ledger line said "over N key(s)" (the true number of keys seen).
+Attack (issue 15, finding 3), fifth command. The ledger's entries and summary lines are public. After
+each releasing command runs on D or on D′ = D plus one unit alone in a new group (same forced seed),
+every field ``budget show`` and ``budget history`` print, as JSON and as text, must be identical except
+the entries' times. Before the fix, stream-replay's ledger line said "over N key(s)" (the true number
+of keys seen).
 """
 
 from __future__ import annotations
@@ -16,16 +17,28 @@ import pytest
 from report_diff import csv_text, report_diff, run_cli
 from tabulate_specs import write_spec
 
+
 PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
+
+
 APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
+
+
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT[0-9:.]+Z?")
+
 
 # Counts far from every threshold, so the noisy outcome (which groups are released) is the same on
 # D and D′ and only exact statistics could tell them apart.
 BASE = pl.DataFrame({"user": [f"u{i}" for i in range(300)], "g": ["a"] * 200 + ["b"] * 100,
                      "t": ["2026-01-01T10:00:00"] * 300})
+
+
 NEW = pl.DataFrame({"user": ["newcomer"], "g": ["zzz"], "t": ["2026-01-01T11:00:00"]})
+
+
 PERSONS = "block,race,eth,sex,age\n" + "01001,1000,1,1,30\n" * 40
+
+
 NEW_PERSON = "02001,1000;2000,1,1,40\n"
 
 

@@ -1,11 +1,11 @@
-"""Attack (issue 15, finding 3): summaries must not carry exact statistics of the data.
+"""Rule 3, reports hold no exact statistics: histogram, topk and tabulate summaries on D and D′.
 
-D and D′ = D plus one privacy unit alone in a new group (named to sort last, so the
-noise draws of the other groups stay aligned) are released under the same forced seed.
-Exit code, stderr, every ``--json`` summary field and the ledger entries must be
-identical; only noisy released values (and fields computed from them alone) may
-differ. Before the fix, histogram's ``groups_seen`` (true groups before
-thresholding), topk's ``h_bottom`` (h_(k̄+1) plus a public constant) and tabulate's
+Attack (issue 15, finding 3): summaries must not carry exact statistics of the data. D and D′ = D plus
+one privacy unit alone in a new group (named to sort last, so the noise draws of the other groups stay
+aligned) are released under the same forced seed (``report_diff.differential``). Exit code, stderr,
+every ``--json`` summary field and the ledger entries must be identical; only noisy released values
+(and fields computed from them alone) may differ. Before the fix, histogram's ``groups_seen`` (true
+groups before thresholding), topk's ``h_bottom`` (h_(k̄+1) plus a public constant) and tabulate's
 ``truncated_records`` told D from D′ exactly.
 """
 
@@ -18,7 +18,10 @@ import pytest
 from report_diff import csv_text, differential
 from tabulate_specs import write_spec
 
+
 APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
+
+
 PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
 
 
@@ -28,7 +31,11 @@ def _units(groups: dict[str, int], prefix: str = "u") -> pl.DataFrame:
 
 
 BASE = _units({"a": 300, "b": 200, "c": 120})
+
+
 NEW = pl.DataFrame({"user": ["newcomer"], "g": ["zzz"]})  # one unit, alone in a group that sorts last
+
+
 D, D2 = csv_text(BASE), csv_text(pl.concat([BASE, NEW]))
 
 

@@ -1,9 +1,11 @@
-"""Attacks on output paths (issue 15, finding 8): nothing dpcli writes may land on its own state or inputs.
+"""Rule 7, outputs never overwrite state or inputs: nothing dpcli writes lands on its own state or inputs.
 
-``-o`` (and stream-replay's ``--state FILE``) are chosen by the analyst. Pointed into the state
-directory they would replace e.g. another analyst's ledger (handing back spent budget) or a key;
-pointed at an input they would destroy it. Each is refused before any data is read or budget
-spent: exit 73, one line, no ledger entry, no file changed.
+Attacks on output paths (issue 15, finding 8). ``-o`` (and stream-replay's ``--state FILE``) are chosen
+by the analyst. Pointed into the state directory they would replace e.g. another analyst's ledger
+(handing back spent budget) or a key; pointed at an input they would destroy it. Each is refused before
+any data is read or budget spent: exit 73, one line, no ledger entry, no file changed. Issue 29's
+service-mode review added a write that fails (a directory that cannot be written): exit 73 in one
+line, not an internal error.
 """
 
 from __future__ import annotations
@@ -14,12 +16,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from dptest import runner
 from tabulate_specs import write_spec
-from typer.testing import CliRunner
 
 from dpcli.cli.app import app
-
-runner = CliRunner()
 
 
 def snapshot(*roots: Path) -> dict[str, tuple[bytes | str, int]]:
@@ -164,3 +164,21 @@ def test_ordinary_outputs_still_work(setup, tmp_path, state_dir):
     r = runner.invoke(app, hist(data, keys, out))
     assert r.exit_code == 0, r.stderr
     assert out.exists()
+
+
+def test_attack_a_write_that_fails_is_one_line_not_an_internal_error(svc):
+    """plot -o / budget show --plot into a directory that cannot be written ended in an internal error
+    (exit 1, the OS error's type) instead of exit 73."""
+    locked = svc.out / "alice" / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):  # root: the permission does not hold; a missing directory then
+            locked.chmod(0o700)
+            locked.rmdir()
+        r = svc.run("alice", "budget", "show", "--plot", locked / "b.svg")
+        assert r.exit_code == 73, r.stderr
+        assert "internal error" not in r.stderr
+    finally:
+        if locked.exists():
+            locked.chmod(0o700)

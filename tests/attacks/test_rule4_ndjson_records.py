@@ -1,19 +1,19 @@
-"""Attack (issue 29): one NDJSON record the reader cannot parse must not fail the run (rule 4).
+"""Rule 4 for NDJSON: one record the reader cannot parse fails no run.
 
-NDJSON was read by polars' NDJSON reader, which fails the whole file on one line beyond its
-grammar: a number beyond the double range (``1e999``), 1024 levels of nesting, a line that is an
-array, ``null`` or a number rather than an object, bytes that are not UTF-8, text that is not
+Attack (issue 29). NDJSON was read by polars' NDJSON reader, which fails the whole file on one line
+beyond its grammar: a number beyond the double range (``1e999``), 1024 levels of nesting, a line that
+is an array, ``null`` or a number rather than an object, bytes that are not UTF-8, text that is not
 JSON. One person's record then decided whether every command failed (exit 65): a bit about that
-person, published for free, whatever ε. CSV never did this (ragged lines are truncated, invalid
-UTF-8 replaced). Now every line is read alone (:func:`dpcli.io.inputs._scan_ndjson`): a line that is
-not a JSON object is a record of nulls, dropped inside the bounded transformation by the
-per-record rules (a null unit), never counted or reported.
+person, published for free, whatever ε. CSV never did this (ragged lines are truncated, invalid UTF-8
+replaced). Now every line is read alone (:func:`dpcli.io.inputs._scan_ndjson`): a line that is not a
+JSON object is a record of nulls, dropped inside the bounded transformation by the per-record rules (a
+null unit), never counted or reported.
 
-Each test runs a real command through the CLI on D and on D′ = D plus ONE such record, with the
-seed forced equal (``report_diff.differential``): both succeed, and the exit code, stderr, the
-``--json`` summary and the ledger agree. The broken record is dropped, so the releases are equal
-too. Commands: ``histogram``, ``topk``, ``tabulate`` and ``stream-replay``, on a plain file, a
-``.jsonl.gz`` and standard input.
+Each test runs a real command through the CLI on D and on D′ = D plus ONE such record, with the seed
+forced equal (``report_diff.differential``): both succeed, and the exit code, stderr, the ``--json``
+summary and the ledger agree. The broken record is dropped, so the releases are equal too. Commands:
+``histogram``, ``topk``, ``tabulate`` and ``stream-replay``, on a plain file, a ``.jsonl.gz`` and
+standard input.
 """
 
 from __future__ import annotations
@@ -27,9 +27,15 @@ import pytest
 from report_diff import Report, differential, report_diff, run_cli
 from tabulate_specs import write_spec
 
+
 PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
+
+
 APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
+
+
 USERS = 60  # units per group: counts far from any threshold
+
 
 #: The one record D′ adds: each failed every command on NDJSON before (exit 65, "cannot read … as ndjson").
 BROKEN: dict[str, bytes] = {
@@ -42,6 +48,8 @@ BROKEN: dict[str, bytes] = {
     "not JSON": b"user=intruder g=a x=1",
     "trailing text": b'{"user": "intruder", "g": "a", "x": 1, "t": "2026-01-01T10:00:00"} and more',
 }
+
+
 #: Read as a record that names no unit (a null unit drops it); invalid UTF-8 is replaced, as in CSV:
 #: that record is kept, with an unknown group, so its release is a neighbour's, not the same.
 DROPPED = [k for k in BROKEN if k != "invalid UTF-8"]
@@ -128,9 +136,14 @@ def test_ndjson_on_standard_input_reads_record_by_record_too(tmp_path, command, 
 
 # ---- tabulate: the spec's columns from NDJSON persons ------------------------------------------------
 
+
 LEVEL = '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 2\nstability = 2\n'
+
+
 PEOPLE = [{"block": "01001", "race": [1000], "eth": 1, "sex": 1, "age": 30},
           {"block": "02001", "race": [2000, 1000], "eth": 2, "sex": 2, "age": 70.0}] * 40
+
+
 BROKEN_PERSONS: dict[str, bytes] = {
     "number beyond the double range": b'{"block": "01001", "race": [1000], "eth": 1, "sex": 1, "age": 1e999}',
     "1100 levels of nesting": b'{"block": "01001", "race": ' + b"[" * 1100 + b"]" * 1100 + b"}",

@@ -1,12 +1,12 @@
-"""Attack: errors as an oracle on private records (issue 15, finding 4, bounding part).
+"""Rule 4 for histogram and topk: a bad record is dropped inside the bounding, never an error or a count.
 
-The analyst writes the query, so a refusal that depends on a private record
-("N non-finite value(s)", "null units", "no rows") counts any predicate for
-free; even "fails or not" leaks a bit. For each kind of bad record (null
-privacy unit, NaN value, ±inf value) and for an input with no rows, a dataset
-D with 0 such records and its neighbour D′ with 1 must give the same exit code
-and the same stderr through the CLI; stdout (``--json``) may differ only in
-noisy values (and the seed id, which names the data's fingerprint).
+Attack: errors as an oracle on private records (issue 15, finding 4, bounding part). The analyst writes
+the query, so a refusal that depends on a private record ("N non-finite value(s)", "null units", "no
+rows") counts any predicate for free; even "fails or not" leaks a bit. For each kind of bad record
+(null privacy unit, NaN value, ±inf value) and for an input with no rows, a dataset D with 0 such
+records and its neighbour D′ with 1 must give the same exit code and the same stderr through the CLI;
+stdout (``--json``) may differ only in noisy values (and the seed id, which names the data's
+fingerprint).
 """
 
 from __future__ import annotations
@@ -17,14 +17,17 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import without_output_notes
-from typer.testing import CliRunner
+from dptest import runner, without_output_notes
 
 from dpcli.cli.app import app
 
-runner = CliRunner()
+
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
+
+
 BASE = [("u1", "a", 1.0), ("u2", "a", 2.5), ("u3", "b", 4.0), ("u4", "b", 0.5)]
+
+
 BAD = {
     "null-unit": (None, "a", 1.0),
     "nan-value": ("u9", "a", float("nan")),
@@ -32,6 +35,8 @@ BAD = {
     "minus-inf-value": ("u9", "b", float("-inf")),
     "null-value": ("u9", "a", None),
 }
+
+
 HISTOGRAM = {
     "keys-sum-mean": ["--agg", "count,sum,mean,variance,median", "--value", "x", "--bounds", "0:5", "--epsilon", "1",
                       "--keys", "KEYS"],
@@ -88,6 +93,8 @@ ONE_BAD = [(bad, "keys-sum-mean", "parquet") for bad in sorted(BAD)] + [
     ("null-unit", "threshold-sum", "parquet"),
     ("null-unit", "unklap-count", "csv"),
 ]
+
+
 #: (the one row of D′, query) against an input with no rows.
 NO_ROWS = [("good", "keys-sum-mean"), ("nan-value", "keys-sum-mean"), ("null-unit", "keys-sum-mean"),
            ("good", "threshold-sum"), ("good", "unklap-count")]

@@ -1,29 +1,42 @@
-"""Attacks through copied, restored, deleted or moved state files (issue 15, finding 2).
+"""Rule 2, state that can make a run free is bound to the ledger: copied, restored, moved or recreated state is refused.
 
-A ``stream-replay --state`` file holds a stream's seed and pre-drawn noise; a ``--schedule`` state says
+Attacks through copied, restored, deleted or moved state files (issue 15, finding 2). A
+``stream-replay --state`` file holds a stream's seed and pre-drawn noise; a ``--schedule`` state says
 which runs its reservation already paid for. A fork (``cp -p``), a rollback (an older copy restored), a
 deleted-and-recreated schedule or a state moved to another analyst must never give reused noise on
 other data, nor fresh noise for free: each is refused (exit 78, one line, no debit, no output). A crash
 between the ledger write and the state write is retried with the same release, never under-counted.
+
+Later reviews added: a restored state replayed after an upgrade that changed the noise (noise stream
+v2, issue 20); a restored state that recomputes a recorded run from the same bytes read another way
+(another delimiter, NDJSON instead of CSV: issue 29's seed review); and BBImprover's runs index, which
+a state restored with fewer runs would spend again (the review of noise stream v2 and BBImprover for
+cron).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from dptest import cli, runner
+from dptest import init_ledger as init
+from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 
 import dpcli.state.documents as documents
 import dpcli.tasks.stream_replay as sr
 from dpcli.cli.app import app
 from dpcli.state import ledger
 
-runner = CliRunner()
+
 _PLANS: dict = {}
+
+
 _plan_stream = sr.plan_stream
 
 
@@ -31,6 +44,7 @@ _plan_stream = sr.plan_stream
 def _plan_once(monkeypatch):
     """The stream's calibration (a slow numeric search, a pure function of the query) is computed once."""
     monkeypatch.setattr(sr, "plan_stream", lambda q: _PLANS.get(q) or _PLANS.setdefault(q, _plan_stream(q)))
+
 
 STREAM = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "12h",
           "--max-contributions", "4", "--epsilon", "2", "--delta", "1e-9"]
@@ -317,3 +331,114 @@ def test_a_restored_schedule_state_replayed_under_another_noise_definition_is_re
     again = _hist(paths[37000], keys)  # under the noise it was recorded with: the same release, free
     assert again.exit_code == 0, again.stderr
     assert len(_charged(state_dir)) == 1
+
+
+# -- issue 29: a restored copy replays a recorded run only when it is read alike ----------------------
+
+
+def _events(columns_csv: Sequence[Sequence[str]], columns_json: Sequence[Sequence[str]]) -> bytes:
+    return csv_and_ndjson(["ts", "user", "page"], columns_csv, columns_json)
+
+
+def test_a_restored_schedule_state_replays_a_run_only_under_the_same_delimiter(tmp_path, keys, state_dir):
+    """A schedule's run digest binds the run's seed: a restored state that recomputes a recorded epoch
+    from the same bytes split on another delimiter (other units, other groups) is refused."""
+    init()
+    # 1,000 → 40,000 units: past epoch 1's start by ~40 scales of the crossing test's noise (~700 units at
+    # ε = 1, γ = 0.1: docs/commands/schedules.md), so the epoch starts whatever the key.
+    small, big = write(tmp_path / "s1.csv", comma_and_semicolon(1000)), write(tmp_path / "s2.csv",
+                                                                            comma_and_semicolon(40000))
+
+    def run(path: Path, *extra: str) -> Any:
+        return cli("histogram", path, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--schedule", "daily",
+                   "--total-epsilon", "1", "--gamma", "0.1", *extra, "--json")
+
+    assert run(small).exit_code == 0
+    (state,) = (state_dir / "schedules" / "default").glob("*.json")
+    old = state.read_bytes()
+    assert run(big).exit_code == 0  # epoch 1
+    state.write_bytes(old)  # yesterday's backup
+    before = _ledger_files(state_dir)
+    refused = run(big, "--delimiter", ";")
+    assert refused.exit_code == 78, (refused.stdout, refused.stderr)
+    assert _ledger_files(state_dir) == before
+    again = run(big)  # the recorded epoch 1, read as it was: the same release, free
+    assert again.exit_code == 0, again.stderr
+    assert len(_charged(state_dir)) == 1
+
+
+def test_a_restored_stream_state_replays_a_run_only_under_the_same_reading(tmp_path, state_dir):
+    """A stream's run digest binds how its input was read: an older copy of the state that recomputes
+    a recorded run from the same bytes read as NDJSON instead of CSV is refused (it would draw the
+    run's noise over other events)."""
+    init("approx")
+    opts = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "12h",
+            "--max-contributions", "2", "--epsilon", "2", "--delta", "1e-9"]
+    day1 = write(tmp_path / "d1.csv", _events([["2026-11-01T01:00:00", f"u{i}", "p1"] for i in range(N)],
+                                              [["2026-11-01T01:00:00", f"v{i}", "p2"] for i in range(N + 1)]))
+    day2 = write(tmp_path / "d2.csv", _events([["2026-11-02T01:00:00", f"u{i}", "p1"] for i in range(N)],
+                                              [["2026-11-02T01:00:00", f"v{i}", "p2"] for i in range(N + 1)]))
+    day2_json = hard_link(day2, "d2.jsonl")
+    s = tmp_path / "s.state"
+
+    def run(path: Path, through: str) -> Any:
+        return cli("stream-replay", path, *opts, "--state", s, "--through", through, "--json")
+
+    assert run(day1, "2026-11-02").exit_code == 0
+    old = s.read_bytes()
+    assert run(day2, "2026-11-03").exit_code == 0
+    s.write_bytes(old)  # yesterday's backup
+    before = _ledger_files(state_dir)
+    refused = run(day2_json, "2026-11-03")
+    assert refused.exit_code == 78, (refused.stdout, refused.stderr)
+    assert _ledger_files(state_dir) == before
+    again = run(day2, "2026-11-03")  # the recorded run, read as it was: the same rows, free
+    assert again.exit_code == 0, again.stderr
+    assert len(_charged(state_dir)) == 1
+
+
+# -- BBImprover for cron: the runs index of a rolled-back state ---------------------------------------
+
+
+# ---- BBImprover runs index: a rolled-back state, and a snapshot seen before (resisted) ---------------
+
+
+def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_draws_new_noise(tmp_path, state_dir):
+    """t = k counts the state's runs, so a state restored with fewer runs would re-spend the larger ε_k:
+    a new snapshot on it is refused (exit 78, nothing debited); the recorded one comes back free and
+    identical. A snapshot seen at run 1 and again at run 3 (A, B, A) is a new run at ε_3 ≠ ε_1: a new seed,
+    never run 1's noise at another scale."""
+    snaps = {}
+    for name, n in (("A", 40), ("B", 40), ("C", 60)):
+        p = tmp_path / f"{name}.csv"
+        rows = [(f"u{i}", "ab"[i % 2]) for i in range(n)]
+        if name == "B":
+            rows[0] = ("u0", "b")
+        pl.DataFrame(rows, schema=["user", "g"], orient="row").write_csv(p)
+        snaps[name] = p
+    keys = tmp_path / "keys.csv"
+    keys.write_text("g\na\nb\n")
+    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
+                               "--delta", "1e-5"]).exit_code == 0
+
+    def run(name):
+        r = runner.invoke(app, ["histogram", str(snaps[name]), "--by", "g", "--privacy-unit", "user", "--keys",
+                                str(keys), "--schedule", "cron", "--total-epsilon", "1", "--scheduler", "bbimprover",
+                                "--total-delta", "1e-6", "--json", "-o", "-"])
+        return r, (json.loads(r.stdout) if r.exit_code == 0 else None)
+
+    r1, d1 = run("A")
+    (state,) = (state_dir / "schedules" / "default").glob("*.json")
+    after_one = state.read_bytes()
+    r2, d2 = run("B")
+    r3, d3 = run("A")
+    assert d1["summary"]["schedule"]["run"] == 1 and d3["summary"]["schedule"]["run"] == 3
+    assert d1["summary"]["seed_id"] != d3["summary"]["seed_id"]
+    ledger_before = {p.name: p.read_bytes() for p in (state_dir / "ledgers").glob("*.*") if p.suffix != ".lock"}
+    state.write_bytes(after_one)  # the operator restores the state from after run 1
+    r, _ = run("C")
+    assert r.exit_code == 78 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert {p.name: p.read_bytes() for p in (state_dir / "ledgers").glob("*.*") if p.suffix != ".lock"} == ledger_before
+    r, again = run("B")  # run 2, exactly as recorded: the same release, free
+    assert r.exit_code == 0, r.stderr
+    assert again["result"] == d2["result"] and again["summary"]["charged"] is False

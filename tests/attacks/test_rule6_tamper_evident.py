@@ -1,9 +1,14 @@
-"""Attacks on the ledger's tamper evidence (issue 15, findings 7 and 10).
+"""Rule 6, ledgers and the catalog are tamper-evident.
 
-Whoever edits a ledger without the secret key (header, entries, a full rewrite with recomputed hashes,
-a ledger copied from another analyst or state directory) must be caught with exit 78; so must an
-operator's restore of an old ledger together with its old high-water mark. Analyst names with a
-trailing newline or control characters are refused.
+Attacks on the ledger's tamper evidence (issue 15, findings 7 and 10). Whoever edits a ledger without
+the secret key (header, entries, a full rewrite with recomputed hashes, a ledger copied from another
+analyst or state directory) must be caught with exit 78; so must an operator's restore of an old ledger
+together with its old high-water mark. Analyst names with a trailing newline or control characters are
+refused.
+
+The review of issue 15 added a rolled-back ledger accepted by ``--reseal`` (the newer sealed mark
+proves entries are missing, so a reseal is refused; a ledger restored with its mark is refused with a
+message that warns against resealing), and issue 29 a catalog edited by hand (its seal fails).
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import time
 from fractions import Fraction
 
 import pytest
-from typer.testing import CliRunner
+from dptest import runner
+from dptest import init_ledger as init
+from small_tables import csv_rows, write
 
 from dpcli.cli.app import app
 from dpcli.core.accounting.budget import Limits
@@ -23,8 +30,6 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.errors import StateError, UsageError
 from dpcli.state import ledger
 from dpcli.state.paths import validate_analyst
-
-runner = CliRunner()
 
 
 def _ev(eps: str = "0.25") -> PrivacyEvent:
@@ -143,3 +148,57 @@ def test_a_trailing_newline_does_not_make_a_second_ledger(state_dir):
     assert runner.invoke(app, ["budget", "init", "a", "--epsilon", "1"]).exit_code == 0
     assert runner.invoke(app, ["--analyst", "a\n", "budget", "show"]).exit_code == 2
     assert sorted(p.name for p in (state_dir / "ledgers").iterdir() if p.suffix == ".json") == ["a.json"]
+
+
+# ---- a rolled-back ledger and --reseal (review of issue 15) --------------------------------------
+
+
+# ---- Ledger: a rolled-back ledger accepted by --reseal ----------------------------------------------
+
+
+def _spend_then_restore(tmp_path, state_dir, with_mark: bool) -> None:
+    """Back up the ledger (and its mark if ``with_mark``), spend ε = 5, restore the backup."""
+    init()
+    ledger_file = state_dir / "ledgers" / "default.json"
+    mark = ledger_file.with_suffix(".hwm")
+    backup = ledger_file.read_bytes(), mark.read_bytes()
+    rows = csv_rows(50)
+    r = runner.invoke(app, ["histogram", str(write(tmp_path / "a.csv", rows)), "--by", "g", "--privacy-unit", "uid",
+                            "--epsilon", "5", "--keys", str(write(tmp_path / "k.csv", ["g", "0", "1", "2"]))])
+    assert r.exit_code == 0, r.stderr
+    time.sleep(0.02)
+    ledger_file.write_bytes(backup[0])  # the operator restores last night's backup of the state dir
+    if with_mark:
+        mark.write_bytes(backup[1])
+
+
+def test_reseal_refuses_a_ledger_its_mark_shows_is_missing_entries(tmp_path, state_dir):
+    """The ledger alone restored: the newer sealed mark proves entries are missing, so the message does
+    not offer a reseal and a reseal is refused (it would hand back ε = 5)."""
+    _spend_then_restore(tmp_path, state_dir, with_mark=False)
+    r = runner.invoke(app, ["budget", "show", "default"])
+    assert r.exit_code == 78 and "restore the newest copy" in r.stderr and "accept it with" not in r.stderr
+    r = runner.invoke(app, ["budget", "verify", "default", "--reseal"])
+    assert r.exit_code == 78, r.stderr
+    assert runner.invoke(app, ["budget", "show", "default"]).exit_code == 78  # still refused, nothing refunded
+
+
+def test_a_ledger_restored_with_its_mark_is_refused_and_the_message_warns_against_resealing(tmp_path, state_dir):
+    """Ledger and mark restored together: only the file's new ctime tells. dpcli refuses it, and the
+    message says a restored backup must not be resealed (that would hand back the budget spent since;
+    an operator who holds key and state and reseals anyway cannot be stopped: README, "Not covered")."""
+    _spend_then_restore(tmp_path, state_dir, with_mark=True)
+    r = runner.invoke(app, ["budget", "show", "default"])
+    assert r.exit_code == 78 and "restored backup, restore the newest copy instead" in r.stderr
+
+
+# ---- the catalog's seal (issue 29) --------------------------------------------------------------
+
+
+def test_a_catalog_edited_by_hand_fails_its_seal(svc):
+    path = svc.state / "catalog.json"
+    doc = json.loads(path.read_text())
+    doc["body"]["datasets"]["visits"]["analysts"] = ["mallory"]
+    path.write_text(json.dumps(doc))
+    r = svc.run("alice", "budget", "show")
+    assert r.exit_code == 78 and "seal" in r.stderr

@@ -1,14 +1,14 @@
-"""Attack (issue 29): a ``--schedule`` run must not tell anyone how big its snapshot is.
+"""Rule 3 for ``--schedule``: no run tells anyone how big its snapshot is.
 
-An analyst runs a schedule over daily snapshots and reads what dpcli makes public. Before the fix
-each snapshot's exact row count was in the ``--json`` summary (``computed_on_rows``), in the
-ledger line of each run ("epoch 4 (computed on 6000 rows)"), in ``budget show --json``
-(``last_size``), and in the error of a snapshot smaller than the last ("snapshot has N rows, fewer
-than the M …", exit 65). Epochs also started at exact row counts, so whether a run was new or
-cached told the row count to within one row.
+Attack (issue 29). An analyst runs a schedule over daily snapshots and reads what dpcli makes public.
+Before the fix each snapshot's exact row count was in the ``--json`` summary (``computed_on_rows``), in
+the ledger line of each run ("epoch 4 (computed on 6000 rows)"), in ``budget show --json``
+(``last_size``), and in the error of a snapshot smaller than the last ("snapshot has N rows, fewer than
+the M …", exit 65). Epochs also started at exact row counts, so whether a run was new or cached told
+the row count to within one row.
 
 Both tests here use only the command line, so they run on the code before the fix too (and fail
-there): ``PYTHONPATH=<old checkout> pytest tests/attacks/test_attack_schedule_sizes.py``.
+there): ``PYTHONPATH=<old checkout> pytest tests/attacks/test_rule3_schedule_sizes.py``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,15 @@ import pytest
 from dptest import cli
 from report_diff import Report, counted_tokens, report_diff, run_cli
 
+
 #: The golden tests' key: the noise (and so every noisy estimate checked below) is fixed.
 FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
 
+
 #: Rows of each day's snapshot; the last one shrank. Every fourth row repeats the previous row's unit.
 DAYS = (2311, 2789, 4153, 2011)
+
+
 SCHEDULES = {
     "bbscheduler": [],
     "bbscheduler-gamma": ["--gamma", "0.1"],
@@ -107,6 +111,8 @@ def _run_days(tmp: Path, label: str, extra_unit: bool, schedule: Sequence[str]) 
 NOISY = {"json.summary.schedule.units_noisy", "json.summary.schedule.alpha",
          # the run's input digest is keyed by the state's secret over the snapshot's fingerprint
          "ledger.*.step.input"}
+
+
 #: With γ from Algorithm 1, γ is a function of ñ, and so is every ε computed from it.
 NOISY_GAMMA = {"json.summary.schedule.gamma", "json.summary.schedule.run_epsilon", "json.summary.schedule.*_spent",
                "json.summary.epsilon", "json.summary.seed_id",
