@@ -19,6 +19,11 @@ from typer.testing import CliRunner
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+#: The sample page views (Parquet) and its public list of pages, as command-line arguments.
+PV, PAGES = str(SAMPLE / "page_views.parquet"), str(SAMPLE / "pages_public.csv")
+
 _build_command = typer.testing._get_command
 _built: dict[int, tuple[Any, Any]] = {}
 
@@ -109,7 +114,7 @@ def dataset(tmp_path: Path, name: str) -> Path:
     ``name.format(i=…)``, one in a hive-style subdirectory, and a ``_SUCCESS`` marker."""
     big = tmp_path / "big"
     (big / "day=2").mkdir(parents=True)
-    views = Path(__file__).resolve().parent.parent / "sample_data" / "page_views.parquet"
+    views = SAMPLE / "page_views.parquet"
     for i, part in enumerate(pl.read_parquet(views).iter_slices(100_000)):
         part.write_parquet(big / ("day=2" if i % 2 else "") / name.format(i=i))
     (big / "_SUCCESS").write_text("")
@@ -165,7 +170,7 @@ class Service:
         r = self.owner("catalog", "set", cat)
         assert r.exit_code == 0, r.stderr
         for name in self.names.values() if ledgers else ():
-            r = self.owner("budget", "init", name, "--mode", "approx", "--epsilon", epsilon, "--delta", "1e-4")
+            r = self.owner(*ledger_argv("approx", "--epsilon", epsilon, "--delta", "1e-4", analyst=name))
             assert r.exit_code == 0, r.stderr
 
     def run(self, analyst: str, *args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Any:

@@ -2,7 +2,8 @@
 
 A module may import from its own layer or the layers below (at run time; ``if TYPE_CHECKING:``
 imports are for annotations only). ``core/`` imports no polars, typer or rich; only ``cli/``
-imports typer or rich; every module is named in ARCHITECTURE.md.
+imports typer or rich; every module is named in ARCHITECTURE.md; and no module imports insecure
+randomness (``random``, numpy's global generators).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
 PACKAGE = ROOT / "dpcli"
 
 
@@ -118,3 +121,9 @@ def test_architecture_md_names_every_module():
             continue
         name = path.parent.name + "/" if path.stem == "__init__" else path.stem
         assert f"`{name}" in text or f"{path.stem}.py" in text or f"`{path.stem}`" in text, path
+
+
+def test_no_insecure_randomness_in_package():
+    for path in (ROOT / "dpcli").rglob("*.py"):
+        text = path.read_text()
+        assert "import random" not in text and "np.random" not in text and "numpy.random" not in text, path

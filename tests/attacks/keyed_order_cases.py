@@ -14,7 +14,6 @@ import polars as pl
 
 from dpcli import bounding
 
-
 SALT = 0x5EC_0DE5_A17_0000_1111_2222_3333_4444
 
 

@@ -9,7 +9,6 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-
 N = 60  # units per group in the polyglot data files
 
 

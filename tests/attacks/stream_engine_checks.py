@@ -16,7 +16,6 @@ import stream_reference
 
 from dpcli.tasks import stream_replay as sr
 
-
 _PLANS: dict = {}
 
 

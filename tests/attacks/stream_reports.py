@@ -12,10 +12,9 @@ import json
 from pathlib import Path
 
 import polars as pl
-from dptest import runner
+from dptest import init_ledger, runner
 
 from dpcli.cli.app import app
-
 
 BASE = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
         "--max-contributions", "3", "--epsilon", "4", "--delta", "1e-9"]
@@ -48,8 +47,7 @@ def _run(monkeypatch, tmp: Path, tag: str, argv: list[str], state_file: Path | N
     monkeypatch.setenv("DPCLI_STATE_DIR", str(tmp / f"state-{tag}"))
     if state_file is not None and state_file.exists():
         state_file.unlink()
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "50",
-                               "--delta", "1e-3"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "50", "--delta", "1e-3")
     for cmd in setup:
         r = runner.invoke(app, cmd)
         assert r.exit_code == 0, r.stderr

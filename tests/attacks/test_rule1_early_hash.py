@@ -28,15 +28,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 from dptest import N_UNITS as N
-from dptest import history, runner
-from dptest import init_ledger as init
+from dptest import history, init_ledger, runner
 from dptest import one_group_csv as data
 from tabulate_specs import spec_toml
 
 from dpcli.cli.app import app
 from dpcli.io import inputs, opening
 from dpcli.release import path as release_path
-
 
 HIST = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1"]
 
@@ -111,7 +109,7 @@ def _chmod_000(path: Path, content: str) -> None:
 def test_a_change_between_the_early_open_and_the_parse_is_refused(tmp_path, monkeypatch, how, content):
     """The early handle is held across the ledger and option checks: anything done to the file
     meanwhile is refused before the charge (exit 66, one line), never parsed under the old hash."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
     in_the_window(monkeypatch, lambda: how(d, content))
@@ -123,8 +121,7 @@ def test_a_change_between_the_early_open_and_the_parse_is_refused(tmp_path, monk
 
 def test_stream_replay_file_renamed_over_in_the_window_is_refused(tmp_path, monkeypatch):
     # an approx ledger: a pure one can never pay the stream's δ, which is refused before any data is read
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "50",
-                               "--delta", "1e-3"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "50", "--delta", "1e-3")
     d = tmp_path / "s.csv"
     rows = "t,user,g\n" + "".join(f"2024-01-01T00:{i % 60:02d}:00,u{i},a\n" for i in range(N))
     d.write_text(rows)
@@ -139,7 +136,7 @@ def test_stream_replay_file_renamed_over_in_the_window_is_refused(tmp_path, monk
 def test_a_symlink_swapped_in_the_window_is_an_exact_replay_of_the_file_opened(tmp_path, monkeypatch):
     """The link named points at a.csv at the early open and at b.csv before the parse: the release is
     of a.csv (hashed and parsed), so it is a free and identical replay of a run on a.csv itself."""
-    init()
+    init_ledger()
     a, b, cur = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "cur.csv"
     a.write_text(data("a"))
     b.write_text(data("b"))
@@ -166,7 +163,7 @@ def test_a_symlink_swapped_in_the_window_is_an_exact_replay_of_the_file_opened(t
 def test_a_relative_path_with_the_cwd_changed_in_the_window_is_the_file_opened(tmp_path, monkeypatch):
     """``d.csv`` is opened relative to the working directory at the start; if the directory changed
     before the parse, the parse still reads the file hashed (an exact replay of it), never the other."""
-    init()
+    init_ledger()
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
@@ -185,7 +182,7 @@ def test_a_relative_path_with_the_cwd_changed_in_the_window_is_the_file_opened(t
 def test_a_file_replaced_by_a_dataset_in_the_window_reads_the_dataset_and_prints_nothing_else(tmp_path, monkeypatch):
     """The path turns into a directory before the parse: the dataset is what is read (its manifest
     the fingerprint); the early handle, never taken, is closed silently (no ResourceWarning)."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
 
@@ -223,7 +220,7 @@ def _during_hash(monkeypatch, action_after_hash) -> None:
 def test_a_file_changed_by_the_time_the_thread_has_hashed_it_is_refused(tmp_path, monkeypatch, change):
     """The thread hashes the file, then it grows (the parse would see rows the hash did not), is
     cut to a valid shorter file, or rewritten in place: refused, exit 66, before any debit."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
 
@@ -277,7 +274,7 @@ def test_a_gz_input_hashed_early_is_its_bytes_on_disk_and_parsed_from_them(tmp_p
 def test_the_data_file_named_again_as_keys_is_opened_twice_and_taken_once(tmp_path, monkeypatch):
     """Data and --keys are the same path: the early handle goes to the data only; the keys are opened
     (and hashed) on their own, and the run ends as it does with a separate copy of the keys."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text("g,user\na,u1\nb,u2\n")
     (tmp_path / "copy.csv").write_text(d.read_text())
@@ -308,7 +305,7 @@ def test_an_early_handle_is_taken_once(tmp_path):
 def test_nothing_carries_over_between_runs_in_one_process(tmp_path):
     """Two CliRunner runs on one path rewritten in between: the second hashes the new bytes (a new
     seed, a charge, the new group); no early handle or digest is kept between invocations."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
     first = hist(tmp_path, d, "o1.csv")
@@ -333,7 +330,7 @@ def _tabulate_spec(tmp_path: Path) -> Path:
 
 def test_a_tabulate_dry_run_never_opens_the_person_file(tmp_path, monkeypatch):
 
-    init()
+    init_ledger()
     spec = _tabulate_spec(tmp_path)
     persons = tmp_path / "p.csv"
     persons.write_text("block,race,eth,sex,age\n01001,1000,1,1,30\n")
@@ -389,7 +386,7 @@ def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, command):
     ("dir", 66, "holds no data files"),
 ])
 def test_special_inputs_are_reported_as_before(tmp_path, name, code, words):
-    init()
+    init_ledger()
     (tmp_path / "e.csv").write_text("")
     (tmp_path / "dir").mkdir()
     os.mkfifo(tmp_path / "f.csv")
@@ -403,7 +400,7 @@ def test_special_inputs_are_reported_as_before(tmp_path, name, code, words):
 
 
 def test_output_or_state_naming_the_input_is_refused_and_the_input_untouched(tmp_path):
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
     before = d.read_bytes()
@@ -417,7 +414,7 @@ def test_output_or_state_naming_the_input_is_refused_and_the_input_untouched(tmp
 def test_an_early_handle_never_taken_is_closed_without_a_warning(tmp_path):
     """A usage error right after the early open: the thread finishes unseen, and the file it held is
     closed by its finalizer (no ResourceWarning, nothing printed)."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
     with warnings.catch_warnings(record=True) as caught:
@@ -468,7 +465,7 @@ def test_a_thread_that_cannot_start_does_not_fail_the_run(tmp_path, monkeypatch)
     raise RuntimeError("can't start new thread") on the command's first line: exit 1, "internal
     error", for a run that needs no thread. Fixed: the early hash is an optimisation, so without a
     thread the file is closed and opened and hashed as before."""
-    init()
+    init_ledger()
     d = tmp_path / "d.csv"
     d.write_text(data("a"))
     ref = hist(tmp_path, d, "o1.csv")

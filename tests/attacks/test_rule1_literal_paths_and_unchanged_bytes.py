@@ -21,8 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from dptest import N_UNITS as N
-from dptest import history, runner
-from dptest import init_ledger as init
+from dptest import history, init_ledger, runner
 from dptest import one_group_csv as data
 from tabulate_specs import spec_toml
 
@@ -74,7 +73,7 @@ def assert_replays_are_identical(*runs: Run) -> None:
 def test_glob_characters_name_one_literal_file(tmp_path, monkeypatch, name, other):
     """``r[1].csv`` is that file, never ``r1.csv``: the second run on it after ``r1.csv`` changed is
     a free replay only because it reads the same bytes (and releases the same table)."""
-    init()
+    init_ledger()
     monkeypatch.chdir(tmp_path)
     Path(name).write_text(data("a"))
     Path(other).write_text(data("b"))
@@ -92,7 +91,7 @@ def test_glob_characters_name_one_literal_file(tmp_path, monkeypatch, name, othe
 @pytest.mark.parametrize("command", ["histogram", "topk"])
 def test_glob_characters_in_the_public_list_name_one_file(tmp_path, monkeypatch, command):
     """``--keys``/``--domain k[1].csv`` reads k[1].csv: the released groups are the ones it lists."""
-    init()
+    init_ledger()
     monkeypatch.chdir(tmp_path)
     Path("d.csv").write_text(data("a"))
     Path("k[1].csv").write_text("g\na\nb\n")
@@ -106,7 +105,7 @@ def test_glob_characters_in_the_public_list_name_one_file(tmp_path, monkeypatch,
 def test_tilde_is_a_literal_directory_name(tmp_path, monkeypatch):
     """``~/x.csv`` (quoted, so no shell expanded it) is the file x.csv in a directory named ``~``,
     for the hash and for the parser alike, never $HOME/x.csv."""
-    init()
+    init_ledger()
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -127,7 +126,7 @@ def test_symlink_swapped_between_hashing_and_reading_reads_the_hashed_file(tmp_p
     """The symlink named on the command line is pointed at other data right after the fingerprint:
     the release still parses the bytes it hashed (the file opened once, which did not change), so it
     is an exact replay of the release on those bytes."""
-    init()
+    init_ledger()
     a, b = tmp_path / "a.csv", tmp_path / "b.csv"
     a.write_text(data("a"))
     b.write_text(data("b"))
@@ -175,7 +174,7 @@ def _rename_over(path: str, content: str) -> None:
 def test_file_replaced_between_hashing_and_reading_is_refused(tmp_path, monkeypatch, target, how, content):
     """The input file is rewritten (same inode) or replaced by a rename after its fingerprint: the
     release is refused (exit 66, "rerun") before any debit, and nothing is written."""
-    init()
+    init_ledger()
     (tmp_path / "data.csv").write_text(data("a"))
 
     def replace(path: str) -> None:
@@ -196,7 +195,7 @@ def _tabulate_setup(tmp_path: Path, blocks_name: str) -> tuple[Path, Path]:
     persons = tmp_path / "p.csv"
     pl.DataFrame({"block": ["01001", "02001"] * 30, "race": ["1000", "2000"] * 30, "eth": [1, 2] * 30,
                   "sex": ["1", "2"] * 30, "age": [30, 70] * 30}).write_csv(persons)
-    runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "50"])
+    init_ledger("pure", "--epsilon", "50")
     return tmp_path / "spec.toml", persons
 
 
@@ -240,7 +239,7 @@ def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, mo
     """A --schedule run whose input is rewritten after hashing is refused before its epoch is saved
     or recorded (the schedule's reservation is recorded together with its first run, so nothing is):
     the next call on the unchanged file computes the epoch afresh."""
-    init()
+    init_ledger()
     (tmp_path / "data.csv").write_text(data("a"))
     (tmp_path / "keys.csv").write_text("g\na\nb\n")
     args = ["histogram", str(tmp_path / "data.csv"), "--by", "g", "--privacy-unit", "user", "--keys",
@@ -268,7 +267,7 @@ def test_a_dry_run_never_opens_the_input(tmp_path, monkeypatch, command):
     """The input is hashed early, while dpcli loads, but never by a run that promises to read no data."""
     from dpcli.io import opening
 
-    init()
+    init_ledger()
     (tmp_path / "d.csv").write_text(data("a"))
 
     def refuse(*args, **kwargs):
@@ -290,7 +289,7 @@ def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):
     def broken(fh):
         raise OSError(errno.EIO, "input/output error")
 
-    init()
+    init_ledger()
     (tmp_path / "d.csv").write_text(data("a"))
     monkeypatch.setattr(opening, "fingerprint_fileobj", broken)
     run = Run(tmp_path, tmp_path / "d.csv", "o.csv")
@@ -301,7 +300,7 @@ def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):
 
 def test_a_usage_error_after_the_early_open_is_one_line(tmp_path):
     """The early hash runs on, unseen, when the command then stops on a bad option."""
-    init()
+    init_ledger()
     (tmp_path / "d.csv").write_text(data("a"))
     r = runner.invoke(app, ["histogram", str(tmp_path / "d.csv"), "--by", "g", "--privacy-unit", "user",
                             "--epsilon", "-1"])

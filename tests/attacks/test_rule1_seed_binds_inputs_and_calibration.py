@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dptest import cli, runner
-from dptest import init_ledger as init
+from dptest import cli, init_ledger, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 
 from dpcli.cli.app import app
@@ -74,7 +73,7 @@ def assert_free_replay(first: dict[str, Any], second: dict[str, Any]) -> None:
 @pytest.mark.parametrize("command", ["histogram", "topk"])
 def test_a_group_list_read_as_csv_and_as_ndjson_is_two_lists(tmp_path, command):
     """``k.csv`` lists B1, B2; the same bytes as ``k.jsonl`` list A0, A1, A2: two releases, two charges."""
-    init()
+    init_ledger()
     data = write(tmp_path / "d.csv", ("user,g\n" + "".join(f"u{i},{'AB'[i % 2]}{i % 3}\n" for i in range(300)))
                  .encode())
     k_csv = write(tmp_path / "k.csv", csv_and_ndjson(["g"], [["B1"], ["B2"]], [["A0"], ["A1"], ["A2"]]))
@@ -94,7 +93,7 @@ def test_a_group_list_read_as_csv_and_as_ndjson_is_two_lists(tmp_path, command):
 
 
 def test_the_data_read_as_csv_and_as_ndjson_is_two_inputs(tmp_path, keys):
-    init()
+    init_ledger()
     d_csv = write(tmp_path / "d.csv", two_group_data())
     d_json = hard_link(d_csv, "d.jsonl")
     first = histogram(d_csv, keys)
@@ -106,7 +105,7 @@ def test_the_data_read_as_csv_and_as_ndjson_is_two_inputs(tmp_path, keys):
 
 
 def test_standard_input_read_as_csv_and_as_ndjson_is_two_inputs(keys):
-    init()
+    init_ledger()
     data = two_group_data()
     first = histogram("-", keys, stdin=data)
     assert_free_replay(first, histogram("-", keys, "--input-format", "csv", stdin=data))
@@ -114,7 +113,7 @@ def test_standard_input_read_as_csv_and_as_ndjson_is_two_inputs(keys):
 
 
 def test_the_data_split_on_another_delimiter_is_another_input(tmp_path, keys):
-    init()
+    init_ledger()
     data = write(tmp_path / "d.csv", comma_and_semicolon(N))
     first = histogram(data, keys)
     assert_free_replay(first, histogram(data, keys, "--delimiter", ","))
@@ -128,7 +127,7 @@ def test_a_compressed_name_is_another_reading(tmp_path, keys):
     harmless. Binding how bytes are read costs that; proving two readings equal is not attempted.)"""
     import gzip
 
-    init()
+    init_ledger()
     gz = write(tmp_path / "d.csv.gz", gzip.compress(("user,g\n" + "".join(f"u{i},G\n" for i in range(N))).encode(),
                                                     mtime=0))
     first = histogram(gz, keys)
@@ -144,8 +143,8 @@ def test_a_compressed_name_is_another_reading(tmp_path, keys):
 def test_a_pure_and_a_br_ledger_get_independent_noise(tmp_path, keys):
     """The same query on a pure ledger (Laplace scale 2) and a br ledger (scale 4, KnownLap) of one
     person: before, one seed, so the two noises came from the same uniforms."""
-    init("pure", analyst="p")
-    init("br", analyst="b")
+    init_ledger("pure", analyst="p")
+    init_ledger("br", analyst="b")
     data = write(tmp_path / "d.csv", ("user,g\n" + "".join(f"u{i},G\n" for i in range(N))).encode())
     pure = histogram(data, keys, "--agg", "count-units", analyst="p")
     br = histogram(data, keys, "--agg", "count-units", analyst="b")
@@ -159,7 +158,7 @@ def test_topk_under_two_accounting_modes_gets_two_seeds(tmp_path, keys, modes):
     data = write(tmp_path / "d.csv", ("user,g\n" + "".join(f"u{i},{'GH'[i % 2]}\n" for i in range(N))).encode())
     out = []
     for mode in modes:
-        init(mode, analyst=mode)
+        init_ledger(mode, analyst=mode)
         out.append(summary("topk", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "-k", "1",
                            "--epsilon-per", "0.5", analyst=mode))
     assert_two_releases(*out)
@@ -196,7 +195,7 @@ SAMPLE = Path(__file__).resolve().parent.parent.parent / "sample_data"
 
 
 def test_every_command_binds_each_input_with_its_reading_and_the_calibration(tmp_path, materials):
-    init("approx")
+    init_ledger("approx")
     pv, pages = SAMPLE / "page_views.parquet", SAMPLE / "pages_public.csv"
     common = ["--privacy-unit", "user_id", "--json"]
     runs: list[tuple[list[Any], set[str]]] = [

@@ -24,15 +24,13 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import cli, runner
-from dptest import init_ledger as init
+from dptest import cli, init_ledger, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 
 import dpcli.state.documents as documents
 import dpcli.tasks.stream_replay as sr
 from dpcli.cli.app import app
 from dpcli.state import ledger
-
 
 _PLANS: dict = {}
 
@@ -62,8 +60,7 @@ def _half_day(path: Path, d: int, variant: int = 0) -> Path:
 
 @pytest.fixture
 def stream(tmp_path):
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
-                               "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6")
     days = [_half_day(tmp_path / f"d{d}.csv", d) for d in range(4)]
     other = [_half_day(tmp_path / f"d{d}x.csv", d, variant=1) for d in range(4)]
     return days, other
@@ -137,15 +134,13 @@ def test_a_stream_state_under_another_analyst_or_state_dir_is_refused(stream, tm
     days, _ = stream
     s = tmp_path / "s.state"
     assert _run(days[0], s).exit_code == 0
-    assert runner.invoke(app, ["budget", "init", "bob", "--mode", "approx", "--epsilon", "10",
-                               "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6", analyst="bob")
     before = _ledger_files(state_dir)
     bob = runner.invoke(app, ["--analyst", "bob", "stream-replay", str(days[1]), *STREAM, "--state", str(s)])
     _refused(bob, state_dir, before)
     other_dir = tmp_path / "other-state"
     env = {"DPCLI_STATE_DIR": str(other_dir)}
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
-                               "--delta", "1e-6"], env=env).exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6", env=env)
     other_before = _ledger_files(other_dir)
     r = runner.invoke(app, ["stream-replay", str(days[1]), *STREAM, "--state", str(s)], env=env)
     _refused(r, other_dir, other_before)
@@ -208,7 +203,7 @@ def snapshots(tmp_path):
         paths[size] = p
     keys = tmp_path / "keys.csv"
     keys.write_text("g\na\nb\nc\n")
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "3"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "3")
     return paths, keys
 
 
@@ -253,7 +248,7 @@ def test_a_rolled_back_schedule_state_is_refused(snapshots, tmp_path, state_dir)
 def test_a_schedule_state_moved_to_another_analyst_is_refused(snapshots, tmp_path, state_dir):
     paths, keys = snapshots
     assert _hist(paths[20000], keys).exit_code == 0
-    assert runner.invoke(app, ["budget", "init", "bob", "--mode", "pure", "--epsilon", "3"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "3", analyst="bob")
     bob = state_dir / "schedules" / "bob"
     shutil.copytree(state_dir / "schedules" / "default", bob)
     before = _ledger_files(state_dir)
@@ -343,7 +338,7 @@ def _events(columns_csv: Sequence[Sequence[str]], columns_json: Sequence[Sequenc
 def test_a_restored_schedule_state_replays_a_run_only_under_the_same_delimiter(tmp_path, keys, state_dir):
     """A schedule's run digest binds the run's seed: a restored state that recomputes a recorded epoch
     from the same bytes split on another delimiter (other units, other groups) is refused."""
-    init()
+    init_ledger()
     # 1,000 → 40,000 units: past epoch 1's start by ~40 scales of the crossing test's noise (~700 units at
     # ε = 1, γ = 0.1: docs/commands/schedules.md), so the epoch starts whatever the key.
     small, big = write(tmp_path / "s1.csv", comma_and_semicolon(1000)), write(tmp_path / "s2.csv",
@@ -371,7 +366,7 @@ def test_a_restored_stream_state_replays_a_run_only_under_the_same_reading(tmp_p
     """A stream's run digest binds how its input was read: an older copy of the state that recomputes
     a recorded run from the same bytes read as NDJSON instead of CSV is refused (it would draw the
     run's noise over other events)."""
-    init("approx")
+    init_ledger("approx")
     opts = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "12h",
             "--max-contributions", "2", "--epsilon", "2", "--delta", "1e-9"]
     day1 = write(tmp_path / "d1.csv", _events([["2026-11-01T01:00:00", f"u{i}", "p1"] for i in range(N)],
@@ -418,8 +413,7 @@ def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_draws_new_noise(
         snaps[name] = p
     keys = tmp_path / "keys.csv"
     keys.write_text("g\na\nb\n")
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
-                               "--delta", "1e-5"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
 
     def run(name):
         r = runner.invoke(app, ["histogram", str(snaps[name]), "--by", "g", "--privacy-unit", "user", "--keys",

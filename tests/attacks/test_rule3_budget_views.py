@@ -14,15 +14,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from report_diff import csv_text, report_diff, run_cli
+from report_diff import APPROX, PURE, csv_text, report_diff, run_cli
 from tabulate_specs import write_spec
-
-
-PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
-
-
-APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
-
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT[0-9:.]+Z?")
 

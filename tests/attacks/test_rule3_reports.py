@@ -15,14 +15,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from report_diff import csv_text, differential
+from dptest import ledger_argv
+from report_diff import APPROX, PURE, csv_text, differential
 from tabulate_specs import write_spec
-
-
-APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
-
-
-PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
 
 
 def _units(groups: dict[str, int], prefix: str = "u") -> pl.DataFrame:
@@ -63,8 +58,8 @@ def test_histogram_keys_summary_reveals_nothing(tmp_path):
 def test_histogram_unklap_summary_reveals_nothing(tmp_path):
     """UnkLap's v_⊥ (summary ``bottom``) is a noisy threshold, part of Alg. 3's output: it may differ."""
     data = tmp_path / "events.csv"
-    br = ["budget", "init", "default", "--mode", "br", "--epsilon-per", "0.5", "--delta", "1e-9",
-          "--info-budget", "100", "--call-budget", "5", "--delta-prime", "1e-9"]
+    br = ledger_argv("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "100", "--call-budget", "5",
+                     "--delta-prime", "1e-9")
     args = ["histogram", data, "--by", "g", "--privacy-unit", "user", "--selection", "unklap", "--max-groups", "3",
             "--json"]
     a, b, diff = differential(args, data, D, D2, tmp_path, setup=[br], noisy={"json.summary.bottom"})

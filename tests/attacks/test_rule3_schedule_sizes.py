@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from dptest import cli
+from dptest import cli, init_ledger, ledger_argv
 from report_diff import Report, counted_tokens, report_diff, run_cli
-
 
 #: The golden tests' key: the noise (and so every noisy estimate checked below) is fixed.
 FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
@@ -72,7 +71,7 @@ def test_no_output_of_a_schedule_holds_a_snapshot_size(scheduler, tmp_path, stat
     _fixed_key(state_dir)
     keys = tmp_path / "keys.csv"
     keys.write_text("g\na\nb\nc\n")
-    assert cli("budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-5").exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     public = []
     for day, rows in enumerate(DAYS):
         snap = tmp_path / f"day{day}.csv"
@@ -96,7 +95,7 @@ def _run_days(tmp: Path, label: str, extra_unit: bool, schedule: Sequence[str]) 
     keys, data = tmp / "keys.csv", tmp / "snapshot.csv"
     keys.write_text("g\na\nb\nc\n")
     state = tmp / f"state-{label}"
-    init = [["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-5"]]
+    init = [ledger_argv("approx", "--epsilon", "10", "--delta", "1e-5")]
     reports = []
     with counted_tokens():
         for day, rows in enumerate((20000, 20500, 37000, 85000, 30000)):

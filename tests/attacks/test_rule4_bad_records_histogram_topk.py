@@ -17,10 +17,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import runner, without_output_notes
+from dptest import init_ledger, runner, without_output_notes
 
 from dpcli.cli.app import app
-
 
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
 
@@ -57,8 +56,7 @@ def _write(path: Path, rows: list[tuple[Any, ...]], fmt: str) -> Path:
 def _run(state: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> tuple[int, str, Any]:
     """One CLI run in a fresh state dir (own key, own ledger): exit code, stderr, parsed stdout."""
     monkeypatch.setenv("DPCLI_STATE_DIR", str(state))
-    init = runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"])
-    assert init.exit_code == 0, init.stderr
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     r = runner.invoke(app, args)
     doc = json.loads(r.stdout) if r.exit_code == 0 else r.stdout
     return r.exit_code, r.stderr, doc

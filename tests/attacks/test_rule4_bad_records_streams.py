@@ -9,7 +9,6 @@ fatal.
 
 from __future__ import annotations
 
-
 import polars as pl
 from stream_reports import BASE, NEWCOMER, THROUGH, _differs, _rows, _run, _write
 

@@ -11,12 +11,8 @@ the same stderr (with -v: the summary line) and the same ledger entries.
 from __future__ import annotations
 
 import pytest
-from report_diff import differential
+from report_diff import PURE, differential
 from tabulate_specs import write_spec
-
-
-PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
-
 
 #: Two levels at stability 1 (no on_unstable: the default must be safe too).
 LEVELS = "\n".join(f'[[levels]]\ngeography = "{g}"\niterations = "reg"\nepsilon = 2\nstability = 1\n'

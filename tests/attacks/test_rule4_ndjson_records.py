@@ -24,15 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from report_diff import Report, differential, report_diff, run_cli
+from report_diff import APPROX, PURE, Report, differential, report_diff, run_cli
 from tabulate_specs import write_spec
-
-
-PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
-
-
-APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
-
 
 USERS = 60  # units per group: counts far from any threshold
 

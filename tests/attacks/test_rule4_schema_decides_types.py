@@ -9,7 +9,6 @@ full one). The finding: the UInt128 word compared the column with a negative bou
 
 from __future__ import annotations
 
-
 import polars as pl
 import pytest
 from keyed_order_cases import SALT, _assert_caps, _partial, _spec
@@ -17,7 +16,6 @@ from keyed_order_cases import SALT, _assert_caps, _partial, _spec
 from dpcli import bounding
 from dpcli.bounding import keyed_order as ko
 from dpcli.errors import DataError
-
 
 # --- findings (failed before the fix) ------------------------------------------------------------
 

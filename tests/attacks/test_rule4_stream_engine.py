@@ -26,14 +26,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from dptest import runner
+from dptest import init_ledger, runner
 from stream_engine_checks import _incremental_equals_replay, _plan, _query, _replay_equals_reference, _roundtrip, _seed
 
 from dpcli.cli.app import app
 from dpcli.errors import UsageError
 from dpcli.tasks import stream_replay as sr
 from dpcli.tasks.stream.algorithm import key_label
-
 
 # -- confirmed, fixed ---------------------------------------------------------------------------------
 
@@ -56,8 +55,7 @@ def test_a_run_whose_units_are_all_in_their_rounds_already_runs():
 
 def test_cli_cron_runs_with_a_returning_user_exit_0(tmp_path):
     """The same, end to end: two hourly runs, the same user on the same page, exit 0 both times."""
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
-                               "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6")
     args = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "1h",
             "--max-contributions", "3", "--epsilon", "4", "--delta", "1e-9"]
     state = tmp_path / "s.state"
@@ -83,8 +81,7 @@ def test_state_refuses_unstorable_types_from_the_schema_alone(tmp_path, dtype):
              "duration": pl.Series([dt.timedelta(1)] * 3), "binary": pl.Series([b"x"] * 3),
              "datetime_ns": pl.Series([1577836800000000001] * 3).cast(pl.Datetime("ns")),
              "int128": pl.Series([2**100] * 3, dtype=pl.Int128)}[dtype]
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10",
-                               "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6")
     args = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "1h",
             "--max-contributions", "3", "--epsilon", "4", "--delta", "1e-9", "--through", "2026-11-01T01:00:00"]
     results = []

@@ -28,21 +28,13 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import runner
-from dptest import init_ledger as init
-from report_diff import Report, differential
+from dptest import init_ledger, runner
+from report_diff import APPROX, PURE, Report, differential
 from small_tables import csv_rows, write
 from tabulate_specs import write_spec
 
 from dpcli.cli.app import app
 from dpcli.io import inputs
-
-
-APPROX = ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"]
-
-
-PURE = ["budget", "init", "default", "--mode", "pure", "--epsilon", "100"]
-
 
 USERS = 12  # units per group in D: (user, g, x) with g in 1, 2, 9, 10 and x an integer
 
@@ -226,7 +218,7 @@ def histogram_sum(tmp_path: Path, data: Path, fmt: list[str] | None = None):
 def test_csv_parse_errors_never_quote_a_record(tmp_path):
     """A value past the inference window that does not parse as the inferred type made polars fail with
     the value in its message (``could not parse `SECRET4711` as dtype i64``): private text on stderr."""
-    init()
+    init_ledger()
     rows = csv_rows(10_050)
     rows[10_020] = f"10019,1,{SECRET}"
     r = histogram_sum(tmp_path, write(tmp_path / "b.csv", rows))
@@ -235,7 +227,7 @@ def test_csv_parse_errors_never_quote_a_record(tmp_path):
 
 def test_csv_unterminated_quote_is_not_quoted_back(tmp_path):
     """A malformed quoted field made polars echo the rest of the file (other records) on stderr."""
-    init()
+    init_ledger()
     rows = csv_rows(300)
     rows[200] = f'199,"1,{SECRET}'
     r = histogram_sum(tmp_path, write(tmp_path / "q.csv", rows))
@@ -243,7 +235,7 @@ def test_csv_unterminated_quote_is_not_quoted_back(tmp_path):
 
 
 def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):
-    init()
+    init_ledger()
     rows = csv_rows(10_050)
     clean = histogram_sum(tmp_path, write(tmp_path / "a.csv", rows))
     rows[10_020] = f"10019,1,{SECRET}"
@@ -253,7 +245,7 @@ def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):
 
 
 def test_csv_one_text_value_does_not_change_the_value_columns_type(tmp_path):
-    init()
+    init_ledger()
     rows = csv_rows(300)
     clean = histogram_sum(tmp_path, write(tmp_path / "a.csv", rows))
     rows[5] = "4,1,n/a"
@@ -263,7 +255,7 @@ def test_csv_one_text_value_does_not_change_the_value_columns_type(tmp_path):
 
 
 def test_csv_one_record_does_not_change_the_released_group_types(tmp_path):
-    init()
+    init_ledger()
     keys = tmp_path / "keys.csv"
     keys.write_text("g\n0\n1\n2\n")
     outs = []
@@ -281,7 +273,7 @@ def test_csv_one_record_does_not_change_the_released_group_types(tmp_path):
 
 def test_csv_invalid_utf8_in_one_record_does_not_fail_the_run(tmp_path):
     """One byte that is not UTF-8 in one record's field failed the whole run ('invalid utf-8 sequence')."""
-    init()
+    init_ledger()
     rows = csv_rows(300)
     raw = ("\n".join(rows) + "\n").encode().replace(b"\n200,", b"\n200\xff,", 1)
     data = tmp_path / "u.csv"
@@ -293,7 +285,7 @@ def test_csv_invalid_utf8_in_one_record_does_not_fail_the_run(tmp_path):
 
 def test_csv_one_ragged_record_does_not_fail_the_run(tmp_path):
     """A record with one field too many failed the run ('found more fields than defined in Schema')."""
-    init()
+    init_ledger()
     rows = csv_rows(300)
     rows[200] = "199,1,3,extra"
     r = histogram_sum(tmp_path, write(tmp_path / "e.csv", rows))
@@ -304,7 +296,7 @@ def test_csv_one_ragged_record_does_not_fail_the_run(tmp_path):
 
 
 def test_ndjson_one_late_record_of_another_type_does_not_fail_the_run(tmp_path):
-    init()
+    init_ledger()
     recs = [{"uid": i, "g": i % 3, "v": i % 7} for i in range(300)]
     data = tmp_path / "a.ndjson"
     data.write_text("\n".join(json.dumps(x) for x in recs) + "\n")
@@ -327,7 +319,7 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
     pq = tmp_path / "data.parquet"
     pl.DataFrame({"user": [secret] * 3, "g": ["a", "b", secret]}).write_parquet(pq, compression="uncompressed")
     assert secret.encode() in pq.read_bytes()[:4096]  # the records are in the first bytes
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-6")
     args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--max-contributions", "1", "--max-partitions", "1"]
     if how == "stdin":
         r = runner.invoke(app, ["histogram", "-", *args, "--delta", "1e-9"], input=pq.read_bytes())

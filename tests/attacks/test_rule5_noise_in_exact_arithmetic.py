@@ -38,9 +38,6 @@ from dpcli.core import samplers
 from dpcli.core import schedules as sch
 from dpcli.core.prf import KeyedStream
 
-
-
-
 KEY = bytes(range(32))
 
 

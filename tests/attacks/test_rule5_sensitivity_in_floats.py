@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from dptest import runner
+from dptest import init_ledger, runner
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
@@ -34,7 +34,6 @@ from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.errors import UsageError
 from dpcli.tasks import histogram as hist
-
 
 MEASUREMENTS = ("rows", "sum", "csum", "csumsq")
 
@@ -46,11 +45,6 @@ SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
 def zero_noise(monkeypatch):
     """Every noise draw is 0: released values are the exact pre-noise aggregates (post-processed)."""
     monkeypatch.setattr(mech.Noise, "sample", lambda self, stream, n: np.zeros(n, dtype=np.int64))
-
-
-def _init(epsilon: str = "1e6") -> None:
-    r = runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", epsilon, "--delta", "0.5"])
-    assert r.exit_code == 0, r.stderr
 
 
 def _history() -> list:
@@ -73,7 +67,7 @@ def _histogram(tmp_path: Path, xs: list[float], *opts: str) -> tuple[int, str, d
 def test_cli_one_row_moves_a_sum_by_at_most_its_sensitivity(tmp_path, zero_noise, x):
     """``--bounds 0:1.47 --granularity 0.98`` released a single row of 1.47 as 1.96 (2 grid steps)
     while the noise scale (ε = 1, one measurement) said 1 step."""
-    _init()
+    init_ledger("approx", "--epsilon", "1e6", "--delta", "0.5")
     code, err, doc = _histogram(tmp_path, [x], "--agg", "sum", "--bounds", "0:1.47", "--granularity", "0.98",
                                 "--epsilon", "1")
     assert code == 0, err
@@ -157,7 +151,7 @@ def test_one_row_never_moves_an_aggregate_beyond_its_sensitivity(data, grid):
 
 def test_cli_grid_too_fine_for_exact_integer_sums_is_a_usage_error(tmp_path):
     """Three rows of 9e18 at granularity 1 used to release 8.55e18 (a wrapped Int64 sum)."""
-    _init()
+    init_ledger("approx", "--epsilon", "1e6", "--delta", "0.5")
     code, err, _ = _histogram(tmp_path, [9e18] * 3, "--agg", "sum", "--bounds", "0:9.2e18", "--granularity", "1",
                               "--epsilon", "1e5")
     assert code == 2 and err.startswith("dpcli: error:") and err.count("\n") == 1 and "granularity" in err
@@ -175,7 +169,7 @@ def test_cli_grid_too_fine_for_exact_integer_sums_is_a_usage_error(tmp_path):
 def test_cli_sums_near_the_limits_do_not_wrap(tmp_path, zero_noise, bounds, granularity, xs):
     """With noise patched to zero the released sum, mean and variance are the mathematical ones of the
     clamped, snapped values (each row within one grid step of its clamped value): nothing wraps."""
-    _init()
+    init_ledger("approx", "--epsilon", "1e6", "--delta", "0.5")
     code, err, doc = _histogram(tmp_path, xs, "--agg", "count,sum,mean,variance", "--bounds", bounds,
                                 "--granularity", granularity, "--epsilon", "1e5")
     assert code == 0, err
@@ -228,7 +222,7 @@ MAX = 1.7976931348623157e308
 def test_cli_extreme_bounds_and_granularity_answer_or_refuse_cleanly(tmp_path, zero_noise, bounds, granularity, xs,
                                                                      aggs, expected):
     """Each is either a one-line usage error (exit 2, nothing charged, as the dry run says) or a sane answer."""
-    _init()
+    init_ledger("approx", "--epsilon", "1e6", "--delta", "0.5")
     opts = ["--agg", aggs, "--bounds", bounds, "--epsilon", "1e5"]
     if granularity:
         opts += ["--granularity", granularity]

@@ -20,8 +20,7 @@ import time
 from fractions import Fraction
 
 import pytest
-from dptest import runner
-from dptest import init_ledger as init
+from dptest import init_ledger, runner
 from small_tables import csv_rows, write
 
 from dpcli.cli.app import app
@@ -145,7 +144,7 @@ def test_analyst_names_are_matched_in_full(name):
 
 
 def test_a_trailing_newline_does_not_make_a_second_ledger(state_dir):
-    assert runner.invoke(app, ["budget", "init", "a", "--epsilon", "1"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "1", analyst="a")
     assert runner.invoke(app, ["--analyst", "a\n", "budget", "show"]).exit_code == 2
     assert sorted(p.name for p in (state_dir / "ledgers").iterdir() if p.suffix == ".json") == ["a.json"]
 
@@ -158,7 +157,7 @@ def test_a_trailing_newline_does_not_make_a_second_ledger(state_dir):
 
 def _spend_then_restore(tmp_path, state_dir, with_mark: bool) -> None:
     """Back up the ledger (and its mark if ``with_mark``), spend ε = 5, restore the backup."""
-    init()
+    init_ledger()
     ledger_file = state_dir / "ledgers" / "default.json"
     mark = ledger_file.with_suffix(".hwm")
     backup = ledger_file.read_bytes(), mark.read_bytes()

@@ -36,7 +36,6 @@ from dpcli.cli.app import app
 from dpcli.core.accounting import composition as acc
 from dpcli.errors import UsageError
 
-
 SPEC = Path(__file__).resolve().parents[2] / "sample_data" / "safetab_spec.toml"
 
 
@@ -292,8 +291,7 @@ def test_extreme_options_are_usage_errors_or_work(tmp_path):
     """(c) public options at extremes (each case of OPTIONS, full replay and --state): exit 0 or 2 with
     one line, never 1 (a crash)."""
     f = _write(tmp_path, "d.csv", _rows(value=True))
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "1000",
-                               "--delta", "0.5"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "1000", "--delta", "0.5")
     for n, (case, (extra, allowed)) in enumerate(OPTIONS.items()):
         base = list(BASE)
         if "--window" in extra:  # replace --window/--trigger-every
@@ -326,8 +324,7 @@ def _history() -> list:
 def test_c_at_or_above_a_quarter_is_refused_with_one_line(snapshot, c):
     """Including a c just below 1/4 whose float is 0.25 (it was stored as c = 0.25)."""
     path, keys = snapshot
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
-                               "--delta", "1e-5"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     r = runner.invoke(app, ["histogram", str(path), "--by", "g", "--privacy-unit", "user", "--keys", str(keys),
                             "--schedule", "s", "--total-epsilon", "1", "--scheduler", "bbimprover",
                             "--total-delta", "1e-6", "--improver-c", c, "--json", "-o", "-"])

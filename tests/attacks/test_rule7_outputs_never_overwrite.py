@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from dptest import runner
+from dptest import init_ledger, runner
 from tabulate_specs import write_spec
 
 from dpcli.cli.app import app
@@ -40,9 +40,7 @@ def snapshot(*roots: Path) -> dict[str, tuple[bytes | str, int]]:
 def setup(tmp_path, state_dir):
     """Two analysts' ledgers, a data file and a keys file; returns (data, keys)."""
     for who in ("default", "alice"):
-        r = runner.invoke(app, ["--analyst", who, "budget", "init", who, "--mode", "approx", "--epsilon", "5",
-                                "--delta", "1e-6"])
-        assert r.exit_code == 0, r.stderr
+        init_ledger("approx", "--epsilon", "5", "--delta", "1e-6", analyst=who)
     work = tmp_path / "work"
     work.mkdir()
     data = work / "data.csv"

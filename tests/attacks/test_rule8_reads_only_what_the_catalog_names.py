@@ -15,10 +15,8 @@ files and Spark endpoints given by the analyst.
 
 from __future__ import annotations
 
-
 import polars as pl
 from dptest import Service, cli, init_ledger
-
 
 SECRET_VALUES = ("s17", "s42", "s299")  # values of the private column: none may ever be printed
 

@@ -10,10 +10,8 @@ release swapped for a symlink between ``plot``'s check and its open; and planted
 
 from __future__ import annotations
 
-
 import pytest
 from dptest import Service
-
 
 SECRET_VALUES = ("s17", "s42", "s299")  # values of the private column: none may ever be printed
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dptest import Service, cli
-
+from dptest import Service, cli, init_ledger
 
 # --- the canary ---------------------------------------------------------------------------------
 
@@ -152,7 +151,7 @@ def test_canary_personal_mode(tmp_path, monkeypatch):
     state.mkdir(mode=0o700)
     _fixed_key(state)
     data = _private_data(tmp_path / "mine")
-    assert cli("budget", "init", "default", "--mode", "approx", "--epsilon", "50", "--delta", "1e-4").exit_code == 0
+    init_ledger("approx", "--epsilon", "50", "--delta", "1e-4")
     stream_state = tmp_path / "daily.stream"
     stream = ["stream-replay", data, "--time", "t", "--by", "page", "--privacy-unit", "user", "--window", "1d",
               "--triggers", "1", "--max-contributions", "1", "--epsilon", "1", "--delta", "1e-6",

@@ -26,7 +26,6 @@ from dpcli.cli.app import app
 from dpcli.errors import DataError
 from dpcli.tasks.histogram import HistogramTask
 
-
 PACKAGE = Path(__file__).resolve().parents[2] / "dpcli"
 
 
@@ -128,7 +127,7 @@ def _dpcli_error_chained_from_polars() -> None:
 def test_no_record_reaches_stderr_through_a_traceback(tmp_path, monkeypatch, fail, verbose):
     data = tmp_path / "d.csv"
     data.write_text(f"u,g\nu1,{SECRET}\n")
-    assert runner.invoke(app, ["budget", "init", "default", "--epsilon", "5"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "5")
 
     monkeypatch.setattr(HistogramTask, "run", lambda *args, **kwargs: fail())
     r = runner.invoke(app, [*verbose, "histogram", str(data), "--by", "g", "--privacy-unit", "u", "--epsilon", "1",

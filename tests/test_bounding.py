@@ -1,6 +1,9 @@
-"""Selection v3: polars computes the keyed order exactly as its plain-Python definition, so any
-engine that matches the definition (Spark's xxhash64) keeps the same rows; ties are dropped the
-same way whatever the row order."""
+"""Bounded contributions (``dpcli.bounding``): caps, the value grid, bad records, stability, and selection v3.
+
+Selection v3: polars computes the keyed order exactly as its plain-Python definition, so any engine that
+matches the definition (Spark's xxhash64) keeps the same rows; ties are dropped the same way whatever
+the row order.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import random
 import struct
 from fractions import Fraction
 
+import numpy as np
 import polars as pl
 import polars_hash  # noqa: F401
 import pytest
@@ -24,6 +28,98 @@ from dpcli.bounding.keyed_order import (
     with_order_key,
     xxh64,
 )
+from dpcli.errors import DataError, UsageError
+
+
+def test_cross_partition_bound_keeps_k_groups_uniformly():
+    """4000 units each in the same 4 groups, K = 1: every unit keeps one group, each group is
+    kept by Binomial(4000, 1/4) units (mean 1000, sd 27.4): 5 sd = 137 is the tolerance."""
+    n = 4000
+    df = pl.DataFrame({"user": np.repeat(np.arange(n), 4), "g": np.tile(["a", "b", "c", "d"], n)})
+    spec = bounding.BoundingSpec("user", ("g",), max_partitions=1, max_contributions=1)
+    part = bounding.bound_contributions(df.lazy(), spec, salt=12345 << 64).collect()
+    assert part.height == n and part["user"].n_unique() == n
+    counts = part.group_by("g").len()["len"].to_list()
+    assert all(abs(c - 1000) < 137 for c in counts)
+    other = bounding.bound_contributions(df.lazy(), spec, salt=999 << 64).collect()
+    assert not part.sort("user").equals(other.sort("user"))  # the salt (seed) decides
+
+
+def test_rows_per_unit_are_capped_and_values_clamped():
+    df = pl.DataFrame({"user": [1] * 50 + [2], "g": ["a"] * 51, "x": [100.0] * 50 + [-5.0]})
+    grid = bounding.ValueGrid(0.0, 10.0, Fraction(1, 4))
+    spec = bounding.BoundingSpec("user", ("g",), 1, 4, value="x", grid=grid)
+    part = bounding.bound_contributions(df.lazy(), spec, salt=1).collect().sort("user")
+    assert part[bounding.N_ROWS].to_list() == [4, 1]
+    # centred grid units: mid = 20; 10.0 → 40 - 20 = 20 per row; -5 → 0 - 20.
+    assert part[bounding.C_SUM].to_list() == [80, -20]
+
+
+def test_bad_records_are_dropped_or_clamped_never_refused():
+    """Null units and null/NaN values are dropped, ±inf clamped to the bounds (bounding's module docstring)."""
+    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
+    df = pl.DataFrame({"user": [1, 2, 3, 4, None, 6], "g": ["a"] * 6,
+                       "x": [0.5, float("inf"), float("-inf"), float("nan"), 0.5, None]})
+    part = bounding.bound_contributions(df.lazy(), spec, 1).collect().sort("user")
+    assert part["user"].to_list() == [1, 2, 3]
+    assert part[bounding.C_SUM].to_list() == [0, 4, -4]  # 0.5 → 4 − mid 4; +inf → 8 − 4; −inf → 0 − 4
+    empty = bounding.group_totals(bounding.bound_contributions(df.clear().lazy(), spec, 1).collect(), spec)
+    assert empty.height == 0 and empty.columns == ["g", "units", "rows", "csum", "csumsq"]
+
+
+def test_text_values_are_parsed_per_record_and_unparsable_ones_dropped():
+    """A text value column (every CSV/NDJSON one) bounds exactly like the numbers it spells; words are dropped."""
+    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
+    text = pl.DataFrame({"user": ["1", "2", "3", "4", "5", "6", "7", "8"], "g": ["a"] * 8,
+                         "x": [" 0.5 ", "inf", "-inf", "nan", "abc", "", "1e-1", "[1, 2]"]})
+    part = bounding.bound_contributions(text.lazy(), spec, 1).collect().sort("user")
+    assert part["user"].to_list() == ["1", "2", "3", "7"]
+    assert part[bounding.C_SUM].to_list() == [0, 4, -4, -3]  # 0.1 → round(0.8) = 1 − mid 4
+    with pytest.raises(DataError, match="must be numeric"):
+        bounding.bounded_rows(text.with_columns(pl.col("x") == "1").lazy(), spec, 1)
+
+
+def test_value_grid_is_exact_inside_the_bounds_and_refuses_what_it_cannot_honour():
+    g = bounding.ValueGrid(0.0, 1.47, Fraction(49, 50))
+    assert (g.lo_units, g.hi_units, g.max_abs_units) == (0, 1, 1)  # ⌊1.47 / 0.98⌋ = 1, not round(1.5) = 2
+    g = bounding.ValueGrid(-1.3, 2.6, Fraction(1, 2))
+    assert (g.lo_units, g.hi_units, g.mid_units, g.half_width_units) == (-2, 5, 1, 4)
+    snapped = pl.select(bounding.grid_units(pl.lit(pl.Series([1.47, 1e300, -1e300, float("nan")])), g))
+    assert snapped.to_series().to_list() == [3, 5, -2, None]
+    refused = [(0, 1, Fraction(10) ** 300, "fewer than two"), (0, 1, Fraction(1, 10**300), "too fine"),
+               (0, 9.2e18, Fraction(1), "too fine"), (0, 1, Fraction(5, 10**324), "below 2.2e-308"),
+               (0, float("inf"), Fraction(1), "finite")]
+    for lo, hi, gran, needle in refused:
+        with pytest.raises(UsageError, match=needle):
+            bounding.ValueGrid(lo, hi, gran)
+    assert bounding.default_granularity(-1e308, 1e308) == Fraction(2) ** 1012  # no float overflow of the width
+    assert bounding.default_granularity(0, 600) == Fraction(1, 8)
+    with pytest.raises(UsageError, match="too narrow"):
+        bounding.default_granularity(0, 5e-324)
+
+
+def test_bounding_carries_its_stability_and_removing_a_unit_stays_within_it():
+    """The stability a BoundingSpec reports holds: dropping any one unit moves each group total by at most
+    linf(column), and touches at most max_groups groups (exact integers, so no tolerance)."""
+    from dpcli import bounding
+
+    grid = bounding.ValueGrid(Fraction(0), Fraction(10), Fraction(1, 2))
+    spec = bounding.BoundingSpec("u", ("g",), max_partitions=2, max_contributions=3, value="v", grid=grid)
+    st = spec.stability()
+    assert (st.max_groups, st.linf("rows"), st.linf("units"), st.l1("rows")) == (2, 3, 1, 6)
+    assert st.linf("csum") == 3 * grid.half_width_units and st.l2_squared("units") == 2
+    n = 400
+    frame = pl.DataFrame({"u": [f"u{i % 37}" for i in range(n)], "g": [f"g{i % 5}" for i in range(n)],
+                          "v": [float(i % 23) for i in range(n)]}).lazy()
+    bounded = spec.bound(frame, salt=12345)
+    totals = bounding.group_totals(bounded.frame, spec).collect()
+    for unit in ("u0", "u7", "u36"):
+        without = bounding.group_totals(spec.bound(frame.filter(pl.col("u") != unit), salt=12345).frame, spec).collect()
+        joined = totals.join(without, on="g", how="left", suffix="_w").fill_null(0)
+        for col in ("rows", "units", "csum", "csumsq"):
+            moved = (joined[col] - joined[f"{col}_w"]).abs()
+            assert moved.max() <= bounded.stability.linf(col) and (moved > 0).sum() <= st.max_groups
+
 
 SALT = 0x0123456789ABCDEF_FEDCBA9876543210
 
