@@ -1,7 +1,8 @@
 """Helpers shared by the test files (importable as ``dptest``: ``tests/`` is on pytest's pythonpath).
 
 One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner (every
-test runs dpcli in process through :data:`runner` or :func:`cli`), a ledger of any mode and limits
+test runs dpcli in process through :data:`runner` or :func:`cli`, or as the console script runs it with
+:func:`console`), a ledger of any mode and limits
 (:func:`init_ledger`, :func:`ledger_argv`) and the analyst's ledger history as the CLI prints it.
 """
 
@@ -9,6 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,35 @@ def stream(i: Any, label: str = "t") -> KeyedStream:
 def cli(*args: Any, input: str | bytes | None = None, env: dict[str, str] | None = None) -> Any:
     """Run ``dpcli ARGS`` in process (``input``: its standard input); the result (exit_code, stdout, stderr)."""
     return runner.invoke(app, [str(a) for a in args], input=input, env=env)
+
+
+def console(*args: Any, input: str | bytes | None = None, env: dict[str, str | None] | None = None,
+            cwd: Path | str | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    """``dpcli ARGS`` as the console script runs it (:func:`dpcli.cli.app.main`: old spellings rewritten with
+    a note, shell completion answered), in this process, in ``cwd`` with ``env``'s changes: its exit code,
+    stdout and stderr (``text``: decoded), as :func:`subprocess.run` would give them."""
+    from dpcli.cli.app import main
+
+    here = os.getcwd()
+    with runner.isolation(input=input, env=env) as streams:
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+        except Exception:  # shown as the console script would show an uncaught error
+            sys.stderr.write(traceback.format_exc())
+            code = 1
+        finally:
+            os.chdir(here)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = streams[0].getvalue(), streams[1].getvalue()
+    if text:
+        out, err = out.decode(errors="replace"), err.decode(errors="replace")
+    return subprocess.CompletedProcess(["dpcli", *map(str, args)], code, out, err)
 
 
 def history(analyst: str = "default") -> list[dict[str, Any]]:

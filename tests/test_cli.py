@@ -12,11 +12,10 @@ import os
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import polars as pl
 import pytest
-from dptest import PAGES, PV, ROOT, cli, init_ledger
+from dptest import PAGES, PV, ROOT, cli, console, init_ledger
 
 import dpcli
 from dpcli.cli._aliases import expand_aliases
@@ -68,10 +67,8 @@ def test_old_spellings_are_rewritten_with_one_note_each(old, new):
 
 
 def test_an_old_spelling_gives_the_same_release_and_a_deprecation_note(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPCLI_")}
-    env["DPCLI_STATE_DIR"] = str(tmp_path / "state")
-    dpcli_bin = str(Path(sys.executable).with_name("dpcli"))
-    run = lambda *a: subprocess.run([dpcli_bin, *a], env=env, capture_output=True, text=True)  # noqa: E731
+    env = {**{k: None for k in os.environ if k.startswith("DPCLI_")}, "DPCLI_STATE_DIR": str(tmp_path / "state")}
+    run = lambda *a: console(*a, env=env)  # noqa: E731 (as the console script runs it, in this process)
     assert run("budget", "init", "default", "--epsilon", "5").returncode == 0
     common = ["topk", PV, "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--epsilon-per", "0.1"]
     new, old = run(*common, "--keys", PAGES), run(*common, "--domain", PAGES)
@@ -141,9 +138,8 @@ def test_setup_ends_with_a_working_command_and_release_metadata_exists():
 
 
 def _completion(env: dict[str, str]) -> str:
-    dpcli_bin = str(Path(sys.executable).with_name("dpcli"))
-    clean = {k: v for k, v in os.environ.items() if "COMPLETE" not in k}
-    r = subprocess.run([dpcli_bin], capture_output=True, text=True, env={**clean, **env})
+    """What ``dpcli`` prints with ``env`` (as the console script runs it, in this process)."""
+    r = console(env={**{k: None for k in os.environ if "COMPLETE" in k}, **env})
     assert r.returncode == 0, r.stderr
     return r.stdout
 

@@ -8,9 +8,9 @@ not run (installation, cron lines on paths that do not exist here); ```text bloc
 ``dpcli`` in the scripts is this test's own process by default: a shim on ``PATH`` hands each command
 line (its arguments, working directory, ``DPCLI_*`` variables and standard input) to
 :func:`dpcli.cli.app.main` here and hands back its output and exit code, so a doc costs its commands,
-not one interpreter start-up each. The installed console script (the one next to this interpreter:
-the clone's ``.venv`` under ``make test``) runs README.md's quick start in ``make test`` and every doc
-under ``make audit``.
+not one interpreter start-up each. Under ``make audit`` every doc runs again with the installed console
+script (the one next to this interpreter: the clone's ``.venv``), which ``make test`` runs in
+``test_cli.py``.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ import socket
 import struct
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
-from dptest import runner
+from dptest import console
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -85,31 +84,14 @@ def _receive(sock: socket.socket) -> bytes:
 
 
 def _run_here(sock: socket.socket) -> None:
-    """One command line from the shim: ``dpcli.cli.app.main(argv)`` in this process, in its directory and
+    """One command line from the shim, run by :func:`dptest.console` in this process, in its directory and
     with its ``DPCLI_*`` variables (any other of this process's unset); the exit code and output back."""
-    from dpcli.cli.app import main
-
     request, stdin = json.loads(_receive(sock)), _receive(sock)
     env = {k: None for k in os.environ if k.startswith("DPCLI_")} | request["env"]
-    here = os.getcwd()
-    with runner.isolation(input=stdin, env=env) as streams:
-        os.chdir(request["cwd"])
-        try:
-            main(request["argv"])
-            code = 0
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
-        except BaseException:  # noqa: BLE001 (shown to the test as the console script would show it)
-            sys.stderr.write(traceback.format_exc())
-            code = 1
-        finally:
-            os.chdir(here)
-            sys.stdout.flush()
-            sys.stderr.flush()
-        out, err = streams[0].getvalue(), streams[1].getvalue()
-    _send(sock, str(code).encode())
-    _send(sock, out)
-    _send(sock, err)
+    r = console(*request["argv"], input=stdin, env=env, cwd=request["cwd"], text=False)
+    _send(sock, str(r.returncode).encode())
+    _send(sock, r.stdout)
+    _send(sock, r.stderr)
 
 
 def run_examples(path: Path, work: Path, in_process: bool = True) -> subprocess.CompletedProcess[str]:
@@ -167,8 +149,8 @@ def test_every_shell_example_runs(doc, tmp_path):
     _examples_ran(doc, run_examples(doc, tmp_path))
 
 
-@pytest.mark.parametrize("doc", [pytest.param(d, marks=[] if d.name == "README.md" else [pytest.mark.audit])
-                                 for d in WITH_EXAMPLES], ids=lambda d: str(d.relative_to(ROOT)))
+@pytest.mark.audit  # make test runs the console script in test_cli.py's entry-point test
+@pytest.mark.parametrize("doc", WITH_EXAMPLES, ids=lambda d: str(d.relative_to(ROOT)))
 def test_every_shell_example_runs_with_the_console_script(doc, tmp_path):
     _examples_ran(doc, run_examples(doc, tmp_path, in_process=False))
 

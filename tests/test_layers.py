@@ -9,6 +9,7 @@ randomness (``random``, numpy's global generators).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def layer_of(module: str, table: dict[str, int]) -> int:
     raise AssertionError(f"{module} is in no layer of ARCHITECTURE.md")
 
 
+@functools.lru_cache(maxsize=None)  # the two contract tests walk the same files
 def runtime_imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every ``dpcli`` import in ``path`` outside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(path.read_text())

@@ -155,7 +155,8 @@ def test_integer_and_list_columns_are_accepted_and_float_ages_are_a_schema_error
         run(typed.with_columns(pl.col("age").cast(pl.Float64)))
 
 
-@pytest.mark.parametrize("calibration, lo, hi", [("exact", 0.95, 1.0), ("paper", 0.925, 0.955)])
+@pytest.mark.parametrize("calibration, lo, hi", [("exact", 0.95, 1.0),  # the paper's 93.95%: under make audit
+                                                 pytest.param("paper", 0.925, 0.955, marks=pytest.mark.audit)])
 def test_step2_cells_cover_their_moe_target(tmp_path, calibration, lo, hi):
     """60 seeds × ≥ 92 step-2 values (two groups of 800 get 46 Sex × Age23 cells each; the two
     empty groups a total or a coarse marginal) with MOE target 6. Binomial sd of the coverage ≤ 0.0023: 'exact' must reach 95% − 3 sd; 'paper' (eq. 38) shows its
