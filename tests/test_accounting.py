@@ -16,11 +16,7 @@ from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 
 SAFETAB_GEOMETRIC_TOTALS = [4.27, 4.27, 2.49, 2.49, 0.59, 0.59, 0.59]  # Table 4, ε per level
-
-
 SAFETAB_ZCDP_TOTALS = [0.534, 0.534, 0.159, 0.159, 0.008, 0.008, 0.008]  # Table 4, ρ per level
-
-
 PAPER_GRID = np.round(np.arange(1.01, 10.0001, 0.01), 2)  # App. F.2: α ∈ {1.01, …, 10.0}
 
 
@@ -88,11 +84,7 @@ def test_pure_to_zcdp_curve():
 
 
 DEC = decimal.Context(prec=400, Emin=-(10**6), Emax=10**6)  # also the context of every operator below
-
-
 RHOS = [5e-324, 1e-300, 1e-24, 1e-12, 1e-6, 0.01, 1.0, 1e3, 1e6, 1e12]
-
-
 DELTAS = [1e-100, 1e-9, 0.5]
 
 

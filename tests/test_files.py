@@ -233,7 +233,6 @@ def _ndjson_rows(raw: bytes, columns: tuple[str, ...] = ("u", "g"), tmp_path: Pa
 
 GOOD_LINE = b'{"u":"a","g":"x"}\n'
 
-
 #: One line each, between two good records: the rows read for it (a record of nulls when it is no JSON object).
 NDJSON_LINES = {
     "number beyond the double range": (b'{"u":"b","g":1e999}\n', [(None, None)]),

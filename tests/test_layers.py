@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
 PACKAGE = ROOT / "dpcli"
 
 

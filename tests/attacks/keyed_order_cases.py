@@ -15,11 +15,7 @@ import polars as pl
 from dpcli import bounding
 
 SALT = 0x5EC_0DE5_A17_0000_1111_2222_3333_4444
-
-
 MASK = (1 << 64) - 1
-
-
 GRID = bounding.ValueGrid(0.0, 16.0, Fraction(1))
 
 

@@ -18,8 +18,6 @@ from dpcli.cli.app import app
 
 BASE = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d", "--trigger-every", "6h",
         "--max-contributions", "3", "--epsilon", "4", "--delta", "1e-9"]
-
-
 THROUGH = "2026-11-10T00:00:00"
 
 

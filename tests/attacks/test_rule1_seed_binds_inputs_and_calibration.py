@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 from dptest import cli, init_ledger, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
+from service_checks import QUERY
 
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
@@ -298,9 +299,6 @@ def test_two_catalog_names_for_one_file_are_two_releases(svc):
     other = json.loads(svc.run("alice", "histogram", "visits2", *query).stdout)["summary"]
     assert first["charged"] and not again["charged"] and other["charged"]
     assert other["seed_id"] != first["seed_id"]
-
-
-QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
 
 
 def test_resists_free_replays_across_catalog_names_and_entry_edits(svc):

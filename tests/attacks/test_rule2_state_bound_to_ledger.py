@@ -33,8 +33,6 @@ from dpcli.cli.app import app
 from dpcli.state import ledger
 
 _PLANS: dict = {}
-
-
 _plan_stream = sr.plan_stream
 
 
@@ -390,9 +388,6 @@ def test_a_restored_stream_state_replays_a_run_only_under_the_same_reading(tmp_p
     again = run(day2, "2026-11-03")  # the recorded run, read as it was: the same rows, free
     assert again.exit_code == 0, again.stderr
     assert len(_charged(state_dir)) == 1
-
-
-# -- BBImprover for cron: the runs index of a rolled-back state ---------------------------------------
 
 
 # ---- BBImprover runs index: a rolled-back state, and a snapshot seen before (resisted) ---------------

@@ -19,19 +19,12 @@ from tabulate_specs import write_spec
 
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT[0-9:.]+Z?")
 
-
 # Counts far from every threshold, so the noisy outcome (which groups are released) is the same on
 # D and D′ and only exact statistics could tell them apart.
 BASE = pl.DataFrame({"user": [f"u{i}" for i in range(300)], "g": ["a"] * 200 + ["b"] * 100,
                      "t": ["2026-01-01T10:00:00"] * 300})
-
-
 NEW = pl.DataFrame({"user": ["newcomer"], "g": ["zzz"], "t": ["2026-01-01T11:00:00"]})
-
-
 PERSONS = "block,race,eth,sex,age\n" + "01001,1000,1,1,30\n" * 40
-
-
 NEW_PERSON = "02001,1000;2000,1,1,40\n"
 
 

@@ -26,11 +26,7 @@ def _units(groups: dict[str, int], prefix: str = "u") -> pl.DataFrame:
 
 
 BASE = _units({"a": 300, "b": 200, "c": 120})
-
-
 NEW = pl.DataFrame({"user": ["newcomer"], "g": ["zzz"]})  # one unit, alone in a group that sorts last
-
-
 D, D2 = csv_text(BASE), csv_text(pl.concat([BASE, NEW]))
 
 

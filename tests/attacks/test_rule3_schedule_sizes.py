@@ -25,11 +25,8 @@ from report_diff import Report, counted_tokens, report_diff, run_cli
 #: The golden tests' key: the noise (and so every noisy estimate checked below) is fixed.
 FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
 
-
 #: Rows of each day's snapshot; the last one shrank. Every fourth row repeats the previous row's unit.
 DAYS = (2311, 2789, 4153, 2011)
-
-
 SCHEDULES = {
     "bbscheduler": [],
     "bbscheduler-gamma": ["--gamma", "0.1"],
@@ -110,7 +107,6 @@ def _run_days(tmp: Path, label: str, extra_unit: bool, schedule: Sequence[str]) 
 NOISY = {"json.summary.schedule.units_noisy", "json.summary.schedule.alpha",
          # the run's input digest is keyed by the state's secret over the snapshot's fingerprint
          "ledger.*.step.input"}
-
 
 #: With γ from Algorithm 1, γ is a function of ñ, and so is every ε computed from it.
 NOISY_GAMMA = {"json.summary.schedule.gamma", "json.summary.schedule.run_epsilon", "json.summary.schedule.*_spent",

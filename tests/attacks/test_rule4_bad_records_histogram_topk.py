@@ -22,11 +22,7 @@ from dptest import init_ledger, runner, without_output_notes
 from dpcli.cli.app import app
 
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
-
-
 BASE = [("u1", "a", 1.0), ("u2", "a", 2.5), ("u3", "b", 4.0), ("u4", "b", 0.5)]
-
-
 BAD = {
     "null-unit": (None, "a", 1.0),
     "nan-value": ("u9", "a", float("nan")),
@@ -34,8 +30,6 @@ BAD = {
     "minus-inf-value": ("u9", "b", float("-inf")),
     "null-value": ("u9", "a", None),
 }
-
-
 HISTOGRAM = {
     "keys-sum-mean": ["--agg", "count,sum,mean,variance,median", "--value", "x", "--bounds", "0:5", "--epsilon", "1",
                       "--keys", "KEYS"],
@@ -91,7 +85,6 @@ ONE_BAD = [(bad, "keys-sum-mean", "parquet") for bad in sorted(BAD)] + [
     ("null-unit", "threshold-sum", "parquet"),
     ("null-unit", "unklap-count", "csv"),
 ]
-
 
 #: (the one row of D′, query) against an input with no rows.
 NO_ROWS = [("good", "keys-sum-mean"), ("nan-value", "keys-sum-mean"), ("null-unit", "keys-sum-mean"),

@@ -18,14 +18,9 @@ from tabulate_specs import write_spec
 LEVELS = "\n".join(f'[[levels]]\ngeography = "{g}"\niterations = "reg"\nepsilon = 2\nstability = 1\n'
                    for g in ("nation", "area"))
 
-
 #: Single-iteration persons only (race 2000, not Hispanic: iteration B alone).
 GOOD = "".join(f"0100{1 + i % 2},2000,1,{1 + i % 2},{20 + i % 50}\n" for i in range(200))
-
-
 HEADER = "block,race,eth,sex,age\n"
-
-
 BAD = {
     "over stability": "01001,1000;2000,1,1,30\n",  # W-in-combination and B: two groups at stability 1
     "unknown block": "09999,2000,1,1,30\n",

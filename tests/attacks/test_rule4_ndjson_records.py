@@ -30,7 +30,6 @@ from tabulate_specs import write_spec
 
 USERS = 60  # units per group: counts far from any threshold
 
-
 #: The one record D′ adds: each failed every command on NDJSON before (exit 65, "cannot read … as ndjson").
 BROKEN: dict[str, bytes] = {
     "number beyond the double range": b'{"user": "intruder", "g": "a", "x": 1e999, "t": "2026-01-01T10:00:00"}',
@@ -42,7 +41,6 @@ BROKEN: dict[str, bytes] = {
     "not JSON": b"user=intruder g=a x=1",
     "trailing text": b'{"user": "intruder", "g": "a", "x": 1, "t": "2026-01-01T10:00:00"} and more',
 }
-
 
 #: Read as a record that names no unit (a null unit drops it); invalid UTF-8 is replaced, as in CSV:
 #: that record is kept, with an unknown group, so its release is a neighbour's, not the same.
@@ -137,12 +135,8 @@ def test_ndjson_on_standard_input_reads_record_by_record_too(tmp_path, command, 
 
 
 LEVEL = '[[levels]]\ngeography = "state"\niterations = "reg"\nepsilon = 2\nstability = 2\n'
-
-
 PEOPLE = [{"block": "01001", "race": [1000], "eth": 1, "sex": 1, "age": 30},
           {"block": "02001", "race": [2000, 1000], "eth": 2, "sex": 2, "age": 70.0}] * 40
-
-
 BROKEN_PERSONS: dict[str, bytes] = {
     "number beyond the double range": b'{"block": "01001", "race": [1000], "eth": 1, "sex": 1, "age": 1e999}',
     "1100 levels of nesting": b'{"block": "01001", "race": ' + b"[" * 1100 + b"]" * 1100 + b"}",

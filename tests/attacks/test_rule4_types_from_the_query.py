@@ -58,8 +58,6 @@ FLIPS_CSV = {
     "fraction-group": ("intruder", "1.5", 2),
     "word-group": ("intruder", "zz", 2),
 }
-
-
 FLIPS_NDJSON = {
     "text-value": {"user": "intruder", "g": 1, "x": "abc"},
     "fraction-group": {"user": "intruder", "g": 1.5, "x": 2},
@@ -88,11 +86,7 @@ def _assert_same(a: Report, b: Report, diff: list[str]) -> None:
 
 #: (format, flip) per test: each kind of flip in each format at least once, a few seconds in all.
 VALUE_CASES = [("csv", "text-value"), ("csv", "fraction-group"), ("ndjson", "text-value"), ("ndjson", "nested-value")]
-
-
 GROUP_CASES = [("csv", "word-group"), ("csv", "fraction-group"), ("ndjson", "fraction-group")]
-
-
 THRESHOLD_CASES = [("csv", "text-value"), ("ndjson", "word-group")]
 
 

@@ -131,7 +131,6 @@ TYPES = [pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, 
          pl.Duration("ns"), pl.Duration("ms"), pl.String, pl.Categorical, pl.Enum(["n;", "NULL", "a", "héllo", "",
                                                                                    "b\x00", "🙂" * 20])]
 
-
 #: Types ``make test`` leaves to ``make audit``: a wider or narrower twin of one it runs.
 AUDIT_TYPES = (pl.Int16, pl.Int32, pl.UInt8, pl.UInt16, pl.UInt32, pl.Datetime("ms"), pl.Duration("ns"))
 

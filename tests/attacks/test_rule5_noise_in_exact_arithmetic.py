@@ -233,9 +233,6 @@ def test_a_sample_out_of_words_fails_alike_in_both_paths():
 # ---- the race's uniform proposals (review of the early hash) -------------------------------------
 
 
-# ---- the race's uniform proposals ------------------------------------------------------------------
-
-
 class _CountedWords:
     def __init__(self, words: list[int]) -> None:
         self.words = list(words)

@@ -36,8 +36,6 @@ from dpcli.errors import UsageError
 from dpcli.tasks import histogram as hist
 
 MEASUREMENTS = ("rows", "sum", "csum", "csumsq")
-
-
 SCHEMA = {"user": pl.String, "g": pl.String, "x": pl.Float64}
 
 
@@ -210,8 +208,6 @@ def test_cli_sums_near_the_limits_do_not_wrap(tmp_path, zero_noise, bounds, gran
 
 
 ALL = "count,sum,mean,median,variance"
-
-
 MAX = 1.7976931348623157e308
 
 

@@ -152,9 +152,6 @@ def test_a_trailing_newline_does_not_make_a_second_ledger(state_dir):
 # ---- a rolled-back ledger and --reseal (review of issue 15) --------------------------------------
 
 
-# ---- Ledger: a rolled-back ledger accepted by --reseal ----------------------------------------------
-
-
 def _spend_then_restore(tmp_path, state_dir, with_mark: bool) -> None:
     """Back up the ledger (and its mark if ``with_mark``), spend ε = 5, restore the backup."""
     init_ledger()

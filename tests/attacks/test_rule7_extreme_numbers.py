@@ -235,9 +235,6 @@ def test_lock_timeout_that_never_expires_is_a_usage_error(value):
 # ---- the review of issue 15: extreme public options -----------------------------------------------
 
 
-# ---- Extreme public option values: usage errors, never internal errors (rule 7) ------------------
-
-
 EXTREME = {
     "delta_underflows": (["histogram", "{data}", "--by", "g", "--privacy-unit", "uid", "--epsilon", "1",
                           "--delta", "1e-400"], None),

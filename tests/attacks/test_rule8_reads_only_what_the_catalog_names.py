@@ -16,15 +16,8 @@ files and Spark endpoints given by the analyst.
 from __future__ import annotations
 
 import polars as pl
-from dptest import Service, cli, init_ledger
-
-SECRET_VALUES = ("s17", "s42", "s299")  # values of the private column: none may ever be printed
-
-
-def _nothing_private(result, *extra: str) -> None:
-    text = result.stdout + result.stderr
-    for secret in (*SECRET_VALUES, *extra):
-        assert secret not in text, text
+from dptest import cli, init_ledger
+from service_checks import QUERY, _add, _nothing_private, _one_line
 
 
 def test_an_analyst_queries_a_dataset_by_name(svc):
@@ -95,25 +88,6 @@ def test_personal_mode_never_reads_the_state_as_input(tmp_path, monkeypatch):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1")
         assert r.exit_code == 66, r.stderr
         assert key_hex not in r.stdout + r.stderr
-
-
-# ---- the service-mode review: only what the catalog names, as named ----------------------------------
-
-
-QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
-
-
-def _one_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
-
-
-def _add(svc: Service, section: str, name: str, location: object, unit: str | None = "user") -> None:
-    """The operator adds ``[section.name]`` at ``location`` (every analyst may use it) and reinstalls."""
-    svc.catalog_toml += (f'[{section}.{name}]\nlocation = "{location}"\n'
-                         + (f'privacy_unit = "{unit}"\n' if section == "datasets" else "") + 'analysts = ["*"]\n')
-    svc.setup(ledgers=False)
 
 
 # --- reading: only what the catalog names, as named --------------------------------------------------

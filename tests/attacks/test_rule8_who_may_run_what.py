@@ -16,6 +16,7 @@ import json
 
 import pytest
 from dptest import Service, runner
+from service_checks import QUERY, _add, _one_line
 
 
 @pytest.mark.parametrize("args", [
@@ -80,25 +81,6 @@ def test_service_mode_without_a_catalog_is_a_refusal(tmp_path, monkeypatch):
     r = svc.run("alice", "histogram", str(svc.data / "visits.csv"), "--by", "page", "--privacy-unit", "user",
                 "--epsilon", "1", "--delta", "1e-6")
     assert r.exit_code == 2 and "no catalog" in r.stderr, r.stderr
-
-
-# --- the service-mode review: identity, messages and the operator's mistakes -----------------------------
-
-
-QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
-
-
-def _one_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
-
-
-def _add(svc: Service, section: str, name: str, location: object, unit: str | None = "user") -> None:
-    """The operator adds ``[section.name]`` at ``location`` (every analyst may use it) and reinstalls."""
-    svc.catalog_toml += (f'[{section}.{name}]\nlocation = "{location}"\n'
-                         + (f'privacy_unit = "{unit}"\n' if section == "datasets" else "") + 'analysts = ["*"]\n')
-    svc.setup(ledgers=False)
 
 
 # --- identity: who runs dpcli ----------------------------------------------------------------------

@@ -12,14 +12,7 @@ from __future__ import annotations
 
 import pytest
 from dptest import Service
-
-SECRET_VALUES = ("s17", "s42", "s299")  # values of the private column: none may ever be printed
-
-
-def _nothing_private(result, *extra: str) -> None:
-    text = result.stdout + result.stderr
-    for secret in (*SECRET_VALUES, *extra):
-        assert secret not in text, text
+from service_checks import QUERY, SECRET_VALUES, _nothing_private, _one_line
 
 
 def test_outputs_only_into_the_analysts_directories(svc, tmp_path):
@@ -51,18 +44,6 @@ def test_attack_3_plot_draws_only_releases_dpcli_wrote(svc):
     assert svc.run("bob", "histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6",
                    "-o", bobs).exit_code == 0
     assert svc.run("alice", "plot", bobs).exit_code == 2
-
-
-# --- writing and plotting: only in the analyst's directories, also under races ------------------------
-
-
-QUERY = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
-
-
-def _one_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 # --- writing and plotting: only in the analyst's directories, also under races ------------------------

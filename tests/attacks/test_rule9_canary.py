@@ -19,16 +19,9 @@ from dptest import Service, cli, init_ledger
 
 
 KEY_MARK = "ca11ab1e" * 8  # the key's hex: its bytes are these
-
-
 RECORD_MARK = "CANARYREC"  # in every private value and unit
-
-
 COLUMN_MARK = "CANARYCOL"  # a private column name
-
-
 LOCATION_MARK = "CANARYLOC"  # in every catalog location (a directory name)
-
 
 #: Each case: a command line with ``{P}`` where the private path goes (``{O}``: a fresh output path).
 CASES = [

@@ -20,20 +20,16 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from dptest import Service, cli, init_ledger, runner
+from dptest import cli, init_ledger, runner
+from service_checks import _add, _one_line
 
 from dpcli.cli.app import app
 from dpcli.errors import DataError
 from dpcli.tasks.histogram import HistogramTask
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dpcli"
-
-
 SAFE_CALLS = {"type", "os_reason", "withheld", "isinstance", "getattr"}
-
-
 SAFE_ATTRIBUTES = {"errno", "__traceback__", "exit_code", "reason", "entries_missing", "fix", "field"}
-
 
 #: (file, line's code) → why the exception's text is dpcli's own or never printed.
 ALLOWED = {
@@ -139,19 +135,6 @@ def test_no_record_reaches_stderr_through_a_traceback(tmp_path, monkeypatch, fai
 
 
 # ---- types and stored values in messages (issues 29 and 20) ----------------------------------------
-
-
-def _one_line(result) -> str:
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
-
-
-def _add(svc: Service, section: str, name: str, location: object, unit: str | None = "user") -> None:
-    """The operator adds ``[section.name]`` at ``location`` (every analyst may use it) and reinstalls."""
-    svc.catalog_toml += (f'[{section}.{name}]\nlocation = "{location}"\n'
-                         + (f'privacy_unit = "{unit}"\n' if section == "datasets" else "") + 'analysts = ["*"]\n')
-    svc.setup(ledgers=False)
 
 
 def test_attack_a_column_type_names_no_category_and_no_field(svc):
