@@ -1,22 +1,52 @@
 """Helpers shared by the test files (importable as ``dptest``: ``tests/`` is on pytest's pythonpath).
 
-One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner and
-the analyst's ledger history as the CLI prints it.
+One builder per idea: an in-memory input table, a keyed stream from any label, the CLI runner (every
+test runs dpcli in process through :data:`runner` or :func:`cli`, or as the console script runs it with
+:func:`console`), a ledger of any mode and limits
+(:func:`init_ledger`, :func:`ledger_argv`) and the analyst's ledger history as the CLI prints it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import typer.testing
 from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = ROOT / "sample_data"
+#: The sample page views (Parquet) and its public list of pages, as command-line arguments.
+PV, PAGES = str(SAMPLE / "page_views.parquet"), str(SAMPLE / "pages_public.csv")
+
+_build_command = typer.testing._get_command
+_built: dict[int, tuple[Any, Any]] = {}
+
+
+def _command_once(app: Any) -> Any:
+    """The click command of ``app``, built once per process as the console script builds it.
+
+    typer's ``CliRunner.invoke`` builds it anew on every call, inspecting the signature of every
+    command (about 20 ms: most of a small command's run, and two thirds of ``make test``)."""
+    hit = _built.get(id(app))
+    if hit is None or hit[0] is not app:
+        hit = _built[id(app)] = (app, _build_command(app))
+    return hit[1]
+
+
+typer.testing._get_command = _command_once
+
+#: The one CLI runner of the tests (``runner.invoke(app, args, input=…, env=…)``; or :func:`cli`).
 runner = CliRunner()
 
 
@@ -30,9 +60,38 @@ def stream(i: Any, label: str = "t") -> KeyedStream:
     return KeyedStream(hashlib.sha256(repr(i).encode()).digest(), label)
 
 
-def cli(*args: Any) -> Any:
-    """Run ``dpcli ARGS`` in process; the typer result (exit_code, stdout, stderr)."""
-    return runner.invoke(app, [str(a) for a in args])
+def cli(*args: Any, input: str | bytes | None = None, env: dict[str, str] | None = None) -> Any:
+    """Run ``dpcli ARGS`` in process (``input``: its standard input); the result (exit_code, stdout, stderr)."""
+    return runner.invoke(app, [str(a) for a in args], input=input, env=env)
+
+
+def console(*args: Any, input: str | bytes | None = None, env: dict[str, str | None] | None = None,
+            cwd: Path | str | None = None, text: bool = True) -> subprocess.CompletedProcess:
+    """``dpcli ARGS`` as the console script runs it (:func:`dpcli.cli.app.main`: old spellings rewritten with
+    a note, shell completion answered), in this process, in ``cwd`` with ``env``'s changes: its exit code,
+    stdout and stderr (``text``: decoded), as :func:`subprocess.run` would give them."""
+    from dpcli.cli.app import main
+
+    here = os.getcwd()
+    with runner.isolation(input=input, env=env) as streams:
+        if cwd is not None:
+            os.chdir(cwd)
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else int(exit.code is not None)
+        except Exception:  # shown as the console script would show an uncaught error
+            sys.stderr.write(traceback.format_exc())
+            code = 1
+        finally:
+            os.chdir(here)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        out, err = streams[0].getvalue(), streams[1].getvalue()
+    if text:
+        out, err = out.decode(errors="replace"), err.decode(errors="replace")
+    return subprocess.CompletedProcess(["dpcli", *map(str, args)], code, out, err)
 
 
 def history(analyst: str = "default") -> list[dict[str, Any]]:
@@ -49,9 +108,28 @@ def one_group_csv(group: str, extra: int = 0) -> str:
     return "user,g\n" + "".join(f"u{i},{group}\n" for i in range(N_UNITS + extra))
 
 
-def init_pure_ledger(epsilon: str = "50") -> None:
-    """``dpcli budget init default --mode pure --epsilon EPSILON`` (asserted to succeed)."""
-    r = cli("budget", "init", "default", "--mode", "pure", "--epsilon", epsilon)
+#: A ledger's limits when a test names only its mode: room to spare for any test's releases.
+LIMITS = {
+    "pure": ("--epsilon", "50"),
+    "approx": ("--epsilon", "50", "--delta", "1e-5"),
+    "zcdp": ("--rho", "50", "--delta", "1e-5"),
+    "rdp": ("--epsilon", "50", "--delta", "1e-5"),
+    "br": ("--epsilon-per", "0.5", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
+           "--delta-prime", "1e-9"),
+}
+
+
+def ledger_argv(mode: str = "pure", *limits: Any, analyst: str = "default") -> list[str]:
+    """``budget init ANALYST --mode MODE LIMITS`` as arguments (``LIMITS``: those given, or :data:`LIMITS`)."""
+    return ["budget", "init", analyst, "--mode", mode, *(str(a) for a in limits or LIMITS[mode])]
+
+
+def init_ledger(mode: str = "pure", *limits: Any, analyst: str = "default", state_dir: Path | str | None = None,
+                env: dict[str, str] | None = None) -> None:
+    """``dpcli budget init ANALYST --mode MODE LIMITS`` (see :func:`ledger_argv`), asserted to succeed, in
+    ``state_dir`` if given (else in the test's own ``DPCLI_STATE_DIR``, or ``env``'s)."""
+    where = ["--state-dir", state_dir] if state_dir is not None else []
+    r = cli(*where, *ledger_argv(mode, *limits, analyst=analyst), env=env)
     assert r.exit_code == 0, r.stderr
 
 
@@ -70,7 +148,7 @@ def dataset(tmp_path: Path, name: str) -> Path:
     ``name.format(i=…)``, one in a hive-style subdirectory, and a ``_SUCCESS`` marker."""
     big = tmp_path / "big"
     (big / "day=2").mkdir(parents=True)
-    views = Path(__file__).resolve().parent.parent / "sample_data" / "page_views.parquet"
+    views = SAMPLE / "page_views.parquet"
     for i, part in enumerate(pl.read_parquet(views).iter_slices(100_000)):
         part.write_parquet(big / ("day=2" if i % 2 else "") / name.format(i=i))
     (big / "_SUCCESS").write_text("")
@@ -126,7 +204,7 @@ class Service:
         r = self.owner("catalog", "set", cat)
         assert r.exit_code == 0, r.stderr
         for name in self.names.values() if ledgers else ():
-            r = self.owner("budget", "init", name, "--mode", "approx", "--epsilon", epsilon, "--delta", "1e-4")
+            r = self.owner(*ledger_argv("approx", "--epsilon", epsilon, "--delta", "1e-4", analyst=name))
             assert r.exit_code == 0, r.stderr
 
     def run(self, analyst: str, *args: Any, env: dict[str, str] | None = None, input: str | None = None) -> Any:

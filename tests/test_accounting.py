@@ -1,11 +1,16 @@
-"""The figures the papers print, recomputed by the accounting library."""
+"""The figures the papers print, recomputed by the accounting library (and by ``dpcli budget compose``).
+"""
+
+from __future__ import annotations
 
 import decimal
+import json
 import math
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from dptest import cli
 
 from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
@@ -76,6 +81,7 @@ def test_pure_to_zcdp_curve():
 
 
 # ---- extremes: every conversion stays finite and on the safe side (ε up, ρ down) ---------------
+
 
 DEC = decimal.Context(prec=400, Emin=-(10**6), Emax=10**6)  # also the context of every operator below
 RHOS = [5e-324, 1e-300, 1e-24, 1e-12, 1e-6, 0.01, 1.0, 1e3, 1e6, 1e12]
@@ -169,3 +175,12 @@ def test_one_accountant_per_mode_and_limits_never_change_the_callers_dict():
     assert acct.fits(spent, acct.spend([ev, ev])) == "ε left is 0.4; this query needs 0.6"
     with pytest.raises(ValueError):
         ACCOUNTANTS["rdp"](limits)
+
+
+def test_compose_br_matches_paper_and_zcdp_keys():
+    r = cli("budget", "compose", "--mode", "br", "--epsilon-per", "0.15", "--count", "3000", "--call-budget", "30",
+            "--delta-per", "1e-10", "--delta-prime", "1e-9", "--json")
+    d = json.loads(r.stdout)
+    assert round(d["epsilon"], 1) == 34.9 and abs(d["delta"] - 7e-9) < 1e-20
+    d = json.loads(cli("budget", "compose", "--mode", "zcdp", "--rho", "1.41", "--delta", "1e-10", "--json").stdout)
+    assert round(d["epsilon"], 1) == 12.2 and round(d["epsilon_analytic"], 1) == 12.8

@@ -1,4 +1,5 @@
-"""Reading, validation and atomic writing."""
+"""Reading, validation and atomic writing.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from dptest import PAGES, SAMPLE, cli, history, init_ledger
 
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
 from dpcli.io import inputs, outputs
@@ -230,6 +232,7 @@ def _ndjson_rows(raw: bytes, columns: tuple[str, ...] = ("u", "g"), tmp_path: Pa
 
 
 GOOD_LINE = b'{"u":"a","g":"x"}\n'
+
 #: One line each, between two good records: the rows read for it (a record of nulls when it is no JSON object).
 NDJSON_LINES = {
     "number beyond the double range": (b'{"u":"b","g":1e999}\n', [(None, None)]),
@@ -422,6 +425,7 @@ def test_no_output_inside_an_input_dataset(tmp_path):
 
 # ---- early inputs: opened once, hashed on a thread while the rest of dpcli loads -------------------
 
+
 def test_an_early_input_is_the_file_opened_once_and_hashed(tmp_path):
     """The early handle is the file parsed: a file renamed over the path after the early open
     changes neither the bytes hashed nor the bytes read, and the release is refused before any
@@ -481,3 +485,14 @@ def test_an_early_read_error_is_the_usual_error(tmp_path, monkeypatch):
     early = opening.hash_early(str(tmp_path / "d.csv"))
     with pytest.raises(InputMissingError, match=r"'.*d.csv' is not readable \(input/output error\)"):
         inputs.open_input(str(tmp_path / "d.csv"), early=early)
+
+
+def test_output_onto_the_input_by_a_relative_name_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
+    (tmp_path / "copy.csv").write_bytes((SAMPLE / "page_views.csv").read_bytes())
+    before = (tmp_path / "copy.csv").read_bytes()
+    r = cli("histogram", "copy.csv", "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1",
+            "-o", "copy.csv")
+    assert r.exit_code == 73 and "is the input" in r.stderr
+    assert (tmp_path / "copy.csv").read_bytes() == before and history() == []

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from dptest import runner
 
 from dpcli.cli.app import app
 
@@ -38,7 +38,6 @@ RECORD = os.environ.get("DPCLI_GOLDEN_RECORD") == "1"
 #: A fixed key (never used outside tests): the only source of randomness of a release.
 FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
 
-runner = CliRunner()
 
 
 def _snapshots(tmp: Path) -> list[Path]:

@@ -1,4 +1,6 @@
-"""dpcli histogram: bounding, partition selection, known domain, replay, errors (library and CLI)."""
+"""dpcli histogram: bounded contributions, partition selection, known domain, quantiles, dry runs, replay,
+errors (library and CLI).
+"""
 
 from __future__ import annotations
 
@@ -9,18 +11,15 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
+from dptest import PAGES, PV, SAMPLE, cli, init_ledger, runner, table, without_output_notes
 from dptest import history as entries
-from dptest import table, without_output_notes
-from typer.testing import CliRunner
 
 from dpcli import bounding
 from dpcli.cli.app import app
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, UsageError
+from dpcli.errors import UsageError
 from dpcli.tasks import histogram as hist
-
-runner = CliRunner()
 
 
 def base_data(n_units: int = 300, seed: int = 1) -> pl.DataFrame:
@@ -59,73 +58,6 @@ def test_one_heavy_unit_moves_outputs_by_at_most_the_bound():
     diff = (r1["count"] - r0["count"]).to_list()
     assert diff == [3, 0, 0]
     assert (r1["sum_x"] - r0["sum_x"]).to_list() == [30.0, 0.0, 0.0]
-
-
-def test_cross_partition_bound_keeps_k_groups_uniformly():
-    """4000 units each in the same 4 groups, K = 1: every unit keeps one group, each group is
-    kept by Binomial(4000, 1/4) units (mean 1000, sd 27.4): 5 sd = 137 is the tolerance."""
-    n = 4000
-    df = pl.DataFrame({"user": np.repeat(np.arange(n), 4), "g": np.tile(["a", "b", "c", "d"], n)})
-    spec = bounding.BoundingSpec("user", ("g",), max_partitions=1, max_contributions=1)
-    part = bounding.bound_contributions(df.lazy(), spec, salt=12345 << 64).collect()
-    assert part.height == n and part["user"].n_unique() == n
-    counts = part.group_by("g").len()["len"].to_list()
-    assert all(abs(c - 1000) < 137 for c in counts)
-    other = bounding.bound_contributions(df.lazy(), spec, salt=999 << 64).collect()
-    assert not part.sort("user").equals(other.sort("user"))  # the salt (seed) decides
-
-
-def test_rows_per_unit_are_capped_and_values_clamped():
-    df = pl.DataFrame({"user": [1] * 50 + [2], "g": ["a"] * 51, "x": [100.0] * 50 + [-5.0]})
-    grid = bounding.ValueGrid(0.0, 10.0, Fraction(1, 4))
-    spec = bounding.BoundingSpec("user", ("g",), 1, 4, value="x", grid=grid)
-    part = bounding.bound_contributions(df.lazy(), spec, salt=1).collect().sort("user")
-    assert part[bounding.N_ROWS].to_list() == [4, 1]
-    # centred grid units: mid = 20; 10.0 → 40 - 20 = 20 per row; -5 → 0 - 20.
-    assert part[bounding.C_SUM].to_list() == [80, -20]
-
-
-def test_bad_records_are_dropped_or_clamped_never_refused():
-    """Null units and null/NaN values are dropped, ±inf clamped to the bounds (bounding's module docstring)."""
-    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
-    df = pl.DataFrame({"user": [1, 2, 3, 4, None, 6], "g": ["a"] * 6,
-                       "x": [0.5, float("inf"), float("-inf"), float("nan"), 0.5, None]})
-    part = bounding.bound_contributions(df.lazy(), spec, 1).collect().sort("user")
-    assert part["user"].to_list() == [1, 2, 3]
-    assert part[bounding.C_SUM].to_list() == [0, 4, -4]  # 0.5 → 4 − mid 4; +inf → 8 − 4; −inf → 0 − 4
-    empty = bounding.group_totals(bounding.bound_contributions(df.clear().lazy(), spec, 1).collect(), spec)
-    assert empty.height == 0 and empty.columns == ["g", "units", "rows", "csum", "csumsq"]
-
-
-def test_text_values_are_parsed_per_record_and_unparsable_ones_dropped():
-    """A text value column (every CSV/NDJSON one) bounds exactly like the numbers it spells; words are dropped."""
-    spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=bounding.ValueGrid(0, 1, Fraction(1, 8)))
-    text = pl.DataFrame({"user": ["1", "2", "3", "4", "5", "6", "7", "8"], "g": ["a"] * 8,
-                         "x": [" 0.5 ", "inf", "-inf", "nan", "abc", "", "1e-1", "[1, 2]"]})
-    part = bounding.bound_contributions(text.lazy(), spec, 1).collect().sort("user")
-    assert part["user"].to_list() == ["1", "2", "3", "7"]
-    assert part[bounding.C_SUM].to_list() == [0, 4, -4, -3]  # 0.1 → round(0.8) = 1 − mid 4
-    with pytest.raises(DataError, match="must be numeric"):
-        bounding.bounded_rows(text.with_columns(pl.col("x") == "1").lazy(), spec, 1)
-
-
-def test_value_grid_is_exact_inside_the_bounds_and_refuses_what_it_cannot_honour():
-    g = bounding.ValueGrid(0.0, 1.47, Fraction(49, 50))
-    assert (g.lo_units, g.hi_units, g.max_abs_units) == (0, 1, 1)  # ⌊1.47 / 0.98⌋ = 1, not round(1.5) = 2
-    g = bounding.ValueGrid(-1.3, 2.6, Fraction(1, 2))
-    assert (g.lo_units, g.hi_units, g.mid_units, g.half_width_units) == (-2, 5, 1, 4)
-    snapped = pl.select(bounding.grid_units(pl.lit(pl.Series([1.47, 1e300, -1e300, float("nan")])), g))
-    assert snapped.to_series().to_list() == [3, 5, -2, None]
-    refused = [(0, 1, Fraction(10) ** 300, "fewer than two"), (0, 1, Fraction(1, 10**300), "too fine"),
-               (0, 9.2e18, Fraction(1), "too fine"), (0, 1, Fraction(5, 10**324), "below 2.2e-308"),
-               (0, float("inf"), Fraction(1), "finite")]
-    for lo, hi, gran, needle in refused:
-        with pytest.raises(UsageError, match=needle):
-            bounding.ValueGrid(lo, hi, gran)
-    assert bounding.default_granularity(-1e308, 1e308) == Fraction(2) ** 1012  # no float overflow of the width
-    assert bounding.default_granularity(0, 600) == Fraction(1, 8)
-    with pytest.raises(UsageError, match="too narrow"):
-        bounding.default_granularity(0, 5e-324)
 
 
 # ---- partition selection ---------------------------------------------------------------------
@@ -223,17 +155,12 @@ def data_file(tmp_path):
     return p
 
 
-def init(mode_args=("--mode", "approx", "--epsilon", "10", "--delta", "1e-5")):
-    r = runner.invoke(app, ["budget", "init", "default", *mode_args])
-    assert r.exit_code == 0, r.stderr
-
-
 def hist_cli(*args):
     return runner.invoke(app, ["histogram", *map(str, args)])
 
 
 def test_cli_replay_is_identical_and_free_and_new_data_is_renoised(data_file, tmp_path):
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     args = [data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", "--max-partitions", "2"]
     r1, r2 = hist_cli(*args), hist_cli(*args)
     assert r1.exit_code == 0, r1.stderr
@@ -248,7 +175,7 @@ def test_cli_replay_is_identical_and_free_and_new_data_is_renoised(data_file, tm
 
 
 def test_cli_json_and_output_file(data_file, tmp_path):
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     out = tmp_path / "out.parquet"
     r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--keys", _keys(tmp_path),
                  "--with-error", "-o", out, "--json")
@@ -284,7 +211,7 @@ def _keys(tmp_path):
     ],
 )
 def test_cli_bad_options_and_columns_fail_cleanly(data_file, tmp_path, opts, code, needle):
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     out = tmp_path / "o.csv"
     merged = {"--by": "g", "--privacy-unit": "user", "--epsilon": "1", "--delta": "1e-6", **opts}
     r = hist_cli(data_file, *[x for kv in merged.items() for x in kv], "-o", out)
@@ -296,7 +223,7 @@ def test_cli_bad_options_and_columns_fail_cleanly(data_file, tmp_path, opts, cod
 def test_value_column_type_comes_from_the_schema_not_the_records(data_file, tmp_path):
     """A CSV value column is text, parsed per record (a column of words releases like one with no values);
     only a declared non-numeric, non-text type (Parquet's boolean here) is a schema error."""
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     args = ["--by", "g", "--privacy-unit", "user", "--agg", "sum", "--bounds", "0:1", "--epsilon", "1", "--delta", "1e-6",
             "--max-contributions", "1", "--max-partitions", "1"]
     r = hist_cli(data_file, *args, "--value", "g")
@@ -318,7 +245,7 @@ def test_value_column_type_comes_from_the_schema_not_the_records(data_file, tmp_
     ],
 )
 def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle):
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     f = tmp_path / "in.csv"
     if content is not None:
         f.write_text(content)
@@ -332,7 +259,7 @@ def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle):
 @pytest.mark.parametrize("content", ["user,g,x\n", "user,g,x\n,a,1\nu2,a,2\n", "user,g,x\nu1,a,NaN\nu2,a,inf\n"])
 def test_cli_bad_records_and_no_rows_are_released_not_refused(tmp_path, content):
     """Formerly exit 65 ("no rows", "null values", "non-finite"): an oracle on private records (issue 15)."""
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     f = tmp_path / "in.csv"
     f.write_text(content)
     agg = ["--agg", "sum", "--value", "x", "--bounds", "0:5"] if "NaN" in content else []
@@ -345,8 +272,8 @@ def test_cli_bad_records_and_no_rows_are_released_not_refused(tmp_path, content)
 def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path):
     r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6")
     assert r.exit_code == 77 and "budget init" in r.stderr
-    init(("--mode", "br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
-          "--delta-prime", "1e-9"))
+    init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
+                "--delta-prime", "1e-9")
     r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--selection", "unklap", "--agg", "count-units",
                  "--max-partitions", "2")
     assert r.exit_code == 0, r.stderr
@@ -359,10 +286,10 @@ def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path):
 
 
 def test_cli_zcdp_ledger_defaults_to_gaussian(data_file):
-    init(("--mode", "zcdp", "--rho", "1"))  # no δ in the ledger: thresholding (δ > 0) is refused
+    init_ledger("zcdp", "--rho", "1")  # no δ in the ledger: thresholding (δ > 0) is refused
     r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--rho", "0.25", "--delta", "1e-6")
     assert r.exit_code == 77 and "δ left is 0" in r.stderr
-    runner.invoke(app, ["--analyst", "z2", "budget", "init", "z2", "--mode", "zcdp", "--rho", "1", "--delta", "1e-5"])
+    init_ledger("zcdp", "--rho", "1", "--delta", "1e-5", analyst="z2")
     r = runner.invoke(app, ["--analyst", "z2", "histogram", str(data_file), "--by", "g", "--privacy-unit", "user", "--rho", "0.25", "--delta", "1e-6", "--json",
                             "-o", "-"])
     assert r.exit_code == 0, r.stderr
@@ -373,7 +300,7 @@ def test_cli_zcdp_ledger_defaults_to_gaussian(data_file):
 
 def test_cli_reads_csv_from_stdin_without_input_format(data_file, tmp_path):
     """Issue 17: `cat events.csv | dpcli histogram - …` is CSV unless --input-format says otherwise."""
-    init()
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     args = ["--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6"]
     r = runner.invoke(app, ["histogram", "-", *args], input=data_file.read_bytes())
     assert r.exit_code == 0, r.stderr
@@ -416,24 +343,50 @@ def test_large_parquet_inputs_bound_in_unit_buckets_with_identical_results(tmp_p
     assert top_one.equals(top_many)
 
 
-def test_bounding_carries_its_stability_and_removing_a_unit_stays_within_it():
-    """The stability a BoundingSpec reports holds: dropping any one unit moves each group total by at most
-    linf(column), and touches at most max_groups groups (exact integers, so no tolerance)."""
-    from dpcli import bounding
+# ---- issue 17 (the first hour): quantiles under ρ, margins in a dry run -------------------------
 
-    grid = bounding.ValueGrid(Fraction(0), Fraction(10), Fraction(1, 2))
-    spec = bounding.BoundingSpec("u", ("g",), max_partitions=2, max_contributions=3, value="v", grid=grid)
-    st = spec.stability()
-    assert (st.max_groups, st.linf("rows"), st.linf("units"), st.l1("rows")) == (2, 3, 1, 6)
-    assert st.linf("csum") == 3 * grid.half_width_units and st.l2_squared("units") == 2
-    n = 400
-    frame = pl.DataFrame({"u": [f"u{i % 37}" for i in range(n)], "g": [f"g{i % 5}" for i in range(n)],
-                          "v": [float(i % 23) for i in range(n)]}).lazy()
-    bounded = spec.bound(frame, salt=12345)
-    totals = bounding.group_totals(bounded.frame, spec).collect()
-    for unit in ("u0", "u7", "u36"):
-        without = bounding.group_totals(spec.bound(frame.filter(pl.col("u") != unit), salt=12345).frame, spec).collect()
-        joined = totals.join(without, on="g", how="left", suffix="_w").fill_null(0)
-        for col in ("rows", "units", "csum", "csumsq"):
-            moved = (joined[col] - joined[f"{col}_w"]).abs()
-            assert moved.max() <= bounded.stability.linf(col) and (moved > 0).sum() <= st.max_groups
+
+# --- the bugs of the report -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, extra", [
+    (("zcdp", "--rho", "5"), ("--keys", PAGES)),
+    (("approx", "--epsilon", "20", "--delta", "1e-5"), ("--keys", PAGES, "--delta", "1e-8")),
+    (("zcdp", "--rho", "5", "--delta", "1e-6"), ("--delta", "1e-9")),  # groups discovered
+])
+def test_quantiles_with_rho_release(mode, extra):
+    """The README's quantile example with --rho (reported as `need num ≥ 0 without a scale`)."""
+    init_ledger(*mode)
+    r = cli("histogram", SAMPLE / "page_views.csv", "--by", "page", "--privacy-unit", "user_id", "--agg",
+            "median,p90", "--value", "duration_s", "--bounds", "0:600", "--noise", "gaussian", "--rho", "0.1", *extra)
+    assert r.exit_code == 0, r.stderr
+    out = pl.read_csv(r.stdout.encode())
+    assert out.height > 0 and out["median_duration_s"].is_between(0, 600).all()
+    assert (out["p90_duration_s"] >= 0).all()
+
+
+# --- dry runs, topk --epsilon, stream margins --------------------------------------------------
+
+
+def test_dry_run_shows_margins_in_output_units_and_whether_the_ledger_accepts():
+    init_ledger("pure", "--epsilon", "1")
+    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,sum",
+            "--value", "duration_s", "--bounds", "0:600", "--granularity", "0.5", "--epsilon", "0.5", "--dry-run"]
+    doc = json.loads(cli(*args, "--json").stdout)
+    assert doc["ledger"] == {"analyst": "default", "accepts": True, "refusal": None}
+    rows, s = doc["calibration"]["rows"], doc["calibration"]["sum"]
+    assert rows["moe95"] >= 1 and s["moe95"] == pytest.approx(
+        dpcli_noise_margin(s) * 0.5)  # grid units × granularity
+    text = cli(*args).stdout
+    assert "95% margin ±" in text and "would accept" in text
+    too_much = json.loads(cli(*args[:-3], "--epsilon", "2", "--dry-run", "--json").stdout)
+    assert too_much["ledger"]["accepts"] is False and "ε left is 1" in too_much["ledger"]["refusal"]
+    assert entries() == []  # a dry run charges nothing
+
+
+def dpcli_noise_margin(description: dict) -> int:
+    from fractions import Fraction
+
+    from dpcli.core.mechanisms import Noise
+
+    return Noise("laplace", Fraction(description["scale"])).margin95()

@@ -2,12 +2,14 @@
 
 A module may import from its own layer or the layers below (at run time; ``if TYPE_CHECKING:``
 imports are for annotations only). ``core/`` imports no polars, typer or rich; only ``cli/``
-imports typer or rich; every module is named in ARCHITECTURE.md.
+imports typer or rich; every module is named in ARCHITECTURE.md; and no module imports insecure
+randomness (``random``, numpy's global generators).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -37,6 +39,7 @@ def layer_of(module: str, table: dict[str, int]) -> int:
     raise AssertionError(f"{module} is in no layer of ARCHITECTURE.md")
 
 
+@functools.lru_cache(maxsize=None)  # the two contract tests walk the same files
 def runtime_imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every ``dpcli`` import in ``path`` outside ``if TYPE_CHECKING:`` blocks."""
     tree = ast.parse(path.read_text())
@@ -118,3 +121,9 @@ def test_architecture_md_names_every_module():
             continue
         name = path.parent.name + "/" if path.stem == "__init__" else path.stem
         assert f"`{name}" in text or f"{path.stem}.py" in text or f"`{path.stem}`" in text, path
+
+
+def test_no_insecure_randomness_in_package():
+    for path in (ROOT / "dpcli").rglob("*.py"):
+        text = path.read_text()
+        assert "import random" not in text and "np.random" not in text and "numpy.random" not in text, path

@@ -1,4 +1,6 @@
-"""Ledger arithmetic, replays, refusals, tamper detection, parallel and crash safety."""
+"""Ledgers and the ``budget`` command: arithmetic, replays, refusals, tamper detection, parallel and crash
+safety, the key, and the command's views and exit codes (stdout and stderr checked apart).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from dptest import cli, history, init_ledger
 
 from dpcli.core.accounting.budget import Limits
 from dpcli.core.events import PrivacyEvent
@@ -338,11 +341,10 @@ def test_reseal_accepts_a_restore_and_says_so(state_dir):
 
 
 def test_a_schema_1_ledger_is_refused_until_resealed(state_dir):
-    from typer.testing import CliRunner
+    from dptest import runner
 
     from dpcli.cli.app import app
 
-    runner = CliRunner()
     (state_dir / "ledgers").mkdir(parents=True)
     entries, prev = [], "0" * 64
     for i in (1, 2):
@@ -411,3 +413,67 @@ def test_steps_new_repeat_fork_ahead_and_recreate(state_dir):
     assert (state_dir / "ledgers" / "a.json").read_bytes() == before
     r = _step(state_dir, 0, "d0", rid="s1", kind="stream", key="k")  # streams may share a query
     assert r.reserved and r.spent.epsilon == 1
+
+
+# ---- the budget command ------------------------------------------------------------------------
+
+
+def test_init_show_history_json():
+    r = cli("budget", "init", "alice", "--mode", "zcdp", "--rho", "0.5", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["mode"] == "zcdp"
+    r = cli("budget", "show", "alice", "--json")
+    data = json.loads(r.stdout)
+    assert data["remaining"]["rho"] == "0.5" and data["spent"]["rho"] == "0"
+    assert cli("budget", "history", "alice", "--json").stdout.strip() == "[]"
+    assert cli("budget", "verify", "alice").exit_code == 0
+
+
+def test_bad_values_give_one_line_and_exit_2():
+    for args in (["--mode", "pure", "--epsilon", "0"], ["--mode", "pure", "--epsilon", "-1"],
+                 ["--mode", "approx", "--epsilon", "1", "--delta", "1"], ["--mode", "pure"],
+                 ["--mode", "nope", "--epsilon", "1"], ["--mode", "pure", "--epsilon", "abc"]):
+        r = cli("budget", "init", "x", *args)
+        assert r.exit_code == 2, (args, r.stderr)
+        assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert cli("budget", "init", "../evil", "--epsilon", "1").exit_code == 2
+
+
+def test_missing_ledger_is_budget_refusal():
+    r = cli("budget", "show", "ghost")
+    assert r.exit_code == 77 and "budget init ghost" in r.stderr
+
+
+def test_corrupt_ledger_exit_78(state_dir):
+    init_ledger("pure", "--epsilon", "1", analyst="c")
+    (state_dir / "ledgers" / "c.json").write_text("garbage")
+    r = cli("budget", "show", "c")
+    assert r.exit_code == 78 and "corrupt" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_key_is_private_and_never_printed(state_dir):
+    r = cli("budget", "key", "--json")
+    assert r.exit_code == 0
+    key_file = state_dir / "secret.key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert oct(state_dir.stat().st_mode & 0o777) == "0o700"
+    secret_hex = key_file.read_text().splitlines()[1]
+    assert secret_hex not in r.stdout + r.stderr
+    os.chmod(key_file, 0o644)
+    r = cli("budget", "key")
+    assert r.exit_code == 78 and "chmod 600" in r.stderr
+    os.chmod(key_file, 0o600)
+    r = cli("budget", "key", "--rotate", "--json")
+    d = json.loads(r.stdout)
+    assert d["fingerprint"] != d["old_fingerprint"]
+    assert secret_hex not in r.stdout
+
+
+def test_a_ledger_that_can_never_pay_refuses_before_reading_the_data(tmp_path):
+    """The tour's first histogram on a pure ledger: refused at once (exit 77), with what to do,
+    without reading the data (here: a file that is not even there)."""
+    init_ledger("pure", "--epsilon", "1")
+    r = cli("histogram", tmp_path / "missing.csv", "--by", "country", "--privacy-unit", "user_id", "--epsilon", "0.5",
+            "--delta", "1e-7")
+    assert r.exit_code == 77 and "has a δ, which a pure ε-DP ledger cannot pay" in r.stderr
+    assert "public list of groups" in r.stderr and history() == []

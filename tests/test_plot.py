@@ -16,7 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from dptest import init_ledger, runner
 
 from dpcli.cli.app import app
 
@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 DATA = ROOT / "tests" / "data" / "plot"
 GOLDEN = ROOT / "tests" / "golden" / "plot"
-runner = CliRunner()
 PV = str(SAMPLE / "page_views.parquet")
 
 COMMANDS = {
@@ -46,8 +45,7 @@ def releases(tmp_path_factory) -> dict[str, Path]:
     as JSON records (what -o FILE.csv / FILE.json write)."""
     tmp = tmp_path_factory.mktemp("releases")
     state = tmp / "state"
-    assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "approx",
-                               "--epsilon", "100", "--delta", "1e-3"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3", state_dir=state)
     out = {}
     for kind, args in COMMANDS.items():
         path = tmp / f"{kind}.parquet"
@@ -236,9 +234,8 @@ def test_a_tabulate_levels_totals_as_text():
 
 def test_a_br_ledgers_units_and_calls_are_drawn_against_their_budgets(tmp_path):
     state = str(tmp_path / "state")
-    assert runner.invoke(app, ["--state-dir", state, "budget", "init", "li", "--mode", "br", "--epsilon-per", "0.1",
-                               "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
-                               "--delta-prime", "1e-9"]).exit_code == 0
+    init_ledger("br", "--epsilon-per", "0.1", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
+                "--delta-prime", "1e-9", analyst="li", state_dir=state)
     assert runner.invoke(app, ["--state-dir", state, "--analyst", "li", "-q", "topk", PV, "--by", "page", "-k", "10",
                                "--privacy-unit", "user_id"]).exit_code == 0
     r = runner.invoke(app, ["--state-dir", state, "budget", "show", "li", "--plot", "-"], env={"COLUMNS": "70"})

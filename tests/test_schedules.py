@@ -14,15 +14,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from dptest import stream
-from typer.testing import CliRunner
+from dptest import init_ledger, runner, stream
 
 from dpcli.cli.app import app
 from dpcli.core import schedules as sch
 from dpcli.core.exact import fraction_text
-
-runner = CliRunner()
-
 
 # ---- arithmetic --------------------------------------------------------------------------------
 
@@ -70,7 +66,7 @@ def test_bbimprover_runs_index_stays_within_the_same_bound(c):
 
 def test_bbimprover_defaults_and_c_range(snapshots):
     paths, keys = snapshots
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     imp = ["--scheduler", "bbimprover", "--total-delta", "1e-6"]
     r = hist(paths[1000], keys, *imp, "--improver-c", "0.25")
     assert r.exit_code == 2 and "(0, 1/4)" in r.stderr and "Theorem 13" in r.stderr
@@ -155,7 +151,7 @@ def growing(tmp_path):
 
 def test_bbscheduler_reserves_once_runs_epochs_and_caches(growing, state_dir):
     paths, keys = growing
-    runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "2"])
+    init_ledger("pure", "--epsilon", "2")
     g = ["--gamma", "0.5"]
     r0 = hist(paths[20000], keys, *g)
     assert r0.exit_code == 0, r0.stderr
@@ -208,7 +204,7 @@ def _epoch_epsilon(i: int, gamma: Fraction = Fraction(1, 2)) -> Fraction:
 
 def test_fixed_stops_hard_and_bbimprover_runs_on_growth(snapshots):
     paths, keys = snapshots
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     args = ["--scheduler", "fixed", "--epsilon", "0.4"]
     assert hist(paths[1000], keys, *args).exit_code == 0
     assert hist(paths[1050], keys, *args).exit_code == 0
@@ -228,7 +224,7 @@ def test_fixed_stops_hard_and_bbimprover_runs_on_growth(snapshots):
 
 def test_schedule_needs_a_pure_known_domain_release(snapshots):
     paths, _ = snapshots
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     r = runner.invoke(app, ["histogram", str(paths[1000]), "--by", "g", "--privacy-unit", "user", "--delta", "1e-6",
                             "--schedule", "x", "--total-epsilon", "1"])
     assert r.exit_code == 2 and "--keys" in r.stderr
@@ -237,7 +233,7 @@ def test_schedule_needs_a_pure_known_domain_release(snapshots):
 
 def test_topk_shares_the_schedule_code(growing):
     paths, keys = growing
-    runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "3"])
+    init_ledger("pure", "--epsilon", "3")
     args = ["--by", "g", "-k", "2", "--privacy-unit", "user", "--keys", str(keys), "--schedule", "tk",
             "--total-epsilon", "1", "--gamma", "0.5", "--json", "-o", "-"]
     r0 = runner.invoke(app, ["topk", str(paths[20000]), *args])
@@ -260,7 +256,7 @@ def test_a_damaged_schedule_state_is_refused_not_reset(snapshots, state_dir):
     """The schedule state is a checked document: an edit (e.g. forgetting runs, which would hand back
     budget) or a truncation gives exit 78, and nothing is charged or written."""
     paths, keys = snapshots
-    runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "2"])
+    init_ledger("pure", "--epsilon", "2")
     assert hist(paths[1000], keys, "--gamma", "0.1").exit_code == 0
     (state,) = (state_dir / "schedules" / "default").glob("*.json")
     good = state.read_text()
@@ -276,7 +272,9 @@ def test_a_damaged_schedule_state_is_refused_not_reset(snapshots, state_dir):
 # ---- sizes estimated with noise (issue 29) ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("gamma", [Fraction(1, 10**6), Fraction(1, 100), Fraction(1, 10), Fraction(999, 1000)])
+@pytest.mark.parametrize("gamma", [  # each γ sums 10^5 epochs' tests (about 1 s): one in make test, all under audit
+    pytest.param(Fraction(1, 10**6), marks=pytest.mark.audit), pytest.param(Fraction(1, 100), marks=pytest.mark.audit),
+    Fraction(1, 10), pytest.param(Fraction(999, 1000), marks=pytest.mark.audit)])
 def test_size_estimates_stay_within_their_share_over_any_number_of_epochs(gamma):
     """The start estimate plus the crossing tests of epochs 1 … 10^5 (and a bound on all later ones) cost at
     most SIZE_SHARE·ε; with the releases' share (δ = 0: summed; δ > 0: Theorem 4) the schedule stays within ε."""
@@ -334,7 +332,7 @@ def test_a_new_schedule_never_looks_at_the_size_unless_it_is_a_bbscheduler(snaps
     from dpcli.release import schedules as scheduling
 
     paths, keys = snapshots
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5", "--delta", "1e-5"])
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     monkeypatch.setattr(scheduling, "count_units", lambda *a: pytest.fail("a size was counted"))
     common = ["--by", "g", "--privacy-unit", "user", "--keys", str(keys), "--total-epsilon", "1", "--json"]
     for size in (1000, 1500, 1050):

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
 pytest.importorskip("pyspark")
 
-from dptest import dataset, without_output_notes  # noqa: E402
+from dptest import dataset, init_ledger, runner, without_output_notes  # noqa: E402
 
 from dpcli import bounding  # noqa: E402
 from dpcli.bounding.keyed_order import reference_order_key  # noqa: E402
@@ -32,7 +31,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "sample_data"
 PV, PVC, PAGES = str(SAMPLE / "page_views.parquet"), str(SAMPLE / "page_views.csv"), str(SAMPLE / "pages_public.csv")
 SALT = 0x1234_5678_9ABC_DEF0_0FED_CBA9_8765_4321
-runner = CliRunner()
 SPARK = ["--engine", "spark", "--master", "local[2]"]
 
 
@@ -105,11 +103,6 @@ def test_spark_drops_ties_at_the_cap_like_polars(spark):
         assert mine.filter(pl.col("g").is_null())["units"].to_list() == mine.filter(pl.col("g") == tied)["units"].to_list()
 
 
-def _init(state: Path) -> None:
-    assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "approx",
-                               "--epsilon", "50", "--delta", "1e-5"]).exit_code == 0
-
-
 def with_polars_seed(monkeypatch) -> None:
     """From now on a Spark release takes polars' seed (no engine tag, no nonce): then its bytes must
     be polars' bytes. The CLI never does this (a Spark release is never a free replay)."""
@@ -143,7 +136,7 @@ def test_with_polars_seed_spark_releases_the_same_bytes(spark, tmp_path, monkeyp
     byte for byte (every aggregation, known and discovered groups, UnkLap, topk on both domains)."""
 
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     first = runner.invoke(app, ["--state-dir", str(state), *args])
     with_polars_seed(monkeypatch)
     again = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
@@ -157,7 +150,7 @@ def test_a_spark_release_is_never_a_free_replay(spark, tmp_path, args):
     dpcli cannot see: the same seed over other values would publish their exact difference. So every
     Spark run is new noise and a new charge, and never replays a polars release either."""
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     assert runner.invoke(app, ["--state-dir", str(state), *args]).exit_code == 0
     for _ in range(2):
         r = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
@@ -178,7 +171,7 @@ def test_attack_a_symlink_swapped_during_a_spark_run_gives_no_replay(spark, tmp_
     link = tmp_path / "current.parquet"
     link.symlink_to(tmp_path / "A.parquet")
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     args = ["--state-dir", str(state), "histogram", str(link), "--by", "page", "--privacy-unit", "user_id",
             "--keys", PAGES, "--epsilon", "1", *SPARK, "--json"]
 
@@ -208,7 +201,7 @@ def test_attack_spark_settings_that_could_change_or_publish_a_release_are_refuse
     """Review findings: event logs wrote exact row counts to a file; the time zone (given twice, in two
     orders) changed which rows were kept under one seed. Only resource settings pass, once each."""
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     flags = [x for c in conf for x in ("--spark-conf", c)]
     r = runner.invoke(app, ["--state-dir", str(state), "histogram", PV, "--by", "page", "--privacy-unit", "user_id",
                             "--keys", PAGES, "--epsilon", "1", *SPARK, *flags])
@@ -228,7 +221,7 @@ def test_attack_one_record_with_a_trailing_line_terminator_changes_nothing_publi
     out = []
     for data in (clean, bad):
         state = tmp_path / f"state-{data.stem}"
-        _init(state)
+        init_ledger("approx", state_dir=state)
         r = runner.invoke(app, ["--state-dir", str(state), "histogram", str(data), "--by", "page", "--privacy-unit",
                                 "user_id", "--agg", "sum", "--value", "dur", "--bounds", "0:10", "--keys", PAGES,
                                 "--epsilon", "1", *SPARK])
@@ -245,7 +238,7 @@ def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path
     views = pl.read_parquet(PV)
     views.write_parquet(tmp_path / "views1.parquet")
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     args = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK, "--json"]
     views.head(1000).write_parquet(tmp_path / "views[1].parquet")
     for name in ("page views.parquet", "%41.parquet", "views[1].parquet", "v{1,2}*?.parquet"):
@@ -262,7 +255,7 @@ def test_spark_reads_the_fingerprinted_file_by_its_absolute_path(spark, tmp_path
 
 def test_uri_misuse_is_refused_before_anything_is_read(tmp_path):
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     q = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
     for uri, extra, needle in [("file:///data/*.parquet", SPARK, "without glob characters"),
                                ("http://example.org/v.parquet", SPARK, "not http://"),
@@ -309,7 +302,7 @@ def test_a_uri_is_listed_by_spark_and_read_file_by_file(spark, tmp_path):
 ])
 def test_engine_misuse_is_a_usage_error_with_no_debit(tmp_path, args, needle):
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     r = runner.invoke(app, ["--state-dir", str(state), *args], input="g,u\na,1\n")
     assert r.exit_code == 2 and needle in r.stderr, r.stderr
     assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
@@ -330,7 +323,7 @@ def test_a_dataset_directory_on_spark_bounds_like_polars_and_is_never_replayed(s
         bounded_totals(read_input(spark, files, "parquet"), spec, SALT))
 
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     args = ["histogram", str(big), "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5",
             "--max-partitions", "8"]
     first = runner.invoke(app, ["--state-dir", str(state), *args, *SPARK])
@@ -404,8 +397,7 @@ def test_spark_tabulate_counts_equal_polars(spark, tmp_path):
 def test_spark_tabulate_releases_polars_bytes_with_the_seed_forced_equal(spark, tmp_path, monkeypatch):
 
     state = tmp_path / "state"
-    assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "pure",
-                               "--epsilon", "100"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "100", state_dir=state)
     args = ["--state-dir", str(state), "tabulate", PERSONS, "--spec", SPEC, "--with-error"]
     first = runner.invoke(app, args)
     charged = runner.invoke(app, [*args, *SPARK, "--json"])
@@ -516,7 +508,7 @@ def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path
     polars'; a --state stream fed by polars and then by Spark gives the rows a polars-only stream gives."""
 
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     replay = ["--state-dir", str(state), "stream-replay", PV, *STREAM, "--through", "2026-11-20"]
     first = runner.invoke(app, replay)
     charged = runner.invoke(app, [*replay, *SPARK, "--json"])
@@ -556,7 +548,7 @@ def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path
 
 def test_spark_stream_refuses_text_times(spark, tmp_path):
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     r = runner.invoke(app, ["--state-dir", str(state), "stream-replay", PVC, *STREAM, "--through", "2026-11-20",
                             *SPARK])
     assert r.exit_code == 65 and "text times are parsed by --engine polars" in r.stderr, r.stderr
@@ -567,7 +559,7 @@ def test_attack_one_file_named_three_ways_is_never_a_free_replay(spark, tmp_path
     """The sample file as a path, as a file:// URI and as a URI with a trailing dot segment: Spark
     reads the same bytes each time, and each run is new noise and a new charge."""
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     q = ["--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.5", *SPARK, "--json"]
     outs = []
     for name in (PV, f"file://{PV}", f"file://{SAMPLE}/./page_views.parquet"):
@@ -589,7 +581,7 @@ def test_a_spark_driver_that_stops_is_one_line_and_no_charge(spark, tmp_path, mo
 
     monkeypatch.setattr(spark_bounding, "bounded_totals", driver_gone)
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     r = runner.invoke(app, ["--state-dir", str(state), "histogram", PV, "--by", "page", "--privacy-unit", "user_id",
                             "--keys", PAGES, "--epsilon", "1", *SPARK])
     assert r.exit_code == 1 and "the Spark driver stopped during the run" in r.stderr, r.stderr

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from typer.testing import CliRunner
 
 pyspark = pytest.importorskip("pyspark")
 
-from dptest import dataset  # noqa: E402
+from dptest import dataset, init_ledger, runner  # noqa: E402
 
 from dpcli import bounding  # noqa: E402
 from dpcli.cli import _engine  # noqa: E402
@@ -40,7 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 PV, PAGES = str(ROOT / "sample_data" / "page_views.parquet"), str(ROOT / "sample_data" / "pages_public.csv")
 SPARK_HOME = Path(pyspark.__file__).parent
 START_TIMEOUT = 180  # seconds for a JVM to come up on a slow CI machine
-runner = CliRunner()
 
 
 class Server:
@@ -131,11 +129,6 @@ def connect_server(tmp_path_factory) -> Iterator[str]:
     server.stop()
 
 
-def _init(state: Path) -> None:
-    assert runner.invoke(app, ["--state-dir", str(state), "budget", "init", "default", "--mode", "approx",
-                               "--epsilon", "50", "--delta", "1e-5"]).exit_code == 0
-
-
 def _history(state: Path) -> list[dict]:
     return json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
 
@@ -151,7 +144,7 @@ def test_a_standalone_cluster_releases_polars_bytes(standalone_master, tmp_path,
     from pyspark.sql import SparkSession
 
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     cluster = ["--engine", "spark", "--master", standalone_master]
     try:
         charged = runner.invoke(app, ["--state-dir", str(state), *QUERY, *cluster])
@@ -209,7 +202,7 @@ def test_remote_histogram_and_topk_on_a_uri_are_charged_every_run(connect_server
     released, each run charged afresh (a manifest proves nothing), and nothing from the JVM on stderr."""
     big = dataset(tmp_path, "part-[{i}].parquet")  # a glob-like name, read literally
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     remote = ["--engine", "spark", "--remote", connect_server]
     hist = ["histogram", f"file://{big}", "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES,
             "--epsilon", "0.5", "--max-partitions", "8"]
@@ -234,7 +227,7 @@ def test_remote_histogram_and_topk_on_a_uri_are_charged_every_run(connect_server
 ])
 def test_remote_misuse_is_a_usage_error_with_no_debit(tmp_path, args, needle):
     state = tmp_path / "state"
-    _init(state)
+    init_ledger("approx", state_dir=state)
     r = runner.invoke(app, ["--state-dir", str(state), "histogram", PV, "--by", "page", "--privacy-unit", "user_id",
                             "--keys", PAGES, "--epsilon", "1", "--engine", "spark", *args])
     assert r.exit_code == 2 and needle in r.stderr, r.stderr

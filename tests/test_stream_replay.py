@@ -1,4 +1,5 @@
-"""dpcli stream-replay (DP-SQLP): trees, Honaker variance, bounding, selection, prediction, CLI."""
+"""dpcli stream-replay (DP-SQLP): trees, Honaker variance, bounding, selection, prediction, CLI.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +11,12 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import stream
-from typer.testing import CliRunner
+from dptest import cli, init_ledger, runner, stream
 
 from dpcli.cli.app import app
 from dpcli.core import tree
 from dpcli.errors import UsageError
 from dpcli.tasks import stream_replay as sr
-
-runner = CliRunner()
 
 
 def seed(i):
@@ -148,7 +146,7 @@ def test_deterministic_and_value_sums_snap_to_the_grid():
 
 
 def test_cli_runs_charges_replays_and_drops_bad_records(tmp_path):
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "20", "--delta", "1e-6"])
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-6")
     data = tmp_path / "ev.csv"
     pl.DataFrame({"ts": [f"2026-11-01T{h:02d}:{m:02d}:00" for h in range(24) for m in range(0, 60, 5)],
                   "user": [f"u{i % 60}" for i in range(288)], "page": [f"p{i % 3}" for i in range(288)]}).write_csv(data)
@@ -231,7 +229,7 @@ def test_times_are_read_per_record_and_out_of_range_ones_dropped():
 
 
 def _cli_stream(tmp_path):
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-6"])
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-6")
     days = []
     for d in range(8):  # 8 half-days: two windows of 2 days with 4 triggers of 12 h
         ts = [f"2026-11-{1 + d // 2:02d}T{12 * (d % 2) + h:02d}:{m:02d}:00" for h in range(12) for m in range(60)]
@@ -389,3 +387,23 @@ def test_noise_only_prefixes_equal_honaker_on_zero_leaves_bit_for_bit():
     for n in (1, 2, 3, 7, 37, 96, 100):
         noise = rng.integers(-10**6, 10**6, (20, sum(n >> ell for ell in range(tree.levels(n))))).astype(float)
         assert np.array_equal(tree.noise_only_prefixes(noise, 7.3, n), tree.honaker_prefixes(np.zeros((20, n)), noise, 7.3))
+
+
+def test_stream_replay_with_error_adds_the_worst_trigger_margin(tmp_path):
+    from dpcli.core import tree
+
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
+    ev = tmp_path / "ev.csv"
+    pl.DataFrame({"ts": [f"2026-11-01T{h:02d}:00:00" for h in range(24)] * 5,
+                  "u": [f"u{i}" for i in range(120)], "page": ["a", "b", "c"] * 40}).write_csv(ev)
+    args = ["stream-replay", ev, "--time", "ts", "--by", "page", "--privacy-unit", "u", "--window", "1d",
+            "--triggers", "8", "--max-contributions", "1", "--epsilon", "5", "--delta", "1e-6", "--through", "2026-11-02"]
+    plan = json.loads(cli(*args, "--dry-run", "--json").stdout)
+    sigma = plan["perturbation"]["sigma_count"]
+    expected = 1.96 * math.sqrt(tree.prefix_variances(sigma**2, 8).max())
+    assert plan["moe95"]["count"] == pytest.approx(expected, rel=1e-9)
+    r = cli(*args, "--with-error", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    rows = json.loads(r.stdout)
+    # Shown rounded up to two significant digits: never below the margin, at most 10% above it.
+    assert rows and all(expected <= row["count_moe95"] <= expected * 1.1 for row in rows)

@@ -1,4 +1,5 @@
-"""dpcli topk: exact Gumbel-free selection, KnownGumb/UnkGumb behaviour, Algorithm 5 charges, errors."""
+"""dpcli topk: exact Gumbel-free selection, KnownGumb/UnkGumb behaviour, Algorithm 5 charges, errors.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +9,15 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import stream
+from dptest import PAGES, PV, cli, history, init_ledger, runner, stream
 from scipy import stats
-from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.core import selection as sel
 from dpcli.tasks import topk as tk
 
-runner = CliRunner()
-
-
 # ---- the exponential race equals Gumbel noise + sort ---------------------------------------------
+
 
 class _Words:
     """A stand-in stream that returns given 64-bit words in order (to force redraws)."""
@@ -44,8 +42,6 @@ def test_the_race_proposals_are_uniform_below_word_for_word(m, words):
     a, b = _Words(words), _Words(words)
     assert sel._uniform_below_scalar(a, m).tolist() == uniform_below(b, np.full(m, m)).tolist()
     assert a.words == b.words  # the same words consumed
-
-
 
 
 def test_first_finisher_is_softmax():
@@ -138,24 +134,20 @@ def data(tmp_path):
     return p
 
 
-def cli(*args):
+def topk_cli(*args):
     return runner.invoke(app, ["topk", *map(str, args)])
 
 
-def history():
-    return json.loads(runner.invoke(app, ["budget", "history", "default", "--json"]).stdout)
-
-
 def test_cli_br_replay_and_charges(data, tmp_path):
-    runner.invoke(app, ["budget", "init", "default", "--mode", "br", "--epsilon-per", "0.5", "--delta", "1e-9",
-                        "--info-budget", "100", "--call-budget", "5", "--delta-prime", "1e-9"])
-    a = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
-    b = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
+    init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "100", "--call-budget", "5",
+                "--delta-prime", "1e-9")
+    a = topk_cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
+    b = topk_cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20")
     assert a.exit_code == 0, a.stderr
     assert a.stdout == b.stdout and a.stdout.splitlines()[0] == "rank,g,count"
     h = history()
     assert h[0]["events"][0]["units"] == 11 and h[1]["replay_of"] == 1
-    r = cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20", "--epsilon-per", "0.3")
+    r = topk_cli(data, "--by", "g", "-k", "5", "--privacy-unit", "user", "--max-groups", "20", "--epsilon-per", "0.3")
     assert r.exit_code == 2 and "--epsilon-per must be left out or match the br ledger's ε_per" in r.stderr
 
 
@@ -173,23 +165,34 @@ def test_cli_br_replay_and_charges(data, tmp_path):
     ],
 )
 def test_cli_errors_no_debit_no_output(data, tmp_path, opts, code, needle):
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "100", "--delta", "1e-3"])
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     out = tmp_path / "o.csv"
     merged = {"--by": "g", "-k": "3", "--privacy-unit": "user", "--epsilon-per": "0.1", "--delta": "1e-9", **opts}
-    r = cli(data, *[x for kv in merged.items() for x in kv], "-o", out)
+    r = topk_cli(data, *[x for kv in merged.items() for x in kv], "-o", out)
     assert r.exit_code == code, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1
     assert history() == [] and not out.exists()
 
 
 def test_cli_known_domain_json_and_approx_charge(data, tmp_path):
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-3"])
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-3")
     dom = tmp_path / "dom.csv"
     dom.write_text("g\npage0\npage1\npage2\nrare1\nnever\n")
-    r = cli(data, "--by", "g", "-k", "4", "--privacy-unit", "user", "--keys", dom, "--epsilon-per", "0.2",
+    r = topk_cli(data, "--by", "g", "-k", "4", "--privacy-unit", "user", "--keys", dom, "--epsilon-per", "0.2",
             "--with-error", "--json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert len(doc["result"]) == 4 and {row["g"] for row in doc["result"]} <= {"page0", "page1", "page2", "rare1", "never"}
     assert doc["summary"]["cost"][0]["epsilon"] == "1.2"  # 3kε/2 (Lemma 5.2)
     assert "count_moe95" in doc["result"][0]
+
+
+@pytest.mark.parametrize("known, counts", [(True, True), (True, False), (False, True), (False, False)])
+def test_topk_epsilon_is_what_a_pure_ledger_is_charged(known, counts):
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
+    domain = ["--keys", PAGES] if known else ["--delta", "1e-9"]
+    r = cli("topk", PV, "--by", "page", "-k", "4", "--privacy-unit", "user_id", "--epsilon", "0.6", *domain,
+            *([] if counts else ["--no-counts"]), "--json")
+    assert r.exit_code == 0, r.stderr
+    cost = json.loads(r.stdout)["summary"]["cost"]
+    assert sum(float(e.get("epsilon", 0)) for e in cost) == pytest.approx(0.6)

@@ -11,7 +11,7 @@ threshold computed from a true count).
 Usage::
 
     a, b, diff = differential(["histogram", path, "--json", ...], path, d_csv, d2_csv, tmp_path,
-                              setup=[["budget", "init", "default", ...]], noisy={"json.summary.k_bar"})
+                              setup=[APPROX], noisy={"json.summary.k_bar"})
     assert diff == []
 
 Each run gets its own state directory (with the same forced seed the second
@@ -32,14 +32,16 @@ from typing import Any
 from unittest import mock
 
 import polars as pl
-from typer.testing import CliRunner
+from dptest import ledger_argv, runner
 
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
 from dpcli.errors import BudgetError
 from dpcli.state import ledger
 
-runner = CliRunner()
+#: The set-up of a differential run: a pure or an approx ledger with room for any test's release.
+PURE = ledger_argv("pure", "--epsilon", "100")
+APPROX = ledger_argv("approx", "--epsilon", "100", "--delta", "1e-3")
 
 #: Ledger entry fields that differ between any two runs (or state dirs) whatever the data.
 VOLATILE_LEDGER_FIELDS = ("time", "hash", "prev", "seq")

@@ -11,14 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from dptest import ledger_argv, runner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
 from dpcli.cli.app import app
 from dpcli.errors import ExitCode
 
-runner = CliRunner()
 DOCUMENTED = {int(c) for c in ExitCode} - {int(ExitCode.INTERNAL)}
 FAST, FULL = 6, 300
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -57,7 +56,7 @@ def _check(r, out: Path, before: int) -> None:
 
 
 def _histogram_case(tmp: Path, text: str, extra: list[str]) -> None:
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "1000", "--delta", "0.5"])
+    runner.invoke(app, ledger_argv("approx", "--epsilon", "1000", "--delta", "0.5"))  # refused after the first example
     data, out = tmp / "in.csv", tmp / "out.csv"
     data.write_text(text, encoding="utf-8")
     if out.exists():
@@ -88,7 +87,7 @@ numbers = st.one_of(st.sampled_from(["0", "-1", "1e-400", "1e400", "nan", "inf",
 
 
 def _options_case(tmp: Path, eps: str, delta: str, k: str, bounds: str) -> None:
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "1000", "--delta", "0.5"])
+    runner.invoke(app, ledger_argv("approx", "--epsilon", "1000", "--delta", "0.5"))  # refused after the first example
     data, out = tmp / "ok.csv", tmp / "out.csv"
     data.write_text("u,g,x\n" + "".join(f"u{i},g{i % 3},{i % 7}\n" for i in range(60)))
     if out.exists():
@@ -258,7 +257,7 @@ def _numeric_case(tmp: Path, args: list[str]) -> None:
         r = runner.invoke(app, ["--state-dir", str(state), *args])
         _check_budget(r)
         return
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "1e6", "--delta", "0.5"])
+    runner.invoke(app, ledger_argv("approx", "--epsilon", "1e6", "--delta", "0.5"))  # refused after the first example
     before = _ledger_entries()
     r = runner.invoke(app, [*args, "-o", str(out)] if args[0] != "tabulate" else args)
     _check(r, out, before)

@@ -15,12 +15,10 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
+from dptest import init_ledger, runner
 
 from dpcli.cli.app import app
 from dpcli.state import ledger
-
-runner = CliRunner()
 
 _CHILD = """
 import os, signal, sys
@@ -64,7 +62,7 @@ STEPS = [("before-fsync", 1), ("before-fsync", 2), ("before-rename", 1), ("after
 
 @pytest.mark.parametrize("step,n", STEPS)
 def test_a_kill_at_each_write_step_never_corrupts_or_undercounts(tmp_path, state_dir, step, n):
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "pure", "--epsilon", "5"]).exit_code == 0
+    init_ledger("pure", "--epsilon", "5")
     data, out = tmp_path / "d.csv", tmp_path / "out.csv"
     data.write_text("u,g\n" + "".join(f"u{i},g{i % 3}\n" for i in range(50)))
     script = tmp_path / "child.py"
@@ -119,8 +117,7 @@ def _state_job(kind, tmp_path, run):
 def test_a_kill_at_each_write_of_a_state_run_never_undercounts_or_reuses(tmp_path, state_dir, kind, run, n):
     """Killed after the n-th rename of run ``run``: the ledger verifies, the same command then succeeds, the
     reservation is charged exactly once and every run is recorded once in the ledger and in the state."""
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "5",
-                               "--delta", "1e-6"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "5", "--delta", "1e-6")
     if run:
         first = runner.invoke(app, _state_job(kind, tmp_path, 0))
         assert first.exit_code == 0, first.stderr

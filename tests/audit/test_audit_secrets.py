@@ -16,11 +16,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from typer.testing import CliRunner
+from dptest import init_ledger, runner
 
 from dpcli.cli.app import app
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data"
 
@@ -75,8 +74,7 @@ def no_insecure_randomness(monkeypatch):
 
 
 def test_every_subcommand_runs_without_insecure_randomness_and_releases_integers(tmp_path, no_insecure_randomness):
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "100",
-                               "--delta", "1e-3"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     for cmd in _commands(tmp_path):
         out = tmp_path / "out.csv"
         args = [*cmd, "-o", str(out)] if cmd[0] != "budget" else cmd
@@ -94,8 +92,7 @@ def test_every_subcommand_runs_without_insecure_randomness_and_releases_integers
 def test_the_secret_key_never_appears_in_outputs_logs_ledgers_or_tracebacks(tmp_path, state_dir):
     """A canary: after running every command (and failing ones under -v), the key's hex, base64 and raw
     bytes occur in no stdout, stderr, output file or state file other than the key file itself."""
-    assert runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "100",
-                               "--delta", "1e-3"]).exit_code == 0
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     seen = []
     for cmd in _commands(tmp_path):
         r = runner.invoke(app, ["-v", *cmd])  # -v: a failing command also prints its traceback
@@ -121,7 +118,7 @@ def test_the_secret_key_never_appears_in_outputs_logs_ledgers_or_tracebacks(tmp_
 def test_spelling_does_not_change_the_seed_and_a_respelled_query_is_a_free_replay(tmp_path):
     """Option order and whitespace in column lists give the same seed: same numbers, charged once."""
     ev = _events(tmp_path / "events.csv")
-    runner.invoke(app, ["budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-3"])
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-3")
     a = runner.invoke(app, ["histogram", str(ev), "--by", "page", "--privacy-unit", "user", "--epsilon", "1",
                             "--delta", "1e-6", "--max-partitions", "3", "--agg", "count,sum", "--value", "secs",
                             "--bounds", "0:60"])

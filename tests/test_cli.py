@@ -1,0 +1,174 @@
+"""The command line's conventions: entry points, exit codes, one vocabulary (old spellings rewritten with a
+note), output formats and rounding, shell completion, a fast start, and the release's metadata.
+
+Most came from issue 17, "the first hour": one regression test per problem a newcomer hit, and the
+conventions that fixed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import polars as pl
+import pytest
+from dptest import PAGES, PV, ROOT, cli, console, init_ledger
+
+import dpcli
+from dpcli.cli._aliases import expand_aliases
+from dpcli.cli.app import app
+from dpcli.io.outputs import rounded
+
+
+def test_version_and_module_entry_points():
+    out = subprocess.run([sys.executable, "-m", "dpcli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("dpcli ")
+    exe = os.path.join(os.path.dirname(sys.executable), "dpcli")
+    out = subprocess.run([exe, "budget", "compose", "--mode", "pure", "--epsilon", "0.1", "--count", "10", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and json.loads(out.stdout)["epsilon"] == "1"
+
+
+def test_usage_error_exit_2():
+    assert cli("budget", "init").exit_code == 2
+    assert cli("nosuchcommand").exit_code == 2
+
+
+def test_verbose_prints_the_traceback_and_the_error_line():
+    r = cli("-v", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
+    assert r.exit_code == 77
+    assert "Traceback (most recent call last)" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("dpcli: error:")
+    plain = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
+    assert plain.exit_code == 77 and "Traceback" not in plain.stderr and plain.stderr.count("\n") == 1
+
+
+# --- one vocabulary ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("old, new", [
+    (["topk", "x.csv", "--domain", "d.csv", "--dbar=5"], ["topk", "x.csv", "--keys", "d.csv", "--max-groups=5"]),
+    (["-q", "stream-replay", "e.csv", "--key", "page", "--max-records", "3", "--clamp", "10"],
+     ["-q", "stream-replay", "e.csv", "--by", "page", "--max-contributions", "3", "--bounds", "-10:10"]),
+    (["--analyst", "tabulate", "tabulate", "plan", "--spec", "s.toml"],
+     ["--analyst", "tabulate", "tabulate", "--dry-run", "--spec", "s.toml"]),
+    (["budget", "compose", "--mode", "rdp-geometric", "--calls", "3"], ["budget", "compose", "--mode", "rdp", "--call-budget", "3"]),
+    (["histogram", "x.csv", "--by", "--key"], ["histogram", "x.csv", "--by", "--key"]),  # not histogram's alias
+    (["stream-replay", "x.csv", "--", "--key"], ["stream-replay", "x.csv", "--", "--key"]),  # after --: data
+])
+def test_old_spellings_are_rewritten_with_one_note_each(old, new):
+    got, said = expand_aliases(old)
+    assert got == new
+    assert len(said) == len({t.partition("=")[0] for t in old} & {"--domain", "--dbar", "--key", "--max-records",
+                                                                   "--clamp", "plan", "--calls", "rdp-geometric"}) \
+        - (old[0] == "histogram") - ("--" in old)
+
+
+def test_an_old_spelling_gives_the_same_release_and_a_deprecation_note(tmp_path):
+    env = {**{k: None for k in os.environ if k.startswith("DPCLI_")}, "DPCLI_STATE_DIR": str(tmp_path / "state")}
+    run = lambda *a: console(*a, env=env)  # noqa: E731 (as the console script runs it, in this process)
+    assert run("budget", "init", "default", "--epsilon", "5").returncode == 0
+    common = ["topk", PV, "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--epsilon-per", "0.1"]
+    new, old = run(*common, "--keys", PAGES), run(*common, "--domain", PAGES)
+    assert new.returncode == old.returncode == 0, old.stderr
+    assert old.stdout == new.stdout  # same query, same release: a free replay
+    assert "dpcli: note: --domain is deprecated (removed in 0.3); use --keys" in old.stderr
+    assert "deprecated" not in new.stderr
+
+
+def test_the_vocabulary_table_names_every_command_option():
+    """docs/vocabulary.md lists each concept once; every option it names exists where it says."""
+    text = (ROOT / "docs" / "vocabulary.md").read_text()
+    import typer
+
+    root = typer.main.get_command(app)
+    for command, flags in {"histogram": ["--by", "--keys", "--max-contributions", "--max-partitions", "--bounds",
+                                         "--max-groups", "--with-error", "--dry-run", "--delimiter"],
+                           "topk": ["--by", "--keys", "--max-contributions", "--max-groups", "--epsilon", "--with-error",
+                                    "--dry-run"],
+                           "stream-replay": ["--by", "--max-contributions", "--bounds", "--with-error", "--dry-run"],
+                           "tabulate": ["--with-error", "--dry-run"]}.items():
+        opts = {o for p in root.commands[command].params for o in getattr(p, "opts", [])}
+        for flag in flags:
+            assert flag in opts, (command, flag)
+            assert f"`{flag}" in text, flag
+    hidden = {o for c in root.commands.values() for p in getattr(c, "params", []) for o in getattr(p, "opts", [])}
+    assert not hidden & {"--domain", "--dbar", "--key", "--max-records", "--clamp"}
+
+
+# --- output conventions ----------------------------------------------------------------------------
+
+
+def test_floats_are_rounded_to_their_margin_and_grid_and_margins_upwards():
+    df = pl.DataFrame({"sum_x": [337602.625, 12.5], "sum_x_moe95": [62910.375, 62910.375], "mean_x": [33.216, 1.0],
+                       "count": [10, 11]})
+    out = rounded(df, step=0.125)
+    assert out["sum_x"].to_list() == [337603.0, 12.0] or out["sum_x"].to_list() == [337603.0, 13.0]
+    assert out["sum_x_moe95"].to_list() == [62911.0, 62911.0]  # never narrower than the margin
+    assert out["mean_x"].to_list() == [33.22, 1.0] and out["count"].to_list() == [10, 11]
+    assert rounded(df)["mean_x"].to_list() == [33.216, 1.0]  # no grid, no margin: as computed
+
+
+def test_table_format_is_readable_and_only_for_terminals(tmp_path):
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
+    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
+    r = cli(*args, "--format", "table")
+    assert r.exit_code == 0 and "┃" in r.stdout and "/p/000" in r.stdout
+    r = cli(*args, "--format", "table", "-o", tmp_path / "t.txt")
+    assert r.exit_code == 2 and "--format table" in r.stderr
+
+
+# --- set-up and release metadata --------------------------------------------------------------------
+
+
+def test_setup_ends_with_a_working_command_and_release_metadata_exists():
+    make = (ROOT / "Makefile").read_text()
+    demo = make.split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    assert ". .venv/bin/activate" in demo.splitlines()[-1] and "make install" in demo.splitlines()[-1]
+    assert "\ninstall:" in make and "pipx install" in make and "\ninstall-man:" in make
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == "Apache-2.0" and meta["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    assert f"## {dpcli.__version__} " in (ROOT / "CHANGELOG.md").read_text()
+    page = (ROOT / "man" / "dpcli-histogram.1").read_text()
+    assert f"dpcli {dpcli.__version__}" in page and ".SH EXAMPLES" in page
+    assert cli("--version").stdout.strip() == f"dpcli {dpcli.__version__}"
+
+
+def _completion(env: dict[str, str]) -> str:
+    """What ``dpcli`` prints with ``env`` (as the console script runs it, in this process)."""
+    r = console(env={**{k: None for k in os.environ if "COMPLETE" in k}, **env})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("shell, needle", [("bash", "complete -o default -F"), ("zsh", "#compdef dpcli"),
+                                           ("fish", "complete --command dpcli")])
+def test_shell_completion_scripts_for_bash_zsh_and_fish(shell, needle):
+    """typer's completion (`dpcli --install-completion` picks the running shell; the script for any
+    shell comes from `_DPCLI_COMPLETE=source_<shell> dpcli`, which needs no shell detection)."""
+    assert needle in _completion({"_DPCLI_COMPLETE": f"source_{shell}"})
+
+
+def test_completion_completes_commands_and_the_one_vocabulary():
+    words = lambda line, cword: _completion({"_DPCLI_COMPLETE": "complete_bash", "COMP_WORDS": line,  # noqa: E731
+                                             "COMP_CWORD": str(cword)}).split()
+    assert words("dpcli hist", 1) == ["histogram"]
+    assert words("dpcli topk x.csv --max-g", 3) == ["--max-groups"]
+    assert words("dpcli topk x.csv --dba", 3) == []  # deprecated spellings are not offered
+
+
+def test_help_and_budget_show_load_neither_polars_nor_numpy(tmp_path):
+    """Fast start (≤ 0.15 s for --help, measured in bench/bench_startup.py): the data libraries are
+    imported by the commands that read data, not to print help or a ledger."""
+    env = {**os.environ, "DPCLI_STATE_DIR": str(tmp_path / "s")}
+    code = ("import sys; from dpcli.cli.app import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('polars', 'numpy') if m in sys.modules), file=sys.stderr)")
+    subprocess.run([sys.executable, "-c", code, "budget", "init", "default", "--epsilon", "1"], env=env, check=True,
+                   capture_output=True)
+    for argv in (["--help"], ["budget", "show"], ["histogram", "--help"]):
+        r = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True)
+        assert r.stderr.strip().splitlines()[-1] == "[]", (argv, r.stderr)
