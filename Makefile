@@ -100,6 +100,13 @@ install-man:
 bench-startup: $(STAMP)  # dpcli --help and budget show start-up (target ≤ 0.15 s)
 	$(BIN)/python bench/bench_startup.py
 
+# Issue 30's fixed-cost targets against plain polars (~3 min): a 3M-row and a 2,000-row histogram, and
+# topk over ~1M pages (bench/synthetic.py --pages); interleaved runs, medians (section 13 of results.md).
+# BEFORE=path/to/another/venv/bin/dpcli interleaves that install too.
+.PHONY: bench-small
+bench-small: $(STAMP)
+	$(BIN)/python bench/bench_small.py $(if $(BEFORE),--before $(BEFORE))
+
 PEERS := .venv-peers/bin/python
 
 # The whole suite (~20 min on 2 cores): writes bench/results.md. Peers get their own venv.
