@@ -123,7 +123,7 @@ def render_all() -> dict[str, str]:
     def walk(path: list[str], cmd) -> None:
         pages["-".join(path) + ".1"] = _page(path, cmd, [])
         for sub_name, sub in sorted((getattr(cmd, "commands", {}) or {}).items()):
-            walk(path + [sub_name], sub)
+            walk([*path, sub_name], sub)
 
     walk(["dpcli"], typer.main.get_command(app))
     return pages

@@ -72,7 +72,7 @@ _MASK = (1 << 64) - 1
 _P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
                            0x27D4EB2F165667C5)
 _EPOCH_DATE = dt.date(1970, 1, 1)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _word_of(text: str) -> int:
@@ -154,7 +154,7 @@ def reference_word(value: Any) -> int:
     if isinstance(value, str):
         return xxh64(value.encode())
     if isinstance(value, dt.datetime):
-        when = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        when = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
         delta = when - _EPOCH
         return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) & _MASK
     if isinstance(value, dt.date):

@@ -203,7 +203,7 @@ def handles_errors(func: F) -> F:
         except KeyboardInterrupt:
             typer.echo("dpcli: interrupted", err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except Exception as exc:  # a bug: say so, keep the one-line contract, never the foreign text
+        except Exception as exc:  # noqa: BLE001 (a bug: say so, keep the one-line contract, never the foreign text)
             if verbose:
                 sys.stderr.write(safe_traceback(exc))
             typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)

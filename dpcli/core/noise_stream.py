@@ -83,7 +83,7 @@ def set_word_limit(limit: int) -> int:
     return old
 
 
-def _check_words(w: "_Words", sel: np.ndarray) -> None:
+def _check_words(w: _Words, sel: np.ndarray) -> None:
     if sel.size and int(w.pos[sel].max()) >= _word_limit:
         raise RuntimeError("a noise sample needs more words than its stream has "
                            "(parameters with a hopeless acceptance rate)")
@@ -250,6 +250,21 @@ def _bernoulli_exp(w: _Words, sel: np.ndarray, gamma: np.ndarray, num: Callable[
     return _less_than_exp(w, sel, w.take(sel), i, gamma, num, den)
 
 
+def _constant(value: int) -> Callable[[int], int]:
+    """The exact numerator ``value`` for every element."""
+    return lambda _k: value
+
+
+def _element(values: np.ndarray) -> Callable[[int], int]:
+    """Element k's exact numerator ``values[k]``."""
+    return lambda k: int(values[k])
+
+
+def _gaussian_numerator(y: np.ndarray, p: int, q: int) -> Callable[[int], int]:
+    """Element k's exact numerator (q·|y_k| − p)² of the Gaussian's acceptance test."""
+    return lambda k: (q * abs(int(y[k])) - p) ** 2
+
+
 def _geometric_e(w: _Words, sel: np.ndarray) -> np.ndarray:
     """⌊−ln W⌋ per sample in ``sel`` for one uniform real W each (one word): the k ≥ 1 with W < e^{−k}."""
     i = w.pos[sel].copy()
@@ -258,7 +273,7 @@ def _geometric_e(w: _Words, sel: np.ndarray) -> np.ndarray:
     alive = np.arange(sel.size)
     k = 1
     while alive.size:
-        ok = _less_than_exp(w, sel[alive], u[alive], i[alive], np.full(alive.size, float(k)), lambda _, k=k: k, 1)
+        ok = _less_than_exp(w, sel[alive], u[alive], i[alive], np.full(alive.size, float(k)), _constant(k), 1)
         alive = alive[ok]
         v[alive] = k
         k += 1
@@ -276,7 +291,7 @@ def _laplace(w: _Words, sel: np.ndarray, t: int, s: int) -> np.ndarray:
             first = np.ones(ss.size, dtype=bool)
         else:
             u = _uniform_below(w, ss, t)
-            first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), lambda k: int(u[k]), t)
+            first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), _element(u), t)
         keep = pending[first]
         uk = u[first]
         sk = sel[keep]
@@ -302,7 +317,7 @@ def _gaussian(w: _Words, sel: np.ndarray, t: int, p: int, q: int) -> np.ndarray:
         _check_words(w, ss)
         y = _laplace(w, ss, t, 1)
         d = q * np.abs(y).astype(np.float64) - p  # floats for the fast decision; exact integers below
-        acc = _bernoulli_exp(w, ss, d * d / float(den), lambda k: (q * abs(int(y[k])) - p) ** 2, den)
+        acc = _bernoulli_exp(w, ss, d * d / float(den), _gaussian_numerator(y, p, q), den)
         out[pending[acc]] = y[acc]
         pending = pending[~acc]
     return out

@@ -104,7 +104,7 @@ class KeyedStream:
     def label(self) -> str:
         return self._label
 
-    def child(self, label: str) -> "KeyedStream":
+    def child(self, label: str) -> KeyedStream:
         """An independent stream for a sub-mechanism (domain separation by label)."""
         seed = hashlib.sha256(self._prefix + b"/child/" + label.encode("utf-8")).digest()
         return KeyedStream(seed, f"{self._label}/{label}")

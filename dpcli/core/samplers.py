@@ -163,7 +163,7 @@ def bernoulli_exp(
     v_hi = (uf + _TWO_M64) * (1.0 + 2.0**-50)
     accept = v_hi < f_lo
     unsure = ~accept & ~(v_lo > f_hi)
-    for i in zip(*np.nonzero(unsure)):
+    for i in zip(*np.nonzero(unsure), strict=True):
         scale = Fraction(1) if sn is None else Fraction(int(sn[i]), int(sd[i]))  # type: ignore[index]
         accept[i] = _compare_exact(stream, int(u[i]), int(num[i]), int(den[i]), scale)
     return accept

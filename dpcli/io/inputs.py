@@ -256,7 +256,7 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
         source = _COMPRESSION[reading.compression](raw)
         refuse_private(source[:32], "compressed input", "(its content)")
     if reading.format == "csv":
-        overrides = {c: pl.String for c in reading.text_columns}
+        overrides = dict.fromkeys(reading.text_columns, pl.String)
         # Per-record damage is not an error (control flow must not depend on one record): a record with
         # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
         return pl.scan_csv(source, separator=reading.delimiter or ",", infer_schema_length=10000,
@@ -421,7 +421,7 @@ def open_dataset(directory: str | Source, input_format: str | None = None) -> In
     except OSError as exc:
         raise InputMissingError(f"dataset {name!r} is not readable ({os_reason(exc)})") from None
     manifest = [[str(f.relative_to(location)), i.size, i.mtime_ns, _footer_digest(f, name)]
-                for f, i in zip(files, identities)]
+                for f, i in zip(files, identities, strict=True)]
     digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
     fingerprint = f"manifest:{digest}; run {secrets.token_hex(16)}"  # never a replay: see above
     try:

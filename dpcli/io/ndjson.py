@@ -65,10 +65,10 @@ def _check_member_paths(name: str, value_path: str, number_path: str) -> None:
     decoys = dict.fromkeys(["", *sorted(pieces), "x" + name, name + "x", "\U0010ffff"])
     decoys.pop(name, None)
     records: list[tuple[object, str | None, bool]] = [
-        ({**{k: "decoy" for k in decoys}, name: "probe", outer: {name: "nested"}}, "probe", False),
-        ({name: 5.0, **{k: 1.0 for k in decoys}}, "5.0", True),
-        ({name: "5.0", **{k: 1.0 for k in decoys}}, "5.0", False),
-        ({**{k: 2 for k in decoys}, outer: {name: 3}}, None, False),
+        ({**dict.fromkeys(decoys, "decoy"), name: "probe", outer: {name: "nested"}}, "probe", False),
+        ({name: 5.0, **dict.fromkeys(decoys, 1.0)}, "5.0", True),
+        ({name: "5.0", **dict.fromkeys(decoys, 1.0)}, "5.0", False),
+        ({**dict.fromkeys(decoys, 2), outer: {name: 3}}, None, False),
         ([{name: "in a list"}], None, False),
         ("a string", None, False),
     ]

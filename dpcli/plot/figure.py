@@ -139,7 +139,7 @@ def _stream_figure(plt: Any, view: ReleaseView, value: str | None, keys: list[st
                 ax.plot(x, v, marker=".", linewidth=1.2, color=colour, label=label if w == 0 else None)
                 if margins:
                     m = [margins[j] for j in idx]
-                    ax.fill_between(x, [a - b for a, b in zip(v, m)], [a + b for a, b in zip(v, m)], color=colour,
+                    ax.fill_between(x, [a - b for a, b in zip(v, m, strict=True)], [a + b for a, b in zip(v, m, strict=True)], color=colour,
                                     alpha=0.18, linewidth=0)
         ax.set_xlabel("trigger time")
         ax.set_ylabel(data["value"])
@@ -186,7 +186,7 @@ def budget_figure(tl: BudgetTimeline) -> Any:
     keys = list(tl.spent)
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(7, 2.2 * max(len(keys), 1)), squeeze=False)
-        for ax, key in zip(axes[:, 0], keys or [""]):
+        for ax, key in zip(axes[:, 0], keys or [""], strict=True):
             if not key:
                 ax.set_title("nothing spent yet")
                 continue

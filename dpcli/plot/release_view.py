@@ -278,6 +278,6 @@ def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple
                          field="level")
     if top is not None:
         rows = rows.head(top)
-    labels = [f"{g}:{i}" for g, i in zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String))]
+    labels = [f"{g}:{i}" for g, i in zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String), strict=True)]
     margins = rows["moe95"].cast(pl.Float64).to_list() if "moe95" in rows.columns else None
     return chosen, labels, rows["count"].cast(pl.Float64).to_list(), margins

@@ -32,12 +32,12 @@ def bar_chart(labels: list[str], values: list[float], margins: list[float] | Non
     """One line per label: the label, a bar, the value and its ± margin; a threshold marker line.
     Bars fill the width at ``scale`` (default: the largest value)."""
     label_w = max((len(s) for s in labels), default=0)
-    texts = [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values)]
+    texts = [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values, strict=True)]
     text_w = max((len(t) for t in texts), default=0)
     bar_w = max(width - label_w - text_w - 3, 10)
     top = scale if scale is not None else max([*values, threshold or 0, 0.0])
     lines = [f"{label:<{label_w}} {bar(v, top, bar_w):<{bar_w}} {t:>{text_w}}" for label, v, t in
-             zip(labels, values, texts)]
+             zip(labels, values, texts, strict=True)]
     if threshold is not None and top > 0:
         pos = min(round(threshold / top * bar_w), bar_w - 1)
         lines.append(f"{'':<{label_w}} {' ' * pos}┆ threshold {_number(threshold)}")
@@ -110,7 +110,7 @@ def budget_text(tl: BudgetTimeline, width: int) -> str:
         tops.append(tl.limits.get(key, max(series) or 1.0))
     label_w = max(len(s) for s in labels)
     bar_w = max(width - label_w - 28, 10)
-    for key, value, top in zip(labels, values, tops):
+    for key, value, top in zip(labels, values, tops, strict=True):
         frac = value / top if top else 0.0
         lines.append(f"{key:<{label_w}} {bar(value, top, bar_w):<{bar_w}} {value:.4g} of {top:.4g} ({frac:.0%})")
         lines.append(f"{'':<{label_w}} {_sparkline(tl.spent[key])} over {len(tl.times)} entries")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -224,7 +224,7 @@ def _record(
         "fingerprint": table.fingerprint,
         "epsilon": fraction_text(plan.epsilon),
         "seed_id": seed.id,
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "metadata": prepared.metadata,
     }
     table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
@@ -304,7 +304,7 @@ def _new_state(
         "query": query,
         "spec": spec.to_json(),
         "gamma": None,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "runs": [],
     }
 

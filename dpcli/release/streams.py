@@ -18,7 +18,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -100,7 +100,7 @@ def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, s
     rid = secrets.token_hex(12)
     seed = new_seed({"command": "stream-replay", "v": 1, **q.canonical(), "reservation": rid})
     body = new_state_body(q, analyst, seed.seed, seed.id, key_schema,
-                          datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                          datetime.now(UTC).isoformat(timespec="seconds"))
     body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)
     return body, True
 
@@ -156,7 +156,7 @@ def state_run(
     fresh reservation id (the caller adds the calibration:
     :func:`dpcli.release.release_seed`); ``busy()`` wraps the computation (a spinner).
     """
-    moment = through if through is not None else datetime.now(timezone.utc)
+    moment = through if through is not None else datetime.now(UTC)
     last_trigger = trigger_through(moment, q.step)
     key_schema = key_schema_of(data.frame.collect_schema(), q)
     label = f"state file {path}"

@@ -149,7 +149,7 @@ def _guarded(compute: Callable[..., Any]) -> Callable[..., Any]:
     try:
         from py4j.protocol import Py4JNetworkError
     except ImportError:  # a Connect-only client has no py4j
-        Py4JNetworkError = ConnectionError  # noqa: N806
+        Py4JNetworkError = ConnectionError
 
     def run(*args: Any) -> Any:
         try:

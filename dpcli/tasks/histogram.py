@@ -655,7 +655,7 @@ class HistogramTask:
 
     def needs(self) -> Needs:
         q = self.query
-        columns: dict[str, Any] = {q.unit: "key", **{c: "key" for c in q.by}}
+        columns: dict[str, Any] = {q.unit: "key", **dict.fromkeys(q.by, "key")}
         if q.value:
             columns[q.value] = "value"
         return Needs(columns, {"keys": PublicList(q.by)} if q.domain == "keys" else {})

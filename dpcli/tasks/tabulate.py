@@ -7,6 +7,7 @@ The algorithm, its calibration from margins of error and its accounting are in `
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -320,7 +321,7 @@ def _geo_expr(spec: Spec, level: Level) -> pl.Expr:
 
 def block_columns(spec: Spec) -> list[str]:
     """The columns of the public block list a spec uses: ``block`` and the area columns of its levels."""
-    return ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
+    return ["block", *sorted({g.column for g in spec.geo_levels.values() if g.column})]
 
 
 def read_blocks(spec: Spec, blocks: pl.LazyFrame) -> pl.DataFrame:
@@ -349,8 +350,8 @@ def _age_bin(edges: tuple[int, ...]) -> pl.Expr:
 
 def _bin_labels(edges: tuple[int, ...]) -> list[str]:
     """``0-17``, ``18-44`` …, a single year as ``20``, the last as ``65+``."""
-    inner = [f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo) for lo, hi in zip(edges, edges[1:])]
-    return inner + [f"{edges[-1]}+"]
+    inner = [f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo) for lo, hi in itertools.pairwise(edges)]
+    return [*inner, f"{edges[-1]}+"]
 
 
 #: A level → its bounded counts: one row per (``geo_id``, ``iteration``, ``__sex``, ``__a0``, ``__a1``,
@@ -521,7 +522,7 @@ def _tabulate_level(
     return result, info
 
 
-__all__ = ["plan", "plan_tabulate", "TabulatePlan", "events", "run_tabulate", "level_budgets", "base_from_moe"]
+__all__ = ["TabulatePlan", "base_from_moe", "events", "level_budgets", "plan", "plan_tabulate", "run_tabulate"]
 
 
 @dataclass(frozen=True)

@@ -330,7 +330,7 @@ class TopKTask:
 
     def needs(self) -> Needs:
         q = self.query
-        return Needs({q.unit: "key", **{c: "key" for c in q.by}}, {"domain": PublicList(q.by)} if q.known_domain else {})
+        return Needs({q.unit: "key", **dict.fromkeys(q.by, "key")}, {"domain": PublicList(q.by)} if q.known_domain else {})
 
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TopKPlan:
         return plan_topk(self.query, mode, dict(limits))

@@ -92,7 +92,7 @@ class Limits:
         return {"mode": self.mode, **{k: fraction_text(v) for k, v in self.values.items()}}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Limits":
+    def from_json(cls, data: dict[str, Any]) -> Limits:
         values = {k: to_fraction(v) for k, v in data.items() if k != "mode"}
         return cls(mode=str(data["mode"]), values=values)
 

@@ -13,7 +13,7 @@ import hmac
 import json
 import os
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,11 @@ V1_GENESIS = "0" * 64
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso_time(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_time(text: str) -> datetime:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from dpcli.tasks.stream.batches import KnownKeys, WindowBatches, window_batches
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Key = tuple[Any, ...]
 
@@ -67,7 +67,7 @@ def trigger_through(moment: datetime, step: int) -> int:
     not a showable date (before 0001-01-01 or after 9999-12-31 UTC):
     ``moment`` is a public option.
     """
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     seconds = (aware - _EPOCH) // timedelta(seconds=1)
     g = seconds // step
     if not MIN_SECONDS <= g * step <= MAX_SECONDS:
@@ -128,7 +128,7 @@ class WindowRun:
         self.plan = plan
         self.stream = stream.child(f"window/{start}")
         self.fired = 0  # triggers of this window already run
-        self.keys = pl.DataFrame(schema={k: pl.Null for k in q.keys})  # row i: the key of slot i
+        self.keys = pl.DataFrame(schema=dict.fromkeys(q.keys, pl.Null))  # row i: the key of slot i
         self._key_rows: dict[int, Key] = {}
         i64 = np.zeros(0, dtype=np.int64)
         self.units = i64.copy()  # distinct units of the current round
@@ -249,7 +249,7 @@ class WindowRun:
         row_index, i = int(self.pert_row[slot]), t - start
         self.pert_count[slot] += self.buffer_count[slot]
         row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * self.q.step), *self.key(slot),
-                          int(round(int(self.pert_count[slot]) + float(noise_count[row_index, i])))]
+                          round(int(self.pert_count[slot]) + float(noise_count[row_index, i]))]
         if noise_sum is not None:
             self.pert_sum[slot] += self.buffer_sum[slot]
             row.append(round(int(self.pert_sum[slot]) + float(noise_sum[row_index, i]))
