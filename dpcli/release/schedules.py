@@ -145,8 +145,8 @@ class Sizes:
             material = {"command": "schedule-sizes", "v": 1, "schedule": self._state["key"],
                         "reservation": self._state["reservation"]}
             # The calibration is the schedule's spec: its ε and γ set every size noise's scale.
-            seed = release_seed(self._state_dir, material, {"data": self._table},
-                                Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")}))
+            calibration = Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")})
+            seed = release_seed(self._state_dir, material, {"data": self._table}, calibration)
             self._stream = KeyedStream(seed.seed, "schedule-sizes")
         return self._stream
 
@@ -283,7 +283,8 @@ def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label:
     if stored_spec(state["spec"]) != spec.to_json():
         raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
     if "reservation" not in state or "secret" not in state:
-        raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); use a new --schedule name")
+        raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); "
+                         "use a new --schedule name")
     if state.get("analyst") != analyst:
         raise StateError(f"{label}: the state file belongs to analyst {state.get('analyst')!r}, not {analyst!r}")
 
@@ -332,7 +333,7 @@ def _plan(spec: ScheduleSpec, state: dict[str, Any], fingerprint: str, sizes: Si
     if spec.scheduler == "bbimprover":  # t = k, the number of this run (a schedule made with rows goes on so)
         k = len(runs) + 1
         return Plan(k, sch.bbimprover_epsilon(k, spec.total_epsilon, float(spec.total_delta), spec.c))
-    spent = sum(Fraction(r["epsilon"]) for r in runs)
+    spent = sum((Fraction(r["epsilon"]) for r in runs), Fraction(0))
     assert spec.run_epsilon is not None
     if spent + spec.run_epsilon > spec.total_epsilon:
         raise BudgetError(f"schedule {spec.name!r} (fixed) has spent {fraction_text(spent)} of "
