@@ -18,7 +18,8 @@ from dpcli.errors import ExitCode
 
 _EXIT_MEANING = {
     ExitCode.OK: "success",
-    ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; nothing charged)",
+    ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; "
+                       "nothing charged)",
     ExitCode.USAGE: "usage error: bad option or argument, or (service mode) a path or verb the caller may not use",
     ExitCode.DATA: "bad input data (missing column, wrong type, unparsable or empty input); bad records are dropped, "
                    "never an error",

@@ -147,7 +147,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of dpcli's own code that ``exc`` went through (``dpcli/io/inputs.py:120``), for a bug report."""
+    """The innermost frame of dpcli's own code that ``exc`` went through (``dpcli/io/inputs.py:120``), for a bug
+    report."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
     if not frames:

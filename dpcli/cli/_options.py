@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal, overload
 
 import typer
 
@@ -69,6 +69,10 @@ POSITIVE_RANGES: dict[str, Range] = {
 }
 
 
+@overload
+def parse_number(option: str, text: str) -> Fraction: ...
+@overload
+def parse_number(option: str, text: str | None) -> Fraction | None: ...
 def parse_number(option: str, text: str | None) -> Fraction | None:
     """``text`` as an exact Fraction (decimal or n/d), or None when absent.
 
@@ -87,28 +91,42 @@ def parse_number(option: str, text: str | None) -> Fraction | None:
     return value
 
 
+@overload
+def positive(option: str, text: str, required: bool = False, limits: Range | None = None) -> Fraction: ...
+@overload
+def positive(option: str, text: str | None, required: Literal[True], limits: Range | None = None) -> Fraction: ...
+@overload
+def positive(option: str, text: str | None, required: bool = False, limits: Range | None = None) -> Fraction | None: ...
 def positive(option: str, text: str | None, required: bool = False, limits: Range | None = None) -> Fraction | None:
     """A number > 0 (ε, ρ, scales) inside ``limits`` (default: :data:`POSITIVE_RANGES` by flag)."""
-    value = parse_number(option, text)
-    if value is None:
+    if text is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
+    value = parse_number(option, text)
     if value <= 0:
-        raise UsageError(f"{option} must be > 0, got {text.strip()}")  # type: ignore[union-attr]
-    return (limits or POSITIVE_RANGES.get(option, ANY_POSITIVE)).check(option, value, text)  # type: ignore[arg-type]
+        raise UsageError(f"{option} must be > 0, got {text.strip()}")
+    return (limits or POSITIVE_RANGES.get(option, ANY_POSITIVE)).check(option, value, text)
 
 
+@overload
+def probability(option: str, text: str, required: bool = False, allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction: ...
+@overload
+def probability(option: str, text: str | None, required: Literal[True], allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction: ...
+@overload
+def probability(option: str, text: str | None, required: bool = False, allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction | None: ...
 def probability(
     option: str, text: str | None, required: bool = False, allow_zero: bool = True, limits: Range = PROBABILITY_RANGE
 ) -> Fraction | None:
     """A δ: 0 (when ``allow_zero``) or a number in ``limits`` (default [1e-100, 1/2])."""
-    value = parse_number(option, text)
-    if value is None:
+    if text is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
-    return limits.check(option, value, text, zero_ok=allow_zero)  # type: ignore[arg-type]
+    return limits.check(option, parse_number(option, text), text, zero_ok=allow_zero)
 
 
 def bounds(option: str, text: str | None) -> tuple[float, float] | None:
@@ -144,10 +162,12 @@ InputArg = Annotated[
                    "or a directory of Parquet files (never a free replay).", show_default=False),
 ]
 InputFormatOpt = Annotated[
-    str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the extension).")
+    str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the "
+                                                    "extension).")
 ]
 DelimiterOpt = Annotated[
-    str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' (default ',').")
+    str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' "
+                                                       "(default ',').")
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")
@@ -194,7 +214,8 @@ SchedulerOpt = Annotated[
 ]
 TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε of the whole schedule, forever.")]
 TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
-GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: Alg. 1).")]
+GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: "
+                                                              "Alg. 1).")]
 BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
 ImproverCOpt = Annotated[
     str | None,

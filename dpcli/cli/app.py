@@ -69,7 +69,9 @@ def root(
         typer.Option("--analyst", envvar="DPCLI_ANALYST", help="Whose budget ledger to charge. Default: 'default'."),
     ] = None,
     quiet: Annotated[int, typer.Option("--quiet", "-q", count=True, help="Less output on stderr.")] = 0,
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More output (tracebacks on errors).")] = 0,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More output (tracebacks on errors).")
+    ] = 0,
     lock_timeout: Annotated[
         float, typer.Option("--lock-timeout", help="Seconds to wait for the ledger lock before exit 75.", min=0.0)
     ] = 30.0,

@@ -51,15 +51,19 @@ def histogram(
     privacy_unit: UnitOpt = None,
     agg: Annotated[
         str,
-        typer.Option("--agg", help="Aggregations, comma-separated: count, count-units, sum, mean, variance, median, pNN."),
+        typer.Option("--agg", help="Aggregations, comma-separated: count, count-units, sum, mean, variance, median, "
+                                   "pNN."),
     ] = "count",
-    value: Annotated[str | None, typer.Option("--value", help="Numeric column for sum, mean, variance, quantiles.")] = None,
+    value: Annotated[
+        str | None, typer.Option("--value", help="Numeric column for sum, mean, variance, quantiles.")
+    ] = None,
     bounds_text: Annotated[
         str | None, typer.Option("--bounds", help="LO:HI bounds of --value; values outside are clamped.")
     ] = None,
     granularity: Annotated[
         str | None,
-        typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 steps)."),
+        typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 "
+                                           "steps)."),
     ] = None,
     max_partitions: Annotated[
         int | None,
@@ -83,12 +87,15 @@ def histogram(
     ] = None,
     selection: Annotated[
         str,
-        typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) or unklap (LinkedIn Alg. 3)."),
+        typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) "
+                                         "or unklap (LinkedIn Alg. 3)."),
     ] = "threshold",
     max_groups: Annotated[
         int, typer.Option("--max-groups", help="--selection unklap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
-    with_error: Annotated[bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")] = False,
+    with_error: Annotated[
+        bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
                            "ledger would accept it; read no data, charge nothing.")

@@ -44,8 +44,12 @@ def tabulate(
                        show_default=False),
     ] = None,
     spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).", show_default=False)] = "",
-    delta: Annotated[str, typer.Option("--delta", help="--dry-run: δ at which the (ε, δ) totals are stated.")] = "1e-10",
-    with_error: Annotated[bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")] = False,
+    delta: Annotated[
+        str, typer.Option("--delta", help="--dry-run: δ at which the (ε, δ) totals are stated.")
+    ] = "1e-10",
+    with_error: Annotated[
+        bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="The plan: per-level parameters (MOE targets → ε or ρ) and total privacy "
                            "loss under pure DP, RDP and zCDP; read no data, charge nothing.")
@@ -91,8 +95,8 @@ def tabulate(
     task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
     sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
     target = output_target(output, out_format, as_json)
-    done = release.run(task, sources, payer(ctx), output=target, engine=engine_request(engine, master, remote, spark_conf),
-                       early=early, busy=busy(ctx))
+    done = release.run(task, sources, payer(ctx), output=target,
+                       engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx))
     write_release(settings(ctx), done, target, as_json)
 
 
@@ -145,7 +149,8 @@ def _plan_text(p: dict[str, Any]) -> str:
         lines.append(f"geometric, RDP (eq. 39-40):     ε = {geo['rdp_epsilon']:.3g}  (α = {geo['rdp_alpha']:g})")
     if dg:
         lines.append(f"discrete Gaussian, zCDP analytic:  ε = {dg['zcdp_analytic_epsilon']:.3g}  (ρ = {dg['rho']:.4g})")
-        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = {dg['zcdp_numerical_alpha']:g})")
+        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = "
+                     f"{dg['zcdp_numerical_alpha']:g})")
     led = p["ledger"]
     lines.append(f"ledger {led['analyst']!r}: " + ("would accept this release" if led["accepts"]
                                                    else f"would refuse it: {led['refusal']}"))

@@ -50,7 +50,8 @@ def topk(
     k: Annotated[int, typer.Option("-k", "--k", help="How many groups to return.", max=10**4)],
     privacy_unit: UnitOpt = None,
     count: Annotated[
-        str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and group).")
+        str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and "
+                                          "group).")
     ] = "units",
     max_contributions: Annotated[
         int | None,

@@ -63,7 +63,9 @@ _INPUT_EXT = {
     ".jsonl": "ndjson",
 }
 #: Compressed inputs by suffix (after it comes the format's own: ``events.csv.gz``).
-_COMPRESSION: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}
+_COMPRESSION: dict[str, Callable[[bytes], bytes]] = {
+    ".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress,
+}
 
 
 #: Test hook: called with the input's path right after its fingerprint is taken and before the parser
@@ -461,7 +463,8 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
         if col not in schema:
             if not header_is_text(schema.names()):  # binary bytes read as a header: never echo them
                 raise DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
-                                "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz name)")
+                                "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz "
+                                "name)")
             if gate().restricted:  # the data's other column names are private to a service-mode analyst
                 raise DataError(f"column {col!r} not found in {table.name}")
             known = ", ".join(list(schema.names())[:12])

@@ -42,7 +42,8 @@ def output_format_for(path: str | None, explicit: str | None) -> str:
     if path and path != "-":
         fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
         if fmt is None:
-            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension", field="format")
+            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
+                             field="format")
         return fmt
     return "csv"
 

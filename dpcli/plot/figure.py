@@ -139,8 +139,8 @@ def _stream_figure(plt: Any, view: ReleaseView, value: str | None, keys: list[st
                 ax.plot(x, v, marker=".", linewidth=1.2, color=colour, label=label if w == 0 else None)
                 if margins:
                     m = [margins[j] for j in idx]
-                    ax.fill_between(x, [a - b for a, b in zip(v, m, strict=True)], [a + b for a, b in zip(v, m, strict=True)], color=colour,
-                                    alpha=0.18, linewidth=0)
+                    ax.fill_between(x, [a - b for a, b in zip(v, m, strict=True)],
+                                    [a + b for a, b in zip(v, m, strict=True)], color=colour, alpha=0.18, linewidth=0)
         ax.set_xlabel("trigger time")
         ax.set_ylabel(data["value"])
         ax.set_title(f"{data['value']} per trigger, by {', '.join(view.keys)} (running totals within each window)")

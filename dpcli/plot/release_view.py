@@ -186,7 +186,8 @@ def recorded_margin(view: ReleaseView, column: str) -> float | None:
 
     from dpcli.core.mechanisms import Noise
 
-    measurement = (view.summary.get("measurements") or {}).get({"count": "rows", "count_units": "units"}.get(column, ""))
+    name = {"count": "rows", "count_units": "units"}.get(column, "")
+    measurement = (view.summary.get("measurements") or {}).get(name)
     if not isinstance(measurement, dict):
         return None
     try:
@@ -278,6 +279,7 @@ def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple
                          field="level")
     if top is not None:
         rows = rows.head(top)
-    labels = [f"{g}:{i}" for g, i in zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String), strict=True)]
+    labels = [f"{g}:{i}" for g, i in
+              zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String), strict=True)]
     margins = rows["moe95"].cast(pl.Float64).to_list() if "moe95" in rows.columns else None
     return chosen, labels, rows["count"].cast(pl.Float64).to_list(), margins

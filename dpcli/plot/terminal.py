@@ -32,7 +32,8 @@ def bar_chart(labels: list[str], values: list[float], margins: list[float] | Non
     """One line per label: the label, a bar, the value and its ± margin; a threshold marker line.
     Bars fill the width at ``scale`` (default: the largest value)."""
     label_w = max((len(s) for s in labels), default=0)
-    texts = [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values, strict=True)]
+    texts = [_number(v) + (f" ±{_number(m)}" if margins else "")
+             for v, m in zip(values, margins or values, strict=True)]
     text_w = max((len(t) for t in texts), default=0)
     bar_w = max(width - label_w - text_w - 3, 10)
     top = scale if scale is not None else max([*values, threshold or 0, 0.0])

@@ -124,7 +124,8 @@ def connect_session(remote: str) -> Any:
 
         check_dependencies()
     except ImportError:
-        raise UsageError("--remote needs Spark Connect's client libraries: pip install 'dpcli[spark-connect]'") from None
+        raise UsageError("--remote needs Spark Connect's client libraries: "
+                         "pip install 'dpcli[spark-connect]'") from None
     try:
         session = SparkSession.builder.remote(remote).getOrCreate()
         session.conf.set("spark.sql.session.timeZone", FORCED_SETTINGS["spark.sql.session.timeZone"])

@@ -85,7 +85,8 @@ def load_key(root: Path) -> bytes:
     """
     path = key_path(root)
     if not path.exists():
-        raise StateError(f"secret key {path} is missing: state sealed with it cannot be checked; restore it from a backup")
+        raise StateError(f"secret key {path} is missing: state sealed with it cannot be checked; restore it from a "
+                         "backup")
     _check_permissions(path)
     return _parse(path)
 

@@ -252,7 +252,8 @@ class BrAccountant(Accountant):
                 f"this query needs {extra.units}"
             )
         if spent.calls + extra.calls > self.limits["call_budget"]:
-            return f"call budget has {int(self.limits['call_budget']) - spent.calls} calls left; this query needs {extra.calls}"
+            return (f"call budget has {int(self.limits['call_budget']) - spent.calls} calls left; "
+                    f"this query needs {extra.calls}")
         return None
 
     def guarantee(self, spend: Spend, report_delta: float | None = None) -> tuple[float, float]:

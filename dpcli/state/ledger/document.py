@@ -92,7 +92,8 @@ def parse_ledger(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path
         raise StateError(f"ledger {path} has schema_version 1 (no keyed seal)",
                          fix=f"check it, then upgrade it once with: dpcli budget verify {analyst} --reseal")
     if version not in READABLE_VERSIONS:
-        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade dpcli")
+        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade "
+                         "dpcli")
     limits, created, refresh, report_delta, owner, entries = header_fields(path, data)
     if owner != analyst:
         raise StateError(f"ledger {path} belongs to analyst {owner!r}, not {analyst!r} (renamed or copied?)")
@@ -105,7 +106,8 @@ def parse_ledger(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path
             f"ledger {path} fails verification of its header (edited, or sealed with another secret key: "
             "copied from another state directory?)"
         )
-    verify_chain(path, entries, data["genesis"], lambda e: mac(key, ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
+    verify_chain(path, entries, data["genesis"],
+                 lambda e: mac(key, ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
     check_events(path, entries)
     led = Ledger(path, owner, header["ledger_id"], limits, created, refresh, report_delta, tuple(entries),
                  data["genesis"], header, Tail(version, complete, key == current_mac_key(root)))
@@ -131,8 +133,9 @@ def write_ledger(root: Path, path: Path, doc: dict[str, Any], when: datetime | N
 def ledger_of(path: Path, doc: dict[str, Any]) -> Ledger:
     """The Ledger of a sealed document (already verified, or just written by us)."""
     header = {f: doc.get(f) for f in HEADER_FIELDS}
-    return Ledger(path, doc["analyst"], doc["ledger_id"], bud.Limits.from_json(doc["limits"]), parse_time(doc["created"]),
-                  doc["refresh_days"], doc["report_delta"], tuple(doc["entries"]), doc["genesis"], header)
+    return Ledger(path, doc["analyst"], doc["ledger_id"], bud.Limits.from_json(doc["limits"]),
+                  parse_time(doc["created"]), doc["refresh_days"], doc["report_delta"], tuple(doc["entries"]),
+                  doc["genesis"], header)
 
 
 def document_of(led: Ledger, entries: list[dict[str, Any]]) -> dict[str, Any]:

@@ -129,7 +129,8 @@ def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
         try:
             entries = [json.loads(line) for line in raw[len(first) + 1 : complete].split(b"\n")[:-1]]
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise StateError(f"ledger {path} is corrupt (a line is not valid JSON: {getattr(exc, 'msg', exc)})") from None
+            raise StateError(f"ledger {path} is corrupt (a line is not valid JSON: {getattr(exc, 'msg', exc)})"
+                             ) from None
         return {**head, "entries": entries}, complete
     try:
         data = json.loads(raw)

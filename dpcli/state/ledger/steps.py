@@ -19,7 +19,8 @@ from dpcli.state.ledger.model import Ledger, Step, refuse_unless_fits
 def step_entries(
     led: Ledger, analyst: str, step: Step, base: dict[str, Any], now: datetime, spent: bud.Spend
 ) -> tuple[list[dict[str, Any]], tuple[PrivacyEvent, ...], int | None, int]:
-    """The entries recording ``step`` (a new reservation first, if needed): (entries, reserved, replay_of, covered_by)."""
+    """The entries recording ``step`` (a new reservation first, if needed): (entries, reserved, replay_of,
+    covered_by)."""
     n = len(led.entries)
     period = led.period(now)
     new: list[dict[str, Any]] = []
@@ -33,7 +34,8 @@ def step_entries(
                 "analyst or state directory, or the ledger restored from an older backup)"
             )
         if c.ledger_id != led.ledger_id:
-            raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state directory)")
+            raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state "
+                             "directory)")
         clash = led.find_reservation(c.kind, c.key, now) if c.kind == "schedule" else None
         if clash is not None:
             raise StateError(
