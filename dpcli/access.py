@@ -186,6 +186,12 @@ class Source:
     privacy_unit: str | None = None
     entry: dict[str, object] | None = None
 
+    @property
+    def unit(self) -> str:
+        """The privacy unit column of a data input (:func:`dpcli.cli._sources.data_source` settles it)."""
+        assert self.privacy_unit is not None, self.name
+        return self.privacy_unit
+
 
 @dataclass
 class Gate:

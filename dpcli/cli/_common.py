@@ -19,6 +19,7 @@ from dpcli.errors import DpcliError, ExitCode, UsageError
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
+    from dpcli.advice import Note
     from dpcli.release.path import LedgerRef
 
 
@@ -73,7 +74,7 @@ def unit_word() -> str | None:
     return "unit" if gate().restricted else None
 
 
-def render_note(note: Any) -> str:
+def render_note(note: Note) -> str:
     """A library :class:`dpcli.advice.Note` with its field spelt as the flag."""
     return note.render(flag_for(note.field)) if note.field else note.render()
 

@@ -257,22 +257,34 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
         raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
     if o.scheduler not in sch.SCHEDULERS:
         raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {o.scheduler!r}")
+    total, delta, gamma, beta = _schedule_budget(o)
+    c = _improver_c(o)
+    _check_scheduler_options(o, run_epsilon, delta)
+    if delta:
+        _check_cdp_total(total, delta)
+    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
+    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
+                        index=o.improver_index or "runs", defaulted=defaulted)
+
+
+def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:
+    """(total ε, total δ (0: pure), bbscheduler's γ if given, β) of a schedule."""
     total = positive("--total-epsilon", o.total_epsilon, required=True)
     delta = probability("--total-delta", o.total_delta) or Fraction(0)
     gamma = positive("--gamma", o.gamma)
     if gamma is not None and not gamma < 1:
         raise UsageError("--gamma must be in (0, 1)")
-    beta = probability("--beta", o.beta, allow_zero=False)
-    c = _improver_c(o)
-    _check_scheduler_options(o, run_epsilon, delta)
-    if delta:
-        try:
-            sch.check_cdp_total(float(total), float(delta))  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
-    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,  # type: ignore[arg-type]
-                        index=o.improver_index or "runs", defaulted=defaulted)
+    return total, delta, gamma, probability("--beta", o.beta, allow_zero=False)
+
+
+def _check_cdp_total(total: Fraction, delta: Fraction) -> None:
+    """A schedule composed with CDP: its total ε must be within what δ allows."""
+    from dpcli.core import schedules as sch
+
+    try:
+        sch.check_cdp_total(float(total), float(delta))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _improver_c(o: ScheduleOptions) -> Fraction:
@@ -280,7 +292,7 @@ def _improver_c(o: ScheduleOptions) -> Fraction:
     from dpcli.core import schedules as sch
 
     c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
-    if c is None or c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
+    if c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
         raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
                          "no longer improves as the data grows")
     if o.improver_index is not None and o.improver_index not in sch.IMPROVER_INDEXES:

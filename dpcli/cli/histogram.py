@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated
 
 import typer
@@ -132,11 +133,12 @@ def histogram(
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
     query = HistogramQuery(
-        by=columns("--by", by), unit=source.privacy_unit, aggregations=columns("--agg", agg),  # type: ignore[arg-type]
+        by=columns("--by", by), unit=source.unit, aggregations=columns("--agg", agg),
         value=value, bounds=bounds("--bounds", bounds_text), granularity=positive("--granularity", granularity),
         max_partitions=max_partitions or 1, max_contributions=max_contributions or 1,
-        epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or 0, rho=positive("--rho", rho),
-        noise=noise or "laplace", domain="keys" if keys else selection,  # type: ignore[arg-type]
+        epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or Fraction(0),
+        rho=positive("--rho", rho),
+        noise=noise or "laplace", domain="keys" if keys else selection,
         max_groups=max_groups, with_error=with_error)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)

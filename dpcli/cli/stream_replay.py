@@ -117,7 +117,7 @@ def stream_replay(
     from dpcli.tasks.stream.algorithm import trigger_through
     from dpcli.tasks.stream.task import StreamTask
 
-    query = _query(time, by, source.privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
+    query = _query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
                    value, bounds_text, mu)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
@@ -162,7 +162,7 @@ def _query(
         clamp = lo_hi[1]
     return sr.StreamQuery(
         time=time, keys=columns("--by", by), unit=unit, window=size, triggers=int(n_triggers),
-        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),  # type: ignore[arg-type]
-        delta=probability("--delta", delta, required=True, allow_zero=False),  # type: ignore[arg-type]
+        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),
+        delta=probability("--delta", delta, required=True, allow_zero=False),
         value=value, clamp=clamp, mu=mu,
     )

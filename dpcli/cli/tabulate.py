@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -31,6 +31,9 @@ from dpcli.cli._options import (
 from dpcli.cli._sources import block_list_source
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
+
+if TYPE_CHECKING:
+    from dpcli.tasks.tabulate import GaussianTotals, GeometricTotals, PlanDocument
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -106,7 +109,7 @@ def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None
     from dpcli.tasks import tabulate as tab
 
     d = probability("--delta", delta, allow_zero=False)
-    result = tab.plan(spec, float(d))  # type: ignore[arg-type]
+    result = tab.plan(spec, float(d))
     result["ledger"] = _would_accept(ctx, tab.events(spec))
     if as_json:
         emit_json(result)
@@ -128,22 +131,12 @@ def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:
     return {"analyst": analyst, "accepts": refused is None, "refusal": refused}
 
 
-def _plan_text(p: dict[str, Any]) -> str:
-    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", ""]
-    geo = p.get("geometric")
-    dg = p.get("discrete_gaussian")
-    header = f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}"
-    lines.append(header)
-    n = len((geo or dg)["levels"])  # type: ignore[index]
-    for i in range(n):
-        g = geo["levels"][i] if geo else None
-        d = dg["levels"][i] if dg else None
-        row = g or d
-        moe = f"{row['moe']:g}" if row["moe"] is not None else "-"  # type: ignore[index]
-        eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
-        rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
-        lines.append(f"{row['level']:<26}{moe:>6}  {eps}  {rho}")  # type: ignore[index]
-    lines.append("")
+def _plan_text(p: PlanDocument) -> str:
+    """The dry run for people: Table 4, Table 2, and the ledger's verdict."""
+    geo, dg = p.get("geometric"), p.get("discrete_gaussian")
+    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", "",
+             f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}",
+             *_level_lines(geo, dg), ""]
     if geo:
         lines.append(f"geometric, pure DP:             ε = {geo['pure_epsilon']:.3g}")
         lines.append(f"geometric, RDP (eq. 39-40):     ε = {geo['rdp_epsilon']:.3g}  (α = {geo['rdp_alpha']:g})")
@@ -155,3 +148,17 @@ def _plan_text(p: dict[str, Any]) -> str:
     lines.append(f"ledger {led['analyst']!r}: " + ("would accept this release" if led["accepts"]
                                                    else f"would refuse it: {led['refusal']}"))
     return "\n".join(lines)
+
+
+def _level_lines(geo: GeometricTotals | None, dg: GaussianTotals | None) -> list[str]:
+    """Table 4: one line per level, with its MOE and each noise's step-2 and total parameter."""
+    lines = []
+    for i in range(len(geo["levels"] if geo else dg["levels"] if dg else [])):
+        g = geo["levels"][i] if geo else None
+        d = dg["levels"][i] if dg else None
+        level, moe_value = (g["level"], g["moe"]) if g else (d["level"], d["moe"]) if d else ("", None)
+        moe = f"{moe_value:g}" if moe_value is not None else "-"
+        eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
+        rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
+        lines.append(f"{level:<26}{moe:>6}  {eps}  {rho}")
+    return lines

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated
 
 import typer
@@ -119,10 +120,10 @@ def topk(
     if whole is not None and schedule is None:
         per_step = epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
     query = TopKQuery(
-        by=columns("--by", by), unit=source.privacy_unit, k=k, count=count,  # type: ignore[arg-type]
+        by=columns("--by", by), unit=source.unit, k=k, count=count,
         max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
-        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step, delta=probability("--delta", delta) or 0,
-        with_error=with_error)
+        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
+        delta=probability("--delta", delta) or Fraction(0), with_error=with_error)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word())
     spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
                                          improver_index), whole if schedule else None, dry_run)

@@ -10,7 +10,7 @@ every task: limits → plan once → payable? → open → seed → run → char
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
@@ -98,7 +98,7 @@ class Plan(Protocol):
     """A task's calibration: every field of it enters the release seed (:func:`dpcli.release.seeds.plan_material`)."""
 
     @property
-    def events(self) -> list[PrivacyEvent]: ...
+    def events(self) -> Sequence[PrivacyEvent]: ...
 
 
 #: A task's own plan type (:class:`dpcli.tasks.histogram.HistogramPlan`, …).

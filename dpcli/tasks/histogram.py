@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -32,7 +32,6 @@ from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 if TYPE_CHECKING:
     from dpcli.advice import Note
 
-Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
 QUANTILE_BINS = 1024
@@ -74,8 +73,8 @@ class HistogramQuery:
     epsilon: Fraction | None = None
     delta: Fraction = Fraction(0)
     rho: Fraction | None = None
-    noise: Literal["laplace", "gaussian"] = "laplace"
-    domain: Domain = "threshold"
+    noise: str = "laplace"  # laplace or gaussian (options as given: validate refuses others)
+    domain: str = "threshold"  # keys, threshold or unklap
     max_groups: int = 1000
     with_error: bool = False
 

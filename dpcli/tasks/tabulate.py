@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import polars as pl
@@ -143,21 +143,71 @@ def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) 
     return acc.rdp_to_approx(f, delta, a)
 
 
-def plan(spec: Spec, delta: float = 1e-10) -> dict[str, Any]:
+class GeometricLevel(TypedDict):
+    """One level of Table 4 under geometric noise."""
+
+    level: str
+    moe: float | None
+    stability: int
+    epsilon_base: float
+    epsilon_step2: float
+    epsilon_total: float
+
+
+class GaussianLevel(TypedDict):
+    """One level of Table 4 under discrete Gaussian noise."""
+
+    level: str
+    moe: float | None
+    stability: int
+    rho_base: float
+    rho_step2: float
+    rho_total: float
+
+
+class GeometricTotals(TypedDict):
+    """Table 2 under geometric noise: the levels, and the total ε under pure DP and under RDP."""
+
+    levels: list[GeometricLevel]
+    pure_epsilon: float
+    rdp_epsilon: float
+    rdp_alpha: float
+
+
+class GaussianTotals(TypedDict):
+    """Table 2 under discrete Gaussian noise: the levels, the total ρ and its (ε, δ) conversions."""
+
+    levels: list[GaussianLevel]
+    rho: float
+    zcdp_analytic_epsilon: float
+    zcdp_numerical_epsilon: float
+    zcdp_numerical_alpha: float
+
+
+class PlanDocument(TypedDict):
+    """``dpcli tabulate --dry-run``'s document (each noise whose levels can all be converted; the CLI adds
+    ``ledger``: whether the analyst's ledger would accept the spec's cost)."""
+
+    noise: str
+    gamma: float
+    delta: float
+    moe_calibration: str
+    geometric: NotRequired[GeometricTotals]
+    discrete_gaussian: NotRequired[GaussianTotals]
+    ledger: NotRequired[dict[str, Any]]
+
+
+def plan(spec: Spec, delta: float = 1e-10) -> PlanDocument:
     """Table 4 (per-level parameters) and Table 2 (total loss under each analysis) for a spec."""
-    out: dict[str, Any] = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
-                           "moe_calibration": spec.moe_calibration}
+    out: PlanDocument = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
+                         "moe_calibration": spec.moe_calibration}
     geo = level_budgets(spec, "geometric")
     dg = level_budgets(spec, "discrete-gaussian")
-
-    def rows(bs: list[LevelBudget], key: str) -> list[dict[str, Any]]:
-        return [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
-                 f"{key}_base": b.base, f"{key}_step2": b.step2, f"{key}_total": b.total} for b in bs]
-
     if geo:
         eps_rdp, alpha = geometric_rdp_total(geo, float(spec.gamma), delta)
         out["geometric"] = {
-            "levels": rows(geo, "epsilon"),
+            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
+                        "epsilon_base": b.base, "epsilon_step2": b.step2, "epsilon_total": b.total} for b in geo],
             "pure_epsilon": sum(b.total for b in geo),
             "rdp_epsilon": eps_rdp,
             "rdp_alpha": alpha,
@@ -166,7 +216,8 @@ def plan(spec: Spec, delta: float = 1e-10) -> dict[str, Any]:
         rho = sum(b.total for b in dg)
         numerical, alpha = acc.rdp_to_approx(acc.zcdp_rdp(rho, SAFETAB_ORDERS), delta, SAFETAB_ORDERS)
         out["discrete_gaussian"] = {
-            "levels": rows(dg, "rho"),
+            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
+                        "rho_base": b.base, "rho_step2": b.step2, "rho_total": b.total} for b in dg],
             "rho": rho,
             "zcdp_analytic_epsilon": acc.zcdp_to_approx_analytic(rho, delta),
             "zcdp_numerical_epsilon": numerical,
