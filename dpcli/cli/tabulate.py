@@ -33,7 +33,7 @@ from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:
-    from dpcli.tasks.tabulate import GaussianTotals, GeometricTotals, PlanDocument
+    from dpcli.tasks.tabulate import GaussianLevel, GaussianTotals, GeometricLevel, GeometricTotals, PlanDocument
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -152,13 +152,14 @@ def _plan_text(p: PlanDocument) -> str:
 
 def _level_lines(geo: GeometricTotals | None, dg: GaussianTotals | None) -> list[str]:
     """Table 4: one line per level, with its MOE and each noise's step-2 and total parameter."""
-    lines = []
-    for i in range(len(geo["levels"] if geo else dg["levels"] if dg else [])):
-        g = geo["levels"][i] if geo else None
-        d = dg["levels"][i] if dg else None
-        level, moe_value = (g["level"], g["moe"]) if g else (d["level"], d["moe"]) if d else ("", None)
-        moe = f"{moe_value:g}" if moe_value is not None else "-"
-        eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
-        rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
-        lines.append(f"{level:<26}{moe:>6}  {eps}  {rho}")
-    return lines
+    n = len(geo["levels"]) if geo else len(dg["levels"]) if dg else 0
+    return [_level_line(geo["levels"][i] if geo else None, dg["levels"][i] if dg else None) for i in range(n)]
+
+
+def _level_line(g: GeometricLevel | None, d: GaussianLevel | None) -> str:
+    row = g or d
+    assert row is not None  # a level of at least one noise
+    moe = f"{row['moe']:g}" if row["moe"] is not None else "-"
+    eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
+    rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
+    return f"{row['level']:<26}{moe:>6}  {eps}  {rho}"
