@@ -250,8 +250,7 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
 
     o = options
     if o.name is None:
-        if o.total_epsilon or o.total_delta or o.gamma:
-            raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+        _refuse_schedule_options(o)
         return None
     if dry_run:
         raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
@@ -265,6 +264,11 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
     defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
     return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
                         index=o.improver_index or "runs", defaulted=defaulted)
+
+
+def _refuse_schedule_options(o: ScheduleOptions) -> None:
+    if o.total_epsilon or o.total_delta or o.gamma:
+        raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
 
 
 def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:

@@ -140,9 +140,8 @@ def histogram(
         rho=positive("--rho", rho),
         noise=noise or "laplace", domain="keys" if keys else selection,
         max_groups=max_groups, with_error=with_error)
-    defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
-                      if v is None)
-    task = HistogramTask(query, noise_given=noise is not None, defaulted=defaulted, unit_label=unit_word())
+    task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
+                         unit_label=unit_word())
     spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
                                          improver_index), query.epsilon, dry_run)
     ledger = payer(ctx)
@@ -154,3 +153,9 @@ def histogram(
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
                        early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
     write_release(settings(ctx), done, target, as_json)
+
+
+def _defaulted(max_contributions: int | None, max_partitions: int | None) -> tuple[str, ...]:
+    """The caps left at their defaults (the notes say when a cap of 1 may bias the release)."""
+    return tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
+                 if v is None)

@@ -87,13 +87,7 @@ def tabulate(
     if dry_run:
         _show_plan(ctx, spec, delta, as_json)
         return
-    if source is None:
-        raise UsageError("give the person file (or --dry-run for the plan only)")
-    if source.entry is not None and (input_format or delimiter) and gate().service:
-        raise UsageError(f"dataset {source.name!r} is read as the operator declared it; drop --input-format and "
-                         "--delimiter")
-    if source.entry is None:
-        source = Source(source.name, source.location, input_format, delimiter)
+    source = _person_source(source, input_format, delimiter)
     blocks = block_list_source(spec)
     task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
     sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
@@ -101,6 +95,19 @@ def tabulate(
     done = release.run(task, sources, payer(ctx), output=target,
                        engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx))
     write_release(settings(ctx), done, target, as_json)
+
+
+def _person_source(source: Source | None, input_format: str | None, delimiter: str | None) -> Source:
+    """The person file: a catalog dataset read as the operator declared it, or a path read as the
+    options say (there is no privacy-unit column: a person is one record)."""
+    if source is None:
+        raise UsageError("give the person file (or --dry-run for the plan only)")
+    if source.entry is not None and (input_format or delimiter) and gate().service:
+        raise UsageError(f"dataset {source.name!r} is read as the operator declared it; drop --input-format and "
+                         "--delimiter")
+    if source.entry is None:
+        return Source(source.name, source.location, input_format, delimiter)
+    return source
 
 
 def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None:

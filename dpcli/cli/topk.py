@@ -112,13 +112,9 @@ def topk(
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
-    from dpcli.tasks.topk import TopKQuery, TopKTask, epsilon_per_for
+    from dpcli.tasks.topk import TopKQuery, TopKTask
 
-    if epsilon is not None and epsilon_per is not None:
-        raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
-    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
-    if whole is not None and schedule is None:
-        per_step = epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
+    whole, per_step = _epsilons(epsilon, epsilon_per, k, keys is not None, not no_counts, schedule is not None)
     query = TopKQuery(
         by=columns("--by", by), unit=source.unit, k=k, count=count,
         max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
@@ -136,3 +132,17 @@ def topk(
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
                        early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
     write_release(settings(ctx), done, target, as_json)
+
+
+def _epsilons(epsilon: str | None, epsilon_per: str | None, k: int, known_domain: bool, with_counts: bool,
+              scheduled: bool) -> tuple[Fraction | None, Fraction | None]:
+    """(the release's ε, each step's ε_per): ``--epsilon`` or ``--epsilon-per``, never both; a whole ε
+    sets ε_per by the paper's guarantee (a schedule's runs get theirs from the schedule)."""
+    from dpcli.tasks.topk import epsilon_per_for
+
+    if epsilon is not None and epsilon_per is not None:
+        raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
+    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
+    if whole is not None and not scheduled:
+        per_step = epsilon_per_for(whole, k, known_domain=known_domain, with_counts=with_counts)
+    return whole, per_step
