@@ -43,7 +43,7 @@ def default_state_dir(environ: dict[str, str] | None = None) -> Path:
     return Path.home() / ".local" / "share" / "dpcli"
 
 
-def validate_analyst(name: str) -> str:
+def validate_analyst(name: object) -> str:
     """Analyst names become file names: ASCII letters, digits, ``_ . -``, at most 64 characters.
 
     The whole string must match (no trailing newline, no control or other characters).

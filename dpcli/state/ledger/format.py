@@ -112,6 +112,19 @@ def dump_document(doc: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(obj).encode("ascii") + b"\n" for obj in [head, *doc["entries"]])
 
 
+def _header_line(first: bytes) -> dict[str, Any] | None:
+    """The first line as a schema-3 (or newer: refused by the caller) header line, else None (an older
+    whole-file document, or damage)."""
+    try:
+        head = json.loads(first) if first.startswith(b"{") and first.rstrip().endswith(b"}") else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(head, dict):
+        return None
+    version = head.get("schema_version")
+    return head if isinstance(version, int) and version >= 3 and "entries" not in head else None
+
+
 def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
     """Parse a ledger file (schema 3 lines, or a schema 1/2 document): the document and its complete length.
 
@@ -119,12 +132,8 @@ def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
     written, before it returned: its release was never output) and are ignored; writers cut them off.
     """
     first = raw.split(b"\n", 1)[0]
-    try:
-        head = json.loads(first) if first.startswith(b"{") and first.rstrip().endswith(b"}") else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        head = None
-    version = head.get("schema_version") if isinstance(head, dict) else None
-    if isinstance(version, int) and version >= 3 and "entries" not in head:  # (a newer one is refused by the caller)
+    head = _header_line(first)
+    if head is not None:
         complete = raw.rfind(b"\n") + 1
         try:
             entries = [json.loads(line) for line in raw[len(first) + 1 : complete].split(b"\n")[:-1]]
