@@ -39,17 +39,37 @@ from __future__ import annotations
 
 import decimal
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 
 from dpcli.core.prf import NOISE_VERSION
 
-try:  # the compiled path; absent when the machine that installed dpcli had no C compiler
-    from dpcli.core import _noise as _compiled
-except ImportError:  # pragma: no cover - exercised by DPCLI_NOISE_BACKEND=reference
-    _compiled = None
+
+class _Sampler(Protocol):
+    """What this module calls of the compiled sampler (its types: ``_noise.pyi``)."""
+
+    def set_threads(self, threads: int, min_per_thread: int = ..., /) -> int: ...
+    def set_word_limit(self, limit: int, /) -> int: ...
+    def set_margin(self, margin: float, /) -> float: ...
+    def laplace(self, key: bytes, t: int, s: int, first: int, idx: np.ndarray | None, out: np.ndarray,
+                exact: Callable[[int, int, int, int, int], bool], /) -> None: ...
+    def gaussian(self, key: bytes, t: int, p: int, q: int, first: int, idx: np.ndarray | None, out: np.ndarray,
+                 exact: Callable[[int, int, int, int, int], bool], /) -> None: ...
+
+
+def _load_compiled() -> _Sampler | None:
+    """The compiled path; None when the machine that installed dpcli had no C compiler."""
+    try:
+        from dpcli.core import _noise
+    except ImportError:  # pragma: no cover - exercised by DPCLI_NOISE_BACKEND=reference
+        return None
+    return _noise
+
+
+_compiled = _load_compiled()
 
 if _compiled is not None and os.environ.get("DPCLI_NOISE_THREADS", "").isdigit():  # default: one per CPU
     _compiled.set_threads(max(1, min(16, int(os.environ["DPCLI_NOISE_THREADS"]))))
@@ -114,7 +134,13 @@ def _rotl(x: np.ndarray, n: int) -> np.ndarray:
     return (x << _U32(n)) | (x >> _U32(32 - n))
 
 
-def chacha20_blocks(key: bytes, counter: np.ndarray, n0: np.ndarray, n1: np.ndarray, n2: np.ndarray) -> np.ndarray:
+#: One ChaCha20 double round: four column rounds, then four diagonal rounds (RFC 8439, 2.3).
+_DOUBLE_ROUND = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+                 (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))
+
+
+def chacha20_blocks(key: bytes, counter: np.ndarray | int, n0: np.ndarray | int, n1: np.ndarray | int,
+                    n2: np.ndarray | int) -> np.ndarray:
     """RFC 8439 ChaCha20 blocks as (m, 16) uint32 words, one per element of the (broadcast) inputs."""
     counter, n0, n1, n2 = np.broadcast_arrays(*(np.asarray(a, dtype=_U32) for a in (counter, n0, n1, n2)))
     m = counter.size
@@ -136,9 +162,10 @@ def chacha20_blocks(key: bytes, counter: np.ndarray, n0: np.ndarray, n1: np.ndar
         x[b] = _rotl(x[b] ^ x[c], 7)
 
     for _ in range(10):
-        qr(0, 4, 8, 12), qr(1, 5, 9, 13), qr(2, 6, 10, 14), qr(3, 7, 11, 15)
-        qr(0, 5, 10, 15), qr(1, 6, 11, 12), qr(2, 7, 8, 13), qr(3, 4, 9, 14)
-    return (np.stack(x) + s).T.copy()
+        for a, b, c, d in _DOUBLE_ROUND:
+            qr(a, b, c, d)
+    blocks: np.ndarray = (np.stack(x) + s).T.copy()
+    return blocks
 
 
 def _nonce(j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +226,8 @@ class _Words:
             self.block[s] = chacha20_blocks(self.key, self.blocks[s], self.n0[s], self.n1[s], 0)
             self.blocks[s] += 1
         self.pos[sel] = pos + 1
-        return self.block[sel, pos & 15].astype(np.uint64)
+        words: np.ndarray = self.block[sel, pos & 15].astype(np.uint64)
+        return words
 
 
 def _uniform_below(w: _Words, sel: np.ndarray, m: int) -> np.ndarray:
@@ -323,7 +351,7 @@ def _gaussian(w: _Words, sel: np.ndarray, t: int, p: int, q: int) -> np.ndarray:
     return out
 
 
-def _indices(key: bytes, idx: np.ndarray | range) -> tuple[int, np.ndarray | None, int]:
+def _indices(key: bytes, idx: np.ndarray | range | Sequence[int]) -> tuple[int, np.ndarray | None, int]:
     """(first, index array or None for a step-1 range, count) of the samples asked for.
 
     Every index is an integer in [0, 2^64): the nonce holds 64 bits, so a larger index (or a
@@ -335,40 +363,51 @@ def _indices(key: bytes, idx: np.ndarray | range) -> tuple[int, np.ndarray | Non
             raise ValueError("a range of sample indices must have step 1 and lie in [0, 2^64)")
         return idx.start, None, len(idx)
     raw = idx if isinstance(idx, np.ndarray) else np.asarray(idx if len(idx) else [], dtype=object)
-    if raw.dtype.kind == "O":  # Python ints: checked exactly
-        if not all(isinstance(v, (int, np.integer)) and 0 <= v < 1 << 64 for v in raw.ravel()):
-            raise ValueError("sample indices must be integers in [0, 2^64)")
-    elif raw.dtype.kind not in "ui" or (raw.dtype.kind == "i" and raw.size and int(raw.min()) < 0):
+    if not _valid_indices(raw):
         raise ValueError("sample indices must be integers in [0, 2^64)")
     arr = np.ascontiguousarray(raw, dtype=np.uint64)
     return 0, arr, arr.size
+
+
+def _valid_indices(raw: np.ndarray) -> bool:
+    """Are these integers in [0, 2^64)? Python ints (object arrays) are checked exactly."""
+    if raw.dtype.kind == "O":
+        return all(isinstance(v, (int, np.integer)) and 0 <= v < 1 << 64 for v in raw.ravel())
+    return not (raw.dtype.kind not in "ui" or (raw.dtype.kind == "i" and raw.size and int(raw.min()) < 0))
+
+
+def _built() -> _Sampler:
+    assert _compiled is not None, "the compiled sampler was not built"  # BACKEND is compiled only if it was
+    return _compiled
 
 
 def _exact(key: bytes) -> Callable[[int, int, int, int, int], bool]:
     return lambda j, i, u, num, den: exact_less(key, j, i, u, num, den)
 
 
-def laplace(key: bytes, t: int, s: int, idx: np.ndarray | range, backend: str | None = None) -> np.ndarray:
+def laplace(key: bytes, t: int, s: int, idx: np.ndarray | range | Sequence[int],
+            backend: str | None = None) -> np.ndarray:
     """Discrete Laplace samples with scale t/s (1 ≤ t ≤ 2^44, s ≥ 1) for the sample indices ``idx``, as int64."""
     first, arr, n = _indices(key, idx)
     if not (1 <= t <= 1 << 44 and s >= 1):
         raise ValueError("need 1 ≤ t ≤ 2^44 and s ≥ 1")
     if (backend or BACKEND) == "compiled":
         out = np.empty(n, dtype=np.int64)
-        _compiled.laplace(key, t, s, first, arr, out, _exact(key))
+        _built().laplace(key, t, s, first, arr, out, _exact(key))
         return out
     j = np.arange(first, first + n, dtype=np.uint64) if arr is None else arr
     return _laplace(_Words(key, j), np.arange(n), t, s)
 
 
-def gaussian(key: bytes, t: int, p: int, q: int, idx: np.ndarray | range, backend: str | None = None) -> np.ndarray:
+def gaussian(key: bytes, t: int, p: int, q: int, idx: np.ndarray | range | Sequence[int],
+             backend: str | None = None) -> np.ndarray:
     """Discrete Gaussian samples with σ² = t·p/q (proposal scale 1 ≤ t ≤ 2^44) for the sample indices ``idx``."""
     first, arr, n = _indices(key, idx)
     if not (1 <= t <= 1 << 44 and p >= 1 and q >= 1 and 2 * t * p * q < 1 << 62):
         raise ValueError("need 1 ≤ t ≤ 2^44, p ≥ 1, q ≥ 1 and 2tpq < 2^62")
     if (backend or BACKEND) == "compiled":
         out = np.empty(n, dtype=np.int64)
-        _compiled.gaussian(key, t, p, q, first, arr, out, _exact(key))
+        _built().gaussian(key, t, p, q, first, arr, out, _exact(key))
         return out
     j = np.arange(first, first + n, dtype=np.uint64) if arr is None else arr
     return _gaussian(_Words(key, j), np.arange(n), t, p, q)

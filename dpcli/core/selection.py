@@ -170,7 +170,7 @@ def _bernoulli_from_bounds(stream: KeyedStream, prop: np.ndarray, bounds: tuple[
     f_lo, f_hi = f_lo_all[prop], f_hi_all[prop]
     w = stream.uint64(prop.size)
     uf = w.astype(np.float64) * _TWO_M64
-    accept = (uf + _TWO_M64) * (1.0 + 2.0**-50) < f_lo
+    accept: np.ndarray = (uf + _TWO_M64) * (1.0 + 2.0**-50) < f_lo
     unsure = ~accept & ~(uf * (1.0 - 2.0**-50) > f_hi)
     for i in np.flatnonzero(unsure):
         j = prop[i]

@@ -132,4 +132,5 @@ def selection_thresholds(sigma2: float, n: int, beta: float, horizon: int) -> np
     Gaussian inverse CDF, exact for continuous noise; the sub-Gaussian bound is
     the rigorous counterpart for the exact discrete noise used here.)
     """
-    return np.sqrt(prefix_variances(sigma2, n)) * math.sqrt(2.0 * math.log(horizon / beta))
+    thresholds: np.ndarray = np.sqrt(prefix_variances(sigma2, n)) * math.sqrt(2.0 * math.log(horizon / beta))
+    return thresholds
