@@ -363,7 +363,8 @@ def _entities(blocks: pl.DataFrame, spec: Spec, level: Level) -> pl.DataFrame:
     if geo.prefix is not None:
         ids = blocks.select(pl.col("block").str.slice(0, geo.prefix).alias("geo_id"))
     else:
-        ids = blocks.select(pl.col(geo.column).alias("geo_id")).filter(  # type: ignore[arg-type]
+        assert geo.column is not None  # a geography level has a prefix or a column (tabulate_spec)
+        ids = blocks.select(pl.col(geo.column).alias("geo_id")).filter(
             pl.col("geo_id").is_not_null() & (pl.col("geo_id") != "")
         )
     return ids.unique().sort("geo_id")

@@ -227,7 +227,7 @@ class RdpAccountant(Accountant):
             return float("inf"), target
         if not any(spend.rdp_curve):
             return 0.0, float(spend.delta)
-        eps, _ = acc.rdp_to_approx(spend.rdp_curve, room)  # type: ignore[arg-type]
+        eps, _ = acc.rdp_to_approx(spend.rdp_curve, room)
         return eps, target
 
     def remaining(self, spent: Spend) -> dict[str, str]:

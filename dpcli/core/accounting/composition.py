@@ -219,7 +219,8 @@ def _largest_fitting(fits: Callable[[float], bool], lo: float, hi: float) -> flo
     return best
 
 
-def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray | None = None) -> tuple[float, float]:
+def rdp_to_approx(curve: np.ndarray | Sequence[float], delta: float,
+                  orders: np.ndarray | None = None) -> tuple[float, float]:
     """Convert an RDP curve ε(α) to (ε, δ)-DP by SafeTab eq. 6; returns (ε rounded up, best α).
 
     Infinite curve values (an order whose RDP overflowed) are skipped; an all-infinite curve gives ε = ∞.
