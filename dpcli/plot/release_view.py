@@ -149,7 +149,7 @@ def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = N
     summary = summary or {}
     if all(c in cols for c in _TABULATE):
         return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
-    values = tuple(c for c in cols if _AGGREGATE.match(c) and not c.endswith("_moe95"))
+    values = _released_values(cols)
     if not values:
         raise DataError(f"{name!r} has no column dpcli releases (count, count_units, sum_…, mean_…): "
                         "is it a dpcli release?")
@@ -157,6 +157,11 @@ def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = N
         return ReleaseView("stream-replay", table, _keys(cols, values, _STREAM), values, name, summary)
     kind: Kind = "topk" if "rank" in cols else "histogram"
     return ReleaseView(kind, table, _keys(cols, values, ("rank",)), values, name, summary)
+
+
+def _released_values(cols: list[str]) -> tuple[str, ...]:
+    """The released aggregate columns (count, count_units, sum_…, mean_…, …), their margins aside."""
+    return tuple(c for c in cols if _AGGREGATE.match(c) and not c.endswith("_moe95"))
 
 
 def _keys(cols: list[str], values: tuple[str, ...], other: tuple[str, ...]) -> tuple[str, ...]:
