@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +48,13 @@ demo: $(STAMP)
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --call-budget 30 --delta-per 1e-10 --delta-prime 1e-9
 	@echo "--- done. dpcli is installed in .venv: run '. .venv/bin/activate' to use it here, or 'make install' to put it on your PATH"
 
-test: $(STAMP)
+# Lint and types first (about a second each with their caches, .ruff_cache and .mypy_cache), then the tests.
+test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -m "not audit and not spark and not deployment"
+
+lint: $(STAMP)
+	$(BIN)/ruff check --quiet dpcli scripts bench
+	$(BIN)/mypy dpcli
 
 # --engine spark on a real local Spark, a standalone cluster and a Spark Connect server (all on
 # 127.0.0.1, started by the tests): installs the spark and spark-connect extras into .venv.
@@ -140,4 +145,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .demo-state .demo-out .pytest_cache
+	rm -rf $(VENV) .venv-peers .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -53,10 +53,10 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).parent))
-import synthetic  # noqa: E402
+import synthetic
 
-from dpcli.core.accounting import composition as acc  # noqa: E402
-from dpcli.tasks import stream_replay as sr  # noqa: E402
+from dpcli.core.accounting import composition as acc
+from dpcli.tasks import stream_replay as sr
 
 EPS, DELTA, C, SPAN = 6.0, 1e-9, 32, 100_000
 
@@ -76,7 +76,7 @@ def rr_composition_delta(eps0: float, k: int, eps: float) -> float:
     Σ_l C(k,l)·max(0, e^{(k−l)ε0} − e^{ε+lε0}) / (1 + e^{ε0})^k, summed in log space."""
     log_norm = k * math.log1p(math.exp(eps0))
     total = 0.0
-    for l in range(k + 1):
+    for l in range(k + 1):  # noqa: E741 (the l of the formula above)
         a, b = (k - l) * eps0, eps + l * eps0
         if a <= b:
             break

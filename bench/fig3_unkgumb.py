@@ -86,7 +86,7 @@ def main() -> None:
     xs = [float(e) for e in EPSILONS]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for dbar in dbars:
-        lo, mean, hi = (np.array(c) for c in zip(*table[dbar]))
+        lo, mean, hi = (np.array(c) for c in zip(*table[dbar], strict=True))
         ax.plot(xs, mean, marker="o", label=f"d̄ = {dbar}")
         ax.fill_between(xs, lo, hi, alpha=0.2)
     ax.set_xlabel("ε_per")

@@ -24,8 +24,9 @@ def run(every, triggers, C, eps, mu=0, window=86400):
         sel = orig(self, slots, t)
         new = self.round_start[slots] == t
         nodes = sum(tree._level_sizes(q.triggers - t + 1))
-        k = int(new.sum()); r = int((new & sel).sum())
-        drawn += k * nodes; needed += (k - r) * nodes + r
+        k, r = int(new.sum()), int((new & sel).sum())
+        drawn += k * nodes
+        needed += (k - r) * nodes + r
         return sel
     sr.WindowRun._check_selection = counting
     ev = sr.prepare_events(pl.scan_parquet(sys.argv[1]), q, 10**9)

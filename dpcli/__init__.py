@@ -19,7 +19,7 @@ See ARCHITECTURE.md for the modules behind them.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
@@ -38,7 +38,21 @@ _EXPORTS = {
     "DpcliError": "dpcli.errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [  # the names of _EXPORTS, spelled out for static tools
+    "DpcliError", "HistogramQuery", "Limits", "PrivacyEvent", "Release", "TopKQuery", "__version__",
+    "accountant_for", "init_ledger", "open_input", "read_ledger", "release_histogram",
+]
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers (nothing is imported at run time)
+    from dpcli.core.accounting.accountants import accountant_for
+    from dpcli.core.accounting.budget import Limits
+    from dpcli.core.events import PrivacyEvent
+    from dpcli.errors import DpcliError
+    from dpcli.io.inputs import open_input
+    from dpcli.release import Release, release_histogram
+    from dpcli.state.ledger import init_ledger, read_ledger
+    from dpcli.tasks.histogram import HistogramQuery
+    from dpcli.tasks.topk import TopKQuery
 
 
 def __getattr__(name: str) -> Any:

@@ -39,7 +39,7 @@ from dpcli.errors import UsageError
 from dpcli.io.beneath import SWAPPED, Escape, open_dir_below
 
 if TYPE_CHECKING:
-    from dpcli.catalog import Catalog
+    from dpcli.catalog import Catalog, Entry
 
 #: Environment variables that configure dpcli; in service mode every one of them is refused.
 ENV_PREFIXES = ("DPCLI_", "_DPCLI_")
@@ -127,15 +127,8 @@ def whoami(source: IdentitySource | None = None) -> Caller:
     process that does not own a service state directory.
     """
     src = source or SOURCE
-    euid, uid, env = src.euid(), src.uid(), src.environ()
-    invoker: int | None = None
-    invoker_name: str | None = None
-    if uid != euid:
-        invoker = uid
-        invoker_name = src.user_name(uid)
-    elif env.get("SUDO_UID", "").isdigit() and int(env["SUDO_UID"]) != euid:
-        invoker = int(env["SUDO_UID"])
-        invoker_name = env.get("SUDO_USER") or src.user_name(invoker)
+    euid, uid = src.euid(), src.uid()
+    invoker, invoker_name = _invoker(src, uid, euid)
     if invoker is not None:
         directory = service_state_dir(src, euid)
         if _owned_dir(directory, euid):
@@ -147,6 +140,18 @@ def whoami(source: IdentitySource | None = None) -> Caller:
                              "of its own (not set up, or moved away); ask the operator")
     name = src.user_name(uid) or str(uid)
     return Caller(name, False, root=uid == 0)
+
+
+def _invoker(src: IdentitySource, uid: int, euid: int) -> tuple[int | None, str | None]:
+    """The user this process runs on behalf of (uid and name), if any: the real user of a
+    set-user-id process, or sudo's invoker (``SUDO_UID``, named by ``SUDO_USER``)."""
+    if uid != euid:
+        return uid, src.user_name(uid)
+    env = src.environ()
+    if env.get("SUDO_UID", "").isdigit() and int(env["SUDO_UID"]) != euid:
+        invoker = int(env["SUDO_UID"])
+        return invoker, env.get("SUDO_USER") or src.user_name(invoker)
+    return None, None
 
 
 def service_refusals(caller: Caller, state_dir_option: bool, analyst_option: bool,
@@ -180,6 +185,12 @@ class Source:
     compression: str | None = None
     privacy_unit: str | None = None
     entry: dict[str, object] | None = None
+
+    @property
+    def unit(self) -> str:
+        """The privacy unit column of a data input (:func:`dpcli.cli._sources.data_source` settles it)."""
+        assert self.privacy_unit is not None, self.name
+        return self.privacy_unit
 
 
 @dataclass
@@ -255,14 +266,14 @@ class Gate:
             return Source(argument, argument)
         return self._resolved(argument, entry)
 
-    def _entry(self, section: str, argument: str, option: str | None = None) -> dict[str, object] | None:
+    def _entry(self, section: str, argument: str, option: str | None = None) -> Entry | None:
         """The catalog entry ``argument`` names in ``section`` (if the caller may use it); None for a
         path in personal mode; refused in service mode when it is no such name."""
-        catalog = self.catalog if not self.restricted else self.require_catalog()
-        entry = catalog.entry(section, argument) if catalog is not None else None
-        if entry is not None and self.restricted and not catalog.allows(entry, self.analyst):  # type: ignore[union-attr]
-            entry = None
-        if entry is None and self.restricted:
+        if not self.restricted:
+            return self.catalog.entry(section, argument) if self.catalog is not None else None
+        catalog = self.require_catalog()
+        entry = catalog.entry(section, argument)
+        if entry is None or not catalog.allows(entry, self.analyst):
             what = "dataset" if section == "datasets" else "public list"
             named = f"{argument!r}" if _is_name(argument) else "the path given"  # a path is not echoed
             where = f"{option} " if option else ""
@@ -270,13 +281,12 @@ class Gate:
                              "(in service mode inputs are named, never given as paths; see: dpcli catalog show)")
         return entry
 
-    def _resolved(self, name: str, entry: dict[str, object]) -> Source:
-        location = str(entry["location"])
+    def _resolved(self, name: str, entry: Entry) -> Source:
+        location = entry["location"]
         self.readable.add(location)
-        unit = entry.get("privacy_unit")
         shaping = {k: v for k, v in entry.items() if k not in ("analysts", "description")}  # what enters the seed
-        return Source(name, location, _text(entry.get("format")), _text(entry.get("delimiter")),
-                      _text(entry.get("compression")), _text(unit), {"name": name, **shaping})
+        return Source(name, location, entry.get("format"), entry.get("delimiter"), entry.get("compression"),
+                      entry.get("privacy_unit"), {"name": name, **shaping})
 
     def check_read(self, path: str | Source, what: str) -> None:
         """May dpcli read ``path``? (Asked by :meth:`open`, and before a dataset directory is listed.)
@@ -288,8 +298,7 @@ class Gate:
         opened here (dpcli lists those files itself). Refused before anything is opened.
         """
         if self.restricted:
-            resolved = isinstance(path, Source) and path.entry is not None and path.location in self.readable
-            if not (resolved or (isinstance(path, str) and path in self.releases)):
+            if not self._may_read(path):
                 raise UsageError(f"{what}: dpcli opens no path for an analyst in service mode (name a catalog entry)")
             return
         location = path.location if isinstance(path, Source) else path
@@ -298,6 +307,12 @@ class Gate:
 
             raise InputMissingError(f"{what} {_shown(path)!r} lies in the state directory: dpcli never reads its own "
                                     "state as an input")
+
+    def _may_read(self, path: str | Source) -> bool:
+        """Service mode: a :class:`Source` this gate resolved from the catalog, or a release let through."""
+        if isinstance(path, Source):
+            return path.entry is not None and path.location in self.readable
+        return path in self.releases
 
     def open(self, path: str | Source, what: str, flags: int) -> int:
         """Open ``path`` for reading once :meth:`check_read` allows it; ``OSError`` as the OS raises it.
@@ -400,8 +415,7 @@ class Gate:
         entry = catalog.entry("spark", master)
         if entry is None or not catalog.allows(entry, self.analyst):
             raise UsageError(f"--master {master!r} is not a Spark endpoint of the catalog you may use")
-        conf_list = [str(c) for c in entry.get("conf", []) or []]  # type: ignore[attr-defined]
-        return _text(entry.get("master")), _text(entry.get("remote")), conf_list
+        return entry.get("master"), entry.get("remote"), list(entry.get("conf", []))
 
     def stream_state(self, argument: str) -> Path:
         """``--state``: a path in personal mode; in service mode a NAME, kept in the state directory
@@ -440,10 +454,6 @@ def _is_name(text: str) -> bool:
     except UsageError:
         return False
     return True
-
-
-def _text(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 def inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:

@@ -97,6 +97,17 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     notes: list[Note] = []
     if table.height == 0 and query.domain != "keys":
         notes.append(empty_release("groups"))
+    notes += _mostly_noise_columns(query, plan, table)
+    defaulted = set(defaulted)
+    counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
+    notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
+                          "max_partitions" in defaulted)
+    return notes
+
+
+def _mostly_noise_columns(query: Any, plan: Any, table: Any) -> list[Note]:
+    """A note for each count or sum column whose values are mostly within their noise's margin."""
+    notes = []
     granularity = float(query.grid.granularity) if query.value is not None and query.grid is not None else 1.0
     columns = {"count": ("rows", 1.0), "count_units": ("units", 1.0), f"sum_{query.value}": ("sum", granularity)}
     for column, (name, scale) in columns.items():
@@ -105,10 +116,6 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
             note = mostly_noise(column, table[column].to_list(), measurement.noise.margin95() * scale)
             if note:
                 notes.append(note)
-    defaulted = set(defaulted)
-    counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
-    notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
-                          "max_partitions" in defaulted)
     return notes
 
 

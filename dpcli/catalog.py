@@ -40,7 +40,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Required, TypedDict
 
 from dpcli.errors import StateError, UsageError
 from dpcli.state.paths import validate_analyst
@@ -59,20 +59,42 @@ _ENTRY_KEYS = {
 }
 
 
+class Entry(TypedDict, total=False):
+    """A checked entry of ``datasets``, ``public`` or ``spark`` (the keys of its section, ``_ENTRY_KEYS``)."""
+
+    analysts: Required[list[str]]
+    description: str
+    location: str  # datasets, public
+    privacy_unit: str  # datasets
+    format: str
+    delimiter: str
+    compression: str
+    master: str  # spark: one of master and remote
+    remote: str
+    conf: list[str]
+
+
+class OutputEntry(TypedDict):
+    """A checked ``[[outputs]]`` table."""
+
+    directory: str
+    analysts: list[str]
+
+
 @dataclass(frozen=True)
 class Catalog:
     """A checked catalog: operators, named entries per section, and output directories."""
 
     operators: tuple[str, ...]
-    sections: dict[str, dict[str, dict[str, Any]]]
-    outputs: tuple[dict[str, Any], ...]
+    sections: dict[str, dict[str, Entry]]
+    outputs: tuple[OutputEntry, ...]
 
-    def entry(self, section: str, name: str) -> dict[str, Any] | None:
+    def entry(self, section: str, name: str) -> Entry | None:
         """The entry ``name`` of ``section`` (None if there is none)."""
         return self.sections.get(section, {}).get(name)
 
     @staticmethod
-    def allows(entry: dict[str, Any], analyst: str) -> bool:
+    def allows(entry: Entry | OutputEntry, analyst: str) -> bool:
         """May ``analyst`` use ``entry``?"""
         users = entry.get("analysts", [])
         return "*" in users or analyst in users
@@ -127,43 +149,56 @@ def _one_char(value: Any, where: str) -> str:
     return value
 
 
-def _entry(section: str, name: str, raw: Any) -> dict[str, Any]:
+def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
+    if value not in choices:
+        raise _err(where, f"must be one of {', '.join(choices)}")
+    return str(value)
+
+
+def _entry(section: str, name: str, raw: Any) -> Entry:
+    """One named entry of ``section``, checked key by key in a fixed order (the first error wins)."""
     where = f"{section}.{name}"
     if not isinstance(raw, dict):
         raise _err(where, "must be a table")
     unknown = sorted(set(raw) - _ENTRY_KEYS[section])
     if unknown:
         raise _err(where, f"unknown key {unknown[0]!r} (expected: {', '.join(sorted(_ENTRY_KEYS[section]))})")
-    out: dict[str, Any] = {"analysts": _names(raw.get("analysts", []), f"{where}.analysts")}
+    out: Entry = {"analysts": _names(raw.get("analysts", []), f"{where}.analysts")}
     if isinstance(raw.get("description"), str):
         out["description"] = raw["description"]
     if section == "spark":
-        if ("master" in raw) == ("remote" in raw):
-            raise _err(where, "give exactly one of master (local[N], spark://…) or remote (sc://HOST:PORT)")
-        for key in ("master", "remote"):
-            if key in raw:
-                if not isinstance(raw[key], str) or not raw[key]:
-                    raise _err(f"{where}.{key}", "must be text")
-                out[key] = raw[key]
-        conf = raw.get("conf", [])
-        if not isinstance(conf, list) or not all(isinstance(c, str) and "=" in c for c in conf):
-            raise _err(f"{where}.conf", "must be a list of KEY=VALUE settings")
-        out["conf"] = list(conf)
-        return out
+        _spark_entry(raw, where, out)
+    else:
+        _file_entry(section, raw, where, out)
+    return out
+
+
+def _spark_entry(raw: dict[str, Any], where: str, out: Entry) -> None:
+    """A Spark endpoint's keys into ``out``: exactly one of master and remote, and its settings."""
+    if ("master" in raw) == ("remote" in raw):
+        raise _err(where, "give exactly one of master (local[N], spark://…) or remote (sc://HOST:PORT)")
+    for key in ("master", "remote"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key]:
+                raise _err(f"{where}.{key}", "must be text")
+            out[key] = raw[key]
+    conf = raw.get("conf", [])
+    if not isinstance(conf, list) or not all(isinstance(c, str) and "=" in c for c in conf):
+        raise _err(f"{where}.conf", "must be a list of KEY=VALUE settings")
+    out["conf"] = list(conf)
+
+
+def _file_entry(section: str, raw: dict[str, Any], where: str, out: Entry) -> None:
+    """A dataset's or public list's keys into ``out``: where it lies, how it is read, its privacy unit."""
     out["location"] = _location(raw.get("location"), f"{where}.location")
     if "format" in raw:
-        if raw["format"] not in _FORMATS:
-            raise _err(f"{where}.format", f"must be one of {', '.join(_FORMATS)}")
-        out["format"] = raw["format"]
+        out["format"] = _choice(raw["format"], _FORMATS, f"{where}.format")
     if "delimiter" in raw:
         out["delimiter"] = _one_char(raw["delimiter"], f"{where}.delimiter")
     if "compression" in raw:
-        if raw["compression"] not in _COMPRESSIONS:
-            raise _err(f"{where}.compression", f"must be one of {', '.join(_COMPRESSIONS)}")
-        out["compression"] = raw["compression"]
+        out["compression"] = _choice(raw["compression"], _COMPRESSIONS, f"{where}.compression")
     if section == "datasets":
         out["privacy_unit"] = _unit(raw.get("privacy_unit"), f"{where}.privacy_unit")
-    return out
 
 
 def _unit(value: Any, where: str) -> str:
@@ -183,30 +218,33 @@ def parse_catalog(raw: dict[str, Any]) -> Catalog:
     if unknown:
         raise _err(unknown[0], "unknown section (expected: operators, datasets, public, spark, outputs)")
     operators = tuple(_names(raw.get("operators", []), "operators", star=False))
-    sections: dict[str, dict[str, dict[str, Any]]] = {}
-    for section in SECTIONS:
-        table = raw.get(section, {})
-        if not isinstance(table, dict):
-            raise _err(section, "must be a table of named entries")
-        for name in table:
-            try:
-                validate_analyst(name)
-            except UsageError:
-                raise _err(f"{section}.{name}", "names use letters, digits, '_', '.' or '-'") from None
-        sections[section] = {name: _entry(section, name, table[name]) for name in sorted(table)}
+    sections = {section: _section(section, raw.get(section, {})) for section in SECTIONS}
     outputs = raw.get("outputs", [])
     if not isinstance(outputs, list):
         raise _err("outputs", "must be an array of tables ([[outputs]])")
-    checked = []
-    for i, out in enumerate(outputs):
-        where = f"outputs[{i}]"
-        if not isinstance(out, dict) or set(out) - {"directory", "analysts"}:
-            raise _err(where, "holds directory and analysts")
-        directory = _location(out.get("directory"), f"{where}.directory")
-        if "://" in directory:
-            raise _err(f"{where}.directory", "must be a local directory")
-        checked.append({"directory": directory, "analysts": _names(out.get("analysts", []), f"{where}.analysts")})
-    return Catalog(operators, sections, tuple(checked))
+    return Catalog(operators, sections, tuple(_output(f"outputs[{i}]", out) for i, out in enumerate(outputs)))
+
+
+def _section(section: str, table: Any) -> dict[str, Entry]:
+    """The named entries of one section: every name checked first, then the entries in name order."""
+    if not isinstance(table, dict):
+        raise _err(section, "must be a table of named entries")
+    for name in table:
+        try:
+            validate_analyst(name)
+        except UsageError:
+            raise _err(f"{section}.{name}", "names use letters, digits, '_', '.' or '-'") from None
+    return {name: _entry(section, name, table[name]) for name in sorted(table)}
+
+
+def _output(where: str, out: Any) -> OutputEntry:
+    """One ``[[outputs]]`` table: a local directory and the analysts who may write there."""
+    if not isinstance(out, dict) or set(out) - {"directory", "analysts"}:
+        raise _err(where, "holds directory and analysts")
+    directory = _location(out.get("directory"), f"{where}.directory")
+    if "://" in directory:
+        raise _err(f"{where}.directory", "must be a local directory")
+    return {"directory": directory, "analysts": _names(out.get("analysts", []), f"{where}.analysts")}
 
 
 def check_outputs(catalog: Catalog, state_dir: Path) -> None:

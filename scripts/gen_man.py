@@ -18,7 +18,8 @@ from dpcli.errors import ExitCode
 
 _EXIT_MEANING = {
     ExitCode.OK: "success",
-    ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; nothing charged)",
+    ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; "
+                       "nothing charged)",
     ExitCode.USAGE: "usage error: bad option or argument, or (service mode) a path or verb the caller may not use",
     ExitCode.DATA: "bad input data (missing column, wrong type, unparsable or empty input); bad records are dropped, "
                    "never an error",
@@ -66,6 +67,21 @@ def _examples(path: list[str]) -> list[str]:
     return [ln for cmd in commands if (cmd[0] + " ").startswith(wanted) for ln in cmd]
 
 
+def _option(p, argument_name: str | None) -> list[str]:
+    """One option's (or argument's) entry: its spellings, its help, and its environment variable,
+    default and whether it is required."""
+    opts = argument_name or ", ".join(list(p.opts) + list(getattr(p, "secondary_opts", [])))
+    help_text = (getattr(p, "help", None) or "").strip()
+    extra = []
+    if getattr(p, "envvar", None):
+        extra.append(f"env: {p.envvar}")
+    if p.default not in (None, False, 0, "", ()) and not callable(p.default):
+        extra.append(f"default: {p.default}")
+    if p.required:
+        extra.append("required")
+    return [".TP", f".B {_esc(opts)}", _esc(help_text + (f" [{'; '.join(extra)}]" if extra else ""))]
+
+
 def _page(path: list[str], cmd, parents_params) -> str:
     name = "-".join(path)
     summary = (cmd.help or "").strip().splitlines()[0] if cmd.help else ""
@@ -86,20 +102,7 @@ def _page(path: list[str], cmd, parents_params) -> str:
     if params:
         out.append(".SH OPTIONS")
         for p in params:
-            opts = ", ".join(list(p.opts) + list(getattr(p, "secondary_opts", [])))
-            if args and p in args:
-                opts = p.name.upper()
-            out.append(".TP")
-            out.append(f".B {_esc(opts)}")
-            help_text = (getattr(p, "help", None) or "").strip()
-            extra = []
-            if getattr(p, "envvar", None):
-                extra.append(f"env: {p.envvar}")
-            if p.default not in (None, False, 0, "", ()) and not callable(p.default):
-                extra.append(f"default: {p.default}")
-            if p.required:
-                extra.append("required")
-            out.append(_esc(help_text + (f" [{'; '.join(extra)}]" if extra else "")))
+            out += _option(p, p.name.upper() if args and p in args else None)
     if subs:
         out.append(".SH COMMANDS")
         for sub_name, sub in sorted(subs.items()):
@@ -123,7 +126,7 @@ def render_all() -> dict[str, str]:
     def walk(path: list[str], cmd) -> None:
         pages["-".join(path) + ".1"] = _page(path, cmd, [])
         for sub_name, sub in sorted((getattr(cmd, "commands", {}) or {}).items()):
-            walk(path + [sub_name], sub)
+            walk([*path, sub_name], sub)
 
     walk(["dpcli"], typer.main.get_command(app))
     return pages

@@ -59,7 +59,7 @@ def persons(out_dir: Path, n: int = 200_000) -> None:
     majors = rng.choice(6, size=(n, 3), p=major_w)
     detail = rng.choice(10, size=(n, 3), p=np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05, 0.03, 0.02, 0.01]))
     codes = (majors + 1) * 1000 + detail * 100 + rng.integers(0, 100, size=(n, 3))
-    race = [";".join(str(c) for c in row[:k]) for row, k in zip(codes.tolist(), n_codes.tolist())]
+    race = [";".join(str(c) for c in row[:k]) for row, k in zip(codes.tolist(), n_codes.tolist(), strict=True)]
     df = pl.DataFrame(
         {
             "block_id": np.array(blocks)[rng.choice(len(blocks), size=n, p=block_w / block_w.sum())],

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 
 def main(path: str) -> None:
     table = pq.read_table(path, columns=["user_id", "key"])
-    rows = zip(table.column("user_id").to_pylist(), table.column("key").to_pylist())
+    rows = zip(table.column("user_id").to_pylist(), table.column("key").to_pylist(), strict=True)
     accountant = pipeline_dp.NaiveBudgetAccountant(total_epsilon=1.0, total_delta=1e-9)
     engine = pipeline_dp.DPEngine(accountant, pipeline_dp.LocalBackend())
     params = pipeline_dp.AggregateParams(

@@ -58,12 +58,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import polars as pl
-import polars_hash  # noqa: F401  (registers the ``nchash`` expression namespace)
+from polars_hash import NonCryptographicHashingNameSpace as _nchash  # (also registers the ``nchash`` namespace)
 
 from dpcli.errors import DataError, type_text
+
+if TYPE_CHECKING:
+    from polars.datatypes import DataTypeClass  # a dtype may be given as its class (pl.Int64)
 
 SCHEME = "dpcli-order-v3"
 #: XXH64's seed in every word and step: the seed of Spark's ``xxhash64``.
@@ -72,7 +75,7 @@ _MASK = (1 << 64) - 1
 _P1, _P2, _P3, _P4, _P5 = (0x9E3779B185EBCA87, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x85EBCA77C2B2AE63,
                            0x27D4EB2F165667C5)
 _EPOCH_DATE = dt.date(1970, 1, 1)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _word_of(text: str) -> int:
@@ -154,7 +157,7 @@ def reference_word(value: Any) -> int:
     if isinstance(value, str):
         return xxh64(value.encode())
     if isinstance(value, dt.datetime):
-        when = value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+        when = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
         delta = when - _EPOCH
         return ((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds) & _MASK
     if isinstance(value, dt.date):
@@ -173,7 +176,7 @@ def reference_order_key(values: Sequence[Any], salt: int, purpose: str) -> int:
 
 
 #: How each purpose's ranking treats equal keys (see "Ties" above): polars' ``rank`` method.
-TIES = {"rows": "ordinal", "groups": "max"}
+TIES: dict[str, Literal["ordinal", "max"]] = {"rows": "ordinal", "groups": "max"}
 
 
 def reference_keep(keys: Sequence[int], cap: int, purpose: str) -> list[bool]:
@@ -191,11 +194,11 @@ def _u64(value: int) -> pl.Expr:
     return pl.lit(value & _MASK, dtype=pl.UInt64)
 
 
-def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
+def field_word(column: str, dtype: pl.DataType | DataTypeClass) -> pl.Expr:
     """The word of one column (see the module's table), UInt64, never null."""
     col = pl.col(column)
     if dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)):
-        word = col.cast(pl.String).nchash.xxhash64(seed=SEED)
+        word = _nchash(col.cast(pl.String)).xxhash64(seed=SEED)
     elif dtype in (pl.Int128, pl.UInt128):
         # Literals of the column's own type: a mixed comparison would cast the column to a common
         # type, which fails on some values (an error that would depend on the data).
@@ -203,7 +206,7 @@ def field_word(column: str, dtype: pl.DataType) -> pl.Expr:
         if dtype == pl.Int128:
             fits = fits & (col >= pl.lit(-(1 << 63), dtype=dtype))
         word = (pl.when(fits).then(col.cast(pl.UInt64, wrap_numerical=True))
-                .otherwise(col.cast(pl.String).nchash.xxhash64(seed=SEED)))
+                .otherwise(_nchash(col.cast(pl.String)).xxhash64(seed=SEED)))
     elif dtype == pl.UInt64:
         word = col
     elif dtype.is_integer():
@@ -231,7 +234,7 @@ def _rotl_expr(x: pl.Expr, r: int) -> pl.Expr:
     return x * _u64(1 << r) + x // _u64(1 << (64 - r))
 
 
-def with_order_key(lf: pl.LazyFrame, fields: Sequence[tuple[str, pl.DataType]], salt: int, purpose: str,
+def with_order_key(lf: pl.LazyFrame, fields: Sequence[tuple[str, pl.DataType | DataTypeClass]], salt: int, purpose: str,
                    name: str) -> pl.LazyFrame:
     """``lf`` with the order key of ``fields`` (Int64) in column ``name``.
 
@@ -251,7 +254,7 @@ def with_order_key(lf: pl.LazyFrame, fields: Sequence[tuple[str, pl.DataType]], 
     return lf.with_columns(h.reinterpret(signed=True).alias(name))
 
 
-def keep_first(lf: pl.LazyFrame, over: list[str], fields: Sequence[tuple[str, pl.DataType]], salt: int,
+def keep_first(lf: pl.LazyFrame, over: list[str], fields: Sequence[tuple[str, pl.DataType | DataTypeClass]], salt: int,
                purpose: str, cap: int) -> pl.LazyFrame:
     """The records of each ``over`` partition that the keyed order of ``fields`` puts among the first ``cap``.
 

@@ -10,6 +10,7 @@ rewritten, and nothing after a ``--``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 #: Root options that take a value (their value is never a command name).
 ROOT_VALUE_OPTIONS = frozenset({"--state-dir", "--analyst", "--lock-timeout"})
@@ -60,6 +61,45 @@ def _command_path(argv: Sequence[str]) -> tuple[tuple[str, ...], int]:
     return tuple(path), i
 
 
+@dataclass
+class _Rewriter:
+    """One command's old spellings, and the notes for those met so far (each once, in order)."""
+
+    renamed: dict[str, str]
+    rewritten: dict[str, Callable[[str], list[str]]]
+    values: dict[tuple[str, str], str]
+    notes: list[str] = field(default_factory=list)
+
+    def note(self, old: str, new: str) -> None:
+        line = f"dpcli: note: {old!s} is deprecated (removed in {REMOVED_IN}); use {new}"
+        if line not in self.notes:
+            self.notes.append(line)
+
+    def rewrite(self, args: list[str], i: int) -> tuple[list[str], int]:
+        """The tokens ``args[i]`` (with its value, when the old spelling takes one) becomes, and how
+        many tokens it used."""
+        tok = args[i]
+        flag, eq, inline = tok.partition("=")
+        if flag in self.renamed:
+            self.note(flag, self.renamed[flag])
+            return [self.renamed[flag] + eq + inline], 1
+        takes_value = flag in self.rewritten or flag in {opt for opt, _ in self.values}
+        if takes_value and (eq or i + 1 < len(args)):
+            return self._with_value(flag, inline if eq else args[i + 1]), 1 if eq else 2
+        return [tok], 1
+
+    def _with_value(self, flag: str, value: str) -> list[str]:
+        """``flag value`` in today's spelling: rewritten whole, or the value renamed (or kept)."""
+        if flag in self.rewritten:
+            new = self.rewritten[flag](value)
+            self.note(f"{flag} {value}", " ".join(new))
+            return new
+        if (flag, value) in self.values:
+            self.note(f"{flag} {value}", f"{flag} {self.values[(flag, value)]}")
+            value = self.values[(flag, value)]
+        return [flag, value]
+
+
 def expand_aliases(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """``argv`` with deprecated spellings replaced, and one note per spelling replaced.
 
@@ -67,43 +107,18 @@ def expand_aliases(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """
     args = list(argv)
     path, start = _command_path(args)
-    notes: list[str] = []
     out = args[:start]
-    renamed, rewritten, values = RENAMED.get(path, {}), REWRITTEN.get(path, {}), RENAMED_VALUES.get(path, {})
-
-    def note(old: str, new: str) -> None:
-        line = f"dpcli: note: {old!s} is deprecated (removed in {REMOVED_IN}); use {new}"
-        if line not in notes:
-            notes.append(line)
-
+    rewriter = _Rewriter(RENAMED.get(path, {}), REWRITTEN.get(path, {}), RENAMED_VALUES.get(path, {}))
     if path == ("tabulate",) and start < len(args) and args[start] == "plan":
-        note("'tabulate plan'", "'tabulate --dry-run'")
+        rewriter.note("'tabulate plan'", "'tabulate --dry-run'")
         out.append("--dry-run")
         start += 1
     i = start
     while i < len(args):
-        tok = args[i]
-        if tok == "--":
+        if args[i] == "--":
             out.extend(args[i:])
             break
-        flag, eq, inline = tok.partition("=")
-        if flag in renamed:
-            note(flag, renamed[flag])
-            out.append(renamed[flag] + eq + inline)
-        elif flag in rewritten and (eq or i + 1 < len(args)):
-            value = inline if eq else args[i + 1]
-            new = rewritten[flag](value)
-            note(f"{flag} {value}", " ".join(new))
-            out.extend(new)
-            i += 0 if eq else 1
-        elif flag in {opt for opt, _ in values} and (eq or i + 1 < len(args)):
-            value = inline if eq else args[i + 1]
-            if (flag, value) in values:
-                note(f"{flag} {value}", f"{flag} {values[(flag, value)]}")
-                value = values[(flag, value)]
-            out.extend([flag, value])
-            i += 0 if eq else 1
-        else:
-            out.append(tok)
-        i += 1
-    return out, notes
+        tokens, used = rewriter.rewrite(args, i)
+        out.extend(tokens)
+        i += used
+    return out, rewriter.notes

@@ -11,7 +11,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeGuard, TypeVar
 
 import typer
 
@@ -19,6 +19,7 @@ from dpcli.errors import DpcliError, ExitCode, UsageError
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
+    from dpcli.advice import Note
     from dpcli.release.path import LedgerRef
 
 
@@ -44,7 +45,18 @@ class Settings:
         return self.verbosity > 0 or sys.stderr.isatty()
 
 
-def settings(ctx: typer.Context) -> Settings:
+class CommandContext(Protocol):
+    """A command's context as it arrives: a ``typer.Context``, or the context of typer's vendored click
+    (not a ``typer.Context`` instance): anything with the root context holding the settings."""
+
+    def find_root(self) -> Any: ...
+
+
+def _is_context(value: object) -> TypeGuard[CommandContext]:
+    return callable(getattr(value, "find_root", None))
+
+
+def settings(ctx: CommandContext) -> Settings:
     obj = ctx.find_root().obj
     if isinstance(obj, Settings):
         return obj
@@ -73,7 +85,7 @@ def unit_word() -> str | None:
     return "unit" if gate().restricted else None
 
 
-def render_note(note: Any) -> str:
+def render_note(note: Note) -> str:
     """A library :class:`dpcli.advice.Note` with its field spelt as the flag."""
     return note.render(flag_for(note.field)) if note.field else note.render()
 
@@ -99,7 +111,8 @@ def emit_json(data: Any) -> None:
     typer.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def one_line(text: str) -> str:
@@ -147,7 +160,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
 def _where(exc: BaseException) -> str:
-    """The innermost frame of dpcli's own code that ``exc`` went through (``dpcli/io/inputs.py:120``), for a bug report."""
+    """The innermost frame of dpcli's own code that ``exc`` went through (``dpcli/io/inputs.py:120``), for a bug
+    report."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
     if not frames:
@@ -182,14 +196,14 @@ def safe_traceback(exc: BaseException) -> str:
     return "".join(parts)
 
 
-def handles_errors(func: F) -> F:
+def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
 
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         # typer hands commands its vendored click's Context, which is not a typer.Context
         # instance: recognise it by what it does.
-        ctx = next((a for a in (*args, *kwargs.values()) if callable(getattr(a, "find_root", None))), None)
+        ctx = next((a for a in (*args, *kwargs.values()) if _is_context(a)), None)
         verbose = ctx is not None and settings(ctx).verbosity > 0
         try:
             return func(*args, **kwargs)
@@ -203,13 +217,13 @@ def handles_errors(func: F) -> F:
         except KeyboardInterrupt:
             typer.echo("dpcli: interrupted", err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
-        except Exception as exc:  # a bug: say so, keep the one-line contract, never the foreign text
+        except Exception as exc:  # noqa: BLE001 (a bug: say so, keep the one-line contract, never the foreign text)
             if verbose:
                 sys.stderr.write(safe_traceback(exc))
             typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 def resolve_analyst(name: str | None, ctx: typer.Context) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal, overload
 
 import typer
 
@@ -69,6 +69,10 @@ POSITIVE_RANGES: dict[str, Range] = {
 }
 
 
+@overload
+def parse_number(option: str, text: str) -> Fraction: ...
+@overload
+def parse_number(option: str, text: str | None) -> Fraction | None: ...
 def parse_number(option: str, text: str | None) -> Fraction | None:
     """``text`` as an exact Fraction (decimal or n/d), or None when absent.
 
@@ -87,28 +91,42 @@ def parse_number(option: str, text: str | None) -> Fraction | None:
     return value
 
 
+@overload
+def positive(option: str, text: str, required: bool = False, limits: Range | None = None) -> Fraction: ...
+@overload
+def positive(option: str, text: str | None, required: Literal[True], limits: Range | None = None) -> Fraction: ...
+@overload
+def positive(option: str, text: str | None, required: bool = False, limits: Range | None = None) -> Fraction | None: ...
 def positive(option: str, text: str | None, required: bool = False, limits: Range | None = None) -> Fraction | None:
     """A number > 0 (ε, ρ, scales) inside ``limits`` (default: :data:`POSITIVE_RANGES` by flag)."""
-    value = parse_number(option, text)
-    if value is None:
+    if text is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
+    value = parse_number(option, text)
     if value <= 0:
-        raise UsageError(f"{option} must be > 0, got {text.strip()}")  # type: ignore[union-attr]
-    return (limits or POSITIVE_RANGES.get(option, ANY_POSITIVE)).check(option, value, text)  # type: ignore[arg-type]
+        raise UsageError(f"{option} must be > 0, got {text.strip()}")
+    return (limits or POSITIVE_RANGES.get(option, ANY_POSITIVE)).check(option, value, text)
 
 
+@overload
+def probability(option: str, text: str, required: bool = False, allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction: ...
+@overload
+def probability(option: str, text: str | None, required: Literal[True], allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction: ...
+@overload
+def probability(option: str, text: str | None, required: bool = False, allow_zero: bool = True,
+                limits: Range = PROBABILITY_RANGE) -> Fraction | None: ...
 def probability(
     option: str, text: str | None, required: bool = False, allow_zero: bool = True, limits: Range = PROBABILITY_RANGE
 ) -> Fraction | None:
     """A δ: 0 (when ``allow_zero``) or a number in ``limits`` (default [1e-100, 1/2])."""
-    value = parse_number(option, text)
-    if value is None:
+    if text is None:
         if required:
             raise UsageError(f"{option} is required")
         return None
-    return limits.check(option, value, text, zero_ok=allow_zero)  # type: ignore[arg-type]
+    return limits.check(option, parse_number(option, text), text, zero_ok=allow_zero)
 
 
 def bounds(option: str, text: str | None) -> tuple[float, float] | None:
@@ -144,10 +162,12 @@ InputArg = Annotated[
                    "or a directory of Parquet files (never a free replay).", show_default=False),
 ]
 InputFormatOpt = Annotated[
-    str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the extension).")
+    str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the "
+                                                    "extension).")
 ]
 DelimiterOpt = Annotated[
-    str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' (default ',').")
+    str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' "
+                                                       "(default ',').")
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")
@@ -194,7 +214,8 @@ SchedulerOpt = Annotated[
 ]
 TotalEpsilonOpt = Annotated[str | None, typer.Option("--total-epsilon", help="ε of the whole schedule, forever.")]
 TotalDeltaOpt = Annotated[str | None, typer.Option("--total-delta", help="δ of the whole schedule (0: pure).")]
-GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: Alg. 1).")]
+GammaOpt = Annotated[str | None, typer.Option("--gamma", help="bbscheduler: growth factor between epochs (default: "
+                                                              "Alg. 1).")]
 BetaOpt = Annotated[str, typer.Option("--beta", help="bbscheduler: failure probability β used to derive γ.")]
 ImproverCOpt = Annotated[
     str | None,
@@ -229,29 +250,45 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
 
     o = options
     if o.name is None:
-        if o.total_epsilon or o.total_delta or o.gamma:
-            raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+        _refuse_schedule_options(o)
         return None
     if dry_run:
         raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
     if o.scheduler not in sch.SCHEDULERS:
         raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {o.scheduler!r}")
+    total, delta, gamma, beta = _schedule_budget(o)
+    c = _improver_c(o)
+    _check_scheduler_options(o, run_epsilon, delta)
+    if delta:
+        _check_cdp_total(total, delta)
+    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
+    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
+                        index=o.improver_index or "runs", defaulted=defaulted)
+
+
+def _refuse_schedule_options(o: ScheduleOptions) -> None:
+    if o.total_epsilon or o.total_delta or o.gamma:
+        raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+
+
+def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:
+    """(total ε, total δ (0: pure), bbscheduler's γ if given, β) of a schedule."""
     total = positive("--total-epsilon", o.total_epsilon, required=True)
     delta = probability("--total-delta", o.total_delta) or Fraction(0)
     gamma = positive("--gamma", o.gamma)
     if gamma is not None and not gamma < 1:
         raise UsageError("--gamma must be in (0, 1)")
-    beta = probability("--beta", o.beta, allow_zero=False)
-    c = _improver_c(o)
-    _check_scheduler_options(o, run_epsilon, delta)
-    if delta:
-        try:
-            sch.check_cdp_total(float(total), float(delta))  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
-    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,  # type: ignore[arg-type]
-                        index=o.improver_index or "runs", defaulted=defaulted)
+    return total, delta, gamma, probability("--beta", o.beta, allow_zero=False)
+
+
+def _check_cdp_total(total: Fraction, delta: Fraction) -> None:
+    """A schedule composed with CDP: its total ε must be within what δ allows."""
+    from dpcli.core import schedules as sch
+
+    try:
+        sch.check_cdp_total(float(total), float(delta))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _improver_c(o: ScheduleOptions) -> Fraction:
@@ -259,7 +296,7 @@ def _improver_c(o: ScheduleOptions) -> Fraction:
     from dpcli.core import schedules as sch
 
     c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
-    if c is None or c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
+    if c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
         raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
                          "no longer improves as the data grows")
     if o.improver_index is not None and o.improver_index not in sch.IMPROVER_INDEXES:

@@ -7,7 +7,7 @@ catalog public entry, standard input, or in personal mode a path.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 
 from dpcli.access import Source, gate
 from dpcli.errors import UsageError
@@ -39,6 +39,10 @@ def data_source(argument: str, privacy_unit: str | None, input_format: str | Non
                   source.compression, source.privacy_unit, source.entry)
 
 
+@overload
+def public_source(argument: str, option: str) -> Source: ...
+@overload
+def public_source(argument: str | None, option: str) -> Source | None: ...
 def public_source(argument: str | None, option: str) -> Source | None:
     """A public file named by ``option`` (``--keys``, a spec's block list), resolved; None when absent."""
     return None if argument is None else gate().public(argument, option)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from dpcli.errors import UsageError
 
@@ -28,8 +28,8 @@ def parse_moment(text: str) -> datetime:
     """``--through``: ISO 8601 (naive means UTC) or integer epoch seconds; a usage error otherwise."""
     try:
         if text.strip().lstrip("-").isdigit():
-            return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=int(text))
+            return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=int(text))
         moment = datetime.fromisoformat(text.strip())
     except (ValueError, OverflowError, OSError):
         raise UsageError(f"cannot read --through {text!r} (use e.g. 2026-11-02T00:00:00 or epoch seconds)") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

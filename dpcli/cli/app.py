@@ -22,6 +22,7 @@ from dpcli.cli._common import Settings, handles_errors
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
+    from dpcli.access import Caller
     from dpcli.catalog import Catalog
 
 CATALOG_FILE = "catalog.json"  # dpcli.catalog.CATALOG_FILE, without importing it for every command
@@ -69,7 +70,9 @@ def root(
         typer.Option("--analyst", envvar="DPCLI_ANALYST", help="Whose budget ledger to charge. Default: 'default'."),
     ] = None,
     quiet: Annotated[int, typer.Option("--quiet", "-q", count=True, help="Less output on stderr.")] = 0,
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More output (tracebacks on errors).")] = 0,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More output (tracebacks on errors).")
+    ] = 0,
     lock_timeout: Annotated[
         float, typer.Option("--lock-timeout", help="Seconds to wait for the ledger lock before exit 75.", min=0.0)
     ] = 30.0,
@@ -96,12 +99,7 @@ def start(state_dir: Path | None, analyst: str | None, verbosity: int, lock_time
 
     caller = access.whoami()
     access.service_refusals(caller, state_dir is not None, analyst is not None, access.SOURCE.environ())
-    if caller.service:
-        assert caller.state_dir is not None
-        root_dir, name = caller.state_dir, validate_analyst(caller.name)
-    else:
-        root_dir = (state_dir or default_state_dir()).expanduser()
-        name = analyst or os.environ.get("DPCLI_ANALYST") or "default"
+    root_dir, name = _state_and_ledger(caller, state_dir, analyst)
     access.install(access.Gate(caller, root_dir))  # until the catalog is read: no one but root is an operator
     catalog = _catalog(root_dir) if caller.service or (root_dir / CATALOG_FILE).exists() else None
     gate = access.Gate(caller, root_dir, catalog)
@@ -109,6 +107,15 @@ def start(state_dir: Path | None, analyst: str | None, verbosity: int, lock_time
         gate.require_catalog()
     access.install(gate)
     return Settings(state_dir=root_dir, analyst=name, verbosity=verbosity, lock_timeout=lock_timeout)
+
+
+def _state_and_ledger(caller: Caller, state_dir: Path | None, analyst: str | None) -> tuple[Path, str]:
+    """The state directory and the ledger's analyst: the process's own in service mode; else the
+    options, ``DPCLI_ANALYST``, or the defaults."""
+    if caller.service:
+        assert caller.state_dir is not None
+        return caller.state_dir, validate_analyst(caller.name)
+    return (state_dir or default_state_dir()).expanduser(), analyst or os.environ.get("DPCLI_ANALYST") or "default"
 
 
 def _catalog(root_dir: Path) -> Catalog | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Annotated, Any
 
@@ -39,7 +41,8 @@ def init(
     call_budget: Annotated[int | None, typer.Option("--call-budget", help="Call budget ℓ* (br).")] = None,
     delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br).")] = None,
     refresh_days: Annotated[
-        int | None, typer.Option("--refresh-days", help="Budget resets every N days (only if the data is replaced as often).")
+        int | None, typer.Option("--refresh-days", help="Budget resets every N days (only if the data is replaced as "
+                                                        "often).")
     ] = None,
     report_delta: Annotated[
         str, typer.Option("--report-delta", help="δ used to state zcdp ledgers' guarantee as (ε, δ).")
@@ -61,9 +64,29 @@ def init(
         "call_budget": Fraction(call_budget) if call_budget is not None else None,
         "delta_prime": probability("--delta-prime", delta_prime),
     }
+    try:
+        limits = bud.Limits(mode, _limit_values(mode, given))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    rd = probability("--report-delta", report_delta, allow_zero=False)
+    led = ledger.init_ledger(s.state_dir, analyst, limits, refresh_days, float(rd), s.lock_timeout)
+    if as_json:
+        emit_json(_show_json(led))
+    else:
+        info(ctx, f"created {mode} ledger for {analyst!r} at {led.path}")
+
+
+def _limit_values(mode: str, given: dict[str, Fraction | None]) -> dict[str, Fraction]:
+    """The limits ``mode`` takes, in its order, from the options given (a zcdp ledger's δ defaults to 0);
+    refuses an option the mode needs and lacks, then one it does not use."""
     wanted = bud.LIMIT_FIELDS[mode]
     if mode == "zcdp" and given["delta"] is None:
         given["delta"] = Fraction(0)
+    _check_limit_options(mode, wanted, given)
+    return {k: v for k in wanted if (v := given[k]) is not None}
+
+
+def _check_limit_options(mode: str, wanted: tuple[str, ...], given: dict[str, Fraction | None]) -> None:
     flags = {k: "--" + k.replace("_", "-") for k in given}
     missing = [flags[k] for k in wanted if given[k] is None]
     if missing:
@@ -71,16 +94,6 @@ def init(
     extra = [flags[k] for k, v in given.items() if v is not None and k not in wanted]
     if extra:
         raise UsageError(f"--mode {mode} does not use {', '.join(extra)}")
-    try:
-        limits = bud.Limits(mode, {k: given[k] for k in wanted})  # type: ignore[misc]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    rd = probability("--report-delta", report_delta, allow_zero=False)
-    led = ledger.init_ledger(s.state_dir, analyst, limits, refresh_days, float(rd), s.lock_timeout)  # type: ignore[arg-type]
-    if as_json:
-        emit_json(_show_json(led))
-    else:
-        info(ctx, f"created {mode} ledger for {analyst!r} at {led.path}")
 
 
 def _show_json(led: ledger.Ledger) -> dict[str, Any]:
@@ -121,22 +134,31 @@ def show(
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
     data = _show_json(led)
     if plot is not None:
-        from dpcli.plot.budget_view import timeline
-
-        tl = timeline(led, data["schedules"])
-        if plot == "-":
-            from dpcli.cli.plot import terminal_width
-            from dpcli.plot.terminal import budget_text
-
-            typer.echo(budget_text(tl, terminal_width(None)))
-            return
-        from dpcli.plot.figure import budget_figure, save
-
-        save(budget_figure(tl), plot)
-        return
-    if as_json:
+        _plot_spending(led, data, plot)
+    elif as_json:
         emit_json(data)
+    else:
+        typer.echo("\n".join(_show_lines(led, data)))
+
+
+def _plot_spending(led: ledger.Ledger, data: dict[str, Any], plot: str) -> None:
+    """``--plot``: the spending over time drawn to a file, or as text (``-``)."""
+    from dpcli.plot.budget_view import timeline
+
+    tl = timeline(led, data["schedules"])
+    if plot == "-":
+        from dpcli.cli.plot import terminal_width
+        from dpcli.plot.terminal import budget_text
+
+        typer.echo(budget_text(tl, terminal_width(None)))
         return
+    from dpcli.plot.figure import budget_figure, save
+
+    save(budget_figure(tl), plot)
+
+
+def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
+    """``budget show`` for people: limits, spend, guarantee, schedules (and a chart on a terminal)."""
     lines = [
         f"analyst      {data['analyst']}",
         f"mode         {data['mode']}",
@@ -160,7 +182,7 @@ def show(
         from dpcli.plot.terminal import budget_text
 
         lines += ["", budget_text(timeline(led, data["schedules"]), terminal_width(None))]
-    typer.echo("\n".join(lines))
+    return lines
 
 
 @app.command("history")
@@ -208,11 +230,12 @@ def verify(
     reseal: Annotated[
         bool,
         typer.Option("--reseal", help="Operator only: accept the ledger file as it is now, after a deliberate move or "
-                     "restore, or to upgrade a schema-1 ledger; recorded in its history. Edited entries are never accepted."),
+                     "restore, or to upgrade a schema-1 ledger; recorded in its history. Edited entries are never "
+                     "accepted."),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a ledger's keyed seal (header and entries) and high-water mark (exit 78 if tampered, rolled back or replaced)."""
+    """Check a ledger's keyed seal (header and entries) and high-water mark (exit 78 if tampered, rolled back or replaced)."""  # noqa: E501 (the command's help, one line)
     s = settings(ctx)
     name = resolve_analyst(analyst, ctx)
     reason = None
@@ -237,55 +260,95 @@ def compose(
     epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per (br).")] = None,
     count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1, max=10**12)] = 1,
     calls: Annotated[int, typer.Option("--call-budget", help="Call budget ℓ* (br).", min=0, max=10**12)] = 0,
-    delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or mechanism (approx).")] = None,
-    delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, approx).")] = None,
+    delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or "
+                                                                      "mechanism (approx).")] = None,
+    delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, "
+                                                                          "approx).")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp).")] = None,
     delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compose privacy guarantees (a calculator; no ledger is touched)."""
-    out: dict[str, Any] = {"mode": mode}
-    if mode == "br":
-        e = float(positive("--epsilon-per", epsilon_per, required=True))  # type: ignore[arg-type]
-        dp = float(probability("--delta-per", delta_per, required=True, allow_zero=False))  # type: ignore[arg-type]
-        dq = float(probability("--delta-prime", delta_prime, required=True, allow_zero=False))  # type: ignore[arg-type]
-        eps, dlt = acc.br_budget_guarantee(e, count, calls, dp, dq)
-        out.update(epsilon=eps, delta=dlt, basic_epsilon=acc.k_fold(e, count))
-    elif mode == "zcdp":
-        r = float(positive("--rho", rho, required=True))  # type: ignore[arg-type]
-        d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
-        out.update(epsilon=acc.zcdp_to_approx(r, d), epsilon_analytic=acc.zcdp_to_approx_analytic(r, d), delta=d)
-    elif mode == "pure":
-        e = positive("--epsilon", epsilon, required=True)
-        out.update(epsilon=fraction_text(e * count), delta=0)  # type: ignore[operator]
-    elif mode == "approx":
-        ef = positive("--epsilon", epsilon, required=True)
-        df = probability("--delta-per", delta_per) or Fraction(0)
-        e, dp = float(ef), float(df)  # type: ignore[arg-type]
-        # Basic composition, exactly (count copies; no list of count tuples), δ capped at 1.
-        out.update(epsilon=float_up(ef * count), delta=float_up(min(df * count, Fraction(1))))  # type: ignore[operator]
-        if delta_prime is not None:
-            dq = float(probability("--delta-prime", delta_prime, allow_zero=False))  # type: ignore[arg-type]
-            ae, ad = acc.advanced_composition(e, dp, count, dq)
-            out.update(advanced_epsilon=ae, advanced_delta=ad)
-    elif mode == "rdp":
-        e = float(positive("--epsilon", epsilon, required=True))  # type: ignore[arg-type]
-        d = float(probability("--delta", delta, required=True, allow_zero=False))  # type: ignore[arg-type]
-        eps, alpha = acc.rdp_to_approx(count * acc.discrete_laplace_rdp(e), d)
-        out.update(epsilon=eps, delta=d, alpha=alpha, pure_epsilon=acc.k_fold(e, count))
-    else:
+    composer = _COMPOSERS.get(mode)
+    if composer is None:
         raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp, got {mode!r}")
+    given = _Composition(epsilon, epsilon_per, count, calls, delta_per, delta_prime, rho, delta)
+    out: dict[str, Any] = {"mode": mode, **composer(given)}
     if as_json:
         emit_json(out)
     else:
         typer.echo(", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in out.items()))
 
 
+@dataclass(frozen=True)
+class _Composition:
+    """``budget compose``'s options, as typed (each mode parses the ones it uses)."""
+
+    epsilon: str | None
+    epsilon_per: str | None
+    count: int
+    calls: int
+    delta_per: str | None
+    delta_prime: str | None
+    rho: str | None
+    delta: str | None
+
+
+def _compose_br(o: _Composition) -> dict[str, Any]:
+    """k* ε_per-BR mechanisms and ℓ* unknown-domain calls (LinkedIn's Theorem 2), and basic composition."""
+    e = float(positive("--epsilon-per", o.epsilon_per, required=True))
+    dp = float(probability("--delta-per", o.delta_per, required=True, allow_zero=False))
+    dq = float(probability("--delta-prime", o.delta_prime, required=True, allow_zero=False))
+    eps, dlt = acc.br_budget_guarantee(e, o.count, o.calls, dp, dq)
+    return {"epsilon": eps, "delta": dlt, "basic_epsilon": acc.k_fold(e, o.count)}
+
+
+def _compose_zcdp(o: _Composition) -> dict[str, Any]:
+    """ρ-zCDP as (ε, δ): the optimal conversion and the analytic one."""
+    r = float(positive("--rho", o.rho, required=True))
+    d = float(probability("--delta", o.delta, required=True, allow_zero=False))
+    return {"epsilon": acc.zcdp_to_approx(r, d), "epsilon_analytic": acc.zcdp_to_approx_analytic(r, d), "delta": d}
+
+
+def _compose_pure(o: _Composition) -> dict[str, Any]:
+    e = positive("--epsilon", o.epsilon, required=True)
+    return {"epsilon": fraction_text(e * o.count), "delta": 0}
+
+
+def _compose_approx(o: _Composition) -> dict[str, Any]:
+    """Basic composition, exactly (count copies; no list of count tuples), δ capped at 1; with δ′ the
+    advanced composition theorem too."""
+    ef = positive("--epsilon", o.epsilon, required=True)
+    df = probability("--delta-per", o.delta_per) or Fraction(0)
+    e, dp = float(ef), float(df)
+    out: dict[str, Any] = {"epsilon": float_up(ef * o.count), "delta": float_up(min(df * o.count, Fraction(1)))}
+    if o.delta_prime is not None:
+        dq = float(probability("--delta-prime", o.delta_prime, allow_zero=False))
+        ae, ad = acc.advanced_composition(e, dp, o.count, dq)
+        out.update(advanced_epsilon=ae, advanced_delta=ad)
+    return out
+
+
+def _compose_rdp(o: _Composition) -> dict[str, Any]:
+    """``count`` discrete Laplace mechanisms by their RDP curve, converted to (ε, δ)."""
+    e = float(positive("--epsilon", o.epsilon, required=True))
+    d = float(probability("--delta", o.delta, required=True, allow_zero=False))
+    eps, alpha = acc.rdp_to_approx(o.count * acc.discrete_laplace_rdp(e), d)
+    return {"epsilon": eps, "delta": d, "alpha": alpha, "pure_epsilon": acc.k_fold(e, o.count)}
+
+
+_COMPOSERS: dict[str, Callable[[_Composition], dict[str, Any]]] = {
+    "br": _compose_br, "zcdp": _compose_zcdp, "pure": _compose_pure, "approx": _compose_approx, "rdp": _compose_rdp,
+}
+
+
 @app.command("key")
 @handles_errors
 def key(
     ctx: typer.Context,
-    rotate: Annotated[bool, typer.Option("--rotate", help="Replace the key (old one kept, renamed, for audits).")] = False,
+    rotate: Annotated[
+        bool, typer.Option("--rotate", help="Replace the key (old one kept, renamed, for audits).")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show the secret key's fingerprint (never the key), or rotate it."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -58,17 +58,30 @@ def show(
     doc = catalog.to_json() if g.operator else catalog.view_for(g.analyst)
     if as_json:
         emit_json(doc)
-        return
-    lines = []
-    for section in ("datasets", "public", "spark"):
-        for name, entry in doc[section].items():
-            where = entry.get("location") or entry.get("master") or entry.get("remote") or ""
-            extra = f"  unit {entry['privacy_unit']}" if "privacy_unit" in entry else ""
-            lines.append(f"{section:<9} {name:<20} {where}{extra}".rstrip())
-    outputs = doc["outputs"]
-    for out in outputs:
-        lines.append(f"output    {out['directory']}  ({', '.join(out['analysts'])})" if isinstance(out, dict)
-                     else f"output    {out}")
-    if g.operator and doc.get("operators"):
+    else:
+        typer.echo(_catalog_text(doc, g.operator))
+
+
+def _catalog_text(doc: dict[str, Any], operator: bool) -> str:
+    """The catalog for people: one line per entry and output directory (and the operators, for one)."""
+    lines = [_entry_line(section, name, entry) for section in ("datasets", "public", "spark")
+             for name, entry in doc[section].items()]
+    lines += [_output_line(out) for out in doc["outputs"]]
+    if operator and doc.get("operators"):
         lines.append("operators " + ", ".join(doc["operators"]))
-    typer.echo("\n".join(lines) if lines else "the catalog is empty")
+    return "\n".join(lines) if lines else "the catalog is empty"
+
+
+def _entry_line(section: str, name: str, entry: dict[str, Any]) -> str:
+    """One named entry: where it lies (or its Spark endpoint) and a dataset's privacy unit (the
+    operator's view; an analyst's entries hold neither)."""
+    where = entry.get("location") or entry.get("master") or entry.get("remote") or ""
+    extra = f"  unit {entry['privacy_unit']}" if "privacy_unit" in entry else ""
+    return f"{section:<9} {name:<20} {where}{extra}".rstrip()
+
+
+def _output_line(out: dict[str, Any] | str) -> str:
+    """An output directory: with its analysts (the operator's view), or alone (an analyst's)."""
+    if isinstance(out, dict):
+        return f"output    {out['directory']}  ({', '.join(out['analysts'])})"
+    return f"output    {out}"

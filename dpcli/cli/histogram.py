@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated
 
 import typer
@@ -51,15 +52,19 @@ def histogram(
     privacy_unit: UnitOpt = None,
     agg: Annotated[
         str,
-        typer.Option("--agg", help="Aggregations, comma-separated: count, count-units, sum, mean, variance, median, pNN."),
+        typer.Option("--agg", help="Aggregations, comma-separated: count, count-units, sum, mean, variance, median, "
+                                   "pNN."),
     ] = "count",
-    value: Annotated[str | None, typer.Option("--value", help="Numeric column for sum, mean, variance, quantiles.")] = None,
+    value: Annotated[
+        str | None, typer.Option("--value", help="Numeric column for sum, mean, variance, quantiles.")
+    ] = None,
     bounds_text: Annotated[
         str | None, typer.Option("--bounds", help="LO:HI bounds of --value; values outside are clamped.")
     ] = None,
     granularity: Annotated[
         str | None,
-        typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 steps)."),
+        typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 "
+                                           "steps)."),
     ] = None,
     max_partitions: Annotated[
         int | None,
@@ -83,12 +88,15 @@ def histogram(
     ] = None,
     selection: Annotated[
         str,
-        typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) or unklap (LinkedIn Alg. 3)."),
+        typer.Option("--selection", help="Without --keys: threshold (min. units, paper 002) "
+                                         "or unklap (LinkedIn Alg. 3)."),
     ] = "threshold",
     max_groups: Annotated[
         int, typer.Option("--max-groups", help="--selection unklap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
-    with_error: Annotated[bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")] = False,
+    with_error: Annotated[
+        bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
                            "ledger would accept it; read no data, charge nothing.")
@@ -125,15 +133,15 @@ def histogram(
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
     query = HistogramQuery(
-        by=columns("--by", by), unit=source.privacy_unit, aggregations=columns("--agg", agg),  # type: ignore[arg-type]
+        by=columns("--by", by), unit=source.unit, aggregations=columns("--agg", agg),
         value=value, bounds=bounds("--bounds", bounds_text), granularity=positive("--granularity", granularity),
         max_partitions=max_partitions or 1, max_contributions=max_contributions or 1,
-        epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or 0, rho=positive("--rho", rho),
-        noise=noise or "laplace", domain="keys" if keys else selection,  # type: ignore[arg-type]
+        epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or Fraction(0),
+        rho=positive("--rho", rho),
+        noise=noise or "laplace", domain="keys" if keys else selection,
         max_groups=max_groups, with_error=with_error)
-    defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
-                      if v is None)
-    task = HistogramTask(query, noise_given=noise is not None, defaulted=defaulted, unit_label=unit_word())
+    task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
+                         unit_label=unit_word())
     spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
                                          improver_index), query.epsilon, dry_run)
     ledger = payer(ctx)
@@ -145,3 +153,9 @@ def histogram(
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
                        early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
     write_release(settings(ctx), done, target, as_json)
+
+
+def _defaulted(max_contributions: int | None, max_partitions: int | None) -> tuple[str, ...]:
+    """The caps left at their defaults (the notes say when a cap of 1 may bias the release)."""
+    return tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
+                 if v is None)

@@ -106,6 +106,7 @@ def _written_by_dpcli(ctx: typer.Context, release: str, summary: str | None) -> 
 
     def accept(digest: str) -> None:
         if not ledger.wrote(led, digest):
-            raise UsageError(f"{release!r} is not a release dpcli wrote for you (no entry of your ledger has its digest)")
+            raise UsageError(f"{release!r} is not a release dpcli wrote for you (no entry of your ledger has its "
+                             "digest)")
 
     return accept

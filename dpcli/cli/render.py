@@ -26,11 +26,16 @@ def output_target(output: str | None, out_format: str | None, as_json: bool) -> 
     if out_format is None and to_stdout and not as_json and sys.stdout.isatty():
         out_format = "table"  # a person is reading: a table; pipes and files get CSV
     fmt = output_format_for(output, out_format)
+    _refuse_conflicts(fmt, out_format, to_stdout, as_json)
+    return Output(output, fmt)
+
+
+def _refuse_conflicts(fmt: str, out_format: str | None, to_stdout: bool, as_json: bool) -> None:
+    """``--json`` on standard output is one JSON document; a table is for a terminal, never a file."""
     if as_json and to_stdout and out_format not in (None, "json"):
         raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
     if fmt == "table" and not to_stdout:
         raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
-    return Output(output, fmt)
 
 
 def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
@@ -90,6 +95,15 @@ def write_release(s: Settings, release: Release, output: Output, as_json: bool) 
         notice(s, render_note(note))
 
 
+def _cell(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _width_needed(shown: pl.DataFrame) -> int:
+    """The table's width with every header and value whole (never truncated)."""
+    return sum(max([len(c), *(len(_cell(v)) for v in shown[c].to_list())]) + 3 for c in shown.columns)
+
+
 def table_text(table: pl.DataFrame, step: float | None = None) -> str:
     """The result as a readable table (rich), floats rounded as in CSV; empty results say so."""
     from rich.console import Console
@@ -100,10 +114,8 @@ def table_text(table: pl.DataFrame, step: float | None = None) -> str:
     for column, dtype in shown.schema.items():
         view.add_column(column, justify="right" if dtype.is_numeric() else "left")
     for row in shown.iter_rows():
-        view.add_row(*("" if v is None else str(v) for v in row))
-    cells = [[c, *("" if v is None else str(v) for v in shown[c].to_list())] for c in shown.columns]
-    needed = sum(max(len(x) for x in col) + 3 for col in cells)  # never truncate a header or a value
-    console = Console(width=max(needed, Console().width), highlight=False)
+        view.add_row(*(_cell(v) for v in row))
+    console = Console(width=max(_width_needed(shown), Console().width), highlight=False)
     with console.capture() as captured:
         console.print(view if shown.height else f"(no rows; columns: {', '.join(shown.columns)})")
     return captured.get().rstrip("\n")

@@ -50,7 +50,9 @@ def stream_replay(
     privacy_unit: UnitOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
-    triggers: Annotated[int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.", max=10**6)] = None,
+    triggers: Annotated[
+        int | None, typer.Option("--triggers", help="Triggers (micro-batches) per window.", max=10**6)
+    ] = None,
     trigger_every: Annotated[
         str | None, typer.Option("--trigger-every", help="Trigger interval, e.g. 15m (instead of --triggers).")
     ] = None,
@@ -58,7 +60,9 @@ def stream_replay(
     bounds_text: Annotated[
         str | None, typer.Option("--bounds", help="-L:L bounds of --value (symmetric); values outside are clamped.")
     ] = None,
-    mu: Annotated[int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.", max=10**9)] = 0,
+    mu: Annotated[
+        int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.", max=10**9)
+    ] = 0,
     state: Annotated[
         str | None,
         typer.Option("--state", help="Incremental mode: keep the stream in FILE between runs (cron); each run "
@@ -70,7 +74,8 @@ def stream_replay(
                      "default: now); events after it are ignored."),
     ] = None,
     with_error: Annotated[
-        bool, typer.Option("--with-error", help="Add 95% margins (_moe95 columns; normal approximation, worst trigger).")
+        bool, typer.Option("--with-error", help="Add 95% margins (_moe95 columns; normal approximation, worst "
+                                                "trigger).")
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the noise and 95% margins, the cost and whether the ledger would "
@@ -112,7 +117,7 @@ def stream_replay(
     from dpcli.tasks.stream.algorithm import trigger_through
     from dpcli.tasks.stream.task import StreamTask
 
-    query = _query(time, by, source.privacy_unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
+    query = _query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
                    value, bounds_text, mu)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
@@ -123,8 +128,10 @@ def stream_replay(
         trigger_through(moment, query.step)  # a bad --through fails before any data is read
     state_path = gate().stream_state(state) if state is not None else None
     if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
-        check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file", state_file=True)
-    continuation = release.Continuation(stream_state=state_path, label=state or "", through=moment) if state_path else None
+        check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file",
+                                    state_file=True)
+    continuation = (release.Continuation(stream_state=state_path, label=state or "", through=moment)
+                    if state_path else None)
     target = output_target(output, out_format, as_json)
     done = release.run(task, release.Sources(source), ledger, output=target,
                        engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx),
@@ -150,11 +157,12 @@ def _query(
     lo_hi = bounds("--bounds", bounds_text)
     if lo_hi is not None:
         if lo_hi[0] != -lo_hi[1]:
-            raise UsageError(f"--bounds of stream-replay must be symmetric, -L:L (DP-SQLP clamps |value| ≤ L), got {bounds_text!r}")
+            raise UsageError(f"--bounds of stream-replay must be symmetric, -L:L (DP-SQLP clamps |value| ≤ L), got "
+                             f"{bounds_text!r}")
         clamp = lo_hi[1]
     return sr.StreamQuery(
         time=time, keys=columns("--by", by), unit=unit, window=size, triggers=int(n_triggers),
-        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),  # type: ignore[arg-type]
-        delta=probability("--delta", delta, required=True, allow_zero=False),  # type: ignore[arg-type]
+        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),
+        delta=probability("--delta", delta, required=True, allow_zero=False),
         value=value, clamp=clamp, mu=mu,
     )

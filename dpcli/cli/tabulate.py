@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +32,9 @@ from dpcli.cli._sources import block_list_source
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
+if TYPE_CHECKING:
+    from dpcli.tasks.tabulate import GaussianLevel, GaussianTotals, GeometricLevel, GeometricTotals, PlanDocument
+
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
@@ -44,8 +47,12 @@ def tabulate(
                        show_default=False),
     ] = None,
     spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).", show_default=False)] = "",
-    delta: Annotated[str, typer.Option("--delta", help="--dry-run: δ at which the (ε, δ) totals are stated.")] = "1e-10",
-    with_error: Annotated[bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")] = False,
+    delta: Annotated[
+        str, typer.Option("--delta", help="--dry-run: δ at which the (ε, δ) totals are stated.")
+    ] = "1e-10",
+    with_error: Annotated[
+        bool, typer.Option("--with-error", help="Add each count's 95% margin of error (moe95).")
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="The plan: per-level parameters (MOE targets → ε or ρ) and total privacy "
                            "loss under pure DP, RDP and zCDP; read no data, charge nothing.")
@@ -80,20 +87,27 @@ def tabulate(
     if dry_run:
         _show_plan(ctx, spec, delta, as_json)
         return
+    source = _person_source(source, input_format, delimiter)
+    blocks = block_list_source(spec)
+    task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
+    sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
+    target = output_target(output, out_format, as_json)
+    done = release.run(task, sources, payer(ctx), output=target,
+                       engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx))
+    write_release(settings(ctx), done, target, as_json)
+
+
+def _person_source(source: Source | None, input_format: str | None, delimiter: str | None) -> Source:
+    """The person file: a catalog dataset read as the operator declared it, or a path read as the
+    options say (there is no privacy-unit column: a person is one record)."""
     if source is None:
         raise UsageError("give the person file (or --dry-run for the plan only)")
     if source.entry is not None and (input_format or delimiter) and gate().service:
         raise UsageError(f"dataset {source.name!r} is read as the operator declared it; drop --input-format and "
                          "--delimiter")
     if source.entry is None:
-        source = Source(source.name, source.location, input_format, delimiter)
-    blocks = block_list_source(spec)
-    task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
-    sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
-    target = output_target(output, out_format, as_json)
-    done = release.run(task, sources, payer(ctx), output=target, engine=engine_request(engine, master, remote, spark_conf),
-                       early=early, busy=busy(ctx))
-    write_release(settings(ctx), done, target, as_json)
+        return Source(source.name, source.location, input_format, delimiter)
+    return source
 
 
 def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None:
@@ -102,7 +116,7 @@ def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None
     from dpcli.tasks import tabulate as tab
 
     d = probability("--delta", delta, allow_zero=False)
-    result = tab.plan(spec, float(d))  # type: ignore[arg-type]
+    result = tab.plan(spec, float(d))
     result["ledger"] = _would_accept(ctx, tab.events(spec))
     if as_json:
         emit_json(result)
@@ -124,29 +138,35 @@ def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:
     return {"analyst": analyst, "accepts": refused is None, "refusal": refused}
 
 
-def _plan_text(p: dict[str, Any]) -> str:
-    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", ""]
-    geo = p.get("geometric")
-    dg = p.get("discrete_gaussian")
-    header = f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}"
-    lines.append(header)
-    n = len((geo or dg)["levels"])  # type: ignore[index]
-    for i in range(n):
-        g = geo["levels"][i] if geo else None
-        d = dg["levels"][i] if dg else None
-        row = g or d
-        moe = f"{row['moe']:g}" if row["moe"] is not None else "-"  # type: ignore[index]
-        eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
-        rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
-        lines.append(f"{row['level']:<26}{moe:>6}  {eps}  {rho}")  # type: ignore[index]
-    lines.append("")
+def _plan_text(p: PlanDocument) -> str:
+    """The dry run for people: Table 4, Table 2, and the ledger's verdict."""
+    geo, dg = p.get("geometric"), p.get("discrete_gaussian")
+    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", "",
+             f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}",
+             *_level_lines(geo, dg), ""]
     if geo:
         lines.append(f"geometric, pure DP:             ε = {geo['pure_epsilon']:.3g}")
         lines.append(f"geometric, RDP (eq. 39-40):     ε = {geo['rdp_epsilon']:.3g}  (α = {geo['rdp_alpha']:g})")
     if dg:
         lines.append(f"discrete Gaussian, zCDP analytic:  ε = {dg['zcdp_analytic_epsilon']:.3g}  (ρ = {dg['rho']:.4g})")
-        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = {dg['zcdp_numerical_alpha']:g})")
+        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = "
+                     f"{dg['zcdp_numerical_alpha']:g})")
     led = p["ledger"]
     lines.append(f"ledger {led['analyst']!r}: " + ("would accept this release" if led["accepts"]
                                                    else f"would refuse it: {led['refusal']}"))
     return "\n".join(lines)
+
+
+def _level_lines(geo: GeometricTotals | None, dg: GaussianTotals | None) -> list[str]:
+    """Table 4: one line per level, with its MOE and each noise's step-2 and total parameter."""
+    n = len(geo["levels"]) if geo else len(dg["levels"]) if dg else 0
+    return [_level_line(geo["levels"][i] if geo else None, dg["levels"][i] if dg else None) for i in range(n)]
+
+
+def _level_line(g: GeometricLevel | None, d: GaussianLevel | None) -> str:
+    row = g or d
+    assert row is not None  # a level of at least one noise
+    moe = f"{row['moe']:g}" if row["moe"] is not None else "-"
+    eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
+    rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
+    return f"{row['level']:<26}{moe:>6}  {eps}  {rho}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Annotated
 
 import typer
@@ -50,7 +51,8 @@ def topk(
     k: Annotated[int, typer.Option("-k", "--k", help="How many groups to return.", max=10**4)],
     privacy_unit: UnitOpt = None,
     count: Annotated[
-        str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and group).")
+        str, typer.Option("--count", help="units (distinct privacy units, τ = 1) or rows (capped at τ per unit and "
+                                          "group).")
     ] = "units",
     max_contributions: Annotated[
         int | None,
@@ -110,18 +112,14 @@ def topk(
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
-    from dpcli.tasks.topk import TopKQuery, TopKTask, epsilon_per_for
+    from dpcli.tasks.topk import TopKQuery, TopKTask
 
-    if epsilon is not None and epsilon_per is not None:
-        raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
-    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
-    if whole is not None and schedule is None:
-        per_step = epsilon_per_for(whole, k, known_domain=keys is not None, with_counts=not no_counts)
+    whole, per_step = _epsilons(epsilon, epsilon_per, k, keys is not None, not no_counts, schedule is not None)
     query = TopKQuery(
-        by=columns("--by", by), unit=source.privacy_unit, k=k, count=count,  # type: ignore[arg-type]
+        by=columns("--by", by), unit=source.unit, k=k, count=count,
         max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
-        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step, delta=probability("--delta", delta) or 0,
-        with_error=with_error)
+        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
+        delta=probability("--delta", delta) or Fraction(0), with_error=with_error)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word())
     spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
                                          improver_index), whole if schedule else None, dry_run)
@@ -134,3 +132,17 @@ def topk(
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
                        early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
     write_release(settings(ctx), done, target, as_json)
+
+
+def _epsilons(epsilon: str | None, epsilon_per: str | None, k: int, known_domain: bool, with_counts: bool,
+              scheduled: bool) -> tuple[Fraction | None, Fraction | None]:
+    """(the release's ε, each step's ε_per): ``--epsilon`` or ``--epsilon-per``, never both; a whole ε
+    sets ε_per by the paper's guarantee (a schedule's runs get theirs from the schedule)."""
+    from dpcli.tasks.topk import epsilon_per_for
+
+    if epsilon is not None and epsilon_per is not None:
+        raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
+    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
+    if whole is not None and not scheduled:
+        per_step = epsilon_per_for(whole, k, known_domain=known_domain, with_counts=with_counts)
+    return whole, per_step

@@ -72,7 +72,7 @@ class PrivacyEvent:
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "PrivacyEvent":
+    def from_json(cls, data: dict[str, Any]) -> PrivacyEvent:
         return cls(
             kind=data["kind"],
             mechanism=str(data.get("mechanism", "")),

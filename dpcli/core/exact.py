@@ -45,7 +45,9 @@ def _decimal_fraction(value: Decimal) -> Fraction:
         raise ValueError(f"not a finite number: {value}")
     if value and abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
         raise ValueError(f"exponent out of range: {value}")
-    if abs(value.as_tuple().exponent) > 2 * MAX_DECIMAL_EXPONENT:  # e.g. 0E-1000000000
+    exponent = value.as_tuple().exponent
+    assert isinstance(exponent, int)  # a finite Decimal's ('n', 'N', 'F' are NaN and infinity)
+    if abs(exponent) > 2 * MAX_DECIMAL_EXPONENT:  # e.g. 0E-1000000000
         raise ValueError(f"exponent out of range: {value}")
     return Fraction(value)
 

@@ -39,17 +39,37 @@ from __future__ import annotations
 
 import decimal
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 
 from dpcli.core.prf import NOISE_VERSION
 
-try:  # the compiled path; absent when the machine that installed dpcli had no C compiler
-    from dpcli.core import _noise as _compiled
-except ImportError:  # pragma: no cover - exercised by DPCLI_NOISE_BACKEND=reference
-    _compiled = None
+
+class _Sampler(Protocol):
+    """What this module calls of the compiled sampler (its types: ``_noise.pyi``)."""
+
+    def set_threads(self, threads: int, min_per_thread: int = ..., /) -> int: ...
+    def set_word_limit(self, limit: int, /) -> int: ...
+    def set_margin(self, margin: float, /) -> float: ...
+    def laplace(self, key: bytes, t: int, s: int, first: int, idx: np.ndarray | None, out: np.ndarray,
+                exact: Callable[[int, int, int, int, int], bool], /) -> None: ...
+    def gaussian(self, key: bytes, t: int, p: int, q: int, first: int, idx: np.ndarray | None, out: np.ndarray,
+                 exact: Callable[[int, int, int, int, int], bool], /) -> None: ...
+
+
+def _load_compiled() -> _Sampler | None:
+    """The compiled path; None when the machine that installed dpcli had no C compiler."""
+    try:
+        from dpcli.core import _noise
+    except ImportError:  # pragma: no cover - exercised by DPCLI_NOISE_BACKEND=reference
+        return None
+    return _noise
+
+
+_compiled = _load_compiled()
 
 if _compiled is not None and os.environ.get("DPCLI_NOISE_THREADS", "").isdigit():  # default: one per CPU
     _compiled.set_threads(max(1, min(16, int(os.environ["DPCLI_NOISE_THREADS"]))))
@@ -83,7 +103,7 @@ def set_word_limit(limit: int) -> int:
     return old
 
 
-def _check_words(w: "_Words", sel: np.ndarray) -> None:
+def _check_words(w: _Words, sel: np.ndarray) -> None:
     if sel.size and int(w.pos[sel].max()) >= _word_limit:
         raise RuntimeError("a noise sample needs more words than its stream has "
                            "(parameters with a hopeless acceptance rate)")
@@ -114,7 +134,13 @@ def _rotl(x: np.ndarray, n: int) -> np.ndarray:
     return (x << _U32(n)) | (x >> _U32(32 - n))
 
 
-def chacha20_blocks(key: bytes, counter: np.ndarray, n0: np.ndarray, n1: np.ndarray, n2: np.ndarray) -> np.ndarray:
+#: One ChaCha20 double round: four column rounds, then four diagonal rounds (RFC 8439, 2.3).
+_DOUBLE_ROUND = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 11, 15),
+                 (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))
+
+
+def chacha20_blocks(key: bytes, counter: np.ndarray | int, n0: np.ndarray | int, n1: np.ndarray | int,
+                    n2: np.ndarray | int) -> np.ndarray:
     """RFC 8439 ChaCha20 blocks as (m, 16) uint32 words, one per element of the (broadcast) inputs."""
     counter, n0, n1, n2 = np.broadcast_arrays(*(np.asarray(a, dtype=_U32) for a in (counter, n0, n1, n2)))
     m = counter.size
@@ -136,9 +162,10 @@ def chacha20_blocks(key: bytes, counter: np.ndarray, n0: np.ndarray, n1: np.ndar
         x[b] = _rotl(x[b] ^ x[c], 7)
 
     for _ in range(10):
-        qr(0, 4, 8, 12), qr(1, 5, 9, 13), qr(2, 6, 10, 14), qr(3, 7, 11, 15)
-        qr(0, 5, 10, 15), qr(1, 6, 11, 12), qr(2, 7, 8, 13), qr(3, 4, 9, 14)
-    return (np.stack(x) + s).T.copy()
+        for a, b, c, d in _DOUBLE_ROUND:
+            qr(a, b, c, d)
+    blocks: np.ndarray = (np.stack(x) + s).T.copy()
+    return blocks
 
 
 def _nonce(j: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -199,7 +226,8 @@ class _Words:
             self.block[s] = chacha20_blocks(self.key, self.blocks[s], self.n0[s], self.n1[s], 0)
             self.blocks[s] += 1
         self.pos[sel] = pos + 1
-        return self.block[sel, pos & 15].astype(np.uint64)
+        words: np.ndarray = self.block[sel, pos & 15].astype(np.uint64)
+        return words
 
 
 def _uniform_below(w: _Words, sel: np.ndarray, m: int) -> np.ndarray:
@@ -250,6 +278,21 @@ def _bernoulli_exp(w: _Words, sel: np.ndarray, gamma: np.ndarray, num: Callable[
     return _less_than_exp(w, sel, w.take(sel), i, gamma, num, den)
 
 
+def _constant(value: int) -> Callable[[int], int]:
+    """The exact numerator ``value`` for every element."""
+    return lambda _k: value
+
+
+def _element(values: np.ndarray) -> Callable[[int], int]:
+    """Element k's exact numerator ``values[k]``."""
+    return lambda k: int(values[k])
+
+
+def _gaussian_numerator(y: np.ndarray, p: int, q: int) -> Callable[[int], int]:
+    """Element k's exact numerator (q·|y_k| − p)² of the Gaussian's acceptance test."""
+    return lambda k: (q * abs(int(y[k])) - p) ** 2
+
+
 def _geometric_e(w: _Words, sel: np.ndarray) -> np.ndarray:
     """⌊−ln W⌋ per sample in ``sel`` for one uniform real W each (one word): the k ≥ 1 with W < e^{−k}."""
     i = w.pos[sel].copy()
@@ -258,7 +301,7 @@ def _geometric_e(w: _Words, sel: np.ndarray) -> np.ndarray:
     alive = np.arange(sel.size)
     k = 1
     while alive.size:
-        ok = _less_than_exp(w, sel[alive], u[alive], i[alive], np.full(alive.size, float(k)), lambda _, k=k: k, 1)
+        ok = _less_than_exp(w, sel[alive], u[alive], i[alive], np.full(alive.size, float(k)), _constant(k), 1)
         alive = alive[ok]
         v[alive] = k
         k += 1
@@ -276,7 +319,7 @@ def _laplace(w: _Words, sel: np.ndarray, t: int, s: int) -> np.ndarray:
             first = np.ones(ss.size, dtype=bool)
         else:
             u = _uniform_below(w, ss, t)
-            first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), lambda k: int(u[k]), t)
+            first = _bernoulli_exp(w, ss, u.astype(np.float64) / float(t), _element(u), t)
         keep = pending[first]
         uk = u[first]
         sk = sel[keep]
@@ -302,13 +345,13 @@ def _gaussian(w: _Words, sel: np.ndarray, t: int, p: int, q: int) -> np.ndarray:
         _check_words(w, ss)
         y = _laplace(w, ss, t, 1)
         d = q * np.abs(y).astype(np.float64) - p  # floats for the fast decision; exact integers below
-        acc = _bernoulli_exp(w, ss, d * d / float(den), lambda k: (q * abs(int(y[k])) - p) ** 2, den)
+        acc = _bernoulli_exp(w, ss, d * d / float(den), _gaussian_numerator(y, p, q), den)
         out[pending[acc]] = y[acc]
         pending = pending[~acc]
     return out
 
 
-def _indices(key: bytes, idx: np.ndarray | range) -> tuple[int, np.ndarray | None, int]:
+def _indices(key: bytes, idx: np.ndarray | range | Sequence[int]) -> tuple[int, np.ndarray | None, int]:
     """(first, index array or None for a step-1 range, count) of the samples asked for.
 
     Every index is an integer in [0, 2^64): the nonce holds 64 bits, so a larger index (or a
@@ -320,40 +363,51 @@ def _indices(key: bytes, idx: np.ndarray | range) -> tuple[int, np.ndarray | Non
             raise ValueError("a range of sample indices must have step 1 and lie in [0, 2^64)")
         return idx.start, None, len(idx)
     raw = idx if isinstance(idx, np.ndarray) else np.asarray(idx if len(idx) else [], dtype=object)
-    if raw.dtype.kind == "O":  # Python ints: checked exactly
-        if not all(isinstance(v, (int, np.integer)) and 0 <= v < 1 << 64 for v in raw.ravel()):
-            raise ValueError("sample indices must be integers in [0, 2^64)")
-    elif raw.dtype.kind not in "ui" or (raw.dtype.kind == "i" and raw.size and int(raw.min()) < 0):
+    if not _valid_indices(raw):
         raise ValueError("sample indices must be integers in [0, 2^64)")
     arr = np.ascontiguousarray(raw, dtype=np.uint64)
     return 0, arr, arr.size
+
+
+def _valid_indices(raw: np.ndarray) -> bool:
+    """Are these integers in [0, 2^64)? Python ints (object arrays) are checked exactly."""
+    if raw.dtype.kind == "O":
+        return all(isinstance(v, (int, np.integer)) and 0 <= v < 1 << 64 for v in raw.ravel())
+    return not (raw.dtype.kind not in "ui" or (raw.dtype.kind == "i" and raw.size and int(raw.min()) < 0))
+
+
+def _built() -> _Sampler:
+    assert _compiled is not None, "the compiled sampler was not built"  # BACKEND is compiled only if it was
+    return _compiled
 
 
 def _exact(key: bytes) -> Callable[[int, int, int, int, int], bool]:
     return lambda j, i, u, num, den: exact_less(key, j, i, u, num, den)
 
 
-def laplace(key: bytes, t: int, s: int, idx: np.ndarray | range, backend: str | None = None) -> np.ndarray:
+def laplace(key: bytes, t: int, s: int, idx: np.ndarray | range | Sequence[int],
+            backend: str | None = None) -> np.ndarray:
     """Discrete Laplace samples with scale t/s (1 ≤ t ≤ 2^44, s ≥ 1) for the sample indices ``idx``, as int64."""
     first, arr, n = _indices(key, idx)
     if not (1 <= t <= 1 << 44 and s >= 1):
         raise ValueError("need 1 ≤ t ≤ 2^44 and s ≥ 1")
     if (backend or BACKEND) == "compiled":
         out = np.empty(n, dtype=np.int64)
-        _compiled.laplace(key, t, s, first, arr, out, _exact(key))
+        _built().laplace(key, t, s, first, arr, out, _exact(key))
         return out
     j = np.arange(first, first + n, dtype=np.uint64) if arr is None else arr
     return _laplace(_Words(key, j), np.arange(n), t, s)
 
 
-def gaussian(key: bytes, t: int, p: int, q: int, idx: np.ndarray | range, backend: str | None = None) -> np.ndarray:
+def gaussian(key: bytes, t: int, p: int, q: int, idx: np.ndarray | range | Sequence[int],
+             backend: str | None = None) -> np.ndarray:
     """Discrete Gaussian samples with σ² = t·p/q (proposal scale 1 ≤ t ≤ 2^44) for the sample indices ``idx``."""
     first, arr, n = _indices(key, idx)
     if not (1 <= t <= 1 << 44 and p >= 1 and q >= 1 and 2 * t * p * q < 1 << 62):
         raise ValueError("need 1 ≤ t ≤ 2^44, p ≥ 1, q ≥ 1 and 2tpq < 2^62")
     if (backend or BACKEND) == "compiled":
         out = np.empty(n, dtype=np.int64)
-        _compiled.gaussian(key, t, p, q, first, arr, out, _exact(key))
+        _built().gaussian(key, t, p, q, first, arr, out, _exact(key))
         return out
     j = np.arange(first, first + n, dtype=np.uint64) if arr is None else arr
     return _gaussian(_Words(key, j), np.arange(n), t, p, q)

@@ -49,17 +49,22 @@ def _canonical(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value.normalize())
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"non-finite number {value!r} in a query")
-        # repr round-trips exactly; normalise -0.0 and integral floats.
-        if value == int(value) and abs(value) < 2**53:
-            return int(value)
-        return repr(value)
+        return _canonical_float(value)
     if isinstance(value, dict):
         return {str(k): _canonical(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
     return value
+
+
+def _canonical_float(value: float) -> int | str:
+    """A finite float exactly: an integral one (below 2^53) as that integer, -0.0 as 0, any other by its
+    repr (which round-trips)."""
+    if not math.isfinite(value):
+        raise ValueError(f"non-finite number {value!r} in a query")
+    if value == int(value) and abs(value) < 2**53:
+        return int(value)
+    return repr(value)
 
 
 def canonical_json(query: dict[str, Any]) -> bytes:
@@ -104,7 +109,7 @@ class KeyedStream:
     def label(self) -> str:
         return self._label
 
-    def child(self, label: str) -> "KeyedStream":
+    def child(self, label: str) -> KeyedStream:
         """An independent stream for a sub-mechanism (domain separation by label)."""
         seed = hashlib.sha256(self._prefix + b"/child/" + label.encode("utf-8")).digest()
         return KeyedStream(seed, f"{self._label}/{label}")

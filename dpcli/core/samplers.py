@@ -140,15 +140,9 @@ def bernoulli_exp(
     if den.size and den.min() < 1:
         raise ValueError("need den ≥ 1")
     log_p = -(num.astype(np.float64) / den.astype(np.float64))
-    if scale_num is None:
-        if num.size and num.min() < 0:
-            raise ValueError("need num ≥ 0 without a scale")
-        sn = sd = None
-    else:
-        sn = np.broadcast_to(np.asarray(scale_num, dtype=np.int64), num.shape)
-        sd = np.broadcast_to(np.asarray(scale_den, dtype=np.int64), num.shape)
-        if sn.size and (sn.min() < 1 or sd.min() < 1):
-            raise ValueError("scales must be positive")
+    scales = _scales(num, scale_num, scale_den)
+    if scales is not None:
+        sn, sd = scales
         log_p = log_p + np.log(sn.astype(np.float64) / sd.astype(np.float64))
     if log_p.size and log_p.max() > 1e-9:
         raise ValueError("probability above 1")
@@ -163,10 +157,25 @@ def bernoulli_exp(
     v_hi = (uf + _TWO_M64) * (1.0 + 2.0**-50)
     accept = v_hi < f_lo
     unsure = ~accept & ~(v_lo > f_hi)
-    for i in zip(*np.nonzero(unsure)):
-        scale = Fraction(1) if sn is None else Fraction(int(sn[i]), int(sd[i]))  # type: ignore[index]
+    for i in zip(*np.nonzero(unsure), strict=True):
+        scale = Fraction(1) if scales is None else Fraction(int(scales[0][i]), int(scales[1][i]))
         accept[i] = _compare_exact(stream, int(u[i]), int(num[i]), int(den[i]), scale)
     return accept
+
+
+def _scales(num: np.ndarray, scale_num: np.ndarray | None,
+            scale_den: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The scales s = scale_num/scale_den broadcast to ``num`` (positive), or None without a scale
+    (then every ``num`` must be ≥ 0: the probability is at most 1)."""
+    if scale_num is None:
+        if num.size and num.min() < 0:
+            raise ValueError("need num ≥ 0 without a scale")
+        return None
+    sn = np.broadcast_to(np.asarray(scale_num, dtype=np.int64), num.shape)
+    sd = np.broadcast_to(np.asarray(scale_den, dtype=np.int64), num.shape)
+    if sn.size and (sn.min() < 1 or sd.min() < 1):
+        raise ValueError("scales must be positive")
+    return sn, sd
 
 
 def _compare_exact(stream: KeyedStream, u: int, num: int, den: int, scale: Fraction = Fraction(1)) -> bool:

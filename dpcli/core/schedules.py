@@ -85,7 +85,8 @@ def check_cdp_total(epsilon: float, delta: float) -> None:
     if not 0 < delta < 1:
         raise ValueError("δ must be in (0, 1)")
     if epsilon > 3 * math.log(1.0 / delta):
-        raise ValueError(f"with δ = {delta:g} the schedule's total ε must be ≤ 3·ln(1/δ) = {3 * math.log(1 / delta):.4g}")
+        raise ValueError(f"with δ = {delta:g} the schedule's total ε must be ≤ 3·ln(1/δ) = "
+                         f"{3 * math.log(1 / delta):.4g}")
 
 
 def epoch_start(i: int, n0: int, gamma: Fraction) -> Fraction:

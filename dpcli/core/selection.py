@@ -46,17 +46,7 @@ def race(
     Stops early, after including it, when item ``stop`` finishes. Exact: each
     pick is one draw of the exponential mechanism over the remaining items.
     """
-    u = np.asarray(utilities, dtype=np.int64)
-    c = np.asarray(multipliers, dtype=np.int64)
-    rate = Fraction(rate)
-    if rate <= 0:
-        raise ValueError("rate must be positive")
-    if u.shape != c.shape or (c.size and c.min() < 1):
-        raise ValueError("one positive integer multiplier per utility")
-    # int64-safe products rate.numerator · (u_best − u_i): the rate may only be rounded down.
-    rate = rate_at_most(rate, int(u.max()) - int(u.min()) if u.size else 0)
-    if c.size and int(c.max()) > (1 << 62) // _SLACK_DEN:
-        raise ValueError("multiplier too large")
+    u, c, rate = _race_inputs(utilities, multipliers, rate)
     remaining = np.arange(u.size)
     order: list[int] = []
     if not u.size or picks <= 0:
@@ -71,34 +61,74 @@ def race(
     alive = np.ones(u.size, dtype=bool)
     by_weight = np.argsort(-log_w, kind="stable")  # argmax over the remaining: the first alive in this order
     head = 0
-    best = -1
+    bound: _Bound | None = None
     den_all = np.full(u.size, rate.denominator, dtype=np.int64)
     sn_all = c * _SLACK_NUM
     if rate.denominator < 1 or int(sn_all.min()) < 1:  # bernoulli_exp's checks, once for every item
         raise ValueError("need den ≥ 1 and positive scales")
     while remaining.size and len(order) < picks:
-        while not alive[by_weight[head]]:
-            head += 1
+        head = _first_alive(by_weight, alive, head)
         top = int(by_weight[head])
-        if top != best:  # a new B: the acceptance bounds of every item against it
-            best = top
-            num_all = rate.numerator * (u[best] - u)
-            sd = np.full(u.size, int(c[best]) * _SLACK_DEN, dtype=np.int64)
-            bounds = _acceptance_bounds(num_all, den_all, sn_all, sd)
-        m = remaining.size
-        while True:
-            prop = remaining[_uniform_below_scalar(stream, m)]
-            ok = _bernoulli_from_bounds(stream, prop, bounds, num_all, den_all, sn_all, sd)
-            hits = np.flatnonzero(ok)
-            if hits.size:
-                pick = int(prop[hits[0]])
-                break
+        if bound is None or top != bound.best:  # a new B: the acceptance bounds of every item against it
+            num_all = rate.numerator * (u[top] - u)
+            sd = np.full(u.size, int(c[top]) * _SLACK_DEN, dtype=np.int64)
+            bound = _Bound(top, num_all, sd, _acceptance_bounds(num_all, den_all, sn_all, sd))
+        pick = _next_finisher(stream, remaining, bound, den_all, sn_all)
         order.append(pick)
         alive[pick] = False
         remaining = remaining[remaining != pick]
-        if stop is not None and pick == stop:
+        if pick == stop:
             break
     return order
+
+
+def _first_alive(by_weight: np.ndarray, alive: np.ndarray, head: int) -> int:
+    """The position in ``by_weight`` of the heaviest remaining item, from ``head`` on."""
+    while not alive[by_weight[head]]:
+        head += 1
+    return head
+
+
+def _race_inputs(utilities: np.ndarray, multipliers: np.ndarray,
+                 rate: Fraction) -> tuple[np.ndarray, np.ndarray, Fraction]:
+    """The utilities and multipliers as int64, and the rate rounded down so that every product
+    rate.numerator · (u_best − u_i) fits in int64; refuses a non-positive rate or multiplier."""
+    u = np.asarray(utilities, dtype=np.int64)
+    c = np.asarray(multipliers, dtype=np.int64)
+    rate = Fraction(rate)
+    if rate <= 0:
+        raise ValueError("rate must be positive")
+    if u.shape != c.shape or (c.size and c.min() < 1):
+        raise ValueError("one positive integer multiplier per utility")
+    # int64-safe products rate.numerator · (u_best − u_i): the rate may only be rounded down.
+    rate = rate_at_most(rate, int(u.max()) - int(u.min()) if u.size else 0)
+    if c.size and int(c.max()) > (1 << 62) // _SLACK_DEN:
+        raise ValueError("multiplier too large")
+    return u, c, rate
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """The acceptance of every item against B, the (slackened) weight of the best remaining item ``best``:
+    the exact numerators and scale denominators, and the float bounds of the fast path."""
+
+    best: int
+    num: np.ndarray
+    sd: np.ndarray
+    bounds: tuple[np.ndarray, ...]
+
+
+def _next_finisher(stream: KeyedStream, remaining: np.ndarray, bound: _Bound, den: np.ndarray,
+                   sn: np.ndarray) -> int:
+    """One draw of the exponential mechanism over ``remaining``: rounds of m uniform proposals, each
+    accepted with probability w_i/B, until one is; the first accepted."""
+    m = remaining.size
+    while True:
+        prop = remaining[_uniform_below_scalar(stream, m)]
+        ok = _bernoulli_from_bounds(stream, prop, bound.bounds, bound.num, den, sn, bound.sd)
+        hits = np.flatnonzero(ok)
+        if hits.size:
+            return int(prop[hits[0]])
 
 
 def _uniform_below_scalar(stream: KeyedStream, m: int) -> np.ndarray:
@@ -140,7 +170,7 @@ def _bernoulli_from_bounds(stream: KeyedStream, prop: np.ndarray, bounds: tuple[
     f_lo, f_hi = f_lo_all[prop], f_hi_all[prop]
     w = stream.uint64(prop.size)
     uf = w.astype(np.float64) * _TWO_M64
-    accept = (uf + _TWO_M64) * (1.0 + 2.0**-50) < f_lo
+    accept: np.ndarray = (uf + _TWO_M64) * (1.0 + 2.0**-50) < f_lo
     unsure = ~accept & ~(uf * (1.0 - 2.0**-50) > f_hi)
     for i in np.flatnonzero(unsure):
         j = prop[i]

@@ -109,7 +109,8 @@ def noise_only_prefixes(noise: np.ndarray, sigma2: float, n: int) -> np.ndarray:
             m = sizes[ell]
             y = noise[:, offset : offset + m]
             offset += m
-            est = (v[ell] / sigma2) * y + (v[ell] / (2.0 * v[ell - 1])) * (est[:, 0 : 2 * m : 2] + est[:, 1 : 2 * m : 2])
+            children = est[:, 0 : 2 * m : 2] + est[:, 1 : 2 * m : 2]
+            est = (v[ell] / sigma2) * y + (v[ell] / (2.0 * v[ell - 1])) * children
         bit = ((i >> ell) & 1).astype(bool)
         out[:, bit] += est[:, (i[bit] >> ell) - 1]
     return out
@@ -131,4 +132,5 @@ def selection_thresholds(sigma2: float, n: int, beta: float, horizon: int) -> np
     Gaussian inverse CDF, exact for continuous noise; the sub-Gaussian bound is
     the rigorous counterpart for the exact discrete noise used here.)
     """
-    return np.sqrt(prefix_variances(sigma2, n)) * math.sqrt(2.0 * math.log(horizon / beta))
+    thresholds: np.ndarray = np.sqrt(prefix_variances(sigma2, n)) * math.sqrt(2.0 * math.log(horizon / beta))
+    return thresholds

@@ -63,7 +63,9 @@ _INPUT_EXT = {
     ".jsonl": "ndjson",
 }
 #: Compressed inputs by suffix (after it comes the format's own: ``events.csv.gz``).
-_COMPRESSION: dict[str, Callable[[bytes], bytes]] = {".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress}
+_COMPRESSION: dict[str, Callable[[bytes], bytes]] = {
+    ".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress,
+}
 
 
 #: Test hook: called with the input's path right after its fingerprint is taken and before the parser
@@ -256,7 +258,7 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
         source = _COMPRESSION[reading.compression](raw)
         refuse_private(source[:32], "compressed input", "(its content)")
     if reading.format == "csv":
-        overrides = {c: pl.String for c in reading.text_columns}
+        overrides = dict.fromkeys(reading.text_columns, pl.String)
         # Per-record damage is not an error (control flow must not depend on one record): a record with
         # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
         return pl.scan_csv(source, separator=reading.delimiter or ",", infer_schema_length=10000,
@@ -319,30 +321,47 @@ def open_input(
     fmt = input_format_for(path, input_format, name)
     if fmt == "ndjson" and not text_columns:
         raise UsageError(NDJSON_NEEDS_COLUMNS)
+    reading = Reading.of(fmt, _compression_of(source), csv_delimiter(delimiter), text_columns)
     if path == "-":
-        compression = None
-    elif source.compression:  # a catalog entry's (``none``: not compressed, whatever the name)
-        compression = _COMPRESSION_NAMES.get(source.compression)
-    else:
-        compression = _suffixes(path)[1]
-    reading = Reading.of(fmt, compression, csv_delimiter(delimiter), text_columns)
-    if path == "-":
-        data = (stdin or sys.stdin.buffer).read()
-        if not data:
-            raise DataError("standard input is empty")
-        refuse_private(data[:32], "standard input", "-")
-        fingerprint = fingerprint_bytes(data)
-        try:
-            frame = _parse(data, reading)
-            frame.collect_schema()
-        except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-            raise DataError(f"cannot parse standard input as {fmt}: {withheld(exc)}") from None
-        return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=fmt, reading=reading)
-    if early is not None and early.path == path:
-        fh, identity = early.fh, early.identity
-    else:
-        early = None
-        fh, identity = open_binary(source)
+        return _open_stdin(stdin or sys.stdin.buffer, reading)
+    return _open_file(source, reading, _same_file(early, path))
+
+
+def _same_file(early: EarlyInput | None, path: str) -> EarlyInput | None:
+    """``early`` if it is ``path`` opened early (else the path is opened now)."""
+    return early if early is not None and early.path == path else None
+
+
+def _compression_of(source: Source) -> str | None:
+    """How the input's bytes are compressed: a catalog entry's declaration (``none``: not compressed,
+    whatever the name), else the file name's suffix; standard input never is."""
+    if source.location == "-":
+        return None
+    if source.compression:
+        return _COMPRESSION_NAMES.get(source.compression)
+    return _suffixes(source.location)[1]
+
+
+def _open_stdin(stdin: IO[bytes], reading: Reading) -> InputTable:
+    """Standard input, read into memory, hashed and parsed from those bytes."""
+    data = stdin.read()
+    if not data:
+        raise DataError("standard input is empty")
+    refuse_private(data[:32], "standard input", "-")
+    fingerprint = fingerprint_bytes(data)
+    try:
+        frame = _parse(data, reading)
+        frame.collect_schema()
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        raise DataError(f"cannot parse standard input as {reading.format}: {withheld(exc)}") from None
+    return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=reading.format, reading=reading)
+
+
+def _open_file(source: Source, reading: Reading, early: EarlyInput | None) -> InputTable:
+    """A file opened once (or taken from ``early``, already opened and being hashed): hashed through
+    that open file, which is then what polars scans; closed with the table."""
+    path, name = source.location, source.name
+    fh, identity = (early.fh, early.identity) if early is not None else open_binary(source)
     try:
         if identity.size == 0:
             raise DataError(f"input file {name!r} is empty")
@@ -356,11 +375,11 @@ def open_input(
             frame = _parse(fh, reading)
             frame.collect_schema()
         except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
-            raise DataError(f"cannot read {name!r} as {fmt}: {withheld(exc)}") from None
+            raise DataError(f"cannot read {name!r} as {reading.format}: {withheld(exc)}") from None
     except BaseException:
         fh.close()
         raise
-    table = InputTable(frame=frame, fingerprint=fingerprint, name=name, format=fmt, reading=reading,
+    table = InputTable(frame=frame, fingerprint=fingerprint, name=name, format=reading.format, reading=reading,
                        origin=source.entry, source=fh, identity=identity, location=path)
     weakref.finalize(table, fh.close)  # closed with the table (polars holds its own duplicate)
     return table
@@ -392,6 +411,18 @@ def _footer_digest(f: Path, name: str) -> str:
         return hashlib.sha256(fh.read(length)).hexdigest()
 
 
+def _parquet_files(location: str, name: str) -> list[Path]:
+    """The dataset's data files, every one named as Parquet (names below the directory can be data,
+    hive partitions such as diagnosis=…: messages never quote them)."""
+    files = dataset_files(location)
+    if not files:
+        raise InputMissingError(f"dataset {name!r} holds no data files")
+    if any(f.suffix.lower() not in (".parquet", ".pq") for f in files):
+        raise UsageError(f"dataset {name!r} holds a file without a .parquet name: a dataset holds Parquet "
+                         "files only")
+    return files
+
+
 def open_dataset(directory: str | Source, input_format: str | None = None) -> InputTable:
     """A directory of Parquet files (a partitioned dataset) as one input: a path, or a
     :class:`dpcli.access.Source` (a catalog name: messages call it so, never by its location).
@@ -409,19 +440,13 @@ def open_dataset(directory: str | Source, input_format: str | None = None) -> In
     if (source.format or input_format) not in (None, "parquet"):
         raise UsageError("a dataset directory is read as Parquet files", field="input_format")
     gate().check_read(source, "dataset")
-    files = dataset_files(location)
-    if not files:
-        raise InputMissingError(f"dataset {name!r} holds no data files")
-    # Names below the directory can be data (hive partitions: diagnosis=…): messages never quote them.
-    if any(f.suffix.lower() not in (".parquet", ".pq") for f in files):
-        raise UsageError(f"dataset {name!r} holds a file without a .parquet name: a dataset holds Parquet "
-                         "files only")
+    files = _parquet_files(location, name)
     try:
         identities = tuple(FileIdentity.of(os.stat(f)) for f in files)
     except OSError as exc:
         raise InputMissingError(f"dataset {name!r} is not readable ({os_reason(exc)})") from None
     manifest = [[str(f.relative_to(location)), i.size, i.mtime_ns, _footer_digest(f, name)]
-                for f, i in zip(files, identities)]
+                for f, i in zip(files, identities, strict=True)]
     digest = hashlib.sha256(json.dumps(manifest, separators=(",", ":")).encode()).hexdigest()
     fingerprint = f"manifest:{digest}; run {secrets.token_hex(16)}"  # never a replay: see above
     try:
@@ -459,25 +484,36 @@ def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Sch
         raise DataError(f"cannot read {table.name}: {withheld(exc)}") from None
     for col, kind in columns.items():
         if col not in schema:
-            if not header_is_text(schema.names()):  # binary bytes read as a header: never echo them
-                raise DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
-                                "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz name)")
-            if gate().restricted:  # the data's other column names are private to a service-mode analyst
-                raise DataError(f"column {col!r} not found in {table.name}")
-            known = ", ".join(list(schema.names())[:12])
-            raise DataError(f"column {col!r} not found in {table.name} (columns: {known})")
+            raise _missing_column(table, schema, col)
         dtype = schema[col]
-        if kind == "numeric" and not dtype.is_numeric():
-            raise DataError(f"column {col!r} must be numeric but is {type_text(dtype)} in {table.name}")
-        if kind == "value" and not (dtype.is_numeric() or dtype == pl.String):
-            raise DataError(
-                f"column {col!r} must be numeric (or text holding numbers) but is {type_text(dtype)} in {table.name}"
-            )
-        if kind == "temporal" and not (dtype.is_temporal() or dtype.is_numeric() or dtype == pl.String):
-            raise DataError(f"column {col!r} must hold timestamps but is {type_text(dtype)} in {table.name}")
-        if kind == "key" and dtype.is_nested():
-            raise DataError(f"column {col!r} is a nested {type_text(dtype)} and cannot be grouped by in {table.name}")
+        usable, refusal = _COLUMN_KINDS.get(kind, (None, ""))
+        if usable is not None and not usable(dtype):
+            raise DataError(refusal.format(col=col, type=type_text(dtype), name=table.name))
     return schema
+
+
+#: Column kind → (is a column of this type usable?, the error otherwise). ``any`` takes every type.
+_COLUMN_KINDS: dict[str, tuple[Callable[[pl.DataType], bool], str]] = {
+    "numeric": (lambda t: t.is_numeric(), "column {col!r} must be numeric but is {type} in {name}"),
+    "value": (lambda t: t.is_numeric() or t == pl.String,
+              "column {col!r} must be numeric (or text holding numbers) but is {type} in {name}"),
+    "temporal": (lambda t: t.is_temporal() or t.is_numeric() or t == pl.String,
+                 "column {col!r} must hold timestamps but is {type} in {name}"),
+    "key": (lambda t: not t.is_nested(), "column {col!r} is a nested {type} and cannot be grouped by in {name}"),
+}
+
+
+def _missing_column(table: InputTable, schema: pl.Schema, col: str) -> DataError:
+    """The error for a column the input lacks: its other columns named, unless they are binary bytes read
+    as a header (never echoed) or private (a service-mode analyst's)."""
+    if not header_is_text(schema.names()):
+        return DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
+                         "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz "
+                         "name)")
+    if gate().restricted:
+        return DataError(f"column {col!r} not found in {table.name}")
+    known = ", ".join(list(schema.names())[:12])
+    return DataError(f"column {col!r} not found in {table.name} (columns: {known})")
 
 
 def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:

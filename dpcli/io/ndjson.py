@@ -56,22 +56,27 @@ def _json_member_paths(name: str) -> tuple[str, str]:
     return paths
 
 
-def _check_member_paths(name: str, value_path: str, number_path: str) -> None:
-    """Refuse (DataError) ``name`` unless its paths read exactly its member on probe records: the
-    member among decoys (keys that hold pieces of its name, nested copies of it), a missing member,
-    lines that are no object; and the number filter tells a number from the same text as a string."""
+def _probe_records(name: str) -> list[tuple[object, str | None, bool]]:
+    """(record, the value ``name``'s path must read from it, whether the number filter must see a number)."""
     outer = "nested" if name != "nested" else "outer"
     pieces = {p for p in "".join(c if c.isalnum() else " " for c in name).split() if p != name}
     decoys = dict.fromkeys(["", *sorted(pieces), "x" + name, name + "x", "\U0010ffff"])
     decoys.pop(name, None)
-    records: list[tuple[object, str | None, bool]] = [
-        ({**{k: "decoy" for k in decoys}, name: "probe", outer: {name: "nested"}}, "probe", False),
-        ({name: 5.0, **{k: 1.0 for k in decoys}}, "5.0", True),
-        ({name: "5.0", **{k: 1.0 for k in decoys}}, "5.0", False),
-        ({**{k: 2 for k in decoys}, outer: {name: 3}}, None, False),
+    return [
+        ({**dict.fromkeys(decoys, "decoy"), name: "probe", outer: {name: "nested"}}, "probe", False),
+        ({name: 5.0, **dict.fromkeys(decoys, 1.0)}, "5.0", True),
+        ({name: "5.0", **dict.fromkeys(decoys, 1.0)}, "5.0", False),
+        ({**dict.fromkeys(decoys, 2), outer: {name: 3}}, None, False),
         ([{name: "in a list"}], None, False),
         ("a string", None, False),
     ]
+
+
+def _check_member_paths(name: str, value_path: str, number_path: str) -> None:
+    """Refuse (DataError) ``name`` unless its paths read exactly its member on probe records: the
+    member among decoys (keys that hold pieces of its name, nested copies of it), a missing member,
+    lines that are no object; and the number filter tells a number from the same text as a string."""
+    records = _probe_records(name)
     lines = pl.Series([json.dumps(r) for r, _, _ in records], dtype=pl.String)
     try:
         values = lines.str.json_path_match(value_path).to_list()

@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Literal, TypeGuard
 
 import polars as pl
 
@@ -42,7 +42,8 @@ def output_format_for(path: str | None, explicit: str | None) -> str:
     if path and path != "-":
         fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
         if fmt is None:
-            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension", field="format")
+            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
+                             field="format")
         return fmt
     return "csv"
 
@@ -89,12 +90,16 @@ def check_path_is_not_protected(
         raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
                           "write it elsewhere")
     for source in inputs:
-        if source is None or str(source) == "-":
-            continue
-        if _same_file(path, source):
-            raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
-        if os.path.isdir(source) and inside(path, source):
-            raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
+        if source is not None and str(source) != "-":
+            _refuse_input(path, source, what)
+
+
+def _refuse_input(path: PathLike, source: PathLike, what: str) -> None:
+    """Never write over an input file, or into an input dataset's directory."""
+    if _same_file(path, source):
+        raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
+    if os.path.isdir(source) and inside(path, source):
+        raise OutputError(f"{what} {str(path)!r} lies inside the input dataset {str(source)!r}; write it elsewhere")
 
 
 def check_output_path(
@@ -137,21 +142,29 @@ def rounded(df: pl.DataFrame, step: float | None = None) -> pl.DataFrame:
     measured. Integer columns are exact and untouched, and Parquet outputs keep every float as
     computed. Rounding is post-processing of released values: it changes no guarantee.
     """
-    exprs = []
-    for column, dtype in df.schema.items():
-        if not dtype.is_float():
-            continue
-        margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
-        typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
-        if isinstance(typical, (int, float)) and math.isfinite(typical) and typical > 0:
-            decimals = _decimals_of(typical)
-            if column == margin_col:  # a margin is rounded up: never shown narrower than it is
-                exprs.append((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals)
-            else:
-                exprs.append(pl.col(column).round(decimals))
-        elif step is not None and math.isfinite(step) and step > 0:
-            exprs.append(pl.col(column).round(_decimals_of(step)))
+    exprs = [e for column, dtype in df.schema.items() if dtype.is_float()
+             if (e := _rounding(df, column, step)) is not None]
     return df.with_columns(exprs) if exprs else df
+
+
+def _positive(x: object) -> TypeGuard[float]:
+    """A positive finite number (a median of an empty or all-null column is None)."""
+    return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+
+
+def _rounding(df: pl.DataFrame, column: str, step: float | None) -> pl.Expr | None:
+    """How one float column is rounded: to its margin's median (a margin itself upwards), else to the
+    grid's ``step``; None to keep it as it is."""
+    margin_col = column if column.endswith("_moe95") else f"{column}_moe95"
+    typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
+    if _positive(typical):
+        decimals = _decimals_of(typical)
+        if column == margin_col:  # a margin is rounded up: never shown narrower than it is
+            return (pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals
+        return pl.col(column).round(decimals)
+    if step is not None and math.isfinite(step) and step > 0:
+        return pl.col(column).round(_decimals_of(step))
+    return None
 
 
 def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:

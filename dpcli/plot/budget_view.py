@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from dpcli.core.accounting.budget import Spend
 from dpcli.core.events import PrivacyEvent
 from dpcli.state import ledger
 
@@ -46,16 +47,23 @@ def timeline(led: ledger.Ledger, schedules: list[dict[str, Any]] | None = None) 
             periods.append(datetime.fromisoformat(entry["time"]))
         total = acct.spend([PrivacyEvent.from_json(ev) for ev in entry["events"]], total)
         times.append(datetime.fromisoformat(entry["time"]))
-        if led.limits.mode == "rdp":
-            values = {"epsilon": acct.guarantee(total, led.report_delta)[0]}
-        else:
-            values = {k: _number(v) for k, v in acct.spent_json(total).items()}
-        for key, value in values.items():
+        for key, value in _spent_values(led, total).items():
             spent.setdefault(key, []).append(value)
     named = {LIMIT_OF.get(k, k): _number(v) for k, v in led.limits.to_json().items() if k != "mode"}
     limits = {k: v for k, v in named.items() if k in spent}
-    reserved = sum(_number(s["epsilon_reserved"]) for s in schedules or [] if s.get("epsilon_reserved") is not None)
-    return BudgetTimeline(led.analyst, led.limits.mode, times, spent, limits, periods[1:], reserved)
+    return BudgetTimeline(led.analyst, led.limits.mode, times, spent, limits, periods[1:], _reserved(schedules))
+
+
+def _spent_values(led: ledger.Ledger, total: Spend) -> dict[str, float]:
+    """The running spend as the ledger states it: each quantity, or the RDP ledger's ε at its δ."""
+    if led.limits.mode == "rdp":
+        return {"epsilon": led.accountant.guarantee(total, led.report_delta)[0]}
+    return {k: _number(v) for k, v in led.accountant.spent_json(total).items()}
+
+
+def _reserved(schedules: list[dict[str, Any]] | None) -> float:
+    """ε the schedules reserve in the current period."""
+    return sum(_number(s["epsilon_reserved"]) for s in schedules or [] if s.get("epsilon_reserved") is not None)
 
 
 def _number(text: Any) -> float:

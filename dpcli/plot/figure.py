@@ -18,6 +18,8 @@ from dpcli.plot.release_view import (
     bars,
     level_totals,
     pyramid,
+    released_total,
+    sex_cells,
     stream_lines,
 )
 
@@ -135,12 +137,8 @@ def _stream_figure(plt: Any, view: ReleaseView, value: str | None, keys: list[st
             for w, window in enumerate(dict.fromkeys(windows)):  # one segment per window (totals restart)
                 idx = [j for j, x in enumerate(windows) if x == window]
                 x = [datetime.fromisoformat(times[j]) for j in idx]
-                v = [vals[j] for j in idx]
-                ax.plot(x, v, marker=".", linewidth=1.2, color=colour, label=label if w == 0 else None)
-                if margins:
-                    m = [margins[j] for j in idx]
-                    ax.fill_between(x, [a - b for a, b in zip(v, m)], [a + b for a, b in zip(v, m)], color=colour,
-                                    alpha=0.18, linewidth=0)
+                _segment(ax, x, [vals[j] for j in idx], [margins[j] for j in idx] if margins else None, colour,
+                         label if w == 0 else None)
         ax.set_xlabel("trigger time")
         ax.set_ylabel(data["value"])
         ax.set_title(f"{data['value']} per trigger, by {', '.join(view.keys)} (running totals within each window)")
@@ -149,13 +147,21 @@ def _stream_figure(plt: Any, view: ReleaseView, value: str | None, keys: list[st
     return fig
 
 
+def _segment(ax: Any, x: list[Any], v: list[float], m: list[float] | None, colour: str, label: str | None) -> None:
+    """One window's line of a key, with its band of margins."""
+    ax.plot(x, v, marker=".", linewidth=1.2, color=colour, label=label)
+    if m:
+        ax.fill_between(x, [a - b for a, b in zip(v, m, strict=True)],
+                        [a + b for a, b in zip(v, m, strict=True)], color=colour, alpha=0.18, linewidth=0)
+
+
 def _pyramid_figure(plt: Any, view: ReleaseView, group: str | None, level: str | None) -> Any:
     p = pyramid(view, group, level)
     with plt.rc_context(_STYLE):
         fig, ax = plt.subplots(figsize=(7, 1.2 + 0.25 * max(len(p["ages"]), 1)))
         ax.set_title(f"{p['group']} at {p['level']}")
         if not p["ages"]:
-            value, margin = p["total"]
+            value, margin = released_total(p)
             ax.barh([0], [value], xerr=[margin] if margin is not None else None, color="#4C72B0", capsize=3)
             ax.set_yticks([0], ["total (only the total was released)"])
             ax.set_xlabel("count")
@@ -164,9 +170,8 @@ def _pyramid_figure(plt: Any, view: ReleaseView, group: str | None, level: str |
         colours = ["#4C72B0", "#DD8452", "#55A868", "#C44E52"]
         for i, sex in enumerate(p["sexes"][:2]):
             sign = -1 if i == 0 else 1
-            cells = [p["cells"].get((sex, age), (0.0, None)) for age in p["ages"]]
-            margins = [m for _, m in cells]
-            ax.barh(y, [sign * v for v, _ in cells], xerr=margins if None not in margins else None,
+            values, margins = sex_cells(p, sex)
+            ax.barh(y, [sign * v for v in values], xerr=margins,
                     color=colours[i], ecolor="#222222", capsize=2, height=0.8, label=f"sex {sex}")
         ax.set_yticks(y, p["ages"])
         ax.axvline(0, color="#222222", linewidth=0.8)
@@ -186,7 +191,7 @@ def budget_figure(tl: BudgetTimeline) -> Any:
     keys = list(tl.spent)
     with plt.rc_context(_STYLE):
         fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(7, 2.2 * max(len(keys), 1)), squeeze=False)
-        for ax, key in zip(axes[:, 0], keys or [""]):
+        for ax, key in zip(axes[:, 0], keys or [""], strict=True):
             if not key:
                 ax.set_title("nothing spent yet")
                 continue

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import polars as pl
 
@@ -103,21 +103,27 @@ def read_release(path: str, summary_path: str | None = None,
         accept(fingerprint_bytes(data))
     summary = read_summary(summary_path) if summary_path else {}
     try:
-        if suffix in (".parquet", ".pq"):
-            table = pl.read_parquet(io.BytesIO(data))
-        elif suffix == ".json":
-            doc = json.loads(data)
-            rows = doc.get("result") if isinstance(doc, dict) else doc
-            if not isinstance(rows, list):
-                raise DataError(f"{path!r} is not a dpcli release (a JSON list of records)")
-            table = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
-            if isinstance(doc, dict) and summary_path is None:
-                summary = doc.get("summary") or {}
-        else:
-            table = pl.read_csv(io.BytesIO(data), infer_schema_length=None, separator="\t" if suffix == ".tsv" else ",")
+        table, doc = _parse_release(data, suffix, path)
     except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError) as exc:
         raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
+    if doc is not None and summary_path is None:
+        summary = doc.get("summary") or {}
     return recognise(table, path, summary)
+
+
+def _parse_release(data: bytes, suffix: str, path: str) -> tuple[pl.DataFrame, dict[str, Any] | None]:
+    """The release's table, and the whole ``--json`` document it came in (None for a table file)."""
+    if suffix in (".parquet", ".pq"):
+        return pl.read_parquet(io.BytesIO(data)), None
+    if suffix != ".json":
+        separator = "\t" if suffix == ".tsv" else ","
+        return pl.read_csv(io.BytesIO(data), infer_schema_length=None, separator=separator), None
+    doc = json.loads(data)
+    rows = doc.get("result") if isinstance(doc, dict) else doc
+    if not isinstance(rows, list):
+        raise DataError(f"{path!r} is not a dpcli release (a JSON list of records)")
+    table = pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    return table, doc if isinstance(doc, dict) else None
 
 
 def read_summary(path: str) -> dict[str, Any]:
@@ -143,16 +149,24 @@ def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = N
     summary = summary or {}
     if all(c in cols for c in _TABULATE):
         return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
-    values = tuple(c for c in cols if _AGGREGATE.match(c) and not c.endswith("_moe95"))
+    values = _released_values(cols)
     if not values:
         raise DataError(f"{name!r} has no column dpcli releases (count, count_units, sum_…, mean_…): "
                         "is it a dpcli release?")
     if all(c in cols for c in _STREAM):
-        keys = tuple(c for c in cols if c not in _STREAM and c not in values and not c.endswith("_moe95"))
-        return ReleaseView("stream-replay", table, keys, values, name, summary)
-    keys = tuple(c for c in cols if c not in values and not c.endswith("_moe95") and c != "rank")
+        return ReleaseView("stream-replay", table, _keys(cols, values, _STREAM), values, name, summary)
     kind: Kind = "topk" if "rank" in cols else "histogram"
-    return ReleaseView(kind, table, keys, values, name, summary)
+    return ReleaseView(kind, table, _keys(cols, values, ("rank",)), values, name, summary)
+
+
+def _released_values(cols: list[str]) -> tuple[str, ...]:
+    """The released aggregate columns (count, count_units, sum_…, mean_…, …), their margins aside."""
+    return tuple(c for c in cols if _AGGREGATE.match(c) and not c.endswith("_moe95"))
+
+
+def _keys(cols: list[str], values: tuple[str, ...], other: tuple[str, ...]) -> tuple[str, ...]:
+    """The group columns: every column but the released values, their margins and ``other``."""
+    return tuple(c for c in cols if c not in other and c not in values and not c.endswith("_moe95"))
 
 
 def label_of(row: dict[str, Any], keys: tuple[str, ...]) -> str:
@@ -172,6 +186,7 @@ def bars(view: ReleaseView, value: str | None, top: int | None) -> tuple[list[st
     if top is not None:
         t = t.head(top)
     labels = [label_of(r, view.keys) for r in t.select(list(view.keys)).to_dicts()]
+    margins: list[float] | None
     if margin:
         margins = t[margin].cast(pl.Float64).to_list()
     else:
@@ -186,7 +201,8 @@ def recorded_margin(view: ReleaseView, column: str) -> float | None:
 
     from dpcli.core.mechanisms import Noise
 
-    measurement = (view.summary.get("measurements") or {}).get({"count": "rows", "count_units": "units"}.get(column, ""))
+    name = {"count": "rows", "count_units": "units"}.get(column, "")
+    measurement = (view.summary.get("measurements") or {}).get(name)
     if not isinstance(measurement, dict):
         return None
     try:
@@ -229,41 +245,82 @@ def stream_lines(view: ReleaseView, value: str | None, keys: list[str] | None, t
     return {"value": column, "lines": lines}
 
 
-def pyramid(view: ReleaseView, group: str | None, level: str | None) -> dict[str, Any]:
+#: A released count and its 95% margin (None without margins).
+Cell = tuple[float, float | None]
+
+
+class Pyramid(TypedDict):
+    """A population group's Sex × Age cells (``cells`` by (sex, age)), or its total alone (no ``ages``)."""
+
+    level: str
+    group: str
+    sexes: list[str]
+    ages: list[str]
+    cells: dict[tuple[str, str], Cell]
+    total: Cell | None
+
+
+def pyramid(view: ReleaseView, group: str | None, level: str | None) -> Pyramid:
     """A population group's Sex × Age cells (or its total, if only that was released).
 
     ``group`` is ``GEO_ID:ITERATION`` (default: the first group with cells); ``level`` a level
     name as the file writes it (default: the first level).
     """
     t = view.table
-    levels = list(dict.fromkeys(t["level"].to_list()))
-    if not levels:
-        raise DataError(f"{view.name!r} holds no rows")
-    chosen_level = level or levels[0]
-    if chosen_level not in levels:
-        raise UsageError(f"no level {chosen_level!r} in {view.name!r} (it has {', '.join(levels)})", field="level")
+    chosen_level = _chosen_level(t, level, view.name)
     t = t.filter(pl.col("level") == chosen_level)
-    if group is None:
-        cells = t.filter(pl.col("age") != "total")
-        first = (cells if cells.height else t).row(0, named=True)
-        geo, it = str(first["geo_id"]), str(first["iteration"])
-    else:
-        geo, _, it = group.partition(":")
+    geo, it = _group_of(t, group)
     rows = t.filter((pl.col("geo_id").cast(pl.String) == geo) & (pl.col("iteration").cast(pl.String) == it))
     if not rows.height:
         raise UsageError(f"no population group {geo}:{it} at level {chosen_level!r} in {view.name!r}", field="group")
     margin = "moe95" if "moe95" in rows.columns else None
     sexes = [s for s in dict.fromkeys(rows["sex"].cast(pl.String).to_list()) if s is not None]
     ages = [a for a in dict.fromkeys(rows["age"].to_list()) if a != "total"]
-    cells = {(str(r["sex"]), r["age"]): (float(r["count"]), float(r[margin]) if margin else None)
-             for r in rows.iter_rows(named=True)}
-    total = next(((float(r["count"]), float(r[margin]) if margin else None) for r in rows.iter_rows(named=True)
-                  if r["age"] == "total"), None)
+    cells = {(str(r["sex"]), r["age"]): _cell(r, margin) for r in rows.iter_rows(named=True)}
+    total = next((_cell(r, margin) for r in rows.iter_rows(named=True) if r["age"] == "total"), None)
     return {"level": chosen_level, "group": f"{geo}:{it}", "sexes": sexes, "ages": ages, "cells": cells,
             "total": total}
 
 
-def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple[str, list[str], list[float],
+def _chosen_level(t: pl.DataFrame, level: str | None, name: str) -> Any:
+    """``level`` if the file has it, else (None) the file's first level."""
+    levels = list(dict.fromkeys(t["level"].to_list()))
+    if not levels:
+        raise DataError(f"{name!r} holds no rows")
+    chosen_level = level or levels[0]
+    if chosen_level not in levels:
+        raise UsageError(f"no level {chosen_level!r} in {name!r} (it has {', '.join(levels)})", field="level")
+    return chosen_level
+
+
+def _group_of(t: pl.DataFrame, group: str | None) -> tuple[str, str]:
+    """(geo id, iteration) of ``GEO_ID:ITERATION``, or of the level's first group with cells (else its first)."""
+    if group is not None:
+        geo, _, it = group.partition(":")
+        return geo, it
+    with_cells = t.filter(pl.col("age") != "total")
+    first = (with_cells if with_cells.height else t).row(0, named=True)
+    return str(first["geo_id"]), str(first["iteration"])
+
+
+def _cell(row: dict[str, Any], margin: str | None) -> Cell:
+    return float(row["count"]), float(row[margin]) if margin else None
+
+
+def sex_cells(p: Pyramid, sex: str) -> tuple[list[float], list[float] | None]:
+    """One sex's counts by age (0 where a cell is missing), and their margins (None unless every cell has one)."""
+    cells = [p["cells"].get((sex, age), (0.0, None)) for age in p["ages"]]
+    margins = [m for _, m in cells if m is not None]
+    return [v for v, _ in cells], margins if len(margins) == len(cells) else None
+
+
+def released_total(p: Pyramid) -> Cell:
+    """The total of a group whose cells were not released (no ``ages``: its only row is its total)."""
+    assert p["total"] is not None, p["group"]
+    return p["total"]
+
+
+def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple[str | None, list[str], list[float],
                                                                                list[float] | None]:
     """A tabulate level's released totals (groups released as a total only), largest first:
     (level, labels ``GEO_ID:ITERATION``, values, margins)."""
@@ -278,6 +335,7 @@ def level_totals(view: ReleaseView, level: str | None, top: int | None) -> tuple
                          field="level")
     if top is not None:
         rows = rows.head(top)
-    labels = [f"{g}:{i}" for g, i in zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String))]
+    labels = [f"{g}:{i}" for g, i in
+              zip(rows["geo_id"].cast(pl.String), rows["iteration"].cast(pl.String), strict=True)]
     margins = rows["moe95"].cast(pl.Float64).to_list() if "moe95" in rows.columns else None
     return chosen, labels, rows["count"].cast(pl.Float64).to_list(), margins

@@ -5,12 +5,12 @@ Widths are in terminal cells; labels and numbers are never cut (a long label nar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpcli.plot.budget_view import BudgetTimeline
 
 if TYPE_CHECKING:  # polars is imported only to draw a release, never for the budget
-    from dpcli.plot.release_view import ReleaseView
+    from dpcli.plot.release_view import Pyramid, ReleaseView
 
 _EIGHTHS = " ▏▎▍▌▋▊▉█"
 
@@ -32,16 +32,21 @@ def bar_chart(labels: list[str], values: list[float], margins: list[float] | Non
     """One line per label: the label, a bar, the value and its ± margin; a threshold marker line.
     Bars fill the width at ``scale`` (default: the largest value)."""
     label_w = max((len(s) for s in labels), default=0)
-    texts = [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values)]
+    texts = _value_texts(values, margins)
     text_w = max((len(t) for t in texts), default=0)
     bar_w = max(width - label_w - text_w - 3, 10)
     top = scale if scale is not None else max([*values, threshold or 0, 0.0])
     lines = [f"{label:<{label_w}} {bar(v, top, bar_w):<{bar_w}} {t:>{text_w}}" for label, v, t in
-             zip(labels, values, texts)]
+             zip(labels, values, texts, strict=True)]
     if threshold is not None and top > 0:
         pos = min(round(threshold / top * bar_w), bar_w - 1)
         lines.append(f"{'':<{label_w}} {' ' * pos}┆ threshold {_number(threshold)}")
     return lines
+
+
+def _value_texts(values: list[float], margins: list[float] | None) -> list[str]:
+    """Each value as a number, with its ± margin when there are margins."""
+    return [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values, strict=True)]
 
 
 def release_text(view: ReleaseView, width: int, value: str | None = None, top: int | None = None,
@@ -59,10 +64,7 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
         title = f"{column} by {', '.join(view.keys)}"
     elif view.kind == "stream-replay":
         data = stream_lines(view, value, keys, top if top is not None else 5)
-        body = []
-        for label, (times, vals, margins, _) in data["lines"].items():
-            body.append(f"{label}: " + _sparkline(vals) + f"  last {_number(vals[-1])}"
-                        + (f" ±{_number(margins[-1])}" if margins else "") + f" at {times[-1]}")
+        body = [_stream_line(label, *line) for label, line in data["lines"].items()]
         title = f"{data['value']} per trigger, by {', '.join(view.keys)}"
     elif totals:
         chosen, labels, values, margins = level_totals(view, level, top if top is not None else 20)
@@ -75,6 +77,12 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
     return "\n".join([title, *body, view.caption(has_margins)])
 
 
+def _stream_line(label: str, times: list[str], vals: list[float], margins: list[float] | None, _: object) -> str:
+    """A key's released values as a sparkline, and its last value (± margin) and trigger time."""
+    return (f"{label}: " + _sparkline(vals) + f"  last {_number(vals[-1])}"
+            + (f" ±{_number(margins[-1])}" if margins else "") + f" at {times[-1]}")
+
+
 def _sparkline(values: list[float]) -> str:
     ticks = "▁▂▃▄▅▆▇█"
     lo, hi = min(values), max(values)
@@ -82,19 +90,18 @@ def _sparkline(values: list[float]) -> str:
     return "".join(ticks[min(int((v - lo) / span * 7.999), 7)] for v in values)
 
 
-def _pyramid_lines(p: dict[str, Any], width: int) -> list[str]:
+def _pyramid_lines(p: Pyramid, width: int) -> list[str]:
+    from dpcli.plot.release_view import released_total, sex_cells
+
     if not p["ages"]:
-        value, margin = p["total"]
+        value, margin = released_total(p)
         return [f"total {_number(value)}" + (f" ±{_number(margin)}" if margin is not None else "")
                 + " (only the total was released for this group)"]
     lines = []
     scale = max((v for v, _ in p["cells"].values()), default=0.0)  # one scale for every sex
     for sex in p["sexes"]:
-        labels = [f"sex {sex} {age}" for age in p["ages"]]
-        cells = [p["cells"].get((sex, age), (0.0, None)) for age in p["ages"]]
-        margins = [m for _, m in cells]
-        lines += bar_chart(labels, [v for v, _ in cells], margins if None not in margins else None,  # type: ignore[arg-type]
-                           width, scale=scale)
+        values, margins = sex_cells(p, sex)
+        lines += bar_chart([f"sex {sex} {age}" for age in p["ages"]], values, margins, width, scale=scale)
     return lines
 
 
@@ -110,7 +117,7 @@ def budget_text(tl: BudgetTimeline, width: int) -> str:
         tops.append(tl.limits.get(key, max(series) or 1.0))
     label_w = max(len(s) for s in labels)
     bar_w = max(width - label_w - 28, 10)
-    for key, value, top in zip(labels, values, tops):
+    for key, value, top in zip(labels, values, tops, strict=True):
         frac = value / top if top else 0.0
         lines.append(f"{key:<{label_w}} {bar(value, top, bar_w):<{bar_w}} {value:.4g} of {top:.4g} ({frac:.0%})")
         lines.append(f"{'':<{label_w}} {_sparkline(tl.spent[key])} over {len(tl.times)} entries")

@@ -29,9 +29,10 @@ from dpcli.state.paths import ensure_state_dir
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
+    from dpcli.core.accounting.budget import Limits
     from dpcli.release.schedules import ScheduleSpec
     from dpcli.spark.engine import EngineRequest
-    from dpcli.tasks import Engine, Task
+    from dpcli.tasks import Engine, P, Result, SchedulableTask, Task
 
 #: ``busy(what)``: a context to run long work in (the CLI's spinner on a terminal; nothing in the library).
 Busy = Callable[[str], AbstractContextManager[Any]]
@@ -118,7 +119,7 @@ class Continuation:
     through: datetime | None = None
 
 
-def plan(task: Task, payer: LedgerRef) -> Planned:
+def plan(task: Task[P], payer: LedgerRef) -> Planned:
     """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
     ledger would accept it now. Reads no data, charges nothing."""
     task.check()
@@ -130,7 +131,7 @@ def plan(task: Task, payer: LedgerRef) -> Planned:
 
 
 def run(
-    task: Task,
+    task: Task[P],
     sources: Sources,
     payer: LedgerRef,
     *,
@@ -144,19 +145,16 @@ def run(
     task.check()
     led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
-    schedule = continuation.schedule if continuation else None
-    if schedule is not None:  # each run's ε comes from the schedule: validated now, planned per run
-        task.check_schedulable()  # type: ignore[attr-defined]
-        planned = None
-    else:  # refuse a bad query, or one this ledger can never pay, before reading data
-        planned = task.plan(led.limits.mode, led.limits.values)
-        ledger.check_payable(led, list(planned.events))
-    extra = (str(continuation.stream_state),) if continuation and continuation.stream_state else ()
-    if output is not None:
-        check_output_path(output.path, payer.state_dir, (*sources.locations, *extra))
-    opened, bounder = _open(task, sources, payer, engine, early)
-    if schedule is not None:
-        return _scheduled(task, opened, bounder, payer, led.limits, schedule, output, busy)
+    if continuation is not None and continuation.schedule is not None:
+        # each run's ε comes from the schedule: validated now, planned per run
+        scheduled = _schedulable(task)
+        scheduled.check_schedulable()
+        opened, bounder = _open_checked(task, sources, payer, output, continuation, engine, early)
+        return _scheduled(scheduled, opened, bounder, payer, led.limits, continuation.schedule, output, busy)
+    # refuse a bad query, or one this ledger can never pay, before reading data
+    planned = task.plan(led.limits.mode, led.limits.values)
+    ledger.check_payable(led, list(planned.events))
+    opened, bounder = _open_checked(task, sources, payer, output, continuation, engine, early)
     if continuation is not None and continuation.stream_state is not None:
         from dpcli.release.streams import run_stream_state
 
@@ -168,7 +166,25 @@ def run(
     return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
 
 
-def _open(task: Task, sources: Sources, payer: LedgerRef, request: EngineRequest | None,
+def _schedulable(task: Task[P]) -> SchedulableTask[P]:
+    from dpcli.tasks import SchedulableTask
+
+    assert isinstance(task, SchedulableTask), task.command  # the CLI offers --schedule to histogram and topk
+    return task
+
+
+def _open_checked(task: Task[P], sources: Sources, payer: LedgerRef, output: Output | None,
+                  continuation: Continuation | None, request: EngineRequest | None,
+                  early: EarlyInput | None) -> tuple[Opened, Engine | None]:
+    """The output path checked (never over the state, an input or the stream's state file), then the
+    inputs opened (:func:`_open`)."""
+    extra = (str(continuation.stream_state),) if continuation and continuation.stream_state else ()
+    if output is not None:
+        check_output_path(output.path, payer.state_dir, (*sources.locations, *extra))
+    return _open(task, sources, payer, request, early)
+
+
+def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequest | None,
           early: EarlyInput | None) -> tuple[Opened, Engine | None]:
     """The engine checked (before anything is read), the inputs opened, and the engine that bounds them."""
     if request is None:
@@ -185,11 +201,11 @@ def _open(task: Task, sources: Sources, payer: LedgerRef, request: EngineRequest
 class Computed:
     """A task's result and the uncharged release made of it."""
 
-    result: Any
+    result: Result
     prepared: Prepared
 
 
-def prepare(task: Task, planned: Any, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
+def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
             busy: Busy = lambda what: nullcontext()) -> Computed:
     """Seed and run ``task`` on the opened inputs: the release in memory, not yet charged."""
     seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine)
@@ -198,34 +214,30 @@ def prepare(task: Task, planned: Any, mode: str, opened: Opened, state_dir: Path
     return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual))
 
 
-def _scheduled(task: Task, opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Any,
+def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Limits,
                spec: ScheduleSpec, output: Output | None, busy: Busy) -> Release:
     """One run of a ``--schedule`` (:func:`dpcli.release.schedules.run_scheduled`): each run's ε from the
     schedule, in pure mode for top-k (its accounting per run) and the ledger's mode for a histogram."""
+    from fractions import Fraction
+
     from dpcli import advice
     from dpcli.release import schedules
+    from dpcli.tasks import Result
 
     mode = getattr(task, "scheduled_mode", None) or limits.mode
 
-    def at(epsilon: Any) -> Any:
-        return task.at_epsilon(epsilon)  # type: ignore[attr-defined]
-
-    def run_at(epsilon: Any) -> Prepared:
-        run_task = at(epsilon)
+    def run_at(epsilon: Fraction) -> Prepared:
+        run_task = task.at_epsilon(epsilon)
         return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
                        busy).prepared
 
-    query = task.schedule_query(opened.fingerprints)  # type: ignore[attr-defined]
+    query = task.schedule_query(opened.fingerprints)
     digest = output.digest if output is not None else None
     done = schedules.run_scheduled(payer.state_dir, payer.analyst, task.command, spec, query, opened.data, run_at,
                                    payer.lock_timeout, digest)
-    from fractions import Fraction
-
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
     label = done.report["schedule"]
-    run_task = at(run_eps)
-    from dpcli.tasks import Result
-
+    run_task = task.at_epsilon(run_eps)
     notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
              advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
@@ -272,16 +284,20 @@ def charge(
     }
     if receipt.reserved:
         report["reserved"] = [e.to_json() for e in receipt.reserved]
-    if receipt.replay:
-        cost = "free replay of an earlier identical release"
-    elif receipt.reserved:
-        cost = "reserved " + cost_text(list(receipt.reserved)) + ", which covers this run"
-    elif step:
-        cost = "covered by the reservation"
-    else:
-        cost = "charged " + cost_text(charged)
     remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
-    return Release(prepared.table, report, f"{summary_line}; {cost}; remaining {remaining}")
+    return Release(prepared.table, report,
+                   f"{summary_line}; {_cost_line(receipt, step, charged)}; remaining {remaining}")
+
+
+def _cost_line(receipt: ledger.Receipt, step: ledger.Step | None, charged: list[PrivacyEvent]) -> str:
+    """What the charge was, in words: a free replay, a reservation made now, a step it covers, or a debit."""
+    if receipt.replay:
+        return "free replay of an earlier identical release"
+    if receipt.reserved:
+        return "reserved " + cost_text(list(receipt.reserved)) + ", which covers this run"
+    if step:
+        return "covered by the reservation"
+    return "charged " + cost_text(charged)
 
 
 def cost_text(events: list[PrivacyEvent]) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -145,8 +145,8 @@ class Sizes:
             material = {"command": "schedule-sizes", "v": 1, "schedule": self._state["key"],
                         "reservation": self._state["reservation"]}
             # The calibration is the schedule's spec: its ε and γ set every size noise's scale.
-            seed = release_seed(self._state_dir, material, {"data": self._table},
-                                Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")}))
+            calibration = Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")})
+            seed = release_seed(self._state_dir, material, {"data": self._table}, calibration)
             self._stream = KeyedStream(seed.seed, "schedule-sizes")
         return self._stream
 
@@ -224,7 +224,7 @@ def _record(
         "fingerprint": table.fingerprint,
         "epsilon": fraction_text(plan.epsilon),
         "seed_id": seed.id,
-        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "metadata": prepared.metadata,
     }
     table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
@@ -283,7 +283,8 @@ def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label:
     if stored_spec(state["spec"]) != spec.to_json():
         raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
     if "reservation" not in state or "secret" not in state:
-        raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); use a new --schedule name")
+        raise StateError(f"{label}: state written by an older dpcli (not bound to the ledger); "
+                         "use a new --schedule name")
     if state.get("analyst") != analyst:
         raise StateError(f"{label}: the state file belongs to analyst {state.get('analyst')!r}, not {analyst!r}")
 
@@ -304,7 +305,7 @@ def _new_state(
         "query": query,
         "spec": spec.to_json(),
         "gamma": None,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "runs": [],
     }
 
@@ -332,7 +333,7 @@ def _plan(spec: ScheduleSpec, state: dict[str, Any], fingerprint: str, sizes: Si
     if spec.scheduler == "bbimprover":  # t = k, the number of this run (a schedule made with rows goes on so)
         k = len(runs) + 1
         return Plan(k, sch.bbimprover_epsilon(k, spec.total_epsilon, float(spec.total_delta), spec.c))
-    spent = sum(Fraction(r["epsilon"]) for r in runs)
+    spent = sum((Fraction(r["epsilon"]) for r in runs), Fraction(0))
     assert spec.run_epsilon is not None
     if spent + spec.run_epsilon > spec.total_epsilon:
         raise BudgetError(f"schedule {spec.name!r} (fixed) has spent {fraction_text(spent)} of "

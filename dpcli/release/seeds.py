@@ -68,7 +68,7 @@ def plan_material(value: Any) -> Any:
     refused, so a new plan field of a new kind fails loudly instead of staying out of the seed.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare}
+        return _compared_fields(value)
     if isinstance(value, Mapping):
         return {str(k): plan_material(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -76,6 +76,11 @@ def plan_material(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str, Fraction, Decimal)):
         return value
     raise TypeError(f"a plan holds a {type(value).__name__}, which has no seed material")
+
+
+def _compared_fields(value: Any) -> dict[str, Any]:
+    """A dataclass instance's fields that take part in its equality, as plan material."""
+    return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare}
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import polars as pl
 
@@ -40,13 +40,22 @@ from dpcli.tasks.stream.state import (
     new_state_body,
     state_body,
 )
+from dpcli.tasks.stream.task import StreamTask
+
+if TYPE_CHECKING:
+    from dpcli.release.inputs import Opened
+    from dpcli.release.path import Busy, Continuation, LedgerRef, Output, Release
+    from dpcli.tasks import Engine
 
 
 class Seed(Protocol):
     """A derived release seed and its public id (:class:`dpcli.release.ReleaseSeed`)."""
 
-    seed: bytes
-    id: str
+    @property
+    def seed(self) -> bytes: ...
+
+    @property
+    def id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,8 @@ class StateRun:
 
     def save(self) -> None:
         """Write the stream's new state (after the ledger charge, before the output)."""
-        documents.write(self.path, STATE_KIND, self.new_body)  # type: ignore[arg-type]
+        assert self.new_body is not None  # a new run's (a repeat saves nothing)
+        documents.write(self.path, STATE_KIND, self.new_body)
 
 
 def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str], state_dir: Path,
@@ -100,7 +110,7 @@ def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, s
     rid = secrets.token_hex(12)
     seed = new_seed({"command": "stream-replay", "v": 1, **q.canonical(), "reservation": rid})
     body = new_state_body(q, analyst, seed.seed, seed.id, key_schema,
-                          datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                          datetime.now(UTC).isoformat(timespec="seconds"))
     body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)
     return body, True
 
@@ -129,7 +139,7 @@ def _step_digest(seed: bytes, fingerprint: str, through: int, noise: int, readin
     return ledger.step_digest(seed, material)
 
 
-def _repeats(last: dict[str, Any] | None, data: StateInput, through: int) -> bool:
+def _repeats(last: dict[str, Any] | None, data: StateInput, through: int) -> TypeGuard[dict[str, Any]]:
     """Is this run the state's last recorded run again: the same bytes, read alike, through the same trigger?
 
     A last run recorded before readings were kept (no ``reading``) is matched by its bytes and
@@ -156,7 +166,7 @@ def state_run(
     fresh reservation id (the caller adds the calibration:
     :func:`dpcli.release.release_seed`); ``busy()`` wraps the computation (a spinner).
     """
-    moment = through if through is not None else datetime.now(timezone.utc)
+    moment = through if through is not None else datetime.now(UTC)
     last_trigger = trigger_through(moment, q.step)
     key_schema = key_schema_of(data.frame.collect_schema(), q)
     label = f"state file {path}"
@@ -196,18 +206,21 @@ def state_run(
                        new_body={**state_body(body, stream, last), "step": body["step"] + 1})
 
 
-def run_stream_state(task: Any, opened: Any, engine: Any, payer: Any, mode: str, planned: Any,
-                     continuation: Any, output: Any, busy: Any) -> Any:
+def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer: LedgerRef, mode: str,
+                     planned: object, continuation: Continuation, output: Output | None, busy: Busy) -> Release:
     """One cron run of ``stream-replay --state`` (the release path's persisted form): lock the state, run
     the new triggers, charge the run as a step of the stream's reservation, save the state.
 
-    A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
+    ``task`` and ``planned``: a :class:`StreamTask` and its :class:`StreamPlan` (the only task a state
+    file runs). A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
     inputs (it is made once, for every run): each run's input, with its reading, is bound by the
     run's digest in the ledger. An exact repeat of the last run returns its rows again, free."""
-    from dpcli.release.path import LedgerRef, Prepared, Release, charge
+    from dpcli.release.path import Prepared, Release, charge
     from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 
-    payer_ref: LedgerRef = payer
+    # only stream-replay runs against a --state file
+    assert isinstance(task, StreamTask) and isinstance(planned, StreamPlan) and continuation.stream_state is not None
+    payer_ref = payer
     calibration = Calibration(mode, planned)
     table = opened.data
     data = StateInput(table.frame, table.fingerprint, table.name, engine.stream_events if engine else None,
@@ -220,7 +233,8 @@ def run_stream_state(task: Any, opened: Any, engine: Any, payer: Any, mode: str,
                    busy=lambda: busy(f"feeding {table.name} to {label}")) as run:
         rows = task.margins(run.table, planned)
         if run.repeat:
-            return Release(rows, run.metadata, f"stream-replay: repeated run, same rows as before (state {label}, free)")
+            return Release(rows, run.metadata,
+                           f"stream-replay: repeated run, same rows as before (state {label}, free)")
         line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
                 f"triggers run through {run.metadata['through']}")
         prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)

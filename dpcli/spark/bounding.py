@@ -15,6 +15,7 @@ Only built-in Spark SQL runs on the executors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -85,7 +86,7 @@ def _word(name: str, dtype: Any) -> Any:
     return F.when(c.isNull(), F.lit(keyed_order.signed(keyed_order.NULL_WORD)).cast("long")).otherwise(word)
 
 
-def order_key(sdf: Any, columns: list[str], salt: int, purpose: str, extra: list[tuple[str, str]] = ()) -> Any:
+def order_key(sdf: Any, columns: list[str], salt: int, purpose: str, extra: Sequence[tuple[str, str]] = ()) -> Any:
     """The order key of :mod:`dpcli.bounding.keyed_order` over ``columns`` (+ ``extra`` integer columns):
     each step is Spark's own ``xxhash64`` of a ``bigint`` (no 64-bit arithmetic in SQL, which ANSI
     mode would refuse to wrap)."""

@@ -46,15 +46,13 @@ def check_engine(request: EngineRequest, data: Source) -> SparkChoice | None:
     In service mode the endpoint is the catalog's (:meth:`dpcli.access.Gate.spark`).
     """
     from dpcli.access import gate
-    from dpcli.io.inputs import input_format_for
-    from dpcli.spark.inputs import check_uri, uri_scheme
+    from dpcli.spark.inputs import uri_scheme
 
     engine, master, remote = request.engine, request.master, request.remote
     conf: list[str] | None = list(request.conf)
-    source, input_format = data.location, data.format
     if engine == "spark":
         master, remote, conf = gate().spark(master, remote, conf)
-    scheme = uri_scheme(source)
+    scheme = uri_scheme(data.location)
     if engine == "polars":
         if master is not None or remote is not None or conf:
             raise UsageError("--master, --remote and --spark-conf need --engine spark")
@@ -63,11 +61,29 @@ def check_engine(request: EngineRequest, data: Source) -> SparkChoice | None:
         return None
     if engine != "spark":
         raise UsageError(f"--engine must be polars or spark, got {engine!r}")
+    _check_remote(master, remote, conf)
+    fmt = _spark_format(data, scheme)
+    if scheme is None:
+        _check_local_path(data.location, data.name)
+    return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
+
+
+def _check_remote(master: str | None, remote: str | None, conf: list[str] | None) -> None:
+    """A Spark Connect server (``sc://HOST:PORT``) comes with its own master and settings."""
     if remote is not None and (master is not None or conf):
         raise UsageError("--remote connects to a Spark Connect server, whose master and settings are its own: "
                          "drop --master and --spark-conf")
     if remote is not None and (not remote.startswith("sc://") or len(remote) == len("sc://")):
         raise UsageError(f"must look like sc://HOST:PORT, got {remote!r}", field="remote")
+
+
+def _spark_format(data: Source, scheme: str | None) -> str:
+    """What Spark reads the input as: CSV or Parquet (a URI without a suffix, or a dataset directory:
+    Parquet); never standard input."""
+    from dpcli.io.inputs import input_format_for
+    from dpcli.spark.inputs import check_uri
+
+    source, input_format = data.location, data.format
     if source == "-":
         raise UsageError("--engine spark reads a file, not standard input")
     if scheme is not None:
@@ -80,9 +96,7 @@ def check_engine(request: EngineRequest, data: Source) -> SparkChoice | None:
         fmt = input_format_for(source, input_format, data.name)
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--engine spark reads CSV or Parquet, not {fmt}")
-    if scheme is None:
-        _check_local_path(source, data.name)
-    return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
+    return fmt
 
 
 def spark_session(state_dir: Path, choice: SparkChoice) -> Any:
@@ -149,7 +163,7 @@ def _guarded(compute: Callable[..., Any]) -> Callable[..., Any]:
     try:
         from py4j.protocol import Py4JNetworkError
     except ImportError:  # a Connect-only client has no py4j
-        Py4JNetworkError = ConnectionError  # noqa: N806
+        Py4JNetworkError = ConnectionError
 
     def run(*args: Any) -> Any:
         try:

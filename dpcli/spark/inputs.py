@@ -65,7 +65,7 @@ def open_uri(session: Any, uri: str, fmt: str, name: str | None = None) -> Input
     try:
         listing = (session.read.format("binaryFile").option("recursiveFileLookup", "true").load(uri)
                    .select("path", "length", "modificationTime").collect())
-    except Exception as exc:  # Spark's message names paths below the URI: withheld
+    except Exception as exc:  # noqa: BLE001 (Spark's message names paths below the URI: withheld)
         raise InputMissingError(f"cannot list {shown!r} on Spark ({type(exc).__name__})") from None
     if not listing:
         raise InputMissingError(f"{shown!r} holds no data files")
@@ -77,7 +77,7 @@ def open_uri(session: Any, uri: str, fmt: str, name: str | None = None) -> Input
     paths = tuple(escape_path(path) for path, _, _ in rows)
     try:
         schema = read_input(session, list(paths), fmt).schema
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 (Spark's reader fails in many classes; its text is withheld)
         raise DataError(f"cannot read {shown!r} as {fmt} on Spark ({type(exc).__name__})") from None
     frame = pl.LazyFrame(schema={f.name: polars_type(f.dataType) for f in schema.fields})
     return InputTable(frame=frame, fingerprint=f"manifest:{digest}; run {secrets.token_hex(16)}", name=shown,

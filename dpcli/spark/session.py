@@ -124,11 +124,12 @@ def connect_session(remote: str) -> Any:
 
         check_dependencies()
     except ImportError:
-        raise UsageError("--remote needs Spark Connect's client libraries: pip install 'dpcli[spark-connect]'") from None
+        raise UsageError("--remote needs Spark Connect's client libraries: "
+                         "pip install 'dpcli[spark-connect]'") from None
     try:
         session = SparkSession.builder.remote(remote).getOrCreate()
         session.conf.set("spark.sql.session.timeZone", FORCED_SETTINGS["spark.sql.session.timeZone"])
-    except Exception as exc:  # gRPC's errors name the server, never data
+    except Exception as exc:  # noqa: BLE001 (gRPC's errors name the server, never data)
         raise UsageError(f"cannot reach the Spark Connect server {remote!r} ({type(exc).__name__})",
                          field="remote") from None
     _quiet_pyspark_loggers()

@@ -21,12 +21,17 @@ Floor divisions are written with ``pmod`` on integers (Spark's ``/`` is a float 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from dpcli.errors import DataError, type_text
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
+
+if TYPE_CHECKING:
+    from polars.datatypes import DataTypeClass
+
+    from dpcli.bounding import ValueGrid
 
 
 def _floor_div(x: Any, d: int) -> Any:
@@ -68,19 +73,35 @@ def events_engine(sdf: Any, session: Any) -> Any:
 
 
 def bounded_events(sdf: Any, session: Any, q: StreamQuery, *, through: int | None = None, after: int | None = None,
-                   used: Mapping[Any, int] | None = None, unit_type: pl.DataType = pl.String) -> pl.DataFrame:
+                   used: Mapping[Any, int] | None = None,
+                   unit_type: pl.DataType | DataTypeClass = pl.String) -> pl.DataFrame:
     """:func:`dpcli.tasks.stream.events.prepare_events` of a Spark DataFrame: the same events, in time order."""
-    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    types = {f.name: f.dataType for f in sdf.schema.fields}
+    _check_key_types(types, q)
+    cols, keep = _record_columns(types, q)
+    summed = q.grid is not None and q.value is not None
+    rows = sdf.select(*cols).filter(keep)
+    g = _floor_div(F.col("__t"), q.step) + F.lit(1)
+    if after is not None:
+        rows = rows.filter(g > F.lit(after))
+    if through is not None:
+        rows = rows.filter(g <= F.lit(through))
+    order = ["__t", "__unit", *q.keys, *(["__v"] if summed else [])]
+    rows = _capped(rows, order, session, q, used, unit_type)
+    rows = rows.select(*order, *[k for k in q.keys if k not in order],
+                       (F.col("__t") - F.pmod(F.col("__t"), F.lit(q.window))).alias("__window"),
+                       (_floor_div(F.pmod(F.col("__t"), F.lit(q.window)), q.step) + F.lit(1)).alias("__trigger"),
+                       (_floor_div(F.col("__t"), q.step) + F.lit(1)).alias("__g"))
+    return _to_polars(rows, q, order, summed)
+
+
+def _record_columns(types: dict[str, Any], q: StreamQuery) -> tuple[list[Any], Any]:
+    """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from dpcli.spark.bounding import numeric_text
-
-    types = {f.name: f.dataType for f in sdf.schema.fields}
-    for k in q.keys:
-        if isinstance(types[k], (T.FloatType, T.DoubleType)):
-            raise DataError(f"column {k!r} has type {type_text(types[k])}: on --engine spark a key column must "
-                            "hold text, integers, booleans, dates or times (cast it)")
     seconds = _seconds(q.time, types[q.time])
     start = seconds - F.pmod(seconds, F.lit(q.window))
     cols = [F.when((start >= F.lit(MIN_SECONDS)) & (start + F.lit(q.window) <= F.lit(MAX_SECONDS)), seconds)
@@ -89,44 +110,62 @@ def bounded_events(sdf: Any, session: Any, q: StreamQuery, *, through: int | Non
     if isinstance(types[q.unit], (T.FloatType, T.DoubleType)):  # NaN is no unit (as for polars)
         keep = keep & ~F.isnan(F.col(q.unit))
     grid = q.grid
-    summed = grid is not None and q.value is not None
-    if summed:
-        assert grid is not None and q.value is not None
-        vtype = types[q.value]
-        if isinstance(vtype, T.StringType):
-            x = numeric_text(F.col(q.value))
-        elif isinstance(vtype, T.NumericType):
-            x = F.col(q.value).cast("double")
-        else:
-            raise DataError(f"column {q.value!r} must be numeric but is {type_text(vtype)}")
-        finite = x.isNotNull() & ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
-        units = F.least(F.greatest(F.bround(x / F.lit(float(grid.granularity)), 0), F.lit(float(grid.lo_units))),
-                        F.lit(float(grid.hi_units))).cast("bigint")
-        cols.append(F.when(finite, units).alias("__v"))
+    if grid is not None and q.value is not None:
+        cols.append(_value_units(q.value, types[q.value], grid))
         keep = keep & F.col("__v").isNotNull()
-    rows = sdf.select(*cols).filter(keep)
-    g = _floor_div(F.col("__t"), q.step) + F.lit(1)
-    if after is not None:
-        rows = rows.filter(g > F.lit(after))
-    if through is not None:
-        rows = rows.filter(g <= F.lit(through))
-    order = ["__t", "__unit", *q.keys, *(["__v"] if summed else [])]
-    rank = F.row_number().over(Window.partitionBy("__unit").orderBy(*[F.col(c).asc_nulls_last() for c in order])) - 1
-    if used:
-        prior = pl.DataFrame({"__unit": pl.Series(list(used), dtype=unit_type),
-                              "__used": pl.Series(list(used.values()), dtype=pl.Int64)})
-        rows = rows.join(session.createDataFrame(prior.to_arrow()), on="__unit", how="left")
-        rows = (rows.withColumn("__rank", rank).filter(F.col("__rank") + F.coalesce(F.col("__used"), F.lit(0))
-                                                       < F.lit(q.max_records)).drop("__rank", "__used"))
-    else:
-        rows = rows.withColumn("__rank", rank).filter(F.col("__rank") < F.lit(q.max_records)).drop("__rank")
-    rows = rows.select(*order, *[k for k in q.keys if k not in order],
-                       (F.col("__t") - F.pmod(F.col("__t"), F.lit(q.window))).alias("__window"),
-                       (_floor_div(F.pmod(F.col("__t"), F.lit(q.window)), q.step) + F.lit(1)).alias("__trigger"),
-                       (_floor_div(F.col("__t"), q.step) + F.lit(1)).alias("__g"))
+    return cols, keep
+
+
+def _to_polars(rows: Any, q: StreamQuery, order: list[str], summed: bool) -> pl.DataFrame:
+    """The bounded events through Arrow, typed and sorted as polars' are."""
     table = pl.from_arrow(rows.toArrow())
     assert isinstance(table, pl.DataFrame)
     names = ["__t", "__unit", *q.keys, *(["__v"] if summed else []), "__window", "__trigger", "__g"]
     ints = {"__t", "__v", "__window", "__trigger", "__g"}
     table = table.select([pl.col(c).cast(pl.Int64) if c in ints else pl.col(c) for c in names])
     return table.sort(order, nulls_last=True)
+
+
+def _check_key_types(types: dict[str, Any], q: StreamQuery) -> None:
+    """Spark and polars would not group floats alike: a float key column is refused (a schema error)."""
+    from pyspark.sql import types as T
+
+    for k in q.keys:
+        if isinstance(types[k], (T.FloatType, T.DoubleType)):
+            raise DataError(f"column {k!r} has type {type_text(types[k])}: on --engine spark a key column must "
+                            "hold text, integers, booleans, dates or times (cast it)")
+
+
+def _value_units(value: str, vtype: Any, grid: ValueGrid) -> Any:
+    """``__v``: the value column in grid units (``bround``, clamped), null where it is not finite."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpcli.spark.bounding import numeric_text
+
+    if isinstance(vtype, T.StringType):
+        x = numeric_text(F.col(value))
+    elif isinstance(vtype, T.NumericType):
+        x = F.col(value).cast("double")
+    else:
+        raise DataError(f"column {value!r} must be numeric but is {type_text(vtype)}")
+    finite = x.isNotNull() & ~F.isnan(x) & (F.abs(x) != F.lit(float("inf")))
+    units = F.least(F.greatest(F.bround(x / F.lit(float(grid.granularity)), 0), F.lit(float(grid.lo_units))),
+                    F.lit(float(grid.hi_units))).cast("bigint")
+    return F.when(finite, units).alias("__v")
+
+
+def _capped(rows: Any, order: list[str], session: Any, q: StreamQuery, used: Mapping[Any, int] | None,
+            unit_type: pl.DataType | DataTypeClass) -> Any:
+    """Each unit's first C records in ``order``, less those it used in earlier runs (``used``)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    rank = F.row_number().over(Window.partitionBy("__unit").orderBy(*[F.col(c).asc_nulls_last() for c in order])) - 1
+    if not used:
+        return rows.withColumn("__rank", rank).filter(F.col("__rank") < F.lit(q.max_records)).drop("__rank")
+    prior = pl.DataFrame({"__unit": pl.Series(list(used), dtype=unit_type),
+                          "__used": pl.Series(list(used.values()), dtype=pl.Int64)})
+    rows = rows.join(session.createDataFrame(prior.to_arrow()), on="__unit", how="left")
+    return (rows.withColumn("__rank", rank).filter(F.col("__rank") + F.coalesce(F.col("__used"), F.lit(0))
+                                                   < F.lit(q.max_records)).drop("__rank", "__used"))

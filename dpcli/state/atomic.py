@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -45,10 +46,8 @@ def atomic_write_at(directory_fd: int, name: str, data: bytes, mode: int = 0o600
             os.fsync(fh.fileno())
         os.replace(tmp, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=directory_fd)
-        except FileNotFoundError:
-            pass
         raise
     os.fsync(directory_fd)
 

@@ -67,7 +67,8 @@ def read(path: Path, kind: str) -> dict[str, Any] | None:
         raise StateError(f"state file {path} has version {doc.get('version')!r}; this dpcli reads version {VERSION}")
     if hashlib.sha256(_canonical(doc["body"])).hexdigest() != doc.get("sha256"):
         raise StateError(f"state file {path} fails its checksum (edited or damaged); restore it from a backup")
-    return doc["body"]
+    body: dict[str, Any] = doc["body"]
+    return body
 
 
 def write(path: Path, kind: str, body: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ renamed with a timestamp, so earlier releases can still be audited.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import os
@@ -61,10 +62,8 @@ def _create_if_absent(path: Path) -> None:
             fh.write(_key_bytes(secrets.token_bytes(KEY_BYTES)))
             fh.flush()
             os.fsync(fh.fileno())
-        try:
+        with contextlib.suppress(FileExistsError):  # another process created it first: use theirs
             os.link(tmp, path)
-        except FileExistsError:
-            pass  # another process created it first: use theirs
     finally:
         os.unlink(tmp)
     fsync_dir(path.parent)
@@ -86,7 +85,8 @@ def load_key(root: Path) -> bytes:
     """
     path = key_path(root)
     if not path.exists():
-        raise StateError(f"secret key {path} is missing: state sealed with it cannot be checked; restore it from a backup")
+        raise StateError(f"secret key {path} is missing: state sealed with it cannot be checked; restore it from a "
+                         "backup")
     _check_permissions(path)
     return _parse(path)
 

@@ -43,7 +43,7 @@ def default_state_dir(environ: dict[str, str] | None = None) -> Path:
     return Path.home() / ".local" / "share" / "dpcli"
 
 
-def validate_analyst(name: str) -> str:
+def validate_analyst(name: object) -> str:
     """Analyst names become file names: ASCII letters, digits, ``_ . -``, at most 64 characters.
 
     The whole string must match (no trailing newline, no control or other characters).
@@ -66,7 +66,8 @@ def ensure_state_dir(root: Path) -> Path:
         raise StateError(f"state directory {root} is not a directory")
     mode = stat.S_IMODE(root.stat().st_mode)
     if mode & 0o022:
-        raise StateError(f"state directory {root} is writable by group or others (mode {mode:o}); run: chmod 700 {root}")
+        raise StateError(f"state directory {root} is writable by group or others (mode {mode:o}); run: chmod 700 "
+                         f"{root}")
     readme = root / "README.txt"
     if not readme.exists():
         from dpcli.state.atomic import atomic_write_bytes

@@ -10,10 +10,10 @@ every task: limits → plan once → payable? → open → seed → run → char
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -98,28 +98,34 @@ class Plan(Protocol):
     """A task's calibration: every field of it enters the release seed (:func:`dpcli.release.seeds.plan_material`)."""
 
     @property
-    def events(self) -> list[PrivacyEvent]: ...
+    def events(self) -> Sequence[PrivacyEvent]: ...
 
 
-class Task(Protocol):
-    """One kind of release (see the module docstring)."""
+#: A task's own plan type (:class:`dpcli.tasks.histogram.HistogramPlan`, …).
+P = TypeVar("P", bound=Plan)
 
-    #: The command that makes it, as the ledger records it (``histogram``, ``topk``, …).
-    command: str
+
+class Task(Protocol[P]):
+    """One kind of release (see the module docstring), planned as a ``P``."""
+
+    @property
+    def command(self) -> str:
+        """The command that makes it, as the ledger records it (``histogram``, ``topk``, …)."""
+        ...
 
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors): public inputs first, before any state."""
         ...
 
-    def for_ledger(self, mode: str) -> Task:
+    def for_ledger(self, mode: str) -> Task[P]:
         """The task with the ledger's defaults filled in (a zcdp ledger: Gaussian noise)."""
         ...
 
     def needs(self) -> Needs: ...
 
-    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> Plan: ...
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> P: ...
 
-    def describe(self, plan: Any) -> dict[str, Any]:
+    def describe(self, plan: P) -> dict[str, Any]:
         """The plan for ``--dry-run``: each measurement's noise and margin (public inputs only)."""
         ...
 
@@ -127,12 +133,29 @@ class Task(Protocol):
         """The query as it enters the release seed (its canonical, exact form)."""
         ...
 
-    def run(self, frames: Frames, plan: Any, seed: bytes, engine: Engine | None) -> Result: ...
+    def run(self, frames: Frames, plan: P, seed: bytes, engine: Engine | None) -> Result: ...
 
     def summary(self, name: str, result: Result) -> str:
         """The one public line of a release (public parameters and noisy counts only)."""
         ...
 
-    def notes(self, plan: Any, result: Result) -> list[Note]:
+    def notes(self, plan: P, result: Result) -> list[Note]:
         """Notes that change how to read the release, from public inputs and the noisy output only."""
+        ...
+
+
+@runtime_checkable
+class SchedulableTask(Task[P], Protocol[P]):
+    """A task a ``--schedule`` can run (histogram and topk): each run at the ε the schedule gives it."""
+
+    def check_schedulable(self) -> None:
+        """Refuse a query no schedule can run (before any state is read)."""
+        ...
+
+    def at_epsilon(self, epsilon: Fraction) -> SchedulableTask[P]:
+        """The same query at a schedule run's ε."""
+        ...
+
+    def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
+        """What names a schedule besides its name (the query without its ε, the public lists' fingerprints)."""
         ...

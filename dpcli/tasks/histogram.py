@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -32,7 +32,6 @@ from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 if TYPE_CHECKING:
     from dpcli.advice import Note
 
-Domain = Literal["keys", "threshold", "unklap"]
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
 QUANTILE_BINS = 1024
@@ -74,21 +73,41 @@ class HistogramQuery:
     epsilon: Fraction | None = None
     delta: Fraction = Fraction(0)
     rho: Fraction | None = None
-    noise: Literal["laplace", "gaussian"] = "laplace"
-    domain: Domain = "threshold"
+    noise: str = "laplace"  # laplace or gaussian (options as given: validate refuses others)
+    domain: str = "threshold"  # keys, threshold or unklap
     max_groups: int = 1000
     with_error: bool = False
 
     def validate(self) -> None:
-        """Refuse inconsistent queries with one-line usage errors."""
+        """Refuse inconsistent queries with one-line usage errors (the first problem, in this order)."""
+        self._check_choices()
+        self._check_columns()
+        self._check_aggregations()
+        self._check_value()
+        if self.bounds is not None:
+            self._check_bounds(*self.bounds)
+        for name in ("max_partitions", "max_contributions"):
+            if getattr(self, name) < 1:
+                raise UsageError("must be ≥ 1", field=name)
+        if self.domain == "unklap":
+            self._check_unklap()
+
+    def _check_choices(self) -> None:
         if self.noise not in ("laplace", "gaussian"):
             raise UsageError(f"must be laplace or gaussian, got {self.noise!r}", field="noise")
         if self.domain not in ("keys", "threshold", "unklap"):
             raise UsageError(f"must be threshold or unklap, got {self.domain!r}", field="selection")
+
+    def _check_columns(self) -> None:
+        """Group by at least one column, never by the privacy unit."""
         if not self.by:
             raise UsageError("needs at least one column", field="by")
         if self.unit in self.by:
-            raise UsageError(f"cannot include the privacy unit column {self.unit!r} (it would release units)", field="by")
+            raise UsageError(f"cannot include the privacy unit column {self.unit!r} (it would release units)",
+                             field="by")
+
+    def _check_aggregations(self) -> None:
+        """At least one aggregation, each known, none twice."""
         if not self.aggregations:
             raise UsageError("needs at least one aggregation", field="agg")
         for a in self.aggregations:
@@ -98,34 +117,38 @@ class HistogramQuery:
                 )
         if len(set(self.aggregations)) != len(self.aggregations):
             raise UsageError("lists an aggregation twice", field="agg")
+
+    def _check_value(self) -> None:
+        """``--value`` (with ``--bounds``) exactly when an aggregation reads values."""
         needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
         if needs_value and (self.value is None or self.bounds is None):
             raise UsageError("is needed (with bounds) by sum, mean, variance and quantiles", field="value")
         if not needs_value and self.value is not None:
             raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
-        if self.bounds is not None:
-            lo, hi = self.bounds
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise UsageError(f"must be finite with LO < HI, got {lo}:{hi}", field="bounds")
-            grid = self.grid  # the grid is public: one it cannot honour is a usage error (ValueGrid says why)
-            if grid is not None and "variance" in self.aggregations:
-                top = (Fraction(grid.half_width_units) * grid.granularity) ** 2
-                if top > Fraction(sys.float_info.max):
-                    raise UsageError(
-                        f"a variance of values within --bounds {lo!r}:{hi!r} can reach {bounding.show_number(top)}, "
-                        "beyond the float range; rescale the values"
-                    )
-        for name in ("max_partitions", "max_contributions"):
-            if getattr(self, name) < 1:
-                raise UsageError("must be ≥ 1", field=name)
-        if self.domain == "unklap":
-            counts = [a for a in self.aggregations if a in ("count", "count-units")]
-            if len(self.aggregations) != 1 or not counts:
-                raise UsageError("unklap releases exactly one of count or count-units", field="selection")
-            if self.noise != "laplace":
-                raise UsageError("unklap uses Laplace noise, not Gaussian", field="selection")
-            if self.max_groups < 1:
-                raise UsageError("must be ≥ 1", field="max_groups")
+
+    def _check_bounds(self, lo: float, hi: float) -> None:
+        """Finite bounds with LO < HI, a grid that can honour them, and a variance within the float range."""
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise UsageError(f"must be finite with LO < HI, got {lo}:{hi}", field="bounds")
+        grid = self.grid  # the grid is public: one it cannot honour is a usage error (ValueGrid says why)
+        if grid is None or "variance" not in self.aggregations:
+            return
+        top = (Fraction(grid.half_width_units) * grid.granularity) ** 2
+        if top > Fraction(sys.float_info.max):
+            raise UsageError(
+                f"a variance of values within --bounds {lo!r}:{hi!r} can reach {bounding.show_number(top)}, "
+                "beyond the float range; rescale the values"
+            )
+
+    def _check_unklap(self) -> None:
+        """UnkLap releases one Laplace count over at most ``max_groups`` groups."""
+        counts = [a for a in self.aggregations if a in ("count", "count-units")]
+        if len(self.aggregations) != 1 or not counts:
+            raise UsageError("unklap releases exactly one of count or count-units", field="selection")
+        if self.noise != "laplace":
+            raise UsageError("unklap uses Laplace noise, not Gaussian", field="selection")
+        if self.max_groups < 1:
+            raise UsageError("must be ≥ 1", field="max_groups")
 
     @property
     def grid(self) -> bounding.ValueGrid | None:
@@ -186,29 +209,29 @@ class HistogramPlan:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
+#: The noisy measurements each simple aggregation needs (a quantile needs its own: ``q`` + its fraction).
+_MEASUREMENTS: dict[str, tuple[str, ...]] = {
+    "count": ("rows",),
+    "count-units": ("units",),
+    "sum": ("sum",),
+    "mean": ("rows", "csum"),
+    "variance": ("rows", "csum", "csumsq"),
+}
+
+
+def _quantile_measurement(aggregation: str) -> str:
+    p = parse_quantile(aggregation)
+    assert p is not None, aggregation  # validated: every other aggregation is in _MEASUREMENTS
+    return "q" + fraction_text(p)
+
+
 def _measurement_names(q: HistogramQuery) -> list[str]:
-    names: list[str] = []
-
-    def add(n: str) -> None:
-        if n not in names:
-            names.append(n)
-
-    for a in q.aggregations:
-        if a == "count":
-            add("rows")
-        elif a == "count-units":
-            add("units")
-        elif a == "sum":
-            add("sum")
-        elif a == "mean":
-            add("rows"), add("csum")
-        elif a == "variance":
-            add("rows"), add("csum"), add("csumsq")
-        else:
-            add("q" + fraction_text(parse_quantile(a)))  # type: ignore[arg-type]
+    """The measurements of a query, each once, in the order its aggregations first need them
+    (thresholding needs the unit counts last)."""
+    wanted = [n for a in q.aggregations for n in _MEASUREMENTS.get(a) or (_quantile_measurement(a),)]
     if q.domain == "threshold":
-        add("units")
-    return names
+        wanted.append("units")
+    return list(dict.fromkeys(wanted))
 
 
 def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
@@ -262,7 +285,9 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         measurements, events, q = _plan_gaussian(q, names)
     threshold = None
     if q.domain == "threshold":
-        threshold = mech.selection_threshold(measurements["units"].noise, q.max_partitions, float(q.delta))  # type: ignore[arg-type]
+        units = measurements["units"].noise
+        assert units is not None  # the unit counts are always a noisy count
+        threshold = mech.selection_threshold(units, q.max_partitions, float(q.delta))
     return HistogramPlan(measurements, events, threshold=threshold, summary=summary)
 
 
@@ -284,18 +309,20 @@ def _plan_unklap(q: HistogramQuery, names: list[str], summary: dict[str, Any]) -
 def _plan_laplace(q: HistogramQuery, names: list[str]) -> tuple[dict[str, NoisyStatistic], list[PrivacyEvent]]:
     """Pure ε split equally: discrete Laplace per measurement (ℓ1 = K·Δ), quantiles by the exponential mechanism."""
     if q.rho is not None:
-        raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)", field="rho")
+        raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)",
+                         field="rho")
     if q.epsilon is None:
         raise UsageError("is required", field="epsilon")
     k, eps_m = q.max_partitions, q.epsilon / len(names)
+    share = fraction_text(eps_m)
     measurements: dict[str, NoisyStatistic] = {}
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):
             # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
-            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m / k / (2 * s), share=fraction_text(eps_m))
+            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m / k / (2 * s), share=share)
         else:
-            measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=fraction_text(eps_m))
+            measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=share)
     if q.domain == "keys":
         curve = "discrete_laplace" if names == ["units"] and k == 1 else "pure"
         return measurements, [PrivacyEvent("pure", "histogram/laplace", epsilon=q.epsilon, rdp_curve=curve)]
@@ -307,31 +334,16 @@ def _plan_gaussian(
 ) -> tuple[dict[str, NoisyStatistic], list[PrivacyEvent], HistogramQuery]:
     """ρ split equally: discrete Gaussian per measurement (ℓ2² = K·Δ²); with thresholding, δ is split between
     the (ε, δ) conversion and the selection. Returns the query with the selection's δ for the threshold."""
-    if q.rho is not None:
-        if q.epsilon is not None:
-            raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
-        rho = q.rho
-        conv_delta, sel_delta = q.delta, q.delta
-    else:
-        if q.epsilon is None or not 0 < q.delta < 1:
-            raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
-        conv_delta = q.delta if q.domain == "keys" else q.delta / 2
-        sel_delta = q.delta - conv_delta
-        rho = floor_parameter(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
-        if rho <= 0:
-            raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
+    rho, conv_delta, sel_delta = _gaussian_budget(q)
     k, rho_m = q.max_partitions, rho / len(names)
+    share = f"ρ={float(rho_m):.6g}"
     measurements: dict[str, NoisyStatistic] = {}
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):
-            # ε-BR exponential mechanism is ε²/8-zCDP; K groups: K·ε²/8 = ρ_m.
-            eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
-            while eps_pp * eps_pp * k / 8 > rho_m:
-                eps_pp -= Fraction(1, 10**9)
-            measurements[name] = NoisyStatistic(name, s, em_rate=eps_pp / (2 * s), share=f"ρ={float(rho_m):.6g}")
+            measurements[name] = NoisyStatistic(name, s, em_rate=_em_epsilon_for_rho(rho_m, k) / (2 * s), share=share)
         else:
-            measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=f"ρ={float(rho_m):.6g}")
+            measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=share)
     events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
     if q.domain == "threshold":
         events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
@@ -339,7 +351,33 @@ def _plan_gaussian(
     return measurements, events, q
 
 
-def _checked(make: Any, sensitivity: Any, budget: Fraction) -> mech.Noise:
+def _gaussian_budget(q: HistogramQuery) -> tuple[Fraction, Fraction, Fraction]:
+    """(ρ, the δ of the (ε, δ) conversion, the δ of the selection): ``--rho`` as given, or the ρ whose
+    conversion at δ (half of it when groups are discovered) gives ``--epsilon``."""
+    if q.rho is not None:
+        if q.epsilon is not None:
+            raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
+        return q.rho, q.delta, q.delta
+    if q.epsilon is None or not 0 < q.delta < 1:
+        raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
+    conv_delta = q.delta if q.domain == "keys" else q.delta / 2
+    rho = floor_parameter(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
+    if rho <= 0:
+        raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
+    return rho, conv_delta, q.delta - conv_delta
+
+
+def _em_epsilon_for_rho(rho_m: Fraction, k: int) -> Fraction:
+    """The largest ε (on a 10⁻⁹ grid) with K·ε²/8 ≤ ρ_m: the ε-BR exponential mechanism is ε²/8-zCDP,
+    over K groups."""
+    eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
+    while eps_pp * eps_pp * k / 8 > rho_m:
+        eps_pp -= Fraction(1, 10**9)
+    return eps_pp
+
+
+def _checked(make: Callable[[Fraction | int, Fraction], mech.Noise], sensitivity: Fraction | int,
+             budget: Fraction) -> mech.Noise:
     noise = make(sensitivity, budget)
     try:
         noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
@@ -372,7 +410,8 @@ def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
     noise = _checked(mech.laplace, 2 * sensitivity * k, eps_per)
     offset = mech.unklap_threshold_offset(sensitivity, k, float(eps_per), float(delta))
     ev = PrivacyEvent("br", "histogram/unklap", epsilon=eps_per, delta=delta, units=1, calls=1)
-    return HistogramPlan({name: NoisyStatistic(name, sensitivity, noise, share="ε_per")}, [ev], unklap_offset=offset, summary=summary)
+    return HistogramPlan({name: NoisyStatistic(name, sensitivity, noise, share="ε_per")}, [ev], unklap_offset=offset,
+                         summary=summary)
 
 
 @dataclass
@@ -387,7 +426,7 @@ class HistogramRelease:
 # An algorithm kernel, kept whole (about 70 lines): bounding, selection and the noise draws happen
 # in one visible order, and the keyed stream's children are taken in that order (reordering them
 # would change every release).
-def run_histogram(
+def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
     frame: pl.LazyFrame,
     q: HistogramQuery,
     plan: HistogramPlan,
@@ -499,7 +538,8 @@ def _noisy(true: pl.Series, noise: np.ndarray) -> np.ndarray:
     granularity into floats anyway).
     """
     if true.dtype == pl.Int64:
-        return true.to_numpy() + noise
+        counts: np.ndarray = true.to_numpy() + noise
+        return counts
     exact = true + pl.Series(noise, dtype=pl.Int64).cast(pl.Int128)
     return exact.cast(pl.Float64).to_numpy()
 
@@ -598,20 +638,27 @@ def _aggregate(
     if agg == "sum":
         return f"sum_{v}", noisy["sum"] * g, margin_for("sum", g), "exact 95% interval of the noise"
     if agg in ("mean", "variance"):
-        n = np.maximum(noisy["rows"], 1).astype(np.float64)
-        mean_c = noisy["csum"] / n
-    if agg == "mean":
-        values = np.clip((grid.mid_units + mean_c) * g, grid.lo, grid.hi)
-        return f"mean_{v}", values, None, "not provided (ratio of noisy values)"
-    if agg == "variance":
-        var_units = np.clip(noisy["csumsq"] / n - mean_c * mean_c, 0.0, float(grid.half_width_units) ** 2)
-        return f"variance_{v}", var_units * g * g, None, "not provided (ratio of noisy values)"
+        return _mean_or_variance(agg, v, noisy, grid)
     p = parse_quantile(agg)
     assert p is not None and qhist is not None
     mmt = plan.measurements["q" + fraction_text(p)]
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     return f"{_q_label(p)}_{v}", values, None, "not provided (exponential mechanism)"
+
+
+def _mean_or_variance(agg: str, v: str, noisy: dict[str, np.ndarray],
+                      grid: bounding.ValueGrid) -> tuple[str, np.ndarray, None, str]:
+    """The mean or the variance of every group, post-processed from the noisy count and centred sums
+    (clamped to what the bounds allow; no margin: a ratio of noisy values)."""
+    g = float(grid.granularity)
+    n = np.maximum(noisy["rows"], 1).astype(np.float64)
+    mean_c = noisy["csum"] / n
+    if agg == "mean":
+        values = np.clip((grid.mid_units + mean_c) * g, grid.lo, grid.hi)
+        return f"mean_{v}", values, None, "not provided (ratio of noisy values)"
+    var_units = np.clip(noisy["csumsq"] / n - mean_c * mean_c, 0.0, float(grid.half_width_units) ** 2)
+    return f"variance_{v}", var_units * g * g, None, "not provided (ratio of noisy values)"
 
 
 @dataclass(frozen=True)
@@ -655,7 +702,7 @@ class HistogramTask:
 
     def needs(self) -> Needs:
         q = self.query
-        columns: dict[str, Any] = {q.unit: "key", **{c: "key" for c in q.by}}
+        columns: dict[str, Any] = {q.unit: "key", **dict.fromkeys(q.by, "key")}
         if q.value:
             columns[q.value] = "value"
         return Needs(columns, {"keys": PublicList(q.by)} if q.domain == "keys" else {})

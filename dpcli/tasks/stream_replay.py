@@ -53,9 +53,8 @@ from dpcli.tasks.stream.state import (
 
 __all__ = [
     "CLAMP_RANGE", "ISO_LAYOUTS", "MAX_EPSILON", "MAX_MU", "MAX_RECORDS", "MAX_SECONDS", "MAX_TRIGGERS",
-    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState",
-    "StreamPlan", "StreamQuery", "StreamRelease", "StreamState", "WindowRun", "advance_stream", "bounded_events",
-    "check_state_body", "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state",
-    "naive_utc", "new_state_body", "plan_stream", "prepare_events", "run_stream", "state_body",
-    "trigger_through", "tree",
+    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState", "StreamPlan", "StreamQuery",
+    "StreamRelease", "StreamState", "WindowRun", "advance_stream", "bounded_events", "check_state_body",
+    "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state", "naive_utc",
+    "new_state_body", "plan_stream", "prepare_events", "run_stream", "state_body", "tree", "trigger_through",
 ]

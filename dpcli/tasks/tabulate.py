@@ -7,11 +7,12 @@ The algorithm, its calibration from margins of error and its accounting are in `
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 import polars as pl
@@ -25,6 +26,9 @@ from dpcli.errors import DataError, type_text
 from dpcli.frames import collect
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
+
+if TYPE_CHECKING:
+    from polars.datatypes import DataTypeClass  # a list's item type may be a class (pl.List(pl.Int64).inner)
 
 #: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
 SAFETAB_ORDERS = np.round(np.arange(1.01, 10.0001, 0.01), 2)
@@ -98,7 +102,8 @@ def level_budgets(spec: Spec, noise: str) -> list[LevelBudget]:
         else:
             if noise != spec.noise:
                 continue
-            total = float(lv.budget)  # type: ignore[arg-type]
+            assert lv.budget is not None  # a level has a MOE or a budget (tabulate_spec)
+            total = float(lv.budget)
             base = total * (1.0 - g) / s
         out.append(LevelBudget(lv, base, base * s, total))
     return out
@@ -138,21 +143,71 @@ def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) 
     return acc.rdp_to_approx(f, delta, a)
 
 
-def plan(spec: Spec, delta: float = 1e-10) -> dict[str, Any]:
+class GeometricLevel(TypedDict):
+    """One level of Table 4 under geometric noise."""
+
+    level: str
+    moe: float | None
+    stability: int
+    epsilon_base: float
+    epsilon_step2: float
+    epsilon_total: float
+
+
+class GaussianLevel(TypedDict):
+    """One level of Table 4 under discrete Gaussian noise."""
+
+    level: str
+    moe: float | None
+    stability: int
+    rho_base: float
+    rho_step2: float
+    rho_total: float
+
+
+class GeometricTotals(TypedDict):
+    """Table 2 under geometric noise: the levels, and the total ε under pure DP and under RDP."""
+
+    levels: list[GeometricLevel]
+    pure_epsilon: float
+    rdp_epsilon: float
+    rdp_alpha: float
+
+
+class GaussianTotals(TypedDict):
+    """Table 2 under discrete Gaussian noise: the levels, the total ρ and its (ε, δ) conversions."""
+
+    levels: list[GaussianLevel]
+    rho: float
+    zcdp_analytic_epsilon: float
+    zcdp_numerical_epsilon: float
+    zcdp_numerical_alpha: float
+
+
+class PlanDocument(TypedDict):
+    """``dpcli tabulate --dry-run``'s document (each noise whose levels can all be converted; the CLI adds
+    ``ledger``: whether the analyst's ledger would accept the spec's cost)."""
+
+    noise: str
+    gamma: float
+    delta: float
+    moe_calibration: str
+    geometric: NotRequired[GeometricTotals]
+    discrete_gaussian: NotRequired[GaussianTotals]
+    ledger: NotRequired[dict[str, Any]]
+
+
+def plan(spec: Spec, delta: float = 1e-10) -> PlanDocument:
     """Table 4 (per-level parameters) and Table 2 (total loss under each analysis) for a spec."""
-    out: dict[str, Any] = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
-                           "moe_calibration": spec.moe_calibration}
+    out: PlanDocument = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
+                         "moe_calibration": spec.moe_calibration}
     geo = level_budgets(spec, "geometric")
     dg = level_budgets(spec, "discrete-gaussian")
-
-    def rows(bs: list[LevelBudget], key: str) -> list[dict[str, Any]]:
-        return [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
-                 f"{key}_base": b.base, f"{key}_step2": b.step2, f"{key}_total": b.total} for b in bs]
-
     if geo:
         eps_rdp, alpha = geometric_rdp_total(geo, float(spec.gamma), delta)
         out["geometric"] = {
-            "levels": rows(geo, "epsilon"),
+            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
+                        "epsilon_base": b.base, "epsilon_step2": b.step2, "epsilon_total": b.total} for b in geo],
             "pure_epsilon": sum(b.total for b in geo),
             "rdp_epsilon": eps_rdp,
             "rdp_alpha": alpha,
@@ -161,7 +216,8 @@ def plan(spec: Spec, delta: float = 1e-10) -> dict[str, Any]:
         rho = sum(b.total for b in dg)
         numerical, alpha = acc.rdp_to_approx(acc.zcdp_rdp(rho, SAFETAB_ORDERS), delta, SAFETAB_ORDERS)
         out["discrete_gaussian"] = {
-            "levels": rows(dg, "rho"),
+            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
+                        "rho_base": b.base, "rho_step2": b.step2, "rho_total": b.total} for b in dg],
             "rho": rho,
             "zcdp_analytic_epsilon": acc.zcdp_to_approx_analytic(rho, delta),
             "zcdp_numerical_epsilon": numerical,
@@ -208,7 +264,7 @@ def _membership(it: Iteration) -> pl.Expr:
     return inside.list.all() if it.alone else inside.list.any()
 
 
-def _codes(expr: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+def _codes(expr: pl.Expr, dtype: pl.DataType | DataTypeClass) -> pl.Expr:
     """Integer codes from an integer or text column; anything unparsable becomes null (dropped later)."""
     if dtype.is_integer():
         return expr.cast(pl.Int64, strict=False)
@@ -233,7 +289,7 @@ def _prepare(frame: pl.LazyFrame, spec: Spec, name: str) -> pl.LazyFrame:
         listed = text.str.starts_with("[") & text.str.ends_with("]")
         items = text.str.slice(1, text.str.len_chars() - 2).str.replace_all('"', "", literal=True)
         race = pl.when(listed).then(items.str.split(",")).otherwise(text.str.split(";"))
-        inner: pl.DataType = pl.String()
+        inner: pl.DataType | DataTypeClass = pl.String()
     elif isinstance(race_type, pl.List):
         inner = race_type.inner
     else:
@@ -264,17 +320,22 @@ def check_columns(schema: pl.Schema, spec: Spec, name: str) -> pl.DataType:
         if schema[c[key]].is_nested():
             raise DataError(f"column {c[key]!r} ({key}) must hold codes, but is {type_text(schema[c[key]])}")
     race_type = schema[c["race"]]
-    if race_type == pl.String:
-        inner: pl.DataType = pl.String()
-    elif isinstance(race_type, pl.List):
-        inner = race_type.inner
-    elif race_type.is_integer():
-        inner = race_type
-    else:
-        raise DataError(f"column {c['race']!r} (race) must hold ';'-separated codes, integers or lists, but is {race_type}")
+    inner = _race_codes_type(race_type, c["race"])
     if not (inner.is_integer() or inner == pl.String):
         raise DataError(f"column {c['race']!r} (race) must hold integer codes, but is {race_type}")
     return race_type
+
+
+def _race_codes_type(race_type: pl.DataType, column: str) -> pl.DataType | DataTypeClass:
+    """The type of one race code in a race column: text (``;``-separated), a list's items, or integers."""
+    if race_type == pl.String:
+        return pl.String()
+    if isinstance(race_type, pl.List):
+        return race_type.inner
+    if race_type.is_integer():
+        return race_type
+    raise DataError(f"column {column!r} (race) must hold ';'-separated codes, integers or lists, "
+                    f"but is {race_type}")
 
 
 def _usable(spec: Spec) -> pl.Expr:
@@ -302,7 +363,8 @@ def _entities(blocks: pl.DataFrame, spec: Spec, level: Level) -> pl.DataFrame:
     if geo.prefix is not None:
         ids = blocks.select(pl.col("block").str.slice(0, geo.prefix).alias("geo_id"))
     else:
-        ids = blocks.select(pl.col(geo.column).alias("geo_id")).filter(  # type: ignore[arg-type]
+        assert geo.column is not None  # a geography level has a prefix or a column (tabulate_spec)
+        ids = blocks.select(pl.col(geo.column).alias("geo_id")).filter(
             pl.col("geo_id").is_not_null() & (pl.col("geo_id") != "")
         )
     return ids.unique().sort("geo_id")
@@ -320,7 +382,7 @@ def _geo_expr(spec: Spec, level: Level) -> pl.Expr:
 
 def block_columns(spec: Spec) -> list[str]:
     """The columns of the public block list a spec uses: ``block`` and the area columns of its levels."""
-    return ["block"] + sorted({g.column for g in spec.geo_levels.values() if g.column})
+    return ["block", *sorted({g.column for g in spec.geo_levels.values() if g.column})]
 
 
 def read_blocks(spec: Spec, blocks: pl.LazyFrame) -> pl.DataFrame:
@@ -349,8 +411,8 @@ def _age_bin(edges: tuple[int, ...]) -> pl.Expr:
 
 def _bin_labels(edges: tuple[int, ...]) -> list[str]:
     """``0-17``, ``18-44`` …, a single year as ``20``, the last as ``65+``."""
-    inner = [f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo) for lo, hi in zip(edges, edges[1:])]
-    return inner + [f"{edges[-1]}+"]
+    inner = [f"{lo}-{hi - 1}" if hi - 1 > lo else str(lo) for lo, hi in itertools.pairwise(edges)]
+    return [*inner, f"{edges[-1]}+"]
 
 
 #: A level → its bounded counts: one row per (``geo_id``, ``iteration``, ``__sex``, ``__a0``, ``__a1``,
@@ -423,10 +485,12 @@ def level_counts(frame: pl.LazyFrame, spec: Spec, blocks_df: pl.DataFrame, name:
                                      _geo_expr(spec, level).alias("geo_id"))
         # Stability, enforced: each record keeps its first s iterations of this level (in code order:
         # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
-        # is exactly what the level's per-group budget ρ_i/s is calibrated for. Nothing counts the truncated.
+        # is exactly what the level's per-group budget ρ_i/s is calibrated for. Nothing counts the
+        # truncated.
         bounded = bounding.cap_memberships(lf, "__its", level.stability)
         assert bounded.stability.max_groups == level.stability and bounded.stability.linf("count") == 1
-        rows = bounded.frame.filter(pl.col("geo_id").is_not_null()).explode("__its").filter(pl.col("__its").is_not_null())
+        rows = (bounded.frame.filter(pl.col("geo_id").is_not_null()).explode("__its")
+                .filter(pl.col("__its").is_not_null()))
         return collect(
             rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
             "counting population groups",
@@ -435,9 +499,9 @@ def level_counts(frame: pl.LazyFrame, spec: Spec, blocks_df: pl.DataFrame, name:
     return counts
 
 
-# An algorithm kernel, kept whole (about 90 lines): SafeTab's step 1 (noisy totals) and step 2
-# (the Sex × Age cells each total allows) for one level, with their noise drawn from the keyed
-# stream in one visible order (reordering the draws would change every release).
+# SafeTab's step 1 (noisy totals) and step 2 (the Sex × Age cells each total allows) for one level.
+# Each noise draw has its own child of the level's keyed stream (``step1``, ``total_only``, ``total``,
+# ``marginal-1`` … ``marginal-3``); the rows are drawn in that order.
 def _tabulate_level(
     counts: pl.DataFrame, blocks: pl.DataFrame, spec: Spec, plan: TabulatePlan, level: Level, per_group: Fraction,
     stream: KeyedStream, with_error: bool,
@@ -446,25 +510,61 @@ def _tabulate_level(
 
     Every noise parameter comes from ``plan`` (the seed's calibration) and ``per_group`` (the
     level's ρ_i/s); ``spec`` gives the shape (iterations, age bins, sexes)."""
+    totals = _level_totals(counts, blocks, spec, level)
+    branch = _branches(totals, plan, level, per_group, stream)
+    cell_noise = _noise_for(plan.noise, (1 - plan.gamma) * per_group)
+    out_rows = _total_rows(totals, branch, plan, per_group, stream, with_error)
+    out_rows += _marginal_rows(counts, totals, branch, spec, cell_noise, stream, with_error)
+    result = pl.concat(out_rows, how="diagonal") if out_rows else None
+    if result is None:
+        result = pl.DataFrame(schema={"geo_id": pl.String, "iteration": pl.String, "sex": pl.String,
+                                      "age": pl.String, "count": pl.Int64, "__bin": pl.Int64})
+    result = result.sort(["geo_id", "iteration", "sex", "__bin"], nulls_last=False).with_columns(
+        pl.lit(level.name).alias("level")
+    ).select(["level", "geo_id", "iteration", "sex", "age", "count"] + (["moe95"] if with_error else []))
+    # Public or noisy only: `groups` is enumerated from the spec and the public block list;
+    # `branches` is a function of the noisy step-1 totals (it is visible in the rows anyway).
+    info = {
+        "level": level.name,
+        "groups": totals.height,
+        "branches": {name: int((branch == v).sum()) for v, name in
+                     ((-1, "total_only"), (0, "total"), (1, "coarse"), (2, "medium"), (3, "fine"))},
+        "per_group": f"{float(per_group):.6g}",
+        "noise": cell_noise.describe(),
+    }
+    return result, info
+
+
+def _level_totals(counts: pl.DataFrame, blocks: pl.DataFrame, spec: Spec, level: Level) -> pl.DataFrame:
+    """Every population group of the level (entity × iteration, enumerated from public inputs, in
+    order) with its true total and whether it is TotalOnly."""
     its = spec.iterations[level.iterations]
     groups = _entities(blocks, spec, level).join(
         pl.DataFrame({"iteration": [it.code for it in its], "__total_only": [it.total_only for it in its]}),
         how="cross",
     ).sort(["geo_id", "iteration"])
-    totals = groups.join(counts.group_by(["geo_id", "iteration"]).agg(pl.col("n").sum().alias("true")),
-                         on=["geo_id", "iteration"], how="left").with_columns(pl.col("true").fill_null(0))
-    gamma = plan.gamma
+    return groups.join(counts.group_by(["geo_id", "iteration"]).agg(pl.col("n").sum().alias("true")),
+                       on=["geo_id", "iteration"], how="left").with_columns(pl.col("true").fill_null(0))
+
+
+def _branches(totals: pl.DataFrame, plan: TabulatePlan, level: Level, per_group: Fraction,
+              stream: KeyedStream) -> np.ndarray:
+    """Step 1 (not released): each group's branch from its noisy total with γ·ρ_i/s against the
+    thresholds θ1 < θ2 < θ3 (0: total, 1-3: coarse to fine cells), or −1 for a TotalOnly group."""
     total_only = totals["__total_only"].to_numpy() | level.total_only
     true = totals["true"].to_numpy().astype(np.int64)
-    n = totals.height
-    # Step 1 (not released): noisy totals with γ·ρ_i/s, for groups that are not TotalOnly.
-    step1 = true + _noise_for(plan.noise, gamma * per_group).sample(stream.child("step1"), n)
+    step1 = true + _noise_for(plan.noise, plan.gamma * per_group).sample(stream.child("step1"), totals.height)
     th1, th2, th3 = plan.thresholds
     branch = np.where(step1 < th1, 0, np.where(step1 < th2, 1, np.where(step1 < th3, 2, 3)))
-    branch = np.where(total_only, -1, branch)
+    return np.where(total_only, -1, branch)
+
+
+def _total_rows(totals: pl.DataFrame, branch: np.ndarray, plan: TabulatePlan, per_group: Fraction,
+                stream: KeyedStream, with_error: bool) -> list[pl.DataFrame]:
+    """Released totals: TotalOnly groups (with all of ρ_i/s) and branch 0 (with the (1 − γ) share)."""
     out_rows = []
-    # Totals: TotalOnly groups (full ρ_i/s) and branch 0 (the (1 − γ) share).
-    for kind, mask, param in (("total_only", branch == -1, per_group), ("total", branch == 0, (1 - gamma) * per_group)):
+    for kind, mask, param in (("total_only", branch == -1, per_group),
+                              ("total", branch == 0, (1 - plan.gamma) * per_group)):
         if not mask.any():
             continue
         noise = _noise_for(plan.noise, param)
@@ -477,7 +577,13 @@ def _tabulate_level(
         if with_error:
             df = df.with_columns(pl.lit(noise.margin95()).alias("moe95"))
         out_rows.append(df)
-    cell_noise = _noise_for(plan.noise, (1 - gamma) * per_group)
+    return out_rows
+
+
+def _marginal_rows(counts: pl.DataFrame, totals: pl.DataFrame, branch: np.ndarray, spec: Spec,
+                   cell_noise: mech.Noise, stream: KeyedStream, with_error: bool) -> list[pl.DataFrame]:
+    """Released Sex × Age cells of the groups in branches 1-3, at that branch's age bins."""
+    out_rows = []
     for b in (1, 2, 3):
         mask = branch == b
         if not mask.any():
@@ -501,27 +607,10 @@ def _tabulate_level(
         if with_error:
             df = df.with_columns(pl.lit(cell_noise.margin95()).alias("moe95"))
         out_rows.append(df)
-    result = pl.concat(out_rows, how="diagonal") if out_rows else None
-    if result is None:
-        result = pl.DataFrame(schema={"geo_id": pl.String, "iteration": pl.String, "sex": pl.String,
-                                      "age": pl.String, "count": pl.Int64, "__bin": pl.Int64})
-    result = result.sort(["geo_id", "iteration", "sex", "__bin"], nulls_last=False).with_columns(
-        pl.lit(level.name).alias("level")
-    ).select(["level", "geo_id", "iteration", "sex", "age", "count"] + (["moe95"] if with_error else []))
-    # Public or noisy only: `groups` is enumerated from the spec and the public block list;
-    # `branches` is a function of the noisy step-1 totals (it is visible in the rows anyway).
-    info = {
-        "level": level.name,
-        "groups": n,
-        "branches": {name: int((branch == v).sum()) for v, name in
-                     ((-1, "total_only"), (0, "total"), (1, "coarse"), (2, "medium"), (3, "fine"))},
-        "per_group": f"{float(per_group):.6g}",
-        "noise": cell_noise.describe(),
-    }
-    return result, info
+    return out_rows
 
 
-__all__ = ["plan", "plan_tabulate", "TabulatePlan", "events", "run_tabulate", "level_budgets", "base_from_moe"]
+__all__ = ["TabulatePlan", "base_from_moe", "events", "level_budgets", "plan", "plan_tabulate", "run_tabulate"]
 
 
 @dataclass(frozen=True)
@@ -544,7 +633,8 @@ class TabulateTask:
         c = self.spec.columns
         columns: dict[str, Any] = {c[k]: "any" for k in ("block", "race", "ethnicity", "sex", "age")}
         blocks = PublicList(tuple(block_columns(self.spec)), cast_to_data=False,
-                            missing="the spec needs geography.blocks: the public list of blocks groups are enumerated from")
+                            missing="the spec needs geography.blocks: the public list of blocks groups are "
+                                    "enumerated from")
         return Needs(columns, {"blocks": blocks}, check_columns=False, documents={"spec": self.document})
 
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TabulatePlan:

@@ -103,7 +103,8 @@ def _get(d: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...],
 
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list", dict: "a table"}
+    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false", list: "a list",
+             dict: "a table"}
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
@@ -178,25 +179,41 @@ def parse_spec(raw: dict[str, Any], base: Path = Path(".")) -> Spec:
         if k not in _TOP_KEYS:
             raise _err(k, f"unknown key (expected one of {', '.join(sorted(_TOP_KEYS))})")
     noise, calibration, gamma = _noise_and_gamma(raw)
-    th = _get(raw, "thresholds", "", list)
-    if len(th) != 3 or not all(isinstance(t, int) and not isinstance(t, bool) for t in th) or not th[0] < th[1] < th[2]:
-        raise _err("thresholds", f"must be three integers θ1 < θ2 < θ3, got {th!r}")
-    sexes = _get(raw, "sexes", "", list, ["1", "2"])
-    if not sexes or len(set(map(str, sexes))) != len(sexes):
-        raise _err("sexes", "must be a non-empty list of distinct codes")
+    thresholds = _thresholds(raw)
+    sexes = _sexes(raw)
     age_bins = _age_bins(raw)
-    columns = _get(raw, "columns", "", dict)
-    for c in ("block", "race", "ethnicity", "sex", "age"):
-        if not isinstance(columns.get(c), str):
-            raise _err(f"columns.{c}", "is required (the input column's name)")
+    columns = _columns(raw)
     blocks, geo_levels = _geography(raw)
     iterations = {name: _iteration_set(name, its) for name, its in _get(raw, "iterations", "", dict).items()}
     raw_levels = _get(raw, "levels", "", list)
     if not raw_levels:
         raise _err("levels", "needs at least one population-group level")
     levels = tuple(_level(i, lv, noise, geo_levels, iterations) for i, lv in enumerate(raw_levels))
-    return Spec(noise, calibration, gamma, (th[0], th[1], th[2]), tuple(map(str, sexes)), age_bins, dict(columns),
-                blocks, geo_levels, iterations, levels, base)
+    return Spec(noise, calibration, gamma, thresholds, sexes, age_bins, columns, blocks, geo_levels, iterations,
+                levels, base)
+
+
+def _thresholds(raw: dict[str, Any]) -> tuple[int, int, int]:
+    th = _get(raw, "thresholds", "", list)
+    if len(th) != 3 or not all(isinstance(t, int) and not isinstance(t, bool) for t in th) or not th[0] < th[1] < th[2]:
+        raise _err("thresholds", f"must be three integers θ1 < θ2 < θ3, got {th!r}")
+    return th[0], th[1], th[2]
+
+
+def _sexes(raw: dict[str, Any]) -> tuple[str, ...]:
+    sexes = _get(raw, "sexes", "", list, ["1", "2"])
+    if not sexes or len(set(map(str, sexes))) != len(sexes):
+        raise _err("sexes", "must be a non-empty list of distinct codes")
+    return tuple(map(str, sexes))
+
+
+def _columns(raw: dict[str, Any]) -> dict[str, str]:
+    """The input's column for each of block, race, ethnicity, sex and age."""
+    columns = _get(raw, "columns", "", dict)
+    for c in ("block", "race", "ethnicity", "sex", "age"):
+        if not isinstance(columns.get(c), str):
+            raise _err(f"columns.{c}", "is required (the input column's name)")
+    return dict(columns)
 
 
 def _noise_and_gamma(raw: dict[str, Any]) -> tuple[str, str, Fraction]:
@@ -225,11 +242,16 @@ def _age_bins(raw: dict[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...], tu
     if len(bins) != 3:
         raise _err("age_bins", "must list three bin sets (coarse, medium, fine), each as lower edges starting at 0")
     for j, b in enumerate(bins):
-        if not isinstance(b, list) or not b or b[0] != 0 or any(not isinstance(x, int) for x in b) or b != sorted(set(b)):
+        if not _lower_edges(b):
             raise _err(f"age_bins[{j}]", "must be increasing integer lower edges starting at 0")
     if not len(bins[0]) < len(bins[1]) < len(bins[2]):
         raise _err("age_bins", "bin sets must get finer: fewer bins first (e.g. 4, 9, 23)")
     return tuple(bins[0]), tuple(bins[1]), tuple(bins[2])
+
+
+def _lower_edges(b: Any) -> bool:
+    """Is ``b`` a non-empty list of increasing integers starting at 0?"""
+    return isinstance(b, list) and bool(b) and b[0] == 0 and all(isinstance(x, int) for x in b) and b == sorted(set(b))
 
 
 def _geography(raw: dict[str, Any]) -> tuple[str | None, dict[str, GeoLevel]]:
@@ -310,16 +332,25 @@ def _level_budget(lv: dict[str, Any], where: str, noise: str) -> tuple[float | N
     budget_raw = lv.get(budget_key)
     if (moe is None) == (budget_raw is None):
         raise _err(where[:-1], f"needs exactly one of moe or {budget_key}")
-    if moe is not None and not (math.isfinite(moe) and moe >= 1):
+    if moe is not None:
+        return _checked_moe(moe, where), None
+    return None, _checked_budget(budget_raw, budget_key, where)
+
+
+def _checked_moe(moe: float, where: str) -> float:
+    if not (math.isfinite(moe) and moe >= 1):
         raise _err(where + "moe", f"must be ≥ 1, got {moe}")
-    if moe is not None and moe > _MAX_MOE:
+    if moe > _MAX_MOE:
         raise _err(where + "moe", f"must be ≤ {_MAX_MOE:g}, got {moe}")
-    if budget_raw is None:
-        return float(moe), None
+    return float(moe)
+
+
+def _checked_budget(budget_raw: Any, budget_key: str, where: str) -> Fraction:
+    """A level's ε or ρ: a positive number within the range its samplers and accounting handle."""
     budget = _number(budget_raw, where + budget_key)
     if budget <= 0:
         raise _err(where + budget_key, "must be > 0")
     lo, hi = _BUDGET_RANGE[budget_key]
     if not lo <= budget <= hi:
         raise _err(where + budget_key, f"must be in [{float(lo):g}, {float(hi):g}], got {budget_raw}")
-    return None, budget
+    return budget

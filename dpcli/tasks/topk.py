@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -54,7 +54,7 @@ class TopKQuery:
     by: tuple[str, ...]
     unit: str
     k: int
-    count: Literal["units", "rows"] = "units"
+    count: str = "units"  # units or rows (as given: validate refuses others)
     max_contributions: int = 1
     known_domain: bool = False
     dbar: int | None = None
@@ -170,44 +170,65 @@ def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
 def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:
     """ε_per and δ from the options (or the br ledger), the count noise, the reserved cost."""
     q.validate()
-    if ledger_mode == "br":
-        eps = limits["epsilon_per"]
-        if q.epsilon_per is not None and q.epsilon_per != eps:
-            raise UsageError(f"must be left out or match the br ledger's ε_per = {fraction_text(eps)}", field="epsilon_per")
-        delta = Fraction(0) if q.known_domain else limits["delta"]
-        if q.delta and q.delta != limits["delta"]:
-            raise UsageError(f"must be left out or match the br ledger's δ = {fraction_text(limits['delta'])}", field="delta")
-    else:
-        if q.epsilon_per is None:
-            raise UsageError("is required: the ε of each selection and count (or give the release's whole ε)", field="epsilon_per")
-        eps = q.epsilon_per
-        delta = q.delta
-        if not q.known_domain and not 0 < delta < 1:
-            raise UsageError("must be in (0, 1) to discover groups (or give the candidates as a public domain list)", field="delta")
-        if q.known_domain:
-            delta = Fraction(0)
+    eps, delta = _br_budget(q, limits) if ledger_mode == "br" else _given_budget(q)
     if not q.known_domain and delta < sel.unknown_min_delta(q.groups_considered):
         raise UsageError(
             f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.groups_considered} "
             f"(≥ {float(sel.unknown_min_delta(q.groups_considered)):.3g}); use a larger δ or a smaller --dbar"
         )
-    noise = mech.laplace(2 * q.count_sensitivity, eps) if q.with_counts else None
-    if noise is not None:
-        try:
-            noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
-        except ValueError:
-            raise UsageError("count noise too large to sample; use a larger --epsilon-per") from None
+    noise = _count_noise(q, eps)
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False))
+    return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode)
+
+
+def _br_budget(q: TopKQuery, limits: dict[str, Fraction]) -> tuple[Fraction, Fraction]:
+    """(ε_per, δ) of a br ledger; the options may only repeat them."""
+    eps = limits["epsilon_per"]
+    if q.epsilon_per is not None and q.epsilon_per != eps:
+        raise UsageError(f"must be left out or match the br ledger's ε_per = {fraction_text(eps)}",
+                         field="epsilon_per")
+    delta = Fraction(0) if q.known_domain else limits["delta"]
+    if q.delta and q.delta != limits["delta"]:
+        raise UsageError(f"must be left out or match the br ledger's δ = {fraction_text(limits['delta'])}",
+                         field="delta")
+    return eps, delta
+
+
+def _given_budget(q: TopKQuery) -> tuple[Fraction, Fraction]:
+    """(ε_per, δ) from the options (δ only to discover groups)."""
+    if q.epsilon_per is None:
+        raise UsageError("is required: the ε of each selection and count (or give the release's whole ε)",
+                         field="epsilon_per")
+    if q.known_domain:
+        return q.epsilon_per, Fraction(0)
+    if not 0 < q.delta < 1:
+        raise UsageError("must be in (0, 1) to discover groups (or give the candidates as a public domain list)",
+                         field="delta")
+    return q.epsilon_per, q.delta
+
+
+def _count_noise(q: TopKQuery, eps: Fraction) -> mech.Noise | None:
+    """Laplace(2τ/ε_per) for the released counts (None with ``--no-counts``), refused if it cannot be sampled."""
+    if not q.with_counts:
+        return None
+    noise = mech.laplace(2 * q.count_sensitivity, eps)
+    try:
+        noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
+    except ValueError:
+        raise UsageError("count noise too large to sample; use a larger --epsilon-per") from None
+    return noise
+
+
+def _guarantee(q: TopKQuery, eps: Fraction, delta: Fraction) -> dict[str, Any]:
+    """The (ε, δ) guarantee of the paper's theorem for this query, and its br units."""
     k = q.k
     if q.known_domain:
         dp = Fraction(3 * k, 2) * eps if q.with_counts else k * eps
-        guarantee = {"epsilon": float(dp), "delta": 0.0, "br_units": _br_units(q, None, False),
-                     "source": "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"}
-    else:
-        dp = (2 * k + 1) * eps if q.with_counts else (k + 1) * eps
-        guarantee = {"epsilon": float(dp), "delta": float(delta), "br_units_max": _br_units(q, None, False),
-                     "source": "Theorem 1" if q.with_counts else "Sec. 6.2 (ranking only)"}
-    return TopKPlan(eps, delta, noise, reserve, guarantee, ledger_mode)
+        return {"epsilon": float(dp), "delta": 0.0, "br_units": _br_units(q, None, False),
+                "source": "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"}
+    dp = (2 * k + 1) * eps if q.with_counts else (k + 1) * eps
+    return {"epsilon": float(dp), "delta": float(delta), "br_units_max": _br_units(q, None, False),
+            "source": "Theorem 1" if q.with_counts else "Sec. 6.2 (ranking only)"}
 
 
 @dataclass
@@ -270,7 +291,8 @@ def run_topk(
     else:
         # counts holds the d̄ + 1 largest groups (ties: smaller key first)
         ranked = counts.sort(["h", *by], descending=[True] + [False] * len(by), nulls_last=True)
-        res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.groups_considered, plan.epsilon_per, q.count_sensitivity, plan.delta)
+        res = sel.unknown_top_k(stream, ranked["h"].to_numpy(), q.k, q.groups_considered, plan.epsilon_per,
+                                q.count_sensitivity, plan.delta)
         chosen = ranked[res.positions]
         bottom = res.bottom
         # k̄ is the output of an exponential mechanism (paid by the '+1' of Theorem 1), so it may be
@@ -285,7 +307,8 @@ def run_topk(
             out = out.with_columns(pl.lit(plan.count_noise.margin95(), dtype=pl.Int64).alias("count_moe95"))
         meta["count_noise"] = plan.count_noise.describe()
     units = _br_units(q, out.height, bottom)
-    actual = _events(q, plan.ledger_mode, plan.epsilon_per, plan.delta, units) if plan.ledger_mode == "br" else plan.reserve
+    actual = (_events(q, plan.ledger_mode, plan.epsilon_per, plan.delta, units) if plan.ledger_mode == "br"
+              else plan.reserve)
     # found, bottom and br_units are functions of the released list alone (post-processing).
     meta.update({"found": out.height, "k": q.k, "bottom": bottom, "br_units": units})
     return TopKRelease(out, bottom, actual, meta)
@@ -330,7 +353,8 @@ class TopKTask:
 
     def needs(self) -> Needs:
         q = self.query
-        return Needs({q.unit: "key", **{c: "key" for c in q.by}}, {"domain": PublicList(q.by)} if q.known_domain else {})
+        return Needs({q.unit: "key", **dict.fromkeys(q.by, "key")},
+                     {"domain": PublicList(q.by)} if q.known_domain else {})
 
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TopKPlan:
         return plan_topk(self.query, mode, dict(limits))

@@ -12,12 +12,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dpcli.core.accounting import composition as acc
 from dpcli.core.accounting.budget import ChargeRefused, Limits, Spend
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_at_least, fraction_text
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def _start_curve(base: Spend) -> np.ndarray:
+    """``base``'s RDP curve over :func:`dpcli.core.accounting.composition.rdp_orders` (zeros if none)."""
+    import numpy as np  # only RDP ledgers need numpy
+
+    return np.asarray(base.rdp_curve) if base.rdp_curve else np.zeros(acc.rdp_orders().size)
+
+
+def _add_curve(curve: np.ndarray, rdp_curve: tuple[float, ...]) -> np.ndarray:
+    import numpy as np
+
+    added: np.ndarray = curve + np.asarray(rdp_curve)
+    return added
 
 
 class Accountant:
@@ -42,11 +59,7 @@ class Accountant:
         """
         base = base or Spend()
         eps, delta, rho, units, calls = base.epsilon, base.delta, base.rho, base.units, base.calls
-        rdp = self.mode == "rdp"  # only RDP ledgers keep a curve (and need numpy)
-        if rdp:
-            import numpy as np
-
-            curve = np.asarray(base.rdp_curve) if base.rdp_curve else np.zeros(acc.rdp_orders().size)
+        curve = _start_curve(base) if self.mode == "rdp" else None  # only RDP ledgers keep a curve
         for ev in events:
             s = self.cost(ev)
             eps += s.epsilon
@@ -54,9 +67,9 @@ class Accountant:
             rho += s.rho
             units += s.units
             calls += s.calls
-            if rdp and s.rdp_curve:
-                curve = curve + np.asarray(s.rdp_curve)
-        return Spend(eps, delta, rho, units, calls, tuple(curve) if rdp else ())
+            if curve is not None and s.rdp_curve:
+                curve = _add_curve(curve, s.rdp_curve)
+        return Spend(eps, delta, rho, units, calls, tuple(curve) if curve is not None else ())
 
     def fits(self, spent: Spend, extra: Spend) -> str | None:
         """``None`` if ``spent + extra`` stays within the limits, else a message saying what is short."""
@@ -214,7 +227,7 @@ class RdpAccountant(Accountant):
             return float("inf"), target
         if not any(spend.rdp_curve):
             return 0.0, float(spend.delta)
-        eps, _ = acc.rdp_to_approx(spend.rdp_curve, room)  # type: ignore[arg-type]
+        eps, _ = acc.rdp_to_approx(spend.rdp_curve, room)
         return eps, target
 
     def remaining(self, spent: Spend) -> dict[str, str]:
@@ -252,7 +265,8 @@ class BrAccountant(Accountant):
                 f"this query needs {extra.units}"
             )
         if spent.calls + extra.calls > self.limits["call_budget"]:
-            return f"call budget has {int(self.limits['call_budget']) - spent.calls} calls left; this query needs {extra.calls}"
+            return (f"call budget has {int(self.limits['call_budget']) - spent.calls} calls left; "
+                    f"this query needs {extra.calls}")
         return None
 
     def guarantee(self, spend: Spend, report_delta: float | None = None) -> tuple[float, float]:

@@ -59,31 +59,10 @@ class Limits:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown accounting mode {self.mode!r} (choose from {', '.join(MODES)})")
-        wanted = LIMIT_FIELDS[self.mode]
-        missing = [f for f in wanted if f not in self.values]
-        if missing:
-            raise ValueError(f"mode {self.mode} needs {', '.join(missing)}")
-        extra = [f for f in self.values if f not in wanted]
-        if extra:
-            raise ValueError(f"mode {self.mode} does not take {', '.join(extra)}")
-        exact: dict[str, Fraction] = {}
-        for name, value in self.values.items():
-            value = exact[name] = Fraction(value)
-            if name in _INTEGER_LIMITS:
-                if value.denominator != 1 or not 1 <= value <= _MAX_INTEGER_LIMIT:
-                    raise ValueError(f"{name} must be an integer between 1 and {_MAX_INTEGER_LIMIT:.0e}")
-            elif name in ("delta", "delta_prime"):
-                if not 0 <= value < 1:
-                    raise ValueError(f"{name} must be in [0, 1)")
-            elif value <= 0:
-                raise ValueError(f"{name} must be > 0")
-            elif value > _MAX_LIMIT:  # accounting converts limits to floats
-                raise ValueError(f"{name} must be at most 1e300")
+        _check_fields(self.mode, self.values)
+        exact = {name: _checked_limit(name, Fraction(value)) for name, value in self.values.items()}
         object.__setattr__(self, "values", exact)  # a copy: the caller's dict is never changed
-        if self.mode in ("rdp",) and self.values["delta"] == 0:
-            raise ValueError("rdp mode needs δ > 0 to state an (ε, δ) guarantee")
-        if self.mode == "br" and (self.values["delta"] == 0 or self.values["delta_prime"] == 0):
-            raise ValueError("br mode needs δ > 0 and δ′ > 0")
+        _check_nonzero_deltas(self.mode, exact)
 
     def __getitem__(self, name: str) -> Fraction:
         return self.values[name]
@@ -92,9 +71,43 @@ class Limits:
         return {"mode": self.mode, **{k: fraction_text(v) for k, v in self.values.items()}}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Limits":
+    def from_json(cls, data: dict[str, Any]) -> Limits:
         values = {k: to_fraction(v) for k, v in data.items() if k != "mode"}
         return cls(mode=str(data["mode"]), values=values)
+
+
+def _check_fields(mode: str, values: dict[str, Fraction]) -> None:
+    """Refuse limits the mode needs but lacks (first), then limits it does not take."""
+    wanted = LIMIT_FIELDS[mode]
+    missing = [f for f in wanted if f not in values]
+    if missing:
+        raise ValueError(f"mode {mode} needs {', '.join(missing)}")
+    extra = [f for f in values if f not in wanted]
+    if extra:
+        raise ValueError(f"mode {mode} does not take {', '.join(extra)}")
+
+
+def _checked_limit(name: str, value: Fraction) -> Fraction:
+    """``value`` if it is in range for the limit ``name`` (counts, probabilities, positive budgets)."""
+    if name in _INTEGER_LIMITS:
+        if value.denominator != 1 or not 1 <= value <= _MAX_INTEGER_LIMIT:
+            raise ValueError(f"{name} must be an integer between 1 and {_MAX_INTEGER_LIMIT:.0e}")
+    elif name in ("delta", "delta_prime"):
+        if not 0 <= value < 1:
+            raise ValueError(f"{name} must be in [0, 1)")
+    elif value <= 0:
+        raise ValueError(f"{name} must be > 0")
+    elif value > _MAX_LIMIT:  # accounting converts limits to floats
+        raise ValueError(f"{name} must be at most 1e300")
+    return value
+
+
+def _check_nonzero_deltas(mode: str, values: dict[str, Fraction]) -> None:
+    """rdp and br state an (ε, δ) guarantee: their δ (and br's δ′) must be positive."""
+    if mode == "rdp" and values["delta"] == 0:
+        raise ValueError("rdp mode needs δ > 0 to state an (ε, δ) guarantee")
+    if mode == "br" and (values["delta"] == 0 or values["delta_prime"] == 0):
+        raise ValueError("br mode needs δ > 0 and δ′ > 0")
 
 
 @dataclass(frozen=True)

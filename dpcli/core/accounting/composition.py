@@ -166,22 +166,48 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
 
     # Bracket the answer by factors of 16: ρ = ε usually fails already, but for ε far below
     # ln(1/δ) a much larger ρ can still convert to ε (even to 0); at most ~300 steps either way.
-    lo, hi = 0.0, epsilon
+    lo, hi = _bracket_up(fits, epsilon)
+    if not math.isfinite(hi):
+        return lo
+    if lo == 0.0:
+        below = _bracket_down(fits, hi)
+        if below is None:
+            return 0.0
+        lo, hi = below
+    return _largest_fitting(fits, lo, hi)
+
+
+def _bracket_up(fits: Callable[[float], bool], start: float) -> tuple[float, float]:
+    """(lo, hi): ``start`` times 16 until it fails to fit; lo the last that fit (0 if none), hi infinite
+    if every finite one fits."""
+    lo, hi = 0.0, start
     for _ in range(300):
         if not fits(hi):
             break
         lo, hi = hi, hi * 16.0
         if not math.isfinite(hi):
-            return lo
+            break
+    return lo, hi
+
+
+def _bracket_down(fits: Callable[[float], bool], hi: float) -> tuple[float, float] | None:
+    """(lo, hi) with lo > 0 fitting: ``hi`` divided by 16 until one fits; None if none above 0 does."""
+    lo = 0.0
     while lo == 0.0:
         hi_next = hi / 16.0
         if hi_next == 0.0:
-            return 0.0
+            return None
         if fits(hi_next):
             lo = hi_next
         else:
             hi = hi_next
-    best = lo  # the largest ρ seen to fit (a float that was tested, never a rounded log)
+    return lo, hi
+
+
+def _largest_fitting(fits: Callable[[float], bool], lo: float, hi: float) -> float:
+    """Bisection in log space between a fitting ``lo`` and a failing ``hi``: the largest ρ seen to fit
+    (a float that was tested, never a rounded log)."""
+    best = lo
     a, b = math.log(lo), math.log(hi)
     for _ in range(60):
         mid = (a + b) / 2.0
@@ -193,7 +219,8 @@ def rho_for_epsilon(epsilon: float, delta: float) -> float:
     return best
 
 
-def rdp_to_approx(curve: np.ndarray, delta: float, orders: np.ndarray | None = None) -> tuple[float, float]:
+def rdp_to_approx(curve: np.ndarray | Sequence[float], delta: float,
+                  orders: np.ndarray | None = None) -> tuple[float, float]:
     """Convert an RDP curve ε(α) to (ε, δ)-DP by SafeTab eq. 6; returns (ε rounded up, best α).
 
     Infinite curve values (an order whose RDP overflowed) are skipped; an all-infinite curve gives ε = ∞.
@@ -256,7 +283,8 @@ def _x_minus_log1p(y: float) -> float:
     if y >= 0.01:
         return y - math.log1p(y)
     # y²/2 − y³/3 + y⁴/4 − …: alternating with decreasing terms, 12 terms reach 1e-26 relative.
-    return sum((-1) ** k * y**k / k for k in range(2, 14))
+    series: float = sum((-1) ** k * y**k / k for k in range(2, 14))
+    return series
 
 
 def _br_excess(epsilon: float) -> float:

@@ -88,30 +88,43 @@ def parse_ledger(path: Path, raw: bytes, ctime_ns: int, analyst: str, root: Path
     """Parse and verify a schema-2 ledger: header seal, entry chain, then (optionally) its high-water mark."""
     data, complete = load_document(path, raw)
     version = data["schema_version"]
-    if version == 1:
-        raise StateError(f"ledger {path} has schema_version 1 (no keyed seal)",
-                         fix=f"check it, then upgrade it once with: dpcli budget verify {analyst} --reseal")
-    if version not in READABLE_VERSIONS:
-        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade dpcli")
+    _check_version(path, version, analyst)
     limits, created, refresh, report_delta, owner, entries = header_fields(path, data)
     if owner != analyst:
         raise StateError(f"ledger {path} belongs to analyst {owner!r}, not {analyst!r} (renamed or copied?)")
     header = {f: data.get(f) for f in HEADER_FIELDS}
     if not isinstance(header["ledger_id"], str):
         raise StateError(f"ledger {path} is corrupt (no ledger_id)")
-    key = next((k for k in mac_keys(root) if same_mac(mac(k, GENESIS_DOMAIN, header), data.get("genesis"))), None)
-    if key is None:
-        raise StateError(
-            f"ledger {path} fails verification of its header (edited, or sealed with another secret key: "
-            "copied from another state directory?)"
-        )
-    verify_chain(path, entries, data["genesis"], lambda e: mac(key, ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
+    key = _header_key(path, header, data.get("genesis"), root)
+    verify_chain(path, entries, data["genesis"],
+                 lambda e: mac(key, ENTRY_DOMAIN, {k: v for k, v in e.items() if k != "hash"}))
     check_events(path, entries)
     led = Ledger(path, owner, header["ledger_id"], limits, created, refresh, report_delta, tuple(entries),
                  data["genesis"], header, Tail(version, complete, key == current_mac_key(root)))
     if check_mark:
         led = verify_mark(led, ctime_ns, root, raw)
     return led
+
+
+def _check_version(path: Path, version: Any, analyst: str) -> None:
+    """A schema this dpcli reads (schema 1, unsealed, is upgraded by the operator's reseal)."""
+    if version == 1:
+        raise StateError(f"ledger {path} has schema_version 1 (no keyed seal)",
+                         fix=f"check it, then upgrade it once with: dpcli budget verify {analyst} --reseal")
+    if version not in READABLE_VERSIONS:
+        raise StateError(f"ledger {path} has schema_version {version!r}; this dpcli reads {SCHEMA_VERSION}: upgrade "
+                         "dpcli")
+
+
+def _header_key(path: Path, header: dict[str, Any], genesis: Any, root: Path) -> bytes:
+    """The key (current or retired) the header's seal ``genesis`` verifies with."""
+    key = next((k for k in mac_keys(root) if same_mac(mac(k, GENESIS_DOMAIN, header), genesis)), None)
+    if key is None:
+        raise StateError(
+            f"ledger {path} fails verification of its header (edited, or sealed with another secret key: "
+            "copied from another state directory?)"
+        )
+    return key
 
 
 def write_ledger(root: Path, path: Path, doc: dict[str, Any], when: datetime | None = None) -> None:
@@ -131,8 +144,9 @@ def write_ledger(root: Path, path: Path, doc: dict[str, Any], when: datetime | N
 def ledger_of(path: Path, doc: dict[str, Any]) -> Ledger:
     """The Ledger of a sealed document (already verified, or just written by us)."""
     header = {f: doc.get(f) for f in HEADER_FIELDS}
-    return Ledger(path, doc["analyst"], doc["ledger_id"], bud.Limits.from_json(doc["limits"]), parse_time(doc["created"]),
-                  doc["refresh_days"], doc["report_delta"], tuple(doc["entries"]), doc["genesis"], header)
+    return Ledger(path, doc["analyst"], doc["ledger_id"], bud.Limits.from_json(doc["limits"]),
+                  parse_time(doc["created"]), doc["refresh_days"], doc["report_delta"], tuple(doc["entries"]),
+                  doc["genesis"], header)
 
 
 def document_of(led: Ledger, entries: list[dict[str, Any]]) -> dict[str, Any]:

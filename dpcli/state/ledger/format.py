@@ -13,7 +13,7 @@ import hmac
 import json
 import os
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +50,11 @@ V1_GENESIS = "0" * 64
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso_time(t: datetime) -> str:
-    return t.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    return t.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def parse_time(text: str) -> datetime:
@@ -112,6 +112,19 @@ def dump_document(doc: dict[str, Any]) -> bytes:
     return b"".join(json.dumps(obj).encode("ascii") + b"\n" for obj in [head, *doc["entries"]])
 
 
+def _header_line(first: bytes) -> dict[str, Any] | None:
+    """The first line as a schema-3 (or newer: refused by the caller) header line, else None (an older
+    whole-file document, or damage)."""
+    try:
+        head = json.loads(first) if first.startswith(b"{") and first.rstrip().endswith(b"}") else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(head, dict):
+        return None
+    version = head.get("schema_version")
+    return head if isinstance(version, int) and version >= 3 and "entries" not in head else None
+
+
 def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
     """Parse a ledger file (schema 3 lines, or a schema 1/2 document): the document and its complete length.
 
@@ -119,17 +132,14 @@ def load_document(path: Path, raw: bytes) -> tuple[dict[str, Any], int]:
     written, before it returned: its release was never output) and are ignored; writers cut them off.
     """
     first = raw.split(b"\n", 1)[0]
-    try:
-        head = json.loads(first) if first.startswith(b"{") and first.rstrip().endswith(b"}") else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        head = None
-    version = head.get("schema_version") if isinstance(head, dict) else None
-    if isinstance(version, int) and version >= 3 and "entries" not in head:  # (a newer one is refused by the caller)
+    head = _header_line(first)
+    if head is not None:
         complete = raw.rfind(b"\n") + 1
         try:
             entries = [json.loads(line) for line in raw[len(first) + 1 : complete].split(b"\n")[:-1]]
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise StateError(f"ledger {path} is corrupt (a line is not valid JSON: {getattr(exc, 'msg', exc)})") from None
+            raise StateError(f"ledger {path} is corrupt (a line is not valid JSON: {getattr(exc, 'msg', exc)})"
+                             ) from None
         return {**head, "entries": entries}, complete
     try:
         data = json.loads(raw)

@@ -53,7 +53,29 @@ def verify_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
     """
     hwm = hwm_path(led.path)
     fix = f"restore the newest copy, or accept this one with: dpcli budget verify {led.analyst} --reseal"
-    restore = "restore the newest copy"
+    body, sealed, count, ctime = _read_mark(hwm, fix)
+    if not any(same_mac(mark_mac(k, body), sealed) for k in mac_keys(root)):
+        raise MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory)",
+                         "high-water mark unverifiable", fix=fix)
+    if body["ledger_id"] != led.ledger_id:
+        raise MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?)",
+                         "high-water mark of another ledger", fix=fix)
+    if body.get("pending") is not None:
+        return _with_pending(led, raw, body, fix)
+    _check_position(led, hwm, body["hash"], count, fix)
+    if count == len(led.entries) and ctime != ctime_ns:
+        raise MarkError(
+            f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?)",
+            "ledger file replaced (restored, copied or moved)",
+            fix="if it is a restored backup, restore the newest copy instead (releases after the backup are missing "
+                "from it); if it was only copied or moved as is, accept it with: "
+                f"dpcli budget verify {led.analyst} --reseal",
+        )
+    return led
+
+
+def _read_mark(hwm: Path, fix: str) -> tuple[dict[str, Any], Any, int, int]:
+    """The mark's body (without its seal), its seal, its entry count and the ledger's ctime it recorded."""
     try:
         mark = json.loads(hwm.read_bytes())
         body = {k: v for k, v in mark.items() if k != "mac"}
@@ -68,16 +90,15 @@ def verify_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
                          "high-water mark missing", fix=fix) from None
     except (OSError, ValueError, KeyError, TypeError):
         raise MarkError(f"high-water mark {hwm} is corrupt", "high-water mark unreadable", fix=fix) from None
-    if not any(same_mac(mark_mac(k, body), sealed) for k in mac_keys(root)):
-        raise MarkError(f"high-water mark {hwm} fails verification (edited, or from another state directory)",
-                         "high-water mark unverifiable", fix=fix)
-    if body["ledger_id"] != led.ledger_id:
-        raise MarkError(f"high-water mark {hwm} belongs to another ledger (ledger replaced?)",
-                         "high-water mark of another ledger", fix=fix)
-    if body.get("pending") is not None:
-        return _with_pending(led, raw, body, fix)
+    return body, sealed, count, ctime
+
+
+def _check_position(led: Ledger, hwm: Path, head: Any, count: int, fix: str) -> None:
+    """The mark's entry ``count`` (with its ``head`` hash) must be in the ledger, and the ledger at most one
+    write ahead of it."""
+    restore = "restore the newest copy"
     n = len(led.entries)
-    if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != body["hash"]:
+    if count > n or (led.entries[count - 1]["hash"] if count else led.genesis) != head:
         raise MarkError(
             f"ledger {led.path} is older than its high-water mark ({n} entries, {count} recorded): "
             "it was rolled back or replaced",
@@ -88,15 +109,6 @@ def verify_mark(led: Ledger, ctime_ns: int, root: Path, raw: bytes) -> Ledger:
     if len({e.get("time") for e in led.entries[count:]}) > 1:  # more than one write ahead of the mark
         raise MarkError(f"high-water mark {hwm} is older than its ledger (restored from a backup?)",
                          "high-water mark older than the ledger", fix=fix)
-    if count == n and ctime != ctime_ns:
-        raise MarkError(
-            f"ledger {led.path} was replaced since dpcli wrote it (restored, copied or moved?)",
-            "ledger file replaced (restored, copied or moved)",
-            fix="if it is a restored backup, restore the newest copy instead (releases after the backup are missing "
-                "from it); if it was only copied or moved as is, accept it with: "
-                f"dpcli budget verify {led.analyst} --reseal",
-        )
-    return led
 
 
 def _with_pending(led: Ledger, raw: bytes, body: dict[str, Any], fix: str) -> Ledger:
@@ -206,29 +218,44 @@ def from_mark(root: Path, analyst: str, when: datetime) -> tuple[Ledger, MarkTot
     path = ledger_path(root, analyst)
     key = current_mac_key(root)
     try:
-        mark = json.loads(hwm_path(path).read_bytes())
-        body = {k: v for k, v in mark.items() if k != "mac"}
-        if "cache" not in body or "pending" in body or not same_mac(mark_mac(key, body), mark.get("mac")):
-            return None
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if (st.st_size, st.st_ctime_ns) != (body["size"], body["ctime_ns"]):
-                return None
-            head = json.loads(fh.readline())
-        header = {f: head.get(f) for f in HEADER_FIELDS}
-        if (head.get("schema_version") != SCHEMA_VERSION or head.get("analyst") != analyst
-                or header["ledger_id"] != body["ledger_id"]
-                or not same_mac(mac(key, GENESIS_DOMAIN, header), head.get("genesis"))):
-            return None
-        led = Ledger(path, analyst, header["ledger_id"], bud.Limits.from_json(head["limits"]),
-                     parse_time(head["created"]), head["refresh_days"], float(head["report_delta"]), (),
-                     head["genesis"], header, Tail(SCHEMA_VERSION, st.st_size, True))
-        cache = MarkTotals.from_mark(mark)
+        trusted = _trusted_mark(path, key, analyst)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+    if trusted is None:
+        return None
+    led, cache = trusted
     period = led.period(when)
     if period < cache.period:  # the clock went back a period: recount from the entries
         return None
     if period > cache.period:  # a new refresh period: nothing spent in it yet
         cache = MarkTotals(period, led.accountant.spend([]), "", cache.count, cache.head)
     return led, cache
+
+
+def _trusted_mark(path: Path, key: bytes, analyst: str) -> tuple[Ledger, MarkTotals] | None:
+    """The ledger's header and the mark's totals, if the mark is sealed with ``key``, carries totals, has no
+    pending append and names this very file with a verified header; None otherwise (raises on a damaged
+    file: the caller takes the full path)."""
+    mark = json.loads(hwm_path(path).read_bytes())
+    body = {k: v for k, v in mark.items() if k != "mac"}
+    if "cache" not in body or "pending" in body or not same_mac(mark_mac(key, body), mark.get("mac")):
+        return None
+    with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if (st.st_size, st.st_ctime_ns) != (body["size"], body["ctime_ns"]):
+            return None
+        head = json.loads(fh.readline())
+    header = {f: head.get(f) for f in HEADER_FIELDS}
+    if not _header_vouched(head, header, analyst, body["ledger_id"], key):
+        return None
+    led = Ledger(path, analyst, header["ledger_id"], bud.Limits.from_json(head["limits"]),
+                 parse_time(head["created"]), head["refresh_days"], float(head["report_delta"]), (),
+                 head["genesis"], header, Tail(SCHEMA_VERSION, st.st_size, True))
+    return led, MarkTotals.from_mark(mark)
+
+
+def _header_vouched(head: dict[str, Any], header: dict[str, Any], analyst: str, ledger_id: Any, key: bytes) -> bool:
+    """Is the ledger's first line this analyst's ledger of this schema, the mark's, with a verified seal?"""
+    return not (head.get("schema_version") != SCHEMA_VERSION or head.get("analyst") != analyst
+                or header["ledger_id"] != ledger_id
+                or not same_mac(mac(key, GENESIS_DOMAIN, header), head.get("genesis")))

@@ -57,7 +57,8 @@ def _upgrade_v1(path: Path, data: dict[str, Any], analyst: str) -> tuple[dict[st
     return {**header, "genesis": None, "entries": entries}, reason
 
 
-def reseal(root: Path, analyst: str, lock_timeout: float = 30.0, now: datetime | None = None) -> tuple[Ledger, str | None]:
+def reseal(root: Path, analyst: str, lock_timeout: float = 30.0,
+           now: datetime | None = None) -> tuple[Ledger, str | None]:
     """Accept the ledger file as it is now (after a deliberate move or restore, or to upgrade schema 1).
 
     The operator's decision, for what the seal cannot decide: the entries must

@@ -140,7 +140,8 @@ class Receipt:
             "guarantee": {"epsilon": self.guarantee[0], "delta": self.guarantee[1]},
         }
 
-def refuse_unless_fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEvent], actual: list[PrivacyEvent]) -> None:
+def refuse_unless_fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: list[PrivacyEvent],
+                       actual: list[PrivacyEvent]) -> None:
     """Refuse (BudgetError) unless the reserve fits what is left; the actual cost must not exceed it."""
     mode = led.limits.mode
     try:

@@ -19,34 +19,16 @@ from dpcli.state.ledger.model import Ledger, Step, refuse_unless_fits
 def step_entries(
     led: Ledger, analyst: str, step: Step, base: dict[str, Any], now: datetime, spent: bud.Spend
 ) -> tuple[list[dict[str, Any]], tuple[PrivacyEvent, ...], int | None, int]:
-    """The entries recording ``step`` (a new reservation first, if needed): (entries, reserved, replay_of, covered_by)."""
+    """The entries recording ``step`` (a new reservation first, if needed): (entries, reserved, replay_of,
+    covered_by)."""
     n = len(led.entries)
     period = led.period(now)
     new: list[dict[str, Any]] = []
     reserved: tuple[PrivacyEvent, ...] = ()
     created = led.reservation(step.reservation)
     if created is None:
-        c = step.create
-        if c is None or step.start != 0:
-            raise StateError(
-                f"{step.label}: its reservation is not in analyst {analyst!r}'s ledger (state copied from another "
-                "analyst or state directory, or the ledger restored from an older backup)"
-            )
-        if c.ledger_id != led.ledger_id:
-            raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state directory)")
-        clash = led.find_reservation(c.kind, c.key, now) if c.kind == "schedule" else None
-        if clash is not None:
-            raise StateError(
-                f"{step.label} already has reservation #{clash} in this ledger but not this state "
-                "(state deleted or replaced?): restore its state file, or use a new --schedule name"
-            )
-        refuse_unless_fits(led, analyst, spent, list(c.events), list(c.events))
-        reserved = c.events
-        new.append({"seq": n + 1, "time": base["time"], "period": period, "command": c.command,
-                    "query_id": f"{c.kind}:{c.key}", "seed_id": f"{c.kind}:{c.id}",
-                    "events": [ev.to_json() for ev in c.events],
-                    "reservation": {"id": c.id, "kind": c.kind, "key": c.key},
-                    **({"summary": c.summary} if c.summary else {})})
+        new.append(_reservation_entry(led, analyst, step, base["time"], now, spent))
+        reserved = step.create.events if step.create is not None else ()
         res_seq, res_period, steps = n + 1, period, []
     else:
         res_seq, res_period, steps = created["seq"], created.get("period", 0), led.steps(created["seq"])
@@ -54,24 +36,59 @@ def step_entries(
         raise StateError(f"ledger {led.path}: the steps of reservation #{res_seq} are out of order")
     record = {"from": step.start, "input": step.digest}
     entry = {**base, "seq": n + len(new) + 1, "covered_by": res_seq, "step": record}
-    replay_of = None
+    replay_of = _replayed_step(analyst, step, steps, res_period == period)
+    if replay_of is not None:
+        entry["replay_of"] = replay_of
+    return [*new, entry], reserved, replay_of, res_seq
+
+
+def _reservation_entry(led: Ledger, analyst: str, step: Step, time: Any, now: datetime,
+                       spent: bud.Spend) -> dict[str, Any]:
+    """The entry of a new reservation (the step's ``create``, on its first run), if it is this ledger's,
+    new, and fits the budget."""
+    c = step.create
+    if c is None or step.start != 0:
+        raise StateError(
+            f"{step.label}: its reservation is not in analyst {analyst!r}'s ledger (state copied from another "
+            "analyst or state directory, or the ledger restored from an older backup)"
+        )
+    if c.ledger_id != led.ledger_id:
+        raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state "
+                         "directory)")
+    clash = led.find_reservation(c.kind, c.key, now) if c.kind == "schedule" else None
+    if clash is not None:
+        raise StateError(
+            f"{step.label} already has reservation #{clash} in this ledger but not this state "
+            "(state deleted or replaced?): restore its state file, or use a new --schedule name"
+        )
+    refuse_unless_fits(led, analyst, spent, list(c.events), list(c.events))
+    return {"seq": len(led.entries) + 1, "time": time, "period": led.period(now), "command": c.command,
+            "query_id": f"{c.kind}:{c.key}", "seed_id": f"{c.kind}:{c.id}",
+            "events": [ev.to_json() for ev in c.events],
+            "reservation": {"id": c.id, "kind": c.kind, "key": c.key},
+            **({"summary": c.summary} if c.summary else {})}
+
+
+def _replayed_step(analyst: str, step: Step, steps: list[dict[str, Any]], same_period: bool) -> int | None:
+    """None for the next run (its reservation must be of this period); the entry of the recorded run
+    it repeats (the same input); refused when it is ahead of the ledger or differs from the record."""
     if step.start == len(steps):
-        if res_period != period:
+        if not same_period:
             raise BudgetError(f"analyst {analyst!r}: the reservation of {step.label} is not in this ledger period")
-    elif step.start < len(steps):
+        return None
+    if step.start < len(steps):
         earlier = steps[step.start]
         if not same_mac(earlier["step"].get("input"), step.digest):
             raise StateError(
                 f"{step.label} is behind the ledger (at run {step.start} of {len(steps)}) and its input differs from "
                 f"the one recorded for run {step.start + 1}: it is an older or copied state; use the newest copy"
             )
-        replay_of = entry["replay_of"] = earlier["seq"]
-    else:
-        raise StateError(
-            f"{step.label} is ahead of the ledger (run {step.start}, ledger has {len(steps)}): "
-            "the ledger was restored from an older backup, or the state belongs to another ledger"
-        )
-    return [*new, entry], reserved, replay_of, res_seq
+        seq: int = earlier["seq"]
+        return seq
+    raise StateError(
+        f"{step.label} is ahead of the ledger (run {step.start}, ledger has {len(steps)}): "
+        "the ledger was restored from an older backup, or the state belongs to another ledger"
+    )
 
 
 def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest: str | None, label: str,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ from dpcli.tasks.stream.batches import KnownKeys, WindowBatches, window_batches
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Key = tuple[Any, ...]
 
@@ -67,7 +67,7 @@ def trigger_through(moment: datetime, step: int) -> int:
     not a showable date (before 0001-01-01 or after 9999-12-31 UTC):
     ``moment`` is a public option.
     """
-    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+    aware = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
     seconds = (aware - _EPOCH) // timedelta(seconds=1)
     g = seconds // step
     if not MIN_SECONDS <= g * step <= MAX_SECONDS:
@@ -128,7 +128,7 @@ class WindowRun:
         self.plan = plan
         self.stream = stream.child(f"window/{start}")
         self.fired = 0  # triggers of this window already run
-        self.keys = pl.DataFrame(schema={k: pl.Null for k in q.keys})  # row i: the key of slot i
+        self.keys = pl.DataFrame(schema=dict.fromkeys(q.keys, pl.Null))  # row i: the key of slot i
         self._key_rows: dict[int, Key] = {}
         i64 = np.zeros(0, dtype=np.int64)
         self.units = i64.copy()  # distinct units of the current round
@@ -212,7 +212,8 @@ class WindowRun:
         counts = tree.noise_prefixes(self.stream.child(f"pert-count/{t}"), self.plan.sigma2_count, slots.size, n)
         sums = None
         if self.q.value is not None:
-            sums = tree.noise_prefixes(self.stream.child(f"pert-sum/{t}"), self.plan.sigma2_sum, slots.size, n)  # type: ignore[arg-type]
+            assert self.plan.sigma2_sum is not None  # planned with the value column
+            sums = tree.noise_prefixes(self.stream.child(f"pert-sum/{t}"), self.plan.sigma2_sum, slots.size, n)
         self.pert[t] = (counts, sums)
         self.pert_start[slots] = t
         self.pert_row[slots] = np.arange(slots.size)
@@ -249,11 +250,12 @@ class WindowRun:
         row_index, i = int(self.pert_row[slot]), t - start
         self.pert_count[slot] += self.buffer_count[slot]
         row: list[Any] = [self._start_time, t, self._start_time + timedelta(seconds=t * self.q.step), *self.key(slot),
-                          int(round(int(self.pert_count[slot]) + float(noise_count[row_index, i])))]
+                          round(int(self.pert_count[slot]) + float(noise_count[row_index, i]))]
         if noise_sum is not None:
+            grid = self.q.grid
+            assert grid is not None  # a sum tree exists only with --value and --clamp
             self.pert_sum[slot] += self.buffer_sum[slot]
-            row.append(round(int(self.pert_sum[slot]) + float(noise_sum[row_index, i]))
-                       * float(self.q.grid.granularity))  # type: ignore[union-attr]
+            row.append(round(int(self.pert_sum[slot]) + float(noise_sum[row_index, i])) * float(grid.granularity))
         self.buffer_count[slot] = self.buffer_sum[slot] = 0
         self.units[slot] = 0
         self._restarted[slot] = set()
@@ -337,34 +339,14 @@ class WindowRun:
         run = cls(start, q, plan, stream)
         run.fired = fired
         keys = list(states)
-        m = len(keys)
-        if not m:
+        if not keys:
             return run
         # every row decides the types (a key column null in the first 100 keys is not a Null column)
         run.keys = pl.DataFrame(keys, schema=list(q.keys), orient="row", infer_schema_length=None)
         sts = list(states.values())
-        for name, attr in (("buffer_count", "buffer_count"), ("buffer_sum", "buffer_sum"),
-                           ("pert_count", "pert_count"), ("pert_sum", "pert_sum"), ("rounds", "rounds")):
-            setattr(run, name, np.fromiter((getattr(st, attr) for st in sts), dtype=np.int64, count=m))
-        run.units = np.fromiter((len(st.round_users) for st in sts), dtype=np.int64, count=m)
-        for name, attr in (("round_start", "round_start"), ("pert_start", "pert_start"), ("predicted", "predicted")):
-            setattr(run, name, np.fromiter((_NONE if getattr(st, attr) is None else getattr(st, attr) for st in sts),
-                                           dtype=np.int64, count=m))
-        run.restarted = np.zeros(m, dtype=bool)
-        run.select_row = np.full(m, _NONE, dtype=np.int64)
-        run.pert_row = np.full(m, _NONE, dtype=np.int64)
-        for start_t in sorted_unique(run.round_start[run.round_start != _NONE]).tolist():
-            slots = np.flatnonzero(run.round_start == start_t)
-            margins = np.stack([sts[s].select_margin for s in slots])  # type: ignore[misc]
-            run.select[start_t] = (margins, np.maximum.accumulate(margins[:, ::-1], axis=1)[:, ::-1])
-            run.select_row[slots] = np.arange(slots.size)
-        for start_t in sorted_unique(run.pert_start[run.pert_start != _NONE]).tolist():
-            slots = np.flatnonzero(run.pert_start == start_t)
-            noise = [sts[s].pert_noise for s in slots]
-            counts = np.stack([c for c, _ in noise])  # type: ignore[misc]
-            sums = None if noise[0][1] is None else np.stack([sm for _, sm in noise])  # type: ignore[misc]
-            run.pert[start_t] = (counts, sums)
-            run.pert_row[slots] = np.arange(slots.size)
+        run._restore_slots(sts)
+        run._restore_selection_trees(sts)
+        run._restore_perturbation_trees(sts)
         for p in sorted_unique(run.predicted[run.predicted != _NONE]).tolist():
             run.predicted_at[p].append(np.flatnonzero(run.predicted == p))
         rows = [(slot, u) for slot, st in enumerate(sts) for u in st.round_users]
@@ -372,6 +354,52 @@ class WindowRun:
             run._rounds = pl.DataFrame({"__id": [r[0] for r in rows], "__unit": [r[1] for r in rows]},
                                        schema_overrides={"__id": pl.Int64})
         return run
+
+    def _restore_slots(self, sts: list[KeyState]) -> None:
+        """The per-slot arrays from the keys' states, slot i holding key i."""
+        m = len(sts)
+        for name in ("buffer_count", "buffer_sum", "pert_count", "pert_sum", "rounds"):
+            setattr(self, name, np.fromiter((getattr(st, name) for st in sts), dtype=np.int64, count=m))
+        self.units = np.fromiter((len(st.round_users) for st in sts), dtype=np.int64, count=m)
+        for name in ("round_start", "pert_start", "predicted"):
+            setattr(self, name, np.fromiter((_NONE if getattr(st, name) is None else getattr(st, name) for st in sts),
+                                            dtype=np.int64, count=m))
+        self.restarted = np.zeros(m, dtype=bool)
+        self.select_row = np.full(m, _NONE, dtype=np.int64)
+        self.pert_row = np.full(m, _NONE, dtype=np.int64)
+
+    def _restore_selection_trees(self, sts: list[KeyState]) -> None:
+        """One matrix of selection margins (and their suffix maxima) per trigger that started trees."""
+        for start_t in sorted_unique(self.round_start[self.round_start != _NONE]).tolist():
+            slots = np.flatnonzero(self.round_start == start_t)
+            margins = np.stack([_select_margin(sts[s]) for s in slots])
+            self.select[start_t] = (margins, np.maximum.accumulate(margins[:, ::-1], axis=1)[:, ::-1])
+            self.select_row[slots] = np.arange(slots.size)
+
+    def _restore_perturbation_trees(self, sts: list[KeyState]) -> None:
+        """One matrix of perturbation noise prefixes (count, and sum) per trigger that started trees."""
+        for start_t in sorted_unique(self.pert_start[self.pert_start != _NONE]).tolist():
+            slots = np.flatnonzero(self.pert_start == start_t)
+            noise = [_pert_noise(sts[s]) for s in slots]
+            counts = np.stack([c for c, _ in noise])
+            sums = None if noise[0][1] is None else np.stack([_sum_noise(sm) for _, sm in noise])
+            self.pert[start_t] = (counts, sums)
+            self.pert_row[slots] = np.arange(slots.size)
+
+
+def _select_margin(st: KeyState) -> np.ndarray:
+    assert st.select_margin is not None  # a key with a selection round stores its tree's margins
+    return st.select_margin
+
+
+def _pert_noise(st: KeyState) -> tuple[np.ndarray, np.ndarray | None]:
+    assert st.pert_noise is not None  # a key with perturbation trees stores their noise
+    return st.pert_noise
+
+
+def _sum_noise(sums: np.ndarray | None) -> np.ndarray:
+    assert sums is not None  # with a value column every key has a sum tree
+    return sums
 
 
 class StreamState:
@@ -421,22 +449,28 @@ class StreamState:
             batches = window_batches(events, list(self.q.keys), self.q.value is not None, known)
         rows: list[tuple[Any, ...]] = []
         for start in sorted(set(self.windows) | set(batches)):
-            run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
-            b = batches.get(start)
-            if b is not None:
-                run.add_batches(b)
-            last_t = min(self.q.triggers, through - start // self.step)
-            for t in range(run.fired + 1, last_t + 1):
-                rows.extend(run.fire(t, b))
-            if run.fired >= self.q.triggers:
-                self.windows.pop(start, None)
-            else:
-                self.windows[start] = run
+            rows.extend(self._advance_window(start, batches.get(start), through))
         if self.track_units and events.height:
             counts = events.group_by("__unit").len()
             for unit, n in zip(counts["__unit"].to_list(), counts["len"].to_list(), strict=True):
                 self.used[unit] = self.used.get(unit, 0) + n
         self.watermark = through
+        return rows
+
+    def _advance_window(self, start: int, b: WindowBatches | None, through: int) -> list[tuple[Any, ...]]:
+        """Run one window's triggers up to ``through`` on its batches; a window whose triggers have
+        all run is closed."""
+        run = self.windows.get(start) or WindowRun(start, self.q, self.plan, self.stream)
+        if b is not None:
+            run.add_batches(b)
+        last_t = min(self.q.triggers, through - start // self.step)
+        rows: list[tuple[Any, ...]] = []
+        for t in range(run.fired + 1, last_t + 1):
+            rows.extend(run.fire(t, b))
+        if run.fired >= self.q.triggers:
+            self.windows.pop(start, None)
+        else:
+            self.windows[start] = run
         return rows
 
     def release_table(self, rows: list[tuple[Any, ...]], key_schema: dict[str, Any]) -> pl.DataFrame:

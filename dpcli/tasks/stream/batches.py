@@ -74,10 +74,23 @@ def window_batches(events: pl.DataFrame, keys: list[str], value: bool,
                    known: Mapping[int, KnownKeys]) -> dict[int, WindowBatches]:
     """Per window of ``events`` (from :func:`~dpcli.tasks.stream.events.prepare_events`): its batches."""
     ev = events.lazy().select(W, T, *keys, UNIT, *(["__v"] if value else []))
-    key_types = {k: events.schema[k] for k in keys}
+    slots = _slots(ev, pl.Schema({k: events.schema[k] for k in keys}), known)
+    ev = ev.join(slots.select(W, *keys, ID, "__order"), on=[W, *keys], how="left", nulls_equal=True)
+
+    aggs = [pl.col("__order").first(), pl.len().alias("n")] + ([pl.col("__v").sum().alias("s")] if value else [])
+    batch = ev.group_by(W, T, ID).agg(aggs)
+    pairs = _new_pairs(ev, events.schema[UNIT], known)
+    new = slots.filter(pl.col("__new")).sort(W, ID).select(W, *keys)
+    batch_df, pairs_df, new_df = pl.collect_all([batch.sort(W, T, "__order"), pairs.select(W, ID, UNIT, T), new])
+    return _by_window(ev, keys, value, batch_df, pairs_df, new_df)
+
+
+def _slots(ev: pl.LazyFrame, key_types: pl.Schema, known: Mapping[int, KnownKeys]) -> pl.LazyFrame:
+    """Every (window, key) of the events with its slot: known keys keep theirs, new keys take the next
+    ones in key order (``__new``). ``__order`` is a key's place in key order among this run's keys, so
+    batches sort on one integer column."""
+    keys = list(key_types)
     sizes = {w: kk.keys.height for w, kk in known.items()}
-    # Slots: known keys keep theirs, new keys take the next ones in key order. ORDER is a key's place in
-    # key order among this run's keys, so batches sort on one integer column.
     distinct = ev.select(W, *keys).unique()
     held = [kk.keys.cast(key_types).with_row_index(ID).with_columns(pl.col(ID).cast(pl.Int64), pl.lit(w).alias(W))
             for w, kk in known.items() if kk.keys.height]
@@ -87,24 +100,28 @@ def window_batches(events: pl.DataFrame, keys: list[str], value: bool,
     else:
         distinct = distinct.with_columns(pl.lit(None, dtype=pl.Int64).alias(ID))
     is_new = pl.col(ID).is_null()
-    slots = (distinct.sort(W, *keys, nulls_last=True)
-             .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(W).alias("__order"),
-                           (is_new.cast(pl.Int64).cum_sum().over(W) - 1
-                            + pl.col(W).replace_strict(sizes, default=0, return_dtype=pl.Int64)).alias("__next"))
-             .with_columns(pl.coalesce(ID, "__next").alias(ID), is_new.alias("__new")))
-    ev = ev.join(slots.select(W, *keys, ID, "__order"), on=[W, *keys], how="left", nulls_equal=True)
+    return (distinct.sort(W, *keys, nulls_last=True)
+            .with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(W).alias("__order"),
+                          (is_new.cast(pl.Int64).cum_sum().over(W) - 1
+                           + pl.col(W).replace_strict(sizes, default=0, return_dtype=pl.Int64)).alias("__next"))
+            .with_columns(pl.coalesce(ID, "__next").alias(ID), is_new.alias("__new")))
 
-    aggs = [pl.col("__order").first(), pl.len().alias("n")] + ([pl.col("__v").sum().alias("s")] if value else [])
-    batch = ev.group_by(W, T, ID).agg(aggs)
+
+def _new_pairs(ev: pl.LazyFrame, unit_type: pl.DataType, known: Mapping[int, KnownKeys]) -> pl.LazyFrame:
+    """(window, slot, unit) with the first trigger of this run where the unit appears with the key,
+    for units not already in the key's round."""
     pairs = ev.group_by(W, ID, UNIT).agg(pl.col(T).min())
     rounds = [kk.rounds.with_columns(pl.lit(w).alias(W)) for w, kk in known.items() if kk.rounds.height]
     if rounds:
         held_rounds = pl.concat(rounds, how="diagonal_relaxed").lazy().select(
-            W, pl.col(ID).cast(pl.Int64), pl.col(UNIT).cast(events.schema[UNIT]))
+            W, pl.col(ID).cast(pl.Int64), pl.col(UNIT).cast(unit_type))
         pairs = pairs.join(held_rounds, on=[W, ID, UNIT], how="anti", nulls_equal=True)
-    new = slots.filter(pl.col("__new")).sort(W, ID).select(W, *keys)
-    batch_df, pairs_df, new_df = pl.collect_all([batch.sort(W, T, "__order"), pairs.select(W, ID, UNIT, T), new])
+    return pairs
 
+
+def _by_window(ev: pl.LazyFrame, keys: list[str], value: bool, batch_df: pl.DataFrame, pairs_df: pl.DataFrame,
+               new_df: pl.DataFrame) -> dict[int, WindowBatches]:
+    """The collected batches, first appearances and new keys, split by window into arrays."""
     out: dict[int, WindowBatches] = {}
     new_by_window = new_df.partition_by(W, as_dict=True, include_key=False)
     pairs_by_window = pairs_df.partition_by(W, as_dict=True, include_key=False)

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from dpcli import bounding
-from dpcli.bounding import Bounded
+from dpcli.bounding.stability import Bounded
 from dpcli.bounding.stream_records import cap_records
 from dpcli.errors import DataError, type_text
 from dpcli.frames import collect
@@ -87,11 +87,7 @@ def _python_holds(col: str, dtype: pl.DataType) -> pl.Expr | None:
 def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
     """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
     schema = frame.collect_schema()
-    unit, unit_type = pl.col(q.unit), schema[q.unit]
-    if unit_type == pl.Time or isinstance(unit_type, pl.Duration) or (
-            isinstance(unit_type, pl.Datetime) and unit_type.time_unit == "ns"):
-        # Python's values stop at microseconds (units would merge in restarted rounds) or 10^9 days
-        unit, unit_type = unit.to_physical(), pl.Int64()
+    unit, unit_type = _unit_column(q.unit, schema[q.unit])
     cols = [event_seconds(schema, q).alias("__t"), unit.alias("__unit"), *[pl.col(k) for k in q.keys]]
     keep = pl.col("__t").is_not_null() & pl.col("__unit").is_not_null()
     if schema[q.unit].is_float():  # NaN is no unit: Python's sets and dicts (restarted rounds, the
@@ -102,16 +98,29 @@ def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Ex
             keep &= pl.col(col).is_null() | holds
     grid = q.grid
     if grid is not None and q.value is not None:
-        dtype = schema[q.value]
-        if not (dtype.is_numeric() or dtype == pl.String):
-            raise DataError(f"column {q.value!r} must be numeric but is {type_text(dtype)} in {name}")
-        x = bounding.numeric_value(pl.col(q.value), dtype)
-        # Snapped, then clamped to the grid's exact integers (|units| ≤ 2^10 per record: the grid has
-        # ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53 records; totals across triggers are
-        # Python integers (no wrap-around). Non-finite values are dropped like unparsable ones.
-        cols += [pl.when(x.is_finite()).then(bounding.grid_units(x, grid)).alias("__v")]
+        cols += [_value_units(q.value, schema[q.value], grid, name)]
         keep &= pl.col("__v").is_not_null()
     return cols, keep
+
+
+def _unit_column(column: str, dtype: pl.DataType) -> tuple[pl.Expr, pl.DataType]:
+    """The unit column as compared: times, durations and nanosecond datetimes by their integers (Python's
+    values stop at microseconds, so units would merge in restarted rounds, or at 10^9 days)."""
+    if dtype == pl.Time or isinstance(dtype, pl.Duration) or (isinstance(dtype, pl.Datetime)
+                                                             and dtype.time_unit == "ns"):
+        return pl.col(column).to_physical(), pl.Int64()
+    return pl.col(column), dtype
+
+
+def _value_units(column: str, dtype: pl.DataType, grid: bounding.ValueGrid, name: str) -> pl.Expr:
+    """``__v``: the value column in grid units, null where it is missing, unparsable or not finite."""
+    if not (dtype.is_numeric() or dtype == pl.String):
+        raise DataError(f"column {column!r} must be numeric but is {type_text(dtype)} in {name}")
+    x = bounding.numeric_value(pl.col(column), dtype)
+    # Snapped, then clamped to the grid's exact integers (|units| ≤ 2^10 per record: the grid has
+    # ≥ 2^9 steps per L), so Int64 sums stay exact up to 2^53 records; totals across triggers are
+    # Python integers (no wrap-around). Non-finite values are dropped like unparsable ones.
+    return pl.when(x.is_finite()).then(bounding.grid_units(x, grid)).alias("__v")
 
 
 def bounded_events(frame: pl.LazyFrame, q: StreamQuery, *, through: int | None = None, after: int | None = None,

@@ -100,7 +100,8 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
                           "beta": beta, "sigma": math.sqrt(float(sigma2_select))},
         "perturbation": {"epsilon": eps_m, "delta": delta_m, "rho_total": float(rho_m),
                          "sigma_count": math.sqrt(float(sigma2_count)),
-                         "sigma_sum": math.sqrt(float(sigma2_sum)) * float(grid.granularity) if grid and sigma2_sum else None},
+                         "sigma_sum": (math.sqrt(float(sigma2_sum)) * float(grid.granularity)
+                                       if grid and sigma2_sum else None)},
         "levels": lv,
     }
     return StreamPlan(beta, sigma2_select, sigma2_count, sigma2_sum, {}, events, summary)

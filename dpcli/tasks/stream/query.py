@@ -54,6 +54,19 @@ class StreamQuery:
         """Refuse parameters that cannot be honoured (all public: exit 2, before any data is read)."""
         if self.unit in self.keys:
             raise UsageError("cannot include the privacy unit column", field="key")
+        self._check_window()
+        if not 1 <= self.max_records <= MAX_RECORDS:
+            raise UsageError(f"must be between 1 and {MAX_RECORDS}", field="max_records")
+        if not 0 < self.epsilon <= MAX_EPSILON:
+            raise UsageError(f"must be in (0, {MAX_EPSILON}] for stream-replay", field="epsilon")
+        if not MIN_DELTA <= self.delta < 1:
+            raise UsageError("must be in [1e-100, 1) for stream-replay", field="delta")
+        self._check_value()
+        if not 0 <= self.mu <= MAX_MU:
+            raise UsageError(f"must be between 0 and {MAX_MU}", field="mu")
+
+    def _check_window(self) -> None:
+        """A window of at most MAX_WINDOW_DAYS, split into at most MAX_TRIGGERS equal triggers."""
         if self.window < 1 or self.triggers < 1:
             raise UsageError("and the number of triggers must be positive", field="window")
         if self.window > MAX_WINDOW_DAYS * 86400:
@@ -62,18 +75,14 @@ class StreamQuery:
             raise UsageError(f"at most {MAX_TRIGGERS} triggers per window (got {self.triggers})")
         if self.window % self.triggers:
             raise UsageError(f"{self.window}s does not split into {self.triggers} equal triggers", field="window")
-        if not 1 <= self.max_records <= MAX_RECORDS:
-            raise UsageError(f"must be between 1 and {MAX_RECORDS}", field="max_records")
-        if not 0 < self.epsilon <= MAX_EPSILON:
-            raise UsageError(f"must be in (0, {MAX_EPSILON}] for stream-replay", field="epsilon")
-        if not MIN_DELTA <= self.delta < 1:
-            raise UsageError("must be in [1e-100, 1) for stream-replay", field="delta")
+
+    def _check_value(self) -> None:
+        """``--value`` and ``--clamp`` together, the clamp within CLAMP_RANGE."""
         if (self.value is None) != (self.clamp is None):
             raise UsageError("and --clamp go together", field="value")
-        if self.clamp is not None and not (math.isfinite(self.clamp) and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
+        if self.clamp is not None and not (math.isfinite(self.clamp)
+                                           and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
             raise UsageError(f"must be between {CLAMP_RANGE[0]:g} and {CLAMP_RANGE[1]:g}", field="clamp")
-        if not 0 <= self.mu <= MAX_MU:
-            raise UsageError(f"must be between 0 and {MAX_MU}", field="mu")
 
     def canonical(self) -> dict[str, Any]:
         """The query as JSON (part of the release seed and of a state file: never change its shape)."""
@@ -88,4 +97,5 @@ class StreamQuery:
         """The value grid: [−L, L] in at least 2^10 steps (None without a value column)."""
         if self.clamp is None:
             return None
-        return bounding.ValueGrid(-self.clamp, self.clamp, bounding.default_granularity(-self.clamp, self.clamp, 1 << 10))
+        return bounding.ValueGrid(-self.clamp, self.clamp,
+                                  bounding.default_granularity(-self.clamp, self.clamp, 1 << 10))

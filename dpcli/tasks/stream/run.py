@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import polars as pl
@@ -39,7 +39,7 @@ def run_stream(frame: pl.LazyFrame, q: StreamQuery, plan: StreamPlan, seed: byte
     ``name`` names the input in error messages; ``engine`` bounds the events on another engine.
     """
     state = StreamState(q, plan, seed, track_units=False)
-    g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
+    g = state.trigger_through(through if through is not None else datetime.now(UTC))
     events = prepare_events(frame, q, g, name=name, engine=engine)
     rows = state.advance(events, g)
     result = state.release_table(rows, dict(frame.collect_schema()))
@@ -56,7 +56,7 @@ def advance_stream(frame: pl.LazyFrame, state: StreamState, through: datetime | 
     ``through`` before the watermark is a usage error (the watermark is the
     ``through`` of an earlier run, so this depends on public inputs only).
     """
-    g = state.trigger_through(through if through is not None else datetime.now(timezone.utc))
+    g = state.trigger_through(through if through is not None else datetime.now(UTC))
     state.check_through(g)
     events = prepare_events(frame, state.q, g, after=state.watermark, used=state.used, name=name, engine=engine)
     rows = state.advance(events, g)

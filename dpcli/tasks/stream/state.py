@@ -9,7 +9,7 @@ tagged so they come back with their type.
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any
+from typing import Any, overload
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -50,6 +50,10 @@ def _floats(values: np.ndarray | None) -> list[float] | None:
     return None if values is None else values.tolist()  # JSON floats round-trip exactly
 
 
+@overload
+def _array(values: list[float]) -> np.ndarray: ...
+@overload
+def _array(values: None) -> None: ...
 def _array(values: list[float] | None) -> np.ndarray | None:
     return None if values is None else np.asarray(values, dtype=np.float64)
 
@@ -71,7 +75,7 @@ def _decode_key_state(doc: dict[str, Any]) -> KeyState:
         buffer_count=int(doc["buffer_count"]), buffer_sum=int(doc["buffer_sum"]), pert_start=doc["pert_start"],
         pert_count=int(doc["pert_count"]), pert_sum=int(doc["pert_sum"]), predicted=doc["predicted"],
         rounds=int(doc["rounds"]), select_margin=_array(doc["select_margin"]),
-        pert_noise=None if pert is None else (_array(pert[0]), _array(pert[1])),  # type: ignore[arg-type]
+        pert_noise=None if pert is None else (_array(pert[0]), _array(pert[1])),
     )
 
 

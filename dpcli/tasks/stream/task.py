@@ -36,7 +36,7 @@ class StreamTask:
         q = self.query
         # In this order (time, unit, keys, value): the order of the columns read as text is part of how the
         # input was read, and so of the seed.
-        columns: dict[str, Any] = {q.time: "temporal", q.unit: "key", **{k: "key" for k in q.keys}}
+        columns: dict[str, Any] = {q.time: "temporal", q.unit: "key", **dict.fromkeys(q.keys, "key")}
         if q.value:
             columns[q.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
         return Needs(columns)
