@@ -106,7 +106,7 @@ def test_spark_drops_ties_at_the_cap_like_polars(spark):
 def with_polars_seed(monkeypatch) -> None:
     """From now on a Spark release takes polars' seed (no engine tag, no nonce): then its bytes must
     be polars' bytes. The CLI never does this (a Spark release is never a free replay)."""
-    from dpcli.cli import _engine
+    from dpcli.spark import engine as _engine
 
     original = _engine.bounding_engine
     monkeypatch.setattr(_engine, "bounding_engine",

@@ -30,7 +30,7 @@ pyspark = pytest.importorskip("pyspark")
 from dptest import dataset, init_ledger, runner  # noqa: E402
 
 from dpcli import bounding  # noqa: E402
-from dpcli.cli import _engine  # noqa: E402
+from dpcli.spark import engine as _engine  # noqa: E402
 from dpcli.cli.app import app  # noqa: E402
 from dpcli.io.inputs import open_input
 
