@@ -31,7 +31,8 @@ app = typer.Typer(
     name="dpcli",
     help=(
         "Differentially private statistics from CSV/Parquet files, with a local "
-        "privacy-budget ledger. Data goes to stdout or -o; messages to stderr."
+        "privacy-budget ledger. Data goes to stdout or -o; messages to stderr. Global options may also "
+        "follow the command."
     ),
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
