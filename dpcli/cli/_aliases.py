@@ -150,7 +150,7 @@ def hoist_root_options(argv: Sequence[str],
     A token is the command's when it is the value of the command's option before it
     (``value_options(path)``: the command's options that take a value, asked only when a root option
     may follow the command, since building typer's command costs a few tens of ms), and nothing
-    after ``--`` moves. No command shares a name with a root option (``tests/test_cli.py`` checks).
+    after ``--`` moves. No command shares a name with a root option (``tests/test_small_stumbles.py``).
     """
     args = list(argv)
     path, start = _command_path(args)

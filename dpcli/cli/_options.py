@@ -174,7 +174,7 @@ OutputOpt = Annotated[
 ]
 FormatOpt = Annotated[
     str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from the extension of "
-                             "-o, else csv, as for a device or pipe such as /dev/null).")
+                             "-o; csv for stdout, a name without one, or a device or pipe such as /dev/null).")
 ]
 JsonOpt = Annotated[
     bool,

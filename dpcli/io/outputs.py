@@ -69,11 +69,14 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
 def _holds_private_file(path: PathLike) -> bool:
     """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
     the state directory?"""
+    real = os.path.realpath(path)
     try:
-        fd = os.open(os.path.realpath(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        if not stat.S_ISREG(os.stat(real).st_mode):  # a pipe or a device is never opened here
+            return False
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as fh:  # a pipe or a device holds no file of dpcli's (and a pipe is never read)
+    with os.fdopen(fd, "rb") as fh:  # (swapped for a pipe since the stat: not read)
         return stat.S_ISREG(os.fstat(fd).st_mode) and is_private_file(fh.read(32))
 
 
