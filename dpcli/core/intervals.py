@@ -139,21 +139,28 @@ def ratio_range(s_lo: np.ndarray, s_hi: np.ndarray, n_lo: np.ndarray,
     return low, high
 
 
+def _mean_range(n: np.ndarray, s: np.ndarray, margin_n: float, margin_s: float, lo: float,
+                hi: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """S/n over the box of the two intervals (n at least 1), and where that box is possible at all:
+    some n ≥ 1 in the count's interval and a ratio within [lo, hi]."""
+    n_lo, n_hi = np.maximum(n - margin_n, 1.0), n + margin_n
+    low, high = ratio_range(s - margin_s, s + margin_s, n_lo, np.maximum(n_hi, 1.0))
+    return low, high, (n_hi >= 1.0) & (low <= hi) & (high >= lo)
+
+
 def mean_interval(n: np.ndarray, s: np.ndarray, margin_n: float, margin_s: float, lo: float,
                   hi: float) -> tuple[np.ndarray, np.ndarray]:
     """An interval for the mean S/n of values in [lo, hi], from the noisy count ``n`` ± ``margin_n``
     and the noisy sum ``s`` ± ``margin_s`` (each the measurement's own interval).
 
     When both intervals hold, n ∈ [max(n − margin_n, 1), n + margin_n] and S ∈ [s − margin_s,
-    s + margin_s], so S/n lies in :func:`ratio_range` of that box, clamped to [lo, hi]; where the
-    count's interval lies below 1 (no rows), the whole of [lo, hi]. Its coverage is at least
+    s + margin_s], so S/n lies in :func:`ratio_range` of that box, clamped to [lo, hi]. Where the
+    box holds no possible mean (the count's interval below 1, or every ratio beyond a bound), one of
+    the intervals has failed, or there are no rows: the whole of [lo, hi]. Coverage at least
     1 − (the two measurements' alphas), by the union bound.
     """
-    n = np.asarray(n, dtype=np.float64)
-    n_lo, n_hi = np.maximum(n - margin_n, 1.0), n + margin_n
-    low, high = ratio_range(s - margin_s, s + margin_s, n_lo, np.maximum(n_hi, 1.0))
-    empty = n_hi < 1.0
-    return np.where(empty, lo, np.clip(low, lo, hi)), np.where(empty, hi, np.clip(high, lo, hi))
+    low, high, possible = _mean_range(np.asarray(n, dtype=np.float64), s, margin_n, margin_s, lo, hi)
+    return np.where(possible, np.clip(low, lo, hi), lo), np.where(possible, np.clip(high, lo, hi), hi)
 
 
 def variance_interval(n: np.ndarray, s: np.ndarray, q: np.ndarray, margins: tuple[float, float, float],
@@ -168,7 +175,8 @@ def variance_interval(n: np.ndarray, s: np.ndarray, q: np.ndarray, margins: tupl
     B (0 when S's interval holds 0), at the vertex A/(2B) when that lies in the range, else at an end.
     The result is clamped to [0, the Bhatia–Davis bound (hi − μ)(μ − lo) at its largest over the
     mean's interval]. Coverage at least 1 − (the three alphas), by the union bound; it is the exact
-    range over the three intervals, before the clamps.
+    range over the three intervals, before the clamps. Where the intervals cannot all hold (no
+    possible mean, Q's interval below 0, an empty range) or there are no rows: [0, ((hi − lo)/2)²].
     """
     margin_n, margin_s, margin_q = margins
     n = np.asarray(n, dtype=np.float64)
@@ -176,18 +184,17 @@ def variance_interval(n: np.ndarray, s: np.ndarray, q: np.ndarray, margins: tupl
     s_lo, s_hi = s - margin_s, s + margin_s
     b_max = np.maximum(s_lo * s_lo, s_hi * s_hi)
     b_min = np.where((s_lo <= 0) & (s_hi >= 0), 0.0, np.minimum(s_lo * s_lo, s_hi * s_hi))
-    a_lo, a_hi = np.maximum(q - margin_q, 0.0), np.maximum(q + margin_q, 0.0)
+    a_lo, a_hi = np.maximum(q - margin_q, 0.0), q + margin_q
     low = np.minimum(a_lo * x_lo - b_max * x_lo * x_lo, a_lo * x_hi - b_max * x_hi * x_hi)
     with np.errstate(divide="ignore", invalid="ignore"):
         vertex = np.clip(np.where(b_min > 0, a_hi / (2.0 * b_min), x_hi), x_lo, x_hi)
     high = a_hi * vertex - b_min * vertex * vertex
-    mean_lo, mean_hi = mean_interval(n, s, margin_n, margin_s, lo, hi)
-    centre = np.clip((lo + hi) / 2.0, mean_lo, mean_hi)
+    mean_lo, mean_hi, possible = _mean_range(n, s, margin_n, margin_s, lo, hi)
+    centre = np.clip((lo + hi) / 2.0, np.clip(mean_lo, lo, hi), np.clip(mean_hi, lo, hi))
     bhatia_davis = (hi - centre) * (centre - lo)
-    empty = n + margin_n < 1.0  # no rows: any variance the bounds allow
-    low = np.where(empty, 0.0, np.clip(low, 0.0, bhatia_davis))
-    high = np.where(empty, ((hi - lo) / 2.0) ** 2, np.minimum(high, bhatia_davis))
-    return low, np.maximum(high, low)
+    low, high = np.maximum(low, 0.0), np.minimum(high, bhatia_davis)
+    possible &= (a_hi >= 0) & (low <= high)
+    return np.where(possible, low, 0.0), np.where(possible, high, ((hi - lo) / 2.0) ** 2)
 
 
 def exponential_margin(rate: float, candidates: int, alpha: float = ALPHA) -> float:
