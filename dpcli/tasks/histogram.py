@@ -695,9 +695,9 @@ def _aggregate(
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     rank = quantile_rank_margin(mmt)
     return f"{_q_label(p)}_{v}", values, None, (
-        f"no value margin: the exponential mechanism bounds the error in rank only (95%: the rows between the "
-        f"released value and the quantile's rank exceed the best of the {QUANTILE_BINS + 1} candidates' by at most "
-        f"{rank:.4g}); released values cannot turn that into a value interval")
+        f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
+        f"is at most {rank:.4g} rows further from q·n than the best of the {QUANTILE_BINS + 1} candidates'); "
+        "released values cannot turn a rank into a value interval")
 
 
 def quantile_rank_margin(mmt: NoisyStatistic) -> float:
@@ -706,7 +706,9 @@ def quantile_rank_margin(mmt: NoisyStatistic) -> float:
 
     The utility is −|den(q)·rank − num(q)·n| and the mechanism chooses ∝ exp(rate·utility) among
     ``QUANTILE_BINS`` + 1 candidates (:func:`dpcli.core.intervals.exponential_margin`), so the
-    margin is that tail bound divided by den(q)."""
+    margin is that tail bound divided by den(q). It is for the plan's rate: the exact sampler rounds
+    a rate down only where a utility gap would overflow 64-bit integers
+    (:func:`dpcli.core.samplers.rate_at_most`), and the margin then grows in the same proportion."""
     assert mmt.em_rate is not None
     return intervals.exponential_margin(float(mmt.em_rate), QUANTILE_BINS + 1) / Fraction(mmt.name[1:]).denominator
 
