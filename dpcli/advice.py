@@ -98,11 +98,52 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     if table.height == 0 and query.domain != "keys":
         notes.append(empty_release("groups"))
     notes += _mostly_noise_columns(query, plan, table)
+    if "mean" in query.aggregations and table.height:
+        notes += mean_near_bounds(f"mean_{query.value}", table[f"mean_{query.value}"].to_list(), *query.bounds)
+    if query.with_error and query.quantiles:
+        notes.append(_quantiles_without_margin(query, plan))
     defaulted = set(defaulted)
     counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
     notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
                           "max_partitions" in defaulted)
     return notes
+
+
+#: A released mean within this fraction of the bounds' width from a bound gets a note (clamping bias).
+NEAR_BOUND = 0.025
+
+
+def mean_near_bounds(column: str, values: Sequence[Any], lo: float, hi: float) -> list[Note]:
+    """A note for each bound that released means lie within :data:`NEAR_BOUND` of the width of.
+
+    Values beyond the bounds are clamped to them, and a mean close to a bound says many values lie
+    close to it, so likely some beyond it too: the mean is then pulled inwards. Decided from the
+    released means and the public bounds only."""
+    near = NEAR_BOUND * (hi - lo)
+    means = [float(v) for v in values if v is not None]
+    notes = []
+    for edge, count in ((lo, sum(m <= lo + near for m in means)), (hi, sum(m >= hi - near for m in means))):
+        if count:
+            notes.append(Note(
+                f"{column}: {count} released mean(s) lie within {NEAR_BOUND:.1%} of the bounds' width of {edge:g}; "
+                f"values beyond {{0}} are clamped to it, which may bias these means inwards: widen {{0}} if values "
+                f"can lie beyond {edge:g}", "bounds"))
+    return notes
+
+
+def _quantiles_without_margin(query: Any, plan: Any) -> Note:
+    """The note that quantiles get no margin column, with their rank margins instead."""
+    from dpcli.tasks.histogram import quantile_measurement, quantile_rank_margin
+
+    parts = []
+    for aggregation in query.aggregations:
+        name = quantile_measurement(aggregation)
+        if name is not None:
+            rank = quantile_rank_margin(plan.measurements[name])
+            parts.append(f"{aggregation}_{query.value} ±{rank:.3g} rows")
+    return Note("quantiles have no margin column: the exponential mechanism bounds their error in rank only (95%: "
+                f"{', '.join(parts)} beyond the best candidate's rank), and released values cannot turn a rank "
+                "into a value interval (docs/histogram.md)")
 
 
 def _mostly_noise_columns(query: Any, plan: Any, table: Any) -> list[Note]:

@@ -95,7 +95,8 @@ def histogram(
         int, typer.Option("--max-groups", help="--selection unklap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
     with_error: Annotated[
-        bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")
+        bool, typer.Option("--with-error", help="Add 95% margins of error: a _moe95 column after each count, "
+                           "sum, mean and variance (quantiles: a note with their rank margin).")
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "

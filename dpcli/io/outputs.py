@@ -172,8 +172,9 @@ def _rounding(df: pl.DataFrame, column: str, step: float | None) -> pl.Expr | No
     typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
     if _positive(typical):
         decimals = _decimals_of(typical)
-        if column == margin_col:  # a margin is rounded up: never shown narrower than it is
-            return (pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals
+        if column == margin_col:  # a margin is rounded up: never shown narrower than it is (the final
+            # round only drops the float residue of the division: 142 / 10 may come out as 14.200000000000001)
+            return ((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals).round(decimals)
         return pl.col(column).round(decimals)
     if step is not None and math.isfinite(step) and step > 0:
         return pl.col(column).round(_decimals_of(step))
