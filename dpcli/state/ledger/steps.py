@@ -65,7 +65,7 @@ def _reservation_entry(led: Ledger, analyst: str, step: Step, time: Any, now: da
     return {"seq": len(led.entries) + 1, "time": time, "period": led.period(now), "command": c.command,
             "query_id": f"{c.kind}:{c.key}", "seed_id": f"{c.kind}:{c.id}",
             "events": [ev.to_json() for ev in c.events],
-            "reservation": {"id": c.id, "kind": c.kind, "key": c.key},
+            "reservation": {"id": c.id, "kind": c.kind, "key": c.key, **({"name": c.name} if c.name else {})},
             **({"summary": c.summary} if c.summary else {})}
 
 

@@ -124,7 +124,27 @@ def margins95(q: StreamQuery, plan: StreamPlan) -> dict[str, float]:
     return out
 
 
+def margins95_by_trigger(q: StreamQuery, plan: StreamPlan) -> dict[str, list[float]]:
+    """The 95% margin of each released column at each trigger t = 1 … triggers of a window.
+
+    A value released at trigger t comes from a tree that started at a trigger s ≤ t, after
+    i = t − s + 1 ≤ t leaves: its noise variance is at most max λ²(i) over i ≤ t (public: the
+    noise scales and t). So margins grow over a window up to :func:`margins95`'s at its last trigger.
+    """
+    def running(sigma2: Fraction, unit: float) -> list[float]:
+        worst = np.maximum.accumulate(tree.prefix_variances(float(sigma2), q.triggers))
+        return [float(m) for m in 1.96 * np.sqrt(worst) * unit]
+
+    out = {"count": running(plan.sigma2_count, 1.0)}
+    grid = q.grid
+    if q.value and grid is not None and plan.sigma2_sum is not None:
+        out[f"sum_{q.value}"] = running(plan.sigma2_sum, float(grid.granularity))
+    return out
+
+
 def with_margins(table: pl.DataFrame, q: StreamQuery, plan: StreamPlan) -> pl.DataFrame:
-    """``table`` with a ``<column>_moe95`` column after each released column (post-processing only)."""
-    margins = margins95(q, plan)
-    return table.with_columns([pl.lit(m, dtype=pl.Float64).alias(f"{c}_moe95") for c, m in margins.items()])
+    """``table`` with a ``<column>_moe95`` column for each released column: the margin at the row's trigger
+    (:func:`margins95_by_trigger`; post-processing of public scales and the released trigger only)."""
+    at = table["trigger"].to_numpy().astype(np.int64) - 1
+    return table.with_columns([pl.Series(f"{c}_moe95", np.asarray(m, dtype=np.float64)[at], dtype=pl.Float64)
+                               for c, m in margins95_by_trigger(q, plan).items()])
