@@ -200,7 +200,7 @@ def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuer
     seed = bytes.fromhex(body["seed"])
     recorded = _step_digest(seed, last["input"], last["through"], last.get("noise", 1), last.get("reading"))
     cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
-    notes = [notes_of.retry(label, int(last["through"]), through, q.step)]
+    notes = [notes_of.retry(int(last["through"]), through, q.step)]
     if not cached.height:
         notes.append(notes_of.empty_run(int(last["through"]), last.get("from"), q.step, kept=True))
     step = ledger.Step(reservation=body["reservation"], start=body["step"] - 1, digest=recorded, label=label)

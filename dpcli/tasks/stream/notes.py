@@ -28,10 +28,10 @@ def empty_run(through: int, previous: int | None, step: int, *, kept: bool) -> N
                 f"its noisy count of distinct units passes the selection threshold); {later}")
 
 
-def retry(label: str, recorded: int, through: int, step: int) -> Note:
+def retry(recorded: int, through: int, step: int) -> Note:
     """The run repeated the last run's input: that run's rows again, free. Triggers due since (``through`` after
     the ``recorded`` one) run with the next new input."""
-    text = f"same input as the last run of {label}: a retry, returning the rows that run released (free)"
+    text = "same input as the stream's last run: a retry, returning the rows that run released (free)"
     if through > recorded:
         text += f"; the triggers after {_time(recorded, step)} run with the next new input"
     return Note(text)
