@@ -347,10 +347,9 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
         costs = [[] if covered is not None else events] + [[] for _ in range(runs - 1)]
         standing = {"state": str(state), "runs_recorded": body["step"], "covered_by": covered,
                     "triggers": _next_triggers(body, moment, q)}
-    total, unpayable = _total(led, costs)
     standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
-                    spend=total)
-    return Planned({**task.describe(planned), "stream": standing}, costs[0], refusal or unpayable)
+                    spend=_total(led, costs))
+    return Planned({**task.describe(planned), "stream": standing}, costs[0], refusal)
 
 
 def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],
@@ -388,9 +387,10 @@ def _next_triggers(body: dict[str, Any], moment: datetime, q: StreamQuery) -> di
     return out
 
 
-def _total(led: ledger.Ledger, costs: list[list[PrivacyEvent]]) -> tuple[dict[str, Any] | None, str | None]:
-    """What the runs would spend together in the ledger's terms, or why its mode cannot pay them."""
+def _total(led: ledger.Ledger, costs: list[list[PrivacyEvent]]) -> dict[str, Any] | None:
+    """What the runs would spend together in the ledger's terms (None when its mode cannot pay them: the
+    ledger's refusal says why)."""
     try:
-        return led.accountant.spent_json(led.accountant.spend([e for c in costs for e in c])), None
-    except ChargeRefused as exc:
-        return None, f"analyst {led.analyst!r} ({led.limits.mode} ledger): {exc}"
+        return led.accountant.spent_json(led.accountant.spend([e for c in costs for e in c]))
+    except ChargeRefused:
+        return None
