@@ -59,9 +59,10 @@ def _moment(seconds: int) -> str:
     return (START + timedelta(seconds=seconds)).isoformat()
 
 
-def test_thirty_days_of_cron_runs_publish_one_full_replay_minus_late_events(tmp_path, monkeypatch):
-    rng = np.random.default_rng(31)
-    days = 30
+@pytest.mark.parametrize(("days", "seed"), [pytest.param(30, 31, id="30-days"),
+                                            pytest.param(120, 7, marks=pytest.mark.audit, id="120-days")])
+def test_cron_runs_publish_one_full_replay_minus_late_events(tmp_path, monkeypatch, days, seed):
+    rng = np.random.default_rng(seed)
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-6")
     events, times = _events(rng, days), _run_times(rng, days)
     state = tmp_path / "s.stream"
