@@ -10,6 +10,7 @@ minus the late events.
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -141,6 +142,13 @@ def test_a_retry_returns_the_published_rows_and_a_correction_is_refused(tmp_path
            "not a rewrite (feed only events not fed before, with a later --through" in r.stderr
     assert out.read_bytes() == published and state.read_bytes() == before
     assert len(json.loads(cli("budget", "history", "--json").stdout)) == entries + 3  # no debit, no entry
+    day3 = _day(tmp_path / "d3.csv", 2, range(6, 8), range(700, 800))
+    assert cli(*_stream(day3, "--state", state, "--through", "2026-11-02T08:30:00Z")).exit_code == 0
+    kept = pl.read_parquet(base64.b64decode(json.loads(state.read_text())["body"]["stream"]["kept"]))
+    refed = cli(*_stream(day2, "--state", state, "--through", "2026-11-02T09:00:00Z"))  # an older input again
+    assert refed.exit_code == 0 and "this input was fed at run 2 (up to 2026-11-02T05:30:00+00:00)" in refed.stderr
+    again = json.loads(state.read_text())["body"]["stream"]["kept"]
+    assert pl.read_parquet(base64.b64decode(again)).equals(kept)  # its events are not kept twice
     from dpcli.errors import UsageError
     from dpcli.release.streams import StateInput, _is_retry
 

@@ -194,6 +194,14 @@ def _refuse_rewrite(last: dict[str, Any] | None, moment: datetime, q: StreamQuer
                          "start a new --state file)")
 
 
+def _fed_before(body: dict[str, Any], data: StateInput) -> dict[str, Any] | None:
+    """The earlier run (not the last: that is a retry) that was fed this input, if any: its events were
+    counted then, and feeding them again would count the kept ones twice (a day with no events gives
+    the same header-only file as an earlier quiet day, so this is no error)."""
+    fed: dict[str, Any] | None = (body.get("fed") or {}).get(data.fingerprint)
+    return fed
+
+
 def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuery, through: int) -> StateRun:
     """The last run again: its rows as released then, recorded in the ledger as a replay of its step."""
     label = f"state file {path}"
@@ -245,11 +253,14 @@ def state_run(
         _refuse_rewrite(last, moment, q, label)
         stream = load_state(body, q, plan)
         previous = stream.watermark
-        with busy():
-            release = advance_stream(data.frame, stream, moment, keep=True, name=data.name, engine=data.engine)
+        fed = _fed_before(body, data)
+        with busy():  # an input fed before adds no event: its run only runs the triggers due
+            release = advance_stream(data.frame.head(0) if fed else data.frame, stream, moment, keep=True,
+                                     name=data.name, engine=None if fed else data.engine)
         if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
             documents.write(path, STATE_KIND, body)
-        yield _new_run(path, body, stream, release, data, moment, previous)
+        run = _new_run(path, body, stream, release, data, moment, previous)
+        yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
 
 
 def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: StreamRelease, data: StateInput,
@@ -277,7 +288,10 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     return StateRun(path, release.table, metadata, repeat=False,
                     run_id=f"{body['seed_id']}/{release.metadata['through']}",
                     reservation=f"stream:{body['reservation']}", step=step,
-                    new_body={**state_body(body, stream, last), "step": body["step"] + 1}, notes=notes)
+                    new_body={**state_body(body, stream, last), "step": body["step"] + 1,
+                              "fed": {**(body.get("fed") or {}),
+                                      data.fingerprint: {"run": body["step"] + 1, "until": moment.isoformat()}}},
+                    notes=notes)
 
 
 def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer: LedgerRef, mode: str,

@@ -36,3 +36,10 @@ def retry(recorded: int, through: int, step: int) -> Note:
         text += f"; the triggers after {_time(recorded, step)} run with the next new input"
     return Note(text)
 
+
+
+def fed_before(run: int, until: str) -> Note:
+    """The input is one an earlier run was fed: its events are not fed again (this run only runs the triggers
+    due). The same header-only file of two quiet days is this too."""
+    return Note(f"this input was fed at run {run} (up to {until}): its events are not counted again, this run only "
+                "runs the triggers due (a late correction is a new release: feed only events not fed before)")
