@@ -167,13 +167,14 @@ InputFormatOpt = Annotated[
 ]
 DelimiterOpt = Annotated[
     str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' "
-                                                       "(default ',').")
+                                                       "(default ',', and tab for a .tsv or .tab file).")
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")
 ]
 FormatOpt = Annotated[
-    str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from -o, else csv).")
+    str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from the extension of "
+                             "-o; csv for stdout, a name without one, or a device or pipe such as /dev/null).")
 ]
 JsonOpt = Annotated[
     bool,

@@ -2,7 +2,8 @@
 
 CSV, Parquet or JSON to stdout or a file; a file is written to a temporary name in the same
 directory and renamed (through the gate, :meth:`dpcli.access.Gate.write`), so a failed run
-never leaves a partial file. An output path inside the state directory, naming one of the run's
+never leaves a partial file. A device or a pipe (``-o /dev/null``) is written in place, once the whole
+result is rendered. An output path inside the state directory, naming one of the run's
 inputs, or holding one of dpcli's private files is refused before anything is read
 (:func:`check_output_path`, exit 73).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ from dpcli.errors import (
 from dpcli.io.opening import (
     is_private_file,
 )
+from dpcli.state.atomic import writes_in_place
 
 OutputFormat = Literal["csv", "parquet", "json", "table"]
 OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
@@ -34,18 +37,20 @@ _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": 
 
 
 def output_format_for(path: str | None, explicit: str | None) -> str:
-    """The output format from ``--format``, the ``-o`` extension, or CSV."""
+    """The output format from ``--format``, else the ``-o`` extension, else CSV (as on stdout in a pipe):
+    for stdout, a name without an extension, and a device or a pipe (``/dev/null``, ``/dev/stdout``). An
+    extension dpcli does not write (``.txt``) is refused rather than guessed."""
     if explicit:
         if explicit not in OUTPUT_FORMATS:
             raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
         return explicit
-    if path and path != "-":
-        fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
-        if fmt is None:
-            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
-                             field="format")
-        return fmt
-    return "csv"
+    if not path or path == "-" or not Path(path).suffix or writes_in_place(path):
+        return "csv"
+    fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
+                         field="format")
+    return fmt
 
 
 PathLike = str | os.PathLike[str]
@@ -64,11 +69,15 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
 def _holds_private_file(path: PathLike) -> bool:
     """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
     the state directory?"""
+    real = os.path.realpath(path)
     try:
-        with open(os.path.realpath(path), "rb") as fh:
-            return is_private_file(fh.read(32))
+        if not stat.S_ISREG(os.stat(real).st_mode):  # a pipe or a device is never opened here
+            return False
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as fh:  # (swapped for a pipe since the stat: not read)
+        return stat.S_ISREG(os.fstat(fd).st_mode) and is_private_file(fh.read(32))
 
 
 def check_path_is_not_protected(
@@ -117,6 +126,10 @@ def check_output_path(
     check_path_is_not_protected(path, state_dir, inputs)
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    if writes_in_place(p):  # a device or a pipe: written through, its directory untouched
+        if not os.access(p, os.W_OK):
+            raise OutputError(f"output {path!r} is not writable")
+        return
     if p.is_dir():
         raise OutputError(f"output {path!r} is a directory")
     if not parent.is_dir():

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dpcli.core.events import PrivacyEvent
-from dpcli.io.inputs import InputTable, fingerprint_bytes, verify_unchanged
+from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
 from dpcli.release.inputs import Opened, Sources, open_sources
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
+from dpcli.state.paths import existing_state_dir
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -123,7 +123,7 @@ def plan(task: Task[P], payer: LedgerRef) -> Planned:
     """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
     ledger would accept it now. Reads no data, charges nothing."""
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     planned = task.plan(led.limits.mode, led.limits.values)
     events = list(planned.events)
@@ -143,7 +143,7 @@ def run(
 ) -> Release:
     """The one path of a release (see the module docstring); the charged release, not yet written."""
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     if continuation is not None and continuation.schedule is not None:
         # each run's ε comes from the schedule: validated now, planned per run
@@ -194,7 +194,8 @@ def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequ
     choice = check_engine(request, sources.data)
     listed = open_spark_input(payer.state_dir, choice, sources.data)
     opened = open_sources(task.needs(), sources, early=early, data=listed)
-    return opened, bounding_engine(payer.state_dir, choice, opened.data, sources.data.delimiter or ",")
+    return opened, bounding_engine(payer.state_dir, choice, opened.data,
+                                   csv_delimiter(sources.data.delimiter, sources.data.location))
 
 
 @dataclass(frozen=True)

@@ -119,10 +119,14 @@ class HistogramQuery:
             raise UsageError("lists an aggregation twice", field="agg")
 
     def _check_value(self) -> None:
-        """``--value`` (with ``--bounds``) exactly when an aggregation reads values."""
-        needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
-        if needs_value and (self.value is None or self.bounds is None):
-            raise UsageError("is needed (with bounds) by sum, mean, variance and quantiles", field="value")
+        """``--value`` and ``--bounds`` exactly when an aggregation reads values (each missing one named)."""
+        reading = [a for a in self.aggregations if a in VALUE_AGGREGATIONS or parse_quantile(a) is not None]
+        needs_value = bool(reading)
+        if needs_value and self.value is None:
+            raise UsageError(f"is needed by {', '.join(reading)}: the numeric column aggregated", field="value")
+        if needs_value and self.bounds is None:
+            raise UsageError(f"is needed by {', '.join(reading)}: LO:HI, the range the values are clamped to "
+                             "(e.g. 0:600), chosen without looking at the data", field="bounds")
         if not needs_value and self.value is not None:
             raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
 

@@ -362,9 +362,10 @@ def _argv(tmp_path: Path, command: str, d: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, command):
+def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, state_dir, command):
     """No ledger: exit 77 and its one line for a good file, a missing one, a directory, a FIFO and an
     empty file alike (the early open neither reports nor blocks on any of them)."""
+    state_dir.mkdir()  # an empty state directory (one that does not exist is exit 78)
     (tmp_path / "d.csv").write_text(data("a"))
     (tmp_path / "e.csv").write_text("")
     (tmp_path / "dir").mkdir()
@@ -435,6 +436,7 @@ def test_a_process_that_exits_while_the_thread_hashes_prints_one_line(tmp_path):
     d.write_text("user,g\n" + "u,a\n" * 50_000)
     (tmp_path / "keys.csv").write_text("g\na\n")
     argv = ["histogram", str(d), *HIST, "--keys", str(tmp_path / "keys.csv")]
+    (tmp_path / "state").mkdir()  # an empty state directory: no ledger (one that does not exist is exit 78)
     code = f"""
 import hashlib, sys, threading, time
 import dpcli.io.opening as o
