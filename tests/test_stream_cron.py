@@ -246,3 +246,36 @@ def test_an_empty_stream_release_is_drawn_as_an_empty_chart(tmp_path):
     pytest.importorskip("matplotlib")
     svg = tmp_path / "empty.svg"
     assert cli("plot", tmp_path / "empty.csv", "-o", svg).exit_code == 0 and svg.stat().st_size > 1000
+
+
+def test_a_restored_older_state_neither_feeds_its_kept_events_again_nor_runs_free(tmp_path):
+    """The kept events are part of the state the ledger binds: an older copy (restored from a backup) can
+    repeat the run the ledger recorded after it (the same rows and the same kept events, free), and is
+    refused (78, no debit, no output) for any other input."""
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-6")
+    state = tmp_path / "s.stream"
+    days = [_day(tmp_path / f"d{d}.csv", d, range(0, 24, 2), range(100 * d, 100 * d + 150)) for d in (1, 2, 3)]
+    assert cli(*_stream(days[0], "--state", state, "--through", "2026-11-01T12:00:00Z")).exit_code == 0
+    backup = state.read_bytes()
+    second = cli(*_stream(days[1], "--state", state, "--through", "2026-11-02T12:00:00Z"))
+    assert second.exit_code == 0 and second.stdout.count("\n") > 1, second.stderr
+    after_second = json.loads(state.read_text())["body"]["stream"]
+    entries = len(json.loads(cli("budget", "history", "--json").stdout))
+    state.write_bytes(backup)
+    other = cli(*_stream(days[2], "--state", state, "--through", "2026-11-03T12:00:00Z", "-o", tmp_path / "o.csv"))
+    assert other.exit_code == 78 and "behind the ledger" in other.stderr, other.stderr
+    assert not (tmp_path / "o.csv").exists() and len(json.loads(cli("budget", "history", "--json").stdout)) == entries
+    again = cli(*_stream(days[1], "--state", state, "--through", "2026-11-02T12:00:00Z"))
+    assert again.exit_code == 0 and again.stdout == second.stdout, again.stderr
+    assert _same_stream(json.loads(state.read_text())["body"]["stream"], after_second)  # the same kept events, once
+    history = json.loads(cli("budget", "history", "--json").stdout)
+    assert history[-1]["replay_of"] == history[entries - 1]["seq"] and not history[-1]["events"]
+
+
+def _same_stream(a: dict, b: dict) -> bool:
+    """Two states' stream parts hold the same (per-unit record counts compared as mappings: their order is
+    the order polars grouped them in)."""
+    def used(doc: dict) -> dict:
+        return dict(zip(doc["used"]["units"], doc["used"]["records"], strict=True))
+
+    return used(a) == used(b) and {**a, "used": None} == {**b, "used": None}
