@@ -9,8 +9,9 @@ and lets a test act between two runs (hold the ledger's lock, deliver a late fil
 use the installed console script for one of them. Retries wait 0 s (``DP_WAIT``).
 
 Sections: the daily histogram and top-k; the crontab line over all four jobs; then the schedule and the
-stream, kept apart: their behaviour is what main does at the time of writing (issue 31 changes how a
-stream takes late events and reruns, and schedules' messages), so adjust those two sections with it.
+stream, kept apart: the schedule's behaviour is what main does at the time of writing (issue 31 changes
+schedules' messages), so adjust that section with it; the stream's is issue 31's (events of later triggers
+kept, retries, rewrites refused: docs/commands/stream-replay.md).
 """
 
 from __future__ import annotations
@@ -336,13 +337,13 @@ def test_the_schedule_over_simulated_days(job):
     assert json.loads(after)["spent"] == json.loads(spent)["spent"]
 
 
-# --- the stream (behaviour of main at the time of writing: see the module docstring) -----------------------
+# --- the stream (issue 31: see the module docstring) -------------------------------------------------------
 
 
 def test_the_stream_over_simulated_days(job):
     """Days are fed in order: a missing day holds the later ones back (66, the loop stops), a corrupt one too
     (65); once they land, the next night feeds them in order. A rerun of the last day fed gives the same
-    bytes; a rerun of an earlier one is refused (exit 2) on main at the time of writing."""
+    bytes; a rerun of an earlier one would rewrite a released day and is refused (exit 2)."""
     job.deliver(1)
     assert job.night(1, "stream").returncode == 0
     job.deliver(3)  # day 2 is late, day 3 is there
@@ -362,6 +363,6 @@ def test_the_stream_over_simulated_days(job):
 
     (job.work / "out" / f"stream-{day(4)}.csv").unlink()  # the last day's file lost: a retry, same bytes
     assert job.night(4, "stream").returncode == 0 and job.out() == published
-    (job.work / "out" / f"stream-{day(2)}.csv").unlink()  # an earlier day: refused (main, at the time of writing)
+    (job.work / "out" / f"stream-{day(2)}.csv").unlink()  # an earlier day: a rewrite, refused
     r = job.night(4, "stream")
     assert r.returncode == 2 and alerts(r) == [("2", "1")], r.stderr

@@ -56,12 +56,57 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
     if plan.get("threshold") is not None:
         lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    if plan.get("stream"):
+        lines += _stream_plan_lines(plan)
     lines.append("  cost: " + (cost_text(planned.events) or "nothing"))
     if refused is None:
         lines.append(f"  ledger {analyst!r}: would accept this release")
     else:
         lines.append(f"  ledger {analyst!r}: would refuse it: {refused}")
     typer.echo("\n".join(lines))
+
+
+def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
+    """A stream-replay dry run (:func:`dpcli.release.streams.plan_runs`): margins over a window's triggers,
+    the state, the triggers the next run executes and the runs' costs."""
+    stream = plan["stream"]
+    lines = []
+    for column, margins in (plan.get("moe95_by_trigger") or {}).items():
+        shown = sorted({1, (len(margins) + 1) // 2, len(margins)})
+        lines.append(f"  {column}: 95% margin " + ", ".join(f"±{margins[t - 1]:.4g} at trigger {t}" for t in shown)
+                     + f" of {len(margins)}")
+    triggers = stream["triggers"]
+    rho = (plan["key_selection"]["rho_total"], plan["perturbation"]["rho_total"])
+    lines.append(f"  per trigger: no cost of its own, the stream's (ε, δ) covers every trigger (as zCDP: key "
+                 f"selection ρ = {rho[0]:.4g}, perturbation ρ = {rho[1]:.4g})")
+    if stream["state"] is None:
+        lines.append(f"  triggers: every one ending at or before {triggers['through']}; each run over new data is a "
+                     "new release (with --state the first run pays for all)")
+    else:
+        runs = stream["runs_recorded"]
+        lines.append(f"  state {stream['state']}: " + (f"{runs} run(s) recorded, covered by ledger entry "
+                                                        f"#{stream['covered_by']}" if stream["covered_by"]
+                                                        else "its next run reserves the stream's (ε, δ)"))
+        if triggers.get("count") == 0:
+            lines.append(f"  triggers: none due until {triggers['next']} (events fed now are kept until then)")
+        elif "after" in triggers:
+            lines.append(f"  triggers: those ending after {triggers['after']} up to {triggers['through']}")
+        else:
+            lines.append(f"  triggers: every one ending at or before {triggers['through']}")
+        if triggers.get("new_input_accepted") is False:
+            lines.append(f"  the last run ended at {triggers['last_run_end']}: only its input again (a retry) is "
+                         "accepted before a later --through")
+    for run in stream["runs"]:
+        lines.append(f"  run {run['run']}: " + (_cost_of(run["cost"]) or "covered, nothing more to pay"))
+    if stream["spend"] is not None:
+        lines.append(f"  spend over {len(stream['runs'])} run(s): "
+                     + ", ".join(f"{k}={v}" for k, v in stream["spend"].items()))
+    return lines
+
+
+def _cost_of(events: list[dict[str, Any]]) -> str:
+    """``epsilon=6, delta=1/1000000000`` from a cost as JSON (several events joined by ``+``)."""
+    return " + ".join(", ".join(f"{k}={v}" for k, v in e.items() if k in ("epsilon", "delta", "rho")) for e in events)
 
 
 def _noise_text(m: dict[str, Any]) -> str:
