@@ -63,6 +63,11 @@ def load(directory: Path, key: str) -> dict[str, Any] | None:
     return documents.read(directory / f"{key}.json", KIND)
 
 
+def peek(root: Path, analyst: str, key: str) -> dict[str, Any] | None:
+    """The schedule state, read without its lock and without creating anything (a dry run's look), or None."""
+    return documents.read(root / "schedules" / validate_analyst(analyst) / f"{key}.json", KIND)
+
+
 def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame | None = None) -> None:
     """Write the cached release of the newest run (if given), then the state, both atomically."""
     if release is not None:
