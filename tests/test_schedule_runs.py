@@ -299,3 +299,19 @@ def test_a_small_run_points_to_fixed_for_a_known_number_of_runs(days):
     note = advice.small_run_epsilon(0.001, 1.0, "fixed")
     assert note is not None and "compare" not in note.text
     assert advice.small_run_epsilon(0.02, 1.0, "bbimprover") is None
+
+
+def test_the_issues_schedule_shows_its_first_day_before_paying(tmp_path):
+    """Issue 31's job (`--schedule pages-daily --total-epsilon 1`, 8 rows per unit and page) spent ε = 0.0057 on
+    day 1 with margins of ±4,204: with about 5,145 units stated, the plan shows the same before anything is paid,
+    and the fixed alternative over a week (ε = 1/7 a run) with margins a 25th as wide."""
+    keys = tmp_path / "keys.csv"
+    keys.write_text("page\n" + "".join(f"/p/{i:03d}\n" for i in range(50)))
+    init_ledger("pure", "--epsilon", "2")
+    r = cli("histogram", tmp_path / "views.csv", "--by", "page", "--privacy-unit", "user_id", "--keys", keys,
+            "--max-contributions", "8", "--schedule", "pages-daily", "--total-epsilon", "1", "--dry-run",
+            "--rows", "5145", "--runs", "7")
+    assert r.exit_code == 0, r.stderr
+    assert "epoch 0, ε = 0.005703; count ±4,202" in r.stdout
+    assert "--scheduler fixed --epsilon 0.1428 spends the total evenly over 7 runs: count ±168" in r.stdout
+    assert history() == []

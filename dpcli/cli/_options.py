@@ -357,8 +357,8 @@ def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, d
 # The expected size: a size the user states where a plan needs one (sizes are private: never read).
 RowsOpt = Annotated[
     str | None,
-    typer.Option("--rows", help="--dry-run: the expected size of the input, N, or FIRST:LAST growing over the runs "
-                 "a --schedule plans (for bbscheduler: privacy units); stated, never read from the data.",
+    typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, or FIRST:LAST growing "
+                 "over the runs planned (for bbscheduler: privacy units); stated, never read from the data.",
                  show_default=False),
 ]
 #: The largest size --rows takes (a trillion rows).

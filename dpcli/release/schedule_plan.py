@@ -68,7 +68,8 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     scheduled = task.for_ledger(led.limits.mode)
     assert isinstance(scheduled, SchedulableTask)
     fingerprints, groups = _open_lists(scheduled, sources)
-    key = store.schedule_key(spec.name, scheduled.schedule_query(fingerprints))
+    query = scheduled.schedule_query(fingerprints)
+    key = store.schedule_key(spec.name, query)
     state = store.peek(payer.state_dir, payer.analyst, key)
     if state is not None and state["runs"]:
         spec = spec.as_in(state["spec"])
@@ -79,7 +80,7 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     ctx = _Context(scheduled, mode, led.limits, led, groups)
     progress = _progress(spec, state, size)
     planned = _planned_runs(spec, progress, size, runs)
-    description = _describe(ctx, spec, state, progress, planned, size)
+    description = {"query": query, **_describe(ctx, spec, state, progress, planned, size)}
     if state is None:
         events = [reservation_event(spec)]
         return Planned(description, events, ledger.refusal(led, events))
