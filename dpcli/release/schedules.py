@@ -3,7 +3,10 @@
 The whole schedule's total is debited from the analyst's ledger at its first
 run; each later run is recorded in the ledger as covered by that
 reservation, and calls that fall inside an epoch already run return the
-cached release (post-processing: free). The state is bound to the ledger
+cached release (post-processing: free). A call on an input the schedule has
+answered before, or for a ``--through`` moment it has answered, gets that
+answer again (a retry never unpublishes; another input for a released moment
+is refused): see :func:`earlier`. The state is bound to the ledger
 (see :func:`run_scheduled`). :mod:`dpcli.core.schedules` holds the
 arithmetic; the CLI options are in :mod:`dpcli.cli._options`.
 

@@ -7,6 +7,10 @@ input file, so the same daily job finds its schedule. The state is written
 (atomically, under ``KEY.json.lock``) *before* a release is output, so a crash
 can never lead to two different releases for one epoch.
 
+Each run records its input's fingerprint (and ``through``, the ``--through`` moment, when given); calls
+answered with an earlier run's release are listed in ``answers`` (fingerprint, ``through``, the run), so a
+retry gets the same release (issue 31; states written before have no ``answers``: an empty list).
+
 States written before issue 29 also hold exact row counts (``n0``, each run's ``size``); dpcli
 never shows or uses them (docs/commands/schedules.md, "Schedules made before noisy sizes").
 
