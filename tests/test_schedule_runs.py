@@ -128,6 +128,8 @@ def test_a_dry_run_gives_rho_in_a_zcdp_ledger_and_says_when_the_ledger_refuses(t
     text = scheduled(tmp_path / "x.csv", keys, "--noise", "laplace", "--scheduler", "fixed", "--epsilon", "0.2",
                      "--dry-run", "--runs", "1")
     assert "(ρ = 0.02)" in text.stdout and "would refuse it" in text.stdout
+    gaussian = scheduled(tmp_path / "x.csv", keys, "--scheduler", "fixed", "--epsilon", "0.2", "--dry-run")
+    assert gaussian.exit_code == 2 and "Laplace noise" in gaussian.stderr  # as a run in a zcdp ledger is refused
 
 
 def test_a_topk_schedule_plans_its_count_margins(tmp_path):

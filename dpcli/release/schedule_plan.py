@@ -61,12 +61,11 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     from dpcli.tasks import SchedulableTask
 
     task.check()
-    if not isinstance(task, SchedulableTask):
-        raise UsageError(f"{task.command} has no --schedule")
-    task.check_schedulable()
     led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
-    scheduled = task.for_ledger(led.limits.mode)
-    assert isinstance(scheduled, SchedulableTask)
+    scheduled = task.for_ledger(led.limits.mode)  # as a run does: the ledger's defaults, then the schedule's rules
+    if not isinstance(scheduled, SchedulableTask):
+        raise UsageError(f"{task.command} has no --schedule")
+    scheduled.check_schedulable()
     fingerprints, groups = _open_lists(scheduled, sources)
     query = scheduled.schedule_query(fingerprints)
     key = store.schedule_key(spec.name, query)
