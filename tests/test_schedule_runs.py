@@ -92,6 +92,8 @@ def test_a_dry_run_of_a_schedule_that_ran_goes_on_from_its_state(days):
     assert plan["reservation"] == 1 and plan["ledger"]["accepts"] and plan["fixed_alternative"]["runs"] == 2
     run3 = json.loads(scheduled(paths[3], keys, *imp, "--json", name="imp").stdout)["summary"]["schedule"]
     assert run3["run_epsilon"] == plan["runs"][0]["epsilon"]
+    other = scheduled(paths[1], keys, *imp, "--improver-c", "0.2", "--dry-run", name="imp")
+    assert other.exit_code == 2 and "other settings" in other.stderr  # refused before paying, as the run would be
     fixed = ["--scheduler", "fixed", "--epsilon", "0.4"]
     assert scheduled(paths[1], keys, *fixed, name="fx").exit_code == 0
     plan = json.loads(scheduled(paths[1], keys, *fixed, "--dry-run", "--runs", "3", "--json", name="fx").stdout)
