@@ -246,8 +246,8 @@ RunsOpt = Annotated[
 
 @dataclass(frozen=True)
 class ScheduleOptions:
-    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it; ``through`` and ``runs``
-    are a run's, :func:`schedule_through` and :func:`planned_runs`)."""
+    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it; ``through`` is a run's,
+    :func:`schedule_through`; ``runs``, a dry run's: how many runs it plans, None for the default)."""
 
     name: str | None
     scheduler: str = "bbscheduler"
@@ -296,13 +296,6 @@ def schedule_through(options: ScheduleOptions) -> datetime | None:
     from dpcli.cli._times import parse_moment
 
     return None if options.through is None else parse_moment(options.through)
-
-
-def planned_runs(options: ScheduleOptions) -> int:
-    """``--runs``: how many runs a schedule's dry run plans."""
-    from dpcli.release.schedule_plan import DEFAULT_RUNS
-
-    return options.runs or DEFAULT_RUNS
 
 
 def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:

@@ -38,7 +38,6 @@ from dpcli.cli._options import (
     columns,
     engine_request,
     expected_size,
-    planned_runs,
     positive,
     probability,
     schedule_spec,
@@ -138,8 +137,7 @@ def histogram(
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import release
-    from dpcli.cli.render import output_target, show_plan, write_release
-    from dpcli.release.schedule_plan import plan_schedule
+    from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
     query = HistogramQuery(
@@ -159,8 +157,7 @@ def histogram(
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     if dry_run:
-        show_plan(plan_schedule(task, sources, ledger, spec, size, planned_runs(options)) if spec
-                  else release.plan(task, ledger), ledger.analyst, as_json)
+        show_dry_run(task, sources, ledger, spec, size, runs, as_json)
         return
     target = output_target(output, out_format, as_json)
     continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import typer
@@ -16,7 +16,12 @@ import typer
 from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.errors import UsageError
 from dpcli.io.outputs import output_format_for, rounded, write_output
-from dpcli.release.path import Output, Planned, Release, cost_text, grid_step
+from dpcli.release.inputs import Sources
+from dpcli.release.path import LedgerRef, Output, Planned, Release, cost_text, grid_step, plan
+
+if TYPE_CHECKING:
+    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.tasks import ExpectedSize, Task
 
 
 def output_target(output: str | None, out_format: str | None, as_json: bool) -> Output:
@@ -37,6 +42,19 @@ def _refuse_conflicts(fmt: str, out_format: str | None, to_stdout: bool, as_json
         raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
     if fmt == "table" and not to_stdout:
         raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
+
+
+def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: ScheduleSpec | None,
+                 size: ExpectedSize | None, runs: int | None, as_json: bool) -> None:
+    """``--dry-run`` of ``histogram`` or ``topk``: the release's plan, or with ``--schedule`` its next runs'
+    (:func:`dpcli.release.schedule_plan.plan_schedule`, imported only then)."""
+    if schedule is None:
+        planned = plan(task, payer)
+    else:
+        from dpcli.release.schedule_plan import DEFAULT_RUNS, plan_schedule
+
+        planned = plan_schedule(task, sources, payer, schedule, size, runs or DEFAULT_RUNS)
+    show_plan(planned, payer.analyst, as_json)
 
 
 def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
