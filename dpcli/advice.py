@@ -62,12 +62,26 @@ def empty_release(what: str) -> Note:
     return Note(f"0 {what} released: no group was supported by enough privacy units to pass the threshold")
 
 
-def small_run_epsilon(run_epsilon: float, total_epsilon: float) -> Note | None:
-    """A scheduled run that used under 1% of its schedule's total ε (early runs do: their noise is large)."""
+def small_run_epsilon(run_epsilon: float, total_epsilon: float, scheduler: str = "bbscheduler") -> Note | None:
+    """A scheduled run that used under 1% of its schedule's total ε (early runs do: their noise is large). A
+    growing-data scheduler keeps most of its total for runs far ahead: when the number of runs is known,
+    ``fixed`` spends it evenly (docs/commands/schedules.md, "Which scheduler")."""
     if not run_epsilon < total_epsilon / 100:
         return None
+    hint = ("; if you know how many runs there will be, compare --scheduler fixed, which spends the total evenly "
+            "over them (--dry-run --rows … --runs N shows both)") if scheduler != "fixed" else ""
     return Note(f"this run of the schedule used ε = {run_epsilon:.3g} of its total {total_epsilon:g}: early runs get a "
-                "small share, so expect much noise until the data has grown")
+                f"small share, so expect much noise until the data has grown{hint}")
+
+
+def schedule_backfill(label: dict[str, Any]) -> Note | None:
+    """A bbscheduler backfill answered with the release in force at its moment (made on an earlier snapshot)."""
+    if "in_force_through" not in label:
+        return None
+    made = f", made through {label['made_through']}" if label.get("made_through") else ""
+    return Note(f"a backfill: through {label['in_force_through']} the schedule's release in force was that of epoch "
+                f"{label.get('epoch')}{made}; bbscheduler starts epochs only as the data grow, never on an older "
+                "snapshot, so this is that release again (free)")
 
 
 def improver_c_without_gain(scheduler: str, c: float) -> Note | None:

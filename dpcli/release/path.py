@@ -150,7 +150,7 @@ def run(
         scheduled = _schedulable(task)
         scheduled.check_schedulable()
         opened, bounder = _open_checked(task, sources, payer, output, continuation, engine, early)
-        return _scheduled(scheduled, opened, bounder, payer, led.limits, continuation.schedule, output, busy)
+        return _scheduled(scheduled, opened, bounder, payer, led.limits, continuation, output, busy)
     # refuse a bad query, or one this ledger can never pay, before reading data
     planned = task.plan(led.limits.mode, led.limits.values)
     ledger.check_payable(led, list(planned.events))
@@ -216,7 +216,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
 
 
 def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Limits,
-               spec: ScheduleSpec, output: Output | None, busy: Busy) -> Release:
+               continuation: Continuation, output: Output | None, busy: Busy) -> Release:
     """One run of a ``--schedule`` (:func:`dpcli.release.schedules.run_scheduled`): each run's ε from the
     schedule, in pure mode for top-k (its accounting per run) and the ledger's mode for a histogram."""
     from fractions import Fraction
@@ -225,6 +225,8 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     from dpcli.release import schedules
     from dpcli.tasks import Result
 
+    spec = continuation.schedule
+    assert spec is not None
     mode = getattr(task, "scheduled_mode", None) or limits.mode
 
     def run_at(epsilon: Fraction) -> Prepared:
@@ -235,12 +237,13 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     query = task.schedule_query(opened.fingerprints)
     digest = output.digest if output is not None else None
     done = schedules.run_scheduled(payer.state_dir, payer.analyst, task.command, spec, query, opened.data, run_at,
-                                   payer.lock_timeout, digest)
+                                   payer.lock_timeout, digest, continuation.through)
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
     label = done.report["schedule"]
     run_task = task.at_epsilon(run_eps)
     notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
-             advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
+             advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon), spec.scheduler),
+             advice.schedule_backfill(label),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
              advice.improver_counts_runs(label.get("made_with_index"))]
     return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))
