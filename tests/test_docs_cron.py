@@ -8,10 +8,9 @@ runs in a real shell; ``dpcli`` is a shim that runs each command line in this pr
 and lets a test act between two runs (hold the ledger's lock, deliver a late file). Two runs at once
 use the installed console script for one of them. Retries wait 0 s (``DP_WAIT``).
 
-Sections: the daily histogram and top-k; the crontab line over all four jobs; then the schedule and the
-stream, kept apart: the schedule's behaviour is what main does at the time of writing (issue 31 changes
-schedules' messages), so adjust that section with it; the stream's is issue 31's (events of later triggers
-kept, retries, rewrites refused: docs/commands/stream-replay.md).
+Sections: the daily histogram and top-k; the crontab line over all four jobs; then the schedule (retries
+free, a corrected day refused: docs/commands/schedules.md) and the stream (events of later triggers kept,
+retries, rewrites refused: docs/commands/stream-replay.md).
 """
 
 from __future__ import annotations
@@ -316,12 +315,13 @@ def test_two_runs_at_once_release_each_job_once(job):
     assert len(charged) == len(set(charged)) == 4  # each release (or reservation) charged once
 
 
-# --- the schedule (behaviour of main at the time of writing: see the module docstring) --------------------
+# --- the schedule ---------------------------------------------------------------------------------------
 
 
 def test_the_schedule_over_simulated_days(job):
     """The schedule runs on the latest snapshot only: a night without its snapshot alerts (66) and that day
-    is never released later; a rerun on the same snapshot returns the same release, free."""
+    is never released later; a rerun on the same snapshot returns the same release, free; a changed file
+    for a day already released alerts (65) and leaves the published file as it was."""
     job.deliver(1)
     assert job.night(1, "schedule").returncode == 0
     job.deliver(2, snapshot=False)
@@ -335,9 +335,16 @@ def test_the_schedule_over_simulated_days(job):
     assert job.night(3, "schedule").returncode == 0 and job.out() == before
     after = console("budget", "show", "--json", env={"DPCLI_STATE_DIR": str(job.state)}).stdout
     assert json.loads(after)["spent"] == json.loads(spent)["spent"]
+    # a corrected file for a day already released is refused, and the published file is left as it was
+    snapshot = job.work / "snapshots" / f"views-{day(3)}.csv"
+    snapshot.write_text(snapshot.read_text() + snapshot.read_text().splitlines()[1] + "\n")
+    (job.work / "out" / f"pages-{day(3)}.csv").unlink()
+    r = job.night(3, "schedule")
+    assert r.returncode == 2 and alerts(r) == [("65", "1")], r.stderr
+    assert sorted(job.out()) == [f"pages-{day(1)}.csv"]
 
 
-# --- the stream (issue 31: see the module docstring) -------------------------------------------------------
+# --- the stream -----------------------------------------------------------------------------------------
 
 
 def test_the_stream_over_simulated_days(job):
