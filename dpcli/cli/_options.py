@@ -240,8 +240,8 @@ ThroughOpt = Annotated[
 ]
 RunsOpt = Annotated[
     int | None,
-    typer.Option("--runs", help="--dry-run --schedule: how many of the next runs to plan (default 30: a month of "
-                 "daily runs).", min=1, max=100_000, show_default=False),
+    typer.Option("--runs", help="With --dry-run: how many of the next runs to plan (--schedule: default 30, a month "
+                 "of daily runs; stream-replay: default 1).", min=1, max=100_000, show_default=False),
 ]
 
 

@@ -21,6 +21,7 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    RunsOpt,
     SparkConfOpt,
     UnitOpt,
     bounds,
@@ -83,10 +84,7 @@ def stream_replay(
                            "executes (with --state), the cost of the next --runs runs and whether the ledger would "
                            "accept it; read no data, charge nothing.")
     ] = False,
-    runs: Annotated[
-        int | None, typer.Option("--runs", help="With --dry-run: the spend over N runs (default 1).", min=1,
-                                 max=10**6)
-    ] = None,
+    runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
