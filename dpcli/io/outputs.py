@@ -145,6 +145,8 @@ def check_output_path(
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if writes_in_place(p):  # a device or a pipe: written through, its directory untouched
+        if not os.path.exists(p):
+            raise OutputError(f"output {path!r} does not exist (a device or a descriptor is written, never created)")
         if not os.access(p, os.W_OK):
             raise OutputError(f"output {path!r} is not writable")
         return

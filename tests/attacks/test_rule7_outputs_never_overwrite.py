@@ -203,3 +203,18 @@ def test_attack_output_onto_the_standard_input_read_as_data_is_refused(setup, tm
         for fd in (saved, read, write):
             if fd >= 0:
                 os.close(fd)
+
+
+@pytest.mark.parametrize("what", ["directory", "closed"])
+def test_attack_a_descriptor_that_cannot_be_written_is_refused_before_the_charge(setup, tmp_path, state_dir, what):
+    """Issue 31's review: ``-o /dev/fd/N`` on a directory (or ``-o /dev/shm``) was taken for a device written
+    in place, passed the checks, and failed after the charge; on a closed descriptor, an attempt to create
+    a file in /proc's descriptor directory failed after the charge too (root may write any directory)."""
+    data, keys = setup
+    fd = os.open(tmp_path, os.O_RDONLY) if what == "directory" else 987  # (a number the run's own files never get)
+    try:
+        refused(hist(data, keys, f"/dev/fd/{fd}"), tmp_path, state_dir,
+                "is a directory" if what == "directory" else "does not exist")
+    finally:
+        if what == "directory":
+            os.close(fd)
