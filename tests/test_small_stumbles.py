@@ -189,8 +189,14 @@ def test_a_service_mode_analyst_learns_no_column_name_from_a_typo(tmp_path, monk
 
 
 def test_a_state_directory_that_does_not_exist_is_refused_and_not_created(ledger, tmp_path):
+    """Issue 31's review added the dry runs of a schedule and of a stream, which created it (then exit 77)."""
     typo = tmp_path / "stat"
-    for args in (HIST, [*HIST, "--dry-run"], ["budget", "show"], ["budget", "history"], ["budget", "verify"]):
+    schedule = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", SAMPLE / "pages_public.csv",
+                "--schedule", "daily", "--total-epsilon", "1", "--dry-run", "--rows", "1000"]
+    stream = ["stream-replay", PV, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
+              "--trigger-every", "1d", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9", "--dry-run"]
+    for args in (HIST, [*HIST, "--dry-run"], ["budget", "show"], ["budget", "history"], ["budget", "verify"],
+                 schedule, stream, [*stream, "--state", tmp_path / "s.stream"]):
         r = console("--state-dir", typo, *args)
         assert r.returncode == 78 and r.stdout == "", (args, r.stderr)
         assert r.stderr == (f"dpcli: error: state directory {typo} does not exist (is its name right?); "

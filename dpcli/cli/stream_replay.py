@@ -133,14 +133,14 @@ def stream_replay(
     state_path = gate().stream_state(state) if state is not None else None
     if runs is not None and not dry_run:
         raise UsageError("--runs goes with --dry-run (the spend over N runs)")
+    if state_path is not None and not gate().service:  # never a private file or an input, read (dry run) or written
+        check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file",
+                                    state_file=True)
     if dry_run:
         from dpcli.release.streams import plan_runs
 
         show_plan(plan_runs(task, ledger, state_path, runs or 1), ledger.analyst, as_json)
         return
-    if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
-        check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file",
-                                    state_file=True)
     continuation = (release.Continuation(stream_state=state_path, label=state or "", through=moment)
                     if state_path else None)
     target = output_target(output, out_format, as_json)

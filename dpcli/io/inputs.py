@@ -517,12 +517,13 @@ def _missing_column(table: InputTable, schema: pl.Schema, col: str) -> DataError
     header that another delimiter would split pointed out, unless the names are binary bytes read as a
     header (never echoed) or private (a service-mode analyst's: nothing about them is said)."""
     names = list(schema.names())
-    sep = _splitting_delimiter(table, names)
+    restricted = gate().restricted  # a service-mode analyst: no hint from the header (it would pick the message)
+    sep = None if restricted else _splitting_delimiter(table, names)
     if not header_is_text(names) and sep is None:
         return DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
                          "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz "
                          "name)")
-    if gate().restricted:
+    if restricted:
         return DataError(f"column {col!r} not found in {table.name}")
     if sep is not None:
         shown = "tab" if sep == "\t" else repr(sep)

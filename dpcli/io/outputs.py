@@ -38,13 +38,15 @@ _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": 
 
 def output_format_for(path: str | None, explicit: str | None) -> str:
     """The output format from ``--format``, else the ``-o`` extension, else CSV (as on stdout in a pipe):
-    for stdout, a name without an extension, and a device or a pipe (``/dev/null``, ``/dev/stdout``). An
-    extension dpcli does not write (``.txt``) is refused rather than guessed."""
+    for stdout, a name without an extension, and in personal mode a device or a pipe (``/dev/null``,
+    ``/dev/stdout``). An extension dpcli does not write (``.txt``) is refused rather than guessed."""
     if explicit:
         if explicit not in OUTPUT_FORMATS:
             raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
         return explicit
-    if not path or path == "-" or not Path(path).suffix or writes_in_place(path):
+    # (a service-mode analyst's path is not looked at: they write only files in their output directories,
+    # and whether a path they typed is a device or a pipe is not theirs to learn before the gate refuses it)
+    if not path or path == "-" or not Path(path).suffix or (not gate().restricted and writes_in_place(path)):
         return "csv"
     fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
     if fmt is None:
@@ -90,8 +92,8 @@ def check_path_is_not_protected(
 
     ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
     a symlinked directory or a dangling symlink into the state directory is caught; an input is the
-    same file when both resolve to one path or (both existing) to one inode. Standard input/output
-    (``-``) and missing entries are skipped.
+    same file when both resolve to one path or (both existing) to one inode; an input read from standard
+    input (``-``) is the file or pipe on it. Missing entries are skipped.
     """
     if state_dir is not None and inside(path, state_dir):
         raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
@@ -99,12 +101,28 @@ def check_path_is_not_protected(
         raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
                           "write it elsewhere")
     for source in inputs:
-        if source is not None and str(source) != "-":
+        if source is not None:
             _refuse_input(path, source, what)
 
 
+def _is_stdin(path: PathLike) -> bool:
+    """Does ``path`` lead to the file or pipe on this process's standard input (``/dev/stdin``,
+    ``/proc/self/fd/0``, or its own name)? A terminal or a device such as ``/dev/null`` is no input to
+    protect."""
+    try:
+        target, stdin = os.stat(path), os.fstat(0)
+    except OSError:
+        return False
+    return not stat.S_ISCHR(stdin.st_mode) and (target.st_dev, target.st_ino) == (stdin.st_dev, stdin.st_ino)
+
+
 def _refuse_input(path: PathLike, source: PathLike, what: str) -> None:
-    """Never write over an input file, or into an input dataset's directory."""
+    """Never write over an input file (standard input too: the file it was redirected from, or the pipe,
+    whose reader is dpcli itself), or into an input dataset's directory."""
+    if str(source) == "-":
+        if _is_stdin(path):
+            raise OutputError(f"{what} {str(path)!r} is the standard input the run reads; write it elsewhere")
+        return
     if _same_file(path, source):
         raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
     if os.path.isdir(source) and inside(path, source):
@@ -127,6 +145,8 @@ def check_output_path(
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if writes_in_place(p):  # a device or a pipe: written through, its directory untouched
+        if not os.path.exists(p):
+            raise OutputError(f"output {path!r} does not exist (a device or a descriptor is written, never created)")
         if not os.access(p, os.W_OK):
             raise OutputError(f"output {path!r} is not writable")
         return

@@ -29,7 +29,7 @@ from dpcli.release.path import LedgerRef, Planned
 from dpcli.release.schedules import NOISY_SIZES, ScheduleSpec, check_state, reservation_event
 from dpcli.state import ledger
 from dpcli.state import schedules as store
-from dpcli.state.paths import ensure_state_dir
+from dpcli.state.paths import existing_state_dir
 
 if TYPE_CHECKING:
     from dpcli.core.accounting.budget import Limits
@@ -61,7 +61,7 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     from dpcli.tasks import SchedulableTask
 
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     scheduled = task.for_ledger(led.limits.mode)  # as a run does: the ledger's defaults, then the schedule's rules
     if not isinstance(scheduled, SchedulableTask):
         raise UsageError(f"{task.command} has no --schedule")

@@ -343,10 +343,10 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
     run reserves the stream's whole (ε, δ) and every later run (and trigger) is covered by it.
     """
     from dpcli.release.path import Planned
-    from dpcli.state.paths import ensure_state_dir
+    from dpcli.state.paths import existing_state_dir
 
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     planned = task.plan(led.limits.mode, led.limits.values)
     events = list(planned.events)
     q = task.query

@@ -77,12 +77,17 @@ _STREAM_DIRS = re.compile(r"/dev|/proc/(self|[0-9]+)/fd")
 
 def writes_in_place(path: str | os.PathLike[str]) -> bool:
     """Is ``path`` written in place rather than replaced: an existing file that is not a regular one (a device,
-    a FIFO, a socket), or an entry of ``/dev`` or of a process's descriptors (``/dev/fd/3``)?"""
+    a FIFO, a socket), or any other entry of ``/dev`` or of a process's descriptors (``/dev/fd/3``), even one
+    that does not exist (it is then refused as not writable, never created)? A directory never is (it is
+    refused as one)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode) and not os.path.isdir(path):
-            return True
+        mode: int | None = os.stat(path).st_mode
     except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
         return False
+    if mode is not None and not stat.S_ISREG(mode):
+        return True
     return bool(_STREAM_DIRS.fullmatch(os.path.realpath(os.path.dirname(os.path.abspath(path)))))
 
 
