@@ -5,7 +5,7 @@ through the gate, with their column names read before the query is resolved.
 ``--public-table NAME=FILE`` a public one: a table is public only when declared so, never for lack
 of a unit. A table the query names without a declaration is looked up in the catalog (a dataset is
 private with the operator's unit, a public entry public); in service mode that is the only way, and
-FILE must itself be a catalog name.
+FILE must itself be a catalog name. A table declared but not named by the query is not opened.
 """
 
 from __future__ import annotations
@@ -73,9 +73,6 @@ def resolve_tables(names: list[tuple[str, bool]], declared: Declared, delimiter:
         table = key or name
         decls[table] = TableDecl(table, unit, columns)
         sources[table] = source
-    unused = set(declared.tables) - set(decls)
-    if unused:
-        raise UsageError(f"table {sorted(unused)[0]!r} is declared but the query does not read it")
     return decls, sources
 
 

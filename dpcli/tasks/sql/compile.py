@@ -28,7 +28,7 @@ from dpcli.tasks.sql.ir import (
     expressions_of,
     scans_of,
 )
-from dpcli.tasks.sql.typed import Compiler, as_number
+from dpcli.tasks.sql.typed import Compiler, as_number, schema_of
 
 
 def needed_columns(relation: Relation, extra: list[Expr]) -> dict[str, set[str]]:
@@ -55,7 +55,7 @@ def compile_relation(rel: Relation, tables: Mapping[str, pl.LazyFrame], needed: 
 
 
 def _scan(scan: Scan, frame: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
-    schema = frame.collect_schema()
+    schema = schema_of(frame)
     for c in columns:
         if c not in schema:
             raise DataError(f"column {c!r} not found in {scan.table}")
@@ -65,19 +65,19 @@ def _scan(scan: Scan, frame: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
 
 def _filter(rel: Relation, frame: pl.LazyFrame) -> pl.LazyFrame:
     assert isinstance(rel, Filter)
-    return frame.filter(Compiler(frame.collect_schema()).condition(rel.condition, "WHERE"))
+    return frame.filter(Compiler(schema_of(frame)).condition(rel.condition, "WHERE"))
 
 
 def _project(rel: Relation, frame: pl.LazyFrame) -> pl.LazyFrame:
     assert isinstance(rel, Project)
-    c = Compiler(frame.collect_schema())
+    c = Compiler(schema_of(frame))
     out = frame.select([c.typed(e).expr.alias(name) for name, e in rel.items])
     return out.unique() if rel.distinct else out
 
 
 def _aggregate(rel: Relation, frame: pl.LazyFrame) -> pl.LazyFrame:
     assert isinstance(rel, Aggregate)
-    c = Compiler(frame.collect_schema())
+    c = Compiler(schema_of(frame))
     aggs = [_agg_call(c, call).alias(name) for name, call in rel.aggs]
     if not rel.keys:
         return frame.select(aggs)
@@ -118,7 +118,7 @@ def key_pair(left: pl.Expr, ltype: pl.DataType, right: pl.Expr, rtype: pl.DataTy
 
 def _join(rel: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
     """A join on the coerced key pairs; merged columns (USING, the unit) hold either side's value."""
-    ls, rs = left.collect_schema(), right.collect_schema()
+    ls, rs = schema_of(left), schema_of(right)
     lc, rc = Compiler(ls), Compiler(rs)
     keys = []
     for a, b in rel.on:
@@ -135,7 +135,7 @@ def _join(rel: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
     if merged:
         joined = joined.with_columns(merged)
     if rel.extra is not None:
-        joined = joined.filter(Compiler(joined.collect_schema()).condition(rel.extra, "ON"))
+        joined = joined.filter(Compiler(schema_of(joined)).condition(rel.extra, "ON"))
     return joined.filter(pl.col(rel.unit).is_not_null()) if rel.unit is not None else joined
 
 

@@ -14,6 +14,8 @@ noise of one measurement does not depend on which others the query has or their 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +26,11 @@ import polars as pl
 from dpcli.bounding.keyed_order import keep_first
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError
 from dpcli.frames import collect
 from dpcli.tasks.sql.compile import compile_relation, group_key_check, needed_columns
 from dpcli.tasks.sql.ir import Expr, ResolvedQuery, expr_canonical
 from dpcli.tasks.sql.measures import NTILE_BINS, Measure, SqlPlan
-from dpcli.tasks.sql.typed import Compiler, numeric_value_column
+from dpcli.tasks.sql.typed import Compiler, numeric_value_column, schema_of
 
 #: The root label of a sql release's keyed streams (its children: ``bounding-salt`` and each measurement's key).
 STREAM_LABEL = "sql"
@@ -52,7 +53,7 @@ def per_user_frame(query: ResolvedQuery, plan: SqlPlan, tables: Mapping[str, pl.
     measures = [c.measure for c in plan.calibrated]
     extra = [*query.groups, *(m.value for m in measures if m.value is not None)]
     relation = compile_relation(query.relation, tables, needed_columns(query.relation, extra))
-    compiler = Compiler(_schema(relation))
+    compiler = Compiler(schema_of(relation))
     groups = tuple(f"__dp_g{i}" for i in range(len(query.groups)))
     selected = [pl.col(query.unit).alias("__dp_unit")]
     selected += [compiler.typed(g).expr.alias(n) for g, n in zip(query.groups, groups, strict=True)]
@@ -62,12 +63,12 @@ def per_user_frame(query: ResolvedQuery, plan: SqlPlan, tables: Mapping[str, pl.
         if m.value is None:
             continue
         numeric = m.kind != "count"
-        name = columns_key = f"__dp_v{_value_id(m.value, numeric)}"
+        name = f"__dp_v{_value_id(m.value, numeric)}"
         typed = compiler.typed(m.value)
-        columns[columns_key] = numeric_value_column(typed) if numeric else typed.expr
+        columns[name] = numeric_value_column(typed) if numeric else typed.expr
         values[m.key] = name
     frame = relation.select([*selected, *(e.alias(n) for n, e in columns.items())])
-    schema = _schema(frame)
+    schema = schema_of(frame)
     group_key_check(schema, "__dp_unit", "the privacy unit")
     for g, name in zip(groups, group_names, strict=True):
         group_key_check(schema, g, f"GROUP BY key {name!r}")
@@ -75,25 +76,10 @@ def per_user_frame(query: ResolvedQuery, plan: SqlPlan, tables: Mapping[str, pl.
     return frame, Layout("__dp_unit", groups, values, partials)
 
 
-_VALUE_IDS: dict[str, int] = {}
-
-
 def _value_id(value: Expr, numeric: bool) -> str:
     """A short, stable column suffix for one value expression read one way."""
-    import hashlib
-    import json
-
     text = json.dumps([expr_canonical(value), numeric], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _schema(frame: pl.LazyFrame) -> pl.Schema:
-    """The frame's schema; a query whose types do not fit together is a data error (its text withheld)."""
-    try:
-        return frame.collect_schema()
-    except pl.exceptions.PolarsError as exc:
-        raise DataError(f"the query's columns do not fit its operations ({type(exc).__name__}; the message is "
-                        "withheld): CAST them") from None
 
 
 # ---- step 2: per-user partials ----------------------------------------------------------------
@@ -113,9 +99,11 @@ def _count(m: Measure, v: pl.Expr) -> pl.Expr:
 
 
 def _sum(m: Measure, v: pl.Expr) -> pl.Expr:
+    """The user's sum clamped to [L, U] on the grid; no contribution (0) from a user without values, or
+    whose sum is undefined (+∞ and −∞ together): still within the sensitivity max(|L|, |U|)."""
     g = m.grid
     units = (v.sum() / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
-    return units.cast(pl.Int64, strict=False).fill_null(0)  # NaN (+∞ and −∞ together): no contribution
+    return pl.when(v.count() > 0).then(units).otherwise(None).cast(pl.Int64, strict=False).fill_null(0)
 
 
 def _valid(x: pl.Expr) -> pl.Expr:
@@ -160,7 +148,7 @@ def bounded_partials(frame: pl.LazyFrame, layout: Layout, plan: SqlPlan, salt: i
     partial = frame.group_by(keys).agg(aggs or [pl.len().alias("__dp_rows")])
     if not layout.groups:
         return partial
-    schema = partial.collect_schema()
+    schema = schema_of(partial)
     return keep_first(partial, [layout.unit], [(c, schema[c]) for c in keys], salt, "groups", plan.max_partitions)
 
 

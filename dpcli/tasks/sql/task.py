@@ -34,6 +34,7 @@ from dpcli.tasks.sql.run import (
     select_partitions,
 )
 from dpcli.tasks.sql.scope import TableDecl
+from dpcli.tasks.sql.typed import schema_of
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -162,7 +163,7 @@ class SqlTask:
         salt = int(words[0]) | (int(words[1]) << 64)
         tables = self._frames(frames)
         frame, layout = per_user_frame(self.query, plan, tables, self.query.group_names)
-        keys = self._keys(frames, frame.collect_schema(), layout)
+        keys = self._keys(frames, schema_of(frame), layout)
         if engine is not None and getattr(engine, "sql_totals", None) is not None:
             totals, bins = engine.sql_totals(self, plan, salt)
         else:

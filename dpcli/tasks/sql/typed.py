@@ -26,6 +26,15 @@ from dpcli.tasks.sql.ir import Col, Expr, Lit, Op
 Kind = str  # number, text, bool, temporal, null, other
 
 
+def schema_of(frame: pl.LazyFrame) -> pl.Schema:
+    """A frame's schema; operations whose types do not fit together are a data error (polars' text withheld)."""
+    try:
+        return frame.collect_schema()
+    except pl.exceptions.PolarsError as exc:
+        raise DataError(f"the query's columns do not fit its operations ({type(exc).__name__}; the message is "
+                        "withheld): CAST them") from None
+
+
 def kind_of(dtype: pl.DataType) -> Kind:
     if dtype == pl.String:
         return "text"
