@@ -194,7 +194,8 @@ def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequ
     choice = check_engine(request, sources.data)
     listed = open_spark_input(payer.state_dir, choice, sources.data)
     opened = open_sources(task.needs(), sources, early=early, data=listed)
-    return opened, bounding_engine(payer.state_dir, choice, opened.data, sources.data.delimiter or ",")
+    others = {role: table for role, (table, _) in opened.lists.items()}
+    return opened, bounding_engine(payer.state_dir, choice, opened.data, sources.data.delimiter or ",", others)
 
 
 @dataclass(frozen=True)

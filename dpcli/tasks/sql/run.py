@@ -122,7 +122,8 @@ def _csum(m: Measure, v: pl.Expr) -> pl.Expr:
 
 def _csq(m: Measure, v: pl.Expr) -> pl.Expr:
     g, mean = m.grid, v.mean()
-    squares = ((v / float(g.granularity) - g.mid_units) ** 2).mean()
+    distance = v / float(g.granularity) - g.mid_units
+    squares = (distance * distance).mean()
     units = squares.round(0).clip(0.0, float(max(g.half_width_units, 1) ** 2))
     return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
 

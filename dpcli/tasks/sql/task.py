@@ -164,8 +164,8 @@ class SqlTask:
         tables = self._frames(frames)
         frame, layout = per_user_frame(self.query, plan, tables, self.query.group_names)
         keys = self._keys(frames, schema_of(frame), layout)
-        if engine is not None and getattr(engine, "sql_totals", None) is not None:
-            totals, bins = engine.sql_totals(self, plan, salt)
+        if engine is not None and engine.sql_totals is not None:
+            totals, bins = engine.sql_totals(self, plan, layout, salt, schema_of(frame))
         else:
             totals, bins = compute_totals(frame, layout, plan, salt, ", ".join(t.name for t in self.tables))
         totals, noisy = select_partitions(totals, layout, plan, stream, keys)

@@ -136,19 +136,38 @@ _COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "eq": lambda x, y: x == y, "ne": lambda x, y: x != y, "lt": lambda x, y: x < y,
     "le": lambda x, y: x <= y, "gt": lambda x, y: x > y, "ge": lambda x, y: x >= y,
 }
+def _float(x: pl.Expr) -> pl.Expr:
+    return x.cast(pl.Float64)
+
+
+def _nonzero(y: pl.Expr, value: pl.Expr) -> pl.Expr:
+    """``value`` where the divisor ``y`` is not 0, else NULL (SQL's answer, on every engine)."""
+    return pl.when(y != 0).then(value).otherwise(None)
+
+
+def _truncated(q: pl.Expr) -> pl.Expr:
+    return pl.when(q >= 0).then(q.floor()).otherwise(q.ceil())
+
+
+#: Arithmetic in doubles, one IEEE formula per operator (Spark computes the same: dpcli/spark/sql_exprs.py):
+#: nothing wraps, and dividing by 0 gives NULL; MOD's sign is the dividend's (SQL's, not Python's).
 _ARITHMETIC: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
-    "add": lambda x, y: x + y, "sub": lambda x, y: x - y, "mul": lambda x, y: x * y,
-    "div": lambda x, y: x.cast(pl.Float64) / y.cast(pl.Float64), "mod": lambda x, y: x % y,
-    "intdiv": lambda x, y: (x.cast(pl.Float64) / y.cast(pl.Float64)).floor(),
+    "add": lambda x, y: _float(x) + _float(y), "sub": lambda x, y: _float(x) - _float(y),
+    "mul": lambda x, y: _float(x) * _float(y),
+    "div": lambda x, y: _nonzero(y, _float(x) / _float(y)),
+    "mod": lambda x, y: _nonzero(y, _float(x) - _float(y) * _truncated(_float(x) / _float(y))),
+    "intdiv": lambda x, y: _nonzero(y, (_float(x) / _float(y)).floor()),
 }
+#: Functions of one number, in doubles; outside their domain (√ of a negative, ln of 0 or less) NULL.
 _NUMERIC: dict[str, Callable[[pl.Expr], pl.Expr]] = {
-    "neg": lambda x: -x, "abs": lambda x: x.abs(), "floor": lambda x: x.cast(pl.Float64).floor(),
-    "ceil": lambda x: x.cast(pl.Float64).ceil(), "sqrt": lambda x: x.cast(pl.Float64).sqrt(),
-    "ln": lambda x: x.cast(pl.Float64).log(), "exp": lambda x: x.cast(pl.Float64).exp(),
+    "neg": lambda x: -_float(x), "abs": lambda x: _float(x).abs(), "floor": lambda x: _float(x).floor(),
+    "ceil": lambda x: _float(x).ceil(),
+    "sqrt": lambda x: pl.when(_float(x) >= 0).then(_float(x).sqrt()).otherwise(None),
+    "ln": lambda x: pl.when(_float(x) > 0).then(_float(x).log()).otherwise(None), "exp": lambda x: _float(x).exp(),
 }
 _TEXT: dict[str, Callable[[pl.Expr], pl.Expr]] = {
     "lower": lambda x: x.str.to_lowercase(), "upper": lambda x: x.str.to_uppercase(),
-    "trim": lambda x: x.str.strip_chars(),
+    "trim": lambda x: x.str.strip_chars(" "),  # spaces only, as SQL (and Spark)
 }
 
 
@@ -254,7 +273,7 @@ def _cast_bool(t: Typed) -> Typed:
         return Typed(t.expr.cast(pl.Boolean), "bool", pl.Boolean())
     if t.kind == "number":
         return Typed(t.expr != 0, "bool", pl.Boolean())
-    text = as_text(t).str.strip_chars().str.to_lowercase()
+    text = as_text(t).str.strip_chars(" ").str.to_lowercase()
     return Typed(pl.when(text.is_in(_TRUE)).then(True).when(text.is_in(_FALSE)).then(False).otherwise(None),
                  "bool", pl.Boolean())
 
@@ -262,7 +281,7 @@ def _cast_bool(t: Typed) -> Typed:
 def _cast_date(t: Typed) -> Typed:
     if t.kind == "temporal":
         return Typed(t.expr.cast(pl.Date, strict=False), "temporal", pl.Date())
-    return Typed(as_text(t).str.strip_chars().str.to_date("%Y-%m-%d", strict=False), "temporal", pl.Date())
+    return Typed(as_text(t).str.strip_chars(" ").str.to_date("%Y-%m-%d", strict=False), "temporal", pl.Date())
 
 
 _CASTS: dict[str, Callable[[Typed], Typed]] = {
