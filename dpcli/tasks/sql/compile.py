@@ -136,14 +136,18 @@ def _join(rel: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:
         joined = joined.with_columns(merged)
     if rel.extra is not None:
         joined = joined.filter(Compiler(schema_of(joined)).condition(rel.extra, "ON"))
-    return joined.filter(pl.col(rel.unit).is_not_null()) if rel.unit is not None else joined
+    if rel.unit is None or rel.how in ("inner", "cross"):  # an inner join keeps the units its sides had
+        return joined
+    return joined.filter(pl.col(rel.unit).is_not_null())
 
 
 def _merged(name: str, lcol: str, rcol: str, rel: Join, keys: list[tuple[pl.Expr, pl.Expr]]) -> pl.Expr:
-    """A merged column: the left value, else the right one, as the join compared them."""
+    """A merged column: the left value, else the right one, as the join compared them (for a key of an
+    inner or one-sided join, the kept side's, which is the same)."""
     for (a, b), (lk, rk) in zip(rel.on, keys, strict=True):
         if a == Col(lcol) and b == Col(rcol):
-            return pl.coalesce([lk, rk]).alias(name)
+            sides = {"inner": [lk], "left": [lk], "right": [rk]}.get(rel.how, [lk, rk])
+            return pl.coalesce(sides).alias(name)
     return pl.coalesce([pl.col(lcol), pl.col(rcol)]).alias(name)
 
 

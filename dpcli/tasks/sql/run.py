@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,68 +85,98 @@ def _value_id(value: Expr, numeric: bool) -> str:
 # ---- step 2: per-user partials ----------------------------------------------------------------
 
 
-def partial_expr(m: Measure, value: str | None) -> pl.Expr:
-    """The partial of one user in one partition for measurement ``m`` (see :mod:`.measures`)."""
-    return _PARTIALS[m.kind](m, pl.col(value) if value is not None else pl.lit(None))
+#: A measurement's partial is computed in two steps: plain aggregates of the user's rows in the group-by
+#: (count, sum, mean, mean of squares, nearest quantile: each once, whatever shares it), then the clamps
+#: on those columns, one row per (user, partition), vectorised.
+Basics = dict[str, pl.Expr]
 
 
-def _rows(m: Measure, v: pl.Expr) -> pl.Expr:
-    return pl.len().cast(pl.Int64).clip(upper_bound=m.cap)
+def _grid_distance(m: Measure, v: str) -> str:
+    return f"__dp_d{v}_{m.grid.granularity}_{m.grid.mid_units}"
 
 
-def _count(m: Measure, v: pl.Expr) -> pl.Expr:
-    return v.count().cast(pl.Int64).clip(upper_bound=m.cap)
+def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, pl.Expr]:
+    """Per-row columns the partials need besides the values: each VAR's squared distance to the centre,
+    in grid units² (``(x/g − mid)²``)."""
+    out = {}
+    for c in plan.calibrated:
+        m = c.measure
+        if m.kind == "csq":
+            distance = pl.col(layout.values[m.key]) / float(m.grid.granularity) - m.grid.mid_units
+            out[_grid_distance(m, layout.values[m.key])] = distance * distance
+    return out
 
 
-def _sum(m: Measure, v: pl.Expr) -> pl.Expr:
-    """The user's sum clamped to [L, U] on the grid; no contribution (0) from a user without values, or
-    whose sum is undefined (+∞ and −∞ together): still within the sensitivity max(|L|, |U|)."""
+def basics(m: Measure, v: str | None) -> Basics:
+    """The plain aggregates of one user's rows in one partition that measurement ``m``'s partial reads."""
+    if m.kind == "rows":
+        return {"__dp_len": pl.len().cast(pl.Int64)}
+    assert v is not None
+    found: Basics = {}
+    if m.kind in ("count", "sum"):
+        found[f"__dp_cnt{v}"] = pl.col(v).count().cast(pl.Int64)
+    if m.kind == "sum":
+        found[f"__dp_sum{v}"] = pl.col(v).sum()
+    if m.kind in ("n", "csum", "csq"):
+        found[f"__dp_mean{v}"] = pl.col(v).mean()
+    if m.kind == "csq":
+        found[f"__dp_sq{_grid_distance(m, v)}"] = pl.col(_grid_distance(m, v)).mean()
+    if m.kind == "ntile":
+        assert m.p is not None
+        found[f"__dp_q{v}_{m.p}"] = pl.col(v).quantile(float(m.p), "nearest")
+    return found
+
+
+def partial_expr(m: Measure, v: str | None) -> pl.Expr:
+    """The partial of one user in one partition for measurement ``m`` (see :mod:`.measures`), from its
+    :func:`basics`: one row per (user, partition)."""
+    if m.kind in ("rows", "count"):
+        n = pl.col("__dp_len") if m.kind == "rows" else pl.col(f"__dp_cnt{v}")
+        return n.clip(upper_bound=m.cap)
+    if m.kind == "ntile":
+        return _ntile(m, pl.col(f"__dp_q{v}_{m.p}"))
+    mean = pl.col(f"__dp_mean{v}")
+    if m.kind == "n":
+        return _valid(mean).cast(pl.Int64)
     g = m.grid
-    units = (v.sum() / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
-    return pl.when(v.count() > 0).then(units).otherwise(None).cast(pl.Int64, strict=False).fill_null(0)
+    if m.kind == "sum":
+        # The user's sum clamped to [L, U] on the grid; no contribution (0) from a user without values, or
+        # whose sum is undefined (+∞ and −∞ together): still within the sensitivity max(|L|, |U|).
+        units = (pl.col(f"__dp_sum{v}") / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
+        return pl.when(pl.col(f"__dp_cnt{v}") > 0).then(units).cast(pl.Int64, strict=False).fill_null(0)
+    if m.kind == "csum":
+        units = (mean / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units)) - g.mid_units
+    else:
+        assert v is not None
+        top = float(max(g.half_width_units, 1) ** 2)
+        units = pl.col(f"__dp_sq{_grid_distance(m, v)}").round(0).clip(0.0, top)
+    return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
 
 
 def _valid(x: pl.Expr) -> pl.Expr:
     return x.is_not_null() & x.is_not_nan()
 
 
-def _n(m: Measure, v: pl.Expr) -> pl.Expr:
-    return _valid(v.mean()).cast(pl.Int64)
-
-
-def _csum(m: Measure, v: pl.Expr) -> pl.Expr:
-    g, mean = m.grid, v.mean()
-    units = (mean / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units)) - g.mid_units
-    return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
-
-
-def _csq(m: Measure, v: pl.Expr) -> pl.Expr:
-    g, mean = m.grid, v.mean()
-    distance = v / float(g.granularity) - g.mid_units
-    squares = (distance * distance).mean()
-    units = squares.round(0).clip(0.0, float(max(g.half_width_units, 1) ** 2))
-    return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
-
-
-def _ntile(m: Measure, v: pl.Expr) -> pl.Expr:
-    assert m.bounds is not None and m.p is not None
+def _ntile(m: Measure, q: pl.Expr) -> pl.Expr:
+    """The user's nearest p-quantile, clamped to [L, U], as its bin among NTILE_BINS (null: no value)."""
+    assert m.bounds is not None
     lo, hi = float(m.bounds[0]), float(m.bounds[1])
-    q = v.quantile(float(m.p), "nearest")
     bin_ = ((q.clip(lo, hi) - lo) * (NTILE_BINS / (hi - lo))).floor().clip(0, NTILE_BINS - 1)
     return pl.when(_valid(q)).then(bin_).otherwise(None).cast(pl.Int64, strict=False)
-
-
-_PARTIALS: dict[str, Callable[[Measure, pl.Expr], pl.Expr]] = {
-    "rows": _rows, "count": _count, "sum": _sum, "n": _n, "csum": _csum, "csq": _csq, "ntile": _ntile,
-}
 
 
 def bounded_partials(frame: pl.LazyFrame, layout: Layout, plan: SqlPlan, salt: int) -> pl.LazyFrame:
     """Steps 2 and 3: one row per (unit, partition) with every partial, at most K partitions per unit."""
     keys = [layout.unit, *layout.groups]
-    aggs = [partial_expr(c.measure, layout.values.get(c.measure.key)).alias(layout.partials[c.measure.key])
-            for c in plan.calibrated if c.measure.key in layout.partials]
-    partial = frame.group_by(keys).agg(aggs or [pl.len().alias("__dp_rows")])
+    measures = [c.measure for c in plan.calibrated if c.measure.key in layout.partials]
+    aggs: Basics = {}
+    for m in measures:
+        aggs.update(basics(m, layout.values.get(m.key)))
+    rows = row_columns(plan, layout)
+    source = frame.with_columns(**rows) if rows else frame
+    grouped = source.group_by(keys).agg(**aggs) if aggs else source.group_by(keys).agg(pl.len().alias("__dp_len"))
+    partial = grouped.select(*keys, *[partial_expr(m, layout.values.get(m.key)).alias(layout.partials[m.key])
+                                      for m in measures])
     if not layout.groups:
         return partial
     schema = schema_of(partial)

@@ -201,6 +201,10 @@ class SqlTask:
             return None
         listed = frames.lists[KEYS_ROLE]
         frame = listed if isinstance(listed, pl.LazyFrame) else listed.lazy()
+        missing = [n for n in self.query.group_names if n not in schema_of(frame)]
+        if missing:
+            raise DataError(f"the list of groups lacks column {missing[0]!r} (it needs the GROUP BY keys' output "
+                            f"names: {', '.join(self.query.group_names)})")
         casts = [pl.col(name).cast(schema[g], strict=True).alias(g)
                  for name, g in zip(self.query.group_names, layout.groups, strict=True)]
         try:
