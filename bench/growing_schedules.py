@@ -10,17 +10,22 @@ the whole year (the pure ones are (1, 0)-DP, which is stronger):
   exact sizes (the paper's setting, which dpcli no longer uses: the reference);
 * ``bbscheduler-noisy``: what ``--scheduler bbscheduler`` does (issue 29): the same on noisy sizes,
   with ñ, γ and the crossing tests of dpcli.core.schedules paid from ε/10, the releases from 9ε/10;
+* ``bbscheduler-pure``: the same with δ = 0, what ``--schedule NAME --total-epsilon 1`` does by default
+  (issue 31): (1, 0)-DP, its ε_i summed;
 * ``bbimprover-rows``: Algorithm 2 as printed, t = the snapshot's rows, c = 0.1;
 * ``bbimprover-runs``: dpcli's cron form, t = the run's number k, c = 0.1 (the default);
 * ``fixed-365``: the same ε every day, chosen so that 365 runs compose (CDP, Theorem 4) to exactly
   (1, 10^-6): it lasts the year because it knows the year has 365 runs;
+* ``fixed-pure``: what ``--scheduler fixed --epsilon 1/365 --total-epsilon 1`` does (dpcli's fixed
+  composes pure runs by their sum): ε = 1/365 every day, (1, 0)-DP over the year;
 * ``naive``: the baseline the paper argues against, a fixed ε = 0.05 per run (pure, summed), which
   runs out after 20 days; afterwards the last release is served, stale.
 
 Per day: the mean absolute error of the released *fractions* (count / current size) against the
-current snapshot, averaged over 20 noise seeds, and the (ε, δ) spent so far (CDP composition of
+current snapshot, averaged over 20 noise seeds, the (ε, δ) spent so far (CDP composition of
 the runs made for the δ > 0 schedules, the sum for the pure ones; plus the size estimates committed
-for bbscheduler-noisy). Theorem 10's bound for
+for bbscheduler-noisy and -pure), and the 95% margin of a count in the release served that day (its
+discrete Laplace noise at sensitivity 1, in units). Theorem 10's bound for
 BBScheduler, α ≈ C·(ln(1/β)/(ε n))^{1/3} with C = 1, β = 0.05 and n = 10^4, is drawn for scale.
 Writes ``bench/growing_schedules.png`` with dpcli's own plotting module (``dpcli.plot.figure``) and
 prints the tables of ``bench/growing_schedules.md``.
@@ -36,6 +41,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpcli.core import mechanisms
 from dpcli.core import schedules as sch
 from dpcli.core.prf import KeyedStream
 from dpcli.core.samplers import discrete_laplace
@@ -47,8 +53,9 @@ GROUPS = 10
 TRIALS = 20
 C = sch.DEFAULT_IMPROVER_C
 NAIVE = Fraction(1, 20)
+FIXED_PURE = Fraction(math.floor(10**15 / DAYS), 10**15)  # 1/365, rounded down as dpcli's per-run ε
 BETA = 0.05
-SHOW = (0, 29, 89, 179, 364)
+SHOW = (0, 6, 29, 89, 179, 364)
 
 
 def fixed_cdp_epsilon(runs: int, total: float, delta: float) -> Fraction:
@@ -60,14 +67,14 @@ def fixed_cdp_epsilon(runs: int, total: float, delta: float) -> Fraction:
     return Fraction(math.floor(lo * 10**15), 10**15)
 
 
-def noisy_epochs(sizes: np.ndarray) -> tuple[list[int | None], list[Fraction], Fraction]:
+def noisy_epochs(sizes: np.ndarray, delta: float = DELTA) -> tuple[list[int | None], list[Fraction], Fraction]:
     """bbscheduler with dpcli's noisy sizes (one row per unit): per day the epoch started (None: the
     cached release) and the size ε committed so far; and γ. One decision path, from a fixed stream."""
     def day_stream(day: int) -> KeyedStream:
         return KeyedStream(hashlib.sha256(f"growing/sizes/{day}".encode()).digest(), "bench")
 
     start = sch.noisy_start(day_stream(0).child("start"), int(sizes[0]), TOTAL)
-    gamma = sch.default_gamma(float(sch.release_total(TOTAL)), start, DELTA, BETA)
+    gamma = sch.default_gamma(float(sch.release_total(TOTAL)), start, delta, BETA)
     epochs: list[int | None] = [0]
     test_eps = sch.crossing_epsilon(1, gamma, TOTAL)
     rho = sch.threshold_noise(day_stream(0).child("threshold/1"), test_eps)
@@ -108,8 +115,11 @@ def main(out: str = "bench/growing_schedules.png") -> None:
     n0 = int(sizes[0])
     gamma = sch.default_gamma(float(TOTAL), n0, DELTA, BETA)
     fixed_eps = fixed_cdp_epsilon(DAYS, float(TOTAL), DELTA)
-    names = ["bbscheduler", "bbscheduler-noisy", "bbimprover-rows", "bbimprover-runs", "fixed-365", "naive"]
+    names = ["bbscheduler", "bbscheduler-noisy", "bbscheduler-pure", "bbimprover-rows", "bbimprover-runs",
+             "fixed-365", "fixed-pure", "naive"]
     noisy, committed, noisy_gamma = noisy_epochs(sizes)
+    pure_epochs, pure_committed, pure_gamma = noisy_epochs(sizes, 0.0)
+    margins: dict[str, list[int]] = {k: [] for k in names}
     errors: dict[str, list[float]] = {k: [] for k in names}
     spent: dict[str, list[float]] = {k: [] for k in names}
     runs: dict[str, list[Fraction]] = {k: [] for k in names}
@@ -122,6 +132,7 @@ def main(out: str = "bench/growing_schedules.png") -> None:
             "bbimprover-rows": sch.bbimprover_epsilon(size, TOTAL, DELTA, C),
             "bbimprover-runs": sch.bbimprover_epsilon(day + 1, TOTAL, DELTA, C),
             "fixed-365": fixed_eps,
+            "fixed-pure": FIXED_PURE,
         }
         if epoch != epoch_now:
             todays["bbscheduler"] = sch.bbscheduler_epsilon(epoch, gamma, TOTAL, DELTA)
@@ -129,6 +140,9 @@ def main(out: str = "bench/growing_schedules.png") -> None:
         if noisy[day] is not None:
             todays["bbscheduler-noisy"] = sch.bbscheduler_epsilon(noisy[day], noisy_gamma, sch.release_total(TOTAL),
                                                                   DELTA)
+        if pure_epochs[day] is not None:
+            todays["bbscheduler-pure"] = sch.bbscheduler_epsilon(pure_epochs[day], pure_gamma,
+                                                                 sch.release_total(TOTAL), 0.0)
         if sum(runs["naive"]) + NAIVE <= TOTAL:
             todays["naive"] = NAIVE
         for name in names:
@@ -136,13 +150,17 @@ def main(out: str = "bench/growing_schedules.png") -> None:
                 runs[name].append(todays[name])
                 cached[name] = release(todays[name], size, name)
             errors[name].append(float(np.abs(cached[name] - now).mean()))
-            pure = name == "naive"
+            margins[name].append(mechanisms.laplace(1, runs[name][-1]).margin95())
+            pure = name in ("naive", "bbscheduler-pure", "fixed-pure")
             spent[name].append(float(sum(runs[name])) if pure else sch.cdp_total(runs[name], DELTA))
         spent["bbscheduler-noisy"][-1] += float(committed[day])
+        spent["bbscheduler-pure"][-1] += float(pure_committed[day])
     bound = (math.log(1 / BETA) / (float(TOTAL) * n0)) ** (1 / 3)
 
     print(f"bbscheduler-noisy: γ = {float(noisy_gamma):.4f}, {sum(e is not None for e in noisy)} runs, last epoch "
           f"{max(e for e in noisy if e is not None)}")
+    print(f"bbscheduler-pure: γ = {float(pure_gamma):.4f}, {sum(e is not None for e in pure_epochs)} runs, last epoch "
+          f"{max(e for e in pure_epochs if e is not None)}")
     print(f"γ = {float(gamma):.4f}: {epoch_now + 1} bbscheduler epochs over {DAYS} days; fixed-365: "
           f"ε = {float(fixed_eps):.5f} per run; Theorem 10 bound (C = 1): α ≈ {bound:.3g}")
     print("\nMean |error| of the released fractions (20 noise seeds):\n")
@@ -150,11 +168,16 @@ def main(out: str = "bench/growing_schedules.png") -> None:
     print("|---:|---:|" + "---:|" * len(names))
     for d in SHOW:
         print(f"| {d + 1} | {int(sizes[d]):,} | " + " | ".join(f"{errors[k][d]:.2e}" for k in names) + " |")
-    print("\nε spent so far (CDP composition for δ = 10^-6; the sum for naive), of ε = 1 reserved:\n")
+    print("\nε spent so far (CDP composition for δ = 10^-6; the sum for the pure ones), of ε = 1 reserved:\n")
     print("| day | " + " | ".join(names) + " |")
     print("|---:|" + "---:|" * len(names))
     for d in SHOW:
         print(f"| {d + 1} | " + " | ".join(f"{spent[k][d]:.4f}" for k in names) + " |")
+    print("\n95% margin of a count in the release served that day (discrete Laplace, sensitivity 1):\n")
+    print("| day | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for d in SHOW:
+        print(f"| {d + 1} | " + " | ".join(f"±{margins[k][d]:,}" for k in names) + " |")
     print("\nruns made: " + ", ".join(f"{k} {len(v)}" for k, v in runs.items()))
 
     from dpcli.plot.figure import _pyplot, save

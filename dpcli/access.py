@@ -359,17 +359,22 @@ class Gate:
 
     def write(self, path: str, data: bytes, what: str = "output", mode: int = 0o644) -> None:
         """Write ``data`` to ``path`` atomically once :meth:`check_write` allows it (:class:`OutputError`
-        when the system refuses). For a service-mode analyst the file is written through its directory,
-        opened from their output directory without following symlinks (:mod:`dpcli.io.beneath`), so a
-        directory swapped for a symlink after the check cannot lead the write elsewhere (exit 2)."""
+        when the system refuses); in personal mode a device or a pipe is written in place
+        (:func:`dpcli.state.atomic.writes_in_place`). For a service-mode analyst the file is written
+        through its directory, opened from their output directory without following symlinks
+        (:mod:`dpcli.io.beneath`), so a directory swapped for a symlink after the check cannot lead the
+        write elsewhere (exit 2)."""
         from dpcli.errors import OutputError, os_reason
-        from dpcli.state.atomic import atomic_write_at, atomic_write_bytes
+        from dpcli.state.atomic import atomic_write_at, atomic_write_bytes, write_in_place, writes_in_place
 
         self.check_write(path, what)
         target = Path(path)
         try:
             if not self.restricted:
-                atomic_write_bytes(target, data, mode)
+                if writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
+                    write_in_place(target, data)
+                else:
+                    atomic_write_bytes(target, data, mode)
                 return
             directory = self._output_dir_fd(os.path.realpath(target.parent), _outside(what))
             try:

@@ -62,12 +62,26 @@ def empty_release(what: str) -> Note:
     return Note(f"0 {what} released: no group was supported by enough privacy units to pass the threshold")
 
 
-def small_run_epsilon(run_epsilon: float, total_epsilon: float) -> Note | None:
-    """A scheduled run that used under 1% of its schedule's total ε (early runs do: their noise is large)."""
+def small_run_epsilon(run_epsilon: float, total_epsilon: float, scheduler: str = "bbscheduler") -> Note | None:
+    """A scheduled run that used under 1% of its schedule's total ε (early runs do: their noise is large). A
+    growing-data scheduler keeps most of its total for runs far ahead: when the number of runs is known,
+    ``fixed`` spends it evenly (docs/commands/schedules.md, "Which scheduler")."""
     if not run_epsilon < total_epsilon / 100:
         return None
+    hint = ("; if you know how many runs there will be, compare --scheduler fixed, which spends the total evenly "
+            "over them (--dry-run --rows … --runs N shows both)") if scheduler != "fixed" else ""
     return Note(f"this run of the schedule used ε = {run_epsilon:.3g} of its total {total_epsilon:g}: early runs get a "
-                "small share, so expect much noise until the data has grown")
+                f"small share, so expect much noise until the data has grown{hint}")
+
+
+def schedule_backfill(label: dict[str, Any]) -> Note | None:
+    """A bbscheduler backfill answered with the release in force at its moment (made on an earlier snapshot)."""
+    if "in_force_through" not in label:
+        return None
+    made = f", made through {label['made_through']}" if label.get("made_through") else ""
+    return Note(f"a backfill: through {label['in_force_through']} the schedule's release in force was that of epoch "
+                f"{label.get('epoch')}{made}; bbscheduler starts epochs only as the data grow, never on an older "
+                "snapshot, so this is that release again (free)")
 
 
 def improver_c_without_gain(scheduler: str, c: float) -> Note | None:
@@ -98,11 +112,52 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     if table.height == 0 and query.domain != "keys":
         notes.append(empty_release("groups"))
     notes += _mostly_noise_columns(query, plan, table)
+    if "mean" in query.aggregations and table.height:
+        notes += mean_near_bounds(f"mean_{query.value}", table[f"mean_{query.value}"].to_list(), *query.bounds)
+    if query.with_error and query.quantiles:
+        notes.append(_quantiles_without_margin(query, plan))
     defaulted = set(defaulted)
     counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
     notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
                           "max_partitions" in defaulted)
     return notes
+
+
+#: A released mean within this fraction of the bounds' width from a bound gets a note (clamping bias).
+NEAR_BOUND = 0.025
+
+
+def mean_near_bounds(column: str, values: Sequence[Any], lo: float, hi: float) -> list[Note]:
+    """A note for each bound that released means lie within :data:`NEAR_BOUND` of the width of.
+
+    Values beyond the bounds are clamped to them, and a mean close to a bound says many values lie
+    close to it, so likely some beyond it too: the mean is then pulled inwards. Decided from the
+    released means and the public bounds only."""
+    near = NEAR_BOUND * (hi - lo)
+    means = [float(v) for v in values if v is not None]
+    notes = []
+    for edge, count in ((lo, sum(m <= lo + near for m in means)), (hi, sum(m >= hi - near for m in means))):
+        if count:
+            notes.append(Note(
+                f"{column}: {count} released mean(s) lie within {NEAR_BOUND:.1%} of the bounds' width of {edge:g}; "
+                f"values beyond {{0}} are clamped to it, which may bias these means inwards: widen {{0}} if values "
+                f"can lie beyond {edge:g}", "bounds"))
+    return notes
+
+
+def _quantiles_without_margin(query: Any, plan: Any) -> Note:
+    """The note that quantiles get no margin column, with their rank margins instead."""
+    from dpcli.tasks.histogram import quantile_measurement, quantile_rank_margin
+
+    parts = []
+    for aggregation in query.aggregations:
+        name = quantile_measurement(aggregation)
+        if name is not None:
+            rank = quantile_rank_margin(plan.measurements[name])
+            parts.append(f"{aggregation}_{query.value} ±{rank:.3g} rows")
+    return Note("quantiles have no margin column: the exponential mechanism bounds their error in rank only (95%: "
+                f"{', '.join(parts)} beyond the best candidate's rank), and released values cannot turn a rank "
+                "into a value interval (docs/histogram.md)")
 
 
 def _mostly_noise_columns(query: Any, plan: Any, table: Any) -> list[Note]:

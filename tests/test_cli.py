@@ -37,7 +37,8 @@ def test_usage_error_exit_2():
     assert cli("nosuchcommand").exit_code == 2
 
 
-def test_verbose_prints_the_traceback_and_the_error_line():
+def test_verbose_prints_the_traceback_and_the_error_line(state_dir):
+    state_dir.mkdir()  # no ledger in it: exit 77
     r = cli("-v", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
     assert r.exit_code == 77
     assert "Traceback (most recent call last)" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("dpcli: error:")

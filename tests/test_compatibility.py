@@ -44,16 +44,29 @@ def test_an_old_ledger_opens_after_the_reseal_of_a_move(old_state):
 
 
 def test_an_old_stream_state_runs_on(old_state):
+    """A state written before issue 31 (no kept events, no run end): its last run is a free retry, new
+    events run on under the reservation it made, and events past --through are kept from now on."""
     assert cli("budget", "verify", "--reseal").exit_code == 0
-    args = ["stream-replay", "events.csv", "--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d",
+    args = ["stream-replay", "--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "1d",
             "--triggers", "2", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-7",
             "--state", "stream.state"]
-    again = cli(*args, "--through", "2026-11-02T00:00:00Z")  # the run it recorded: a free repeat
-    assert again.exit_code == 0, again.stderr
-    later = cli(*args, "--through", "2026-11-03T00:00:00Z")
-    assert later.exit_code == 0, later.stderr
+    again = cli(args[0], "events.csv", *args[1:], "--through", "2026-11-02T00:00:00Z")  # the run it recorded
+    assert again.exit_code == 0 and "a retry" in again.stderr, again.stderr
+    day2 = old_state / "day2.csv"
+    day2.write_text("ts,user,page\n" + "".join(f"2026-11-02T{h:02d}:30:00Z,w{h}-{i},/p/{i % 3}\n"
+                                              for h in range(24) for i in range(40)))
+    noon = cli(args[0], day2, *args[1:], "--through", "2026-11-02T12:00:00Z")
+    assert noon.exit_code == 0, noon.stderr
+    assert cli(args[0], "events.csv", *args[1:], "--through", "2026-11-02T00:00:00Z").exit_code == 2  # a rewrite
+    body = json.loads((old_state / "stream.state").read_text())["body"]
+    assert body["stream"]["kept"] and body["last"]["until"] == "2026-11-02T12:00:00+00:00"
+    empty = old_state / "none.csv"
+    empty.write_text("ts,user,page\n")
+    night = cli(args[0], empty, *args[1:], "--through", "2026-11-03T00:00:00Z")
+    assert night.exit_code == 0 and night.stdout.count("\n") > 1, night.stderr  # the afternoon's kept events
     history = json.loads(cli("budget", "history", "--json").stdout)
     assert not any(e["events"] for e in history[6:])  # covered by the old reservation: nothing new charged
+    assert [e["replay_of"] is not None for e in history[-3:]] == [True, False, False]
 
 
 def test_an_old_one_shot_query_is_charged_once_more(old_state):

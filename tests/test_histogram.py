@@ -269,7 +269,8 @@ def test_cli_bad_records_and_no_rows_are_released_not_refused(tmp_path, content)
     assert len(entries()) == 1
 
 
-def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path):
+def test_cli_without_ledger_and_br_ledger_charges_alg5(data_file, tmp_path, state_dir):
+    state_dir.mkdir()  # no ledger in it: exit 77
     r = hist_cli(data_file, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6")
     assert r.exit_code == 77 and "budget init" in r.stderr
     init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",

@@ -439,7 +439,8 @@ def test_bad_values_give_one_line_and_exit_2():
     assert cli("budget", "init", "../evil", "--epsilon", "1").exit_code == 2
 
 
-def test_missing_ledger_is_budget_refusal():
+def test_missing_ledger_is_budget_refusal(state_dir):
+    state_dir.mkdir()  # no ledger in it: exit 77 (a state directory that does not exist: 78)
     r = cli("budget", "show", "ghost")
     assert r.exit_code == 77 and "budget init ghost" in r.stderr
 

@@ -271,7 +271,9 @@ def test_cli_state_mode_matches_full_replay_and_charges_once(tmp_path):
     h = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
     charged = [e for e in h if e["events"]]
     assert len(charged) == 1 and charged[0]["events"][0]["epsilon"] == "6"
-    assert sum(1 for e in h if e.get("covered_by") == charged[0]["seq"]) == 8
+    covered = [e for e in h if e.get("covered_by") == charged[0]["seq"]]
+    assert len(covered) == 9 and [e["replay_of"] for e in covered].count(None) == 8  # 8 runs and the retry
+    assert covered[-1]["replay_of"] == covered[-2]["seq"] and not covered[-1]["events"]
     late = runner.invoke(app, ["stream-replay", str(days[3]), *args, "--state", str(state), "--through", "2026-11-06"])
     assert late.exit_code == 0 and late.stdout.count("\n") == 1, late.stderr  # late events dropped: no rows
     assert "already" not in late.stderr
@@ -302,7 +304,7 @@ def test_cli_state_refuses_mismatch_corruption_and_open_permissions(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("ts,user,page\n")
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-01"])
-    assert r.exit_code == 2 and "already run the triggers up to 2026-11-01T12:00:00" in r.stderr
+    assert r.exit_code == 2 and "already ran up to 2026-11-01T12:00:00+00:00 with another input" in r.stderr
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-03"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(state.read_text())["body"]["stream"]["windows"] == []  # the first window is complete
@@ -389,7 +391,10 @@ def test_noise_only_prefixes_equal_honaker_on_zero_leaves_bit_for_bit():
         assert np.array_equal(tree.noise_only_prefixes(noise, 7.3, n), tree.honaker_prefixes(np.zeros((20, n)), noise, 7.3))
 
 
-def test_stream_replay_with_error_adds_the_worst_trigger_margin(tmp_path):
+def test_stream_replay_with_error_adds_each_triggers_margin(tmp_path):
+    """A value released at trigger t comes from a tree of at most t leaves: its margin is
+    1.96·√(max λ²(i), i ≤ t) + ½ (the rounding of the released count), from the public noise scale;
+    the dry run's worst is the last trigger's."""
     from dpcli.core import tree
 
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
@@ -400,10 +405,15 @@ def test_stream_replay_with_error_adds_the_worst_trigger_margin(tmp_path):
             "--triggers", "8", "--max-contributions", "1", "--epsilon", "5", "--delta", "1e-6", "--through", "2026-11-02"]
     plan = json.loads(cli(*args, "--dry-run", "--json").stdout)
     sigma = plan["perturbation"]["sigma_count"]
-    expected = 1.96 * math.sqrt(tree.prefix_variances(sigma**2, 8).max())
-    assert plan["moe95"]["count"] == pytest.approx(expected, rel=1e-9)
+    variances = tree.prefix_variances(sigma**2, 8)
+    expected = [1.96 * math.sqrt(variances[:t].max()) + 0.5 for t in range(1, 9)]
+    assert plan["moe95"]["count"] == pytest.approx(expected[-1], rel=1e-9)
+    assert plan["moe95_by_trigger"]["count"] == pytest.approx(expected, rel=1e-9)
+    assert expected[0] < expected[-1]
     r = cli(*args, "--with-error", "--format", "json")
     assert r.exit_code == 0, r.stderr
     rows = json.loads(r.stdout)
     # Shown rounded up to two significant digits: never below the margin, at most 10% above it.
-    assert rows and all(expected <= row["count_moe95"] <= expected * 1.1 for row in rows)
+    assert rows and all(expected[row["trigger"] - 1] <= row["count_moe95"] <= expected[row["trigger"] - 1] * 1.1
+                        for row in rows)
+    assert len({row["trigger"] for row in rows}) > 1

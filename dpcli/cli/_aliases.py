@@ -1,19 +1,27 @@
-"""Old option spellings, kept working for one minor release (see docs/vocabulary.md).
+"""The command line as typer gets it: old option spellings rewritten, and global options moved before the command.
+
+Old option spellings are kept working for one minor release (see docs/vocabulary.md).
 
 Every concept has one name across commands (``--by``, ``--keys``, ``--max-contributions``,
 ``--bounds``, ``--max-groups``, ``--dry-run``, ``rdp``). The spellings used before 0.2 are
 rewritten here, before typer parses the command line, with a one-line deprecation note on
 stderr; they appear in no ``--help`` or man page. Only tokens after the command's name are
 rewritten, and nothing after a ``--``.
+
+The root's (global) options may also be given after the command (``dpcli histogram … -q``, the way
+cron lines and Makefiles append them): :func:`hoist_root_options` moves them before it.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 #: Root options that take a value (their value is never a command name).
 ROOT_VALUE_OPTIONS = frozenset({"--state-dir", "--analyst", "--lock-timeout"})
+#: Root options that take no value: the counted ``-q``/``-v`` (also as ``-qq``, ``-vv``) and their long names.
+ROOT_FLAGS = re.compile(r"-[qv]+|--quiet|--verbose")
 
 #: command path → {old flag: new flag}.
 RENAMED: dict[tuple[str, ...], dict[str, str]] = {
@@ -122,3 +130,43 @@ def expand_aliases(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         out.extend(tokens)
         i += used
     return out, rewriter.notes
+
+
+def _root_option(token: str) -> int:
+    """How many tokens a root option starting at ``token`` takes (``--state-dir DIR``: 2); 0 if it is none."""
+    if ROOT_FLAGS.fullmatch(token):
+        return 1
+    flag, eq, _ = token.partition("=")
+    if flag in ROOT_VALUE_OPTIONS:
+        return 1 if eq else 2
+    return 0
+
+
+def hoist_root_options(argv: Sequence[str],
+                       value_options: Callable[[tuple[str, ...]], frozenset[str]]) -> list[str]:
+    """``argv`` with the root's options that follow the command moved before it:
+    ``histogram f.csv --by a -q --state-dir S`` becomes ``-q --state-dir S histogram f.csv --by a``.
+
+    A token is the command's when it is the value of the command's option before it
+    (``value_options(path)``: the command's options that take a value, asked only when a root option
+    may follow the command, since building typer's command costs a few tens of ms), and nothing
+    after ``--`` moves. No command shares a name with a root option (``tests/test_small_stumbles.py``).
+    """
+    args = list(argv)
+    path, start = _command_path(args)
+    tail = args[start:args.index("--") if "--" in args[start:] else len(args)]
+    if not path or not any(_root_option(t) for t in tail):
+        return args
+    takes_value = value_options(path)
+    hoisted: list[str] = []
+    kept: list[str] = []
+    i = start
+    while i < start + len(tail):
+        size = _root_option(args[i])
+        if not size:
+            size = 2 if args[i] in takes_value else 1
+            kept.extend(args[i:i + size])
+        else:
+            hoisted.extend(args[i:i + size])
+        i += size
+    return [*hoisted, *args[:start], *kept, *args[i:]]

@@ -16,8 +16,11 @@ from dpcli.core.exact import to_fraction
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
+    from datetime import datetime
+
     from dpcli.release.schedules import ScheduleSpec
     from dpcli.spark.engine import EngineRequest
+    from dpcli.tasks import ExpectedSize
 
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
 MAX_NUMBER_TEXT = 100
@@ -167,13 +170,14 @@ InputFormatOpt = Annotated[
 ]
 DelimiterOpt = Annotated[
     str | None, typer.Option("--delimiter", "-d", help="CSV field separator of the input: one character, or 'tab' "
-                                                       "(default ',').")
+                                                       "(default ',', and tab for a .tsv or .tab file).")
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")
 ]
 FormatOpt = Annotated[
-    str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from -o, else csv).")
+    str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from the extension of "
+                             "-o; csv for stdout, a name without one, or a device or pipe such as /dev/null).")
 ]
 JsonOpt = Annotated[
     bool,
@@ -228,10 +232,23 @@ ImproverIndexOpt = Annotated[
                  "printed) is refused for new schedules; one made with it counts runs from now on."),
 ]
 
+ThroughOpt = Annotated[
+    str | None,
+    typer.Option("--through", help="--schedule: the moment this run's snapshot holds data through (e.g. the day "
+                 "of a daily job): its retry is a free replay, another input for it is refused, an earlier moment "
+                 "is a backfill."),
+]
+RunsOpt = Annotated[
+    int | None,
+    typer.Option("--runs", help="With --dry-run: how many of the next runs to plan (--schedule: default 30, a month "
+                 "of daily runs; stream-replay: default 1).", min=1, max=100_000, show_default=False),
+]
+
 
 @dataclass(frozen=True)
 class ScheduleOptions:
-    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it)."""
+    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it; ``through`` is a run's,
+    :func:`schedule_through`; ``runs``, a dry run's: how many runs it plans, None for the default)."""
 
     name: str | None
     scheduler: str = "bbscheduler"
@@ -241,6 +258,8 @@ class ScheduleOptions:
     beta: str = "0.05"
     improver_c: str | None = None
     improver_index: str | None = None
+    through: str | None = None
+    runs: int | None = None
 
 
 def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_run: bool = False) -> ScheduleSpec | None:
@@ -252,8 +271,10 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
     if o.name is None:
         _refuse_schedule_options(o)
         return None
-    if dry_run:
-        raise UsageError("--dry-run does not apply to --schedule (each run's ε depends on the data's growth)")
+    if dry_run and o.through is not None:
+        raise UsageError("--through names a run's snapshot, and a dry run reads none: drop --through")
+    if not dry_run and o.runs is not None:
+        raise UsageError("--runs says how many runs a dry run plans: add --dry-run")
     if o.scheduler not in sch.SCHEDULERS:
         raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {o.scheduler!r}")
     total, delta, gamma, beta = _schedule_budget(o)
@@ -267,8 +288,15 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
 
 
 def _refuse_schedule_options(o: ScheduleOptions) -> None:
-    if o.total_epsilon or o.total_delta or o.gamma:
-        raise UsageError("--total-epsilon, --total-delta and --gamma need --schedule NAME")
+    if o.total_epsilon or o.total_delta or o.gamma or o.through or o.runs:
+        raise UsageError("--total-epsilon, --total-delta, --gamma, --through and --runs need --schedule NAME")
+
+
+def schedule_through(options: ScheduleOptions) -> datetime | None:
+    """``--through``: the public moment a scheduled run's snapshot holds data through (None when absent)."""
+    from dpcli.cli._times import parse_moment
+
+    return None if options.through is None else parse_moment(options.through)
 
 
 def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:
@@ -318,6 +346,34 @@ def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, d
         raise UsageError(f"--scheduler {o.scheduler} sets each run's ε itself; drop --epsilon")
     if o.scheduler == "bbimprover" and not delta:
         raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
+
+
+# The expected size: a size the user states where a plan needs one (sizes are private: never read).
+RowsOpt = Annotated[
+    str | None,
+    typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, or FIRST:LAST growing "
+                 "over the runs planned (for bbscheduler: privacy units); stated, never read from the data.",
+                 show_default=False),
+]
+#: The largest size --rows takes (a trillion rows).
+MAX_ROWS = 10**12
+
+
+def expected_size(text: str | None, dry_run: bool, scheduled: bool) -> ExpectedSize | None:
+    """``--rows N`` or ``--rows FIRST:LAST`` (whole numbers in [1, 10^12]); only a dry run plans with it."""
+    from dpcli.tasks import ExpectedSize
+
+    if text is None:
+        return None
+    if not (dry_run and scheduled):
+        raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule")
+    parts = text.split(":")
+    if len(parts) > 2 or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
+        raise UsageError(f"--rows must be N or FIRST:LAST in whole numbers (e.g. 10000:50000), got {text!r}")
+    first, last = int(parts[0]), int(parts[-1])
+    if not (1 <= first <= MAX_ROWS and 1 <= last <= MAX_ROWS):
+        raise UsageError(f"--rows must lie in [1, 10^12], got {text!r}")
+    return ExpectedSize(first, last)
 
 
 def engine_request(engine: str, master: str | None, remote: str | None, conf: list[str] | None) -> EngineRequest:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,7 +18,7 @@ from dpcli.cli import sql as sql_cli
 from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
-from dpcli.cli._aliases import expand_aliases
+from dpcli.cli._aliases import expand_aliases, hoist_root_options
 from dpcli.cli._common import Settings, handles_errors
 from dpcli.state.paths import default_state_dir, validate_analyst
 
@@ -32,7 +32,8 @@ app = typer.Typer(
     name="dpcli",
     help=(
         "Differentially private statistics from CSV/Parquet files, with a local "
-        "privacy-budget ledger. Data goes to stdout or -o; messages to stderr."
+        "privacy-budget ledger. Data goes to stdout or -o; messages to stderr. Global options may also "
+        "follow the command."
     ),
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell
@@ -150,6 +151,7 @@ def main(argv: list[str] | None = None) -> None:
         gc.freeze()
     warnings.simplefilter("ignore")
     args, notes = expand_aliases(sys.argv[1:] if argv is None else argv)
+    args = hoist_root_options(args, _value_options)
     if _completion_asked(args):
         _refuse_completion_in_service_mode()
     if not {"-q", "--quiet"} & set(args):
@@ -160,6 +162,18 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if own_process:
             gc.freeze()
+
+
+def _value_options(path: tuple[str, ...]) -> frozenset[str]:
+    """The options of the command ``path`` (``("budget", "show")``) that take a value, from typer's command."""
+    command: Any = typer.main.get_command(app)
+    for name in path:
+        command = getattr(command, "commands", {}).get(name)
+        if command is None:
+            return frozenset()
+    return frozenset(opt for p in command.params
+                     if p.param_type_name == "option" and not p.is_flag and not p.count
+                     for opt in (*p.opts, *p.secondary_opts))
 
 
 def _completion_asked(args: list[str]) -> bool:

@@ -112,6 +112,7 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
         "replays": sum(1 for e in led.current_entries() if e.get("replay_of")),
         "entries": len(led.entries),
         "schedules": _schedule_summaries(led),
+        "streams": ledger.stream_summaries(led),
     }
 
 
@@ -176,6 +177,12 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
             f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s){epochs}, "
             f"ε spent {sc['epsilon_spent']} of {sc['epsilon_reserved']} reserved"
         )
+    for st in data["streams"]:
+        reserved = "; ".join(", ".join(f"{k}={_readable(v)}" for k, v in ev.items() if k in ("epsilon", "delta", "rho"))
+                             for ev in st["reserved"])
+        retries = f", {st['retries']} retr{'y' if st['retries'] == 1 else 'ies'}" if st["retries"] else ""
+        lines.append(f"stream       {st['name'] or 'reserved'} (entry #{st['entry']}): {st['runs']} run(s){retries}, "
+                     f"{reserved} reserved")
     if sys.stdout.isatty():  # on a terminal, the spending as a chart too (--plot - draws it anywhere)
         from dpcli.cli.plot import terminal_width
         from dpcli.plot.budget_view import timeline

@@ -24,19 +24,24 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    RowsOpt,
+    RunsOpt,
     ScheduleOpt,
     ScheduleOptions,
     SchedulerOpt,
     SparkConfOpt,
+    ThroughOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
     bounds,
     columns,
     engine_request,
+    expected_size,
     positive,
     probability,
     schedule_spec,
+    schedule_through,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.io.opening import hash_early
@@ -95,7 +100,8 @@ def histogram(
         int, typer.Option("--max-groups", help="--selection unklap: consider the top d̄ groups.", min=1, max=10**7)
     ] = 1000,
     with_error: Annotated[
-        bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")
+        bool, typer.Option("--with-error", help="Add 95% margins of error: a _moe95 column after each count, "
+                           "sum, mean and variance (quantiles: a note with their rank margin).")
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
@@ -109,6 +115,9 @@ def histogram(
     beta: BetaOpt = "0.05",
     improver_c: ImproverCOpt = None,
     improver_index: ImproverIndexOpt = None,
+    through: ThroughOpt = None,
+    rows: RowsOpt = None,
+    runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -129,7 +138,7 @@ def histogram(
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import release
-    from dpcli.cli.render import output_target, show_plan, write_release
+    from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
     query = HistogramQuery(
@@ -142,16 +151,19 @@ def histogram(
         max_groups=max_groups, with_error=with_error)
     task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
                          unit_label=unit_word())
-    spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                                         improver_index), query.epsilon, dry_run)
+    options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
+                              through, runs)
+    spec = schedule_spec(options, query.epsilon, dry_run)
+    size = expected_size(rows, dry_run, spec is not None)
     ledger = payer(ctx)
+    sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     if dry_run:
-        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
+        show_dry_run(task, sources, ledger, spec, size, runs, as_json)
         return
     target = output_target(output, out_format, as_json)
-    sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
+    continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
-                       early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
+                       early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import typer
@@ -15,7 +16,12 @@ import typer
 from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.errors import UsageError
 from dpcli.io.outputs import output_format_for, rounded, write_output
-from dpcli.release.path import Output, Planned, Release, cost_text, grid_step
+from dpcli.release.inputs import Sources
+from dpcli.release.path import LedgerRef, Output, Planned, Release, cost_text, grid_step, plan
+
+if TYPE_CHECKING:
+    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.tasks import ExpectedSize, Task
 
 
 def output_target(output: str | None, out_format: str | None, as_json: bool) -> Output:
@@ -38,6 +44,19 @@ def _refuse_conflicts(fmt: str, out_format: str | None, to_stdout: bool, as_json
         raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
 
 
+def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: ScheduleSpec | None,
+                 size: ExpectedSize | None, runs: int | None, as_json: bool) -> None:
+    """``--dry-run`` of ``histogram`` or ``topk``: the release's plan, or with ``--schedule`` its next runs'
+    (:func:`dpcli.release.schedule_plan.plan_schedule`, imported only then)."""
+    if schedule is None:
+        planned = plan(task, payer)
+    else:
+        from dpcli.release.schedule_plan import DEFAULT_RUNS, plan_schedule
+
+        planned = plan_schedule(task, sources, payer, schedule, size, runs or DEFAULT_RUNS)
+    show_plan(planned, payer.analyst, as_json)
+
+
 def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     """``--dry-run``: the calibration (each measurement's noise and 95% margin in output units), the
     cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json``."""
@@ -46,6 +65,9 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     doc = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}
     if as_json:
         emit_json(doc)
+        return
+    if "schedule" in plan:
+        typer.echo("\n".join(schedule_plan_lines(plan, analyst, refused)))
         return
     lines = ["dry run: no data read, nothing charged"]
     for name, m in (plan.get("calibration") or {}).items():
@@ -56,12 +78,131 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
     if plan.get("threshold") is not None:
         lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    if plan.get("stream"):
+        lines += _stream_plan_lines(plan)
     lines.append("  cost: " + (cost_text(planned.events) or "nothing"))
     if refused is None:
         lines.append(f"  ledger {analyst!r}: would accept this release")
     else:
         lines.append(f"  ledger {analyst!r}: would refuse it: {refused}")
     typer.echo("\n".join(lines))
+
+
+def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
+    """A stream-replay dry run (:func:`dpcli.release.streams.plan_runs`): margins over a window's triggers,
+    the state, the triggers the next run executes and the runs' costs."""
+    stream = plan["stream"]
+    lines = []
+    for column, margins in (plan.get("moe95_by_trigger") or {}).items():
+        shown = sorted({1, (len(margins) + 1) // 2, len(margins)})
+        lines.append(f"  {column}: 95% margin " + ", ".join(f"±{margins[t - 1]:.4g} at trigger {t}" for t in shown)
+                     + f" of {len(margins)}")
+    triggers = stream["triggers"]
+    rho = (plan["key_selection"]["rho_total"], plan["perturbation"]["rho_total"])
+    lines.append(f"  per trigger: no cost of its own, the stream's (ε, δ) covers every trigger (as zCDP: key "
+                 f"selection ρ = {rho[0]:.4g}, perturbation ρ = {rho[1]:.4g})")
+    if stream["state"] is None:
+        lines.append(f"  triggers: every one ending at or before {triggers['through']}; each run over new data is a "
+                     "new release (with --state the first run pays for all)")
+    else:
+        runs = stream["runs_recorded"]
+        lines.append(f"  state {stream['state']}: " + (f"{runs} run(s) recorded, covered by ledger entry "
+                                                        f"#{stream['covered_by']}" if stream["covered_by"]
+                                                        else "its next run reserves the stream's (ε, δ)"))
+        if triggers.get("count") == 0:
+            lines.append(f"  triggers: none due until {triggers['next']} (events fed now are kept until then)")
+        elif "after" in triggers:
+            lines.append(f"  triggers: those ending after {triggers['after']} up to {triggers['through']}")
+        else:
+            lines.append(f"  triggers: every one ending at or before {triggers['through']}")
+        if triggers.get("new_input_accepted") is False:
+            lines.append(f"  the last run ended at {triggers['last_run_end']}: only its input again (a retry) is "
+                         "accepted before a later --through")
+    for run in stream["runs"]:
+        lines.append(f"  run {run['run']}: " + (_cost_of(run["cost"]) or "covered, nothing more to pay"))
+    if stream["spend"] is not None:
+        lines.append(f"  spend over {len(stream['runs'])} run(s): "
+                     + ", ".join(f"{k}={v}" for k, v in stream["spend"].items()))
+    return lines
+
+
+def _cost_of(events: list[dict[str, Any]]) -> str:
+    """``epsilon=6, delta=1/1000000000`` from a cost as JSON (several events joined by ``+``)."""
+    return " + ".join(", ".join(f"{k}={v}" for k, v in e.items() if k in ("epsilon", "delta", "rho")) for e in events)
+
+
+#: A schedule's dry run shows this many of its first runs, then its last.
+SHOWN_RUNS = 7
+
+
+def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None) -> list[str]:
+    """A schedule's dry run in words: the schedule, the stated sizes, a table of its next runs (ε, margins),
+    the ε they use of the reservation, the fixed alternative, and the ledger's answer."""
+    sc, spend = plan["schedule"], plan["spend"]
+    standing = "new" if sc["new"] else f"{sc['runs_so_far']} run(s) so far"
+    budget = f"ε = {sc['total_epsilon']}" + (f", δ = {sc['total_delta']}" if sc["total_delta"] != "0" else "")
+    lines = ["dry run: no data read, nothing charged",
+             f"schedule {sc['name']!r} ({sc['scheduler']}, {standing}): {budget} for all its runs, reserved once"
+             + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
+    if plan.get("rows"):
+        r = plan["rows"]
+        grown = f", growing to {r['last']:,} at run {plan['runs'][-1]['run']}" if r["last"] != r["first"] else ""
+        lines.append(f"  sizes stated with --rows (never read from the data): {r['first']:,} at the next run{grown}")
+    lines += _runs_table(plan["runs"])
+    lines.append(f"  after run {plan['runs'][-1]['run']} ({spend['runs']} planned): "
+                 f"ε used {spend['epsilon_used']:.4g} of {spend['reserved']}"
+                 + (f" (size estimates {spend['size_estimates']:.3g})" if spend["size_estimates"] else "")
+                 + f"; unused {spend['unused']:.4g}")
+    alt = plan.get("fixed_alternative")
+    if alt:
+        lines.append(f"  known number of runs? --scheduler fixed --epsilon {alt['epsilon']} spends the total evenly "
+                     f"over {alt['runs']} runs: " + _margins_text(alt) + " each")
+    if refused is None:
+        what = "the reservation" if sc["new"] else f"these runs (covered by reservation #{plan.get('reservation')})"
+        lines.append(f"  ledger {analyst!r}: would accept {what}")
+    else:
+        lines.append(f"  ledger {analyst!r}: would refuse it: {refused}")
+    return lines
+
+
+def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
+    """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size, release, ε, margins."""
+    shown = runs if len(runs) <= SHOWN_RUNS + 1 else [*runs[:SHOWN_RUNS], None, runs[-1]]
+    sized = any(r.get("rows") is not None for r in runs)
+    lines = ["     run" + ("        size" if sized else "") + "  release (95% margins)"]
+    for r in shown:
+        if r is None:
+            lines.append("    …")
+            continue
+        size = f"{r['rows']:>12,}" if sized else ""
+        if r["release"] == "new":
+            step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
+            what = f"{step}, ε = {_num(r['epsilon'])}" + (f" (ρ = {_num(r['rho'])})" if "rho" in r else "")
+            what += "; " + _margins_text(r)
+        elif r["release"] == "cached":
+            what = "the epoch's release again (free)"
+        else:
+            what = f"refused: {r['refused']}"
+        lines.append(f"    {r['run']:>4}{size}  {what}")
+    return lines
+
+
+def _margins_text(doc: dict[str, Any]) -> str:
+    """``count ±4,204 (×1.2 an average group's count)``: a release's 95% margins."""
+    relative = doc.get("moe95_relative") or {}
+    bits = []
+    for column, margin in (doc.get("moe95") or {}).items():
+        bit = f"{column} ±{_num(margin)}"
+        if column in relative:
+            bit += f" ({relative[column]:.3g}× an average group's count)"
+        bits.append(bit)
+    return ", ".join(bits) or "no margin"
+
+
+def _num(value: float | str) -> str:
+    """A number for people: whole with thousands separators from 1,000 on, else 4 significant digits."""
+    x = float(Fraction(value)) if isinstance(value, str) else float(value)
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def _noise_text(m: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    RunsOpt,
     SparkConfOpt,
     UnitOpt,
     bounds,
@@ -66,21 +67,24 @@ def stream_replay(
     state: Annotated[
         str | None,
         typer.Option("--state", help="Incremental mode: keep the stream in FILE between runs (cron); each run "
-                     "feeds the events after the last trigger already run and runs the triggers up to --through."),
+                     "feeds the events not fed before and runs the triggers up to --through; events of later "
+                     "triggers are kept in FILE until their trigger runs."),
     ] = None,
     through: Annotated[
         str | None,
         typer.Option("--through", help="Run every trigger ending at or before TIME (ISO 8601 or epoch seconds; "
-                     "default: now); events after it are ignored."),
+                     "default: now); events of later triggers are ignored (kept, with --state)."),
     ] = None,
     with_error: Annotated[
-        bool, typer.Option("--with-error", help="Add 95% margins (_moe95 columns; normal approximation, worst "
-                                                "trigger).")
+        bool, typer.Option("--with-error", help="Add 95% margins (_moe95 columns; normal approximation, the "
+                                                "largest noise a value at that trigger can have).")
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show the noise and 95% margins, the cost and whether the ledger would "
+        bool, typer.Option("--dry-run", help="Show the noise and 95% margins per trigger, the triggers the next run "
+                           "executes (with --state), the cost of the next --runs runs and whether the ledger would "
                            "accept it; read no data, charge nothing.")
     ] = False,
+    runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -104,9 +108,12 @@ def stream_replay(
     counted or reported.
 
     With --state FILE the stream persists between runs: the first run creates
-    FILE (0600) and debits the whole stream's (ε, δ) once; each later run takes
-    only events after the last trigger already run (late events are dropped),
-    and a run repeated with the same input returns the same rows again.
+    FILE (0600) and debits the whole stream's (ε, δ) once. Each run's input
+    holds the events not fed before; events whose trigger has not run yet are
+    kept in FILE and counted when it runs, so none is lost to timing. Only late
+    events (their trigger already ran) are dropped. The last run's input again
+    is a retry: the rows it released then, free. Another input must come with a
+    later --through (a correction is a new release, not a rewrite).
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
@@ -121,15 +128,19 @@ def stream_replay(
                    value, bounds_text, mu)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
-    if dry_run:
-        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
-        return
     if moment is not None:
         trigger_through(moment, query.step)  # a bad --through fails before any data is read
     state_path = gate().stream_state(state) if state is not None else None
-    if state_path is not None and not gate().service:  # written: never into the state dir, never over an input
+    if runs is not None and not dry_run:
+        raise UsageError("--runs goes with --dry-run (the spend over N runs)")
+    if state_path is not None and not gate().service:  # never a private file or an input, read (dry run) or written
         check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file",
                                     state_file=True)
+    if dry_run:
+        from dpcli.release.streams import plan_runs
+
+        show_plan(plan_runs(task, ledger, state_path, runs or 1), ledger.analyst, as_json)
+        return
     continuation = (release.Continuation(stream_state=state_path, label=state or "", through=moment)
                     if state_path else None)
     target = output_target(output, out_format, as_json)

@@ -23,18 +23,23 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    RowsOpt,
+    RunsOpt,
     ScheduleOpt,
     ScheduleOptions,
     SchedulerOpt,
     SparkConfOpt,
+    ThroughOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
     columns,
     engine_request,
+    expected_size,
     positive,
     probability,
     schedule_spec,
+    schedule_through,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.errors import UsageError
@@ -92,6 +97,9 @@ def topk(
     beta: BetaOpt = "0.05",
     improver_c: ImproverCOpt = None,
     improver_index: ImproverIndexOpt = None,
+    through: ThroughOpt = None,
+    rows: RowsOpt = None,
+    runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -111,7 +119,7 @@ def topk(
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
     from dpcli import release
-    from dpcli.cli.render import output_target, show_plan, write_release
+    from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
     whole, per_step = _epsilons(epsilon, epsilon_per, k, keys is not None, not no_counts, schedule is not None)
@@ -121,16 +129,19 @@ def topk(
         dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
         delta=probability("--delta", delta) or Fraction(0), with_error=with_error)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word())
-    spec = schedule_spec(ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c,
-                                         improver_index), whole if schedule else None, dry_run)
+    options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
+                              through, runs)
+    spec = schedule_spec(options, whole if schedule else None, dry_run)
+    size = expected_size(rows, dry_run, spec is not None)
     ledger = payer(ctx)
+    sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
     if dry_run:
-        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
+        show_dry_run(task, sources, ledger, spec, size, runs, as_json)
         return
     target = output_target(output, out_format, as_json)
-    sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
+    continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
     done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
-                       early=early, busy=busy(ctx), continuation=release.Continuation(schedule=spec) if spec else None)
+                       early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)
 
 

@@ -81,19 +81,23 @@ class Noise:
 
     def margin95(self) -> int:
         """The smallest integer m with P[|Z| ≤ m] ≥ 0.95 (exact up to float rounding of the tail sum)."""
+        return self.margin(0.05)
+
+    def margin(self, alpha: float) -> int:
+        """The smallest integer m with P[|Z| ≤ m] ≥ 1 − ``alpha``, i.e. 2·P[Z ≥ m + 1] ≤ ``alpha``."""
         if self.param == 0:
             return 0
         if self.kind == "gaussian" and math.sqrt(float(self.param)) > _EXACT_GAUSS_SIGMA:
-            return math.ceil(NormalDist(0.0, math.sqrt(float(self.param))).inv_cdf(0.975))
+            return math.ceil(NormalDist(0.0, math.sqrt(float(self.param))).inv_cdf(1.0 - alpha / 2.0))
         if self.kind == "gaussian":
-            guess = max(0, int(1.96 * self.std))
-        else:  # solve 2·tail(m) = 0.05 in closed form, so the loops below take a step or two at any scale
+            guess = max(0, int(NormalDist().inv_cdf(1.0 - alpha / 2.0) * self.std))
+        else:  # solve 2·tail(m) = alpha in closed form, so the loops below take a step or two at any scale
             b = float(self.param)
-            guess = max(0, math.ceil(-b * math.log(0.025 * (1.0 + math.exp(-1.0 / b)))))
+            guess = max(0, math.ceil(-b * math.log(alpha / 2.0 * (1.0 + math.exp(-1.0 / b)))))
         m = guess
-        while m > 0 and 2.0 * self.tail(m) <= 0.05:  # P[|Z| > m-1] = 2 P[Z ≥ m]
+        while m > 0 and 2.0 * self.tail(m) <= alpha:  # P[|Z| > m-1] = 2 P[Z ≥ m]
             m -= 1
-        while 2.0 * self.tail(m + 1) > 0.05:
+        while 2.0 * self.tail(m + 1) > alpha:
             m += 1
         return m
 

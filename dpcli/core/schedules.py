@@ -51,6 +51,7 @@ the formula gives), so any number of epochs stays within the total.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 from dpcli.core.exact import floor_fraction
@@ -226,3 +227,116 @@ def crossed(stream: KeyedStream, units: int, threshold: int, noise: int, epsilon
 def crossing_count(stream: KeyedStream, units: int, epsilon: Fraction) -> int:
     """The count a passed test releases (NATG): units + noise of scale 5/ε, i.e. ε/5-DP."""
     return units + int(discrete_laplace(stream, 5 / epsilon, 1)[0])
+
+
+# ---- the next runs, planned at stated sizes (``--dry-run --schedule``) ---------------------------
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One of a schedule's next runs, as planned: ``epsilon`` is its new release's ε, or None when it returns
+    an earlier release (bbscheduler inside an epoch) or is ``refused`` (the reason, in words)."""
+
+    run: int  # its number in the schedule (1, 2, …)
+    size: int | None  # the size stated for it (never read from the data)
+    epoch: int | None = None  # bbscheduler: the epoch of its new release
+    epsilon: Fraction | None = None
+    refused: str | None = None
+    size_epsilon: Fraction = Fraction(0)  # ε this run commits to size estimates (bbscheduler)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a schedule stands before the planned runs: nothing for a new one, else what its state records
+    (its releases' ε, the ε committed to sizes, and for bbscheduler the noisy start ñ, γ, its last epoch
+    and the epoch of its open crossing test, None when none is open)."""
+
+    runs: int = 0
+    releases: tuple[Fraction, ...] = ()
+    sizes: Fraction = Fraction(0)
+    start: int | None = None
+    gamma: Fraction | None = None
+    epoch: int = -1
+    test: int | None = 1
+
+
+def plan_fixed(progress: Progress, run_epsilon: Fraction, total: Fraction, sizes: list[int | None]) -> list[PlannedRun]:
+    """``fixed``: ``run_epsilon`` per run while the total allows it, then refused (exit 77)."""
+    spent = sum(progress.releases, Fraction(0))
+    out = []
+    for j, size in enumerate(sizes, progress.runs + 1):
+        if spent + run_epsilon > total:
+            out.append(PlannedRun(j, size, refused="the schedule is spent (exit 77)"))
+            continue
+        spent += run_epsilon
+        out.append(PlannedRun(j, size, epsilon=run_epsilon))
+    return out
+
+
+def plan_improver(progress: Progress, total: Fraction, delta: float, c: float,
+                  sizes: list[int | None]) -> list[PlannedRun]:
+    """``bbimprover`` counting runs: run k at ε_k, whatever its size."""
+    return [PlannedRun(k, size, epsilon=bbimprover_epsilon(k, total, delta, c))
+            for k, size in enumerate(sizes, progress.runs + 1)]
+
+
+def start_progress(total: Fraction, delta: float, beta: float, gamma: Fraction | None, start: int) -> Progress:
+    """A new bbscheduler's standing before its first run, with ñ taken as the stated ``start`` (noise aside)."""
+    if gamma is None:
+        gamma = default_gamma(float(release_total(total)), start, delta, beta)
+    return Progress(start=start, gamma=gamma)
+
+
+def plan_bbscheduler(progress: Progress, total: Fraction, delta: float, sizes: list[int]) -> list[PlannedRun]:
+    """``bbscheduler`` at stated sizes, noise aside: a new epoch when a size reaches the open test's threshold
+    (the one the size falls in, as a passed test's count picks it), else the epoch's release again.
+
+    ``progress`` holds ñ and γ (:func:`start_progress` for a new schedule). Epoch 0 is the first run of a
+    new schedule; each new epoch commits the ε of its successor's crossing test."""
+    assert progress.start is not None and progress.gamma is not None
+    start, gamma, epoch, test = progress.start, progress.gamma, progress.epoch, progress.test
+    rel = release_total(total)
+    out = []
+    for j, size in enumerate(sizes, progress.runs + 1):
+        if epoch < 0:
+            new: int | None = 0
+        elif test is None:
+            out.append(PlannedRun(j, size, refused="no budget left for a new epoch (exit 77)"))
+            continue
+        else:
+            new = max(test, epoch_of(size, start, gamma)) if size >= epoch_threshold(test, start, gamma) else None
+        if new is None:
+            out.append(PlannedRun(j, size))
+            continue
+        committed = start_epsilon(total) if new == 0 else Fraction(0)
+        nxt = crossing_epsilon(new + 1, gamma, total)
+        epoch, test = new, (new + 1 if nxt >= MIN_TEST_EPSILON else None)
+        out.append(PlannedRun(j, size, new, bbscheduler_epsilon(new, gamma, rel, delta),
+                              size_epsilon=committed + (nxt if test is not None else 0)))
+    return out
+
+
+class Used:
+    """The ε a schedule's runs use of its reservation, kept as runs are added: its releases composed (their
+    sum; with δ > 0 the smaller of the sum and Theorem 4's CDP bound, both valid within (ε, δ)) plus the ε
+    committed to size estimates (bbscheduler), which counts in full from the run that commits it."""
+
+    def __init__(self, delta: float) -> None:
+        self.delta, self.plain, self.squares, self.sizes = delta, 0.0, 0.0, 0.0
+
+    def add(self, epsilon: Fraction | None, sizes: Fraction = Fraction(0)) -> None:
+        if epsilon is not None:
+            self.plain += float(epsilon)
+            self.squares += float(epsilon) ** 2
+        self.sizes += float(sizes)
+
+    @property
+    def releases(self) -> float:
+        if self.delta > 0 and self.squares > 0:
+            s2 = self.squares
+            return min(self.plain, 0.5 * s2 + math.sqrt(2.0 * s2 * math.log(1.0 / self.delta)))
+        return self.plain
+
+    @property
+    def total(self) -> float:
+        return self.releases + self.sizes

@@ -73,8 +73,8 @@ def _csv_header(fh: IO[bytes], source: Source) -> tuple[str, ...]:
     if not line.strip():
         raise DataError(f"table {source.name!r} is empty")
     refuse_private(line[:32], "input file", source.name)
-    frame = pl.read_csv(line, separator=csv_delimiter(source.delimiter), n_rows=0, encoding="utf8-lossy",
-                        truncate_ragged_lines=True)
+    separator = csv_delimiter(source.delimiter, source.location)
+    frame = pl.read_csv(line, separator=separator, n_rows=0, encoding="utf8-lossy", truncate_ragged_lines=True)
     return tuple(frame.columns)
 
 

@@ -3,7 +3,8 @@
 CSV, Parquet or NDJSON chosen by extension or ``--input-format`` (or a catalog entry),
 optionally compressed (``.gz``, ``.bz2``, ``.xz``: decompressed into memory);
 ``-`` reads standard input, CSV unless ``--input-format`` says otherwise
-(uncompressed). CSV fields are split on ``--delimiter`` (default ``,``). Every input
+(uncompressed). CSV fields are split on ``--delimiter`` (default ``,``; a ``.tsv`` or ``.tab``
+file is CSV split on tabs). Every input
 is fingerprinted with a streamed SHA-256 of its bytes, and how they are read (its
 :class:`Reading`: format, compression, delimiter, text columns) is all the parser
 is given: both enter the release seed (:meth:`InputTable.seed_material`), so a
@@ -57,11 +58,15 @@ INPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "ndjson")
 
 _INPUT_EXT = {
     ".csv": "csv",
+    ".tsv": "csv",  # split on tabs unless --delimiter says otherwise (TAB_SUFFIXES)
+    ".tab": "csv",
     ".parquet": "parquet",
     ".pq": "parquet",
     ".ndjson": "ndjson",
     ".jsonl": "ndjson",
 }
+#: Suffixes of CSV files whose fields are split on tabs by default.
+TAB_SUFFIXES = frozenset({".tsv", ".tab"})
 #: Compressed inputs by suffix (after it comes the format's own: ``events.csv.gz``).
 _COMPRESSION: dict[str, Callable[[bytes], bytes]] = {
     ".gz": gzip.decompress, ".bz2": bz2.decompress, ".xz": lzma.decompress,
@@ -222,10 +227,13 @@ def input_format_for(path: str, explicit: str | None, name: str | None = None) -
     return fmt
 
 
-def csv_delimiter(text: str | None) -> str:
-    """A CSV field separator: one ASCII character other than a quote or line break (``tab`` or ``\\t``: a tab)."""
+def csv_delimiter(text: str | None, path: str = "") -> str:
+    """A CSV field separator: one ASCII character other than a quote or line break (``tab`` or ``\\t``: a tab).
+
+    None: the default of ``path``, a tab for a ``.tsv`` or ``.tab`` name (``x.tsv.gz`` too), else a comma.
+    """
     if text is None:
-        return ","
+        return "\t" if path != "-" and _suffixes(path)[0] in TAB_SUFFIXES else ","
     sep = "\t" if text in ("tab", "\\t") else text
     if len(sep) != 1 or not sep.isascii() or sep in "\"\r\n":
         raise UsageError(f"must be one ASCII character (or 'tab'), not a quote or line break; got {text!r}",
@@ -275,7 +283,7 @@ def open_input(
     input_format: str | None = None,
     stdin: IO[bytes] | None = None,
     text_columns: tuple[str, ...] = (),
-    delimiter: str = ",",
+    delimiter: str | None = None,
     early: EarlyInput | None = None,
 ) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
@@ -298,9 +306,10 @@ def open_input(
     file's metadata, not inferred).
 
     A compressed file (``.gz``, ``.bz2``, ``.xz``) is hashed as it is on disk and decompressed in
-    memory from those same bytes. ``delimiter`` splits CSV fields. The format, compression,
-    delimiter and text columns are the table's :class:`Reading`, which enters the release seed
-    with the fingerprint (:meth:`InputTable.seed_material`). ``early``: the same path
+    memory from those same bytes. ``delimiter`` splits CSV fields (None: the default of the file's name,
+    see :func:`csv_delimiter`). The format, compression, delimiter and text columns are the table's
+    :class:`Reading`, which enters the release seed with the fingerprint (:meth:`InputTable.seed_material`).
+    ``early``: the same path
     already opened and being hashed (:func:`dpcli.io.opening.hash_early`), taken instead of opening
     it again.
 
@@ -321,7 +330,7 @@ def open_input(
     fmt = input_format_for(path, input_format, name)
     if fmt == "ndjson" and not text_columns:
         raise UsageError(NDJSON_NEEDS_COLUMNS)
-    reading = Reading.of(fmt, _compression_of(source), csv_delimiter(delimiter), text_columns)
+    reading = Reading.of(fmt, _compression_of(source), csv_delimiter(delimiter, path), text_columns)
     if path == "-":
         return _open_stdin(stdin or sys.stdin.buffer, reading)
     return _open_file(source, reading, _same_file(early, path))
@@ -504,16 +513,51 @@ _COLUMN_KINDS: dict[str, tuple[Callable[[pl.DataType], bool], str]] = {
 
 
 def _missing_column(table: InputTable, schema: pl.Schema, col: str) -> DataError:
-    """The error for a column the input lacks: its other columns named, unless they are binary bytes read
-    as a header (never echoed) or private (a service-mode analyst's)."""
-    if not header_is_text(schema.names()):
+    """The error for a column the input lacks: its other columns named, the closest one suggested, and a
+    header that another delimiter would split pointed out, unless the names are binary bytes read as a
+    header (never echoed) or private (a service-mode analyst's: nothing about them is said)."""
+    names = list(schema.names())
+    restricted = gate().restricted  # a service-mode analyst: no hint from the header (it would pick the message)
+    sep = None if restricted else _splitting_delimiter(table, names)
+    if not header_is_text(names) and sep is None:
         return DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
                          "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz "
                          "name)")
-    if gate().restricted:
+    if restricted:
         return DataError(f"column {col!r} not found in {table.name}")
-    known = ", ".join(list(schema.names())[:12])
-    return DataError(f"column {col!r} not found in {table.name} (columns: {known})")
+    if sep is not None:
+        shown = "tab" if sep == "\t" else repr(sep)
+        return DataError(f"{shown} is probably needed: column {col!r} not found in {table.name}, whose header is "
+                         f"one column that {shown} splits into {len(names[0].split(sep))}", field="delimiter")
+    known = ", ".join(names[:12])
+    return DataError(f"column {col!r} not found in {table.name}{did_you_mean(col, names)} (columns: {known})")
+
+
+#: Field separators a CSV header read as one column is tried with (:func:`_splitting_delimiter`).
+_LIKELY_DELIMITERS = (";", "\t", "|", ",")
+
+
+def _splitting_delimiter(table: InputTable, names: list[str]) -> str | None:
+    """The separator that splits a CSV header read as one column into the most columns of text, if another
+    one does (a file separated by ';' read with ','). The header is the schema: public in personal mode."""
+    if table.format != "csv" or len(names) != 1:
+        return None
+    used = (table.reading.delimiter if table.reading else None) or ","
+    splits = {sep: parts for sep in _LIKELY_DELIMITERS
+              if sep != used and len(parts := names[0].split(sep)) > 1 and header_is_text(parts)}
+    return max(splits, key=lambda sep: len(splits[sep])) if splits else None
+
+
+def did_you_mean(col: str, names: Sequence[str]) -> str:
+    """`` (did you mean 'country'?)`` for the name in ``names`` closest to ``col``, or nothing: for messages
+    that may show the input's column names (never to a service-mode analyst: the caller checks)."""
+    import difflib
+
+    close = difflib.get_close_matches(col, list(names), n=1, cutoff=0.6)
+    if not close:
+        folded = {n.casefold(): n for n in names}
+        close = [folded[col.casefold()]] if col.casefold() in folded else []
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def read_group_list(table: InputTable, by: tuple[str, ...], data_schema: pl.Schema) -> pl.DataFrame:

@@ -2,7 +2,8 @@
 
 CSV, Parquet or JSON to stdout or a file; a file is written to a temporary name in the same
 directory and renamed (through the gate, :meth:`dpcli.access.Gate.write`), so a failed run
-never leaves a partial file. An output path inside the state directory, naming one of the run's
+never leaves a partial file. A device or a pipe (``-o /dev/null``) is written in place, once the whole
+result is rendered. An output path inside the state directory, naming one of the run's
 inputs, or holding one of dpcli's private files is refused before anything is read
 (:func:`check_output_path`, exit 73).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +29,7 @@ from dpcli.errors import (
 from dpcli.io.opening import (
     is_private_file,
 )
+from dpcli.state.atomic import writes_in_place
 
 OutputFormat = Literal["csv", "parquet", "json", "table"]
 OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
@@ -34,18 +37,22 @@ _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": 
 
 
 def output_format_for(path: str | None, explicit: str | None) -> str:
-    """The output format from ``--format``, the ``-o`` extension, or CSV."""
+    """The output format from ``--format``, else the ``-o`` extension, else CSV (as on stdout in a pipe):
+    for stdout, a name without an extension, and in personal mode a device or a pipe (``/dev/null``,
+    ``/dev/stdout``). An extension dpcli does not write (``.txt``) is refused rather than guessed."""
     if explicit:
         if explicit not in OUTPUT_FORMATS:
             raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
         return explicit
-    if path and path != "-":
-        fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
-        if fmt is None:
-            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
-                             field="format")
-        return fmt
-    return "csv"
+    # (a service-mode analyst's path is not looked at: they write only files in their output directories,
+    # and whether a path they typed is a device or a pipe is not theirs to learn before the gate refuses it)
+    if not path or path == "-" or not Path(path).suffix or (not gate().restricted and writes_in_place(path)):
+        return "csv"
+    fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
+    if fmt is None:
+        raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
+                         field="format")
+    return fmt
 
 
 PathLike = str | os.PathLike[str]
@@ -64,11 +71,15 @@ def _same_file(a: PathLike, b: PathLike) -> bool:
 def _holds_private_file(path: PathLike) -> bool:
     """Is there a key, ledger or state file at ``path`` (after symlinks), e.g. a stream state kept outside
     the state directory?"""
+    real = os.path.realpath(path)
     try:
-        with open(os.path.realpath(path), "rb") as fh:
-            return is_private_file(fh.read(32))
+        if not stat.S_ISREG(os.stat(real).st_mode):  # a pipe or a device is never opened here
+            return False
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as fh:  # (swapped for a pipe since the stat: not read)
+        return stat.S_ISREG(os.fstat(fd).st_mode) and is_private_file(fh.read(32))
 
 
 def check_path_is_not_protected(
@@ -81,8 +92,8 @@ def check_path_is_not_protected(
 
     ``path`` is resolved (symlinks of it and of its parent directories, ``..``) before the test, so
     a symlinked directory or a dangling symlink into the state directory is caught; an input is the
-    same file when both resolve to one path or (both existing) to one inode. Standard input/output
-    (``-``) and missing entries are skipped.
+    same file when both resolve to one path or (both existing) to one inode; an input read from standard
+    input (``-``) is the file or pipe on it. Missing entries are skipped.
     """
     if state_dir is not None and inside(path, state_dir):
         raise OutputError(f"{what} {str(path)!r} lies inside the state directory; write it elsewhere")
@@ -90,12 +101,28 @@ def check_path_is_not_protected(
         raise OutputError(f"{what} {str(path)!r} is one of dpcli's private files (a key, ledger or state); "
                           "write it elsewhere")
     for source in inputs:
-        if source is not None and str(source) != "-":
+        if source is not None:
             _refuse_input(path, source, what)
 
 
+def _is_stdin(path: PathLike) -> bool:
+    """Does ``path`` lead to the file or pipe on this process's standard input (``/dev/stdin``,
+    ``/proc/self/fd/0``, or its own name)? A terminal or a device such as ``/dev/null`` is no input to
+    protect."""
+    try:
+        target, stdin = os.stat(path), os.fstat(0)
+    except OSError:
+        return False
+    return not stat.S_ISCHR(stdin.st_mode) and (target.st_dev, target.st_ino) == (stdin.st_dev, stdin.st_ino)
+
+
 def _refuse_input(path: PathLike, source: PathLike, what: str) -> None:
-    """Never write over an input file, or into an input dataset's directory."""
+    """Never write over an input file (standard input too: the file it was redirected from, or the pipe,
+    whose reader is dpcli itself), or into an input dataset's directory."""
+    if str(source) == "-":
+        if _is_stdin(path):
+            raise OutputError(f"{what} {str(path)!r} is the standard input the run reads; write it elsewhere")
+        return
     if _same_file(path, source):
         raise OutputError(f"{what} {str(path)!r} is the input {str(source)!r}; write it elsewhere")
     if os.path.isdir(source) and inside(path, source):
@@ -117,6 +144,12 @@ def check_output_path(
     check_path_is_not_protected(path, state_dir, inputs)
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    if writes_in_place(p):  # a device or a pipe: written through, its directory untouched
+        if not os.path.exists(p):
+            raise OutputError(f"output {path!r} does not exist (a device or a descriptor is written, never created)")
+        if not os.access(p, os.W_OK):
+            raise OutputError(f"output {path!r} is not writable")
+        return
     if p.is_dir():
         raise OutputError(f"output {path!r} is a directory")
     if not parent.is_dir():
@@ -159,8 +192,9 @@ def _rounding(df: pl.DataFrame, column: str, step: float | None) -> pl.Expr | No
     typical = df[margin_col].abs().median() if margin_col in df.columns and df.height else None
     if _positive(typical):
         decimals = _decimals_of(typical)
-        if column == margin_col:  # a margin is rounded up: never shown narrower than it is
-            return (pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals
+        if column == margin_col:  # a margin is rounded up: never shown narrower than it is (the final
+            # round only drops the float residue of the division: 142 / 10 may come out as 14.200000000000001)
+            return ((pl.col(column) * 10.0**decimals).ceil() / 10.0**decimals).round(decimals)
         return pl.col(column).round(decimals)
     if step is not None and math.isfinite(step) and step > 0:
         return pl.col(column).round(_decimals_of(step))

@@ -82,6 +82,8 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
     tabulate level's totals (``totals``)."""
     plt = _pyplot()
     with plt.rc_context(_STYLE):
+        if view.empty:
+            return _empty_figure(plt, view)
         if view.kind in ("histogram", "topk"):
             fig = _bars_figure(plt, view, value, top)
         elif view.kind == "tabulate" and totals:
@@ -96,6 +98,14 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
         drawn = view.kind not in ("histogram", "topk") or bars(view, value, top)[2] is not None
         ax.text(0.5, 1.01, view.caption(drawn), transform=ax.transAxes, ha="center", va="bottom", fontsize=7.5,
                 color="#555555")
+    return fig
+
+
+def _empty_figure(plt: Any, view: ReleaseView) -> Any:
+    """A release with no rows: a picture that says so (a job drawing every day's release still gets a file)."""
+    fig, ax = plt.subplots(figsize=(7, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, view.empty_text(), transform=ax.transAxes, ha="center", va="center", fontsize=9)
     return fig
 
 

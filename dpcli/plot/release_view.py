@@ -10,7 +10,8 @@ dpcli's releases have fixed shapes (the column names are part of the interface):
   ``median_x``, ``pNN_x`` (+ ``*_moe95``).
 
 A summary saved from ``--json`` (``--summary``) adds what the file lacks: ε, δ (or ρ) and the
-selection threshold.
+selection threshold. A release with no rows (nothing passed the threshold, no trigger due) is
+recognised by its columns, or by a ``--json`` document's summary, and drawn as an empty chart.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from dpcli.errors import DataError, InputMissingError, UsageError
 Kind = Literal["histogram", "topk", "stream-replay", "tabulate"]
 _AGGREGATE = re.compile(r"\A(count|count_units|(sum|mean|variance|median|p\d{1,2})_.+)\Z")
 _STREAM = ("window_start", "trigger", "trigger_time")
+_KINDS: dict[str, Kind] = {"histogram": "histogram", "topk": "topk", "stream-replay": "stream-replay",
+                           "tabulate": "tabulate"}
 _TABULATE = ("level", "geo_id", "iteration", "sex", "age", "count")
 
 
@@ -65,6 +68,15 @@ class ReleaseView:
         what = ", ".join(dict.fromkeys(parts)) if parts else "ε, δ not recorded (give --summary)"
         bars = "95% margins of the noise" if margins else "no margins (rerun with --with-error, or give --summary)"
         return f"{self.kind} · {what} · {bars}"
+
+    @property
+    def empty(self) -> bool:
+        """Nothing was released: the chart says so instead of drawing."""
+        return self.table.height == 0
+
+    def empty_text(self) -> str:
+        """The line an empty release is drawn as."""
+        return f"{self.kind} release {self.name}: no rows were released, nothing to draw"
 
     @property
     def threshold(self) -> float | None:
@@ -147,6 +159,12 @@ def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = N
     """Which command wrote ``table`` (by its columns; see the module docstring)."""
     cols = table.columns
     summary = summary or {}
+    if not cols:  # JSON records with no record: only a --json document's summary tells which command wrote it
+        wrote: Kind | None = _KINDS.get(str(summary.get("command")))
+        if table.height == 0 and wrote is not None:
+            return ReleaseView(wrote, table, (), (), name, summary)
+        raise DataError(f"{name!r} holds no rows and no columns: an empty release written as JSON records cannot be "
+                        "recognised (CSV and Parquet keep their columns, --json its summary)")
     if all(c in cols for c in _TABULATE):
         return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
     values = _released_values(cols)

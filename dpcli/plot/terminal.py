@@ -55,6 +55,8 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
     """A compact chart of ``view`` in ``width`` cells, with a title and the caption."""
     from dpcli.plot.release_view import bars, level_totals, pyramid, stream_lines
 
+    if view.empty:
+        return view.empty_text()
     has_margins = True
     if view.kind in ("histogram", "topk"):
         labels, values, margins = bars(view, value, top if top is not None else 20)

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dpcli.core.events import PrivacyEvent
-from dpcli.io.inputs import InputTable, fingerprint_bytes, verify_unchanged
+from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
 from dpcli.release.inputs import Opened, Sources, open_sources
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 from dpcli.state import ledger
-from dpcli.state.paths import ensure_state_dir
+from dpcli.state.paths import existing_state_dir
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -123,7 +123,7 @@ def plan(task: Task[P], payer: LedgerRef) -> Planned:
     """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
     ledger would accept it now. Reads no data, charges nothing."""
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     planned = task.plan(led.limits.mode, led.limits.values)
     events = list(planned.events)
@@ -143,14 +143,14 @@ def run(
 ) -> Release:
     """The one path of a release (see the module docstring); the charged release, not yet written."""
     task.check()
-    led = ledger.read_ledger(ensure_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     if continuation is not None and continuation.schedule is not None:
         # each run's ε comes from the schedule: validated now, planned per run
         scheduled = _schedulable(task)
         scheduled.check_schedulable()
         opened, bounder = _open_checked(task, sources, payer, output, continuation, engine, early)
-        return _scheduled(scheduled, opened, bounder, payer, led.limits, continuation.schedule, output, busy)
+        return _scheduled(scheduled, opened, bounder, payer, led.limits, continuation, output, busy)
     # refuse a bad query, or one this ledger can never pay, before reading data
     planned = task.plan(led.limits.mode, led.limits.values)
     ledger.check_payable(led, list(planned.events))
@@ -195,7 +195,8 @@ def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequ
     listed = open_spark_input(payer.state_dir, choice, sources.data)
     opened = open_sources(task.needs(), sources, early=early, data=listed)
     others = {role: table for role, (table, _) in opened.lists.items()}
-    return opened, bounding_engine(payer.state_dir, choice, opened.data, sources.data.delimiter or ",", others)
+    return opened, bounding_engine(payer.state_dir, choice, opened.data,
+                                   csv_delimiter(sources.data.delimiter, sources.data.location), others)
 
 
 @dataclass(frozen=True)
@@ -216,7 +217,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
 
 
 def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Limits,
-               spec: ScheduleSpec, output: Output | None, busy: Busy) -> Release:
+               continuation: Continuation, output: Output | None, busy: Busy) -> Release:
     """One run of a ``--schedule`` (:func:`dpcli.release.schedules.run_scheduled`): each run's ε from the
     schedule, in pure mode for top-k (its accounting per run) and the ledger's mode for a histogram."""
     from fractions import Fraction
@@ -225,6 +226,8 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     from dpcli.release import schedules
     from dpcli.tasks import Result
 
+    spec = continuation.schedule
+    assert spec is not None
     mode = getattr(task, "scheduled_mode", None) or limits.mode
 
     def run_at(epsilon: Fraction) -> Prepared:
@@ -235,12 +238,13 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     query = task.schedule_query(opened.fingerprints)
     digest = output.digest if output is not None else None
     done = schedules.run_scheduled(payer.state_dir, payer.analyst, task.command, spec, query, opened.data, run_at,
-                                   payer.lock_timeout, digest)
+                                   payer.lock_timeout, digest, continuation.through)
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
     label = done.report["schedule"]
     run_task = task.at_epsilon(run_eps)
     notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
-             advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon)),
+             advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon), spec.scheduler),
+             advice.schedule_backfill(label),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
              advice.improver_counts_runs(label.get("made_with_index"))]
     return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))

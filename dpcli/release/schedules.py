@@ -3,7 +3,10 @@
 The whole schedule's total is debited from the analyst's ledger at its first
 run; each later run is recorded in the ledger as covered by that
 reservation, and calls that fall inside an epoch already run return the
-cached release (post-processing: free). The state is bound to the ledger
+cached release (post-processing: free). A call on an input the schedule has
+answered before, or for a ``--through`` moment it has answered, gets that
+answer again (a retry never unpublishes; another input for a released moment
+is refused): see :func:`earlier`. The state is bound to the ledger
 (see :func:`run_scheduled`). :mod:`dpcli.core.schedules` holds the
 arithmetic; the CLI options are in :mod:`dpcli.cli._options`.
 
@@ -29,7 +32,7 @@ from dpcli.core import schedules as sch
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import BudgetError, StateError, UsageError
+from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import InputTable
 from dpcli.release.path import LedgerRef, Prepared, Release, charge
@@ -123,8 +126,9 @@ class Sizes:
     the same snapshot gets the same noise within a schedule (asking again reveals nothing new), a
     new snapshot or a new schedule fresh noise."""
 
-    def __init__(self, state_dir: Path, state: dict[str, Any], table: InputTable, unit: str) -> None:
-        self._state_dir, self._state, self._table, self._unit = state_dir, state, table, unit
+    def __init__(self, state_dir: Path, state: dict[str, Any], table: InputTable, unit: str,
+                 read: tuple[str, ...] = ()) -> None:
+        self._state_dir, self._state, self._table, self._unit, self._read = state_dir, state, table, unit, read
         self._units: int | None = None
         self._stream: KeyedStream | None = None
 
@@ -136,7 +140,7 @@ class Sizes:
     @property
     def units(self) -> int:
         if self._units is None:
-            self._units = count_units(self._table, self._unit)
+            self._units = count_units(self._table, self._unit, self._read)
         return self._units
 
     @property
@@ -151,13 +155,44 @@ class Sizes:
         return self._stream
 
 
-def count_units(table: InputTable, unit: str) -> int:
+def count_units(table: InputTable, unit: str, read: tuple[str, ...] = ()) -> int:
     """Distinct non-null privacy units in the snapshot (one unit moves it by at most 1).
 
-    Exact and private: only ever used with noise added (:mod:`dpcli.core.schedules`)."""
-    units = int(collect(table.frame.select(pl.col(unit).drop_nulls().n_unique()), f"cannot read {table.name}").item())
+    Exact and private: only ever used with noise added (:mod:`dpcli.core.schedules`). The columns a
+    release reads (``read``) are read too, so a file that fails to parse fails here as a release on it would
+    (exit 65), whatever the crossing test would have said."""
+    others = [pl.col(c).n_unique().alias(f"_read_{i}") for i, c in enumerate(dict.fromkeys(read)) if c != unit]
+    frame = table.frame.select(pl.col(unit).drop_nulls().n_unique().alias("_units"), *others)
+    units = int(collect(frame, f"cannot read {table.name}")["_units"].item())
     table.verify_unchanged()  # the count is of the bytes whose fingerprint seeds its noise
     return units
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One call of a scheduled query: whose schedule, where its state lies, and its state as loaded."""
+
+    state_dir: Path
+    directory: Path
+    analyst: str
+    command: str
+    spec: ScheduleSpec
+    state: dict[str, Any]
+    lock_timeout: float
+
+    @property
+    def label(self) -> str:
+        return f"schedule {self.spec.name!r}"
+
+
+@dataclass(frozen=True)
+class Again:
+    """A call answered with a release the schedule made before (free): run ``run``'s (1, 2, …), as a
+    ``replay`` (the same input as a call answered before), ``cached`` (bbscheduler's test said "not yet")
+    or ``in force`` (a backfill of bbscheduler: the release in force at that moment)."""
+
+    run: int
+    kind: str
 
 
 def run_scheduled(
@@ -170,8 +205,9 @@ def run_scheduled(
     run: RunRelease,
     lock_timeout: float = 30.0,
     output_digest: OutputDigest | None = None,
+    through: datetime | None = None,
 ) -> Release:
-    """One call of a scheduled query: reserve (first call), run a new epoch or return the cached one.
+    """One call of a scheduled query: reserve (first call), run a new epoch, or answer with an earlier release.
 
     The schedule's state is bound to the ledger (:class:`ledger.Step`): its
     reservation id is random per creation and every run is recorded with a
@@ -181,16 +217,22 @@ def run_scheduled(
     in the ledger, write the state and cached release, then the output.
     ``query["unit"]`` names the privacy unit, whose distinct values are the size bbscheduler estimates.
     ``output_digest(table, report)``: the digest of the file a new run's release is written to, for its
-    ledger entry (see :func:`dpcli.release.charge`).
+    ledger entry (see :func:`dpcli.release.charge`). ``through``: the public moment the snapshot holds data
+    through (``--through``), which makes retries, corrections and backfills recognisable (:func:`earlier`).
     """
     key = store.schedule_key(spec.name, query)
     with store.locked(state_dir, analyst, key, lock_timeout) as directory:
         state, fresh = _load_or_start(state_dir, directory, analyst, command, spec, query, key, lock_timeout)
-        spec = spec.as_in(state["spec"])
-        sizes = Sizes(state_dir, state, table, query["unit"])
-        plan = _plan(spec, state, table.fingerprint, sizes)
+        call = _Call(state_dir, directory, analyst, command, spec.as_in(state["spec"]), state, lock_timeout)
+        spec = call.spec
+        again = earlier(spec, state, table.fingerprint, through)
+        if again is not None:
+            return _again(call, again, table.fingerprint, through)
+        read = (query["unit"], *query.get("by", ()), *([query["value"]] if query.get("value") else []))
+        sizes = Sizes(state_dir, state, table, query["unit"], read)
+        plan = _plan(spec, state, sizes)
         if plan is None:
-            return _cached(state_dir, directory, analyst, command, spec, state, sizes.asked, lock_timeout)
+            return _again(call, Again(len(state["runs"]), "cached"), table.fingerprint, through, current=sizes.asked)
         if plan.epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
         prepared = run(plan.epsilon)
@@ -198,15 +240,81 @@ def run_scheduled(
             raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
         if fresh:  # on disk before its reservation: a crash in between is retried with the same id
             store.save(directory, key, state)
-        return _record(state_dir, directory, analyst, command, spec, state, table, prepared, plan, lock_timeout,
-                       output_digest)
+        if through is not None:
+            plan.fields["through"] = moment_text(through)
+        return _record(call, table, prepared, plan, output_digest)
 
 
-def _record(
-    state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, state: dict[str, Any],
-    table: InputTable, prepared: Prepared, plan: Plan, lock_timeout: float, output_digest: OutputDigest | None = None,
-) -> Release:
+def moment_text(moment: datetime) -> str:
+    """A ``--through`` moment as the state records it and messages show it: UTC, a day alone at midnight
+    (``2026-11-05``), else to the second (``2026-11-05T06:00:00Z``)."""
+    utc = moment.astimezone(UTC)
+    if utc.time() == datetime.min.time():
+        return utc.date().isoformat()
+    return utc.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _moment(text: str) -> datetime:
+    """A moment :func:`moment_text` wrote, read back (UTC)."""
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _steps(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every call the schedule has answered: its runs (``run``: their number), then the calls answered with an
+    earlier release (``answers``), each with its input's fingerprint and ``--through`` (if it was given)."""
+    runs = [{"fingerprint": r["fingerprint"], "through": r.get("through"), "run": i}
+            for i, r in enumerate(state["runs"], 1)]
+    return [*runs, *state.get("answers", [])]
+
+
+def earlier(spec: ScheduleSpec, state: dict[str, Any], fingerprint: str, through: datetime | None) -> Again | None:
+    """Whether this call is answered by a release made before, from public facts only (the input's fingerprint
+    and ``--through``), before any record is read:
+
+    * a moment already answered: the same input is a free replay; another input is refused (exit 65, a
+      release is never rewritten: a correction is a new release);
+    * an input already answered (any earlier run, not only the last): a free replay of that answer;
+    * bbscheduler, a moment before one already answered (a backfill): the release in force at that moment
+      (its epochs follow the data's growth forward only); fixed and bbimprover run a backfill as a new run.
+    """
+    steps = _steps(state)
+    if through is not None:
+        text = moment_text(through)
+        same = [s for s in steps if s.get("through") == text]
+        retried = next((s for s in same if s["fingerprint"] == fingerprint), None)
+        if retried is not None:
+            return Again(retried["run"], "replay")
+        if same:
+            raise DataError(f"schedule {spec.name!r} already released its run through {text} from another input, "
+                            "and a release is never rewritten: publish a correction as a new run (a later "
+                            "--through), or once without --schedule")
+    match = next((s for s in reversed(steps) if s["fingerprint"] == fingerprint), None)
+    if match is not None:
+        return Again(match["run"], "replay")
+    if through is not None and spec.scheduler == "bbscheduler":
+        return _in_force(spec, steps, through)
+    return None
+
+
+def _in_force(spec: ScheduleSpec, steps: list[dict[str, Any]], through: datetime) -> Again | None:
+    """A bbscheduler backfill (``through`` before a moment already answered): the run in force then, the latest
+    answered through an earlier moment; refused (exit 2) before the schedule's first moment."""
+    dated = sorted((_moment(s["through"]), s["run"]) for s in steps if s.get("through"))
+    if not dated or dated[-1][0] < through:
+        return None
+    before = [run for moment, run in dated if moment < through]
+    if not before:
+        raise UsageError(f"schedule {spec.name!r} (bbscheduler) began through {moment_text(dated[0][0])}, after "
+                         f"{moment_text(through)}: it has no release for that moment; release that snapshot once "
+                         "without --schedule, or use --scheduler fixed or bbimprover for jobs that backfill")
+    return Again(before[-1], "in force")
+
+
+def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
+            output_digest: OutputDigest | None = None) -> Release:
     """Record a new run in the ledger (its first run debits the reservation), then save the state and output."""
+    spec, state = call.spec, call.state
     runs: list[dict[str, Any]] = state["runs"]
     seed = prepared.seed
     record = ledger.Step(
@@ -215,8 +323,8 @@ def _record(
         # the run's seed too: an older copy of the state recomputing this run is free only if it
         # draws the same noise (same dpcli noise, polars and bounding versions), else it is refused
         digest=ledger.step_digest(bytes.fromhex(state["secret"]), {"input": table.fingerprint, "seed": seed.id}),
-        label=f"schedule {spec.name!r}",
-        create=_reservation(state, spec, command) if not runs else None,
+        label=call.label,
+        create=_reservation(state, spec, call.command) if not runs else None,
     )
     entry = {
         **step_fields(spec, plan.step),
@@ -232,27 +340,42 @@ def _record(
     state.update(plan.state)
     labelled = Prepared(seed, prepared.events, prepared.table,
                         {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
-    line = f"{command}: {_where(spec, state, entry)} of schedule {spec.name!r} (ε = {fraction_text(plan.epsilon)})"
+    through = f" through {entry['through']}" if "through" in entry else ""
+    line = (f"{call.command}: {_where(spec, state, entry)} of schedule {spec.name!r}{through} "
+            f"(ε = {fraction_text(plan.epsilon)})")
     digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
-    return charge(LedgerRef(state_dir, analyst, lock_timeout), command, labelled, line, step=record,
-                  before_output=lambda: store.save(directory, state["key"], state, prepared.table),
+    return charge(LedgerRef(call.state_dir, call.analyst, call.lock_timeout), call.command, labelled, line,
+                  step=record, before_output=lambda: store.save(call.directory, state["key"], state, prepared.table),
                   output_digest=digest)
 
 
-def _cached(
-    state_dir: Path, directory: Path, analyst: str, command: str, spec: ScheduleSpec, state: dict[str, Any],
-    asked: bool, lock_timeout: float,
-) -> Release:
-    """The last run's release again, free. After a crossing test said "not yet" (``asked``), the state
-    must be the newest the ledger knows: an older copy would answer from a test that has since passed."""
-    runs = state["runs"]
-    last = runs[-1]
-    ledger.check_recorded(state_dir, analyst, state["reservation"], len(runs), None, f"schedule {spec.name!r}",
-                          lock_timeout, current=asked)
-    cached = store.cached_release(directory, state["key"], len(runs))
-    report = {**last["metadata"], "schedule": _label(spec, state, last, cached=True), "charged": False,
-              "seed_id": last["seed_id"]}
-    return Release(cached, report, f"{command}: cached release of {_where(spec, state, last)} (free)")
+def _again(call: _Call, again: Again, fingerprint: str, through: datetime | None, current: bool = False) -> Release:
+    """Run ``again.run``'s release once more, free, after checking the ledger recorded that run (with its input);
+    with ``current`` (a crossing test said "not yet") the state must also be the newest the ledger knows: an
+    older copy would answer from a test that has since passed. A call not answered before (a new input, or a
+    new ``--through``) is added to the state's answers first, so that its retry gets the same release."""
+    spec, state = call.spec, call.state
+    run = state["runs"][again.run - 1]
+    digest = ledger.step_digest(bytes.fromhex(state["secret"]), {"input": run["fingerprint"], "seed": run["seed_id"]})
+    ledger.check_recorded(call.state_dir, call.analyst, state["reservation"], again.run, digest, call.label,
+                          call.lock_timeout, current=current)
+    cached = store.cached_release(call.directory, state["key"], again.run)
+    moment = moment_text(through) if through is not None else None
+    if not any(s["fingerprint"] == fingerprint and s.get("through") == moment for s in _steps(state)):
+        answer = {"fingerprint": fingerprint, "run": again.run, **({"through": moment} if moment else {})}
+        state.setdefault("answers", []).append(answer)
+        store.save(call.directory, state["key"], state)
+    label = _label(spec, state, run, cached=True)
+    if again.kind == "replay":
+        label["replay_of_run"] = again.run
+    elif again.kind == "in force":
+        label.update({"in_force_through": moment, "made_through": run.get("through")})
+    report = {**run["metadata"], "schedule": label, "charged": False, "seed_id": run["seed_id"]}
+    where = _where(spec, state, run)
+    summary = {"replay": f"the release of {where} again, for the same input (free)",
+               "cached": f"cached release of {where} (free)",
+               "in force": f"the release in force through {moment}: {where} (free)"}[again.kind]
+    return Release(cached, report, f"{call.command}: {summary}")
 
 
 def _load_or_start(
@@ -263,7 +386,7 @@ def _load_or_start(
     label = f"schedule {spec.name!r}"
     state = store.load(directory, key)
     if state is not None:
-        _check_state(state, spec.as_in(state["spec"]), analyst, label)
+        check_state(state, spec.as_in(state["spec"]), analyst, label)
         return state, False
     if spec.scheduler == "bbimprover" and spec.index == "rows":
         raise UsageError("--improver-index rows would need each snapshot's exact row count, which dpcli no longer "
@@ -278,7 +401,7 @@ def _load_or_start(
     return _new_state(analyst, led.ledger_id, command, spec, query, key), True
 
 
-def _check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
+def check_state(state: dict[str, Any], spec: ScheduleSpec, analyst: str, label: str) -> None:
     """Refuse a state of other settings (exit 2), of another analyst or of an older dpcli (exit 78)."""
     if stored_spec(state["spec"]) != spec.to_json():
         raise UsageError(f"schedule {spec.name!r} already exists with other settings; use a new --schedule name")
@@ -310,24 +433,27 @@ def _new_state(
     }
 
 
+def reservation_event(spec: ScheduleSpec) -> PrivacyEvent:
+    """What the whole schedule costs, debited once with its first run."""
+    if spec.total_delta:
+        return PrivacyEvent("approx", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon,
+                            delta=spec.total_delta)
+    return PrivacyEvent("pure", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon)
+
+
 def _reservation(state: dict[str, Any], spec: ScheduleSpec, command: str) -> ledger.Reservation:
     """The whole schedule's debit, made with its first run."""
-    if spec.total_delta:
-        ev = PrivacyEvent("approx", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon, delta=spec.total_delta)
-    else:
-        ev = PrivacyEvent("pure", f"schedule/{spec.scheduler}", epsilon=spec.total_epsilon)
     return ledger.Reservation(
-        id=state["reservation"], kind="schedule", key=state["key"], ledger_id=state["ledger_id"], events=(ev,),
+        id=state["reservation"], kind="schedule", key=state["key"], ledger_id=state["ledger_id"],
+        events=(reservation_event(spec),),
         command=f"{command} --schedule",
         summary=f"schedule {spec.name!r} ({spec.scheduler}) reserves its whole budget",
     )
 
 
-def _plan(spec: ScheduleSpec, state: dict[str, Any], fingerprint: str, sizes: Sizes) -> Plan | None:
-    """None to return the cached release (the last run's snapshot again, or no new epoch); else the new run."""
+def _plan(spec: ScheduleSpec, state: dict[str, Any], sizes: Sizes) -> Plan | None:
+    """None to return the cached release (no new epoch); else the new run (a new input: :func:`earlier` first)."""
     runs = state["runs"]
-    if runs and runs[-1]["fingerprint"] == fingerprint:
-        return None
     if spec.scheduler == "bbscheduler":
         return _bbscheduler_plan(spec, state, sizes)
     if spec.scheduler == "bbimprover":  # t = k, the number of this run (a schedule made with rows goes on so)

@@ -1,15 +1,23 @@
 """A stream kept in a state file between runs (``stream-replay --state``): the release path's persisted form.
 
+Each run's input holds the events not fed before. They and the events the state kept run in
+every trigger up to the run's ``--through`` (default now); events of later triggers are kept in
+the state until their trigger runs, whatever ``--through`` or the cron minute; only late events
+(their trigger already ran) are dropped. The last run's input again is a retry: the rows that
+run released, free (never other rows over the published ones); another input must end after the
+last run, or it would rewrite a released run (refused: a late correction is a new release).
+
 The state is bound to the ledger (:class:`dpcli.state.ledger.Step`): it
 carries a random reservation id and its step (runs recorded); a run is
 accepted at the ledger's latest step, or as an exact repeat of a recorded
-step (same step, same input and ``through``: the same rows, free). A forked,
-rolled back or foreign copy is refused (exit 78), so the stream's seed and
-noise never meet other data. Order: compute in memory; a new stream's state
+step (same step, same input and ``through``: the same rows and the same state,
+kept events included, free). A forked, rolled back or foreign copy is refused
+(exit 78), so the stream's seed and noise never meet other data, and kept
+events are never fed twice. Order: compute in memory; a new stream's state
 (step 0) on disk; then the caller charges the ledger (reservation and step),
-saves the state (:meth:`StateRun.save`) and writes the output.
+saves the state (:meth:`StateRun.save`) and writes the output. ``--dry-run``:
+:func:`plan_runs`.
 """
-
 from __future__ import annotations
 
 import base64
@@ -17,21 +25,25 @@ import io
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import polars as pl
 
+from dpcli.advice import Note
+from dpcli.core.accounting.budget import ChargeRefused
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import NOISE_VERSION
-from dpcli.errors import StateError
+from dpcli.errors import StateError, UsageError
 from dpcli.state import documents, ledger
-from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream import notes as notes_of
+from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
 from dpcli.tasks.stream.events import EventsEngine
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
-from dpcli.tasks.stream.run import advance_stream
+from dpcli.tasks.stream.run import StreamRelease, advance_stream
 from dpcli.tasks.stream.state import (
     STATE_KIND,
     check_state_body,
@@ -44,7 +56,7 @@ from dpcli.tasks.stream.task import StreamTask
 
 if TYPE_CHECKING:
     from dpcli.release.inputs import Opened
-    from dpcli.release.path import Busy, Continuation, LedgerRef, Output, Release
+    from dpcli.release.path import Busy, Continuation, LedgerRef, Output, Planned, Release
     from dpcli.tasks import Engine
 
 
@@ -73,11 +85,12 @@ class StateInput:
 
 @dataclass
 class StateRun:
-    """One run against a state file, computed in memory: an exact repeat (free) or new rows to charge.
+    """One run against a state file, computed in memory: a retry (free) or new rows to charge.
 
-    For a new run the caller debits ``step`` (its ``create`` reserves the
-    stream's whole (ε, δ) on the first run) under ``run_id`` and
-    ``reservation``, then calls :meth:`save` before writing the output.
+    The caller debits ``step`` under ``run_id`` and ``reservation``: for a new run, its ``create``
+    reserves the stream's whole (ε, δ) on the first run and :meth:`save` writes the new state
+    before the output; a retry's step repeats the recorded one (free, in the history as a replay).
+    ``notes``: why nothing was released, a retry (public inputs only).
     """
 
     path: Path
@@ -88,6 +101,7 @@ class StateRun:
     reservation: str = ""
     step: ledger.Step | None = None
     new_body: dict[str, Any] | None = None
+    notes: tuple[Note, ...] = ()
 
     def save(self) -> None:
         """Write the stream's new state (after the ledger charge, before the output)."""
@@ -95,21 +109,27 @@ class StateRun:
         documents.write(self.path, STATE_KIND, self.new_body)
 
 
-def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str], state_dir: Path,
-               lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed]) -> tuple[dict[str, Any], bool]:
-    """The checked body of the state file, or a fresh one (step 0, not yet on disk): (body, fresh)."""
+def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str] | None, state_dir: Path,
+               lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed] | None) -> tuple[dict[str, Any], bool]:
+    """The checked body of the state file, or a fresh one (step 0, not yet on disk): (body, fresh).
+
+    ``key_schema`` None (a dry run: no data read) skips the check of the column types;
+    ``new_seed`` None (a dry run) makes a fresh body without a seed."""
     label = f"state file {path}"
     body = documents.read(path, STATE_KIND)
     if body is not None:
         if body.get("analyst") != analyst:  # a state moved to another analyst: bound to another ledger
             raise StateError(f"{label} belongs to analyst {body.get('analyst')!r}, not {analyst!r}")
-        check_state_body(body, q, analyst, key_schema, str(path))
+        check_state_body(body, q, analyst, key_schema if key_schema is not None else body.get("key_schema", {}),
+                         str(path))
         if not isinstance(body.get("reservation"), str) or not isinstance(body.get("step"), int):
             raise StateError(f"{label} was written by an older dpcli (not bound to the ledger); start a new one")
         return body, False
+    if new_seed is None:
+        return {"step": 0, "last": None, "stream": None}, True
     rid = secrets.token_hex(12)
     seed = new_seed({"command": "stream-replay", "v": 1, **q.canonical(), "reservation": rid})
-    body = new_state_body(q, analyst, seed.seed, seed.id, key_schema,
+    body = new_state_body(q, analyst, seed.seed, seed.id, key_schema or {},
                           datetime.now(UTC).isoformat(timespec="seconds"))
     body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)
     return body, True
@@ -139,16 +159,69 @@ def _step_digest(seed: bytes, fingerprint: str, through: int, noise: int, readin
     return ledger.step_digest(seed, material)
 
 
-def _repeats(last: dict[str, Any] | None, data: StateInput, through: int) -> TypeGuard[dict[str, Any]]:
-    """Is this run the state's last recorded run again: the same bytes, read alike, through the same trigger?
+def _is_retry(last: dict[str, Any] | None, data: StateInput, label: str) -> TypeGuard[dict[str, Any]]:
+    """Is this run a retry of the state's last run: the same input bytes (whatever ``--through``)?
 
-    A last run recorded before readings were kept (no ``reading``) is matched by its bytes and
-    ``through``: it returns those cached rows (post-processing of a charged release), whatever
-    the reading.
+    Its events were fed then, so feeding them again would count the kept ones twice. The same
+    bytes read another way (format, delimiter) are refused: they are other events, and not new
+    ones. A last run recorded before readings were kept (no ``reading``) is matched by its bytes.
     """
-    if not last or last["input"] != data.fingerprint or last["through"] != through:
+    if not last or last["input"] != data.fingerprint:
         return False
-    return "reading" not in last or last["reading"] == data.reading
+    if "reading" in last and last["reading"] != data.reading:
+        raise UsageError(f"{label}: its last run read these same bytes another way (format or delimiter); a retry "
+                         "must read them alike, and new events come in a new input")
+    return True
+
+
+def _last_end(last: dict[str, Any], q: StreamQuery) -> datetime:
+    """Where the last run ended: its ``--through`` (or now), or for a run of dpcli before issue 31 the end
+    of its last trigger."""
+    if "until" in last:
+        return datetime.fromisoformat(last["until"])
+    return naive_utc(int(last["through"]) * q.step).replace(tzinfo=UTC)
+
+
+def _refuse_rewrite(last: dict[str, Any] | None, moment: datetime, q: StreamQuery, label: str) -> None:
+    """A new input must end after the last run: one ending at or before it, with other bytes, would
+    rewrite a run already released (public: the two ``--through`` moments)."""
+    if not last:
+        return
+    end = _last_end(last, q)
+    if moment <= end:
+        raise UsageError(f"{label} already ran up to {end.isoformat()} with another input: a late correction is a "
+                         "new release, not a rewrite (feed only events not fed before, with a later --through; or "
+                         "start a new --state file)")
+
+
+def _fed_before(body: dict[str, Any], data: StateInput) -> dict[str, Any] | None:
+    """The earlier run (not the last: that is a retry) that was fed this input, if any: its events were
+    counted then, and feeding them again would count the kept ones twice (a day with no events gives
+    the same header-only file as an earlier quiet day, so this is no error)."""
+    fed: dict[str, Any] | None = (body.get("fed") or {}).get(data.fingerprint)
+    return fed
+
+
+def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuery, through: int) -> StateRun:
+    """The last run again: its rows as released then, recorded in the ledger as a replay of its step."""
+    label = f"state file {path}"
+    seed = bytes.fromhex(body["seed"])
+    recorded = _step_digest(seed, last["input"], last["through"], last.get("noise", 1), last.get("reading"))
+    cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
+    notes = [notes_of.retry(int(last["through"]), through, q.step)]
+    if not cached.height:
+        notes.append(notes_of.empty_run(int(last["through"]), last.get("from"), q.step, kept=True))
+    step = ledger.Step(reservation=body["reservation"], start=body["step"] - 1, digest=recorded, label=label)
+    return StateRun(path, cached, {**last["metadata"], "retry": True}, repeat=True,
+                    run_id=f"{body['seed_id']}/{last['metadata']['through']}",
+                    reservation=f"stream:{body['reservation']}", step=step, notes=tuple(notes))
+
+
+def _as_utc(moment: datetime | None) -> datetime:
+    """``--through`` (naive: UTC), or now."""
+    if moment is None:
+        return datetime.now(UTC)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @contextmanager
@@ -159,51 +232,66 @@ def state_run(
 ) -> Iterator[StateRun]:
     """Lock the state file at ``path``, check it (or start a new stream) and run the new triggers.
 
-    Yields the :class:`StateRun` while the lock is held (the caller charges
-    and writes inside the ``with``). ``through`` (default now) is public and,
-    with the input's fingerprint and reading, identifies the run;
-    ``new_seed(material)`` derives a new stream's seed from the query and a
-    fresh reservation id (the caller adds the calibration:
-    :func:`dpcli.release.release_seed`); ``busy()`` wraps the computation (a spinner).
+    Yields the :class:`StateRun` while the lock is held (the caller charges and writes inside the
+    ``with``). The input holds the events not fed before: they and the events the state kept run
+    in every trigger up to ``through`` (default now, public), and those of later triggers are kept.
+    The last run's input again is a retry (its rows, free); another input must end after it
+    (:func:`_refuse_rewrite`). ``new_seed(material)`` derives a new stream's seed from the query and
+    a fresh reservation id (the caller adds the calibration: :func:`dpcli.release.release_seed`);
+    ``busy()`` wraps the computation (a spinner).
     """
-    moment = through if through is not None else datetime.now(UTC)
+    moment = _as_utc(through)
     last_trigger = trigger_through(moment, q.step)
     key_schema = key_schema_of(data.frame.collect_schema(), q)
     label = f"state file {path}"
     with documents.locked(path, lock_timeout):
         body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
-        seed = bytes.fromhex(body["seed"])
-        digest = _step_digest(seed, data.fingerprint, last_trigger, NOISE_VERSION, data.reading)
         last = body.get("last")
-        if _repeats(last, data, last_trigger):
-            recorded = _step_digest(seed, data.fingerprint, last_trigger, last.get("noise", 1), last.get("reading"))
-            ledger.check_recorded(state_dir, analyst, body["reservation"], body["step"], recorded, label, lock_timeout)
-            cached = pl.read_parquet(io.BytesIO(base64.b64decode(last["release"])))
-            yield StateRun(path, cached, {**last["metadata"], "charged": False, "retry": True}, repeat=True)
+        if _is_retry(last, data, label):
+            yield _retry(path, body, last, q, last_trigger)
             return
+        _refuse_rewrite(last, moment, q, label)
         stream = load_state(body, q, plan)
-        with busy():
-            release = advance_stream(data.frame, stream, moment, name=data.name, engine=data.engine)
-        create = None
-        if body["step"] == 0:
-            create = ledger.Reservation(
-                id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
-                events=tuple(plan.events), command="stream-replay --state",
-                summary=f"stream {path.name} reserves its whole (ε, δ)",
-            )
+        previous = stream.watermark
+        fed = _fed_before(body, data)
+        with busy():  # an input fed before adds no event: its run only runs the triggers due
+            release = advance_stream(data.frame.head(0) if fed else data.frame, stream, moment, keep=True,
+                                     name=data.name, engine=None if fed else data.engine)
         if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
             documents.write(path, STATE_KIND, body)
-        metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
-        last = {"input": data.fingerprint, "through": last_trigger, "noise": NOISE_VERSION, "metadata": metadata,
-                "release": _parquet_text(release.table)}
-        if data.reading is not None:
-            last["reading"] = data.reading
-        step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label,
-                           create=create)
-        yield StateRun(path, release.table, metadata, repeat=False,
-                       run_id=f"{body['seed_id']}/{release.metadata['through']}",
-                       reservation=f"stream:{body['reservation']}", step=step,
-                       new_body={**state_body(body, stream, last), "step": body["step"] + 1})
+        run = _new_run(path, body, stream, release, data, moment, previous)
+        yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
+
+
+def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: StreamRelease, data: StateInput,
+             moment: datetime, previous: int | None) -> StateRun:
+    """A run's new rows, the ledger step that records it (reserving the stream's budget on its first run)
+    and the state to save once it is charged."""
+    label = f"state file {path}"
+    q = stream.q
+    through = stream.trigger_through(moment)
+    create = None
+    if body["step"] == 0:
+        create = ledger.Reservation(
+            id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
+            events=tuple(stream.plan.events), command="stream-replay --state",
+            summary=f"stream {path.name} reserves its whole (ε, δ)", name=path.name,
+        )
+    metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
+    last = {"input": data.fingerprint, "through": through, "noise": NOISE_VERSION, "metadata": metadata,
+            "release": _parquet_text(release.table), "until": moment.isoformat(), "from": previous}
+    if data.reading is not None:
+        last["reading"] = data.reading
+    digest = _step_digest(bytes.fromhex(body["seed"]), data.fingerprint, through, NOISE_VERSION, data.reading)
+    step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label, create=create)
+    notes = () if release.table.height else (notes_of.empty_run(through, previous, q.step, kept=True),)
+    return StateRun(path, release.table, metadata, repeat=False,
+                    run_id=f"{body['seed_id']}/{release.metadata['through']}",
+                    reservation=f"stream:{body['reservation']}", step=step,
+                    new_body={**state_body(body, stream, last), "step": body["step"] + 1,
+                              "fed": {**(body.get("fed") or {}),
+                                      data.fingerprint: {"run": body["step"] + 1, "until": moment.isoformat()}}},
+                    notes=notes)
 
 
 def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer: LedgerRef, mode: str,
@@ -214,8 +302,9 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
     ``task`` and ``planned``: a :class:`StreamTask` and its :class:`StreamPlan` (the only task a state
     file runs). A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
     inputs (it is made once, for every run): each run's input, with its reading, is bound by the
-    run's digest in the ledger. An exact repeat of the last run returns its rows again, free."""
-    from dpcli.release.path import Prepared, Release, charge
+    run's digest in the ledger. The last run's input again (a retry) returns its rows again, free, and
+    is recorded in the ledger as a replay of that run's step."""
+    from dpcli.release.path import Prepared, charge
     from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 
     # only stream-replay runs against a --state file
@@ -233,11 +322,89 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
                    busy=lambda: busy(f"feeding {table.name} to {label}")) as run:
         rows = task.margins(run.table, planned)
         if run.repeat:
-            return Release(rows, run.metadata,
-                           f"stream-replay: repeated run, same rows as before (state {label}, free)")
-        line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
-                f"triggers run through {run.metadata['through']}")
+            line = f"stream-replay of {table.name} into {label}: a retry of the last run, its rows again"
+        else:
+            line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
+                    f"triggers run through {run.metadata['through']}")
         prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)
-        return charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
-                      before_output=run.save,
+        done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
+                      before_output=None if run.repeat else run.save,
                       output_digest=output.digest(rows, run.metadata) if output is not None else None)
+        return replace(done, notes=run.notes)
+
+
+def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int = 1) -> Planned:
+    """``--dry-run`` of ``stream-replay``, with or without ``--state``: the calibration and the 95% margin
+    at each trigger (:func:`dpcli.tasks.stream.plan.margins95_by_trigger`), the triggers the next run
+    executes, the cost of each of the next ``runs`` runs and their total, and whether the ledger accepts
+    it. Reads no data and writes nothing (a state file is only read: its public part decides).
+
+    Without ``--state`` each run over new data is a new release, charged in full; with it the first
+    run reserves the stream's whole (ε, δ) and every later run (and trigger) is covered by it.
+    """
+    from dpcli.release.path import Planned
+    from dpcli.state.paths import existing_state_dir
+
+    task.check()
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    planned = task.plan(led.limits.mode, led.limits.values)
+    events = list(planned.events)
+    q = task.query
+    moment = _as_utc(task.through)
+    through = trigger_through(moment, q.step)
+    if state is None:
+        costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
+        standing: dict[str, Any] = {"state": None, "triggers": {"through": naive_utc(through * q.step).isoformat()}}
+    else:
+        body, _ = _open_body(state, q, payer.analyst, None, payer.state_dir, payer.lock_timeout, None)
+        covered, refusal = _covered(led, body, events, f"state file {state}")
+        costs = [[] if covered is not None else events] + [[] for _ in range(runs - 1)]
+        standing = {"state": str(state), "runs_recorded": body["step"], "covered_by": covered,
+                    "triggers": _next_triggers(body, moment, q)}
+    standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
+                    spend=_total(led, costs))
+    return Planned({**task.describe(planned), "stream": standing}, costs[0], refusal)
+
+
+def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],
+             label: str) -> tuple[int | None, str | None]:
+    """A dry run's view of a state file against the ledger: (the entry of the reservation that covers
+    its next run, or None if that run reserves; why the ledger would refuse the run, or None)."""
+    entry = led.reservation(body["reservation"]) if body.get("reservation") else None
+    if entry is None:
+        if body["step"]:
+            return None, (f"{label} is not recorded in analyst {led.analyst!r}'s ledger (state from another "
+                          "ledger, or the ledger restored from an older backup)")
+        return None, ledger.refusal(led, events)
+    recorded = len(led.steps(entry["seq"]))
+    if recorded != body["step"]:
+        return None, (f"{label} is at run {body['step']} but the ledger recorded {recorded}: an older copy, or "
+                      "a ledger restored from an older backup; use the newest copies")
+    if entry.get("period", 0) != led.period(datetime.now(UTC)):
+        return None, f"analyst {led.analyst!r}: the reservation of {label} is not in this ledger period"
+    seq: int = entry["seq"]
+    return seq, None
+
+
+def _next_triggers(body: dict[str, Any], moment: datetime, q: StreamQuery) -> dict[str, Any]:
+    """The triggers the next run would execute (public: its ``--through`` and the last run's)."""
+    through = trigger_through(moment, q.step)
+    out: dict[str, Any] = {"through": naive_utc(through * q.step).isoformat(),
+                           "next": naive_utc((through + 1) * q.step).isoformat()}
+    watermark = (body.get("stream") or {}).get("watermark")
+    if watermark is not None:
+        out.update(after=naive_utc(watermark * q.step).isoformat(), count=max(0, through - watermark))
+    last = body.get("last")
+    if last:
+        end = _last_end(last, q)
+        out.update(last_run_end=end.isoformat(), new_input_accepted=moment > end)
+    return out
+
+
+def _total(led: ledger.Ledger, costs: list[list[PrivacyEvent]]) -> dict[str, Any] | None:
+    """What the runs would spend together in the ledger's terms (None when its mode cannot pay them: the
+    ledger's refusal says why)."""
+    try:
+        return led.accountant.spent_json(led.accountant.spend([e for c in costs for e in c]))
+    except ChargeRefused:
+        return None

@@ -1,9 +1,16 @@
-"""Crash-safe file replacement: temp file in the same directory, fsync, rename, fsync dir."""
+"""Crash-safe file replacement: temp file in the same directory, fsync, rename, fsync dir.
+
+An output that is not a file to replace (a device such as ``/dev/null``, a pipe, ``/dev/stdout``) is
+written in place instead (:func:`writes_in_place`): renaming over it would put a regular file where the
+device or the pipe was.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -61,3 +68,32 @@ def _new_temp(directory_fd: int, name: str) -> tuple[str, int]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary name next to {name}")
+
+
+#: Directories whose entries are streams dpcli must write through, never replace: ``/dev`` (``/dev/stdout``
+#: leads to whatever standard output is, a file too) and a process's descriptors.
+_STREAM_DIRS = re.compile(r"/dev|/proc/(self|[0-9]+)/fd")
+
+
+def writes_in_place(path: str | os.PathLike[str]) -> bool:
+    """Is ``path`` written in place rather than replaced: an existing file that is not a regular one (a device,
+    a FIFO, a socket), or any other entry of ``/dev`` or of a process's descriptors (``/dev/fd/3``), even one
+    that does not exist (it is then refused as not writable, never created)? A directory never is (it is
+    refused as one)."""
+    try:
+        mode: int | None = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and stat.S_ISDIR(mode):
+        return False
+    if mode is not None and not stat.S_ISREG(mode):
+        return True
+    return bool(_STREAM_DIRS.fullmatch(os.path.realpath(os.path.dirname(os.path.abspath(path)))))
+
+
+def write_in_place(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` through ``path`` (see :func:`writes_in_place`): opened for appending, never created or
+    truncated; a pipe is written when a reader opens it."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)

@@ -76,6 +76,16 @@ def ensure_state_dir(root: Path) -> Path:
     return root
 
 
+def existing_state_dir(root: Path) -> Path:
+    """The state directory of a command that needs a ledger in it: refused (exit 78) when it does not exist,
+    never created (a misspelt name would otherwise start an empty state); else :func:`ensure_state_dir`.
+    Only ``budget init`` (and ``catalog set``, ``budget key``) create one."""
+    if not root.is_dir():
+        raise StateError(f"state directory {root} does not exist (is its name right?)",
+                         fix="'dpcli budget init NAME' creates it with a ledger")
+    return ensure_state_dir(root)
+
+
 def ledger_path(root: Path, analyst: str) -> Path:
     return root / "ledgers" / f"{validate_analyst(analyst)}.json"
 

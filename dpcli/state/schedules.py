@@ -7,6 +7,10 @@ input file, so the same daily job finds its schedule. The state is written
 (atomically, under ``KEY.json.lock``) *before* a release is output, so a crash
 can never lead to two different releases for one epoch.
 
+Each run records its input's fingerprint (and ``through``, the ``--through`` moment, when given); calls
+answered with an earlier run's release are listed in ``answers`` (fingerprint, ``through``, the run), so a
+retry gets the same release (issue 31; states written before have no ``answers``: an empty list).
+
 States written before issue 29 also hold exact row counts (``n0``, each run's ``size``); dpcli
 never shows or uses them (docs/commands/schedules.md, "Schedules made before noisy sizes").
 
@@ -61,6 +65,11 @@ def locked(root: Path, analyst: str, key: str, timeout: float) -> Iterator[Path]
 def load(directory: Path, key: str) -> dict[str, Any] | None:
     """The schedule state, or None if the schedule has never run (a damaged file: StateError, never reset)."""
     return documents.read(directory / f"{key}.json", KIND)
+
+
+def peek(root: Path, analyst: str, key: str) -> dict[str, Any] | None:
+    """The schedule state, read without its lock and without creating anything (a dry run's look), or None."""
+    return documents.read(root / "schedules" / validate_analyst(analyst) / f"{key}.json", KIND)
 
 
 def save(directory: Path, key: str, state: dict[str, Any], release: pl.DataFrame | None = None) -> None:

@@ -161,3 +161,21 @@ class SchedulableTask(Task[P], Protocol[P]):
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
         """What names a schedule besides its name (the query without its ε, the public lists' fingerprints)."""
         ...
+
+
+@dataclass(frozen=True)
+class ExpectedSize:
+    """A size the user states for a dry run (``--rows``): sizes are private, so dpcli never reads one from
+    the data, and a plan that needs one (a schedule's epochs, a margin relative to a count) takes it as a
+    public input. ``first`` is the size of the next run; ``last``, of the last run planned, the sizes in
+    between growing geometrically (equal to ``first``: no growth)."""
+
+    first: int
+    last: int
+
+    def sizes(self, runs: int) -> list[int]:
+        """The stated size of each of ``runs`` runs: ``first`` … ``last``, by a constant factor per run."""
+        if runs == 1 or self.first == self.last:
+            return [self.first] * runs
+        ratio = self.last / self.first
+        return [max(1, round(self.first * ratio ** (j / (runs - 1)))) for j in range(runs)]

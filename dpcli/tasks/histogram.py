@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from dpcli import bounding
+from dpcli.core import intervals
 from dpcli.core import mechanisms as mech
 from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
@@ -119,10 +120,14 @@ class HistogramQuery:
             raise UsageError("lists an aggregation twice", field="agg")
 
     def _check_value(self) -> None:
-        """``--value`` (with ``--bounds``) exactly when an aggregation reads values."""
-        needs_value = any(a in VALUE_AGGREGATIONS or parse_quantile(a) is not None for a in self.aggregations)
-        if needs_value and (self.value is None or self.bounds is None):
-            raise UsageError("is needed (with bounds) by sum, mean, variance and quantiles", field="value")
+        """``--value`` and ``--bounds`` exactly when an aggregation reads values (each missing one named)."""
+        reading = [a for a in self.aggregations if a in VALUE_AGGREGATIONS or parse_quantile(a) is not None]
+        needs_value = bool(reading)
+        if needs_value and self.value is None:
+            raise UsageError(f"is needed by {', '.join(reading)}: the numeric column aggregated", field="value")
+        if needs_value and self.bounds is None:
+            raise UsageError(f"is needed by {', '.join(reading)}: LO:HI, the range the values are clamped to "
+                             "(e.g. 0:600), chosen without looking at the data", field="bounds")
         if not needs_value and self.value is not None:
             raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
 
@@ -219,16 +224,23 @@ _MEASUREMENTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _quantile_measurement(aggregation: str) -> str:
+def quantile_measurement(aggregation: str) -> str | None:
+    """The measurement of a quantile aggregation (``median`` → ``q1/2``); None for any other."""
     p = parse_quantile(aggregation)
-    assert p is not None, aggregation  # validated: every other aggregation is in _MEASUREMENTS
-    return "q" + fraction_text(p)
+    return None if p is None else "q" + fraction_text(p)
+
+
+def _measurements_of(aggregation: str) -> tuple[str, ...]:
+    quantile = quantile_measurement(aggregation)
+    if quantile is not None:
+        return (quantile,)
+    return _MEASUREMENTS[aggregation]  # validated: every other aggregation is in _MEASUREMENTS
 
 
 def _measurement_names(q: HistogramQuery) -> list[str]:
     """The measurements of a query, each once, in the order its aggregations first need them
     (thresholding needs the unit counts last)."""
-    wanted = [n for a in q.aggregations for n in _MEASUREMENTS.get(a) or (_quantile_measurement(a),)]
+    wanted = [n for a in q.aggregations for n in _measurements_of(a)]
     if q.domain == "threshold":
         wanted.append("units")
     return list(dict.fromkeys(wanted))
@@ -492,8 +504,9 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         noisy[name] = _noisy(_true_values(totals, name, grid), mmt.noise.sample(stream.child(name), totals.height))
     out = totals.select(list(q.by))
     margins: dict[str, str] = {}
+    released = _Released(q, plan, noisy, _selection(q, plan, meta))
     for agg in q.aggregations:
-        col, values, margin, how = _aggregate(agg, q, plan, noisy, totals, grid, qhist, stream)
+        col, values, margin, how = _aggregate(agg, released, totals, qhist, stream)
         out = out.with_columns(pl.Series(col, values))
         if q.with_error:
             if margin is not None:
@@ -609,56 +622,141 @@ def _quantile_values(
     return np.clip(edges_units * float(grid.granularity), grid.lo, grid.hi)
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """The noisy measurement that decided which groups appear, and how: a group is released when its
+    noisy value is at least ``threshold`` (thresholding: the unit count against τ; UnkLap: the count
+    against the noisy ⊥ + 1, which is released and drawn independently of the group's own noise)."""
+
+    measurement: str
+    threshold: int
+
+
+def _selection(q: HistogramQuery, plan: HistogramPlan, meta: Mapping[str, Any]) -> _Selection | None:
+    """How groups were selected (None for ``--keys``: every listed group appears)."""
+    if q.domain == "threshold":
+        assert plan.threshold is not None
+        return _Selection("units", plan.threshold)
+    if q.domain == "unklap":
+        return _Selection(next(iter(plan.measurements)), int(meta["bottom"]) + 1)
+    return None
+
+
+@dataclass(frozen=True)
+class _Released:
+    """What every aggregation and its margin is computed from: the query, its calibration, the noisy
+    measurements of the released groups and how the groups were selected."""
+
+    q: HistogramQuery
+    plan: HistogramPlan
+    noisy: dict[str, np.ndarray]
+    selection: _Selection | None
+
+    def noise(self, name: str) -> mech.Noise:
+        noise = self.plan.measurements[name].noise
+        assert noise is not None  # every measurement but a quantile's is a noisy count or sum
+        return noise
+
+    def noise_margin(self, name: str, scale: float | None = None) -> Any:
+        """The 95% margin of a count or sum measurement: its noise's exact interval, or, for the
+        measurement that selected the groups, the interval conditional on that selection (per group)."""
+        if not self.q.with_error:
+            return None
+        noise, values = self.noise(name), self.noisy[name]
+        if self.selection is not None and self.selection.measurement == name:
+            lo, hi = intervals.selected_interval(noise, values, self.selection.threshold)
+            return intervals.cover_margin(values, lo, hi).astype(np.int64)
+        m = noise.margin95()
+        return [m if scale is None else m * scale] * values.size
+
+
+_EXACT = "exact 95% interval of the noise"
+_SELECTED = ("95% interval conditional on the group passing its selection (the noise truncated at the threshold), "
+             "as a margin around the released value")
+
+
 def _aggregate(
-    agg: str,
-    q: HistogramQuery,
-    plan: HistogramPlan,
-    noisy: dict[str, np.ndarray],
-    totals: pl.DataFrame,
-    grid: bounding.ValueGrid | None,
-    qhist: pl.DataFrame | None,
-    stream: KeyedStream,
+    agg: str, released: _Released, totals: pl.DataFrame, qhist: pl.DataFrame | None, stream: KeyedStream
 ) -> tuple[str, Any, Any, str]:
     """(column name, values, 95% margins (None: no margin column), how the margin is meant)."""
-    def margin_for(name: str, scale: float | None = None) -> list[Any] | None:
-        noise = plan.measurements[name].noise
-        assert noise is not None
-        if not q.with_error:
-            return None
-        m = noise.margin95()
-        return [m if scale is None else m * scale] * totals.height
-
-    if agg == "count":
-        return "count", noisy["rows"], margin_for("rows"), "exact 95% interval of the noise"
-    if agg == "count-units":
-        return "count_units", noisy["units"], margin_for("units"), "exact 95% interval of the noise"
+    q, noisy = released.q, released.noisy
+    if agg in ("count", "count-units"):
+        name = "rows" if agg == "count" else "units"
+        selected = released.selection is not None and released.selection.measurement == name
+        return agg.replace("-", "_"), noisy[name], released.noise_margin(name), _SELECTED if selected else _EXACT
+    grid = q.grid
     assert grid is not None and q.value is not None
     g = float(grid.granularity)
     v = q.value
     if agg == "sum":
-        return f"sum_{v}", noisy["sum"] * g, margin_for("sum", g), "exact 95% interval of the noise"
+        return f"sum_{v}", noisy["sum"] * g, released.noise_margin("sum", g), _EXACT
     if agg in ("mean", "variance"):
-        return _mean_or_variance(agg, v, noisy, grid)
+        return _mean_or_variance(agg, released, grid)
     p = parse_quantile(agg)
     assert p is not None and qhist is not None
-    mmt = plan.measurements["q" + fraction_text(p)]
+    mmt = released.plan.measurements["q" + fraction_text(p)]
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
-    return f"{_q_label(p)}_{v}", values, None, "not provided (exponential mechanism)"
+    rank = quantile_rank_margin(mmt)
+    return f"{_q_label(p)}_{v}", values, None, (
+        f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
+        f"is at most {rank:.4g} rows further from q·n than the best of the {QUANTILE_BINS + 1} candidates'); "
+        "released values cannot turn a rank into a value interval")
 
 
-def _mean_or_variance(agg: str, v: str, noisy: dict[str, np.ndarray],
-                      grid: bounding.ValueGrid) -> tuple[str, np.ndarray, None, str]:
+def quantile_rank_margin(mmt: NoisyStatistic) -> float:
+    """A quantile's 95% rank margin, in rows: with probability ≥ 95% the released candidate's rank
+    (rows below it) is at most this much further from q·n than the best candidate's.
+
+    The utility is −|den(q)·rank − num(q)·n| and the mechanism chooses ∝ exp(rate·utility) among
+    ``QUANTILE_BINS`` + 1 candidates (:func:`dpcli.core.intervals.exponential_margin`), so the
+    margin is that tail bound divided by den(q). It is for the plan's rate: the exact sampler rounds
+    a rate down only where a utility gap would overflow 64-bit integers
+    (:func:`dpcli.core.samplers.rate_at_most`), and the margin then grows in the same proportion."""
+    assert mmt.em_rate is not None
+    return intervals.exponential_margin(float(mmt.em_rate), QUANTILE_BINS + 1) / Fraction(mmt.name[1:]).denominator
+
+
+def _mean_or_variance(agg: str, released: _Released, grid: bounding.ValueGrid) -> tuple[str, np.ndarray, Any, str]:
     """The mean or the variance of every group, post-processed from the noisy count and centred sums
-    (clamped to what the bounds allow; no margin: a ratio of noisy values)."""
+    (clamped to what the bounds allow), and with ``--with-error`` its conservative 95% margin."""
+    noisy, v = released.noisy, released.q.value
     g = float(grid.granularity)
     n = np.maximum(noisy["rows"], 1).astype(np.float64)
     mean_c = noisy["csum"] / n
     if agg == "mean":
         values = np.clip((grid.mid_units + mean_c) * g, grid.lo, grid.hi)
-        return f"mean_{v}", values, None, "not provided (ratio of noisy values)"
+        return f"mean_{v}", values, _ratio_margin(agg, released, grid, values), _MEAN_HOW
     var_units = np.clip(noisy["csumsq"] / n - mean_c * mean_c, 0.0, float(grid.half_width_units) ** 2)
-    return f"variance_{v}", var_units * g * g, None, "not provided (ratio of noisy values)"
+    values = var_units * g * g
+    return f"variance_{v}", values, _ratio_margin(agg, released, grid, values), _VARIANCE_HOW
+
+
+_MEAN_HOW = ("conservative 95%: the noisy count's and centred sum's own 97.5% intervals (union bound), "
+             "through the ratio and the bounds, as a margin around the released value")
+_VARIANCE_HOW = ("conservative 95%: the noisy count's, centred sum's and sum of squares' own 98.33% intervals "
+                 "(union bound), through the ratios and the bounds, as a margin around the released value")
+
+
+def _ratio_margin(agg: str, released: _Released, grid: bounding.ValueGrid, values: np.ndarray) -> np.ndarray | None:
+    """The 95% margin of released means or variances (None without ``--with-error``): a union bound
+    over the intervals of the measurements they are ratios of (:mod:`dpcli.core.intervals`)."""
+    if not released.q.with_error:
+        return None
+    noisy, g = released.noisy, float(grid.granularity)
+    lo_c, hi_c = float(grid.lo_units - grid.mid_units), float(grid.hi_units - grid.mid_units)
+    if agg == "mean":
+        alpha = intervals.ALPHA / 2
+        a, b = intervals.mean_interval(noisy["rows"], noisy["csum"], released.noise("rows").margin(alpha),
+                                       released.noise("csum").margin(alpha), lo_c, hi_c)
+        lo, hi = (grid.mid_units + a) * g, (grid.mid_units + b) * g
+    else:
+        alpha = intervals.ALPHA / 3
+        margins = tuple(float(released.noise(n).margin(alpha)) for n in ("rows", "csum", "csumsq"))
+        a, b = intervals.variance_interval(noisy["rows"], noisy["csum"], noisy["csumsq"],
+                                           (margins[0], margins[1], margins[2]), lo_c, hi_c)
+        lo, hi = a * g * g, b * g * g
+    return intervals.cover_margin(values, lo, hi)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dpcli.tasks.stream.events import (
     event_seconds,
     prepare_events,
 )
-from dpcli.tasks.stream.plan import StreamPlan, plan_stream
+from dpcli.tasks.stream.plan import StreamPlan, margins95, margins95_by_trigger, plan_stream
 from dpcli.tasks.stream.query import (
     CLAMP_RANGE,
     MAX_EPSILON,
@@ -55,6 +55,7 @@ __all__ = [
     "CLAMP_RANGE", "ISO_LAYOUTS", "MAX_EPSILON", "MAX_MU", "MAX_RECORDS", "MAX_SECONDS", "MAX_TRIGGERS",
     "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState", "StreamPlan", "StreamQuery",
     "StreamRelease", "StreamState", "WindowRun", "advance_stream", "bounded_events", "check_state_body",
-    "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state", "naive_utc",
+    "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state", "margins95",
+    "margins95_by_trigger", "naive_utc",
     "new_state_body", "plan_stream", "prepare_events", "run_stream", "state_body", "tree", "trigger_through",
 ]

@@ -310,7 +310,11 @@ def check_columns(schema: pl.Schema, spec: Spec, name: str) -> pl.DataType:
     c = spec.columns
     for key, col in c.items():
         if col not in schema:
-            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}")
+            from dpcli.access import gate
+            from dpcli.io.inputs import did_you_mean
+
+            hint = "" if gate().restricted else did_you_mean(col, schema.names())  # names private to an analyst
+            raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}{hint}")
     for key in ("ethnicity", "age"):
         dtype = schema[c[key]]
         if not (dtype.is_integer() or dtype == pl.String):

@@ -362,9 +362,10 @@ def _argv(tmp_path: Path, command: str, d: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, command):
+def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, state_dir, command):
     """No ledger: exit 77 and its one line for a good file, a missing one, a directory, a FIFO and an
     empty file alike (the early open neither reports nor blocks on any of them)."""
+    state_dir.mkdir()  # an empty state directory (one that does not exist is exit 78)
     (tmp_path / "d.csv").write_text(data("a"))
     (tmp_path / "e.csv").write_text("")
     (tmp_path / "dir").mkdir()
@@ -429,23 +430,26 @@ def test_an_early_handle_never_taken_is_closed_without_a_warning(tmp_path):
 
 def test_a_process_that_exits_while_the_thread_hashes_prints_one_line(tmp_path):
     """The process ends (exit 77) while the daemon thread is still reading a slow disk (4 KiB every
-    10 ms): the exit code and the one line are unchanged; the file is closed under the thread at
+    10 ms, without end, so that no load on the host lets it finish first): the exit code and the one line are unchanged; the file is closed under the thread at
     exit, whose next read fails unseen (no fatal error on the file's lock at shutdown)."""
     d = tmp_path / "d.csv"
     d.write_text("user,g\n" + "u,a\n" * 50_000)
     (tmp_path / "keys.csv").write_text("g\na\n")
     argv = ["histogram", str(d), *HIST, "--keys", str(tmp_path / "keys.csv")]
+    (tmp_path / "state").mkdir()  # an empty state directory: no ledger (one that does not exist is exit 78)
     code = f"""
 import hashlib, sys, threading, time
 import dpcli.io.opening as o
 
-def slow(fh):
+def slow(fh):  # never finishes (it rereads from the start), so the thread is alive at exit, however slow the host
     fh.seek(0)
     digest, buffer = hashlib.sha256(), bytearray(4096)
-    while n := fh.readinto(buffer):
+    while True:
+        n = fh.readinto(buffer)
+        if not n:
+            fh.seek(0)
         digest.update(buffer[:n])
         time.sleep(0.01)
-    return digest.hexdigest()
 
 o.fingerprint_fileobj = slow
 from dpcli.cli.app import main

@@ -393,11 +393,11 @@ def test_a_restored_stream_state_replays_a_run_only_under_the_same_reading(tmp_p
 # ---- BBImprover runs index: a rolled-back state, and a snapshot seen before (resisted) ---------------
 
 
-def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_draws_new_noise(tmp_path, state_dir):
+def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_is_a_replay(tmp_path, state_dir):
     """t = k counts the state's runs, so a state restored with fewer runs would re-spend the larger ε_k:
     a new snapshot on it is refused (exit 78, nothing debited); the recorded one comes back free and
-    identical. A snapshot seen at run 1 and again at run 3 (A, B, A) is a new run at ε_3 ≠ ε_1: a new seed,
-    never run 1's noise at another scale."""
+    identical. A snapshot seen at run 1 and again after run 2 (A, B, A) is run 1's release again (issue 31:
+    a retry never unpublishes), free: never run 1's noise at another scale, never a second release of A."""
     snaps = {}
     for name, n in (("A", 40), ("B", 40), ("C", 60)):
         p = tmp_path / f"{name}.csv"
@@ -421,8 +421,9 @@ def test_runs_index_rollback_is_refused_and_a_repeated_snapshot_draws_new_noise(
     after_one = state.read_bytes()
     r2, d2 = run("B")
     r3, d3 = run("A")
-    assert d1["summary"]["schedule"]["run"] == 1 and d3["summary"]["schedule"]["run"] == 3
-    assert d1["summary"]["seed_id"] != d3["summary"]["seed_id"]
+    assert d1["summary"]["schedule"]["run"] == 1 and d3["summary"]["schedule"]["replay_of_run"] == 1
+    assert d1["summary"]["seed_id"] == d3["summary"]["seed_id"] and d1["result"] == d3["result"]
+    assert d3["summary"]["charged"] is False and d3["summary"]["schedule"]["runs"] == 2
     ledger_before = {p.name: p.read_bytes() for p in (state_dir / "ledgers").glob("*.*") if p.suffix != ".lock"}
     state.write_bytes(after_one)  # the operator restores the state from after run 1
     r, _ = run("C")

@@ -180,3 +180,41 @@ def test_attack_a_write_that_fails_is_one_line_not_an_internal_error(svc):
     finally:
         if locked.exists():
             locked.chmod(0o700)
+
+
+@pytest.mark.parametrize("how", ["file", "pipe"])
+@pytest.mark.parametrize("out", ["/dev/stdin", "/proc/self/fd/0"])
+def test_attack_output_onto_the_standard_input_read_as_data_is_refused(setup, tmp_path, state_dir, how, out):
+    """Issue 31's review: ``-o /dev/stdin`` (a device path, written in place) with the data read from
+    ``-`` appended the release to the data file stdin was redirected from; on a pipe, dpcli wrote into
+    the pipe it reads itself (the release lost, or a hang after the charge once it fills the pipe)."""
+    data, keys = setup
+    saved = os.dup(0)
+    read, write = os.pipe() if how == "pipe" else (os.open(data, os.O_RDONLY), -1)
+    try:
+        os.dup2(read, 0)  # the process's standard input, as the shell gives it (the runner feeds sys.stdin)
+        before = snapshot(tmp_path)
+        r = runner.invoke(app, ["histogram", "-", *hist(data, keys, out)[2:]], input=data.read_text())
+        assert r.exit_code == 73 and "is the standard input the run reads" in r.stderr, (r.exit_code, r.stderr)
+        assert snapshot(tmp_path) == before
+        assert runner.invoke(app, ["budget", "history", "default", "--json"]).stdout.strip() == "[]"
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, read, write):
+            if fd >= 0:
+                os.close(fd)
+
+
+@pytest.mark.parametrize("what", ["directory", "closed"])
+def test_attack_a_descriptor_that_cannot_be_written_is_refused_before_the_charge(setup, tmp_path, state_dir, what):
+    """Issue 31's review: ``-o /dev/fd/N`` on a directory (or ``-o /dev/shm``) was taken for a device written
+    in place, passed the checks, and failed after the charge; on a closed descriptor, an attempt to create
+    a file in /proc's descriptor directory failed after the charge too (root may write any directory)."""
+    data, keys = setup
+    fd = os.open(tmp_path, os.O_RDONLY) if what == "directory" else 987  # (a number the run's own files never get)
+    try:
+        refused(hist(data, keys, f"/dev/fd/{fd}"), tmp_path, state_dir,
+                "is a directory" if what == "directory" else "does not exist")
+    finally:
+        if what == "directory":
+            os.close(fd)

@@ -15,6 +15,8 @@ files and Spark endpoints given by the analyst.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import polars as pl
 from dptest import cli, init_ledger
 from service_checks import QUERY, _add, _nothing_private, _one_line
@@ -89,6 +91,28 @@ def test_personal_mode_never_reads_the_state_as_input(tmp_path, monkeypatch):
         assert r.exit_code == 66, r.stderr
         assert key_hex not in r.stdout + r.stderr
 
+
+
+def test_attack_a_stream_dry_run_reads_no_private_file_as_its_state(tmp_path, monkeypatch):
+    """Issue 31's review: ``stream-replay --dry-run --state`` read the key or a ledger as a stream state
+    (the run refuses such a path before reading it; the dry run said "corrupt, restore it from a backup")."""
+    from dpcli.state import documents
+
+    init_ledger()
+    state = tmp_path / "state"
+    data = tmp_path / "d.csv"
+    data.write_text("t,user,g\n" + "".join(f"2026-11-01T0{i % 9}:00:00,u{i},a\n" for i in range(20)))
+    read: list[Path] = []
+    real = documents.read
+    monkeypatch.setattr(documents, "read", lambda path, kind: read.append(Path(path)) or real(path, kind))
+    stream = ["stream-replay", data, "--time", "t", "--by", "g", "--privacy-unit", "user", "--window", "1d",
+              "--triggers", "1", "--max-contributions", "1", "--epsilon", "1", "--delta", "1e-6"]
+    for private in (state / "secret.key", state / "ledgers" / "default.json", data):
+        for dry in (["--dry-run"], []):
+            r = cli(*stream, "--state", private, *dry)
+            assert r.exit_code == 73 and r.stderr.count("\n") == 1, (private, dry, r.stderr)
+    assert read == []
+    assert cli(*stream, "--state", tmp_path / "s.stream", "--dry-run").exit_code == 0  # a state of its own: read
 
 # --- reading: only what the catalog names, as named --------------------------------------------------
 
@@ -184,3 +208,22 @@ def test_resists_uris_device_files_and_spark_endpoints_given_by_the_analyst(svc)
 def test_resists_stdin_as_a_public_list(svc):
     r = svc.run("alice", *QUERY, "--keys", "-", input="page\n/p/0\n")
     assert r.exit_code == 0, r.stderr
+
+
+def test_attack_which_refusal_a_missing_column_gets_says_nothing_of_the_header(tmp_path, monkeypatch):
+    """Issue 31's review: a header that another delimiter splits into text got "column not found" where
+    any other header that is not text got "does not look like csv" (the delimiter hint was worked out
+    before the service-mode check): which refusal came told an analyst how the private header is split."""
+    from dptest import Service
+
+    svc = Service(tmp_path, monkeypatch)
+    for name, sep in (("tabbed", "\t"), ("binary", "\x01")):
+        rows = "".join(f"u{i}{sep}/p/{i % 3}{sep}s{i}\n" for i in range(50))
+        (svc.data / f"{name}.csv").write_text(f"user{sep}page{sep}secret\n{rows}")
+        svc.catalog_toml += (f'[datasets.{name}]\nlocation = "{svc.data / name}.csv"\nprivacy_unit = "user"\n'
+                             'format = "csv"\nanalysts = ["*"]\n')
+    svc.setup()
+    answers = [svc.run("alice", "histogram", name, "--by", "page", "--epsilon", "1", "--delta", "1e-6")
+               for name in ("tabbed", "binary")]
+    assert [r.exit_code for r in answers] == [65, 65], [r.stderr for r in answers]
+    assert answers[0].stderr.replace("tabbed", "binary") == answers[1].stderr

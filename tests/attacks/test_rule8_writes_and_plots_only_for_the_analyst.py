@@ -128,3 +128,20 @@ def test_resists_planted_symlinks_in_the_output_directory(svc):
     assert r.exit_code == 2 and "s17" not in r.stdout + r.stderr
     r = svc.run("alice", "plot", svc.out / "alice" / ".." / "bob" / "x.csv")
     assert r.exit_code == 2
+
+
+def test_attack_an_output_path_outside_is_not_looked_at_before_the_refusal(svc, tmp_path):
+    """Issue 31's review: a device or a pipe as ``-o`` is written as CSV, and dpcli looked at the path the
+    analyst typed (as the service account) before the gate refused it: ``-o PRIVATE/x.fifo`` was refused as
+    outside their directories when a pipe lay there, else for its unknown extension; which of the two
+    messages came told whether a pipe, socket or device exists where the analyst cannot look."""
+    import os
+
+    hidden = tmp_path / "private"
+    hidden.mkdir(mode=0o700)
+    os.mkfifo(hidden / "there.fifo")
+    query = ["histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
+    there = svc.run("alice", *query, "-o", hidden / "there.fifo")
+    absent = svc.run("alice", *query, "-o", hidden / "absent.fifo")
+    assert there.exit_code == absent.exit_code == 2, (there.stderr, absent.stderr)
+    assert there.stderr.replace("there", "absent") == absent.stderr

@@ -69,3 +69,9 @@ def two_sample_violations(a: np.ndarray, b: np.ndarray, epsilon: float, delta: f
             if lo1 > math.exp(epsilon) * hi0 + delta:
                 out.append((int(v), name1))
     return out
+
+
+def coverage_rejected(covered: int, trials: int, level: float = 0.95, alpha: float = 0.01) -> bool:
+    """The one-sided exact binomial test of H0 "coverage ≥ ``level``": True when P[X ≤ covered] < ``alpha``
+    for X ~ Binomial(trials, level), i.e. the observed coverage is significantly below ``level``."""
+    return bool(stats.binom.cdf(covered, trials, level) < alpha)

@@ -101,3 +101,33 @@ def test_released_counts_never_beat_their_epsilon_and_a_broken_one_is_caught(mon
           f"two-sample violations {len(violations)}")
     assert ok <= eps_m < bad
     assert violations == []
+
+
+@pytest.mark.audit
+def test_released_values_are_within_their_95_percent_margins_at_the_worst_trigger():
+    """Coverage of ``--with-error``'s margins (docs/commands/stream-replay.md): N keys, each with U units at
+    trigger 1 (its first release starts the perturbation trees) and U more at trigger 7, where the trees
+    have 7 leaves: λ²(7) is the largest variance a window of 7 triggers can hold, so the margin is at its
+    tightest. Each unit has one record with value 1 (clamped to ±2): the bounded count is 2U and the
+    bounded sum 2U. Among the keys released at trigger 7 (every one, as U is far above the threshold), a
+    one-sided binomial test at the 1% level must not find the coverage of count and sum below 95%, and
+    must find it below 95% for margins 10% smaller (power)."""
+    keys = 15_000
+    q = sr.StreamQuery(time="ts", keys=("key",), unit="user", window=70, triggers=7, max_records=16,
+                       epsilon=Fraction(8), delta=Fraction(1, 10**6), value="v", clamp=2.0)
+    plan = sr.plan_stream(q)
+    units = int(math.ceil(float(max(plan.selection_threshold(7, 7))) + 8 * math.sqrt(float(plan.sigma2_select))))
+    per_key = np.repeat([0, 60], units)  # trigger 1 and trigger 7 of the window [0, 70)
+    frame = pl.DataFrame({"ts": np.tile(per_key, keys), "user": np.arange(keys * 2 * units),
+                          "key": np.repeat(np.arange(keys), 2 * units), "v": 1.0}).lazy()
+    released = sr.run_stream(frame, q, plan, b"coverage".ljust(32, b".")).table.filter(pl.col("trigger") == 7)
+    assert released.height == keys
+    margins = sr.margins95_by_trigger(q, plan)
+    for column in ("count", "sum_v"):
+        errors = (released[column] - 2 * units).abs().to_numpy()
+        covered = int((errors <= margins[column][6]).sum())
+        narrow = int((errors <= 0.9 * margins[column][6]).sum())
+        p, p_narrow = stats.binom.cdf(covered, keys, 0.95), stats.binom.cdf(narrow, keys, 0.95)
+        print(f"{column}: margin ±{margins[column][6]:.4g}, coverage {covered / keys:.4f} (p = {p:.3g}); "
+              f"10% narrower {narrow / keys:.4f} (p = {p_narrow:.3g})")
+        assert p >= 0.01 and p_narrow < 0.01

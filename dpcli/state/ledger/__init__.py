@@ -14,10 +14,10 @@ from dpcli.state.ledger.document import init_ledger, read_ledger, remaining_text
 from dpcli.state.ledger.format import dump_document, load_document, step_digest
 from dpcli.state.ledger.migrate import reseal
 from dpcli.state.ledger.model import Ledger, Receipt, Reservation, Step
-from dpcli.state.ledger.steps import check_recorded
+from dpcli.state.ledger.steps import StreamSummary, check_recorded, stream_summaries
 
 __all__ = [
-    "Ledger", "Receipt", "Reservation", "Step", "charge", "check_payable", "check_recorded", "dump_document",
-    "init_ledger", "load_document",
-    "read_ledger", "refusal", "remaining_text", "reseal", "step_digest", "wrote",
+    "Ledger", "Receipt", "Reservation", "Step", "StreamSummary", "charge", "check_payable", "check_recorded",
+    "dump_document", "init_ledger", "load_document",
+    "read_ledger", "refusal", "remaining_text", "reseal", "step_digest", "stream_summaries", "wrote",
 ]

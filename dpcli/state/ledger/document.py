@@ -33,7 +33,7 @@ from dpcli.state.ledger.format import (
 from dpcli.state.ledger.mark import MarkTotals, verify_mark, write_mark
 from dpcli.state.ledger.model import Ledger, Tail
 from dpcli.state.lock import exclusive_lock
-from dpcli.state.paths import ensure_state_dir, ledger_path, lock_path
+from dpcli.state.paths import ensure_state_dir, existing_state_dir, ledger_path, lock_path
 
 
 def read_ledger_bytes(path: Path, analyst: str) -> tuple[bytes, int]:
@@ -163,6 +163,7 @@ def read_ledger(root: Path, analyst: str, lock_timeout: float = 30.0) -> Ledger:
     """Load and verify an analyst's ledger (briefly under its lock, so ledger and mark are read as a pair)."""
     path = ledger_path(root, analyst)
     if not path.exists():
+        existing_state_dir(root)  # a state directory that does not exist is named as such (exit 78)
         read_ledger_bytes(path, analyst)  # the "no budget ledger" error
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
         return load_ledger(root, analyst)

@@ -34,6 +34,7 @@ class Reservation:
     events: tuple[PrivacyEvent, ...]
     command: str
     summary: str = ""
+    name: str = ""  # how people know it (a stream's state file name), for ``budget show``
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from dpcli.core.accounting import budget as bud
 from dpcli.core.events import PrivacyEvent
@@ -65,7 +65,7 @@ def _reservation_entry(led: Ledger, analyst: str, step: Step, time: Any, now: da
     return {"seq": len(led.entries) + 1, "time": time, "period": led.period(now), "command": c.command,
             "query_id": f"{c.kind}:{c.key}", "seed_id": f"{c.kind}:{c.id}",
             "events": [ev.to_json() for ev in c.events],
-            "reservation": {"id": c.id, "kind": c.kind, "key": c.key},
+            "reservation": {"id": c.id, "kind": c.kind, "key": c.key, **({"name": c.name} if c.name else {})},
             **({"summary": c.summary} if c.summary else {})}
 
 
@@ -111,3 +111,28 @@ def check_recorded(root: Path, analyst: str, reservation: str, runs: int, digest
     if current and len(steps) != runs:
         raise StateError(f"{label} is an older copy of its state (the ledger recorded later runs): restore the newest "
                          "state file, or use a new --schedule name")
+
+
+class StreamSummary(TypedDict):
+    """A stream's reservation as ``budget show`` lists it."""
+
+    name: str | None  # its state file's name (None in ledgers written before issue 31)
+    entry: int  # the entry that reserved it
+    time: str
+    reserved: list[dict[str, Any]]  # the (ε, δ) reserved, as the entry's events
+    runs: int  # runs recorded as its steps
+    retries: int  # runs repeated (free replays of a recorded run)
+
+
+def stream_summaries(led: Ledger, when: datetime | None = None) -> list[StreamSummary]:
+    """The streams reserved in the current period (their reservation is part of what it spent), each
+    with its runs and retries."""
+    runs: dict[int, int] = {}
+    retries: dict[int, int] = {}
+    for e in led.entries:
+        if "step" in e and e.get("covered_by") is not None:
+            tally = retries if e.get("replay_of") else runs
+            tally[e["covered_by"]] = tally.get(e["covered_by"], 0) + 1
+    return [StreamSummary(name=e["reservation"].get("name"), entry=e["seq"], time=e["time"], reserved=e["events"],
+                          runs=runs.get(e["seq"], 0), retries=retries.get(e["seq"], 0))
+            for e in led.current_entries(when) if (e.get("reservation") or {}).get("kind") == "stream"]

@@ -407,7 +407,10 @@ class StreamState:
 
     ``watermark`` is the global index (trigger end time / trigger length) of the
     last trigger run, the public ``through`` of the last run; later runs drop
-    events at or before it (late events).
+    events at or before it (late events). ``kept``: events fed to the stream whose
+    trigger has not run yet (:func:`dpcli.tasks.stream.run.advance_stream` with ``keep``),
+    each unit's first C − used of them, in the columns of
+    :func:`dpcli.tasks.stream.events.record_columns`.
     """
 
     def __init__(self, q: StreamQuery, plan: StreamPlan, seed: bytes, track_units: bool = True) -> None:
@@ -417,6 +420,7 @@ class StreamState:
         self.used: dict[Any, int] = {}
         self.windows: dict[int, WindowRun] = {}
         self.watermark: int | None = None  # no trigger run yet
+        self.kept: pl.DataFrame | None = None  # events of triggers not yet run (None: none kept)
 
     @property
     def step(self) -> int:

@@ -10,8 +10,9 @@ records never change which records of others count):
   years 1 … 9999 or a duration of 10^9 days (Python cannot hold them); when a
   value column is summed and its value is missing, unparsable or not finite
   (:func:`dpcli.bounding.numeric_value`);
-  when its trigger ends after the run's public ``through`` trigger; for a
-  persisted stream, when its trigger has already run (a late event);
+  when its trigger ends after the run's public ``through`` trigger (a persisted stream fed with
+  ``keep`` keeps such events until their trigger runs, :func:`with_kept`); for a persisted stream,
+  when its trigger has already run (a late event);
 * then each unit keeps its first C remaining records in time order, over the
   whole stream (:func:`dpcli.bounding.stream_records.cap_records`).
 
@@ -139,15 +140,42 @@ def bounded_events(frame: pl.LazyFrame, q: StreamQuery, *, through: int | None =
         keep &= g > after
     if through is not None:
         keep &= g <= through
-    # Time order, ties broken by the record's content (not its position in the file), so which of a
-    # unit's records are its first C never depends on row order.
-    order = ["__t", "__unit", *q.keys, *(["__v"] if q.grid is not None and q.value is not None else [])]
-    capped = cap_records(frame.select(cols).filter(keep), "__unit", order, q.max_records, q.grid, used)
-    return Bounded(capped.frame.with_columns(
+    capped = cap_records(frame.select(cols).filter(keep), "__unit", record_columns(q), q.max_records, q.grid, used)
+    return Bounded(_with_triggers(capped.frame, q), capped.stability)
+
+
+def record_columns(q: StreamQuery) -> list[str]:
+    """An event's own columns, in the order events are sorted: time order, ties broken by the record's
+    content (not its position in the file), so which of a unit's records are its first C never depends
+    on row order. A persisted stream keeps events of triggers not yet run with these columns."""
+    return ["__t", "__unit", *q.keys, *(["__v"] if q.grid is not None and q.value is not None else [])]
+
+
+def _with_triggers(frame: pl.LazyFrame, q: StreamQuery) -> pl.LazyFrame:
+    """``frame`` with each event's window, its trigger in the window and its global trigger."""
+    return frame.with_columns(
         (pl.col("__t") // q.window * q.window).alias("__window"),
         ((pl.col("__t") % q.window) // q.step + 1).cast(pl.Int64).alias("__trigger"),
         (pl.col("__t") // q.step + 1).alias("__g"),
-    ), capped.stability)
+    )
+
+
+def with_kept(new: pl.DataFrame, kept: pl.DataFrame | None, q: StreamQuery,
+              used: Mapping[Any, int] | None) -> pl.DataFrame:
+    """A persisted stream's events for one run: ``new`` (from :func:`prepare_events`, without ``through``)
+    and the events ``kept`` from earlier runs (triggers not yet run), capped together.
+
+    Each unit keeps its first C records over the whole stream: both parts are each unit's first
+    (C − used) records of what they hold, and the first k of A ∪ B are the first k of
+    first-k(A) ∪ first-k(B), so capping them together gives the first (C − used) of all events fed
+    and not yet run, as one replay of every input would.
+    """
+    cols = record_columns(q)
+    if kept is None or not kept.height:
+        return new
+    both = pl.concat([kept.select(cols).cast(new.select(cols).schema), new.select(cols)])
+    capped = cap_records(both.lazy(), "__unit", cols, q.max_records, q.grid, used)
+    return collect(_with_triggers(capped.frame, q), "cannot combine the stream's kept events")
 
 
 #: (query, through, after, used, the unit column's type) → the events :func:`prepare_events` gives,

@@ -108,23 +108,37 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
 
 
 def margins95(q: StreamQuery, plan: StreamPlan) -> dict[str, float]:
-    """The 95% margin of each released column, in its units: 1.96·max λ(i) over a window's triggers.
+    """The 95% margin of each released column, in its units, at a window's worst trigger (the last one's
+    in :func:`margins95_by_trigger`: earlier triggers' margins are smaller or equal)."""
+    return {column: margins[-1] for column, margins in margins95_by_trigger(q, plan).items()}
 
-    A released value is a Honaker prefix estimate of its key's perturbation tree, whose noise has
-    variance λ²(i) after i leaves; λ²(i) depends on i's binary digits only, so the largest over
-    every tree a window can hold is the largest over i ≤ triggers. The noise is a weighted sum of
-    discrete Gaussians: the margin uses the normal approximation, at the worst trigger (earlier
-    triggers' margins are smaller or equal).
+
+def margins95_by_trigger(q: StreamQuery, plan: StreamPlan) -> dict[str, list[float]]:
+    """The 95% margin of each released column at each trigger t = 1 … triggers of a window.
+
+    A value released at trigger t is the Honaker prefix estimate of its key's perturbation tree,
+    which started at a trigger s ≤ t (the key's first release in the window): after
+    i = t − s + 1 ≤ t leaves its noise has variance λ²(i), and λ²(i) depends on i's binary digits,
+    so the largest a value at t can have is max λ²(i) over i ≤ t (public: the noise scales and t).
+    The noise is a weighted sum of independent discrete Gaussians, each of variance at most its
+    parameter σ²: the margin is the normal approximation 1.96·√(max λ²), plus half a unit for the
+    rounding of the released value (half a grid step for sums). Margins grow over a window up to
+    :func:`margins95`'s.
     """
-    out = {"count": 1.96 * math.sqrt(float(tree.prefix_variances(float(plan.sigma2_count), q.triggers).max()))}
+    def running(sigma2: Fraction, unit: float) -> list[float]:
+        worst = np.maximum.accumulate(tree.prefix_variances(float(sigma2), q.triggers))
+        return [float(m) for m in (1.96 * np.sqrt(worst) + 0.5) * unit]
+
+    out = {"count": running(plan.sigma2_count, 1.0)}
     grid = q.grid
     if q.value and grid is not None and plan.sigma2_sum is not None:
-        worst = float(tree.prefix_variances(float(plan.sigma2_sum), q.triggers).max())
-        out[f"sum_{q.value}"] = 1.96 * math.sqrt(worst) * float(grid.granularity)
+        out[f"sum_{q.value}"] = running(plan.sigma2_sum, float(grid.granularity))
     return out
 
 
 def with_margins(table: pl.DataFrame, q: StreamQuery, plan: StreamPlan) -> pl.DataFrame:
-    """``table`` with a ``<column>_moe95`` column after each released column (post-processing only)."""
-    margins = margins95(q, plan)
-    return table.with_columns([pl.lit(m, dtype=pl.Float64).alias(f"{c}_moe95") for c, m in margins.items()])
+    """``table`` with a ``<column>_moe95`` column for each released column: the margin at the row's trigger
+    (:func:`margins95_by_trigger`; post-processing of public scales and the released trigger only)."""
+    at = table["trigger"].to_numpy().astype(np.int64) - 1
+    return table.with_columns([pl.Series(f"{c}_moe95", np.asarray(m, dtype=np.float64)[at], dtype=pl.Float64)
+                               for c, m in margins95_by_trigger(q, plan).items()])

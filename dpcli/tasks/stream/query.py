@@ -77,9 +77,12 @@ class StreamQuery:
             raise UsageError(f"{self.window}s does not split into {self.triggers} equal triggers", field="window")
 
     def _check_value(self) -> None:
-        """``--value`` and ``--clamp`` together, the clamp within CLAMP_RANGE."""
-        if (self.value is None) != (self.clamp is None):
-            raise UsageError("and --clamp go together", field="value")
+        """``--value`` and its clamp together (each missing one named), the clamp within CLAMP_RANGE."""
+        if self.value is not None and self.clamp is None:
+            raise UsageError("is needed by a sum of values: -L:L, the range the values are clamped to (e.g. "
+                             "-300:300), chosen without looking at the data", field="clamp")
+        if self.value is None and self.clamp is not None:
+            raise UsageError("is needed with bounds: the numeric column summed", field="value")
         if self.clamp is not None and not (math.isfinite(self.clamp)
                                            and CLAMP_RANGE[0] <= self.clamp <= CLAMP_RANGE[1]):
             raise UsageError(f"must be between {CLAMP_RANGE[0]:g} and {CLAMP_RANGE[1]:g}", field="clamp")

@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from dpcli.tasks.stream.algorithm import StreamState
-from dpcli.tasks.stream.events import EventsEngine, prepare_events
+from dpcli.tasks.stream.events import EventsEngine, prepare_events, record_columns, with_kept
 from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
 
@@ -46,19 +46,29 @@ def run_stream(frame: pl.LazyFrame, q: StreamQuery, plan: StreamPlan, seed: byte
     return StreamRelease(result, _metadata(result, plan, state.time_of(g)))
 
 
-def advance_stream(frame: pl.LazyFrame, state: StreamState, through: datetime | None = None, *,
+def advance_stream(frame: pl.LazyFrame, state: StreamState, through: datetime | None = None, *, keep: bool = False,
                    name: str = "the input", engine: EventsEngine | None = None) -> StreamRelease:
     """Feed the next micro-batch(es) to a persisted stream (``--state``) and run their triggers.
 
     Runs every trigger after the state's watermark that ends at or before
-    ``through`` (default: now). Events in triggers already run (late) or
-    ending after ``through`` are dropped before the per-unit cap; a
-    ``through`` before the watermark is a usage error (the watermark is the
-    ``through`` of an earlier run, so this depends on public inputs only).
+    ``through`` (default: now), on the events of ``frame`` and those the state
+    kept from earlier runs. Events in triggers already run (late) are dropped
+    before the per-unit cap. Events whose trigger ends after ``through`` are
+    kept in the state until it runs with ``keep`` (``frame`` then holds the
+    events not fed before: ``stream-replay --state``), and dropped without it
+    (``frame`` may then hold the whole stream, of which each run takes its
+    triggers' events). A ``through`` before the watermark is a usage error (the
+    watermark is the ``through`` of an earlier run, so this depends on public
+    inputs only).
     """
     g = state.trigger_through(through if through is not None else datetime.now(UTC))
     state.check_through(g)
-    events = prepare_events(frame, state.q, g, after=state.watermark, used=state.used, name=name, engine=engine)
-    rows = state.advance(events, g)
+    new = prepare_events(frame, state.q, None if keep else g, after=state.watermark, used=state.used, name=name,
+                         engine=engine)
+    events = with_kept(new, state.kept, state.q, state.used)
+    due = events.filter(pl.col("__g") <= g)
+    later = events.filter(pl.col("__g") > g).select(record_columns(state.q))
+    state.kept = later if later.height else None
+    rows = state.advance(due, g)
     result = state.release_table(rows, dict(frame.collect_schema()))
     return StreamRelease(result, _metadata(result, state.plan, state.time_of(g)))

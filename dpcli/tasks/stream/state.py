@@ -1,13 +1,18 @@
 """The JSON codec of a stream's state and the body of a ``--state`` document.
 
-A state holds the stream's seed, its per-unit record counts and every open
+A state holds the stream's seed, its per-unit record counts, every open
 window's trees (noise-only prefix estimates as JSON floats, which round-trip
-exactly). Key and unit values are JSON scalars; dates and datetimes are
+exactly) and the events fed whose trigger has not run yet (``kept``: Parquet in
+base64, so their columns come back with the input's types; absent in states
+written before issue 31). Key and unit values are JSON scalars; dates and datetimes are
 tagged so they come back with their type.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import io
 from datetime import date, datetime
 from typing import Any, overload
 from zoneinfo import ZoneInfo
@@ -89,13 +94,34 @@ def _decode_window(doc: dict[str, Any], state: StreamState) -> WindowRun:
     return WindowRun.restore(int(doc["start"]), int(doc["fired"]), states, state.q, state.plan, state.stream)
 
 
+def _encode_kept(kept: pl.DataFrame | None) -> str | None:
+    """Events kept for triggers not yet run, as Parquet (their columns keep the input's types) in base64."""
+    if kept is None:
+        return None
+    buf = io.BytesIO()
+    kept.write_parquet(buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _decode_kept(text: str | None) -> pl.DataFrame | None:
+    if text is None:
+        return None
+    try:
+        return pl.read_parquet(io.BytesIO(base64.b64decode(text, validate=True)))
+    except (pl.exceptions.PolarsError, OSError, binascii.Error):
+        raise ValueError("kept events") from None
+
+
 def encode_state(state: StreamState) -> dict[str, Any]:
     """A stream's state as JSON (the ``stream`` part of a state file)."""
-    return {
+    doc: dict[str, Any] = {
         "watermark": state.watermark,
         "used": {"units": [_encode(u) for u in state.used], "records": list(state.used.values())},
         "windows": [_encode_window(w) for _, w in sorted(state.windows.items())],
     }
+    if state.kept is not None:  # states of dpcli before issue 31 kept no events
+        doc["kept"] = _encode_kept(state.kept)
+    return doc
 
 
 def decode_state(doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, seed: bytes) -> StreamState:
@@ -106,6 +132,7 @@ def decode_state(doc: dict[str, Any], q: StreamQuery, plan: StreamPlan, seed: by
     for w in doc["windows"]:
         run = _decode_window(w, state)
         state.windows[run.start] = run
+    state.kept = _decode_kept(doc.get("kept"))
     return state
 
 

@@ -10,7 +10,9 @@ from fractions import Fraction
 from typing import Any
 
 from dpcli.tasks import Engine, Frames, Needs, Result
-from dpcli.tasks.stream.plan import StreamPlan, margins95, plan_stream, with_margins
+from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream.notes import empty_run
+from dpcli.tasks.stream.plan import StreamPlan, margins95, margins95_by_trigger, plan_stream, with_margins
 from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.run import run_stream
 
@@ -46,7 +48,7 @@ class StreamTask:
 
     def describe(self, plan: StreamPlan) -> dict[str, Any]:
         return {"query": self.query.canonical(), **plan.summary, "moe95": margins95(self.query, plan),
-                "cost": [e.to_json() for e in plan.events]}
+                "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": [e.to_json() for e in plan.events]}
 
     def seed_query(self) -> dict[str, Any]:
         # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
@@ -66,4 +68,8 @@ class StreamTask:
                 f"triggers run through {result.metadata['through']}")
 
     def notes(self, plan: StreamPlan, result: Result) -> list[Any]:
-        return []
+        """Why nothing was released, when nothing was (public: the triggers run and the released row count)."""
+        if result.metadata["releases"]:
+            return []
+        through = trigger_through(datetime.fromisoformat(result.metadata["through"]), self.query.step)
+        return [empty_run(through, None, self.query.step, kept=False)]

@@ -1,0 +1,233 @@
+"""A ``--schedule``'s dry run: its next runs planned at sizes the user states, before anything is paid.
+
+For each planned run: the ε of its new release (or that it returns an earlier one, or would be refused),
+its ρ in a zcdp ledger, and the 95% margins of its released counts and sums (the task's own calibration at
+that ε), also relative to a group of average size; then the ε the runs use of the reservation, what stays
+unused, what ``--scheduler fixed`` would give over the same runs, and whether the ledger accepts the
+reservation. Sizes are private: dpcli reads none, the plan takes them from ``--rows`` (never read from
+the data), noise aside. Reads the ledger, the public lists (a schedule is named by their fingerprints)
+and the schedule's state if it exists; reads no data, charges and writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpcli.core import schedules as sch
+from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import fraction_text
+from dpcli.errors import StateError, UsageError
+from dpcli.frames import collect
+from dpcli.io.inputs import open_input
+from dpcli.release.inputs import Sources
+from dpcli.release.path import LedgerRef, Planned
+from dpcli.release.schedules import NOISY_SIZES, ScheduleSpec, check_state, reservation_event
+from dpcli.state import ledger
+from dpcli.state import schedules as store
+from dpcli.state.paths import existing_state_dir
+
+if TYPE_CHECKING:
+    from dpcli.core.accounting.budget import Limits
+    from dpcli.state.ledger.model import Ledger
+    from dpcli.tasks import ExpectedSize, P, SchedulableTask, Task
+
+#: Runs a dry run plans when ``--runs`` is left out: a month of daily runs.
+DEFAULT_RUNS = 30
+#: Columns whose margin is also given relative to an average group's count.
+COUNT_COLUMNS = ("count", "count_units")
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every planned run is computed with: the task, its planning mode and limits, the ledger, and the
+    number of groups in the public list (None: unknown)."""
+
+    task: SchedulableTask[Any]
+    mode: str
+    limits: Limits
+    led: Ledger
+    groups: int | None
+
+
+def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: ScheduleSpec,
+                  size: ExpectedSize | None, runs: int = DEFAULT_RUNS) -> Planned:
+    """``--dry-run --schedule``: the next ``runs`` runs of ``spec`` at the stated sizes (see the module
+    docstring); the description is public (options, stated sizes, the state's public values)."""
+    from dpcli.tasks import SchedulableTask
+
+    task.check()
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    scheduled = task.for_ledger(led.limits.mode)  # as a run does: the ledger's defaults, then the schedule's rules
+    if not isinstance(scheduled, SchedulableTask):
+        raise UsageError(f"{task.command} has no --schedule")
+    scheduled.check_schedulable()
+    fingerprints, groups = _open_lists(scheduled, sources)
+    query = scheduled.schedule_query(fingerprints)
+    key = store.schedule_key(spec.name, query)
+    state = store.peek(payer.state_dir, payer.analyst, key)
+    if state is not None and state["runs"]:
+        spec = spec.as_in(state["spec"])
+        check_state(state, spec, payer.analyst, f"schedule {spec.name!r}")
+    else:
+        state = None
+    mode = getattr(scheduled, "scheduled_mode", None) or led.limits.mode
+    ctx = _Context(scheduled, mode, led.limits, led, groups)
+    progress = _progress(spec, state, size)
+    planned = _planned_runs(spec, progress, size, runs)
+    description = {"query": query, **_describe(ctx, spec, state, progress, planned, size)}
+    if state is None:
+        events = [reservation_event(spec)]
+        return Planned(description, events, ledger.refusal(led, events))
+    seq = led.find_reservation("schedule", key)
+    refusal = None if seq is not None else (f"schedule {spec.name!r} has a state but its reservation is not in this "
+                                            "ledger (or not in its current period)")
+    return Planned({**description, "reservation": seq}, [], refusal)
+
+
+def _open_lists(task: SchedulableTask[Any], sources: Sources) -> tuple[dict[str, str], int | None]:
+    """Each public list's fingerprint by role (they name the schedule), and the number of groups listed."""
+    fingerprints: dict[str, str] = {}
+    groups = None
+    for role, wanted in task.needs().lists.items():
+        source = sources.lists.get(role)
+        if source is None:
+            raise UsageError("a schedule runs on a public list of groups: give --keys")
+        table = open_input(source, text_columns=wanted.columns)
+        fingerprints[role] = table.fingerprint
+        groups = int(collect(table.frame.select(wanted.columns).unique().select(pl.len()),
+                             f"cannot read {table.name}").item())
+        table.verify_unchanged()
+    return fingerprints, groups
+
+
+def _progress(spec: ScheduleSpec, state: dict[str, Any] | None, size: ExpectedSize | None) -> sch.Progress:
+    """Where the schedule stands: nothing yet, or what its state records (public values only: ε, ñ, γ)."""
+    if spec.scheduler == "bbscheduler" and size is None:
+        raise UsageError("a bbscheduler's runs depend on how the data grow: give --rows N (the expected number of "
+                         "privacy units at the next run) or --rows FIRST:LAST (growing over the runs planned)")
+    if state is None:
+        if spec.scheduler != "bbscheduler":
+            return sch.Progress()
+        assert size is not None
+        return sch.start_progress(spec.total_epsilon, float(spec.total_delta), spec.beta, spec.gamma, size.first)
+    runs = state["runs"]
+    done = sch.Progress(len(runs), tuple(Fraction(r["epsilon"]) for r in runs),
+                        sum((Fraction(r.get("size_epsilon", 0)) for r in runs), Fraction(0)))
+    if spec.scheduler != "bbscheduler":
+        return done
+    if state.get("sizes") != NOISY_SIZES:
+        raise StateError(f"schedule {spec.name!r} was made by an older dpcli, whose epochs came from exact row "
+                         "counts; it can only return its last release: start a new --schedule name")
+    test = state.get("crossing")
+    return sch.Progress(done.runs, done.releases, done.sizes, state["n0_noisy"], Fraction(state["gamma"]),
+                        runs[-1]["epoch"], test["epoch"] if test else None)
+
+
+def _planned_runs(spec: ScheduleSpec, progress: sch.Progress, size: ExpectedSize | None,
+                  runs: int) -> list[sch.PlannedRun]:
+    """The next ``runs`` runs of the schedule, at the stated sizes."""
+    sizes = size.sizes(runs) if size is not None else [None] * runs
+    if spec.scheduler == "fixed":
+        assert spec.run_epsilon is not None
+        return sch.plan_fixed(progress, spec.run_epsilon, spec.total_epsilon, list(sizes))
+    if spec.scheduler == "bbimprover":
+        return sch.plan_improver(progress, spec.total_epsilon, float(spec.total_delta), spec.c, list(sizes))
+    return sch.plan_bbscheduler(progress, spec.total_epsilon, float(spec.total_delta),
+                                [s for s in sizes if s is not None])
+
+
+def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, progress: sch.Progress,
+              planned: list[sch.PlannedRun], size: ExpectedSize | None) -> dict[str, Any]:
+    """The plan as a public document (``--json``; the text form is drawn from it)."""
+    used = sch.Used(float(spec.total_delta))
+    for eps in progress.releases:
+        used.add(eps)
+    used.add(None, progress.sizes)
+    runs = []
+    for r in planned:
+        used.add(r.epsilon, r.size_epsilon)
+        runs.append({**_run_doc(ctx, r), "epsilon_used": round(used.total, 6)})
+    total = float(spec.total_epsilon)
+    return {
+        "schedule": {**spec.to_json(), "new": state is None, "runs_so_far": progress.runs,
+                     **_scheduler_doc(spec, state, progress)},
+        "rows": None if size is None else {"first": size.first, "last": size.last},
+        "groups": ctx.groups,
+        "runs": runs,
+        "spend": {"runs": len(planned), "epsilon_used": round(used.total, 6), "releases": round(used.releases, 6),
+                  "size_estimates": round(used.sizes, 6), "reserved": fraction_text(spec.total_epsilon),
+                  "unused": round(max(0.0, total - used.total), 6)},
+        "fixed_alternative": _fixed_alternative(ctx, spec, planned, size),
+        "cost": [reservation_event(spec).to_json()] if state is None else [],
+    }
+
+
+def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: sch.Progress) -> dict[str, Any]:
+    """The scheduler's own public values: γ and the size it started from (bbscheduler: stated for a new
+    schedule, its noisy ñ for one that ran), c (bbimprover)."""
+    if spec.scheduler == "bbscheduler":
+        assert progress.gamma is not None
+        start = "units_noisy" if state is not None else "units_stated"
+        return {"gamma": fraction_text(progress.gamma), start: progress.start}
+    return {}
+
+
+def _run_doc(ctx: _Context, r: sch.PlannedRun) -> dict[str, Any]:
+    """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins."""
+    doc: dict[str, Any] = {"run": r.run, "rows": r.size}
+    if r.refused is not None:
+        return {**doc, "release": "refused", "refused": r.refused}
+    if r.epsilon is None:
+        return {**doc, "release": "cached"}
+    doc.update({"release": "new", "epsilon": fraction_text(r.epsilon)})
+    if r.epoch is not None:
+        doc["epoch"] = r.epoch
+    if ctx.led.limits.mode == "zcdp":
+        doc["rho"] = fraction_text(ctx.led.accountant.cost(PrivacyEvent("pure", "schedule run", epsilon=r.epsilon)).rho)
+    doc.update(_margins_doc(ctx, r.epsilon, r.size))
+    return doc
+
+
+def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None) -> dict[str, Any]:
+    """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
+    (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count."""
+    margins = margins_at(ctx.task, ctx.mode, ctx.limits, epsilon)
+    doc: dict[str, Any] = {"moe95": margins}
+    if size is not None and ctx.groups:
+        average = size / ctx.groups
+        doc["moe95_relative"] = {c: round(m / average, 4) for c, m in margins.items() if c in COUNT_COLUMNS}
+    return doc
+
+
+def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction) -> dict[str, float]:
+    """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``)."""
+    run_task = task.at_epsilon(epsilon)
+    description = run_task.describe(run_task.plan(mode, limits.values))
+    margins: dict[str, float] = {}
+    for name, m in (description.get("calibration") or {}).items():
+        if m.get("moe95") is not None:
+            margins[str(m.get("column", name)).split(" ")[0].rstrip(":")] = m["moe95"]
+    if description.get("count_moe95") is not None:
+        margins["count"] = description["count_moe95"]
+    return margins
+
+
+def _fixed_alternative(ctx: _Context, spec: ScheduleSpec, planned: list[sch.PlannedRun],
+                       size: ExpectedSize | None) -> dict[str, Any] | None:
+    """When the number of runs is known: ``--scheduler fixed --epsilon E`` with E = ε/runs (rounded down to 4
+    significant digits) spends the whole total evenly over the planned runs. None for a fixed schedule."""
+    if spec.scheduler == "fixed":
+        return None
+    n = len(planned)
+    exact = spec.total_epsilon / n
+    digits = 3 - math.floor(math.log10(exact))
+    epsilon = Fraction(math.floor(exact * 10**digits), 10**digits) if digits > 0 else Fraction(math.floor(exact))
+    if epsilon <= 0:
+        return None
+    return {"epsilon": fraction_text(epsilon), "runs": n,
+            **_margins_doc(ctx, epsilon, size.first if size is not None else None)}

@@ -1,0 +1,45 @@
+"""Notes on a stream-replay run: why it released nothing, and a retry.
+
+Each note is a function of public inputs only: the triggers a run executes (from ``--through``
+and the ``through`` of the stream's earlier runs), the query, and the number of released rows
+(post-processing of the noisy output). None says whether any event was fed, kept or dropped.
+"""
+
+from __future__ import annotations
+
+from dpcli.advice import Note
+from dpcli.tasks.stream.algorithm import naive_utc
+
+
+def _time(g: int, step: int) -> str:
+    """The end of global trigger ``g`` (ISO 8601, UTC)."""
+    return naive_utc(g * step).isoformat()
+
+
+def empty_run(through: int, previous: int | None, step: int, *, kept: bool) -> Note:
+    """0 rows: no trigger was due (``through`` is the last run's, ``previous``), or the triggers that ran
+    released no key. ``kept``: the run fed a persisted stream, which keeps events of later triggers."""
+    if kept and previous is not None and through <= previous:
+        return Note(f"0 rows: no trigger has ended since the last run (the next ends at {_time(through + 1, step)}); "
+                    "events of triggers not yet run are kept in the state and counted when their trigger runs")
+    later = ("events of later triggers are kept in the state and counted when their trigger runs" if kept
+             else "events after --through are not part of this release")
+    return Note(f"0 rows: no key was released by the triggers up to {_time(through, step)} (a key is released once "
+                f"its noisy count of distinct units passes the selection threshold); {later}")
+
+
+def retry(recorded: int, through: int, step: int) -> Note:
+    """The run repeated the last run's input: that run's rows again, free. Triggers due since (``through`` after
+    the ``recorded`` one) run with the next new input."""
+    text = "same input as the stream's last run: a retry, returning the rows that run released (free)"
+    if through > recorded:
+        text += f"; the triggers after {_time(recorded, step)} run with the next new input"
+    return Note(text)
+
+
+
+def fed_before(run: int, until: str) -> Note:
+    """The input is one an earlier run was fed: its events are not fed again (this run only runs the triggers
+    due). The same header-only file of two quiet days is this too."""
+    return Note(f"this input was fed at run {run} (up to {until}): its events are not counted again, this run only "
+                "runs the triggers due (a late correction is a new release: feed only events not fed before)")
