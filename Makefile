@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -126,6 +126,17 @@ $(PEERS): bench/peers/requirements.txt
 
 bench-peers: $(PEERS)
 
+# Issue 32: dpcli sql, a join-and-aggregate query at 10M rows against plain polars (section 14 of
+# bench/results.md, ~6 min); the peer, SmartNoise SQL, in a venv of its own (it pins old pandas/opendp).
+SNSQL := .venv-snsql/bin/python
+
+$(SNSQL):
+	$(PYTHON) -m venv .venv-snsql
+	.venv-snsql/bin/python -m pip install --quiet smartnoise-sql==1.0.10 pyarrow
+
+bench-sql: $(STAMP) $(SNSQL)
+	$(BIN)/python bench/bench_sql.py --peer $(SNSQL)
+
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
@@ -145,4 +156,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers .venv-snsql .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache

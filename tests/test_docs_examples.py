@@ -170,7 +170,7 @@ def sh_blocks_text(markdown: str) -> list[str]:
 
 
 def test_every_command_page_has_examples():
-    for name in ("histogram", "topk", "tabulate", "stream-replay", "budget", "schedules"):
+    for name in ("histogram", "sql", "topk", "tabulate", "stream-replay", "budget", "schedules"):
         assert sh_blocks(ROOT / "docs" / "commands" / f"{name}.md"), name
 
 

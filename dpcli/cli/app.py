@@ -14,6 +14,7 @@ from dpcli.cli import budget as budget_cli
 from dpcli.cli import catalog as catalog_cli
 from dpcli.cli import histogram as histogram_cli
 from dpcli.cli import plot as plot_cli
+from dpcli.cli import sql as sql_cli
 from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
@@ -42,6 +43,7 @@ app = typer.Typer(
 app.command("topk")(topk_cli.topk)
 app.command("histogram")(histogram_cli.histogram)
 app.command("tabulate")(tabulate_cli.tabulate)
+app.command("sql")(sql_cli.sql)
 app.command("stream-replay")(stream_replay_cli.stream_replay)
 app.command("plot")(plot_cli.plot)
 app.add_typer(budget_cli.app, name="budget")

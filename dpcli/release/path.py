@@ -194,8 +194,9 @@ def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequ
     choice = check_engine(request, sources.data)
     listed = open_spark_input(payer.state_dir, choice, sources.data)
     opened = open_sources(task.needs(), sources, early=early, data=listed)
+    others = {role: table for role, (table, _) in opened.lists.items()}
     return opened, bounding_engine(payer.state_dir, choice, opened.data,
-                                   csv_delimiter(sources.data.delimiter, sources.data.location))
+                                   csv_delimiter(sources.data.delimiter, sources.data.location), others)
 
 
 @dataclass(frozen=True)

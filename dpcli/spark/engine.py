@@ -4,7 +4,7 @@ release's task hands its data pass to (:class:`dpcli.tasks.Engine`)."""
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,32 +120,25 @@ def open_spark_input(state_dir: Path, choice: SparkChoice | None, data: Source) 
     return open_uri(spark_session(state_dir, choice), data.location, choice.fmt, data.name)
 
 
-def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTable, delimiter: str) -> Engine | None:
+def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTable, delimiter: str,
+                    others: Mapping[str, InputTable] | None = None) -> Engine | None:
     """None for polars; for Spark, bounding on the files of ``table`` (the opened input: one file,
-    the exact list of a dataset's files that its manifest covers, or the files a URI listed)."""
+    the exact list of a dataset's files that its manifest covers, or the files a URI listed);
+    ``others``: the release's other inputs by role (``dpcli sql``'s other tables are read by Spark too)."""
     if choice is None:
         return None
     import pyspark
 
     from dpcli.io.inputs import csv_delimiter
     from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
-    from dpcli.spark.inputs import escape_path
+    from dpcli.spark.sql import sql_engine
     from dpcli.spark.stream import events_engine
     from dpcli.spark.tabulate import level_counts
     from dpcli.tasks import Engine
 
     session = spark_session(state_dir, choice)
-    if table.uris:
-        paths = list(table.uris)
-    else:
-        # By absolute, glob-escaped file: paths (no scheme or glob left to Spark); a dataset is given
-        # as its list of files, so Spark adds no partition columns and reads no file the manifest lacks.
-        files = table.files or (Path(table.where),)
-        if any(":" in str(f.resolve()) for f in files):  # names below a dataset are never quoted
-            raise UsageError(f"{table.name!r} holds a file with ':' in its path, which Spark cannot read: "
-                             "rename it, or use --engine polars")
-        paths = ["file://" + escape_path(str(f.resolve())) for f in files]
-    frame = read_input(session, paths, choice.fmt, csv_delimiter(delimiter))
+    frame = read_input(session, spark_paths(table), choice.fmt, csv_delimiter(delimiter))
+    tables = {role: (spark_paths(t), t) for role, t in (others or {}).items() if role.startswith("table:")}
     # Never a free replay: Spark reads the path again after the driver hashed it (a symlink or a
     # parent directory swapped meanwhile is not seen by the hashed file), and its results depend on
     # a cluster's versions and defaults dpcli cannot see. The same seed over other values would
@@ -154,7 +147,23 @@ def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTab
     return Engine(totals=_guarded(lambda spec, salt: bounded_totals(frame, spec, salt)), seed_tag=tag,
                   quantile_counts=_guarded(lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins)),
                   tabulate_counts=_guarded(level_counts(frame, session)),
-                  stream_events=_guarded(events_engine(frame, session)))
+                  stream_events=_guarded(events_engine(frame, session)),
+                  sql_totals=_guarded(sql_engine(session, frame, tables)))
+
+
+def spark_paths(table: InputTable) -> list[str]:
+    """The files Spark reads for an opened input: the URIs it listed, else absolute, glob-escaped
+    ``file:`` paths (no scheme or glob left to Spark); a dataset is given as its list of files, so
+    Spark adds no partition columns and reads no file the manifest lacks."""
+    from dpcli.spark.inputs import escape_path
+
+    if table.uris:
+        return list(table.uris)
+    files = table.files or (Path(table.where),)
+    if any(":" in str(f.resolve()) for f in files):  # names below a dataset are never quoted
+        raise UsageError(f"{table.name!r} holds a file with ':' in its path, which Spark cannot read: "
+                         "rename it, or use --engine polars")
+    return ["file://" + escape_path(str(f.resolve())) for f in files]
 
 
 def _guarded(compute: Callable[..., Any]) -> Callable[..., Any]:

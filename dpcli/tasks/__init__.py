@@ -45,6 +45,8 @@ class Engine:
     tabulate_counts: Any = None
     #: ``stream-replay``'s bounded events on this engine (:data:`dpcli.tasks.stream.events.EventsEngine`).
     stream_events: Any = None
+    #: ``sql``'s bounded totals on this engine ((task, plan, salt) → (totals, NTILE bins): :mod:`dpcli.spark.sql`).
+    sql_totals: Any = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,13 @@ CASES = [
     ["plot", "{O}", "--summary", "{P}"],
     ["budget", "show", "--plot", "{P}"],
     ["catalog", "set", "{P}"],
+    ["sql", "SELECT page, ANON_COUNT(*) FROM t GROUP BY page", "--table", "t={P}", "--epsilon", "1", "--delta", "1e-6",
+     "-o", "{O}"],
+    ["sql", "SELECT v.page, ANON_COUNT(*) FROM v JOIN p ON v.page = p.page GROUP BY v.page", "--table", "v={D}",
+     "--public-table", "p={P}", "--epsilon", "1", "--delta", "1e-6", "-o", "{O}"],
+    ["sql", "SELECT page, ANON_COUNT(*) FROM t GROUP BY page", "--table", "t={D}", "--keys", "{P}", "--epsilon", "1",
+     "-o", "{O}"],
+    ["sql", "-f", "{P}", "--epsilon", "1"],
 ]
 
 
@@ -169,7 +176,7 @@ def test_canary_personal_mode(tmp_path, monkeypatch):
                 continue  # the owner installs catalogs: reading their own TOML is the point
             if "--state" in case and private.resolve() == stream_state.resolve():
                 continue  # a stream's own state file, used as one: the point of --state
-            case = [*case, "--privacy-unit", "user"] if case[0] in ("histogram", "topk", "stream-replay") else case
+            case = [*case, "--privacy-unit", "user"] if case[0] in ("histogram", "topk", "stream-replay", "sql") else case
             for verbose in ([], ["-v"]):
                 args = [*verbose, *_fill(case, private, str(data), out)]
                 _check(cli(*args), marks, f"personal {args}", args)

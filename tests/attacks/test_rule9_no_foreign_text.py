@@ -44,6 +44,7 @@ ALLOWED = {
     ("cli/_options.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate_spec.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
+    ("tasks/sql/parse.py", "_where(exc)"): "only the integers of sqlglot's structured line and column are kept",
 }
 
 

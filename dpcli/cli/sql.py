@@ -1,0 +1,161 @@
+"""``dpcli sql``: declare the options, resolve the tables and the query, run the release path, render."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
+from dpcli.cli._options import (
+    DelimiterOpt,
+    DeltaOpt,
+    EngineOpt,
+    EpsilonOpt,
+    FormatOpt,
+    JsonOpt,
+    MasterOpt,
+    OutputOpt,
+    RemoteOpt,
+    SparkConfOpt,
+    engine_request,
+    positive,
+    probability,
+)
+from dpcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dpcli.access import Source
+    from dpcli.release import Sources
+    from dpcli.tasks.sql import SqlOptions, SqlTask
+
+# The library (polars, numpy, sqlglot) is imported inside the command: `dpcli --help` stays fast.
+
+
+@handles_errors
+def sql(
+    ctx: typer.Context,
+    query: Annotated[str | None, typer.Argument(help="The query (or -f FILE).", show_default=False)] = None,
+    file: Annotated[str | None, typer.Option("--file", "-f", help="Read the query from FILE ('-': standard "
+                                             "input).")] = None,
+    table: Annotated[list[str] | None, typer.Option("--table", help="A private table NAME=FILE (repeatable); in "
+                                                    "service mode FILE is a catalog dataset.")] = None,
+    public_table: Annotated[list[str] | None, typer.Option("--public-table", help="A public table NAME=FILE "
+                                                           "(repeatable): joined on any key, never protected.")] = None,
+    privacy_unit: Annotated[list[str] | None, typer.Option("--privacy-unit", help="A private table's unit column, "
+                                                           "TABLE.COLUMN (repeatable); a catalog dataset's is the "
+                                                           "operator's.", show_default=False)] = None,
+    max_partitions: Annotated[
+        int | None, typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random). "
+                                 "[default: 1]", min=1, max=10**6, show_default=False)] = None,
+    max_contributions: Annotated[
+        int | None, typer.Option("--max-contributions", help="The per-unit cap U of ANON_COUNT when the query "
+                                 "gives none. [default: 1]", min=1, max=10**6, show_default=False)] = None,
+    epsilon: EpsilonOpt = None,
+    delta: DeltaOpt = None,
+    rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
+    noise: Annotated[
+        str | None, typer.Option("--noise", help="laplace or gaussian (default: gaussian for zcdp ledgers, else "
+                                 "laplace).")] = None,
+    keys: Annotated[
+        str | None, typer.Option("--keys", help="Public list of groups (a file with the GROUP BY columns, named as "
+                                 "in the output): known domain.")] = None,
+    with_error: Annotated[bool, typer.Option("--with-error", help="Add 95% margins of error (_moe95 columns).")]
+    = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan (measurements, noise, 95% margins, cost, ledger check); "
+                           "read only the tables' column names, charge nothing.")] = False,
+    delimiter: DelimiterOpt = None,
+    engine: EngineOpt = "polars",
+    master: MasterOpt = None,
+    remote: RemoteOpt = None,
+    spark_conf: SparkConfOpt = None,
+    output: OutputOpt = None,
+    out_format: FormatOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Differentially private SQL: ANON_ aggregates over private tables, joins with public ones.
+
+    The query is paper 002's: SELECT [WITH ANONYMIZATION] keys, ANON_COUNT/SUM/AVG/VAR/STDDEV/
+    NTILE/MEDIAN/MIN/MAX(…) FROM … [JOIN …] [WHERE …] GROUP BY keys. Every private row stays owned
+    by one unit (joins of private tables on their units only), contributions are bounded per unit,
+    and rules it breaks are refused before any data is read.
+    """
+    from dpcli import release
+    from dpcli.cli.render import output_target, show_plan, write_release
+    from dpcli.tasks.sql import Budget, SqlOptions
+
+    budget = Budget(positive("--epsilon", epsilon), probability("--delta", delta) or Fraction(0),
+                    positive("--rho", rho), noise or "laplace")
+    options = SqlOptions(budget, max_partitions or 1, max_contributions or 1, keys is not None, with_error)
+    defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
+                      if v is None)
+    task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
+                          delimiter, options, noise is not None, defaulted)
+    ledger = payer(ctx)
+    if dry_run:
+        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
+        return
+    target = output_target(output, out_format, as_json)
+    done = release.run(task, _sources(task, sources, keys), ledger, output=target,
+                       engine=engine_request(engine, master, remote, spark_conf) if engine != "polars" else None,
+                       busy=busy(ctx))
+    write_release(settings(ctx), done, target, as_json)
+
+
+def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,
+          options: SqlOptions, noise_given: bool, defaulted: tuple[str, ...]) -> tuple[SqlTask, dict[str, Source]]:
+    """The query resolved over its tables (declared by option or in the catalog), and each table's source."""
+    from dpcli.cli._sql_tables import parse_declarations, resolve_tables
+    from dpcli.tasks.sql import SqlTask
+    from dpcli.tasks.sql.parse import parse_query, table_names
+
+    declared = parse_declarations(*declarations)
+    decls, sources = resolve_tables(table_names(parse_query(text)), declared, delimiter)
+    return SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word()), sources
+
+
+def _sources(task: SqlTask, sources: dict[str, Source], keys: str | None) -> Sources:
+    """The release's inputs: the data table, every other table by its role, the public list of groups."""
+    from dpcli.cli._sources import public_source
+    from dpcli.release import Sources
+
+    roles = task.roles()
+    data = next(name for name, role in roles.items() if role == "data")
+    lists = {role: sources[name] for name, role in roles.items() if role != "data"}
+    if keys is not None:
+        lists["keys"] = public_source(keys, "--keys")
+    return Sources(sources[data], lists)
+
+
+def _query_text(query: str | None, file: str | None) -> str:
+    """The query, from the argument or ``-f FILE`` (exactly one), read through the gate like any input."""
+    if (query is None) == (file is None):
+        raise UsageError("give the query as an argument or with -f FILE (one of them)")
+    if query is not None:
+        return query
+    assert file is not None
+    return _read_query_file(file)
+
+
+def _read_query_file(path: str) -> str:
+    import sys
+
+    from dpcli.errors import InputMissingError, os_reason
+    from dpcli.io.opening import open_binary, refuse_private
+
+    if path == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        fh, _ = open_binary(path, "query file")
+        try:
+            with fh:
+                data = fh.read(1 << 20)
+        except OSError as exc:
+            raise InputMissingError(f"cannot read query file {path!r}: {os_reason(exc)}") from None
+    refuse_private(data[:32], "query file", path)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"query file {path!r} is not UTF-8 text") from None

@@ -1,0 +1,90 @@
+"""An input's column names, read before a query is resolved: a CSV's header line, a Parquet footer.
+
+``dpcli sql`` resolves the names of a query (which table an unqualified column belongs to) before
+its release reads any data, and a table's column names are its schema, which is public. They are
+read here through the gate like every input (:func:`dpcli.io.opening.open_binary`), without
+hashing or parsing the records: only a CSV's first line (decompressed as far as needed) or a
+Parquet file's schema. NDJSON declares no columns (None: the query's names are taken as given).
+The release then opens the inputs itself, hashes the bytes it parses, and checks that every
+column the resolved query reads is there.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import lzma
+import os
+import zlib
+from typing import IO, cast
+
+import polars as pl
+
+from dpcli.access import Source, gate
+from dpcli.errors import DataError, UsageError, withheld
+from dpcli.io.inputs import _suffixes, csv_delimiter, dataset_files, input_format_for
+from dpcli.io.opening import open_binary, refuse_private
+
+#: The longest header line read (bytes).
+MAX_HEADER_BYTES = 1 << 24
+_COMPRESSION_NAMES = {"gzip": ".gz", "bzip2": ".bz2", "xz": ".xz"}
+
+
+def column_names(source: Source, input_format: str | None = None) -> tuple[str, ...] | None:
+    """The column names of ``source`` (a file or a dataset directory); None for NDJSON."""
+    if source.location == "-":
+        raise UsageError(f"table {source.name!r}: dpcli sql reads tables from files or catalog names, not "
+                         "standard input")
+    if os.path.isdir(source.location):
+        return _dataset_columns(source)
+    fmt = input_format_for(source.location, source.format or input_format, source.name)
+    if fmt == "ndjson":
+        return None
+    fh, _ = open_binary(source)
+    with fh:
+        try:
+            if fmt == "parquet":
+                return tuple(pl.read_parquet_schema(fh).keys())
+            return _csv_header(fh, source)
+        except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise DataError(f"cannot read the columns of {source.name!r} as {fmt}: {withheld(exc)}") from None
+
+
+def _compression(source: Source) -> str | None:
+    if source.compression:
+        return _COMPRESSION_NAMES.get(source.compression)
+    return _suffixes(source.location)[1]
+
+
+def _decompressed(fh: IO[bytes], suffix: str | None) -> IO[bytes]:
+    """The file's bytes as the release will read them (decompressed as they are read)."""
+    if suffix == ".gz":
+        return cast(IO[bytes], gzip.GzipFile(fileobj=fh))
+    if suffix == ".bz2":
+        return cast(IO[bytes], bz2.BZ2File(fh))
+    if suffix == ".xz":
+        return cast(IO[bytes], lzma.LZMAFile(fh))
+    return fh
+
+
+def _csv_header(fh: IO[bytes], source: Source) -> tuple[str, ...]:
+    """A CSV's column names, parsed by polars from its first line (as the release will parse it)."""
+    line = _decompressed(fh, _compression(source)).readline(MAX_HEADER_BYTES)
+    if not line.strip():
+        raise DataError(f"table {source.name!r} is empty")
+    refuse_private(line[:32], "input file", source.name)
+    separator = csv_delimiter(source.delimiter, source.location)
+    frame = pl.read_csv(line, separator=separator, n_rows=0, encoding="utf8-lossy", truncate_ragged_lines=True)
+    return tuple(frame.columns)
+
+
+def _dataset_columns(source: Source) -> tuple[str, ...]:
+    """A dataset directory's columns: its first Parquet file's (the release reads them all as one)."""
+    gate().check_read(source, "dataset")
+    files = dataset_files(source.location)
+    if not files:
+        raise DataError(f"dataset {source.name!r} holds no data files")
+    try:
+        return tuple(pl.read_parquet_schema(files[0]).keys())
+    except (pl.exceptions.PolarsError, OSError) as exc:
+        raise DataError(f"cannot read the columns of dataset {source.name!r}: {withheld(exc)}") from None

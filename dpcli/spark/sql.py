@@ -1,0 +1,272 @@
+"""``dpcli sql --engine spark``: the per-user stage of a resolved query in Spark SQL.
+
+The plan (:mod:`dpcli.tasks.sql.ir`) becomes Spark DataFrame operations with built-in functions
+only, step for step as :mod:`dpcli.tasks.sql.compile` and :mod:`dpcli.tasks.sql.run` build it in
+polars: the relation (scans, filters, projections, joins, per-user aggregations), each user's
+partials per partition (the same clamps, ``bround`` as polars' half-to-even rounding, NTILE's
+nearest value at index ⌊(n − 1)·p + ½⌋), at most K partitions per user by the keyed order of
+:mod:`dpcli.spark.bounding`, and the totals per partition, returned through Arrow as the polars
+tables :func:`dpcli.tasks.sql.run.compute_totals` returns. Per-user means of doubles are summed in
+Spark's order, so a mean exactly half a grid step from two grid points may round the other way
+than on polars (either way within its bounds: the guarantee does not depend on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpcli.errors import DataError, UsageError
+from dpcli.spark.bounding import _keep_first, order_key, read_input
+from dpcli.spark.sql_exprs import Compiler, as_number, col, numeric_value_column
+from dpcli.tasks.sql.compile import needed_columns
+from dpcli.tasks.sql.ir import AggCall, Aggregate, Col, Filter, Join, Project, Relation, Scan
+from dpcli.tasks.sql.measures import NTILE_BINS, Measure
+
+if TYPE_CHECKING:
+    from dpcli.io.inputs import InputTable
+    from dpcli.tasks.sql.measures import SqlPlan
+    from dpcli.tasks.sql.run import Layout
+    from dpcli.tasks.sql.task import SqlTask
+
+_DEC = "decimal(38,0)"
+_WIDE = ("sum", "csum", "csq")
+
+#: (task, plan, layout, salt, the polars per-user frame's schema) → (totals, NTILE bins), as polars computes them.
+SqlTotals = Callable[["SqlTask", "SqlPlan", "Layout", int, pl.Schema], tuple[pl.DataFrame, dict[str, pl.DataFrame]]]
+
+
+def sql_engine(session: Any, data: Any, others: Mapping[str, tuple[list[str], InputTable]]) -> SqlTotals:
+    """``sql``'s data pass on Spark: ``data`` is the data input's DataFrame; ``others`` each other input's
+    Spark paths and opened table, by role (``table:NAME``), read when a query runs."""
+
+    def run(task: SqlTask, plan: SqlPlan, layout: Layout, salt: int, schema: pl.Schema
+            ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
+        frames = {name: data if role == "data" else _read(session, *others[role])
+                  for name, role in task.roles().items()}
+        frame = per_user_frame(task, plan, layout, frames)
+        partial = bounded_partials(frame, layout, plan, salt)
+        return totals_of(partial, layout, plan, schema), ntile_bins(partial, layout, plan, schema)
+
+    return run
+
+
+def _read(session: Any, paths: list[str], table: InputTable) -> Any:
+    if table.format not in ("csv", "parquet"):
+        raise UsageError(f"--engine spark reads CSV or Parquet tables, not {table.format} ({table.name})")
+    delimiter = table.reading.delimiter if table.reading is not None else None
+    return read_input(session, paths, table.format, delimiter or ",")
+
+
+def _schema(sdf: Any) -> dict[str, Any]:
+    return {f.name: f.dataType for f in sdf.schema.fields}
+
+
+# ---- the relation -------------------------------------------------------------------------------
+
+
+def relation(rel: Relation, frames: Mapping[str, Any], needed: Mapping[str, set[str]]) -> Any:
+    """``rel`` as a Spark DataFrame (column names as polars', see :mod:`dpcli.tasks.sql.ir`)."""
+    if isinstance(rel, Scan):
+        return _scan(rel, frames[rel.table], sorted(needed.get(rel.prefix, ())))
+    if isinstance(rel, Join):
+        return _join(rel, relation(rel.left, frames, needed), relation(rel.right, frames, needed))
+    frame = relation(rel.input, frames, needed)
+    c = Compiler(_schema(frame))
+    if isinstance(rel, Filter):
+        return frame.filter(c.condition(rel.condition, "WHERE"))
+    if isinstance(rel, Project):
+        out = frame.select(*[c.typed(e).expr.alias(name) for name, e in rel.items])
+        return out.dropDuplicates() if rel.distinct else out
+    assert isinstance(rel, Aggregate)
+    aggs = [_agg_call(c, call).alias(name) for name, call in rel.aggs]
+    if not rel.keys:
+        return frame.agg(*aggs)
+    return frame.groupBy(*[c.typed(e).expr.alias(name) for name, e in rel.keys]).agg(*aggs)
+
+
+def _scan(scan: Scan, frame: Any, columns: list[str]) -> Any:
+    names = set(frame.columns)
+    for c in columns:
+        if c not in names:
+            raise DataError(f"column {c!r} not found in {scan.table}")
+    out = frame.select(*[col(c).alias(f"{scan.prefix}.{c}") for c in columns])
+    return out.filter(col(scan.unit).isNotNull()) if scan.unit is not None else out
+
+
+def _agg_call(c: Compiler, call: AggCall) -> Any:
+    from pyspark.sql import functions as F
+
+    if call.arg is None:
+        return F.count(F.lit(1)).cast("bigint")
+    arg = c.typed(call.arg)
+    if call.function == "count":
+        return F.count(arg.expr).cast("bigint")
+    if call.function == "count_distinct":
+        return F.count_distinct(arg.expr).cast("bigint")
+    if call.function in ("min", "max"):
+        return F.min(arg.expr) if call.function == "min" else F.max(arg.expr)
+    number = as_number(arg)
+    return F.try_sum(number) if call.function == "sum" else F.avg(number.try_cast("double"))
+
+
+def key_pair(left: Any, ltype: Any, right: Any, rtype: Any) -> tuple[Any, Any]:
+    """As :func:`dpcli.tasks.sql.compile.key_pair`."""
+    from pyspark.sql import types as T
+
+    integral = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+    if ltype == rtype:
+        return left, right
+    if isinstance(ltype, integral) and isinstance(rtype, integral):
+        return left.try_cast("bigint"), right.try_cast("bigint")
+    if isinstance(ltype, T.NumericType) and isinstance(rtype, T.NumericType):
+        return left.try_cast("double"), right.try_cast("double")
+    return left.try_cast("string"), right.try_cast("string")
+
+
+_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full_outer", "cross": "inner"}
+
+
+def _join(rel: Join, left: Any, right: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    lc, rc = Compiler(_schema(left)), Compiler(_schema(right))
+    keys = [key_pair(lc.typed(a).expr, lc.typed(a).dtype, rc.typed(b).expr, rc.typed(b).dtype) for a, b in rel.on]
+    if keys:
+        condition = keys[0][0] == keys[0][1]
+        for lk, rk in keys[1:]:
+            condition = condition & (lk == rk)
+        joined = left.join(right, on=condition, how=_HOW[rel.how])
+    else:
+        joined = left.crossJoin(right)
+    for name, lcol, rcol in rel.merged:
+        pair = next(((lk, rk) for (a, b), (lk, rk) in zip(rel.on, keys, strict=True)
+                     if a == Col(lcol) and b == Col(rcol)), (col(lcol), col(rcol)))
+        joined = joined.withColumn(name, F.coalesce(*pair))
+    if rel.extra is not None:
+        joined = joined.filter(Compiler(_schema(joined)).condition(rel.extra, "ON"))
+    return joined.filter(col(rel.unit).isNotNull()) if rel.unit is not None else joined
+
+
+# ---- the per-user stage -------------------------------------------------------------------------
+
+
+def per_user_frame(task: SqlTask, plan: SqlPlan, layout: Layout, frames: Mapping[str, Any]) -> Any:
+    """The relation as (unit, group keys, values), with the columns of ``layout`` (polars' names)."""
+    query = task.query
+    measures = [c.measure for c in plan.calibrated]
+    extra = [*query.groups, *(m.value for m in measures if m.value is not None)]
+    rel = relation(query.relation, frames, needed_columns(query.relation, extra))
+    c = Compiler(_schema(rel))
+    selected = [col(query.unit).alias(layout.unit)]
+    selected += [c.typed(g).expr.alias(n) for g, n in zip(query.groups, layout.groups, strict=True)]
+    values: dict[str, Any] = {}
+    for m in measures:
+        if m.value is not None and layout.values[m.key] not in values:
+            typed = c.typed(m.value)
+            values[layout.values[m.key]] = numeric_value_column(typed) if m.kind != "count" else typed.expr
+    return rel.select(*selected, *[e.alias(n) for n, e in values.items()])
+
+
+def partial_expr(m: Measure, value: str | None) -> Any:
+    """As :func:`dpcli.tasks.sql.run.partial_expr`, in Spark SQL."""
+    from pyspark.sql import functions as F
+
+    v = col(value) if value is not None else F.lit(None)
+    if m.kind in ("rows", "count"):
+        n = F.count(F.lit(1)) if m.kind == "rows" else F.count(v)
+        return F.least(n, F.lit(m.cap)).cast("bigint")
+    if m.kind == "ntile":
+        return _ntile(m, v)
+    mean = F.avg(v)
+    valid = mean.isNotNull() & ~F.isnan(mean)
+    if m.kind == "n":
+        return valid.cast("bigint")
+    g = m.grid
+    if m.kind == "sum":
+        total = F.sum(v)
+        units = _clamped(F.bround(total / float(g.granularity), 0), g.lo_units, g.hi_units)
+        return F.when((F.count(v) > 0) & ~F.isnan(total), units).otherwise(0).cast("bigint")
+    if m.kind == "csum":
+        units = _clamped(F.bround(mean / float(g.granularity), 0), g.lo_units, g.hi_units) - g.mid_units
+        return F.when(valid, units).otherwise(0).cast("bigint")
+    distance = v / float(g.granularity) - g.mid_units
+    top = max(g.half_width_units, 1) ** 2
+    return F.when(valid, _clamped(F.bround(F.avg(distance * distance), 0), 0, top)).otherwise(0).cast("bigint")
+
+
+def _clamped(x: Any, lo: float, hi: float) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.least(F.greatest(x, F.lit(float(lo))), F.lit(float(hi)))
+
+
+def _ntile(m: Measure, v: Any) -> Any:
+    """The user's nearest p-quantile (polars' ``quantile(p, "nearest")``), clamped, as a bin index."""
+    from pyspark.sql import functions as F
+
+    assert m.bounds is not None and m.p is not None
+    lo, hi = float(m.bounds[0]), float(m.bounds[1])
+    values = F.sort_array(F.collect_list(v))
+    n = F.size(values)
+    index = (F.floor((n - 1).cast("double") * float(m.p) + 0.5) + 1).cast("int")
+    q = F.try_element_at(values, index)
+    bin_ = _clamped(F.floor((_clamped(q, lo, hi) - lo) * (NTILE_BINS / (hi - lo))), 0, NTILE_BINS - 1)
+    return F.when((n > 0) & ~F.isnan(q), bin_.cast("bigint"))
+
+
+def bounded_partials(frame: Any, layout: Layout, plan: SqlPlan, salt: int) -> Any:
+    """One row per (unit, partition) with every partial, at most K partitions per unit."""
+    from pyspark.sql import functions as F
+
+    keys = [layout.unit, *layout.groups]
+    aggs = [partial_expr(c.measure, layout.values.get(c.measure.key)).alias(layout.partials[c.measure.key])
+            for c in plan.calibrated if c.measure.key in layout.partials]
+    partial = frame.groupBy(*[col(k) for k in keys]).agg(*(aggs or [F.count(F.lit(1)).alias("__dp_rows")]))
+    if not layout.groups:
+        return partial
+    key = order_key(partial, keys, salt, "groups")
+    return _keep_first(partial, keys[:1], key, plan.max_partitions, "groups")
+
+
+def totals_of(partial: Any, layout: Layout, plan: SqlPlan, schema: pl.Schema) -> pl.DataFrame:
+    """As :func:`dpcli.tasks.sql.run.totals_of`: the same columns and types, sorted the same."""
+    from pyspark.sql import functions as F
+
+    aggs = [F.count(F.lit(1)).cast("bigint").alias("units")]
+    casts = [pl.col("units").cast(pl.Int64)]
+    for c in plan.calibrated:
+        m = c.measure
+        if m.key in layout.partials and m.kind != "ntile":
+            name = layout.partials[m.key]
+            wide = m.kind in _WIDE
+            aggs.append(F.coalesce(F.sum(col(name)), F.lit(0)).cast(_DEC if wide else "bigint").alias(name))
+            casts.append(pl.col(name).cast(pl.Int128 if wide else pl.Int64))
+    grouped = partial.groupBy(*[col(g) for g in layout.groups]).agg(*aggs) if layout.groups else partial.agg(*aggs)
+    table = _to_polars(grouped).with_columns(*casts, *[pl.col(g).cast(schema[g]) for g in layout.groups])
+    return table.sort(list(layout.groups), nulls_last=True) if layout.groups else table
+
+
+def ntile_bins(partial: Any, layout: Layout, plan: SqlPlan, schema: pl.Schema) -> dict[str, pl.DataFrame]:
+    """As :func:`dpcli.tasks.sql.run.ntile_bins`, for every NTILE of the plan."""
+    from pyspark.sql import functions as F
+
+    out = {}
+    for c in plan.calibrated:
+        if c.measure.kind != "ntile":
+            continue
+        name = layout.partials[c.measure.key]
+        binned = (partial.filter(col(name).isNotNull()).groupBy(*[col(g) for g in layout.groups], col(name))
+                  .agg(F.count(F.lit(1)).cast("bigint").alias("__dp_n")))
+        out[c.measure.key] = _to_polars(binned).with_columns(
+            pl.col(name).cast(pl.Int64), pl.col("__dp_n").cast(pl.Int64), *[pl.col(g).cast(schema[g])
+                                                                            for g in layout.groups])
+    return out
+
+
+def _to_polars(sdf: Any) -> pl.DataFrame:
+    table = pl.from_arrow(sdf.toArrow())
+    assert isinstance(table, pl.DataFrame)
+    return table

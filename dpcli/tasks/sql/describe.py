@@ -1,0 +1,105 @@
+"""What a ``dpcli sql`` release says about itself: its ``--dry-run`` plan and the notes on its output.
+
+Both come from public inputs (the query, its calibration) and, for notes, the noisy table only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpcli.core.exact import fraction_text
+from dpcli.tasks.sql.ir import AnonAgg
+from dpcli.tasks.sql.measures import Measure, SqlPlan, measures_for
+
+if TYPE_CHECKING:
+    from dpcli.advice import Note
+    from dpcli.tasks.sql.task import SqlTask
+
+_WHAT = {
+    "units": "distinct users per partition (the threshold is decided on it)",
+    "rows": "rows per user, each user's count clamped to [0, {cap}]",
+    "count": "non-null values per user, each user's count clamped to [0, {cap}]",
+    "sum": "each user's sum clamped to [{lo}, {hi}], in grid units of {g}",
+    "n": "users with a value (the n of means and variances)",
+    "csum": "each user's mean clamped to [{lo}, {hi}], centred, in grid units of {g}",
+    "csq": "each user's mean squared distance to the centre, in grid units² of {g}",
+    "ntile": "exponential mechanism over {bins} edges of [{lo}, {hi}] at p = {p}",
+}
+
+
+def _what(m: Measure) -> str:
+    fields: dict[str, Any] = {"cap": m.cap, "bins": 1025, "p": fraction_text(m.p) if m.p is not None else ""}
+    if m.bounds is not None:
+        fields.update(lo=fraction_text(m.bounds[0]), hi=fraction_text(m.bounds[1]))
+        if m.kind in ("sum", "csum", "csq"):
+            fields["g"] = fraction_text(m.grid.granularity)
+    return _WHAT[m.kind].format(**fields)
+
+
+def _users_of(task: SqlTask) -> dict[str, list[str]]:
+    """Each measurement's key → the output columns it serves."""
+    out: dict[str, list[str]] = {}
+    for o in task.query.outputs:
+        if o.aggregate is None:
+            continue
+        for m in measures_for(task.query.aggregates[o.aggregate], task.options.max_contributions):
+            out.setdefault(m.key, []).append(o.name)
+    return out
+
+
+def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
+    """The dry run's document: each measurement's columns, noise and 95% margin, the bound shared by
+    all aggregates, the split, the threshold and the cost (no data involved)."""
+    serves = _users_of(task)
+    calibration: dict[str, Any] = {}
+    for i, c in enumerate(plan.calibrated):
+        m = c.measure
+        columns = ", ".join(serves.get(m.key, [])) or "threshold"
+        entry: dict[str, Any] = {"column": f"{columns}: {_what(m)}", "share": c.share}
+        if c.noise is None:
+            entry["mechanism"] = "exponential"
+        else:
+            scale = float(m.grid.granularity) if m.kind == "sum" else 1.0
+            entry.update(c.noise.describe())
+            entry["moe95"] = c.noise.margin95() * scale if m.kind in ("units", "rows", "count", "sum") else None
+        calibration[f"m{i}"] = entry
+    return {
+        "query": task.seed_query(), "tables": {t.name: "private" if t.private else "public" for t in task.tables},
+        "bound": {"max_partitions": plan.max_partitions, "per_user_partials": "one per partition, clamped",
+                  "shared_by": len(task.query.aggregates)},
+        "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,
+        "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events], "calibration": calibration,
+    }
+
+
+def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
+    """Notes on a release: nothing released, count or sum columns that are mostly noise, caps left at 1."""
+    from dpcli import advice
+
+    notes: list[Note] = []
+    if table.height == 0 and plan.domain == "threshold":
+        notes.append(advice.empty_release("groups"))
+    for o in task.query.outputs:
+        if o.aggregate is None or o.name not in table.columns or not table.height:
+            continue
+        margin = _margin(task.query.aggregates[o.aggregate], task, plan)
+        note = advice.mostly_noise(o.name, table[o.name].to_list(), margin) if margin is not None else None
+        if note is not None:
+            notes.append(note)
+    defaulted = set(task.defaulted)
+    counts_rows = any(a.function == "count" and a.cap == task.options.max_contributions
+                      for a in task.query.aggregates)
+    notes += advice.default_caps(task.unit_word, "max_contributions" in defaulted and counts_rows,
+                                 "max_partitions" in defaulted and bool(task.query.groups))
+    return notes
+
+
+def _margin(agg: AnonAgg, task: SqlTask, plan: SqlPlan) -> float | None:
+    if agg.function not in ("count", "count_units", "sum"):
+        return None
+    (m,) = measures_for(agg, task.options.max_contributions)
+    noise = plan.get(m.key).noise
+    assert noise is not None
+    return noise.margin95() * (float(m.grid.granularity) if m.kind == "sum" else 1.0)

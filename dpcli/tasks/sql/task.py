@@ -1,0 +1,243 @@
+"""``dpcli sql`` as a :class:`dpcli.tasks.Task`: the query resolved once, then the one release path.
+
+The task is built from the query text and the declared tables (:meth:`SqlTask.from_text`): the
+query is parsed and resolved, and every rule checked, before the release path reads any state or
+data. Its first private table (in the order the query names them) is the release's data input;
+every other table is read beside it under the role ``table:NAME`` (and a public list of groups as
+``keys``), each opened once, hashed, and bound into the seed with how it was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from dpcli.core.exact import fraction_text
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import DataError, UsageError
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks.sql.compile import needed_columns
+from dpcli.tasks.sql.ir import ResolvedQuery, scans_of
+from dpcli.tasks.sql.measures import NTILE_BINS, Budget, Measure, SqlPlan, measures_of, plan_measures
+from dpcli.tasks.sql.outputs import Noisy, apply_post, output_table
+from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.run import (
+    STREAM_LABEL,
+    Layout,
+    add_noise,
+    compute_totals,
+    per_user_frame,
+    select_partitions,
+)
+from dpcli.tasks.sql.scope import TableDecl
+from dpcli.tasks.sql.typed import schema_of
+
+if TYPE_CHECKING:
+    from dpcli.advice import Note
+
+#: The role of a table other than the data input (``table:visits``), and of the public list of groups.
+TABLE_ROLE = "table:"
+KEYS_ROLE = "keys"
+
+
+@dataclass(frozen=True)
+class SqlOptions:
+    """The options of a ``dpcli sql`` release besides its query (``keys``: a public list of groups is given)."""
+
+    budget: Budget = field(default_factory=Budget)
+    max_partitions: int = 1
+    max_contributions: int = 1
+    keys: bool = False
+    with_error: bool = False
+
+    def check(self) -> None:
+        for name in ("max_partitions", "max_contributions"):
+            if not 1 <= getattr(self, name) <= 10**6:
+                raise UsageError("must be in 1–1000000", field=name)
+        if self.budget.noise not in ("laplace", "gaussian"):
+            raise UsageError(f"must be laplace or gaussian, got {self.budget.noise!r}", field="noise")
+
+
+@dataclass(frozen=True)
+class SqlTask:
+    """One ``dpcli sql`` release (see the module docstring). ``defaulted``: the caps left at their defaults."""
+
+    query: ResolvedQuery
+    tables: tuple[TableDecl, ...]
+    options: SqlOptions = SqlOptions()
+    noise_given: bool = True
+    defaulted: tuple[str, ...] = ()
+    unit_label: str | None = None
+    command: str = "sql"
+
+    @classmethod
+    def from_text(cls, text: str, tables: Mapping[str, TableDecl], options: SqlOptions, noise_given: bool = True,
+                  defaulted: tuple[str, ...] = (), unit_label: str | None = None) -> SqlTask:
+        """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read)."""
+        options.check()
+        query = resolve_query(text, tables, options.max_contributions)
+        used = {s.table for s in scans_of(query.relation)}
+        return cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
+
+    @property
+    def unit_word(self) -> str:
+        """How notes name the privacy unit: ``unit_label`` (a service-mode analyst's "unit"), else its column."""
+        data = self.data_table()
+        return self.unit_label or next(t.unit or "unit" for t in self.tables if t.name == data)
+
+    # ---- the Task protocol ------------------------------------------------------------------
+
+    def check(self) -> None:
+        self.options.check()
+        if self.options.keys and not self.query.groups:
+            raise UsageError("a public list of groups needs a GROUP BY", field="keys")
+        names = [o.name for o in self.query.outputs]
+        if self.options.with_error and any(f"{n}_moe95" in names for n in names):
+            raise UsageError("an output column is named like another's margin (NAME_moe95): rename it")
+
+    def for_ledger(self, mode: str) -> SqlTask:
+        if self.noise_given or mode != "zcdp":
+            return self
+        budget = replace(self.options.budget, noise="gaussian")
+        return replace(self, options=replace(self.options, budget=budget), noise_given=True)
+
+    @property
+    def domain(self) -> str:
+        if not self.query.groups:
+            return "all"
+        return "keys" if self.options.keys else "threshold"
+
+    def data_table(self) -> str:
+        """The table read as the release's data input: the first private table the query names."""
+        return next(s.table for s in scans_of(self.query.relation) if s.unit is not None)
+
+    def roles(self) -> dict[str, str]:
+        """Each table's input role: ``data`` for :meth:`data_table`, ``table:NAME`` for the others."""
+        data = self.data_table()
+        return {t.name: "data" if t.name == data else TABLE_ROLE + t.name for t in self.tables}
+
+    def table_columns(self) -> dict[str, tuple[str, ...]]:
+        """The columns the query reads from each table (its privacy unit always)."""
+        measures = measures_of(self.query.aggregates, self.options.max_contributions, False)
+        extra = [*self.query.groups, *(m.value for m in measures if m.value is not None)]
+        by_scan = needed_columns(self.query.relation, extra)
+        out: dict[str, set[str]] = {t.name: {t.unit} if t.unit else set() for t in self.tables}
+        for scan in scans_of(self.query.relation):
+            out[scan.table] |= by_scan[scan.prefix]
+        return {t: tuple(sorted(cols)) for t, cols in out.items()}
+
+    def needs(self) -> Needs:
+        columns, data = self.table_columns(), self.data_table()
+        unit = next(t.unit for t in self.tables if t.name == data)
+        lists = {TABLE_ROLE + t: PublicList(cols, cast_to_data=False) for t, cols in columns.items() if t != data}
+        if self.options.keys:
+            lists[KEYS_ROLE] = PublicList(self.query.group_names, cast_to_data=False,
+                                          missing="a public list of groups was announced but not given")
+        return Needs({c: "key" if c == unit else "any" for c in columns[data]}, lists)
+
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> SqlPlan:
+        measures = measures_of(self.query.aggregates, self.options.max_contributions, self.domain == "threshold")
+        return plan_measures(measures, self.options.budget, self.domain, self.options.max_partitions, mode)
+
+    def describe(self, plan: SqlPlan) -> dict[str, Any]:
+        from dpcli.tasks.sql.describe import describe_plan
+
+        return describe_plan(self, plan)
+
+    def seed_query(self) -> dict[str, Any]:
+        b = self.options.budget
+        return {"command": "sql", "v": 1, **self.query.canonical(), "domain": self.domain,
+                "tables": {t.name: {"unit": t.unit} for t in self.tables},
+                "max_partitions": self.options.max_partitions if self.query.groups else None,
+                "epsilon": fraction_text(b.epsilon) if b.epsilon is not None else None,
+                "delta": fraction_text(b.delta), "rho": fraction_text(b.rho) if b.rho is not None else None,
+                "noise": b.noise}
+
+    def run(self, frames: Frames, plan: SqlPlan, seed: bytes, engine: Engine | None) -> Result:
+        stream = KeyedStream(seed, STREAM_LABEL)
+        words = stream.child("bounding-salt").uint64(2)
+        salt = int(words[0]) | (int(words[1]) << 64)
+        tables = self._frames(frames)
+        frame, layout = per_user_frame(self.query, plan, tables, self.query.group_names)
+        keys = self._keys(frames, schema_of(frame), layout)
+        if engine is not None and engine.sql_totals is not None:
+            totals, bins = engine.sql_totals(self, plan, layout, salt, schema_of(frame))
+        else:
+            totals, bins = compute_totals(frame, layout, plan, salt, ", ".join(t.name for t in self.tables))
+        totals, noisy = select_partitions(totals, layout, plan, stream, keys)
+        noisy = add_noise(totals, layout, plan, stream, noisy)
+        released = Noisy(totals, noisy, bins, layout, plan, stream, self.options.max_contributions)
+        table, margins = output_table(self.query, released, self.options.with_error)
+        table = apply_post(table, self.query.post)
+        return Result(table, self._metadata(plan, table, margins))
+
+    def summary(self, name: str, result: Result) -> str:
+        line = f"sql over {', '.join(result.metadata['tables'])}: {result.metadata['groups']} row(s) released"
+        if result.metadata.get("threshold") is not None:
+            line += f" (threshold {result.metadata['threshold']} noisy units)"
+        return line
+
+    def notes(self, plan: SqlPlan, result: Result) -> list[Note]:
+        from dpcli.tasks.sql.describe import sql_notes
+
+        return sql_notes(self, plan, result.table)
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _frames(self, frames: Frames) -> dict[str, pl.LazyFrame]:
+        out = {}
+        for name, role in self.roles().items():
+            frame = frames.data if role == "data" else frames.lists[role]
+            out[name] = frame if isinstance(frame, pl.LazyFrame) else frame.lazy()
+        return out
+
+    def _keys(self, frames: Frames, schema: pl.Schema, layout: Layout) -> pl.DataFrame | None:
+        """The public list of groups, cast to the group keys' types (a value that does not cast is an error)."""
+        if not self.options.keys:
+            return None
+        listed = frames.lists[KEYS_ROLE]
+        frame = listed if isinstance(listed, pl.LazyFrame) else listed.lazy()
+        missing = [n for n in self.query.group_names if n not in schema_of(frame)]
+        if missing:
+            raise DataError(f"the list of groups lacks column {missing[0]!r} (it needs the GROUP BY keys' output "
+                            f"names: {', '.join(self.query.group_names)})")
+        casts = [pl.col(name).cast(schema[g], strict=True).alias(g)
+                 for name, g in zip(self.query.group_names, layout.groups, strict=True)]
+        try:
+            groups = frame.select(casts).unique().collect()
+        except pl.exceptions.PolarsError as exc:
+            raise DataError(f"the list of groups: its values do not match the groups' types ({type(exc).__name__}; "
+                            "the parser's message is withheld)") from None
+        if groups.height == 0:
+            raise DataError("the list of groups lists no groups")
+        return groups.sort(list(layout.groups), nulls_last=True)
+
+    def _metadata(self, plan: SqlPlan, table: pl.DataFrame, margins: dict[str, str]) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "command": "sql", "tables": [t.name for t in self.tables], "groups": table.height,
+            "domain": plan.domain, "max_partitions": plan.max_partitions, "split": plan.split,
+            "threshold": plan.threshold,
+            "measurements": {c.measure.key: {"share": c.share, **(c.noise.describe() if c.noise else
+                                                                  {"mechanism": "exponential"})}
+                             for c in plan.calibrated},
+        }
+        if self.options.budget.epsilon is not None:
+            meta["epsilon"] = fraction_text(self.options.budget.epsilon)
+        steps = [_step(c.measure) for c in plan.calibrated if c.measure.bounds is not None]
+        if steps:  # the finest grid of the query: text outputs round floats to two of its digits
+            meta["granularity"] = fraction_text(min(steps))
+        if margins:
+            meta["margins"] = margins
+        return meta
+
+
+def _step(m: Measure) -> Fraction:
+    """The grid a measurement's released values lie on (an NTILE's: its bins' width)."""
+    assert m.bounds is not None
+    if m.kind == "ntile":
+        return (m.bounds[1] - m.bounds[0]) / NTILE_BINS
+    return m.grid.granularity
