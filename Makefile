@@ -45,6 +45,10 @@ demo: $(STAMP)
 	$(DEMO) --analyst census tabulate sample_data/persons.parquet --spec sample_data/safetab_spec.toml \
 	    --with-error -o .demo-out/cells.csv
 	head -5 .demo-out/cells.csv
+	@echo "--- DP SQL (paper 002): the Employee/Order example as printed, orders per department"
+	$(DEMO) sql "SELECT WITH ANONYMIZATION dept, ANON_COUNT(*, 5) AS c FROM Employee E JOIN Order O USING(uid) GROUP BY dept" \
+	    --table Employee=sample_data/employee.csv --table Order=sample_data/order.csv \
+	    --privacy-unit Employee.uid --privacy-unit Order.uid --epsilon 0.5 --delta 1e-7 --with-error
 	$(BIN)/dpcli budget compose --mode br --epsilon-per 0.15 --count 3000 --call-budget 30 --delta-per 1e-10 --delta-prime 1e-9
 	@echo "--- done. dpcli is installed in .venv: run '. .venv/bin/activate' to use it here, or 'make install' to put it on your PATH"
 
