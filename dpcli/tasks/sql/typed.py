@@ -59,9 +59,11 @@ class Typed:
 
 
 def as_number(t: Typed) -> pl.Expr:
-    """The expression as a number (text parsed by the number grammar; NULL as a null number)."""
+    """The expression as a number (text parsed by the number grammar; NULL as a null number). A decimal is
+    read as a double, as arithmetic is: polars' decimal sums raise on overflow, and one record must not
+    make a run fail (rule 4)."""
     if t.kind == "number":
-        return t.expr
+        return t.expr.cast(pl.Float64) if isinstance(t.dtype, pl.Decimal) else t.expr
     if t.kind == "text":
         return numeric_value(t.expr, pl.String())
     if t.kind in ("bool", "null"):
