@@ -343,3 +343,17 @@ def test_attack_a_query_column_named_like_an_internal_column_is_refused():
         value = kw.pop("value", "v")
         with pytest.raises(UsageError, match="__dp_"):
             bounding.BoundingSpec(**kw, max_partitions=1, max_contributions=1, value=value, grid=GRID)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT ANON_SUM(" + "(" * 3000 + "val" + ")" * 3000 + ", 0, 1) AS s FROM t",  # sqlglot's parser recursed
+    "SELECT ANON_COUNT(*) AS c FROM t WHERE " + " AND ".join(["val > 1"] * 5000),  # the resolver recursed
+    "SELECT ANON_COUNT(*) AS c FROM " + "(SELECT uid FROM " * 300 + "t" + ") s" * 300,
+])
+def test_attack_a_deeply_nested_query_is_a_usage_error(tmp_path, query):
+    """A query nested thousands of levels deep (review of issue 32): RecursionError in the parser or
+    the resolver was an internal error (exit 1); it is the query's fault, a one-line usage error (exit 2)."""
+    data = write(tmp_path / "t.csv", ["uid,val", *(f"u{i},{i % 5}" for i in range(20))])
+    r = runner.invoke(app, ["sql", query, "--table", f"t={data}", "--privacy-unit", "t.uid", "--epsilon", "1"])
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "nests more than" in r.stderr
