@@ -68,3 +68,21 @@ def test_a_per_user_sum_past_the_decimal_range_does_not_fail_the_run(tmp_path: P
     assert reports[0].exit_code == 0, reports[0].stderr
     diff = report_diff(*reports)
     assert diff == [], "D and D′ are told apart by:\n" + "\n".join(diff)
+
+
+def test_an_integer_past_a_decimals_range_does_not_fail_the_run(tmp_path: Path) -> None:
+    """COALESCE of a Decimal(38, 30) column and an integer one: polars makes the integer a decimal, which
+    fails for a value past 10^8, so one user with a large value would fail the run."""
+    reports = []
+    for extra in (False, True):
+        n = 41 if extra else 40
+        path = tmp_path / f"c-{extra}.parquet"
+        pl.DataFrame({"uid": [f"u{i}" for i in range(n)],
+                      "d": pl.Series([None] * n, dtype=pl.Decimal(38, 30)),
+                      "i": [i % 5 for i in range(40)] + ([10**18] if extra else [])}).write_parquet(path)
+        query = "SELECT ANON_SUM(COALESCE(d, i), 0, 10) AS total FROM t"
+        args = ["sql", query, "--table", f"t={path}", "--privacy-unit", "t.uid", "--epsilon", "10", "--json"]
+        reports.append(run_cli(args, tmp_path / f"state-{extra}", [APPROX]))
+    assert reports[0].exit_code == 0, reports[0].stderr
+    diff = report_diff(*reports)
+    assert diff == [], "D and D′ are told apart by:\n" + "\n".join(diff)

@@ -59,11 +59,9 @@ class Typed:
 
 
 def as_number(t: Typed) -> pl.Expr:
-    """The expression as a number (text parsed by the number grammar; NULL as a null number). A decimal is
-    read as a double, as arithmetic is: polars' decimal sums raise on overflow, and one record must not
-    make a run fail (rule 4)."""
+    """The expression as a number (text parsed by the number grammar; NULL as a null number)."""
     if t.kind == "number":
-        return t.expr.cast(pl.Float64) if isinstance(t.dtype, pl.Decimal) else t.expr
+        return t.expr
     if t.kind == "text":
         return numeric_value(t.expr, pl.String())
     if t.kind in ("bool", "null"):
@@ -95,6 +93,10 @@ class Compiler:
     def typed(self, e: Expr) -> Typed:
         if isinstance(e, Col):
             dtype = self.schema[e.name]
+            if isinstance(dtype, pl.Decimal):
+                # A decimal is read as a double, as arithmetic is: polars raises when a decimal sum, or an
+                # integer made a decimal (COALESCE, CASE), does not fit, and no record may fail a run (rule 4).
+                return Typed(pl.col(e.name).cast(pl.Float64), "number", pl.Float64())
             return Typed(pl.col(e.name), kind_of(dtype), dtype)
         if isinstance(e, Lit):
             return literal(e.value)
