@@ -69,9 +69,8 @@ def test_a_refused_query_quotes_the_analysts_clause_only(svc):
 
 
 def test_attack_a_dry_run_shows_no_column_name_the_analyst_did_not_give(svc):
-    """Review of issue 32: ``--dry-run`` printed the resolved plan, with the operator's privacy-unit column
-    (which ``--privacy-unit`` is refused to keep from being guessed) and, for ``SELECT *``, every column of
-    the dataset. The analyst here names ``page`` only."""
+    """Review of issue 32: ``--dry-run`` printed the resolved plan, which for ``SELECT *`` listed every
+    column of the dataset (``secret`` here) and named the unit column. The analyst names ``page`` only."""
     for query in ("SELECT page, ANON_COUNT(*) AS n FROM visits GROUP BY page",
                   "SELECT page, ANON_COUNT(*) AS n FROM (SELECT * FROM visits) t GROUP BY page"):
         for form in ([], ["--json"]):

@@ -52,8 +52,8 @@ def _users_of(task: SqlTask) -> dict[str, list[str]]:
 def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     """The dry run's document: each measurement's columns, noise and 95% margin, the bound shared by
     all aggregates, the split, the threshold and the cost (no data involved). The resolved plan itself is
-    not shown: it names the privacy-unit column and, for ``SELECT *``, every column of a table, which in
-    service mode are the operator's (rule 8)."""
+    not shown: for ``SELECT *`` it lists every column of a table, names that in service mode are the
+    operator's (rule 8)."""
     serves = _users_of(task)
     calibration: dict[str, Any] = {}
     for i, c in enumerate(plan.calibrated):
