@@ -57,7 +57,7 @@ def _too_deep() -> UsageError:
                       "as IN lists, or split the query)")
 
 
-def tree_depth(node: exp.Expression) -> int:
+def tree_depth(node: exp.Expr) -> int:
     """The number of levels of ``node``'s syntax tree, counted without recursion."""
     deepest, stack = 0, [(node, 1)]
     while stack:
