@@ -343,3 +343,24 @@ def test_attack_a_query_column_named_like_an_internal_column_is_refused():
         value = kw.pop("value", "v")
         with pytest.raises(UsageError, match="__dp_"):
             bounding.BoundingSpec(**kw, max_partitions=1, max_contributions=1, value=value, grid=GRID)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT ANON_SUM(" + "(" * 3000 + "val" + ")" * 3000 + ", 0, 1) AS s FROM t",  # sqlglot's parser recursed
+    "SELECT ANON_COUNT(*) AS c FROM t WHERE " + " AND ".join(["val > 1"] * 5000),  # the resolver recursed
+    "SELECT ANON_COUNT(*) AS c FROM " + "(SELECT uid FROM " * 300 + "t" + ") s" * 300,
+    "WITH c AS (SELECT uid FROM c) SELECT ANON_COUNT(*) AS c FROM c",  # a CTE reading itself recursed forever
+    "WITH a AS (SELECT uid FROM b), b AS (SELECT uid FROM a) SELECT ANON_COUNT(*) AS c FROM a",
+    "WITH " + ", ".join(f"c{i} AS (SELECT uid FROM c{i - 1} JOIN c{i - 1} x USING (uid))" for i in range(1, 40))
+    .replace("c0 JOIN c0 x USING (uid)", "t") + " SELECT ANON_COUNT(*) AS c FROM c39",  # 2^38 table reads
+])
+def test_attack_a_deeply_nested_query_is_a_usage_error(tmp_path, query):
+    """A query nested thousands of levels deep (review of issue 32): RecursionError in the parser or
+    the resolver was an internal error (exit 1), and so was a CTE that reads itself; CTEs that each join
+    the one before doubled the plan at each step (2^38 reads, never finished). Each is the query's fault:
+    a one-line usage error (exit 2)."""
+    data = write(tmp_path / "t.csv", ["uid,val", *(f"u{i},{i % 5}" for i in range(20))])
+    r = runner.invoke(app, ["sql", query, "--table", f"t={data}", "--privacy-unit", "t.uid", "--epsilon", "1"])
+    assert r.exit_code == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and any(w in r.stderr for w in ("nests more than", "reads itself",
+                                                                     "reads tables more than"))

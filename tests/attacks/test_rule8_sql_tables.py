@@ -66,3 +66,15 @@ def test_a_refused_query_quotes_the_analysts_clause_only(svc):
                 "1", "--delta", "1e-6")
     assert r.exit_code == 2 and "refused (ownership/join)" in _one_line(r)
     _nothing_private(r, "u17")
+
+
+def test_attack_a_dry_run_shows_no_column_name_the_analyst_did_not_give(svc):
+    """Review of issue 32: ``--dry-run`` printed the resolved plan, which for ``SELECT *`` listed every
+    column of the dataset (``secret`` here) and named the unit column. The analyst names ``page`` only."""
+    for query in ("SELECT page, ANON_COUNT(*) AS n FROM visits GROUP BY page",
+                  "SELECT page, ANON_COUNT(*) AS n FROM (SELECT * FROM visits) t GROUP BY page"):
+        for form in ([], ["--json"]):
+            r = svc.run("alice", "sql", query, "--epsilon", "1", "--delta", "1e-6", "--dry-run", *form)
+            assert r.exit_code == 0, r.stderr
+            shown = r.stdout + r.stderr
+            assert "secret" not in shown and ".user" not in shown and '"user"' not in shown, shown

@@ -106,14 +106,18 @@ _UNARY: dict[type, Callable[[Relation, pl.LazyFrame], pl.LazyFrame]] = {
 
 def key_pair(left: pl.Expr, ltype: pl.DataType, right: pl.Expr, rtype: pl.DataType) -> tuple[pl.Expr, pl.Expr]:
     """Join keys of one type: as they are when alike, 64-bit integers or floats when both are numbers,
-    else both as text (decided by the schema alone)."""
+    else both as text (decided by the schema alone). Every cast is non-strict, as Spark's ``try_cast``:
+    a value the common type cannot hold (an unsigned 64-bit key past 2^63 against a signed one) is a
+    null key that matches nothing, never an error one record could raise (rule 4)."""
     if ltype == rtype:
         return left, right
     if ltype.is_integer() and rtype.is_integer():
-        return left.cast(pl.Int64), right.cast(pl.Int64)
-    if ltype.is_numeric() and rtype.is_numeric():
-        return left.cast(pl.Float64), right.cast(pl.Float64)
-    return left.cast(pl.String, strict=False), right.cast(pl.String, strict=False)
+        target: pl.DataType = pl.Int64()
+    elif ltype.is_numeric() and rtype.is_numeric():
+        target = pl.Float64()
+    else:
+        target = pl.String()
+    return left.cast(target, strict=False), right.cast(target, strict=False)
 
 
 def _join(rel: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame:

@@ -51,7 +51,9 @@ def _users_of(task: SqlTask) -> dict[str, list[str]]:
 
 def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     """The dry run's document: each measurement's columns, noise and 95% margin, the bound shared by
-    all aggregates, the split, the threshold and the cost (no data involved)."""
+    all aggregates, the split, the threshold and the cost (no data involved). The resolved plan itself is
+    not shown: for ``SELECT *`` it lists every column of a table, names that in service mode are the
+    operator's (rule 8)."""
     serves = _users_of(task)
     calibration: dict[str, Any] = {}
     for i, c in enumerate(plan.calibrated):
@@ -66,7 +68,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
             entry["moe95"] = c.noise.margin95() * scale if m.kind in ("units", "rows", "count", "sum") else None
         calibration[f"m{i}"] = entry
     return {
-        "query": task.seed_query(), "tables": {t.name: "private" if t.private else "public" for t in task.tables},
+        "tables": {t.name: "private" if t.private else "public" for t in task.tables},
         "bound": {"max_partitions": plan.max_partitions, "per_user_partials": "one per partition, clamped",
                   "shared_by": len(task.query.aggregates)},
         "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,

@@ -20,6 +20,9 @@ from dpcli.errors import UsageError
 
 #: Longest query text accepted (characters).
 MAX_QUERY_CHARS = 100_000
+#: Deepest syntax tree accepted (levels): every later stage (resolving, compiling, the plan's canonical
+#: form) walks the tree recursively, so a deeper query is refused here, as a usage error.
+MAX_QUERY_DEPTH = 128
 #: The word after ``WITH`` in paper 002's operator.
 MARKER = "ANONYMIZATION"
 
@@ -35,14 +38,33 @@ def parse_query(text: str) -> exp.Select:
         raise UsageError(f"the query does not parse{_where(exc)}") from None
     except TokenError:
         raise UsageError("the query does not parse (an unterminated string, quote or comment?)") from None
+    except RecursionError:
+        raise _too_deep() from None
     found = [s for s in statements if s is not None]
     if len(found) != 1:
         raise UsageError(f"give exactly one SELECT statement, not {len(found)}")
     statement = found[0]
+    if tree_depth(statement) > MAX_QUERY_DEPTH:
+        raise _too_deep()
     if not isinstance(statement, exp.Select):
         raise UsageError(f"the query must be a SELECT (not {statement.key.upper()}: UNION, INSERT and others are "
                          "not supported)")
     return statement
+
+
+def _too_deep() -> UsageError:
+    return UsageError(f"the query nests more than {MAX_QUERY_DEPTH} levels deep (write long AND/OR chains "
+                      "as IN lists, or split the query)")
+
+
+def tree_depth(node: exp.Expr) -> int:
+    """The number of levels of ``node``'s syntax tree, counted without recursion."""
+    deepest, stack = 0, [(node, 1)]
+    while stack:
+        current, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in current.iter_expressions())
+    return deepest
 
 
 def _where(exc: ParseError) -> str:

@@ -42,6 +42,9 @@ from dpcli.tasks.sql.ir import (
 from dpcli.tasks.sql.rules import refuse
 from dpcli.tasks.sql.scope import Scope, TableDecl, Visible, identifier, match_name
 
+#: The most table reads a query may make (a CTE is read again wherever it is named, so CTEs that join
+#: earlier ones would double the plan at each step).
+MAX_SCANS = 32
 #: The clauses a sub-query may hold (sqlglot's argument names); others are refused.
 SUB_QUERY_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "distinct", "with_"})
 
@@ -130,6 +133,7 @@ class Resolver:
         self.tables = dict(tables)
         self.ctes: dict[str, exp.Select] = {}
         self._scans = 0
+        self._open_ctes: list[str] = []
         self._columns = 0
 
     def new_column(self) -> str:
@@ -167,18 +171,31 @@ class Resolver:
         name, quoted = identifier(node)
         cte = match_name(name, quoted, self.ctes)
         if cte is not None:
-            rel, outputs = self.sub_query(self.ctes[cte])
-            return rel, Visible((node.alias or cte,), dict(outputs), "", rel.unit)
+            return self._cte(node, cte)
         declared = match_name(name, quoted, self.tables)
         if declared is None:
             raise UsageError(f"table {name!r} is not declared (give --table {name}=FILE --privacy-unit "
                              f"{name}.COLUMN, or --public-table {name}=FILE)")
         decl = self.tables[declared]
+        if self._scans == MAX_SCANS:
+            raise UsageError(f"the query reads tables more than {MAX_SCANS} times (each use of a CTE reads its "
+                             "tables again)")
         prefix = f"s{self._scans}"
         self._scans += 1
         unit = f"{prefix}.{decl.unit}" if decl.unit is not None else None
         columns = {c: f"{prefix}.{c}" for c in decl.columns} if decl.columns is not None else None
         return Scan(decl.name, prefix, unit), Visible((node.alias or decl.name,), columns, prefix, unit)
+
+    def _cte(self, node: exp.Table, cte: str) -> tuple[Relation, Visible]:
+        """A CTE named as a table: its query resolved here (refused when it reads itself, directly or not)."""
+        if cte in self._open_ctes:
+            raise refuse("unsupported", "a CTE that reads itself (WITH RECURSIVE is not supported)", node)
+        self._open_ctes.append(cte)
+        try:
+            rel, outputs = self.sub_query(self.ctes[cte])
+        finally:
+            self._open_ctes.pop()
+        return rel, Visible((node.alias or cte,), dict(outputs), "", rel.unit)
 
     # ---- joins ------------------------------------------------------------------------------
 

@@ -93,6 +93,10 @@ class Compiler:
     def typed(self, e: Expr) -> Typed:
         if isinstance(e, Col):
             dtype = self.schema[e.name]
+            if isinstance(dtype, pl.Decimal):
+                # A decimal is read as a double, as arithmetic is: polars raises when a decimal sum, or an
+                # integer made a decimal (COALESCE, CASE), does not fit, and no record may fail a run (rule 4).
+                return Typed(pl.col(e.name).cast(pl.Float64), "number", pl.Float64())
             return Typed(pl.col(e.name), kind_of(dtype), dtype)
         if isinstance(e, Lit):
             return literal(e.value)
