@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from dpcli.release.schedules import ScheduleSpec
     from dpcli.spark.engine import EngineRequest
     from dpcli.tasks import ExpectedSize
+    from dpcli.tasks.targets import MarginTarget
 
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
 MAX_NUMBER_TEXT = 100
@@ -352,21 +353,24 @@ def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, d
 RowsOpt = Annotated[
     str | None,
     typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, or FIRST:LAST growing "
-                 "over the runs planned (for bbscheduler: privacy units); stated, never read from the data.",
+                 "over the runs planned (for bbscheduler: privacy units). --target-relative-moe: N, the expected "
+                 "count of the smallest group the margin must hold for. Stated, never read from the data.",
                  show_default=False),
 ]
 #: The largest size --rows takes (a trillion rows).
 MAX_ROWS = 10**12
 
 
-def expected_size(text: str | None, dry_run: bool, scheduled: bool) -> ExpectedSize | None:
-    """``--rows N`` or ``--rows FIRST:LAST`` (whole numbers in [1, 10^12]); only a dry run plans with it."""
+def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bool = False) -> ExpectedSize | None:
+    """``--rows N`` or ``--rows FIRST:LAST`` (whole numbers in [1, 10^12]): a schedule's dry run plans with
+    it, and a relative margin target (``relative``) is a fraction of it."""
     from dpcli.tasks import ExpectedSize
 
     if text is None:
         return None
-    if not (dry_run and scheduled):
-        raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule")
+    if not (dry_run and scheduled) and not relative:
+        raise UsageError("--rows states an expected size: use it with --dry-run --schedule, or with "
+                         "--target-relative-moe")
     parts = text.split(":")
     if len(parts) > 2 or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
         raise UsageError(f"--rows must be N or FIRST:LAST in whole numbers (e.g. 10000:50000), got {text!r}")
@@ -381,3 +385,37 @@ def engine_request(engine: str, master: str | None, remote: str | None, conf: li
     from dpcli.spark.engine import EngineRequest
 
     return EngineRequest(engine, master, remote, tuple(conf or ()))
+
+
+# Margin targets: dpcli chooses ε (or ρ) from the accuracy needed (dpcli.tasks.targets).
+TargetMoeOpt = Annotated[
+    str | None,
+    typer.Option("--target-moe", help="Choose the smallest ε (ρ for Gaussian noise) whose 95% margins meet this: "
+                 "X for every column, or COLUMN=X,… (count, count_units, sum); instead of --epsilon/--rho.",
+                 show_default=False),
+]
+TargetRelativeMoeOpt = Annotated[
+    str | None,
+    typer.Option("--target-relative-moe", help="Like --target-moe, as a fraction R of the count stated with "
+                 "--rows N (margin ⌊R·N⌋): R or COLUMN=R,… (count, count_units).", show_default=False),
+]
+
+
+def margin_target(moe: str | None, relative: str | None, size: ExpectedSize | None,
+                  scheduled: bool) -> MarginTarget | None:
+    """``--target-moe`` or ``--target-relative-moe`` (one of them, not with a schedule), parsed."""
+    from dpcli.tasks.targets import parse_target
+
+    if moe is None and relative is None:
+        return None
+    if moe is not None and relative is not None:
+        raise UsageError("give one of --target-moe and --target-relative-moe")
+    if scheduled:
+        raise UsageError("a schedule sets each run's ε itself: drop --target-moe/--target-relative-moe")
+    if moe is not None:
+        return parse_target(moe)
+    assert relative is not None
+    if size is None or size.first != size.last:
+        raise UsageError("--target-relative-moe needs --rows N: the expected count of the smallest group the "
+                         "margin must hold for (stated, never read from the data)")
+    return parse_target(relative, relative=True, size=size.first)

@@ -30,6 +30,8 @@ from dpcli.cli._options import (
     ScheduleOptions,
     SchedulerOpt,
     SparkConfOpt,
+    TargetMoeOpt,
+    TargetRelativeMoeOpt,
     ThroughOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
@@ -38,6 +40,7 @@ from dpcli.cli._options import (
     columns,
     engine_request,
     expected_size,
+    margin_target,
     positive,
     probability,
     schedule_spec,
@@ -84,6 +87,8 @@ def histogram(
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
+    target_moe: TargetMoeOpt = None,
+    target_relative_moe: TargetRelativeMoeOpt = None,
     noise: Annotated[
         str | None,
         typer.Option("--noise", help="laplace or gaussian (default: gaussian for zcdp ledgers, else laplace)."),
@@ -149,12 +154,13 @@ def histogram(
         rho=positive("--rho", rho),
         noise=noise or "laplace", domain="keys" if keys else selection,
         max_groups=max_groups, with_error=with_error)
-    task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
-                         unit_label=unit_word())
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
-    size = expected_size(rows, dry_run, spec is not None)
+    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
+    task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
+                         unit_label=unit_word(), target=margin_target(target_moe, target_relative_moe, size,
+                                                                      spec is not None))
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     if dry_run:

@@ -57,6 +57,15 @@ def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: 
     show_plan(planned, payer.analyst, as_json)
 
 
+def target_line(target: dict[str, Any]) -> str:
+    """``target: count ±50 → epsilon=0.04232 (count ±50)``: what a margin target chose, in one line."""
+    parameter = "rho" if "rho" in target else "epsilon"
+    wanted = ", ".join(f"{c} ±{m['target']}" for c, m in target["columns"].items())
+    got = ", ".join(f"{c} ±{m['moe95']:.6g}" for c, m in target["columns"].items())
+    return (f"  target: {wanted} → {parameter}={target[parameter]}, which gives {got} (the smallest {parameter} "
+            f"of {target['digits']} significant digits that does)")
+
+
 def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     """``--dry-run``: the calibration (each measurement's noise and 95% margin in output units), the
     cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json``."""
@@ -70,6 +79,8 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
         typer.echo("\n".join(schedule_plan_lines(plan, analyst, refused)))
         return
     lines = ["dry run: no data read, nothing charged"]
+    if plan.get("target"):
+        lines.append(target_line(plan["target"]))
     for name, m in (plan.get("calibration") or {}).items():
         lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
     for column, margin in (plan.get("moe95") or {}).items():

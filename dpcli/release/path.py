@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dpcli.core.events import PrivacyEvent
+from dpcli.errors import BudgetError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
@@ -127,7 +128,21 @@ def plan(task: Task[P], payer: LedgerRef) -> Planned:
     task = task.for_ledger(led.limits.mode)
     planned = task.plan(led.limits.mode, led.limits.values)
     events = list(planned.events)
-    return Planned(task.describe(planned), events, ledger.refusal(led, events))
+    refused = ledger.refusal(led, events)
+    if refused is not None:
+        refused = _with_hint(task, refused, payer)
+    return Planned(task.describe(planned), events, refused)
+
+
+def _with_hint(task: Task[P], refused: str, payer: LedgerRef) -> str:
+    """A refusal, with what the task could do within the ledger's budget if it says (a margin target's
+    best reachable margin: :meth:`dpcli.tasks.histogram.HistogramTask.budget_hint`)."""
+    hint_of = getattr(task, "budget_hint", None)
+    if hint_of is None:
+        return refused
+    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
+    hint = hint_of(lambda events: ledger.refusal(led, events) is None)
+    return f"{refused}; {hint}" if hint else refused
 
 
 def run(
@@ -161,8 +176,12 @@ def run(
         return run_stream_state(task, opened, bounder, payer, led.limits.mode, planned, continuation, output, busy)
     prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy)
     result_line = task.summary(opened.data.name, prepared.result)
-    done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
-                  output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata) if output else None)
+    try:
+        done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
+                      output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata)
+                      if output else None)
+    except BudgetError as exc:
+        raise BudgetError(_with_hint(task, exc.detail, payer), field=exc.field, fix=exc.fix) from None
     return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
 
 

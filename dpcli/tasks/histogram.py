@@ -32,6 +32,8 @@ from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
+    from dpcli.tasks.histogram_target import Choice
+    from dpcli.tasks.targets import MarginTarget
 
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
@@ -765,7 +767,8 @@ class HistogramTask:
 
     ``noise_given``: whether the query's noise was chosen (else a zcdp ledger gets Gaussian noise:
     :meth:`for_ledger`); ``defaulted``: the caps left at their defaults, and ``unit_label`` how notes
-    name the privacy unit (both for :meth:`notes`).
+    name the privacy unit (both for :meth:`notes`). ``target``: a margin target (``--target-moe``) that
+    :meth:`for_ledger` turns into the query's ε or ρ (``chosen``: what it chose).
     """
 
     query: HistogramQuery
@@ -773,11 +776,29 @@ class HistogramTask:
     defaulted: tuple[str, ...] = ()
     unit_label: str | None = None
     command: str = "histogram"
+    target: MarginTarget | None = None
+    chosen: Choice | None = None
 
     def for_ledger(self, mode: str) -> HistogramTask:
-        if self.noise_given or mode != "zcdp":
-            return self
-        return replace(self, query=replace(self.query, noise="gaussian"), noise_given=True)
+        """The task for a ledger's mode: Gaussian noise on a zcdp ledger unless chosen, and a target's
+        ε or ρ chosen (from the query alone: the seed then binds that value, like a given one)."""
+        task = self
+        if not self.noise_given and mode == "zcdp":
+            task = replace(self, query=replace(self.query, noise="gaussian"), noise_given=True)
+        if task.target is None:
+            return task
+        from dpcli.tasks.histogram_target import choose
+
+        choice = choose(task.query, task.target, mode)
+        return replace(task, query=choice.query, target=None, chosen=choice)
+
+    def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
+        """With a target: the best margins a ledger that refuses the chosen ε could pay (None without)."""
+        if self.chosen is None:
+            return None
+        from dpcli.tasks.histogram_target import reachable
+
+        return reachable(self.chosen, pays)
 
     def at_epsilon(self, epsilon: Fraction) -> HistogramTask:
         """The same query at a schedule run's ε."""
@@ -797,6 +818,12 @@ class HistogramTask:
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
         self.query.validate()
+        if self.target is not None:
+            from dpcli.tasks.histogram_target import column_limits
+
+            if self.query.epsilon is not None or self.query.rho is not None:
+                raise UsageError("chooses the budget: leave out ε and ρ", field=self.target.field)
+            column_limits(self.query, self.target)
 
     def needs(self) -> Needs:
         q = self.query
@@ -809,7 +836,10 @@ class HistogramTask:
         return plan_histogram(self.query, mode, dict(limits))
 
     def describe(self, plan: HistogramPlan) -> dict[str, Any]:
-        return describe_plan(self.query, plan)
+        described = describe_plan(self.query, plan)
+        if self.chosen is not None:
+            described["target"] = self.chosen.to_json()
+        return described
 
     def seed_query(self) -> dict[str, Any]:
         return {"command": "histogram", "v": 1, **self.query.canonical()}
@@ -833,6 +863,8 @@ class HistogramTask:
         }
         if q.epsilon is not None:
             metadata["epsilon"] = fraction_text(q.epsilon)
+        if self.chosen is not None:
+            metadata["target"] = self.chosen.to_json()
         return Result(released.table, metadata)
 
     def summary(self, name: str, result: Result) -> str:
