@@ -1,0 +1,122 @@
+"""``--target-moe`` / ``--target-relative-moe``: dpcli chooses the smallest ε (or ρ) whose 95% margins meet a
+target, from the plan alone (dpcli.tasks.targets, dpcli.tasks.histogram_target)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from fractions import Fraction
+
+import pytest
+from dptest import PAGES, PV, cli, init_ledger
+from dptest import history as entries
+
+from dpcli.errors import UsageError
+from dpcli.tasks import targets
+from dpcli.tasks.histogram import HistogramQuery
+from dpcli.tasks.histogram_target import choose, margins_of
+
+KEYS = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES]
+FOUND = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "5",
+         "--delta", "1e-7"]
+
+
+def _margins_at(choice, value: Fraction) -> dict[str, float]:
+    return margins_of(replace(choice.query, **{choice.parameter: value}), choice.limits)
+
+
+@pytest.mark.parametrize("noise,agg,text", [
+    ("laplace", ("count",), "count=50"),
+    ("laplace", ("count", "count-units"), "10"),
+    ("gaussian", ("count",), "count=50"),
+    ("laplace", ("count", "sum"), "count=50,sum=20000"),
+])
+def test_the_chosen_parameter_meets_the_target_and_the_next_grid_step_down_does_not(noise, agg, text):
+    q = HistogramQuery(by=("country",), unit="user_id", aggregations=agg, max_contributions=5,
+                       value="duration_s" if "sum" in agg else None, bounds=(0.0, 600.0) if "sum" in agg else None,
+                       noise=noise, domain="keys")
+    choice = choose(q, targets.parse_target(text), "approx")
+    assert choice.parameter == ("rho" if noise == "gaussian" else "epsilon")
+    assert choice.value == targets.round_up(choice.value)  # on the 4-digit grid
+    met = _margins_at(choice, choice.value)
+    below = _margins_at(choice, targets.step_down(choice.value))
+    assert all(met[n] <= limit for n, (_, limit) in choice.limits.items())
+    assert any(below[n] > limit for n, (_, limit) in choice.limits.items())
+    assert choose(q, targets.parse_target(text), "approx").value == choice.value  # reproducible
+
+
+def test_grid_steps_are_exact():
+    assert targets.round_up(Fraction("0.042311")) == Fraction("0.04232")
+    assert targets.round_down(Fraction("0.042319")) == Fraction("0.04231")
+    assert targets.step_down(Fraction("0.1")) == Fraction("0.09999")
+    assert targets.step_up(Fraction("0.9999")) == Fraction(1)
+
+
+def test_dry_run_shows_the_chosen_epsilon_and_charges_nothing():
+    init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
+    doc = json.loads(cli(*FOUND, "--target-moe", "count=50", "--dry-run", "--json").stdout)
+    assert doc["target"]["epsilon"] == "0.5932" and doc["target"]["columns"]["count"] == {"target": "50", "moe95": 50}
+    assert doc["query"]["epsilon"] == "0.5932" and doc["calibration"]["rows"]["moe95"] == 50
+    assert doc["ledger"]["accepts"] is True
+    text = cli(*FOUND, "--target-moe", "count=50", "--dry-run").stdout
+    assert "target: count ±50 → epsilon=0.5932" in text
+    # one grid step less misses the target: ε = 0.5931 gives ±51
+    below = json.loads(cli(*FOUND, "--epsilon", "0.5931", "--dry-run", "--json").stdout)
+    assert below["calibration"]["rows"]["moe95"] == 51
+    assert entries() == []
+
+
+def test_a_target_release_is_the_release_at_its_epsilon_and_replays_free():
+    init_ledger("pure", "--epsilon", "1")
+    first = cli(*KEYS, "--target-moe", "40", "--json")
+    assert first.exit_code == 0, first.stderr
+    done = json.loads(first.stdout)
+    assert done["summary"]["target"]["columns"]["count"]["moe95"] <= 40
+    again = cli(*KEYS, "--epsilon", done["summary"]["epsilon"], "--json")  # the same ε: same seed, free
+    assert again.exit_code == 0 and json.loads(again.stdout)["summary"]["charged"] is False
+    assert json.loads(again.stdout)["result"] == done["result"]
+
+
+def test_a_ledger_that_cannot_pay_refuses_with_the_best_reachable_margin():
+    init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
+    plan = json.loads(cli(*FOUND, "--target-moe", "count=2", "--dry-run", "--json").stdout)
+    assert plan["target"]["epsilon"] == "11.37" and plan["ledger"]["accepts"] is False
+    assert "the most the ledger can pay now, epsilon=1, gives count ±30" in plan["ledger"]["refusal"]
+    r = cli(*FOUND, "--target-moe", "count=2")
+    assert r.exit_code == 77 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "epsilon=1, gives count ±30" in r.stderr
+    assert entries() == []
+
+
+def test_relative_target_is_a_fraction_of_the_stated_rows():
+    init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
+    rel = json.loads(cli(*FOUND, "--target-relative-moe", "0.05", "--rows", "1000", "--agg", "count",
+                         "--dry-run", "--json").stdout)
+    absolute = json.loads(cli(*FOUND, "--target-moe", "50", "--agg", "count", "--dry-run", "--json").stdout)
+    assert rel["target"]["epsilon"] == absolute["target"]["epsilon"]  # ⌊0.05 · 1000⌋ = 50
+    assert rel["target"]["size"] == 1000
+    r = cli(*FOUND, "--target-relative-moe", "0.05", "--dry-run")
+    assert r.exit_code == 2 and "--rows N" in r.stderr
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--target-moe", "5", "--epsilon", "1"], "leave out ε and ρ"),
+    (["--agg", "count,mean", "--value", "duration_s", "--bounds", "0:600", "--target-moe", "5"], "mean"),
+    (["--agg", "median", "--value", "duration_s", "--bounds", "0:600", "--target-moe", "median=5"], "rank"),
+    (["--target-moe", "count_units=5"], "does not release"),
+    (["--target-moe", "5", "--target-relative-moe", "0.1", "--rows", "10"], "one of"),
+    (["--agg", "sum", "--value", "duration_s", "--bounds", "0:600", "--target-relative-moe", "0.1", "--rows", "9"],
+     "absolute"),
+    (["--target-moe", "count=x"], "positive numbers"),
+    (["--target-relative-moe", "2", "--rows", "10"], "(0, 1]"),
+])
+def test_targets_refused_with_one_usage_line(extra, message):
+    init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
+    r = cli(*FOUND, *extra, "--dry-run")
+    assert r.exit_code == 2 and message in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_a_br_ledger_fixes_epsilon():
+    q = HistogramQuery(by=("page",), unit="user_id", domain="keys")
+    with pytest.raises(UsageError, match="br ledger"):
+        choose(q, targets.parse_target("5"), "br")
