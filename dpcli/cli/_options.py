@@ -369,8 +369,8 @@ def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bo
     if text is None:
         return None
     if not (dry_run and scheduled) and not relative:
-        raise UsageError("--rows states an expected size: use it with --dry-run --schedule, or with "
-                         "--target-relative-moe")
+        raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule, or "
+                         "with --target-relative-moe")
     parts = text.split(":")
     if len(parts) > 2 or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
         raise UsageError(f"--rows must be N or FIRST:LAST in whole numbers (e.g. 10000:50000), got {text!r}")

@@ -39,6 +39,8 @@ ALLOWED = {
     ("io/opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
     ("cli/tabulate.py", "str(exc)"): "a DpcliError (no ledger): dpcli wrote its message",
     ("state/ledger/charges.py", "str(exc)"): "a BudgetError: dpcli wrote its message",
+    ("release/path.py", "exc.detail"): "a BudgetError from ledger.charge: dpcli wrote its message (a margin "
+                                       "target's refusal adds the best reachable margin to it)",
     ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("cli/_options.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
