@@ -120,3 +120,31 @@ def test_a_br_ledger_fixes_epsilon():
     q = HistogramQuery(by=("page",), unit="user_id", domain="keys")
     with pytest.raises(UsageError, match="br ledger"):
         choose(q, targets.parse_target("5"), "br")
+
+
+TOPK = ["topk", PV, "--by", "page", "-k", "10", "--privacy-unit", "user_id", "--keys", PAGES]
+
+
+def test_topk_chooses_the_least_release_epsilon_for_its_count_margin():
+    init_ledger("pure", "--epsilon", "3")
+    doc = json.loads(cli(*TOPK, "--target-moe", "count=50", "--dry-run", "--json").stdout)
+    assert doc["target"]["epsilon"] == "1.78" and doc["count_moe95"] == 50
+    below = json.loads(cli(*TOPK, "--epsilon", "1.779", "--dry-run", "--json").stdout)
+    assert below["count_moe95"] > 50  # the next grid step down misses it
+    assert entries() == []
+    r = cli(*TOPK, "--target-moe", "10")  # needs more than the ledger holds
+    assert r.exit_code == 77 and "the most the ledger can pay now, epsilon=3, gives count ±" in r.stderr
+    assert entries() == []
+    rel = json.loads(cli(*TOPK, "--target-relative-moe", "0.25", "--rows", "200", "--dry-run", "--json").stdout)
+    assert rel["target"]["epsilon"] == "1.78"  # ⌊0.25 · 200⌋ = 50
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--target-moe", "5", "--no-counts"], "ranking alone"),
+    (["--target-moe", "rank=5"], "count column"),
+    (["--target-moe", "5", "--epsilon", "1"], "leave out"),
+])
+def test_topk_targets_refused(extra, message):
+    init_ledger("pure", "--epsilon", "3")
+    r = cli(*TOPK, *extra, "--dry-run")
+    assert r.exit_code == 2 and message in r.stderr

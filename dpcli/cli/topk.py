@@ -29,6 +29,8 @@ from dpcli.cli._options import (
     ScheduleOptions,
     SchedulerOpt,
     SparkConfOpt,
+    TargetMoeOpt,
+    TargetRelativeMoeOpt,
     ThroughOpt,
     TotalDeltaOpt,
     TotalEpsilonOpt,
@@ -36,6 +38,7 @@ from dpcli.cli._options import (
     columns,
     engine_request,
     expected_size,
+    margin_target,
     positive,
     probability,
     schedule_spec,
@@ -84,6 +87,8 @@ def topk(
                      "(br ledgers: from the ledger)."),
     ] = None,
     delta: DeltaOpt = None,
+    target_moe: TargetMoeOpt = None,
+    target_relative_moe: TargetRelativeMoeOpt = None,
     with_error: Annotated[bool, typer.Option("--with-error", help="Add the 95% margin of the count noise.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the count noise and 95% margin, the cost and whether the ledger "
@@ -128,11 +133,12 @@ def topk(
         max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
         dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
         delta=probability("--delta", delta) or Fraction(0), with_error=with_error)
-    task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word())
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, whole if schedule else None, dry_run)
-    size = expected_size(rows, dry_run, spec is not None)
+    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
+    task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word(),
+                    target=margin_target(target_moe, target_relative_moe, size, spec is not None))
     ledger = payer(ctx)
     sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
     if dry_run:

@@ -44,7 +44,11 @@ from dpcli.frames import collect
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from dpcli.advice import Note
+    from dpcli.tasks.targets import MarginTarget
+    from dpcli.tasks.topk_target import TopKChoice
 
 
 @dataclass(frozen=True)
@@ -316,7 +320,8 @@ def run_topk(
 
 @dataclass(frozen=True)
 class TopKTask:
-    """``dpcli topk`` as a :class:`dpcli.tasks.Task` (``defaulted`` and ``unit_label``: for :meth:`notes`)."""
+    """``dpcli topk`` as a :class:`dpcli.tasks.Task` (``defaulted`` and ``unit_label``: for :meth:`notes`;
+    ``target``: a count margin target that :meth:`for_ledger` turns into ε_per, ``chosen`` what it chose)."""
 
     query: TopKQuery
     defaulted: tuple[str, ...] = ()
@@ -324,9 +329,26 @@ class TopKTask:
     command: str = "topk"
     #: A scheduled run is accounted in pure ε-DP whatever the ledger's mode.
     scheduled_mode: str = "pure"
+    target: MarginTarget | None = None
+    chosen: TopKChoice | None = None
+    mode: str = "pure"
 
     def for_ledger(self, mode: str) -> TopKTask:
-        return self
+        """With a target: the query at the chosen release ε (from the query alone; the seed binds its ε_per)."""
+        if self.target is None:
+            return self
+        from dpcli.tasks.topk_target import choose
+
+        choice = choose(self.query, self.target, mode)
+        return replace(self, query=choice.query, target=None, chosen=choice, mode=mode)
+
+    def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
+        """With a target: the best count margin a ledger that refuses the chosen ε could pay (None without)."""
+        if self.chosen is None:
+            return None
+        from dpcli.tasks.topk_target import reachable
+
+        return reachable(self.chosen, self.mode, pays)
 
     def at_epsilon(self, epsilon: Fraction) -> TopKTask:
         """The same query at a schedule run's whole ε (split over its selections and counts as for --epsilon)."""
@@ -350,6 +372,12 @@ class TopKTask:
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
         self.query.validate()
+        if self.target is not None:
+            from dpcli.tasks.topk_target import count_limit
+
+            if self.query.epsilon_per is not None:
+                raise UsageError("chooses the budget: leave out ε and ε_per", field=self.target.field)
+            count_limit(self.query, self.target)
 
     def needs(self) -> Needs:
         q = self.query
@@ -360,7 +388,10 @@ class TopKTask:
         return plan_topk(self.query, mode, dict(limits))
 
     def describe(self, plan: TopKPlan) -> dict[str, Any]:
-        return describe_plan(self.query, plan)
+        described = describe_plan(self.query, plan)
+        if self.chosen is not None:
+            described["target"] = self.chosen.to_json()
+        return described
 
     def seed_query(self) -> dict[str, Any]:
         return {"command": "topk", "v": 1, **self.query.canonical()}
@@ -370,8 +401,10 @@ class TopKTask:
         released = run_topk(frames.data, self.query, plan, KeyedStream(seed, "topk"),
                             domain if isinstance(domain, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
                             engine=engine.totals if engine else None)
-        return Result(released.table, {**released.metadata, "command": "topk", "guarantee": plan.guarantee},
-                      released.actual)
+        metadata = {**released.metadata, "command": "topk", "guarantee": plan.guarantee}
+        if self.chosen is not None:
+            metadata["target"] = self.chosen.to_json()
+        return Result(released.table, metadata, released.actual)
 
     def summary(self, name: str, result: Result) -> str:
         found, k = result.metadata["found"], self.query.k
