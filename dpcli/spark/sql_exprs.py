@@ -18,6 +18,7 @@ from typing import Any
 from dpcli.errors import DataError
 from dpcli.spark.bounding import numeric_text
 from dpcli.tasks.sql.ir import Col, Expr, Lit, Op
+from dpcli.tasks.sql.typed import unified_kind
 
 
 def quoted(name: str) -> str:
@@ -222,12 +223,11 @@ def _like(c: Compiler, args: list[Typed], e: Op) -> Typed:
 
 
 def unify(values: list[Typed]) -> tuple[list[Any], str]:
-    kinds = {v.kind for v in values} - {"null"}
-    if len(kinds) <= 1:
-        return [v.expr for v in values], next(iter(kinds), "null")
-    if kinds <= {"number", "bool"}:
-        return [as_number(v) for v in values], "number"
-    return [as_text(v) for v in values], "text"
+    """Values of one column, in the kind polars gives them (:func:`dpcli.tasks.sql.typed.unified_kind`)."""
+    kind, convert = unified_kind({v.kind for v in values})
+    if not convert:
+        return [v.expr for v in values], kind
+    return [(as_number if kind == "number" else as_text)(v) for v in values], kind
 
 
 def _case(c: Compiler, args: list[Typed], e: Op) -> Typed:

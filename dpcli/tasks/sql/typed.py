@@ -217,15 +217,22 @@ def _like(c: Compiler, args: list[Typed], e: Op) -> Typed:
     return Typed(as_text(args[0]).str.contains(f"{flags}\\A{regex}\\z"), "bool", pl.Boolean())
 
 
+def unified_kind(kinds: set[Kind]) -> tuple[Kind, bool]:
+    """The kind values of one column take (CASE branches, COALESCE arguments), and whether they must be
+    converted to it: theirs when alike (NULLs fit any), else numbers when all are numbers or booleans,
+    else text. Both engines follow this one rule (:func:`dpcli.spark.sql_exprs.unify`)."""
+    found = kinds - {"null"}
+    if len(found) <= 1:
+        return next(iter(found), "null"), False
+    return ("number" if found <= {"number", "bool"} else "text"), True
+
+
 def unify(values: list[Typed]) -> tuple[list[pl.Expr], Kind]:
-    """Values of one column (CASE branches, COALESCE): as they are when alike, as numbers when all are
-    numbers or booleans, else as text (NULLs fit any)."""
-    kinds = {v.kind for v in values} - {"null"}
-    if len(kinds) <= 1:
-        return [v.expr for v in values], next(iter(kinds), "null")
-    if kinds <= {"number", "bool"}:
-        return [as_number(v) for v in values], "number"
-    return [as_text(v) for v in values], "text"
+    """Values of one column, in the kind :func:`unified_kind` gives them."""
+    kind, convert = unified_kind({v.kind for v in values})
+    if not convert:
+        return [v.expr for v in values], kind
+    return [(as_number if kind == "number" else as_text)(v) for v in values], kind
 
 
 def _case(c: Compiler, args: list[Typed], e: Op) -> Typed:
