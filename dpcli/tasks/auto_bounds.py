@@ -1,0 +1,368 @@
+"""Bounds chosen privately from the data: ``auto`` for ``--max-partitions``, ``--max-contributions`` and
+``--bounds``, and the opt-in bias report (``--report-bias``).
+
+A bound is a noisy quantile over a public grid of candidates, chosen by the exponential mechanism
+(Smith 2011; the "DP quantiles of contributions" that Amin et al., ICML 2019, show trade bias against
+noise), sampled exactly by :func:`dpcli.core.mechanisms.exponential_mechanism_rows`. The choices are
+made in an order where each runs on data already bounded by the ones before it:
+
+1. **groups per unit** (``--max-partitions``): each unit's number of distinct groups; one entry per unit,
+   so one unit moves the utility by at most one entry (sensitivity 1 in ranks);
+2. **rows per unit and group** (``--max-contributions``): on the groups the partition bound keeps, each
+   unit's row count in one of its groups (the first in the keyed order): one entry per unit (sensitivity 1);
+3. **value limits** (``--bounds``): the low and high quantiles of the values of the rows kept by both
+   bounds; a unit holds at most K·C of them (sensitivity K·C, or C without a partition bound).
+
+The utility of candidate c at level p = a/b is −|b·#{entries below c} − a·n| (integers); one entry more or
+less moves it by at most b per entry, and the rate is ε/(2·sensitivity·b): ε-DP per choice. The choice
+spends a share of the query's budget (:data:`AUTO_SHARE`, ``--auto-share``), split equally among the
+quantiles chosen; the release spends the rest. Both parts are events of one charge.
+
+The bias report releases, per bound, a noisy count of the units it changed (a unit over the partition
+bound, a unit with a group over the row bound, a unit with a value outside the limits): counts of units,
+each unit in or out, so sensitivity 1 each, never counts of rows. It spends :data:`BIAS_SHARE` of the
+budget (``--bias-share``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from dpcli import bounding
+from dpcli.bounding.keyed_order import keep_first
+from dpcli.core import mechanisms as mech
+from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import fraction_text
+from dpcli.core.prf import KeyedStream
+from dpcli.errors import UsageError
+from dpcli.frames import collect
+
+#: The word that asks dpcli to choose a bound.
+AUTO = "auto"
+#: The default share of the query's ε (or ρ) spent choosing bounds.
+AUTO_SHARE = Fraction(1, 10)
+#: The default share of the query's ε (or ρ) spent on the bias report.
+BIAS_SHARE = Fraction(1, 20)
+#: The quantile levels of the choices: 90% of units within the partition bound, 90% of the sampled
+#: (unit, group) row counts within the row bound, values clamped below the 1st and above the 99th percentile.
+PARTITIONS_LEVEL = Fraction(9, 10)
+CONTRIBUTIONS_LEVEL = Fraction(9, 10)
+VALUE_LEVELS = (Fraction(1, 100), Fraction(99, 100))
+
+
+def _count_candidates() -> tuple[int, ...]:
+    """1 to 8, then four steps per doubling (⌊8·2^(j/4)⌋) up to 2^16."""
+    out = list(range(1, 9))
+    j = 1
+    while out[-1] < 1 << 16:
+        c = math.floor(8 * 2 ** (j / 4))
+        if c > out[-1]:
+            out.append(min(c, 1 << 16))
+        j += 1
+    return tuple(out)
+
+
+#: The public candidates of a count bound (groups per unit, rows per unit and group).
+COUNT_CANDIDATES = _count_candidates()
+#: The public candidates of a value limit: 0 and ±2^(j/2) for j in [−40, 100] (about 1e-6 to 1e15).
+VALUE_CANDIDATES: tuple[float, ...] = tuple(
+    [-(2.0 ** (j / 2)) for j in range(100, -41, -1)] + [0.0] + [2.0 ** (j / 2) for j in range(-40, 101)]
+)
+
+
+@dataclass(frozen=True)
+class AutoBounds:
+    """Which bounds a query leaves to dpcli, and the share of its budget that chooses them."""
+
+    partitions: bool = False
+    contributions: bool = False
+    values: bool = False
+    share: Fraction = AUTO_SHARE
+
+    @property
+    def choices(self) -> int:
+        """How many quantiles are chosen (the value limits are two)."""
+        return int(self.partitions) + int(self.contributions) + 2 * int(self.values)
+
+    @property
+    def any(self) -> bool:
+        return self.choices > 0
+
+    def canonical(self) -> dict[str, Any]:
+        """What the seed binds: the bounds chosen, the share, the grids' and levels' version."""
+        return {"chosen": [n for n, on in (("max_partitions", self.partitions),
+                                           ("max_contributions", self.contributions),
+                                           ("bounds", self.values)) if on],
+                "share": fraction_text(self.share), "v": 1}
+
+
+def check_share(share: Fraction, field: str) -> None:
+    """A share of the budget is in (0, 1/2]: the release keeps at least half."""
+    if not 0 < share <= Fraction(1, 2):
+        raise UsageError(f"must be in (0, 0.5], got {fraction_text(share)}", field=field)
+
+
+@dataclass(frozen=True)
+class BudgetParts:
+    """A query's budget in its visible parts: choosing bounds, the bias report, the release itself."""
+
+    auto: Fraction  # the share choosing bounds (0: none)
+    bias: Fraction  # the share of the bias report (0: none)
+
+    @property
+    def release(self) -> Fraction:
+        return 1 - self.auto - self.bias
+
+    def events(self, command: str, epsilon: Fraction | None, rho: Fraction | None) -> list[PrivacyEvent]:
+        """The events of the parts besides the release: pure ε (or ρ-zCDP when the query gives ρ)."""
+        out: list[PrivacyEvent] = []
+        for name, share in (("auto-bounds", self.auto), ("bias", self.bias)):
+            if share == 0:
+                continue
+            if rho is not None:
+                out.append(PrivacyEvent("zcdp", f"{command}/{name}", rho=rho * share))
+            else:
+                assert epsilon is not None
+                out.append(PrivacyEvent("pure", f"{command}/{name}", epsilon=epsilon * share))
+        return out
+
+
+def pure_epsilon(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> Fraction:
+    """The pure ε of each of ``parts`` equal mechanisms that together spend ``share`` of the budget: ε·share/parts,
+    or under ρ the ε whose bounded-range exponential mechanism (ε²/8-zCDP) spends ρ·share/parts."""
+    if rho is None:
+        assert epsilon is not None
+        return epsilon * share / parts
+    each = rho * share / parts
+    eps = Fraction(math.sqrt(float(8 * each))).limit_denominator(10**9)
+    while eps * eps / 8 > each:
+        eps -= Fraction(1, 10**9)
+    return max(eps, Fraction(0))
+
+
+@dataclass(frozen=True)
+class ChosenBounds:
+    """The bounds in force after the choice: given or chosen (None: the query has no such bound)."""
+
+    max_partitions: int | None
+    max_contributions: int
+    bounds: tuple[float, float] | None
+    chosen: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The chosen bounds, as released (noisy quantities)."""
+        out: dict[str, Any] = {}
+        if "max_partitions" in self.chosen:
+            out["max_partitions"] = self.max_partitions
+        if "max_contributions" in self.chosen:
+            out["max_contributions"] = self.max_contributions
+        if "bounds" in self.chosen and self.bounds is not None:
+            out["bounds"] = [self.bounds[0], self.bounds[1]]
+        return out
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """The columns a choice reads: the unit, the group columns (none: one group), the value column."""
+
+    unit: str
+    by: tuple[str, ...]
+    value: str | None = None
+
+
+def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stream: KeyedStream) -> int:
+    """The first candidate whose noisy count of entries at most it reaches ``level`` of all entries: the index of
+    AboveThreshold (Dwork and Roth 2014, Alg. 1 of §3.6) over the candidates in order, or the last index if
+    none does.
+
+    ``at_most[i]`` (non-decreasing, length B + 1; the last is every entry) counts the entries at most
+    candidate i. The queries are ``b·at_most[i] − a·n`` for level a/b: one entry more or less moves each by at
+    most b (with n), so with ε₁ = ε₂ = ε/2 the threshold's noise is discrete Laplace of scale 2b/ε and each
+    query's 4b/ε: ε-DP when each unit holds one entry. A query's noise is drawn for every candidate (the
+    draws past the first reaching one are never read), so nothing here depends on the data but the output.
+    """
+    counts = np.asarray(at_most, dtype=np.int64)
+    size = counts.size - 1
+    n = int(counts[-1])
+    a, b = level.numerator, level.denominator
+    queries = b * counts[:-1] - a * n
+    threshold = int(mech.laplace(2 * b, epsilon).sample(stream.child("threshold"), 1)[0])
+    noisy = queries + mech.laplace(4 * b, epsilon).sample(stream.child("queries"), size)
+    reached = np.flatnonzero(noisy >= threshold)
+    return int(reached[0]) if reached.size else size - 1
+
+
+def _bins(column: pl.Expr, candidates: tuple[float, ...] | tuple[int, ...], side: str) -> pl.Expr:
+    """The bin of each entry: the number of candidates below it (``left``: c < x; ``right``: c ≤ x)."""
+    return pl.lit(pl.Series(candidates, dtype=pl.Float64)).search_sorted(column.cast(pl.Float64), side=side)  # type: ignore[arg-type]
+
+
+def _cumulative(frame: pl.LazyFrame, column: str, candidates: tuple[float, ...] | tuple[int, ...],
+                name: str) -> np.ndarray:
+    """``out[i]`` = entries at most candidate i (length B + 1: the last is every entry), from one small group-by."""
+    counted = collect(frame.group_by(column).len(), f"cannot read {name}")
+    out = np.zeros(len(candidates) + 1, dtype=np.int64)
+    np.add.at(out, counted[column].to_numpy().astype(np.int64), counted["len"].to_numpy().astype(np.int64))
+    return np.cumsum(out)
+
+
+def _units(frame: pl.LazyFrame, shape: DataShape) -> pl.LazyFrame:
+    columns = [shape.unit, *shape.by] + ([shape.value] if shape.value else [])
+    return frame.select([pl.col(c) for c in dict.fromkeys(columns)]).filter(pl.col(shape.unit).is_not_null())
+
+
+def _fields(frame: pl.LazyFrame, columns: list[str]) -> list[tuple[str, Any]]:
+    schema = frame.collect_schema()
+    return [(c, schema[c]) for c in columns]
+
+
+def _pairs(lf: pl.LazyFrame, shape: DataShape, max_partitions: int | None, salt: int) -> pl.LazyFrame:
+    """Each (unit, group)'s row count, over the groups the partition bound keeps."""
+    keys = [shape.unit, *shape.by]
+    pairs = lf.group_by(keys).agg(pl.len().cast(pl.Int64).alias("__rows"))
+    if max_partitions is None or not shape.by:
+        return pairs
+    return keep_first(pairs, [shape.unit], _fields(pairs, keys), salt, "groups", max_partitions)
+
+
+def _one_per_unit(frame: pl.LazyFrame, shape: DataShape, extra: list[str], salt: int) -> pl.LazyFrame:
+    """Each unit's first entry in the keyed order of its groups (and ``extra`` columns): one entry per unit."""
+    keys = [shape.unit, *shape.by, *extra]
+    return keep_first(frame, [shape.unit], _fields(frame, keys), salt, "groups", 1) if len(keys) > 1 else frame
+
+
+def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, salt: int) -> pl.LazyFrame:
+    """One value per unit among the rows both bounds keep, as its bins (``__above``: candidates c ≤ x;
+    ``__below``: c < x); null, NaN and unparsable values dropped, as a release drops them."""
+    assert shape.value is not None
+    keys = [shape.unit, *shape.by]
+    x = bounding.numeric_value(pl.col(shape.value), lf.collect_schema()[shape.value])
+    rows = lf.with_columns(x.alias("__x")).filter(pl.col("__x").is_not_null() & ~pl.col("__x").is_nan())
+    rows = rows.with_columns(_bins(pl.col("__x"), VALUE_CANDIDATES, "right").cast(pl.Int64).alias("__above"),
+                             _bins(pl.col("__x"), VALUE_CANDIDATES, "left").cast(pl.Int64).alias("__below"))
+    rows = keep_first(rows, keys, _fields(rows, [*keys, "__above"]), salt, "rows", bounds.max_contributions)
+    if bounds.max_partitions is not None and shape.by:
+        kept = _pairs(lf, shape, bounds.max_partitions, salt).select(keys)
+        rows = rows.join(kept, on=keys, how="semi", nulls_equal=True)
+    return _one_per_unit(rows.select(*keys, "__above", "__below"), shape, ["__above"], salt)
+
+
+def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
+                  epsilon: Fraction, stream: KeyedStream, salt: int, name: str = "the input") -> ChosenBounds:
+    """The bounds ``request`` leaves to dpcli, chosen in order (groups, rows, values), each quantile at pure
+    ``epsilon`` (the caller splits the share by :attr:`AutoBounds.choices`); the others as ``given``.
+    ``salt`` is the release's bounding salt (the keyed order the release bounds with)."""
+    lf = _units(frame, shape)
+    k, c = given.max_partitions, given.max_contributions
+    if request.partitions:
+        per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
+        binned = per_unit.select(_bins(pl.col("__d"), COUNT_CANDIDATES, "left").alias("__bin"))
+        k = COUNT_CANDIDATES[first_reaching(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), PARTITIONS_LEVEL,
+                                            epsilon, stream.child("partitions"))]
+    if request.contributions:
+        one = _one_per_unit(_pairs(lf, shape, k, salt), shape, [], salt)
+        binned = one.select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left").alias("__bin"))
+        c = COUNT_CANDIDATES[first_reaching(_cumulative(binned, "__bin", COUNT_CANDIDATES, name),
+                                            CONTRIBUTIONS_LEVEL, epsilon, stream.child("contributions"))]
+    chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
+                                                                    ("max_contributions", request.contributions),
+                                                                    ("bounds", request.values)) if on))
+    if not request.values:
+        return chosen
+    entries = _value_entries(lf, shape, chosen, salt)
+    return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
+
+
+def _choose_values(entries: pl.LazyFrame, epsilon: Fraction, stream: KeyedStream, name: str) -> tuple[float, float]:
+    """The high limit: the first candidate up with 99% of the entries at most it; the low limit: the first
+    candidate down with 99% at least it (``VALUE_LEVELS``); LO < HI (else the next candidate up)."""
+    size = len(VALUE_CANDIDATES)
+    at_most = _cumulative(entries, "__below", VALUE_CANDIDATES, name)
+    hi = first_reaching(at_most, VALUE_LEVELS[1], epsilon, stream.child("high"))
+    below = _cumulative(entries, "__above", VALUE_CANDIDATES, name)  # below[i]: entries x < candidate i
+    n = below[-1]
+    at_least_down = np.append(n - below[:-1][::-1], n)  # walking down: entries ≥ each candidate
+    lo = size - 1 - first_reaching(at_least_down, 1 - VALUE_LEVELS[0], epsilon, stream.child("low"))
+    if hi <= lo:
+        lo, hi = (lo, lo + 1) if lo < size - 1 else (size - 2, size - 1)
+    return VALUE_CANDIDATES[lo], VALUE_CANDIDATES[hi]
+
+
+@dataclass(frozen=True)
+class BiasReport:
+    """Noisy counts of the units each bound changed, and their 95% margin (one noise for all)."""
+
+    counts: dict[str, int]
+    moe95: int
+    noise: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.counts, "moe95": self.moe95, "noise": self.noise}
+
+
+#: The bias report's counts, by the bound that changed the units.
+BIAS_COUNTS = {"max_partitions": "units_over_max_partitions", "max_contributions": "units_over_max_contributions",
+               "bounds": "units_with_clamped_values"}
+
+
+def bias_noise(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> mech.Noise:
+    """The noise of each of ``parts`` unit counts (sensitivity 1) that together spend ``share`` of the budget."""
+    if rho is not None:
+        return mech.gaussian(1, rho * share / parts)
+    assert epsilon is not None
+    return mech.laplace(1, epsilon * share / parts)
+
+
+def bias_parts(shape: DataShape, bounds: ChosenBounds) -> list[str]:
+    """The bounds a bias report counts for: the partition bound (with groups), the row bound, the value limits."""
+    out = ["max_partitions"] if bounds.max_partitions is not None and shape.by else []
+    out.append("max_contributions")
+    if bounds.bounds is not None and shape.value is not None:
+        out.append("bounds")
+    return out
+
+
+def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noise: mech.Noise, stream: KeyedStream,
+                salt: int, name: str = "the input") -> BiasReport:
+    """The noisy counts of units changed by each bound in force (:func:`bias_parts`), each with ``noise``."""
+    lf = _units(frame, shape)
+    true: dict[str, int] = {}
+    parts = bias_parts(shape, bounds)
+    if "max_partitions" in parts:
+        assert bounds.max_partitions is not None
+        per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
+        true["max_partitions"] = _count(per_unit.filter(pl.col("__d") > bounds.max_partitions), name)
+    over = _pairs(lf, shape, bounds.max_partitions, salt).filter(pl.col("__rows") > bounds.max_contributions)
+    true["max_contributions"] = _count(over.select(shape.unit).unique(), name)
+    if "bounds" in parts:
+        assert bounds.bounds is not None and shape.value is not None
+        lo, hi = bounds.bounds
+        dtype = lf.collect_schema()[shape.value]
+        x = bounding.numeric_value(pl.col(shape.value), dtype)
+        clamped = lf.filter(x.is_not_nan() & ((x < lo) | (x > hi)))
+        true["bounds"] = _count(clamped.select(shape.unit).unique(), name)
+    counts = {BIAS_COUNTS[p]: int(true[p] + noise.sample(stream.child(p), 1)[0]) for p in parts}
+    return BiasReport(counts, noise.margin95(), noise.describe())
+
+
+def _count(frame: pl.LazyFrame, name: str) -> int:
+    return int(collect(frame.select(pl.len()), f"cannot read {name}").item())
+
+
+def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> str:
+    """How a part's budget reads: ``ε=…`` or ``ρ=…``."""
+    if rho is not None:
+        return f"ρ={fraction_text(rho * share)}"
+    assert epsilon is not None
+    return f"ε={fraction_text(epsilon * share)}"
+
+
+__all__ = ["AUTO", "AUTO_SHARE", "BIAS_SHARE", "AutoBounds", "BiasReport", "BudgetParts", "ChosenBounds",
+           "DataShape", "bias_noise", "bias_parts", "check_share", "choose_bounds", "first_reaching",
+           "pure_epsilon", "report_bias"]
