@@ -419,3 +419,65 @@ def margin_target(moe: str | None, relative: str | None, size: ExpectedSize | No
         raise UsageError("--target-relative-moe needs --rows N: the expected count of the smallest group the "
                          "margin must hold for (stated, never read from the data)")
     return parse_target(relative, relative=True, size=size.first)
+
+
+# Bounds dpcli chooses from the data (docs/choosing-parameters.md): `N|auto`, `LO:HI|auto`, the shares.
+#: The largest count bound an option accepts (--max-partitions, --max-contributions).
+MAX_CAP = 10**6
+
+
+def cap(option: str, text: str | None) -> int | Literal["auto"] | None:
+    """``N`` (1 to :data:`MAX_CAP`) or ``auto``; None when not given."""
+    if text is None:
+        return None
+    if text.strip() == "auto":
+        return "auto"
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"{option} must be a whole number or auto, got {text!r}") from None
+    if not 1 <= value <= MAX_CAP:
+        raise UsageError(f"{option} must be between 1 and {MAX_CAP} (or auto), got {text.strip()}")
+    return value
+
+
+def bounds_or_auto(option: str, text: str | None) -> tuple[float, float] | Literal["auto"] | None:
+    """``LO:HI`` (:func:`bounds`) or ``auto``."""
+    if text is not None and text.strip() == "auto":
+        return "auto"
+    return bounds(option, text)
+
+
+def share(option: str, text: str | None) -> Fraction | None:
+    """A share of a release's budget, in (0, 0.5] (the release keeps at least half)."""
+    return positive(option, text, limits=SHARE_RANGE)
+
+
+SHARE_RANGE = Range(Fraction(0), Fraction(1, 2), "0", "0.5")
+MaxPartitionsOpt = Annotated[
+    str | None,
+    typer.Option("--max-partitions", metavar="N|auto", show_default=False,
+                 help="At most this many groups per unit (chosen at random), or auto: chosen privately from the "
+                      "data. [default: 1]"),
+]
+MaxContributionsOpt = Annotated[
+    str | None,
+    typer.Option("--max-contributions", metavar="N|auto", show_default=False,
+                 help="At most this many rows per unit per group, or auto: chosen privately from the data. "
+                      "[default: 1]"),
+]
+AutoShareOpt = Annotated[
+    str | None,
+    typer.Option("--auto-share", help="Share of the budget that chooses the auto bounds, in (0, 0.5] (default 0.1).",
+                 show_default=False),
+]
+ReportBiasOpt = Annotated[
+    bool,
+    typer.Option("--report-bias", help="Also release noisy counts of the units each bound changed (costs "
+                                       "--bias-share of the budget)."),
+]
+BiasShareOpt = Annotated[
+    str | None,
+    typer.Option("--bias-share", help="Share of the budget the --report-bias counts spend, in (0, 0.5] "
+                                      "(default 0.05).", show_default=False),
+]
