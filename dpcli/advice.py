@@ -185,3 +185,17 @@ def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
     if query.count == "rows" and "max_contributions" in set(defaulted):
         notes += default_caps(unit or query.unit, True, False)
     return notes
+
+
+def bias_report(unit: str, bias: dict[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
+    """The bias report (``--report-bias``) in words: noisy counts of the units each bound changed, with their
+    95% margin. ``in_force`` holds the bounds as they were used (``max_partitions``, ``max_contributions``,
+    ``bounds``)."""
+    if not bias:
+        return []
+    k, c, bounds = in_force.get("max_partitions"), in_force.get("max_contributions"), in_force.get("bounds")
+    said = {"units_over_max_partitions": f"were in more than {k} group{'' if k == 1 else 's'}",
+            "units_over_max_contributions": f"had more than {c} row{'' if c == 1 else 's'} in a group",
+            "units_with_clamped_values": f"had a value outside {bounds[0]:g}:{bounds[1]:g}" if bounds else ""}
+    parts = [f"{bias[k]} {unit}s {what}" for k, what in said.items() if k in bias]
+    return [Note(f"bias report (noisy counts, each ±{bias['moe95']} at 95%): " + "; ".join(parts))]

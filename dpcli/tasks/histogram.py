@@ -1052,4 +1052,6 @@ class HistogramTask:
         q = self.query
         if plan.parts is not None:  # the notes read the release as it ran: at the bounds in force
             q = q.release_query(auto_bounds.chosen_of(result.metadata.get("auto"), q.given()))
-        return advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label)
+        in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
+        return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
+                *advice.bias_report(self.unit_label or q.unit, result.metadata.get("bias"), in_force)]
