@@ -377,6 +377,7 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
     q = task.query
     moment = _as_utc(task.through)
     through = trigger_through(moment, q.step)
+    body: dict[str, Any] = {}
     if state is None:
         costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
         standing: dict[str, Any] = {"state": None, "triggers": {"through": naive_utc(through * q.step).isoformat()}}
@@ -388,7 +389,11 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
                     "triggers": _next_triggers(body, moment, q)}
     standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
                     spend=_total(led, costs))
-    return Planned({**task.describe(planned), "stream": standing}, costs[0], refusal)
+    described = task.describe(planned)
+    if "auto" in body:  # the stream's bounds were chosen: its margins are known
+        run_q, run_plan = resolve(q, planned.events, StreamChoice.from_json(body["auto"]))
+        described = {**replace(task, query=run_q).describe(run_plan), "auto": body["auto"]}
+    return Planned({**described, "stream": standing}, costs[0], refusal)
 
 
 def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],
