@@ -29,9 +29,9 @@ def _events(units: int = UNITS, day: int = 1, seed: int = 7) -> pl.DataFrame:
 
 
 def _query(**kw):
-    base = dict(time="ts", keys=("page",), unit="user", window=86400, triggers=4, max_records=0,
-                epsilon=Fraction(10), delta=Fraction(1, 10**6), value="amount", clamp=None,
-                auto=ab.AutoBounds(contributions=True, values=True))
+    base = {"time": "ts", "keys": ("page",), "unit": "user", "window": 86400, "triggers": 4, "max_records": 0,
+                "epsilon": Fraction(10), "delta": Fraction(1, 10**6), "value": "amount", "clamp": None,
+                "auto": ab.AutoBounds(contributions=True, values=True)}
     return sr.StreamQuery(**{**base, **kw})
 
 
