@@ -107,6 +107,10 @@ def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
         shown = sorted({1, (len(margins) + 1) // 2, len(margins)})
         lines.append(f"  {column}: 95% margin " + ", ".join(f"±{margins[t - 1]:.4g} at trigger {t}" for t in shown)
                      + f" of {len(margins)}")
+    lines += [f"  {column}: 95% margin chosen at run time (it depends on a bound chosen from the data)"
+              for column in plan.get("moe95_chosen_at_run_time") or ()]
+    if plan.get("parts"):
+        lines.append("  parts: " + ", ".join(f"{name} {cost}" for name, cost in plan["parts"].items()))
     triggers = stream["triggers"]
     rho = (plan["key_selection"]["rho_total"], plan["perturbation"]["rho_total"])
     lines.append(f"  per trigger: no cost of its own, the stream's (ε, δ) covers every trigger (as zCDP: key "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -10,6 +11,8 @@ import typer
 from dpcli.access import gate
 from dpcli.cli._common import busy, handles_errors, payer, settings
 from dpcli.cli._options import (
+    AutoShareOpt,
+    BiasShareOpt,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -21,14 +24,17 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    ReportBiasOpt,
     RunsOpt,
     SparkConfOpt,
     UnitOpt,
-    bounds,
+    bounds_or_auto,
+    cap,
     columns,
     engine_request,
     positive,
     probability,
+    share,
 )
 from dpcli.cli._sources import data_source
 from dpcli.errors import UsageError
@@ -46,7 +52,9 @@ def stream_replay(
     by: Annotated[str, typer.Option("--by", help="Group-by column(s), comma-separated.")],
     window: Annotated[str, typer.Option("--window", help="Event-time window size, e.g. 1d, 6h, 3600.")],
     max_contributions: Annotated[
-        int, typer.Option("--max-contributions", help="C: records kept per unit over the whole stream.", max=10**6)
+        str, typer.Option("--max-contributions", metavar="N|auto",
+                          help="C: records kept per unit over the whole stream, or auto: chosen privately from "
+                               "the data (docs/choosing-parameters.md).")
     ],
     privacy_unit: UnitOpt = None,
     epsilon: EpsilonOpt = None,
@@ -59,7 +67,9 @@ def stream_replay(
     ] = None,
     value: Annotated[str | None, typer.Option("--value", help="Numeric column to sum (with --bounds).")] = None,
     bounds_text: Annotated[
-        str | None, typer.Option("--bounds", help="-L:L bounds of --value (symmetric); values outside are clamped.")
+        str | None, typer.Option("--bounds", metavar="-L:L|auto",
+                                 help="-L:L bounds of --value (symmetric); values outside are clamped; or auto: L "
+                                      "chosen privately from the data.")
     ] = None,
     mu: Annotated[
         int, typer.Option("--mu", help="μ: a key needs more than μ units before it can be selected.", max=10**9)
@@ -85,6 +95,9 @@ def stream_replay(
                            "accept it; read no data, charge nothing.")
     ] = False,
     runs: RunsOpt = None,
+    auto_share: AutoShareOpt = None,
+    report_bias: ReportBiasOpt = False,
+    bias_share: BiasShareOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
@@ -124,8 +137,11 @@ def stream_replay(
     from dpcli.tasks.stream.algorithm import trigger_through
     from dpcli.tasks.stream.task import StreamTask
 
-    query = _query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon, delta,
-                   value, bounds_text, mu)
+    query = _with_auto(_query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon,
+                              delta, value, bounds_text, mu), max_contributions, bounds_text, auto_share,
+                       report_bias, bias_share)
+    if engine != "polars" and (query.auto is not None or query.report_bias is not None):
+        raise UsageError("auto bounds and --report-bias are chosen by the polars engine only (drop --engine spark)")
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
     if moment is not None:
@@ -151,7 +167,7 @@ def stream_replay(
 
 
 def _query(
-    time: str, by: str, unit: str, window: str, triggers: int | None, trigger_every: str | None, max_contributions: int,
+    time: str, by: str, unit: str, window: str, triggers: int | None, trigger_every: str | None, max_contributions: str,
     epsilon: str | None, delta: str | None, value: str | None, bounds_text: str | None, mu: int,
 ) -> sr.StreamQuery:
     """The query the options describe (window and trigger spacing as durations)."""
@@ -165,15 +181,42 @@ def _query(
     if trigger_every is not None and size % parse_duration(trigger_every):
         raise UsageError(f"--trigger-every {trigger_every} does not divide --window {window}")
     clamp = None
-    lo_hi = bounds("--bounds", bounds_text)
-    if lo_hi is not None:
+    lo_hi = bounds_or_auto("--bounds", bounds_text)
+    if lo_hi is not None and lo_hi != "auto":
         if lo_hi[0] != -lo_hi[1]:
             raise UsageError(f"--bounds of stream-replay must be symmetric, -L:L (DP-SQLP clamps |value| ≤ L), got "
                              f"{bounds_text!r}")
         clamp = lo_hi[1]
     return sr.StreamQuery(
         time=time, keys=columns("--by", by), unit=unit, window=size, triggers=int(n_triggers),
-        max_records=max_contributions, epsilon=positive("--epsilon", epsilon, required=True),
+        max_records=_records_cap(max_contributions), epsilon=positive("--epsilon", epsilon, required=True),
         delta=probability("--delta", delta, required=True, allow_zero=False),
         value=value, clamp=clamp, mu=mu,
     )
+
+
+def _records_cap(text: str) -> int:
+    """C as given (0 while ``auto``: chosen at run time, :func:`_with_auto`)."""
+    c = cap("--max-contributions", text)
+    return 0 if c == "auto" or c is None else c
+
+
+def _with_auto(q: sr.StreamQuery, max_contributions: str, bounds_text: str | None, auto_share: str | None,
+               report_bias: bool, bias_share: str | None) -> sr.StreamQuery:
+    """``q`` with the bounds left to dpcli (``auto``), the share choosing them and the bias report's share."""
+    from dataclasses import replace
+
+    from dpcli.tasks import auto_bounds as ab
+
+    contributions = cap("--max-contributions", max_contributions) == "auto"
+    values = bounds_or_auto("--bounds", bounds_text) == "auto"
+    auto_part = share("--auto-share", auto_share)
+    bias_part = share("--bias-share", bias_share)
+    if auto_part is not None and not (contributions or values):
+        raise UsageError("--auto-share goes with --max-contributions auto or --bounds auto")
+    if bias_part is not None and not report_bias:
+        raise UsageError("--bias-share goes with --report-bias")
+    auto = (ab.AutoBounds(contributions=contributions, values=values, share=auto_part or ab.AUTO_SHARE)
+            if contributions or values else None)
+    bias: Fraction | None = (bias_part or ab.BIAS_SHARE) if report_bias else None
+    return replace(q, auto=auto, report_bias=bias)

@@ -40,8 +40,9 @@ from dpcli.errors import StateError, UsageError
 from dpcli.state import documents, ledger
 from dpcli.tasks.stream import notes as notes_of
 from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
+from dpcli.tasks.stream.auto import StreamChoice, choose, chosen_line, resolve
 from dpcli.tasks.stream.events import EventsEngine
-from dpcli.tasks.stream.plan import StreamPlan
+from dpcli.tasks.stream.plan import PendingPlan, StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.run import StreamRelease, advance_stream
 from dpcli.tasks.stream.state import (
@@ -102,6 +103,8 @@ class StateRun:
     step: ledger.Step | None = None
     new_body: dict[str, Any] | None = None
     notes: tuple[Note, ...] = ()
+    query: StreamQuery | None = None  # at the stream's chosen bounds (``auto``; None: the task's)
+    plan: StreamPlan | None = None  # its calibration (None: the task's)
 
     def save(self) -> None:
         """Write the stream's new state (after the ledger charge, before the output)."""
@@ -226,7 +229,7 @@ def _as_utc(moment: datetime | None) -> datetime:
 
 @contextmanager
 def state_run(
-    path: Path, q: StreamQuery, plan: StreamPlan, data: StateInput, *, analyst: str, state_dir: Path,
+    path: Path, q: StreamQuery, plan: StreamPlan | PendingPlan, data: StateInput, *, analyst: str, state_dir: Path,
     lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed], through: datetime | None = None,
     busy: Callable[[], AbstractContextManager[Any]] = nullcontext,
 ) -> Iterator[StateRun]:
@@ -238,7 +241,8 @@ def state_run(
     The last run's input again is a retry (its rows, free); another input must end after it
     (:func:`_refuse_rewrite`). ``new_seed(material)`` derives a new stream's seed from the query and
     a fresh reservation id (the caller adds the calibration: :func:`dpcli.release.release_seed`);
-    ``busy()`` wraps the computation (a spinner).
+    ``busy()`` wraps the computation (a spinner). With ``auto`` bounds (or ``--report-bias``) the first run
+    chooses them on its input and the state keeps the choice (``auto``) for every later run (:func:`_chosen`).
     """
     moment = _as_utc(through)
     last_trigger = trigger_through(moment, q.step)
@@ -248,19 +252,38 @@ def state_run(
         body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
         last = body.get("last")
         if _is_retry(last, data, label):
-            yield _retry(path, body, last, q, last_trigger)
+            run_q, run_plan = _chosen(body, q, plan, data)
+            yield replace(_retry(path, body, last, q, last_trigger), query=run_q, plan=run_plan)
             return
         _refuse_rewrite(last, moment, q, label)
-        stream = load_state(body, q, plan)
+        run_q, run_plan = _chosen(body, q, plan, data)
+        stream = load_state(body, run_q, run_plan)
         previous = stream.watermark
         fed = _fed_before(body, data)
         with busy():  # an input fed before adds no event: its run only runs the triggers due
             release = advance_stream(data.frame.head(0) if fed else data.frame, stream, moment, keep=True,
                                      name=data.name, engine=None if fed else data.engine)
+        if "auto" in body:
+            release.metadata.update(StreamChoice.from_json(body["auto"]).metadata(q))
         if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
             documents.write(path, STATE_KIND, body)
-        run = _new_run(path, body, stream, release, data, moment, previous)
+        run = replace(_new_run(path, body, stream, release, data, moment, previous), query=run_q, plan=run_plan)
         yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
+
+
+def _chosen(body: dict[str, Any], q: StreamQuery, plan: StreamPlan | PendingPlan,
+            data: StateInput) -> tuple[StreamQuery, StreamPlan]:
+    """The query and plan a run of the stream uses: ``q`` itself, or with ``auto`` bounds (or the bias report)
+    at the choice kept in the state's ``auto``, made (and kept in ``body``) by the run that has none yet (the
+    first: its input, the stream's seed; paid by the reservation that run makes)."""
+    if q.auto is None and q.report_bias is None:
+        assert isinstance(plan, StreamPlan)
+        return q, plan
+    if "auto" not in body:
+        if data.engine is not None:
+            raise UsageError("auto bounds and --report-bias are chosen by the polars engine only")
+        body["auto"] = choose(data.frame, q, bytes.fromhex(body["seed"]), None, data.name).to_json()
+    return resolve(q, plan.events, StreamChoice.from_json(body["auto"]))
 
 
 def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: StreamRelease, data: StateInput,
@@ -308,7 +331,8 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
     from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 
     # only stream-replay runs against a --state file
-    assert isinstance(task, StreamTask) and isinstance(planned, StreamPlan) and continuation.stream_state is not None
+    assert isinstance(task, StreamTask) and isinstance(planned, (StreamPlan, PendingPlan))
+    assert continuation.stream_state is not None
     payer_ref = payer
     calibration = Calibration(mode, planned)
     table = opened.data
@@ -320,12 +344,13 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
                    new_seed=lambda material: release_seed(payer_ref.state_dir, material, {}, calibration),
                    through=continuation.through,
                    busy=lambda: busy(f"feeding {table.name} to {label}")) as run:
-        rows = task.margins(run.table, planned)
+        assert run.plan is not None
+        rows = task.margins(run.table, run.plan, run.query)
         if run.repeat:
             line = f"stream-replay of {table.name} into {label}: a retry of the last run, its rows again"
         else:
             line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
-                    f"triggers run through {run.metadata['through']}")
+                    f"triggers run through {run.metadata['through']}{chosen_line(run.metadata)}")
         prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)
         done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
                       before_output=None if run.repeat else run.save,
@@ -352,6 +377,7 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
     q = task.query
     moment = _as_utc(task.through)
     through = trigger_through(moment, q.step)
+    body: dict[str, Any] = {}
     if state is None:
         costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
         standing: dict[str, Any] = {"state": None, "triggers": {"through": naive_utc(through * q.step).isoformat()}}
@@ -363,7 +389,11 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
                     "triggers": _next_triggers(body, moment, q)}
     standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
                     spend=_total(led, costs))
-    return Planned({**task.describe(planned), "stream": standing}, costs[0], refusal)
+    described = task.describe(planned)
+    if "auto" in body:  # the stream's bounds were chosen: its margins are known
+        run_q, run_plan = resolve(q, planned.events, StreamChoice.from_json(body["auto"]))
+        described = {**replace(task, query=run_q).describe(run_plan), "auto": body["auto"]}
+    return Planned({**described, "stream": standing}, costs[0], refusal)
 
 
 def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],

@@ -294,6 +294,26 @@ def _choose_values(entries: pl.LazyFrame, epsilon: Fraction, stream: KeyedStream
     return VALUE_CANDIDATES[lo], VALUE_CANDIDATES[hi]
 
 
+#: The positive value candidates (2^(j/2) for j in [−40, 100]): the candidates of a symmetric limit L.
+LIMIT_CANDIDATES: tuple[float, ...] = tuple(c for c in VALUE_CANDIDATES if c > 0)
+
+
+def choose_limit(entries: pl.LazyFrame, column: str, epsilon: Fraction, stream: KeyedStream,
+                 name: str = "the input", candidates: tuple[float, ...] = LIMIT_CANDIDATES) -> float:
+    """A symmetric limit L (values clamped to [−L, L]): the first of the positive ``candidates`` (ascending) with
+    ``VALUE_LEVELS[1]`` (99%) of the entries' magnitudes |x| at most it, by :func:`first_reaching` at pure ``epsilon``
+    (or the last candidate when none reaches it).
+
+    ``entries`` holds one entry per unit in ``column`` (the caller chooses which of a unit's values, and drops
+    null and NaN ones): one unit more or less adds or removes one entry, so the choice has sensitivity 1 and is
+    ε-DP. Used by ``stream-replay --bounds auto``, whose bounds are −L:L.
+    """
+    magnitude = pl.col(column).cast(pl.Float64).abs()
+    binned = entries.select(_bins(magnitude, candidates, "left").cast(pl.Int64).alias("__bin"))
+    at_most = _cumulative(binned, "__bin", candidates, name)  # at_most[i]: entries with |x| ≤ candidate i
+    return candidates[first_reaching(at_most, VALUE_LEVELS[1], epsilon, stream.child("limit"))]
+
+
 @dataclass(frozen=True)
 class BiasReport:
     """Noisy counts of the units each bound changed, and their 95% margin (one noise for all)."""

@@ -85,7 +85,7 @@ def _python_holds(col: str, dtype: pl.DataType) -> pl.Expr | None:
     return None
 
 
-def _records(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
+def record_exprs(frame: pl.LazyFrame, q: StreamQuery, name: str) -> tuple[list[pl.Expr], pl.Expr]:
     """The columns of a record (``__t``, ``__unit``, the keys, ``__v``) and the per-record keep condition."""
     schema = frame.collect_schema()
     unit, unit_type = _unit_column(q.unit, schema[q.unit])
@@ -134,7 +134,7 @@ def bounded_events(frame: pl.LazyFrame, q: StreamQuery, *, through: int | None =
     (grid units, with a value column), ``__window``, ``__trigger`` and ``__g``
     (the global trigger index). ``name`` names the input in messages.
     """
-    cols, keep = _records(frame, q, name)
+    cols, keep = record_exprs(frame, q, name)
     g = pl.col("__t") // q.step + 1
     if after is not None:
         keep &= g > after
@@ -190,7 +190,7 @@ def prepare_events(frame: pl.LazyFrame, q: StreamQuery, through: int | None = No
     """:func:`bounded_events`, collected: the events in time order (on ``engine`` if given; ``frame``
     then gives the schema only)."""
     if engine is not None:
-        _records(frame, q, name)  # the schema checks, as for polars
+        record_exprs(frame, q, name)  # the schema checks, as for polars
         return engine(q, through, after, used, frame.collect_schema()[q.unit])
     return collect(bounded_events(frame, q, through=through, after=after, used=used, name=name).frame,
                    f"cannot read {name}")

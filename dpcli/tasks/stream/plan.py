@@ -12,7 +12,7 @@ The sensitivities come from the record cap's stability
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -70,9 +70,14 @@ def _log_beta(q: StreamQuery, eps_k: float, delta_k: float) -> float:
 
 
 def plan_stream(q: StreamQuery) -> StreamPlan:
-    """Split (ε, δ) as Sec. 5 and calibrate the trees (Sec. 4.4, App. B)."""
+    """Split (ε, δ) as Sec. 5 and calibrate the trees (Sec. 4.4, App. B).
+
+    With ``auto`` bounds or a bias report, DP-SQLP runs at ε·(1 − shares) and the parts are events of their own
+    (:class:`dpcli.tasks.auto_bounds.BudgetParts`); ``q`` must be :meth:`StreamQuery.resolved` by then."""
     q.validate()
-    eps, delta = float(q.epsilon), float(q.delta)
+    assert not q.pending, "a stream is calibrated at its chosen bounds"
+    release_epsilon = q.epsilon * q.parts.release
+    eps, delta = float(release_epsilon), float(q.delta)
     stability = record_cap_stability(q.max_records, q.grid)
     lv = tree.levels(q.triggers)
     eps_k, delta_k = eps / 2, 2 * delta / 3
@@ -93,9 +98,10 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
         if sigma2 is not None and sigma2 > _MAX_SIGMA2:
             raise UsageError(f"stream-replay noise too large to sample (σ = {math.sqrt(float(sigma2)):.3g}); "
                              "use a larger ε, a smaller cap on records per unit or narrower value bounds")
-    events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=q.epsilon, delta=q.delta,
-                           detail={"C": str(q.max_records), "triggers": str(q.triggers)}),)
-    summary = {
+    events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=release_epsilon, delta=q.delta,
+                           detail={"C": str(q.max_records), "triggers": str(q.triggers)}),
+              *q.parts.events("stream-replay", q.epsilon, None))
+    summary: dict[str, Any] = {
         "key_selection": {"epsilon": eps_k, "delta": delta_k, "rho_total": float(rho_k), "rounds": q.max_records,
                           "beta": beta, "sigma": math.sqrt(float(sigma2_select))},
         "perturbation": {"epsilon": eps_m, "delta": delta_m, "rho_total": float(rho_m),
@@ -104,7 +110,53 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
                                        if grid and sigma2_sum else None)},
         "levels": lv,
     }
+    if q.auto is not None or q.report_bias is not None:
+        summary["parts"] = parts_of(q)
     return StreamPlan(beta, sigma2_select, sigma2_count, sigma2_sum, {}, events, summary)
+
+
+def parts_of(q: StreamQuery) -> dict[str, str]:
+    """The budget's parts as text: the release (DP-SQLP), choosing bounds, the bias report (those used)."""
+    parts = q.parts
+    out = {"release": f"ε={fraction_text(q.epsilon * parts.release)}, δ={fraction_text(q.delta)}"}
+    if parts.auto:
+        out["auto-bounds"] = f"ε={fraction_text(q.epsilon * parts.auto)}"
+    if parts.bias:
+        out["bias"] = f"ε={fraction_text(q.epsilon * parts.bias)}"
+    return out
+
+
+@dataclass(frozen=True)
+class PendingPlan:
+    """A stream whose bounds are chosen at run time (``auto``), planned before any data is read: its cost, the
+    same as the plan at the chosen bounds (asserted when they are), and what the calibration shows without
+    them (``summary``; ``moe95_by_trigger`` of the columns whose margin depends on no chosen bound)."""
+
+    events: tuple[PrivacyEvent, ...]
+    summary: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    moe95_by_trigger: dict[str, list[float]] = field(default_factory=dict, compare=False, hash=False)
+    chosen_at_run_time: tuple[str, ...] = field(default=(), compare=False, hash=False)
+
+
+def plan_pending(q: StreamQuery) -> PendingPlan:
+    """The plan of a stream whose bounds are ``auto``: the cost (DP-SQLP's event says C ``auto`` when C is
+    chosen) and the margins that depend on no chosen bound (counts when only L is chosen)."""
+    q.validate()
+    assert q.auto is not None
+    placeholder = q.resolved(q.max_records or 1, q.clamp if q.clamp is not None else (1.0 if q.value else None))
+    at = plan_stream(placeholder)
+    margins = margins95_by_trigger(placeholder, at)
+    later = tuple(c for c in margins if q.auto.contributions or c != "count")
+    dp_sqlp = at.events[0]
+    if q.auto.contributions:
+        dp_sqlp = replace(dp_sqlp, detail={**dp_sqlp.detail, "C": "auto"})
+    summary = {k: dict(v) if isinstance(v, dict) else v for k, v in at.summary.items()}
+    if q.auto.contributions:
+        summary["key_selection"].update(rounds=None, beta=None, sigma=None)
+        summary["perturbation"]["sigma_count"] = None
+    summary["perturbation"]["sigma_sum"] = None if q.value else summary["perturbation"]["sigma_sum"]
+    return PendingPlan((dp_sqlp, *at.events[1:]), summary, {c: m for c, m in margins.items() if c not in later},
+                       later)
 
 
 def margins95(q: StreamQuery, plan: StreamPlan) -> dict[str, float]:

@@ -7,13 +7,14 @@ fails the same way for every dataset, before any data is read.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
 from dpcli import bounding
 from dpcli.core.exact import fraction_text
 from dpcli.errors import UsageError
+from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 
 #: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
 MIN_SECONDS = -62_135_596_800
@@ -44,6 +45,25 @@ class StreamQuery:
     value: str | None = None
     clamp: float | None = None  # L
     mu: int = 0
+    # Bounds left to dpcli (``auto``: C and/or L, chosen at run time) and the bias report's share. A bound still
+    # to be chosen is held as C = 0 or L = None until :meth:`resolved` (:attr:`pending`).
+    auto: AutoBounds | None = None
+    report_bias: Fraction | None = None
+
+    @property
+    def parts(self) -> BudgetParts:
+        """The budget's parts: choosing bounds, the bias report, the release (DP-SQLP) itself."""
+        return BudgetParts(self.auto.share if self.auto else Fraction(0), self.report_bias or Fraction(0))
+
+    @property
+    def pending(self) -> bool:
+        """Are bounds still to be chosen from the data (C or L ``auto``, not yet :meth:`resolved`)?"""
+        a = self.auto
+        return a is not None and ((a.contributions and self.max_records == 0) or (a.values and self.clamp is None))
+
+    def resolved(self, max_records: int, clamp: float | None) -> StreamQuery:
+        """The query at the chosen bounds (its :meth:`canonical` is unchanged: the request is what it binds)."""
+        return replace(self, max_records=max_records, clamp=clamp)
 
     @property
     def step(self) -> int:
@@ -55,7 +75,9 @@ class StreamQuery:
         if self.unit in self.keys:
             raise UsageError("cannot include the privacy unit column", field="key")
         self._check_window()
-        if not 1 <= self.max_records <= MAX_RECORDS:
+        self._check_auto()
+        chosen_later = self.auto is not None and self.auto.contributions and self.max_records == 0
+        if not chosen_later and not 1 <= self.max_records <= MAX_RECORDS:
             raise UsageError(f"must be between 1 and {MAX_RECORDS}", field="max_records")
         if not 0 < self.epsilon <= MAX_EPSILON:
             raise UsageError(f"must be in (0, {MAX_EPSILON}] for stream-replay", field="epsilon")
@@ -76,8 +98,25 @@ class StreamQuery:
         if self.window % self.triggers:
             raise UsageError(f"{self.window}s does not split into {self.triggers} equal triggers", field="window")
 
+    def _check_auto(self) -> None:
+        """What ``auto`` a stream takes (C and L, no partition bound), and shares that leave the release half."""
+        a = self.auto
+        if a is not None:
+            if a.partitions or not (a.contributions or a.values):
+                raise UsageError("of stream-replay are --max-contributions and --bounds", field="auto")
+            if a.values and self.value is None:
+                raise UsageError("auto is needed with a value column (--value)", field="bounds")
+            check_share(a.share, "auto_share")
+        if self.report_bias is not None:
+            check_share(self.report_bias, "bias_share")
+        if self.parts.release < Fraction(1, 2):
+            raise UsageError("and --bias-share together must be at most 0.5 (the release keeps at least half of "
+                             "the budget)", field="auto_share")
+
     def _check_value(self) -> None:
         """``--value`` and its clamp together (each missing one named), the clamp within CLAMP_RANGE."""
+        if self.auto is not None and self.auto.values and self.clamp is None:
+            return
         if self.value is not None and self.clamp is None:
             raise UsageError("is needed by a sum of values: -L:L, the range the values are clamped to (e.g. "
                              "-300:300), chosen without looking at the data", field="clamp")
@@ -89,11 +128,18 @@ class StreamQuery:
 
     def canonical(self) -> dict[str, Any]:
         """The query as JSON (part of the release seed and of a state file: never change its shape)."""
-        return {
+        a = self.auto
+        out: dict[str, Any] = {
             "time": self.time, "keys": list(self.keys), "unit": self.unit, "window": self.window,
-            "triggers": self.triggers, "max_records": self.max_records, "epsilon": fraction_text(self.epsilon),
-            "delta": fraction_text(self.delta), "value": self.value, "clamp": self.clamp, "mu": self.mu,
+            "triggers": self.triggers, "max_records": None if a and a.contributions else self.max_records,
+            "epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta), "value": self.value,
+            "clamp": None if a and a.values else self.clamp, "mu": self.mu,
         }
+        if a is not None:  # only when used: every other query keeps its seed and its state files
+            out["auto"] = a.canonical()
+        if self.report_bias is not None:
+            out["report_bias"] = fraction_text(self.report_bias)
+        return out
 
     @property
     def grid(self) -> bounding.ValueGrid | None:

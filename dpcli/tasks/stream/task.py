@@ -5,14 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
+from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result
 from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
-from dpcli.tasks.stream.plan import StreamPlan, margins95, margins95_by_trigger, plan_stream, with_margins
+from dpcli.tasks.stream.plan import (
+    PendingPlan,
+    StreamPlan,
+    margins95,
+    margins95_by_trigger,
+    plan_pending,
+    plan_stream,
+    with_margins,
+)
 from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.run import run_stream
 
@@ -43,31 +53,59 @@ class StreamTask:
             columns[q.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
         return Needs(columns)
 
-    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> StreamPlan:
-        return plan_stream(self.query)
+    @property
+    def chooses(self) -> bool:
+        """Does a run read the data for more than DP-SQLP: ``auto`` bounds or the bias report?"""
+        return self.query.auto is not None or self.query.report_bias is not None
 
-    def describe(self, plan: StreamPlan) -> dict[str, Any]:
+    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> StreamPlan | PendingPlan:
+        """The calibration, or with ``auto`` bounds the cost and what is known before they are chosen."""
+        if mode == "br" and self.chooses:
+            raise UsageError("auto bounds and --report-bias are not available on a br ledger (its accounting knows "
+                             "one mechanism per release)")
+        return plan_pending(self.query) if self.query.pending else plan_stream(self.query)
+
+    def describe(self, plan: StreamPlan | PendingPlan) -> dict[str, Any]:
+        cost = [e.to_json() for e in plan.events]
+        if isinstance(plan, PendingPlan):
+            by_trigger = plan.moe95_by_trigger
+            return {"query": self.query.canonical(), **plan.summary, "moe95": {c: m[-1] for c, m in by_trigger.items()},
+                    "moe95_by_trigger": by_trigger, "moe95_chosen_at_run_time": list(plan.chosen_at_run_time),
+                    "cost": cost}
         return {"query": self.query.canonical(), **plan.summary, "moe95": margins95(self.query, plan),
-                "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": [e.to_json() for e in plan.events]}
+                "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": cost}
 
     def seed_query(self) -> dict[str, Any]:
         # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
         return {"command": "stream-replay", "v": 2, **self.query.canonical()}
 
-    def run(self, frames: Frames, plan: StreamPlan, seed: bytes, engine: Engine | None) -> Result:
-        released = run_stream(frames.data, self.query, plan, seed, self.through, name=frames.name,
+    def run(self, frames: Frames, plan: StreamPlan | PendingPlan, seed: bytes, engine: Engine | None) -> Result:
+        """The replay; with ``auto`` bounds (or the bias report) first the choice on the same records, then the
+        replay at the chosen bounds (planned again: the same events)."""
+        q, moment = self.query, self.through or datetime.now(UTC)
+        extra: dict[str, Any] = {}
+        if self.chooses:
+            if engine is not None:
+                raise UsageError("auto bounds and --report-bias are chosen by the polars engine only")
+            choice = choose(frames.data, q, seed, trigger_through(moment, q.step), frames.name)
+            q, plan = resolve(q, plan.events, choice)
+            extra = choice.metadata(self.query)
+        assert isinstance(plan, StreamPlan)
+        released = run_stream(frames.data, q, plan, seed, moment, name=frames.name,
                               engine=engine.stream_events if engine else None)
-        return Result(self.margins(released.table, plan), {"command": "stream-replay", **released.metadata})
+        return Result(self.margins(released.table, plan, q), {"command": "stream-replay", **released.metadata,
+                                                               **extra})
 
-    def margins(self, table: Any, plan: StreamPlan) -> Any:
-        """``table`` with its 95% margins when asked for (post-processing of released values)."""
-        return with_margins(table, self.query, plan) if self.with_error else table
+    def margins(self, table: Any, plan: StreamPlan, query: StreamQuery | None = None) -> Any:
+        """``table`` with its 95% margins when asked for (post-processing of released values); ``query``: the
+        query at its chosen bounds (default: this task's)."""
+        return with_margins(table, query or self.query, plan) if self.with_error else table
 
     def summary(self, name: str, result: Result) -> str:
         return (f"stream-replay of {name}: {result.metadata['releases']} release row(s), "
-                f"triggers run through {result.metadata['through']}")
+                f"triggers run through {result.metadata['through']}{chosen_line(result.metadata)}")
 
-    def notes(self, plan: StreamPlan, result: Result) -> list[Any]:
+    def notes(self, plan: StreamPlan | PendingPlan, result: Result) -> list[Any]:
         """Why nothing was released, when nothing was (public: the triggers run and the released row count)."""
         if result.metadata["releases"]:
             return []
