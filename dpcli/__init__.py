@@ -27,6 +27,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "HistogramQuery": "dpcli.tasks.histogram",
     "TopKQuery": "dpcli.tasks.topk",
+    "AutoBounds": "dpcli.tasks.auto_bounds",
     "Limits": "dpcli.core.accounting.budget",
     "PrivacyEvent": "dpcli.core.events",
     "accountant_for": "dpcli.core.accounting.accountants",
@@ -39,7 +40,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # the names of _EXPORTS, spelled out for static tools
-    "DpcliError", "HistogramQuery", "Limits", "PrivacyEvent", "Release", "TopKQuery", "__version__",
+    "AutoBounds", "DpcliError", "HistogramQuery", "Limits", "PrivacyEvent", "Release", "TopKQuery", "__version__",
     "accountant_for", "init_ledger", "open_input", "read_ledger", "release_histogram",
 ]
 
@@ -51,6 +52,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers (nothing is impo
     from dpcli.io.inputs import open_input
     from dpcli.release import Release, release_histogram
     from dpcli.state.ledger import init_ledger, read_ledger
+    from dpcli.tasks.auto_bounds import AutoBounds
     from dpcli.tasks.histogram import HistogramQuery
     from dpcli.tasks.topk import TopKQuery
 

@@ -49,3 +49,21 @@ def test_library_errors_name_fields_and_the_cli_spells_them_as_flags(tmp_path):
 def test_import_dpcli_and_help_do_not_load_polars_or_numpy():
     code = "import sys, dpcli; dpcli.__version__; print(sorted(m for m in ('polars', 'numpy') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
+
+
+def test_a_library_query_can_leave_bounds_to_dpcli(tmp_path):
+    """``HistogramQuery(auto=AutoBounds(...))``: the library form of ``--max-contributions auto --bounds auto``;
+    the release reports the values chosen and charges the choice in the same entry."""
+    from fractions import Fraction
+
+    state = tmp_path / "state"
+    dpcli.init_ledger(state, "me", dpcli.Limits("approx", {"epsilon": Fraction(2), "delta": Fraction(1, 10**6)}))
+    query = dpcli.HistogramQuery(by=("country",), unit="user_id", aggregations=("count", "mean"), value="duration_s",
+                                 epsilon=Fraction(1), delta=Fraction(1, 10**7),
+                                 auto=dpcli.AutoBounds(contributions=True, values=True))
+    release = dpcli.release_histogram(str(ROOT / "sample_data" / "page_views.parquet"), query, state_dir=state,
+                                      analyst="me")
+    chosen = release.report["auto"]
+    assert set(chosen) == {"max_contributions", "bounds", "epsilon"} and chosen["epsilon"] == "0.1"
+    [entry] = dpcli.read_ledger(state, "me").entries
+    assert [e["mechanism"] for e in entry["events"]] == ["histogram/laplace+threshold", "histogram/auto-bounds"]
