@@ -507,15 +507,16 @@ def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedSt
 
     shape = ab.DataShape(q.unit, q.by)
     extra: dict[str, Any] = {}
-    if q.auto is not None:
-        quantile_epsilon = ab.pure_epsilon(plan.whole, None, q.auto.share, q.auto.choices)
-        chosen = ab.choose_bounds(frames.data, shape, q.auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
+    auto = q.auto
+    if auto is not None:
+        quantile_epsilon = ab.pure_epsilon(plan.whole, None, auto.share, auto.choices)
+        chosen = ab.choose_bounds(frames.data, shape, auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
                                   stream.child("auto"), 0, frames.name)  # salt 0: topk's bounding salt
         q = replace(q, max_contributions=chosen.max_contributions)
         replanned = plan_topk(q, plan.ledger_mode, {})
         assert replanned.events == plan.events, "a chosen bound changed the release's cost"
         plan = replanned
-        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(plan.whole * q.auto.share)}
+        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(plan.whole * auto.share)}
     if q.bias_share is not None:
         bounds = ab.ChosenBounds(None, q.max_contributions, None)
         noise = ab.bias_noise(plan.whole, None, q.bias_share, len(ab.bias_parts(shape, bounds)))
