@@ -5,7 +5,7 @@ The data: 2000 units, each with rows in 2 of 8 groups; 1900 units have 3 rows in
 have 40. τ is the first candidate with 90% of the sampled (unit, group) row counts at most it: 3. With
 ε = 5 the choice runs at ε = 0.5 (the default 1/10); AboveThreshold's query at candidate 3 is
 10·1900 − 9·2000 = 1000 against noise of scale 4·10/0.5 = 80 (threshold: 40), and −18000 at 1 and 2, so
-another τ has probability below 1e-5 (e^(−1000/120)); the seed is fixed anyway (the key is the tests').
+another τ has probability below 1e-5 (about e^(−1000/80)), whatever the test's fresh key.
 """
 
 from __future__ import annotations
