@@ -27,7 +27,7 @@ counts; zcdp ledgers charge (number of BR units)·ε_per²/8.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -158,10 +158,6 @@ class TopKPlan:
     reserve: list[PrivacyEvent]
     guarantee: dict[str, Any]
     ledger_mode: str
-    #: The query's whole ε (the guarantee of its ε_per) and its parts; out of the seed's plan material (the
-    #: query and ``reserve`` carry them), so a query without ``auto`` or a bias report keeps its seed.
-    whole: Fraction = field(default=Fraction(0), compare=False)
-    parts: BudgetParts = field(default=BudgetParts(Fraction(0), Fraction(0)), compare=False)
 
     @property
     def events(self) -> list[PrivacyEvent]:
@@ -211,9 +207,10 @@ def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
                  "reserve": [e.to_json() for e in plan.reserve],
                  "count_noise": plan.count_noise.describe() if plan.count_noise else None,
                  "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
-    parts = plan.parts
+    parts = q.parts
     if parts.release != 1:
-        described["parts"] = {name: fraction_text(plan.whole * share) for name, share in
+        whole = whole_epsilon(q)
+        described["parts"] = {name: fraction_text(whole * share) for name, share in
                               (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release))
                               if share}
     if q.auto is not None and plan.count_noise is not None:
@@ -240,7 +237,14 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
     eps = eps * parts.release  # the release's own part (the whole ε when nothing else is asked)
     noise = _count_noise(q, eps)
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False)) + parts.events("topk", whole, None)
-    return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode, whole, parts)
+    return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode)
+
+
+def whole_epsilon(q: TopKQuery) -> Fraction:
+    """The release's whole ε, which its parts split (the query's ε_per is given: a br ledger, whose ε_per is the
+    ledger's, takes no parts)."""
+    assert q.epsilon_per is not None
+    return _whole_epsilon(q, q.epsilon_per)
 
 
 def _whole_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
@@ -505,21 +509,24 @@ def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedSt
     count of units with a group over τ (``stream.child("bias")``). Metadata for both (released values)."""
     from dpcli.tasks import auto_bounds as ab
 
-    shape = ab.DataShape(q.unit, q.by)
     extra: dict[str, Any] = {}
+    if q.parts.release == 1:
+        return q, plan, extra
+    shape = ab.DataShape(q.unit, q.by)
+    whole = whole_epsilon(q)
     auto = q.auto
     if auto is not None:
-        quantile_epsilon = ab.pure_epsilon(plan.whole, None, auto.share, auto.choices)
+        quantile_epsilon = ab.pure_epsilon(whole, None, auto.share, auto.choices)
         chosen = ab.choose_bounds(frames.data, shape, auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
                                   stream.child("auto"), 0, frames.name)  # salt 0: topk's bounding salt
         q = replace(q, max_contributions=chosen.max_contributions)
         replanned = plan_topk(q, plan.ledger_mode, {})
         assert replanned.events == plan.events, "a chosen bound changed the release's cost"
         plan = replanned
-        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(plan.whole * auto.share)}
+        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(whole * auto.share)}
     if q.bias_share is not None:
         bounds = ab.ChosenBounds(None, q.max_contributions, None)
-        noise = ab.bias_noise(plan.whole, None, q.bias_share, len(ab.bias_parts(shape, bounds)))
+        noise = ab.bias_noise(whole, None, q.bias_share, len(ab.bias_parts(shape, bounds)))
         extra["bias"] = ab.report_bias(frames.data, shape, bounds, noise, stream.child("bias"), 0,
                                        frames.name).to_json()
     return q, plan, extra
