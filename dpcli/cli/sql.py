@@ -9,6 +9,8 @@ import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    AutoShareOpt,
+    BiasShareOpt,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -18,17 +20,20 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    ReportBiasOpt,
     SparkConfOpt,
+    cap,
     engine_request,
     positive,
     probability,
+    share,
 )
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:
     from dpcli.access import Source
     from dpcli.release import Sources
-    from dpcli.tasks.sql import SqlOptions, SqlTask
+    from dpcli.tasks.sql import Budget, SqlOptions, SqlTask
 
 # The library (polars, numpy, sqlglot) is imported inside the command: `dpcli --help` stays fast.
 
@@ -47,11 +52,16 @@ def sql(
                                                            "TABLE.COLUMN (repeatable); a catalog dataset's is the "
                                                            "operator's.", show_default=False)] = None,
     max_partitions: Annotated[
-        int | None, typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random). "
-                                 "[default: 1]", min=1, max=10**6, show_default=False)] = None,
+        str | None, typer.Option("--max-partitions", metavar="N|auto", help="At most this many groups per unit "
+                                 "(chosen at random), or auto: chosen privately from the data. [default: 1]",
+                                 show_default=False)] = None,
     max_contributions: Annotated[
-        int | None, typer.Option("--max-contributions", help="The per-unit cap U of ANON_COUNT when the query "
-                                 "gives none. [default: 1]", min=1, max=10**6, show_default=False)] = None,
+        str | None, typer.Option("--max-contributions", metavar="N|auto", help="The per-unit cap U of ANON_COUNT "
+                                 "when the query gives none, or auto: chosen privately from the data. "
+                                 "[default: 1]", show_default=False)] = None,
+    auto_share: AutoShareOpt = None,
+    report_bias: ReportBiasOpt = False,
+    bias_share: BiasShareOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
@@ -84,11 +94,12 @@ def sql(
     """
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
-    from dpcli.tasks.sql import Budget, SqlOptions
+    from dpcli.tasks.sql import Budget
 
     budget = Budget(positive("--epsilon", epsilon), probability("--delta", delta) or Fraction(0),
                     positive("--rho", rho), noise or "laplace")
-    options = SqlOptions(budget, max_partitions or 1, max_contributions or 1, keys is not None, with_error)
+    options = _options(budget, (max_partitions, max_contributions, auto_share), (report_bias, bias_share),
+                       keys is not None, with_error, engine)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
@@ -102,6 +113,30 @@ def sql(
                        engine=engine_request(engine, master, remote, spark_conf) if engine != "polars" else None,
                        busy=busy(ctx))
     write_release(settings(ctx), done, target, as_json)
+
+
+def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool, str | None],
+             keys: bool, with_error: bool, engine: str) -> SqlOptions:
+    """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` (auto: a placeholder of 1
+    and the request), ``--auto-share`` only with auto, ``--bias-share`` only with ``--report-bias``, both
+    computed by the polars engine only."""
+    from dpcli.tasks.auto_bounds import AUTO_SHARE, BIAS_SHARE, AutoBounds
+    from dpcli.tasks.sql import SqlOptions
+
+    k, c = cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1])
+    auto: AutoBounds | None = None
+    if "auto" in (k, c):
+        auto = AutoBounds(partitions=k == "auto", contributions=c == "auto",
+                          share=share("--auto-share", caps[2]) or AUTO_SHARE)
+    elif caps[2] is not None:
+        raise UsageError("--auto-share needs a bound left to dpcli (--max-partitions or --max-contributions auto)")
+    report, bias_share = bias
+    if bias_share is not None and not report:
+        raise UsageError("--bias-share needs --report-bias")
+    if (auto is not None or report) and engine != "polars":
+        raise UsageError("auto bounds and --report-bias are computed by the polars engine only: drop --engine spark")
+    return SqlOptions(budget, k if isinstance(k, int) else 1, c if isinstance(c, int) else 1, keys, with_error, auto,
+                      (share("--bias-share", bias_share) or BIAS_SHARE) if report else None)
 
 
 def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    AutoShareOpt,
     BetaOpt,
+    BiasShareOpt,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -23,6 +25,7 @@ from dpcli.cli._options import (
     MasterOpt,
     OutputOpt,
     RemoteOpt,
+    ReportBiasOpt,
     RowsOpt,
     RunsOpt,
     ScheduleOpt,
@@ -35,6 +38,7 @@ from dpcli.cli._options import (
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
+    cap,
     columns,
     engine_request,
     expected_size,
@@ -43,10 +47,14 @@ from dpcli.cli._options import (
     probability,
     schedule_spec,
     schedule_through,
+    share,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
+
+if TYPE_CHECKING:
+    from dpcli.tasks.auto_bounds import AutoBounds
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
@@ -63,10 +71,13 @@ def topk(
                                           "group).")
     ] = "units",
     max_contributions: Annotated[
-        int | None,
-        typer.Option("--max-contributions", help="τ: rows per unit per group counted with --count rows. [default: 1]",
-                     max=10**6, show_default=False),
+        str | None,
+        typer.Option("--max-contributions", metavar="N|auto", help="τ: rows per unit per group counted with --count "
+                     "rows, or auto: chosen privately from the data. [default: 1]", show_default=False),
     ] = None,
+    auto_share: AutoShareOpt = None,
+    report_bias: ReportBiasOpt = False,
+    bias_share: BiasShareOpt = None,
     keys: Annotated[
         str | None, typer.Option("--keys", help="Public list of candidate groups (known domain, KnownGumb).")
     ] = None,
@@ -128,11 +139,11 @@ def topk(
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
     whole, per_step = _epsilons(epsilon, epsilon_per, k, keys is not None, not no_counts, schedule is not None)
+    tau, auto, bias = _bounds(max_contributions, auto_share, report_bias, bias_share, engine)
     query = TopKQuery(
-        by=columns("--by", by), unit=source.unit, k=k, count=count,
-        max_contributions=1 if max_contributions is None else max_contributions, known_domain=keys is not None,
-        dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
-        delta=probability("--delta", delta) or Fraction(0), with_error=with_error)
+        by=columns("--by", by), unit=source.unit, k=k, count=count, max_contributions=tau,
+        known_domain=keys is not None, dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
+        delta=probability("--delta", delta) or Fraction(0), with_error=with_error, auto=auto, bias_share=bias)
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, whole if schedule else None, dry_run)
@@ -163,3 +174,37 @@ def _epsilons(epsilon: str | None, epsilon_per: str | None, k: int, known_domain
     if whole is not None and not scheduled:
         per_step = epsilon_per_for(whole, k, known_domain=known_domain, with_counts=with_counts)
     return whole, per_step
+
+
+def _bounds(text: str | None, auto_share: str | None, report_bias: bool, bias_share: str | None, engine: str
+            ) -> tuple[int, AutoBounds | None, Fraction | None]:
+    """(τ, the auto request, the bias report's share): ``--max-contributions N|auto``, ``--auto-share`` only
+    with auto, ``--bias-share`` only with ``--report-bias``, both computed by the polars engine only."""
+    from dpcli.tasks.auto_bounds import AUTO_SHARE, BIAS_SHARE, AutoBounds
+
+    tau = _tau(text)
+    if auto_share is not None and tau != "auto":
+        raise UsageError("--auto-share needs a bound left to dpcli (--max-contributions auto)")
+    if bias_share is not None and not report_bias:
+        raise UsageError("--bias-share needs --report-bias")
+    if (tau == "auto" or report_bias) and engine != "polars":
+        raise UsageError("--max-contributions auto and --report-bias are computed by the polars engine only: "
+                         "drop --engine spark")
+    bias = (share("--bias-share", bias_share) or BIAS_SHARE) if report_bias else None
+    if tau == "auto":
+        return 1, AutoBounds(contributions=True, share=share("--auto-share", auto_share) or AUTO_SHARE), bias
+    return tau, None, bias
+
+
+def _tau(text: str | None) -> int | Literal["auto"]:
+    """``--max-contributions``: ``auto``, or a whole number (below 1 left for the query to refuse: τ ≥ 1)."""
+    if text is None:
+        return 1
+    try:
+        if int(text.strip()) < 1:
+            return int(text.strip())
+    except ValueError:
+        pass
+    found = cap("--max-contributions", text)
+    assert found is not None
+    return found

@@ -42,6 +42,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -66,6 +67,15 @@ class TopKQuery:
     epsilon_per: Fraction | None = None
     delta: Fraction = Fraction(0)
     with_error: bool = False
+    #: ``--max-contributions auto``: τ chosen from the data at this share of the budget (None: τ given).
+    auto: AutoBounds | None = None
+    #: ``--report-bias``: the share of the budget its count spends (None: no report).
+    bias_share: Fraction | None = None
+
+    @property
+    def parts(self) -> BudgetParts:
+        """The release's budget in parts: choosing τ, the bias report, the release itself."""
+        return BudgetParts(self.auto.share if self.auto else Fraction(0), self.bias_share or Fraction(0))
 
     @property
     def count_sensitivity(self) -> int:
@@ -94,10 +104,36 @@ class TopKQuery:
             raise UsageError("(τ) must be ≥ 1", field="max_contributions")
         if self.count == "units" and self.max_contributions != 1:
             raise UsageError("applies to counting rows (distinct units have τ = 1)", field="max_contributions")
+        self._validate_auto()
+
+    def _validate_auto(self) -> None:
+        """``auto`` τ and the bias report: only where τ bounds something (counting rows), shares in (0, 1/2]."""
+        if self.auto is not None:
+            if self.count != "rows":
+                raise UsageError("auto applies to counting rows (distinct units have τ = 1)",
+                                 field="max_contributions")
+            check_share(self.auto.share, "auto_share")
+        if self.bias_share is not None:
+            if self.count != "rows":
+                raise UsageError("counting distinct units truncates no unit: there is no bias to report "
+                                 "(use it with --count rows)", field="report_bias")
+            check_share(self.bias_share, "bias_share")
+            if self.parts.release < Fraction(1, 2):
+                raise UsageError("with --auto-share, leaves the release less than half of the budget",
+                                 field="bias_share")
         if not self.known_domain and self.k > self.groups_considered:
             raise UsageError(f"{self.k} is larger than the {self.groups_considered} groups considered (d̄)", field="k")
 
     def canonical(self) -> dict[str, Any]:
+        """What the seed binds (``auto`` and ``report_bias`` only when used: other queries keep their seeds)."""
+        out = self._canonical()
+        if self.auto is not None:
+            out["auto"] = self.auto.canonical()
+        if self.bias_share is not None:
+            out["report_bias"] = fraction_text(self.bias_share)
+        return out
+
+    def _canonical(self) -> dict[str, Any]:
         return {
             "by": list(self.by),
             "unit": self.unit,
@@ -165,10 +201,23 @@ def epsilon_per_for(epsilon: Fraction, k: int, *, known_domain: bool, with_count
 
 
 def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
-    """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
-    return {"query": q.canonical(), "guarantee": plan.guarantee, "reserve": [e.to_json() for e in plan.reserve],
-            "count_noise": plan.count_noise.describe() if plan.count_noise else None,
-            "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
+    """The public calibration and cost of a planned query (``--dry-run``): no data involved. With τ ``auto``
+    the count noise's scale and margin depend on τ: "chosen at run time", no number."""
+    described = {"query": q.canonical(), "guarantee": plan.guarantee,
+                 "reserve": [e.to_json() for e in plan.reserve],
+                 "count_noise": plan.count_noise.describe() if plan.count_noise else None,
+                 "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
+    parts = q.parts
+    if parts.release != 1:
+        whole = whole_epsilon(q)
+        described["parts"] = {name: fraction_text(whole * share) for name, share in
+                              (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release))
+                              if share}
+    if q.auto is not None and plan.count_noise is not None:
+        described["count_noise"] = {"noise": plan.count_noise.describe()["noise"],
+                                    "scale": "2τ/ε_per, τ chosen at run time"}
+        described["count_moe95"] = None
+    return described
 
 
 def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:
@@ -180,9 +229,29 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
             f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.groups_considered} "
             f"(≥ {float(sel.unknown_min_delta(q.groups_considered)):.3g}); use a larger δ or a smaller --dbar"
         )
+    parts = q.parts
+    if parts.release != 1 and ledger_mode == "br":
+        raise UsageError("a br ledger pays LinkedIn-style selections only: --max-contributions auto and "
+                         "--report-bias need a pure, approx, zcdp or rdp ledger")
+    whole = _whole_epsilon(q, eps)
+    eps = eps * parts.release  # the release's own part (the whole ε when nothing else is asked)
     noise = _count_noise(q, eps)
-    reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False))
+    reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False)) + parts.events("topk", whole, None)
     return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode)
+
+
+def whole_epsilon(q: TopKQuery) -> Fraction:
+    """The release's whole ε, which its parts split (the query's ε_per is given: a br ledger, whose ε_per is the
+    ledger's, takes no parts)."""
+    assert q.epsilon_per is not None
+    return _whole_epsilon(q, q.epsilon_per)
+
+
+def _whole_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
+    """The ε of the paper's guarantee for ε_per = ``eps`` (:func:`epsilon_per_for` inverted)."""
+    if q.known_domain:
+        return Fraction(3 * q.k, 2) * eps if q.with_counts else q.k * eps
+    return (2 * q.k + 1) * eps if q.with_counts else (q.k + 1) * eps
 
 
 def _br_budget(q: TopKQuery, limits: dict[str, Fraction]) -> tuple[Fraction, Fraction]:
@@ -225,12 +294,10 @@ def _count_noise(q: TopKQuery, eps: Fraction) -> mech.Noise | None:
 
 def _guarantee(q: TopKQuery, eps: Fraction, delta: Fraction) -> dict[str, Any]:
     """The (ε, δ) guarantee of the paper's theorem for this query, and its br units."""
-    k = q.k
+    dp = _whole_epsilon(q, eps)
     if q.known_domain:
-        dp = Fraction(3 * k, 2) * eps if q.with_counts else k * eps
         return {"epsilon": float(dp), "delta": 0.0, "br_units": _br_units(q, None, False),
                 "source": "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"}
-    dp = (2 * k + 1) * eps if q.with_counts else (k + 1) * eps
     return {"epsilon": float(dp), "delta": float(delta), "br_units_max": _br_units(q, None, False),
             "source": "Theorem 1" if q.with_counts else "Sec. 6.2 (ranking only)"}
 
@@ -362,6 +429,9 @@ class TopKTask:
             raise UsageError("a schedule runs pure ε-DP releases: give the candidates with --keys")
         if self.query.epsilon_per is not None:
             raise UsageError("with --schedule each run's ε comes from the schedule; drop --epsilon-per")
+        if self.query.auto is not None:
+            raise UsageError("--max-contributions auto: a schedule keeps its bounds: choose them once with a run "
+                             "without --schedule")
         self.query.validate()
 
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
@@ -377,6 +447,9 @@ class TopKTask:
 
             if self.query.epsilon_per is not None:
                 raise UsageError("chooses the budget: leave out ε and ε_per", field=self.target.field)
+            if self.query.auto is not None:
+                raise UsageError("cannot be met with --max-contributions auto: the count margin depends on τ, "
+                                 "chosen from the data (give τ, or leave out the target)", field=self.target.field)
             count_limit(self.query, self.target)
 
     def needs(self) -> Needs:
@@ -398,10 +471,11 @@ class TopKTask:
 
     def run(self, frames: Frames, plan: TopKPlan, seed: bytes, engine: Engine | None) -> Result:
         domain = frames.lists.get("domain")
-        released = run_topk(frames.data, self.query, plan, KeyedStream(seed, "topk"),
-                            domain if isinstance(domain, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
-                            engine=engine.totals if engine else None)
-        metadata = {**released.metadata, "command": "topk", "guarantee": plan.guarantee}
+        stream = KeyedStream(seed, "topk")
+        query, plan, extra = _bounds_chosen(frames, self.query, plan, stream)
+        released = run_topk(frames.data, query, plan, stream, domain if isinstance(domain, pl.DataFrame) else None,
+                            name=frames.name, rows=frames.rows, engine=engine.totals if engine else None)
+        metadata = {**released.metadata, "command": "topk", "guarantee": plan.guarantee, **extra}
         if self.chosen is not None:
             metadata["target"] = self.chosen.to_json()
         return Result(released.table, metadata, released.actual)
@@ -411,13 +485,48 @@ class TopKTask:
         line = f"top-{k} of {name}: {found} group(s)"
         if result.metadata.get("bottom", False):
             line += f", ⊥ reached (only {found} of {k} could be released)"
+        if "auto" in result.metadata:
+            line += f"; chosen: max_contributions {result.metadata['auto']['max_contributions']}"
         return line
 
     def notes(self, plan: TopKPlan, result: Result) -> list[Note]:
         from dpcli import advice
 
+        if self.query.auto is not None:  # the count noise of the τ chosen (a released value)
+            query = replace(self.query, max_contributions=int(result.metadata["tau"]))
+            plan = plan_topk(query, plan.ledger_mode, {})
         notes = advice.topk_notes(self.query, plan, result.table, self.defaulted, self.unit_label)
         if result.metadata.get("bottom", False):
             notes.append(advice.Note(f"fewer than k = {self.query.k} groups pass the threshold (⊥): only "
                                      f"{result.metadata['found']} released"))
         return notes
+
+
+def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedStream
+                   ) -> tuple[TopKQuery, TopKPlan, dict[str, Any]]:
+    """With ``--max-contributions auto``: τ chosen from the data (``stream.child("auto")``), the query and its
+    plan at that τ (the same events as planned before any data was read); with ``--report-bias``: the noisy
+    count of units with a group over τ (``stream.child("bias")``). Metadata for both (released values)."""
+    from dpcli.tasks import auto_bounds as ab
+
+    extra: dict[str, Any] = {}
+    if q.parts.release == 1:
+        return q, plan, extra
+    shape = ab.DataShape(q.unit, q.by)
+    whole = whole_epsilon(q)
+    auto = q.auto
+    if auto is not None:
+        quantile_epsilon = ab.pure_epsilon(whole, None, auto.share, auto.choices)
+        chosen = ab.choose_bounds(frames.data, shape, auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
+                                  stream.child("auto"), 0, frames.name)  # salt 0: topk's bounding salt
+        q = replace(q, max_contributions=chosen.max_contributions)
+        replanned = plan_topk(q, plan.ledger_mode, {})
+        assert replanned.events == plan.events, "a chosen bound changed the release's cost"
+        plan = replanned
+        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(whole * auto.share)}
+    if q.bias_share is not None:
+        bounds = ab.ChosenBounds(None, q.max_contributions, None)
+        noise = ab.bias_noise(whole, None, q.bias_share, len(ab.bias_parts(shape, bounds)))
+        extra["bias"] = ab.report_bias(frames.data, shape, bounds, noise, stream.child("bias"), 0,
+                                       frames.name).to_json()
+    return q, plan, extra

@@ -53,27 +53,76 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     """The dry run's document: each measurement's columns, noise and 95% margin, the bound shared by
     all aggregates, the split, the threshold and the cost (no data involved). The resolved plan itself is
     not shown: for ``SELECT *`` it lists every column of a table, names that in service mode are the
-    operator's (rule 8)."""
+    operator's (rule 8). Margins that depend on a bound chosen from the data (``auto``: every margin and the
+    threshold with K, the default-cap counts' with C) are "chosen at run time", with no number."""
+    chosen = _chosen_at_run_time(task)
+    task = task.at_bounds(task.options.max_partitions, task.options.max_contributions)  # auto: the placeholders
     serves = _users_of(task)
     calibration: dict[str, Any] = {}
     for i, c in enumerate(plan.calibrated):
         m = c.measure
         columns = ", ".join(serves.get(m.key, [])) or "threshold"
-        entry: dict[str, Any] = {"column": f"{columns}: {_what(m)}", "share": c.share}
+        what = _what(m)
+        if chosen and m.key in chosen:  # a count at the default cap, C chosen from the data
+            what = what.replace(f"[0, {m.cap}]", "[0, C]")
+        entry: dict[str, Any] = {"column": f"{columns}: {what}", "share": c.share}
         if c.noise is None:
             entry["mechanism"] = "exponential"
         else:
             scale = float(m.grid.granularity) if m.kind == "sum" else 1.0
             entry.update(c.noise.describe())
             entry["moe95"] = c.noise.margin95() * scale if m.kind in ("units", "rows", "count", "sum") else None
+        if chosen is not None and (not chosen or m.key in chosen):
+            entry.pop("scale", None)
+            entry.update(moe95=None, margin="chosen at run time")
         calibration[f"m{i}"] = entry
-    return {
+    described = {
         "tables": {t.name: "private" if t.private else "public" for t in task.tables},
-        "bound": {"max_partitions": plan.max_partitions, "per_user_partials": "one per partition, clamped",
+        "bound": {"max_partitions": "auto" if chosen == set() else plan.max_partitions,
+                  "per_user_partials": "one per partition, clamped",
                   "shared_by": len(task.query.aggregates)},
         "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,
         "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events], "calibration": calibration,
     }
+    return {**described, **_auto_parts(task, chosen)}
+
+
+def _chosen_at_run_time(task: SqlTask) -> set[str] | None:
+    """The measurements whose noise depends on a bound chosen from the data: None (no ``auto``), empty (K is
+    chosen: all of them), or the keys of the counts at the default cap (C is chosen)."""
+    from dataclasses import replace
+
+    from dpcli.tasks.sql.auto import DEFAULT_CAP_AUTO
+
+    auto = task.options.auto
+    if auto is None:
+        return None
+    if auto.partitions:
+        return set()
+    cap = task.options.max_contributions
+    return {m.key for a in task.query.aggregates if a.function == "count" and a.cap == DEFAULT_CAP_AUTO
+            for m in measures_for(replace(a, cap=cap), cap)}
+
+
+def _auto_parts(task: SqlTask, chosen: set[str] | None) -> dict[str, Any]:
+    """The budget's parts (choosing the bounds, the bias report, the release) and what is chosen at run time."""
+    from dpcli.tasks.sql.auto import parts_of
+
+    o = task.options
+    parts = parts_of(o.auto, o.bias_share)
+    if parts.release == 1:
+        return {}
+    budget = o.budget
+    whole, name = (budget.rho, "rho") if budget.rho is not None else (budget.epsilon, "epsilon")
+    assert whole is not None
+    out: dict[str, Any] = {"parts": {part: f"{name}={fraction_text(whole * share)}" for part, share in
+                                     (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release))
+                                     if share}}
+    if o.auto is not None:
+        out["auto"] = {"chosen at run time": o.auto.canonical()["chosen"]}
+        if o.auto.partitions:  # the threshold depends on K: shown once K is chosen
+            out["threshold"] = None
+    return out
 
 
 def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:

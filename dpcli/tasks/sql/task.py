@@ -20,6 +20,8 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks.auto_bounds import AutoBounds
+from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.ir import ResolvedQuery, scans_of
 from dpcli.tasks.sql.measures import NTILE_BINS, Budget, Measure, SqlPlan, measures_of, plan_measures
@@ -53,6 +55,10 @@ class SqlOptions:
     max_contributions: int = 1
     keys: bool = False
     with_error: bool = False
+    #: The bounds chosen from the data (``auto``; the caps above are then placeholders of 1), and the share of
+    #: the ``--report-bias`` counts (None: no report).
+    auto: AutoBounds | None = None
+    bias_share: Fraction | None = None
 
     def check(self) -> None:
         for name in ("max_partitions", "max_contributions"):
@@ -79,7 +85,8 @@ class SqlTask:
                   defaulted: tuple[str, ...] = (), unit_label: str | None = None) -> SqlTask:
         """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read)."""
         options.check()
-        query = resolve_query(text, tables, options.max_contributions)
+        chosen = options.auto is not None and options.auto.contributions
+        query = resolve_query(text, tables, sql_auto.DEFAULT_CAP_AUTO if chosen else options.max_contributions)
         used = {s.table for s in scans_of(query.relation)}
         return cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
 
@@ -93,6 +100,7 @@ class SqlTask:
 
     def check(self) -> None:
         self.options.check()
+        sql_auto.check_auto(self.query, self.options.auto, self.options.bias_share)
         if self.options.keys and not self.query.groups:
             raise UsageError("a public list of groups needs a GROUP BY", field="keys")
         names = [o.name for o in self.query.outputs]
@@ -140,8 +148,21 @@ class SqlTask:
         return Needs({c: "key" if c == unit else "any" for c in columns[data]}, lists)
 
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> SqlPlan:
-        measures = measures_of(self.query.aggregates, self.options.max_contributions, self.domain == "threshold")
-        return plan_measures(measures, self.options.budget, self.domain, self.options.max_partitions, mode)
+        """The release's calibration at its part of the budget, and the events of the other parts (choosing the
+        bounds, the bias report). With ``auto`` the caps are placeholders: the events do not depend on them."""
+        o = self.options
+        query = sql_auto.with_caps(self.query, o.max_contributions)
+        parts = sql_auto.parts_of(o.auto, o.bias_share)
+        measures = measures_of(query.aggregates, o.max_contributions, self.domain == "threshold")
+        planned = plan_measures(measures, sql_auto.release_budget(o.budget, parts), self.domain, o.max_partitions,
+                                mode)
+        extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
+        return replace(planned, events=planned.events + tuple(extra)) if extra else planned
+
+    def at_bounds(self, max_partitions: int, max_contributions: int) -> SqlTask:
+        """The same release with these bounds in force (counts at the default cap capped at ``max_contributions``)."""
+        options = replace(self.options, max_partitions=max_partitions, max_contributions=max_contributions)
+        return replace(self, query=sql_auto.with_caps(self.query, max_contributions), options=options)
 
     def describe(self, plan: SqlPlan) -> dict[str, Any]:
         from dpcli.tasks.sql.describe import describe_plan
@@ -155,36 +176,60 @@ class SqlTask:
                 "max_partitions": self.options.max_partitions if self.query.groups else None,
                 "epsilon": fraction_text(b.epsilon) if b.epsilon is not None else None,
                 "delta": fraction_text(b.delta), "rho": fraction_text(b.rho) if b.rho is not None else None,
-                "noise": b.noise}
+                "noise": b.noise, **self._seed_extra()}
+
+    def _seed_extra(self) -> dict[str, Any]:
+        """``auto`` and ``report_bias`` in the seed only when used: every other query keeps its seed."""
+        out: dict[str, Any] = {}
+        if self.options.auto is not None:
+            out["auto"] = self.options.auto.canonical()
+        if self.options.bias_share is not None:
+            out["report_bias"] = fraction_text(self.options.bias_share)
+        return out
 
     def run(self, frames: Frames, plan: SqlPlan, seed: bytes, engine: Engine | None) -> Result:
         stream = KeyedStream(seed, STREAM_LABEL)
         words = stream.child("bounding-salt").uint64(2)
         salt = int(words[0]) | (int(words[1]) << 64)
         tables = self._frames(frames)
-        frame, layout = per_user_frame(self.query, plan, tables, self.query.group_names)
-        keys = self._keys(frames, schema_of(frame), layout)
+        name = ", ".join(t.name for t in self.tables)
+        task, extra = self, dict[str, Any]()
+        if self.options.auto is not None or self.options.bias_share is not None:
+            from dpcli.tasks.sql.chosen import bounds_chosen
+
+            task, plan, extra = bounds_chosen(self, plan, tables, stream, salt, name)
+        frame, layout = per_user_frame(task.query, plan, tables, task.query.group_names)
+        keys = task._keys(frames, schema_of(frame), layout)
         if engine is not None and engine.sql_totals is not None:
-            totals, bins = engine.sql_totals(self, plan, layout, salt, schema_of(frame))
+            totals, bins = engine.sql_totals(task, plan, layout, salt, schema_of(frame))
         else:
-            totals, bins = compute_totals(frame, layout, plan, salt, ", ".join(t.name for t in self.tables))
+            totals, bins = compute_totals(frame, layout, plan, salt, name)
         totals, noisy = select_partitions(totals, layout, plan, stream, keys)
         noisy = add_noise(totals, layout, plan, stream, noisy)
-        released = Noisy(totals, noisy, bins, layout, plan, stream, self.options.max_contributions)
-        table, margins = output_table(self.query, released, self.options.with_error)
-        table = apply_post(table, self.query.post)
-        return Result(table, self._metadata(plan, table, margins))
+        released = Noisy(totals, noisy, bins, layout, plan, stream, task.options.max_contributions)
+        table, margins = output_table(task.query, released, task.options.with_error)
+        table = apply_post(table, task.query.post)
+        return Result(table, {**task._metadata(plan, table, margins), **extra})
 
     def summary(self, name: str, result: Result) -> str:
         line = f"sql over {', '.join(result.metadata['tables'])}: {result.metadata['groups']} row(s) released"
         if result.metadata.get("threshold") is not None:
             line += f" (threshold {result.metadata['threshold']} noisy units)"
+        if "auto" in result.metadata:
+            line += "; chosen: " + ", ".join(f"{k} {v}" for k, v in result.metadata["auto"].items()
+                                             if k in ("max_partitions", "max_contributions"))
         return line
 
     def notes(self, plan: SqlPlan, result: Result) -> list[Note]:
         from dpcli.tasks.sql.describe import sql_notes
 
-        return sql_notes(self, plan, result.table)
+        chosen = result.metadata.get("auto")
+        if chosen is None:
+            return sql_notes(self, plan, result.table)
+        # the margins of the bounds chosen (released values), not the placeholders planned before
+        task = self.at_bounds(int(chosen.get("max_partitions", self.options.max_partitions)),
+                              int(chosen.get("max_contributions", self.options.max_contributions)))
+        return sql_notes(task, task.plan("pure", {}), result.table)
 
     # ---- helpers ----------------------------------------------------------------------------
 

@@ -1,0 +1,107 @@
+"""``dpcli sql --max-partitions auto --max-contributions auto`` and ``--report-bias`` (issue 33): K and C chosen
+on the per-user frame (the rows the query aggregates, by its GROUP BY keys), charged as their own part.
+
+The data: 4000 units; 3800 have 3 rows in each of 2 of 8 groups, 200 (5%) have 40 rows in each of 6. K is the
+first candidate with 90% of the units' group counts at most it: 2; C the first with 90% of one (unit, group)
+row count per unit (on the K-bounded groups) at most it: 3. With ε = 10, each choice runs at ε = 0.5 (1/10,
+split over two); AboveThreshold's query at the right candidate is 10·3800 − 9·4000 = 2000 against noise of
+scale 80 (threshold: 40), and −36000 below it: another choice has probability below 1e-10, whatever the key.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from dptest import SAMPLE, cli, history, init_ledger
+
+HEAVY = 200
+QUERY = "SELECT g, ANON_COUNT(*) AS c FROM T GROUP BY g"
+
+
+@pytest.fixture
+def data(tmp_path):
+    rows = []
+    for u in range(4000):
+        heavy = u < HEAVY
+        for j in range(6 if heavy else 2):
+            rows += [(f"u{u}", f"g{(u + 3 * j) % 8}")] * (40 if heavy else 3)
+    p = tmp_path / "d.csv"
+    pl.DataFrame(rows, schema=["user", "g"], orient="row").write_csv(p)
+    return p
+
+
+def sql(data, query, *args):
+    return cli("sql", query, "--table", f"T={data}", "--privacy-unit", "T.user", "--delta", "1e-6", *args)
+
+
+def test_k_and_c_are_chosen_charged_as_their_own_part_and_replayed_free(data):
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    args = ["--max-partitions", "auto", "--max-contributions", "auto", "--epsilon", "10", "--report-bias", "--json"]
+    a = sql(data, QUERY, *args)
+    assert a.exit_code == 0, a.stderr
+    summary = json.loads(a.stdout)["summary"]
+    assert summary["auto"] == {"max_partitions": 2, "max_contributions": 3, "epsilon": "1"}
+    assert summary["max_partitions"] == 2
+    # 200 units over K = 2, and 200 with a kept group over C = 3; Laplace of scale 1/(10·0.05/2) = 4 per count:
+    # ±4·ln(1e6) ≈ ±56 holds with probability 1 − 1e-6 each
+    assert abs(summary["bias"]["units_over_max_partitions"] - HEAVY) <= 56
+    assert abs(summary["bias"]["units_over_max_contributions"] - HEAVY) <= 56
+    events = history()[0]["events"]
+    assert [e["mechanism"] for e in events] == ["sql/laplace+threshold", "sql/auto-bounds", "sql/bias"]
+    assert [e["epsilon"] for e in events] == ["8.5", "1", "0.5"]
+    assert history()[0]["summary"].endswith("chosen: max_partitions 2, max_contributions 3")
+    b = sql(data, QUERY, *args)
+    assert json.loads(b.stdout)["result"] == json.loads(a.stdout)["result"] and history()[1]["replay_of"] == 1
+
+
+def test_a_rho_budget_splits_rho(data):
+    init_ledger("zcdp", "--rho", "100", "--delta", "1e-3")
+    r = sql(data, QUERY, "--max-partitions", "auto", "--rho", "2", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["auto"] == {"max_partitions": 2, "rho": "0.2"}
+    events = history()[0]["events"]
+    assert events[0]["rho"] == "1.8" and events[-1] == {"kind": "zcdp", "mechanism": "sql/auto-bounds",
+                                                        "rho": "0.2"}
+
+
+def test_a_join_chooses_on_the_joined_rows():
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    r = cli("sql", "SELECT dept, ANON_COUNT(*) AS c FROM Employee JOIN Order USING (uid) GROUP BY dept",
+            "--table", f"Employee={SAMPLE / 'employee.csv'}", "--table", f"Order={SAMPLE / 'order.csv'}",
+            "--privacy-unit", "Employee.uid", "--privacy-unit", "Order.uid", "--epsilon", "5", "--delta", "1e-6",
+            "--max-contributions", "auto", "--json")
+    assert r.exit_code == 0, r.stderr
+    assert set(json.loads(r.stdout)["summary"]["auto"]) == {"max_contributions", "epsilon"}
+
+
+def test_dry_run_says_which_margins_are_chosen_at_run_time(data):
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    r = sql(data, "SELECT g, ANON_COUNT(*) AS c, ANON_COUNT(*, 4) AS c4 FROM T GROUP BY g",
+            "--max-contributions", "auto", "--epsilon", "5", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert any(line.startswith("  c: ") and "[0, C]" in line and "margin chosen at run time" in line
+               for line in lines)
+    assert any(line.startswith("  c4: ") and "95% margin" in line for line in lines)
+    assert "sql/auto-bounds (epsilon=0.5)" in r.stdout and history() == []
+
+
+@pytest.mark.parametrize("query, args, needle", [
+    ("SELECT ANON_COUNT(*) AS c FROM T", ["--max-partitions", "auto"], "--max-partitions auto needs a GROUP BY"),
+    ("SELECT g, ANON_COUNT(*, 3) AS c FROM T GROUP BY g", ["--max-contributions", "auto"], "the query has none"),
+    (QUERY, ["--max-partitions", "auto", "--engine", "spark"], "polars engine only"),
+    (QUERY, ["--report-bias", "--engine", "spark"], "polars engine only"),
+    (QUERY, ["--auto-share", "0.2"], "--auto-share needs a bound left to dpcli"),
+    (QUERY, ["--bias-share", "0.2"], "--bias-share needs --report-bias"),
+    (QUERY, ["--max-partitions", "sometimes"], "--max-partitions must be a whole number or auto"),
+    (QUERY, ["--max-partitions", "auto", "--auto-share", "0.5", "--report-bias"], "less than half"),
+])
+def test_refusals_exit_2_before_reading_and_debit_nothing(data, tmp_path, query, args, needle):
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    out = tmp_path / "o.csv"
+    r = sql(data, query, "--epsilon", "5", *args, "-o", out)
+    assert r.exit_code == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr and r.stderr.count("\n") == 1
+    assert history() == [] and not out.exists()
