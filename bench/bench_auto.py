@@ -330,6 +330,37 @@ def measure(dp: Dpcli, data: Path, bounds: list[str], epsilon: float, discover: 
     return got
 
 
+def measure_emulated(dp: Dpcli, data: Path, epsilon: float, discover: bool,
+                     truths: dict[str, dict[str, np.ndarray]]) -> Measured:
+    """``auto`` before the histogram command takes it (``--emulate``): the library's
+    :func:`dpcli.tasks.auto_bounds.choose_bounds` at the default share (ε·share/4 per quantile, on a keyed
+    stream of the repetition's own), then a fixed-bound release at the rest of ε, through the CLI."""
+    import hashlib
+    from fractions import Fraction
+
+    from dpcli.core.prf import KeyedStream
+    from dpcli.tasks import auto_bounds as ab
+
+    request = ab.AutoBounds(partitions=True, contributions=True, values=True)
+    eps = Fraction(repr(epsilon))
+    per_quantile = ab.pure_epsilon(eps, None, request.share, request.choices)
+    got = Measured()
+    for rep in range(len(dp.states)):
+        seed = hashlib.sha256(f"bench-auto/{rep}/{data.name}/{epsilon!r}".encode()).digest()
+        chosen = ab.choose_bounds(pl.scan_parquet(data), ab.DataShape("u", ("g",), "v"), request,
+                                  ab.ChosenBounds(None, 1, None), per_quantile, KeyedStream(seed, "auto"),
+                                  int.from_bytes(seed[:16], "little"))
+        assert chosen.max_partitions is not None and chosen.bounds is not None
+        fixed = Fixed(chosen.max_partitions, chosen.max_contributions, *chosen.bounds, ("auto", "auto"))
+        res = dp.histogram(rep, data, fixed.args(), float(eps * (1 - request.share)), discover)
+        if isinstance(res, str):
+            got.refused = res
+            return got
+        got.errors.append(errors(res[0], truths))
+        got.chosen.append(chosen.to_json())
+    return got
+
+
 def chosen_text(chosen: list[dict[str, Any]]) -> str:
     """Auto's choices over the repetitions: the median K, C, LO and HI (and their ranges)."""
     if not chosen or "max_partitions" not in chosen[0]:
@@ -346,7 +377,7 @@ def chosen_text(chosen: list[dict[str, Any]]) -> str:
 # --- the benchmark --------------------------------------------------------------------------------
 
 def run_shape(dp: Dpcli, name: str, df: pl.DataFrame, data: Path, epsilon: float, discover: bool,
-              rng: np.random.Generator) -> list[str]:
+              rng: np.random.Generator, emulate: bool) -> list[str]:
     """The table rows of one shape at one ε."""
     truths = {name: truth(df)}
     if name == "giant":
@@ -355,7 +386,10 @@ def run_shape(dp: Dpcli, name: str, df: pl.DataFrame, data: Path, epsilon: float
     screened = screen(df, truths, epsilon, parts, rng)
     finalists = {p for ranked in screened.values() for _, p in ranked[:FINALISTS]}
     fixed = {p: measure(dp, data, p.args(), epsilon, discover, truths) for p in sorted(finalists, key=Fixed.text)}
-    auto = measure(dp, data, AUTO_ARGS, epsilon, discover, truths)
+    if emulate:
+        auto = measure_emulated(dp, data, epsilon, discover, truths)
+    else:
+        auto = measure(dp, data, AUTO_ARGS, epsilon, discover, truths)
     rows = []
     for metric in truths:
         for stat in STATS:
@@ -380,6 +414,8 @@ def main() -> None:
     ap.add_argument("--discover", action="store_true", help="no --keys: groups found from the data (δ = 1e-6)")
     ap.add_argument("--data", type=Path, default=None)
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--emulate", action="store_true",
+                    help="auto through the library's choose_bounds and a fixed release (before histogram takes auto)")
     args = ap.parse_args()
     data = args.data or Path(tempfile.mkdtemp(prefix="dpcli-bench-auto-"))
     data.mkdir(parents=True, exist_ok=True)
@@ -395,7 +431,8 @@ def main() -> None:
     print("|---|---:|---|---:|---:|---|---|---|")
     for name in args.shapes.split(","):
         for eps in (float(e) for e in args.epsilons.split(",")):
-            for row in run_shape(dp, name, frames[name], data / f"{name}.parquet", eps, args.discover, rng):
+            for row in run_shape(dp, name, frames[name], data / f"{name}.parquet", eps, args.discover, rng,
+                                 args.emulate):
                 print(row, flush=True)
     print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
 
