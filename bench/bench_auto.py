@@ -23,14 +23,18 @@ table also shows the error against the truth of every OTHER unit (``giant, other
 * ``oracle``: the best fixed ``--max-partitions K --max-contributions C --bounds LO:HI`` for each
   statistic, at the SAME total ε, all of it spent on the release. Found with the true data in two steps:
   (1) an exhaustive screen of the grid ``K_GRID`` × ``C_GRID`` × (LO, HI) over true quantiles of ``v``
-  (``LO_LEVELS`` × ``HI_LEVELS``) by expected error: the bias of each bound computed exactly from the data
+  (``LO_LEVELS`` × ``HI_LEVELS``, quantiles of the rows and of the units: about 50 pairs) by expected error: the bias of each bound computed exactly from the data
   (bounded here with a random keep-first order, as dpcli bounds with its keyed one) plus Laplace noise
   of dpcli's scales (means: 32 noise draws per group); (2) the ``FINALISTS`` best grid points of each
   statistic (and metric) are released by dpcli in every repetition, and the oracle is the one with the
   smallest measured error (a slight advantage to the oracle: the least of a few noisy means).
 
+``--emulate`` (for a build whose ``histogram`` does not take ``auto`` yet): auto's bounds from the library's
+``choose_bounds`` at the default share, then a fixed release at the rest of ε.
+
 Calls dpcli in-process (typer's CliRunner on ``dpcli.cli.app``): no 0.4 s start-up per release.
-Usage: python bench/bench_auto.py [--units 50000] [--reps 8] [--epsilons 1,0.25] [--discover] [--data DIR]
+Usage: python bench/bench_auto.py [--units 50000] [--reps 8] [--epsilons 1,0.25] [--discover] [--emulate]
+       [--shapes light,heavy,giant] [--data DIR]
 """
 
 from __future__ import annotations
