@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from dpcli.release.schedules import ScheduleSpec
     from dpcli.spark.engine import EngineRequest
     from dpcli.tasks import ExpectedSize
+    from dpcli.tasks.auto_bounds import AutoBounds
     from dpcli.tasks.targets import MarginTarget
 
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
@@ -481,3 +482,61 @@ BiasShareOpt = Annotated[
     typer.Option("--bias-share", help="Share of the budget the --report-bias counts spend, in (0, 0.5] "
                                       "(default 0.05).", show_default=False),
 ]
+
+
+@dataclass(frozen=True)
+class BoundOptions:
+    """The bound options of a command as given: each cap a number, ``auto`` or None (default 1), the value
+    bounds ``LO:HI``, ``auto`` or None, the shares, and whether the bias report is asked for."""
+
+    partitions: int | Literal["auto"] | None
+    contributions: int | Literal["auto"] | None
+    values: tuple[float, float] | Literal["auto"] | None
+    auto_share: Fraction | None = None
+    report_bias: bool = False
+    bias_share: Fraction | None = None
+
+    @property
+    def max_partitions(self) -> int:
+        """The partition cap given (1 when left out, and a placeholder when auto)."""
+        return self.partitions if isinstance(self.partitions, int) else 1
+
+    @property
+    def max_contributions(self) -> int:
+        return self.contributions if isinstance(self.contributions, int) else 1
+
+    @property
+    def value_bounds(self) -> tuple[float, float] | None:
+        return self.values if isinstance(self.values, tuple) else None
+
+    @property
+    def chooses(self) -> bool:
+        return "auto" in (self.partitions, self.contributions, self.values)
+
+    def auto_bounds(self) -> AutoBounds | None:
+        """The bounds left to dpcli (None: none); ``--auto-share`` without any auto is refused."""
+        from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
+
+        if not self.chooses:
+            if self.auto_share is not None:
+                raise UsageError("--auto-share is the share of the budget choosing auto bounds: give a bound as auto")
+            return None
+        return AutoBounds(self.partitions == "auto", self.contributions == "auto", self.values == "auto",
+                          self.auto_share or AUTO_SHARE)
+
+    @property
+    def bias(self) -> Fraction | None:
+        """The bias report's share (None: no report); ``--bias-share`` without ``--report-bias`` is refused."""
+        from dpcli.tasks.auto_bounds import BIAS_SHARE
+
+        if not self.report_bias:
+            if self.bias_share is not None:
+                raise UsageError("--bias-share is the share of the budget of --report-bias: add --report-bias")
+            return None
+        return self.bias_share or BIAS_SHARE
+
+    def check_engine(self, engine: str) -> None:
+        """Auto bounds and the bias report are computed by polars: refused with another engine."""
+        if engine != "polars" and (self.chooses or self.report_bias):
+            raise UsageError("auto bounds and --report-bias are computed by the polars engine only: "
+                             "leave out --engine or give the bounds")

@@ -9,7 +9,10 @@ import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    AutoShareOpt,
     BetaOpt,
+    BiasShareOpt,
+    BoundOptions,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -22,8 +25,11 @@ from dpcli.cli._options import (
     InputFormatOpt,
     JsonOpt,
     MasterOpt,
+    MaxContributionsOpt,
+    MaxPartitionsOpt,
     OutputOpt,
     RemoteOpt,
+    ReportBiasOpt,
     RowsOpt,
     RunsOpt,
     ScheduleOpt,
@@ -36,7 +42,8 @@ from dpcli.cli._options import (
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
-    bounds,
+    bounds_or_auto,
+    cap,
     columns,
     engine_request,
     expected_size,
@@ -45,6 +52,7 @@ from dpcli.cli._options import (
     probability,
     schedule_spec,
     schedule_through,
+    share,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.io.opening import hash_early
@@ -67,23 +75,20 @@ def histogram(
         str | None, typer.Option("--value", help="Numeric column for sum, mean, variance, quantiles.")
     ] = None,
     bounds_text: Annotated[
-        str | None, typer.Option("--bounds", help="LO:HI bounds of --value; values outside are clamped.")
+        str | None, typer.Option("--bounds", metavar="LO:HI|auto",
+                                 help="Bounds of --value (values outside are clamped), or auto: chosen privately "
+                                      "from the data.")
     ] = None,
     granularity: Annotated[
         str | None,
         typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 "
                                            "steps)."),
     ] = None,
-    max_partitions: Annotated[
-        int | None,
-        typer.Option("--max-partitions", help="At most this many groups per unit (chosen at random). [default: 1]",
-                     min=1, max=10**6, show_default=False),
-    ] = None,
-    max_contributions: Annotated[
-        int | None,
-        typer.Option("--max-contributions", help="At most this many rows per unit per group. [default: 1]",
-                     min=1, max=10**6, show_default=False),
-    ] = None,
+    max_partitions: MaxPartitionsOpt = None,
+    max_contributions: MaxContributionsOpt = None,
+    auto_share: AutoShareOpt = None,
+    report_bias: ReportBiasOpt = False,
+    bias_share: BiasShareOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
@@ -146,14 +151,18 @@ def histogram(
     from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
+    caps = BoundOptions(cap("--max-partitions", max_partitions), cap("--max-contributions", max_contributions),
+                        bounds_or_auto("--bounds", bounds_text), share("--auto-share", auto_share),
+                        report_bias, share("--bias-share", bias_share))
     query = HistogramQuery(
         by=columns("--by", by), unit=source.unit, aggregations=columns("--agg", agg),
-        value=value, bounds=bounds("--bounds", bounds_text), granularity=positive("--granularity", granularity),
-        max_partitions=max_partitions or 1, max_contributions=max_contributions or 1,
+        value=value, bounds=caps.value_bounds, granularity=positive("--granularity", granularity),
+        max_partitions=caps.max_partitions, max_contributions=caps.max_contributions,
         epsilon=positive("--epsilon", epsilon), delta=probability("--delta", delta) or Fraction(0),
         rho=positive("--rho", rho),
         noise=noise or "laplace", domain="keys" if keys else selection,
-        max_groups=max_groups, with_error=with_error)
+        max_groups=max_groups, with_error=with_error, auto=caps.auto_bounds(), bias_share=caps.bias)
+    caps.check_engine(engine)
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
@@ -173,7 +182,7 @@ def histogram(
     write_release(settings(ctx), done, target, as_json)
 
 
-def _defaulted(max_contributions: int | None, max_partitions: int | None) -> tuple[str, ...]:
+def _defaulted(max_contributions: str | None, max_partitions: str | None) -> tuple[str, ...]:
     """The caps left at their defaults (the notes say when a cap of 1 may bias the release)."""
     return tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                  if v is None)

@@ -87,8 +87,7 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
         lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
     if plan.get("count_noise"):
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
-    if plan.get("threshold") is not None:
-        lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    lines += _threshold_and_parts(plan)
     if plan.get("stream"):
         lines += _stream_plan_lines(plan)
     lines.append("  cost: " + (cost_text(planned.events) or "nothing"))
@@ -198,6 +197,18 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
+    """A dry run's threshold (a number, or chosen at run time with the partition bound) and the budget's parts."""
+    lines = []
+    if isinstance(plan.get("threshold"), str):
+        lines.append(f"  threshold: {plan['threshold']} (it grows with the partition bound)")
+    elif plan.get("threshold") is not None:
+        lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+    if plan.get("parts"):
+        lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
+    return lines
+
+
 def _margins_text(doc: dict[str, Any]) -> str:
     """``count ±4,204 (×1.2 an average group's count)``: a release's 95% margins."""
     relative = doc.get("moe95_relative") or {}
@@ -222,7 +233,9 @@ def _noise_text(m: dict[str, Any]) -> str:
         return str(m.get("mechanism", "exponential")) + " mechanism"
     bits = [str(m["noise"]).replace("_", " ")]
     bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95", "column")]
-    if m.get("moe95") is not None:
+    if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
+        bits.append(f"95% margin {m['moe95']}")
+    elif m.get("moe95") is not None:
         bits.append(f"95% margin ±{m['moe95']:g}")
     return ", ".join(bits)
 

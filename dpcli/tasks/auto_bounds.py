@@ -355,6 +355,37 @@ def _count(frame: pl.LazyFrame, name: str) -> int:
     return int(collect(frame.select(pl.len()), f"cannot read {name}").item())
 
 
+#: What a dry run shows for a margin or threshold that depends on a bound chosen from the data.
+AT_RUN_TIME = "chosen at run time"
+
+
+def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> dict[str, str]:
+    """A part's budget for metadata: ``{"epsilon": …}`` or ``{"rho": …}``."""
+    if rho is not None:
+        return {"rho": fraction_text(rho * share)}
+    assert epsilon is not None
+    return {"epsilon": fraction_text(epsilon * share)}
+
+
+def chosen_text(chosen: dict[str, Any] | None) -> str:
+    """The summary line's tail naming the chosen bounds (empty without): ``; chosen: max_partitions 3, …``."""
+    if not chosen:
+        return ""
+    shown = [f"{k} {v}" for k, v in chosen.items() if k in ("max_partitions", "max_contributions")]
+    if "bounds" in chosen:
+        shown.append(f"bounds {chosen['bounds'][0]:.6g}:{chosen['bounds'][1]:.6g}")
+    return "; chosen: " + ", ".join(shown) if shown else ""
+
+
+def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBounds:
+    """The bounds in force from a release's metadata (``auto``) and the ones given."""
+    chosen = chosen or {}
+    bounds = chosen.get("bounds")
+    return ChosenBounds(chosen.get("max_partitions", given.max_partitions),
+                        chosen.get("max_contributions", given.max_contributions),
+                        (float(bounds[0]), float(bounds[1])) if bounds else given.bounds)
+
+
 def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> str:
     """How a part's budget reads: ``ε=…`` or ``ρ=…``."""
     if rho is not None:

@@ -28,7 +28,7 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -80,6 +80,10 @@ class HistogramQuery:
     domain: str = "threshold"  # keys, threshold or unklap
     max_groups: int = 1000
     with_error: bool = False
+    #: The bounds dpcli chooses from the data (``auto``; None: every bound given), and the share of the
+    #: budget of the bias report (``--report-bias``; None: no report).
+    auto: auto_bounds.AutoBounds | None = None
+    bias_share: Fraction | None = None
 
     def validate(self) -> None:
         """Refuse inconsistent queries with one-line usage errors (the first problem, in this order)."""
@@ -87,6 +91,7 @@ class HistogramQuery:
         self._check_columns()
         self._check_aggregations()
         self._check_value()
+        self._check_parts()
         if self.bounds is not None:
             self._check_bounds(*self.bounds)
         for name in ("max_partitions", "max_contributions"):
@@ -127,11 +132,66 @@ class HistogramQuery:
         needs_value = bool(reading)
         if needs_value and self.value is None:
             raise UsageError(f"is needed by {', '.join(reading)}: the numeric column aggregated", field="value")
-        if needs_value and self.bounds is None:
+        if needs_value and self.bounds is None and not (self.auto and self.auto.values):
             raise UsageError(f"is needed by {', '.join(reading)}: LO:HI, the range the values are clamped to "
                              "(e.g. 0:600), chosen without looking at the data", field="bounds")
         if not needs_value and self.value is not None:
             raise UsageError("is only used by sum, mean, variance and quantiles", field="value")
+        if not needs_value and self.auto and self.auto.values:
+            raise UsageError("auto needs a value aggregation (sum, mean, variance or a quantile) and --value",
+                             field="bounds")
+
+    def _check_parts(self) -> None:
+        """The shares of bounds chosen from the data and of the bias report, and what they cannot go with."""
+        if self.auto is not None and self.auto.any:
+            auto_bounds.check_share(self.auto.share, "auto_share")
+            if self.auto.values and self.granularity is not None:
+                raise UsageError("needs --bounds LO:HI: a grid spacing cannot be chosen before its bounds",
+                                 field="granularity")
+            if self.domain == "unklap":
+                raise UsageError("unklap releases with given bounds: give --max-partitions and "
+                                 "--max-contributions", field="selection")
+        if self.bias_share is not None:
+            auto_bounds.check_share(self.bias_share, "bias_share")
+            if self.domain == "unklap":
+                raise UsageError("--report-bias is not offered with unklap", field="selection")
+        if self.auto is not None and self.bias_share is not None and self.auto.share + self.bias_share > Fraction(1, 2):
+            raise UsageError("and --bias-share together must leave the release at least half of the budget",
+                             field="auto_share")
+
+    @property
+    def parts(self) -> auto_bounds.BudgetParts | None:
+        """The budget's parts besides the release (None: the release spends it all)."""
+        choosing = self.auto is not None and self.auto.any
+        if not choosing and self.bias_share is None:
+            return None
+        return auto_bounds.BudgetParts(self.auto.share if choosing and self.auto else Fraction(0),
+                                self.bias_share or Fraction(0))
+
+    def release_query(self, chosen: auto_bounds.ChosenBounds | None = None) -> HistogramQuery:
+        """The release itself: its share of the budget, the bounds in force (``chosen``, or before the
+        choice placeholders that calibrate nothing but its cost), no parts."""
+        parts = self.parts
+        if parts is None:
+            return self
+        share = parts.release
+        q = replace(self, auto=None, bias_share=None,
+                    epsilon=self.epsilon * share if self.epsilon is not None else None,
+                    rho=self.rho * share if self.rho is not None else None)
+        if chosen is not None:
+            return replace(q, max_partitions=chosen.max_partitions or 1, max_contributions=chosen.max_contributions,
+                           bounds=chosen.bounds if self.value is not None else None)
+        if self.auto is not None and self.auto.values:
+            q = replace(q, bounds=(0.0, 1.0))
+        return q
+
+    @property
+    def shape(self) -> auto_bounds.DataShape:
+        return auto_bounds.DataShape(self.unit, self.by, self.value)
+
+    def given(self) -> auto_bounds.ChosenBounds:
+        """The bounds as given (placeholders where auto)."""
+        return auto_bounds.ChosenBounds(self.max_partitions, self.max_contributions, self.bounds)
 
     def _check_bounds(self, lo: float, hi: float) -> None:
         """Finite bounds with LO < HI, a grid that can honour them, and a variance within the float range."""
@@ -191,7 +251,21 @@ class HistogramQuery:
             "noise": self.noise,
             "domain": self.domain,
             "max_groups": self.max_groups if self.domain == "unklap" else None,
+            **self._canonical_parts(),
         }
+
+    def _canonical_parts(self) -> dict[str, Any]:
+        """The auto bounds and the bias report, only when asked for (every other query keeps its seed)."""
+        out: dict[str, Any] = {}
+        if self.auto is not None and self.auto.any:
+            out["auto"] = self.auto.canonical()
+            for name in out["auto"]["chosen"]:
+                out[name] = "auto"
+            if self.auto.values:
+                out["granularity"] = None
+        if self.bias_share is not None:
+            out["report_bias"] = fraction_text(self.bias_share)
+        return out
 
 
 @dataclass(frozen=True)
@@ -214,6 +288,12 @@ class HistogramPlan:
     threshold: int | None = None  # minimum noisy unit count (thresholding)
     unklap_offset: int | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    #: With bounds chosen from the data or a bias report: the budget's parts and the ledger's (mode, limits)
+    #: the release is planned again with, at the chosen bounds (this plan's calibration is then provisional).
+    #: Not compared, so not seed material of their own: the query's canonical form carries the parts, and the
+    #: seed's calibration the ledger's mode (every plan without parts keeps its seed).
+    parts: auto_bounds.BudgetParts | None = field(default=None, compare=False)
+    ledger: tuple[str, dict[str, Fraction]] = field(default=("pure", {}), compare=False)
 
 
 #: The noisy measurements each simple aggregation needs (a quantile needs its own: ``q`` + its fraction).
@@ -282,6 +362,8 @@ def _sensitivity(name: str, q: HistogramQuery) -> int:
 def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
     """Calibrate every measurement and list the privacy events, from the query alone."""
     q.validate()
+    if q.parts is not None:
+        return _plan_parts(q, q.parts, ledger_mode, ledger_limits)
     if ledger_mode == "br":
         return _plan_br(q, ledger_limits)
     if q.domain != "keys" and not 0 < q.delta < 1:
@@ -303,6 +385,23 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         assert units is not None  # the unit counts are always a noisy count
         threshold = mech.selection_threshold(units, q.max_partitions, float(q.delta))
     return HistogramPlan(measurements, events, threshold=threshold, summary=summary)
+
+
+def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: str,
+                ledger_limits: dict[str, Fraction]) -> HistogramPlan:
+    """The release at its share of the budget (at placeholder bounds when some are chosen from the data: its
+    cost does not depend on them), and the events of the other parts, charged with it."""
+    if ledger_mode == "br":
+        raise UsageError("a br ledger releases with given bounds and no bias report (it counts one mechanism per "
+                         "call): leave out auto and --report-bias")
+    if q.epsilon is None and q.rho is None:
+        raise UsageError("is required", field="epsilon")
+    release = plan_histogram(q.release_query(), ledger_mode, ledger_limits)
+    events = [*release.events, *parts.events("histogram", q.epsilon, q.rho)]
+    shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
+             for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
+    return replace(release, events=events, summary={**release.summary, "parts": shown}, parts=parts,
+                   ledger=(ledger_mode, dict(ledger_limits)))
 
 
 def _plan_unklap(q: HistogramQuery, names: list[str], summary: dict[str, Any]) -> HistogramPlan:
@@ -461,8 +560,7 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
     """
     grid = q.grid
     spec = q.bounding_spec()
-    salt_words = stream.child("bounding-salt").uint64(2)
-    salt = int(salt_words[0]) | (int(salt_words[1]) << 64)
+    salt = bounding_salt(stream)
     bins: list[pl.DataFrame] = []
 
     def quantile_bins(part: pl.LazyFrame, partial: pl.DataFrame) -> None:
@@ -530,6 +628,12 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
     if margins:
         meta["margins"] = margins
     return HistogramRelease(out, out.height, meta)
+
+
+def bounding_salt(stream: KeyedStream) -> int:
+    """The 128-bit secret salt of a histogram's keyed order (the release's and its bounds' choice)."""
+    words = stream.child("bounding-salt").uint64(2)
+    return int(words[0]) | (int(words[1]) << 64)
 
 
 def _true_values(totals: pl.DataFrame, name: str, grid: bounding.ValueGrid | None) -> pl.Series:
@@ -761,6 +865,60 @@ def _ratio_margin(agg: str, released: _Released, grid: bounding.ValueGrid, value
     return intervals.cover_margin(values, lo, hi)
 
 
+def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
+             stream: KeyedStream) -> tuple[HistogramQuery, HistogramPlan, auto_bounds.ChosenBounds]:
+    """The release as it runs: the bounds chosen from the data (if any), the release query at them, and its
+    plan, which costs what the plan made before any data was read said it would."""
+    in_force = q.given()
+    if q.auto is not None and q.auto.any:
+        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, q.auto.choices)
+        in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, stream.child("auto"),
+                                      bounding_salt(stream), frames.name)
+    release_q = q.release_query(in_force)
+    release_plan = plan_histogram(release_q, *plan.ledger)
+    assert list(release_plan.events) == list(plan.events)[: len(release_plan.events)], "a chosen bound changed the cost"
+    return release_q, release_plan, in_force
+
+
+def _parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.ChosenBounds,
+                    stream: KeyedStream) -> dict[str, Any]:
+    """The released bounds chosen from the data and the bias report (both noisy, both public)."""
+    out: dict[str, Any] = {}
+    if q.auto is not None and q.auto.any:
+        out["auto"] = {**in_force.to_json(), **auto_bounds.budget_json(q.epsilon, q.rho, q.auto.share)}
+    if q.bias_share is not None:
+        parts = auto_bounds.bias_parts(q.shape, in_force)
+        noise = auto_bounds.bias_noise(q.epsilon, q.rho, q.bias_share, len(parts))
+        report = auto_bounds.report_bias(frames.data, q.shape, in_force, noise, stream.child("bias"),
+                                         bounding_salt(stream), frames.name)
+        out["bias"] = {**report.to_json(), **auto_bounds.budget_json(q.epsilon, q.rho, q.bias_share)}
+    return out
+
+
+def _check_target_bounds(request: auto_bounds.AutoBounds | None, limits: Mapping[str, Any], option: str) -> None:
+    """A target cannot be met by a margin that depends on a bound chosen from the data: every margin under an
+    auto partition or row bound, a sum's under auto value limits (counts' margins do not depend on them)."""
+    if request is None or not request.any:
+        return
+    if request.partitions or request.contributions:
+        raise UsageError("cannot be met with --max-partitions auto or --max-contributions auto (every margin "
+                         "depends on them): give those bounds", field=option)
+    if request.values and "sum" in limits:
+        raise UsageError("cannot be met for a sum with --bounds auto (its margin depends on the bounds): target the "
+                         "counts only, or give --bounds", field=option)
+
+
+def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any]) -> None:
+    """A dry run's margins that depend on a bound chosen at run time: the partition and row bounds scale every
+    noise and the threshold; the value limits scale the sums."""
+    every = request.partitions or request.contributions
+    for name, m in described["calibration"].items():
+        if m.get("mechanism") != "exponential" and (every or name in ("sum", "csum", "csumsq")):
+            m.update({k: auto_bounds.AT_RUN_TIME for k in ("scale", "moe95") if k in m})
+    if request.partitions and described.get("threshold") is not None:
+        described["threshold"] = auto_bounds.AT_RUN_TIME
+
+
 @dataclass(frozen=True)
 class HistogramTask:
     """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
@@ -808,6 +966,10 @@ class HistogramTask:
         """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
         if self.query.domain != "keys" or self.query.noise != "laplace":
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
+        if self.query.parts is not None:
+            raise UsageError("a schedule's runs keep the bounds they were given and spend each run's ε on the release: "
+                             "choose the bounds with one run without --schedule, then give them (and leave out "
+                             "--report-bias)")
         self.query.validate()
 
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
@@ -823,7 +985,8 @@ class HistogramTask:
 
             if self.query.epsilon is not None or self.query.rho is not None:
                 raise UsageError("chooses the budget: leave out ε and ρ", field=self.target.field)
-            column_limits(self.query, self.target)
+            limits = column_limits(self.query, self.target)
+            _check_target_bounds(self.query.auto, limits, self.target.field)
 
     def needs(self) -> Needs:
         q = self.query
@@ -839,6 +1002,8 @@ class HistogramTask:
         described = describe_plan(self.query, plan)
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()
+        if self.query.auto is not None and self.query.auto.any:
+            _unknown_margins(self.query.auto, described)
         return described
 
     def seed_query(self) -> dict[str, Any]:
@@ -846,8 +1011,14 @@ class HistogramTask:
 
     def run(self, frames: Frames, plan: HistogramPlan, seed: bytes, engine: Engine | None) -> Result:
         q = self.query
+        stream = KeyedStream(seed, "histogram")
+        release_q, release_plan, in_force = q, plan, None
+        if plan.parts is not None:
+            if engine is not None:
+                raise UsageError("auto bounds and --report-bias are computed by the polars engine only", field="engine")
+            release_q, release_plan, in_force = _resolve(q, plan, frames, stream)
         keys = frames.lists.get("keys")
-        released = run_histogram(frames.data, q, plan, KeyedStream(seed, "histogram"),
+        released = run_histogram(frames.data, release_q, release_plan, stream,
                                  keys if isinstance(keys, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
                                  engine=engine.totals if engine else None,
                                  quantile_engine=engine.quantile_counts if engine else None)
@@ -855,25 +1026,30 @@ class HistogramTask:
             "command": "histogram",
             "groups": released.groups_released,
             "aggregations": list(q.aggregations),
-            "max_partitions": q.max_partitions,
-            "max_contributions": q.max_contributions,
+            "max_partitions": release_q.max_partitions,
+            "max_contributions": release_q.max_contributions,
             "split": plan.summary.get("split"),
-            "threshold": plan.threshold,
+            "threshold": release_plan.threshold,
             **released.metadata,
         }
         if q.epsilon is not None:
             metadata["epsilon"] = fraction_text(q.epsilon)
         if self.chosen is not None:
             metadata["target"] = self.chosen.to_json()
+        if in_force is not None:
+            metadata.update(_parts_metadata(q, frames, in_force, stream))
         return Result(released.table, metadata)
 
     def summary(self, name: str, result: Result) -> str:
         line = f"histogram of {name}: {result.metadata['groups']} group(s) released"
         if result.metadata.get("threshold") is not None:
             line += f" (threshold {result.metadata['threshold']} noisy units)"
-        return line
+        return line + auto_bounds.chosen_text(result.metadata.get("auto"))
 
     def notes(self, plan: HistogramPlan, result: Result) -> list[Note]:
         from dpcli import advice
 
-        return advice.histogram_notes(self.query, plan, result.table, self.defaulted, self.unit_label)
+        q = self.query
+        if plan.parts is not None:  # the notes read the release as it ran: at the bounds in force
+            q = q.release_query(auto_bounds.chosen_of(result.metadata.get("auto"), q.given()))
+        return advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label)

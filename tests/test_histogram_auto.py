@@ -1,0 +1,148 @@
+"""``histogram`` with bounds chosen from the data (``auto``) and the bias report (``--report-bias``):
+dpcli.tasks.auto_bounds wired into the one release path (docs/choosing-parameters.md)."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import polars as pl
+import pytest
+from dptest import PV, cli, init_ledger
+from dptest import history as entries
+
+UNITS = 3000
+
+
+@pytest.fixture
+def shaped(tmp_path):
+    """3,000 units: 95% in 2 groups with 3 rows each, 5% in 5 groups with 40 rows each; values uniform in
+    [10, 20]. Every quantile the choice looks for sits far from a candidate boundary (see the test)."""
+    rng = np.random.default_rng(7)
+    heavy = rng.random(UNITS) < 0.05
+    unit, group, value = [], [], []
+    for u in range(UNITS):
+        groups, rows = (5, 40) if heavy[u] else (2, 3)
+        for g in rng.choice(10, groups, replace=False):
+            unit += [u] * rows
+            group += [int(g)] * rows
+            value += list(rng.uniform(10, 20, rows))
+    path = tmp_path / "shaped.parquet"
+    pl.DataFrame({"u": unit, "g": group, "v": value}).write_parquet(path)
+    return str(path)
+
+
+def _auto(path: str, *extra: str) -> list[str]:
+    return ["histogram", path, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
+            "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--delta", "1e-6", *extra]
+
+
+def test_auto_chooses_each_bound_at_its_quantile_and_charges_the_parts_together(shaped):
+    # ε = 8, share 1/10, 4 quantiles: ε = 0.2 each; AboveThreshold's noise is then 10 ranks (threshold) and 20
+    # (queries) in units, while each quantile is ≥ 150 units (5% of 3,000) from the next candidate's count:
+    # 7.5 query scales, P(a wrong candidate) < 60 candidates · e^-5 ≈ 0.4% per choice, once, with this seed.
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    r = cli(*_auto(shaped, "--epsilon", "8", "--json"))
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(r.stdout)["summary"]
+    # 90% of units touch ≤ 2 groups, and 90% of (unit, group) pairs hold ≤ 3 rows: both ≥ 150 units from the
+    # next candidate's count. Values in [10, 20]: the first candidate down with 99% above it is 8, the first
+    # up with 99% below it 2^4.5 ≈ 22.6, but there the surplus is only 1% of the units (30, 1.5 query scales):
+    # the walk may pass it, each further candidate again with P ≤ 0.15, so within 3 candidates but for ~3e-3.
+    chosen = summary["auto"]
+    assert (chosen["max_partitions"], chosen["max_contributions"], chosen["epsilon"]) == (2, 3, "0.8")
+    lo, hi = chosen["bounds"]
+    assert 2 ** 1.5 <= lo <= 8 and 2 ** 4.5 <= hi <= 2 ** 6
+    assert summary["max_partitions"] == 2 and summary["max_contributions"] == 3
+    costs = {e["mechanism"]: e for e in summary["cost"]}
+    assert costs["histogram/auto-bounds"] == {"kind": "pure", "mechanism": "histogram/auto-bounds", "epsilon": "0.8"}
+    assert costs["histogram/laplace+threshold"]["epsilon"] == "7.2"
+    [entry] = entries()
+    assert sum(Fraction(e["epsilon"]) for e in entry["events"]) == 8  # both parts in one entry, one debit
+    # the same command on the same data: the same seed, the same choice, free
+    again = cli(*_auto(shaped, "--epsilon", "8", "--json"))
+    assert json.loads(again.stdout)["summary"]["charged"] is False
+    assert json.loads(again.stdout)["result"] == json.loads(r.stdout)["result"]
+    assert entries()[1]["replay_of"] == 1 and entries()[1]["events"] == []
+
+
+def test_the_seed_binds_the_parts(shaped):
+    """A different share of the budget choosing bounds, or a bias report, is a different release: never the
+    free replay of another one (the plan's parts are bound through the query's canonical form)."""
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    ids = set()
+    for extra in ([], ["--auto-share", "0.2"], ["--report-bias"]):
+        r = cli(*_auto(shaped, "--epsilon", "1", "--json", *extra))
+        assert r.exit_code == 0, r.stderr
+        done = json.loads(r.stdout)["summary"]
+        assert done["charged"] is True
+        ids.add(done["seed_id"])
+    assert len(ids) == 3 and all(e["events"] for e in entries())
+    share = [e for e in entries()[1]["events"] if e["mechanism"] == "histogram/auto-bounds"]
+    assert share[0]["epsilon"] == "0.2"
+
+
+def test_report_bias_counts_units_not_rows(shaped):
+    # Fixed bounds 1 group, 1 row, 0:15: every unit is over the partition and the row bound, and about 1 − 0.5^k
+    # of them hold a value above 15 (all of them do: ≥ 6 values each). Noise: discrete Laplace of scale
+    # 3/(8·0.05) = 7.5 per count, so ±75 (10 scales) holds but for e^-10.
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    r = cli("histogram", shaped, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
+            "--bounds", "0:15", "--delta", "1e-6", "--epsilon", "8", "--report-bias", "--json")
+    assert r.exit_code == 0, r.stderr
+    bias = json.loads(r.stdout)["summary"]["bias"]
+    for name in ("units_over_max_partitions", "units_over_max_contributions", "units_with_clamped_values"):
+        assert abs(bias[name] - UNITS) <= 75, (name, bias[name])  # units (3,000), never rows (~25,000)
+    assert bias["epsilon"] == "0.4" and bias["noise"] == {"noise": "discrete_laplace", "scale": "7.5"}
+    assert "bias" not in json.loads(cli(*_auto(shaped, "--epsilon", "1", "--json")).stdout)["summary"]
+
+
+def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,sum",
+            "--value", "duration_s", "--epsilon", "1", "--delta", "1e-6", "--dry-run", "--json"]
+    doc = json.loads(cli(*base, "--bounds", "auto").stdout)
+    assert doc["calibration"]["rows"]["moe95"] == 10  # a count's margin does not depend on the value bounds
+    assert doc["calibration"]["sum"]["moe95"] == "chosen at run time"
+    assert doc["parts"] == {"bounds": "ε=0.1", "release": "ε=0.9"}
+    doc = json.loads(cli(*base, "--bounds", "auto", "--max-contributions", "auto").stdout)
+    assert doc["calibration"]["rows"]["moe95"] == "chosen at run time"
+    text = cli(*base[:-1], "--bounds", "auto", "--max-partitions", "auto", "--report-bias").stdout
+    assert "threshold: chosen at run time" in text and "parts: bounds ε=0.1, bias ε=0.05, release ε=0.85" in text
+    assert entries() == []
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--auto-share", "0.2"], "--auto-share"),
+    (["--bias-share", "0.2"], "--report-bias"),
+    (["--max-contributions", "auto", "--auto-share", "0.6"], "0.5]"),
+    (["--max-contributions", "auto", "--target-moe", "count=50"], "--max-contributions auto"),
+    (["--agg", "count,sum", "--value", "duration_s", "--bounds", "auto", "--target-moe", "100"], "sum"),
+    (["--agg", "sum", "--value", "duration_s", "--bounds", "auto", "--granularity", "0.5"], "grid spacing"),
+    (["--bounds", "auto"], "value aggregation"),
+    (["--max-partitions", "0"], "between 1 and"),
+    (["--max-partitions", "two"], "whole number or auto"),
+    (["--max-partitions", "auto", "--selection", "unklap", "--max-groups", "5"], "unklap"),
+    (["--max-contributions", "auto", "--engine", "spark"], "polars engine only"),
+])
+def test_refused_with_one_usage_line_and_no_debit(extra, message):
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-6", *extra)
+    assert r.exit_code == 2, r.stderr
+    assert message in r.stderr and r.stderr.count("\n") == 1 and r.stdout == ""
+    assert entries() == []
+
+
+def test_a_br_ledger_and_a_schedule_refuse_auto():
+    init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
+                "--delta-prime", "1e-9")
+    r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "auto",
+            "--selection", "unklap")
+    assert r.exit_code == 2 and ("br ledger" in r.stderr or "unklap" in r.stderr)
+    init_ledger("pure", "--epsilon", "10", analyst="sched")
+    r = cli("--analyst", "sched", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys",
+            str(PV).replace("page_views.parquet", "pages_public.csv"), "--max-contributions", "auto",
+            "--schedule", "daily", "--total-epsilon", "5")
+    assert r.exit_code == 2 and "schedule" in r.stderr, r.stderr
+    assert entries("sched") == []
