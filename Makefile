@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -140,6 +140,12 @@ $(SNSQL):
 
 bench-sql: $(STAMP) $(SNSQL)
 	$(BIN)/python bench/bench_sql.py --peer $(SNSQL)
+
+# Issue 33: histogram with every bound `auto` against the best fixed bounds found with the true data
+# (a non-private oracle), three data shapes, ε = 1 and 0.25, 8 repetitions (section 16 of
+# bench/results.md, a few minutes); DISCOVER=1 finds the groups from the data instead of --keys.
+bench-auto: $(STAMP)
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_auto.py $(if $(DISCOVER),--discover)
 
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
