@@ -198,6 +198,62 @@ def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stre
     return int(reached[0]) if reached.size else size - 1
 
 
+def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, stream: KeyedStream) -> int:
+    """The first candidate with at most ``allowed`` entries above it (noisily): AboveThreshold over the queries
+    ``allowed − above[i]`` in candidate order, or the last index if none reaches 0.
+
+    ``above[i]`` (non-increasing, one per candidate) counts the entries beyond candidate i; a unit holds at most
+    ``sensitivity`` entries, so it moves each query by at most that (``allowed`` is public). With ε₁ = ε₂ = ε/2
+    the threshold's noise is discrete Laplace of scale 2Δ/ε and each query's 4Δ/ε: ε-DP (Dwork and Roth 2014,
+    §3.6). Every query's noise is drawn; only the index is released.
+    """
+    counts = np.asarray(above, dtype=np.int64)
+    threshold = int(mech.laplace(2 * sensitivity, epsilon).sample(stream.child("threshold"), 1)[0])
+    noisy = (allowed - counts) + mech.laplace(4 * sensitivity, epsilon).sample(stream.child("queries"), counts.size)
+    reached = np.flatnonzero(noisy >= threshold)
+    return int(reached[0]) if reached.size else counts.size - 1
+
+
+@dataclass(frozen=True)
+class ErrorModel:
+    """The release's error per unit of each bound, from public quantities: the bias–variance rule.
+
+    A bound trades bias (what it cuts) for noise (what it lets one unit move). For a release of ``groups`` noisy
+    groups whose measurements each have expected |noise| ``noise`` per unit of sensitivity, raising a bound by
+    one step adds about groups·noise·(the other bounds) of noise over the groups, and lowers the total cut by
+    the entries beyond it; the total error is least where the two match (Amin, Kulesza, Muñoz Medina and
+    Vassilvitskii, "Bounding user contributions: a bias-variance trade-off in differential privacy", ICML
+    2019). Counted in units, each holding up to the other bounds' worth of entries, the other bounds cancel:
+    each bound is the first candidate with at most groups·noise units beyond it (in their one entry each:
+    sensitivity 1, so even a small ε walks into the data from its empty side safely).
+    """
+
+    groups: int
+    noise: float
+
+    def allowed(self) -> int:
+        """Units a bound may leave beyond it: groups · noise (at least 1)."""
+        return max(1, math.floor(self.groups * self.noise))
+
+
+def expected_abs(noise: mech.Noise) -> float:
+    """E|Z| of a noise (the discrete Laplace's ≈ its scale; the discrete Gaussian's ≈ σ·√(2/π))."""
+    if noise.kind == "laplace":
+        return float(noise.param)
+    return math.sqrt(float(noise.param)) * math.sqrt(2 / math.pi)
+
+
+def noisy_groups(frame: pl.LazyFrame, shape: DataShape, at_least: int, epsilon: Fraction, stream: KeyedStream,
+                 salt: int, name: str = "the input") -> int:
+    """A noisy count (at least 1) of the groups with at least ``at_least`` units, each unit counted in one of its
+    groups (its first in the keyed order): one unit moves the count by at most 1 (discrete Laplace 1/ε)."""
+    lf = _units(frame, shape)
+    pairs = _one_per_unit(lf.select(shape.unit, *shape.by).unique(), shape, [], salt)
+    big = pairs.group_by(list(shape.by)).len().filter(pl.col("len") >= at_least)
+    true = _count(big, name)
+    return max(1, true + int(mech.laplace(1, epsilon).sample(stream.child("groups"), 1)[0]))
+
+
 def _bins(column: pl.Expr, candidates: tuple[float, ...] | tuple[int, ...], side: str) -> pl.Expr:
     """The bin of each entry: the number of candidates below it (``left``: c < x; ``right``: c ≤ x)."""
     return pl.lit(pl.Series(candidates, dtype=pl.Float64)).search_sorted(column.cast(pl.Float64), side=side)  # type: ignore[arg-type]
@@ -254,29 +310,60 @@ def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, sal
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
-                  epsilon: Fraction, stream: KeyedStream, salt: int, name: str = "the input") -> ChosenBounds:
-    """The bounds ``request`` leaves to dpcli, chosen in order (groups, rows, values), each quantile at pure
-    ``epsilon`` (the caller splits the share by :attr:`AutoBounds.choices`); the others as ``given``.
-    ``salt`` is the release's bounding salt (the keyed order the release bounds with)."""
+                  epsilon: Fraction, stream: KeyedStream, salt: int, name: str = "the input",
+                  model: ErrorModel | None = None) -> ChosenBounds:
+    """The bounds ``request`` leaves to dpcli, chosen in order (groups, rows, values), each at pure ``epsilon``
+    (a value limit at ``epsilon`` each: the caller splits the share by :attr:`AutoBounds.choices`); the others as
+    ``given``. ``salt`` is the release's bounding salt (the keyed order the release bounds with).
+
+    Each choice reads one entry per unit (sensitivity 1): the unit's number of groups, its row count in its first
+    kept group, one of its kept values. Without ``model``, each bound is a quantile of them
+    (:data:`PARTITIONS_LEVEL`, …); with it, the bias–variance choice of :class:`ErrorModel`."""
     lf = _units(frame, shape)
     k, c = given.max_partitions, given.max_contributions
     if request.partitions:
         per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
         binned = per_unit.select(_bins(pl.col("__d"), COUNT_CANDIDATES, "left").alias("__bin"))
-        k = COUNT_CANDIDATES[first_reaching(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), PARTITIONS_LEVEL,
-                                            epsilon, stream.child("partitions"))]
+        k = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), PARTITIONS_LEVEL,
+                                           model, epsilon, stream.child("partitions"))]
     if request.contributions:
         one = _one_per_unit(_pairs(lf, shape, k, salt), shape, [], salt)
         binned = one.select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left").alias("__bin"))
-        c = COUNT_CANDIDATES[first_reaching(_cumulative(binned, "__bin", COUNT_CANDIDATES, name),
-                                            CONTRIBUTIONS_LEVEL, epsilon, stream.child("contributions"))]
+        c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
+                                           model, epsilon, stream.child("contributions"))]
     chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
                                                                     ("max_contributions", request.contributions),
                                                                     ("bounds", request.values)) if on))
     if not request.values:
         return chosen
     entries = _value_entries(lf, shape, chosen, salt)
-    return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
+    if model is None:
+        return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
+    return replace(chosen, bounds=_values_within(entries, model.allowed(), epsilon, stream, name))
+
+
+def _choose_count(at_most: np.ndarray, level: Fraction, model: ErrorModel | None, epsilon: Fraction,
+                  stream: KeyedStream) -> int:
+    """A count bound's candidate: the quantile ``level`` of the entries, or with ``model`` the first candidate
+    with at most ``model.allowed()`` entries above it."""
+    if model is None:
+        return first_reaching(at_most, level, epsilon, stream)
+    return first_within(at_most[-1] - at_most[:-1], model.allowed(), 1, epsilon, stream)
+
+
+def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream,
+                   name: str) -> tuple[float, float]:
+    """The bias–variance limits over one entry per unit: HI the first candidate up with at most ``allowed``
+    entries above it, LO the first candidate down with at most ``allowed`` below it (LO < HI, else the next
+    candidate up)."""
+    size = len(VALUE_CANDIDATES)
+    at_most = _cumulative(entries, "__below", VALUE_CANDIDATES, name)  # at_most[i]: rows x ≤ candidate i
+    hi = first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream.child("high"))
+    below = _cumulative(entries, "__above", VALUE_CANDIDATES, name)[:-1]  # below[i]: rows x < candidate i
+    lo = size - 1 - first_within(below[::-1], allowed, 1, epsilon, stream.child("low"))
+    if hi <= lo:
+        lo, hi = (lo, lo + 1) if lo < size - 1 else (size - 2, size - 1)
+    return VALUE_CANDIDATES[lo], VALUE_CANDIDATES[hi]
 
 
 def _choose_values(entries: pl.LazyFrame, epsilon: Fraction, stream: KeyedStream, name: str) -> tuple[float, float]:

@@ -871,13 +871,34 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
     plan, which costs what the plan made before any data was read said it would."""
     in_force = q.given()
     if q.auto is not None and q.auto.any:
-        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, q.auto.choices)
-        in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, stream.child("auto"),
-                                      bounding_salt(stream), frames.name)
+        keys = frames.lists.get("keys")
+        listed = keys.height if isinstance(keys, pl.DataFrame) else None
+        # one more part without a public list: the number of groups the release's noise is paid in
+        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, q.auto.choices + (listed is None))
+        salt, at = bounding_salt(stream), stream.child("auto")
+        model = _error_model(q, plan, frames, listed, each, at, salt)
+        in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,
+                                             model)
     release_q = q.release_query(in_force)
     release_plan = plan_histogram(release_q, *plan.ledger)
     assert list(release_plan.events) == list(plan.events)[: len(release_plan.events)], "a chosen bound changed the cost"
     return release_q, release_plan, in_force
+
+
+def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed: int | None, epsilon: Fraction,
+                 stream: KeyedStream, salt: int) -> auto_bounds.ErrorModel:
+    """The release's noise per unit of sensitivity (its plan at one group and one row per unit: every
+    measurement gets the same share) and the groups it is paid in: the public list's length, or a noisy count
+    of the groups with at least the threshold's units (at pure ``epsilon``)."""
+    unit = plan_histogram(replace(q.release_query(), max_partitions=1, max_contributions=1), *plan.ledger)
+    first = next(m for m in unit.measurements.values() if m.noise is not None)
+    assert first.noise is not None
+    noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
+    groups = listed
+    if groups is None:
+        groups = auto_bounds.noisy_groups(frames.data, q.shape, unit.threshold or 1, epsilon, stream, salt,
+                                          frames.name)
+    return auto_bounds.ErrorModel(groups, noise)
 
 
 def _parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.ChosenBounds,
