@@ -252,7 +252,9 @@ def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, sal
     if bounds.max_partitions is not None and shape.by:
         kept = _pairs(lf, shape, bounds.max_partitions, salt).select(keys)
         rows = rows.join(kept, on=keys, how="semi", nulls_equal=True)
-    return _one_per_unit(rows.select(*keys, "__above", "__below"), shape, ["__above"], salt)
+    # Rows of a group with equal bins are one entry (the keyed order ranks by max: tied entries would all be
+    # dropped, and a unit whose first entries repeat a value would give none).
+    return _one_per_unit(rows.select(*keys, "__above", "__below").unique(), shape, ["__above", "__below"], salt)
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
