@@ -325,8 +325,9 @@ def test_pure_epsilon_under_epsilon_is_exact():
     assert ab.pure_epsilon(Fraction(3, 7), None, Fraction(1, 3), 1) == Fraction(1, 7)
 
 
-@pytest.mark.parametrize(("rho", "share", "parts"), [(Fraction(1, 2), Fraction(1, 10), 4), (Fraction(1), Fraction(1, 2), 1),
-                                                     (Fraction(1, 1000), Fraction(1, 10), 3), (Fraction(50), Fraction(1, 5), 2)])
+@pytest.mark.parametrize(("rho", "share", "parts"), [
+    (Fraction(1, 2), Fraction(1, 10), 4), (Fraction(1), Fraction(1, 2), 1),
+    (Fraction(1, 1000), Fraction(1, 10), 3), (Fraction(50), Fraction(1, 5), 2)])
 def test_pure_epsilon_under_rho_spends_at_most_the_part(rho, share, parts):
     """Each choice is ε-DP, hence ε²/2-zCDP (Bun and Steinke 2016, Prop. 1.4): ε is the largest on the 10⁻⁹
     grid with ε²/2 ≤ ρ·share/parts, so the parts together spend at most ρ·share and miss it by < 10⁻⁸·ε."""
