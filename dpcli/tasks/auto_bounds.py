@@ -1,20 +1,20 @@
 """Bounds chosen privately from the data: ``auto`` for ``--max-partitions``, ``--max-contributions`` and
 ``--bounds``, and the opt-in bias report (``--report-bias``).
 
-A bound is a noisy quantile over a public grid of candidates, chosen by the exponential mechanism
-(Smith 2011; the "DP quantiles of contributions" that Amin et al., ICML 2019, show trade bias against
-noise), sampled exactly by :func:`dpcli.core.mechanisms.exponential_mechanism_rows`. The choices are
-made in an order where each runs on data already bounded by the ones before it:
+A bound is a noisy quantile over a public grid of candidates (the "DP quantiles of contributions" that
+Amin et al., ICML 2019, show trade bias against noise), chosen by AboveThreshold over the candidates in
+order (:func:`first_reaching`) with exact discrete Laplace noise. The choices are made in an order where
+each runs on data already bounded by the ones before it:
 
 1. **groups per unit** (``--max-partitions``): each unit's number of distinct groups; one entry per unit,
    so one unit moves the utility by at most one entry (sensitivity 1 in ranks);
 2. **rows per unit and group** (``--max-contributions``): on the groups the partition bound keeps, each
    unit's row count in one of its groups (the first in the keyed order): one entry per unit (sensitivity 1);
 3. **value limits** (``--bounds``): the low and high quantiles of the values of the rows kept by both
-   bounds; a unit holds at most K·C of them (sensitivity K·C, or C without a partition bound).
+   bounds, one value per unit (the first in the keyed order; sensitivity 1).
 
-The utility of candidate c at level p = a/b is −|b·#{entries below c} − a·n| (integers); one entry more or
-less moves it by at most b per entry, and the rate is ε/(2·sensitivity·b): ε-DP per choice. The choice
+The query of candidate c at level p = a/b is b·#{entries at most c} − a·n (integers); one entry more or
+less moves it by at most b, and AboveThreshold's noise is calibrated to that: ε-DP per choice. The choice
 spends a share of the query's budget (:data:`AUTO_SHARE`, ``--auto-share``), split equally among the
 quantiles chosen; the release spends the rest. Both parts are events of one charge.
 
@@ -135,13 +135,15 @@ class BudgetParts:
 
 def pure_epsilon(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> Fraction:
     """The pure ε of each of ``parts`` equal mechanisms that together spend ``share`` of the budget: ε·share/parts,
-    or under ρ the ε whose bounded-range exponential mechanism (ε²/8-zCDP) spends ρ·share/parts."""
+    or under ρ the ε whose ε-DP choice spends ρ·share/parts as ε²/2-zCDP (Bun and Steinke 2016, Prop. 1.4).
+    A choice is AboveThreshold, not the exponential mechanism: it is ε-DP but not known to be ε-bounded-range,
+    so the tighter ε²/8 of bounded-range mechanisms does not apply to it."""
     if rho is None:
         assert epsilon is not None
         return epsilon * share / parts
     each = rho * share / parts
-    eps = Fraction(math.sqrt(float(8 * each))).limit_denominator(10**9)
-    while eps * eps / 8 > each:
+    eps = Fraction(math.sqrt(float(2 * each))).limit_denominator(10**9)
+    while eps * eps / 2 > each:
         eps -= Fraction(1, 10**9)
     return max(eps, Fraction(0))
 
@@ -306,7 +308,9 @@ def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, sal
     if bounds.max_partitions is not None and shape.by:
         kept = _pairs(lf, shape, bounds.max_partitions, salt).select(keys)
         rows = rows.join(kept, on=keys, how="semi", nulls_equal=True)
-    return _one_per_unit(rows.select(*keys, "__above", "__below"), shape, ["__above"], salt)
+    # Rows of a group with equal bins are one entry (the keyed order ranks by max: tied entries would all be
+    # dropped, and a unit whose first entries repeat a value would give none).
+    return _one_per_unit(rows.select(*keys, "__above", "__below").unique(), shape, ["__above", "__below"], salt)
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
