@@ -920,13 +920,23 @@ def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any])
 
 
 @dataclass(frozen=True)
+class KeptBounds:
+    """The ``auto`` bounds a schedule's first run chose, as its later runs give them (``chosen``: released
+    values, as in the first run's ``"auto"``), and those not chosen yet (``pending``: a dry run's later runs)."""
+
+    chosen: dict[str, Any]
+    pending: auto_bounds.AutoBounds
+
+
+@dataclass(frozen=True)
 class HistogramTask:
     """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
 
     ``noise_given``: whether the query's noise was chosen (else a zcdp ledger gets Gaussian noise:
     :meth:`for_ledger`); ``defaulted``: the caps left at their defaults, and ``unit_label`` how notes
     name the privacy unit (both for :meth:`notes`). ``target``: a margin target (``--target-moe``) that
-    :meth:`for_ledger` turns into the query's ε or ρ (``chosen``: what it chose).
+    :meth:`for_ledger` turns into the query's ε or ρ (``chosen``: what it chose). ``kept``: a schedule's later
+    run, at the ``auto`` bounds its first run chose (:meth:`keeping`).
     """
 
     query: HistogramQuery
@@ -936,6 +946,7 @@ class HistogramTask:
     command: str = "histogram"
     target: MarginTarget | None = None
     chosen: Choice | None = None
+    kept: KeptBounds | None = None
 
     def for_ledger(self, mode: str) -> HistogramTask:
         """The task for a ledger's mode: Gaussian noise on a zcdp ledger unless chosen, and a target's
@@ -962,14 +973,30 @@ class HistogramTask:
         """The same query at a schedule run's ε."""
         return replace(self, query=replace(self.query, epsilon=epsilon))
 
+    def keeping(self, chosen: Mapping[str, Any]) -> HistogramTask:
+        """A later run of a schedule whose first run chose its ``auto`` bounds: ``chosen`` (the schedule's state
+        keeps them) given as bounds, no part choosing them (the run's whole ε goes to the release), and the
+        release's metadata saying they were kept. In a dry run, bounds not chosen yet are missing from
+        ``chosen``: the margins that depend on them are "chosen at run time". A query without ``auto``: itself."""
+        q = self.query
+        if q.auto is None or not q.auto.any:
+            return self
+        pending = auto_bounds.AutoBounds(q.auto.partitions and "max_partitions" not in chosen,
+                                         q.auto.contributions and "max_contributions" not in chosen,
+                                         q.auto.values and "bounds" not in chosen)
+        in_force = auto_bounds.chosen_of(dict(chosen), q.given())
+        kept = replace(q, auto=None, max_partitions=in_force.max_partitions or 1,
+                       max_contributions=in_force.max_contributions,
+                       bounds=in_force.bounds or ((0.0, 1.0) if q.auto.values else q.bounds))
+        return replace(self, query=kept, kept=KeptBounds(dict(chosen), pending))
+
     def check_schedulable(self) -> None:
-        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
+        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run). ``auto``
+        bounds are chosen by the schedule's first run and kept (:meth:`keeping`); no bias report."""
         if self.query.domain != "keys" or self.query.noise != "laplace":
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
-        if self.query.parts is not None:
-            raise UsageError("a schedule's runs keep the bounds they were given and spend each run's ε on the release: "
-                             "choose the bounds with one run without --schedule, then give them (and leave out "
-                             "--report-bias)")
+        if self.query.bias_share is not None:
+            raise UsageError("--report-bias is not offered with --schedule: run it once without --schedule")
         self.query.validate()
 
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
@@ -1004,6 +1031,8 @@ class HistogramTask:
             described["target"] = self.chosen.to_json()
         if self.query.auto is not None and self.query.auto.any:
             _unknown_margins(self.query.auto, described)
+        if self.kept is not None and self.kept.pending.any:
+            _unknown_margins(self.kept.pending, described)
         return described
 
     def seed_query(self) -> dict[str, Any]:
@@ -1038,6 +1067,8 @@ class HistogramTask:
             metadata["target"] = self.chosen.to_json()
         if in_force is not None:
             metadata.update(_parts_metadata(q, frames, in_force, stream))
+        if self.kept is not None:
+            metadata["auto"] = {**self.kept.chosen, "kept": True}
         return Result(released.table, metadata)
 
     def summary(self, name: str, result: Result) -> str:
