@@ -149,7 +149,8 @@ def test_refused_with_one_usage_line_and_no_debit(extra, message):
     assert entries() == []
 
 
-def test_a_br_ledger_and_a_schedule_refuse_auto():
+def test_a_br_ledger_refuses_auto_and_a_schedule_refuses_the_bias_report():
+    """A schedule keeps the bounds its first run chose (tests/test_schedule_auto.py) but offers no bias report."""
     init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
                 "--delta-prime", "1e-9")
     r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "auto",
@@ -158,6 +159,6 @@ def test_a_br_ledger_and_a_schedule_refuse_auto():
     init_ledger("pure", "--epsilon", "10", analyst="sched")
     r = cli("--analyst", "sched", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys",
             str(PV).replace("page_views.parquet", "pages_public.csv"), "--max-contributions", "auto",
-            "--schedule", "daily", "--total-epsilon", "5")
-    assert r.exit_code == 2 and "schedule" in r.stderr, r.stderr
+            "--report-bias", "--schedule", "daily", "--total-epsilon", "5")
+    assert r.exit_code == 2 and "--report-bias is not offered with --schedule" in r.stderr, r.stderr
     assert entries("sched") == []
