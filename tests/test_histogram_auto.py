@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PV, cli, init_ledger
+from dptest import PAGES, PV, cli, init_ledger
 from dptest import history as entries
 
 UNITS = 3000
@@ -162,3 +162,15 @@ def test_a_br_ledger_refuses_auto_and_a_schedule_refuses_the_bias_report():
             "--report-bias", "--schedule", "daily", "--total-epsilon", "5")
     assert r.exit_code == 2 and "--report-bias is not offered with --schedule" in r.stderr, r.stderr
     assert entries("sched") == []
+
+
+def test_an_auto_partition_bound_is_charged_the_generic_curve_whatever_it_chooses():
+    """Unit counts over --keys with K = 1 have the discrete Laplace's tighter RDP curve; a K chosen at run time
+    may exceed 1, so the charge (planned before the choice) carries the generic pure-ε curve, and a run that
+    chooses K > 1 (13 on the sample pages, with this key) is no internal error."""
+    init_ledger("zcdp", "--rho", "1")
+    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
+            "--max-partitions", "auto", "--noise", "laplace", "--epsilon", "0.5", "--json", "-o", "-")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["auto"]["max_partitions"] > 1
+    assert [e.get("rdp_curve", "pure") for e in entries()[0]["events"]] == ["pure", "pure"]

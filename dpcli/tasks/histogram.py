@@ -397,7 +397,7 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
     if q.epsilon is None and q.rho is None:
         raise UsageError("is required", field="epsilon")
     release = plan_histogram(q.release_query(), ledger_mode, ledger_limits)
-    events = [*release.events, *parts.events("histogram", q.epsilon, q.rho)]
+    events = [*_generic_curve(release.events, q.auto), *parts.events("histogram", q.epsilon, q.rho)]
     shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
              for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
     return replace(release, events=events, summary={**release.summary, "parts": shown}, parts=parts,
@@ -876,8 +876,18 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
                                       bounding_salt(stream), frames.name)
     release_q = q.release_query(in_force)
     release_plan = plan_histogram(release_q, *plan.ledger)
-    assert list(release_plan.events) == list(plan.events)[: len(release_plan.events)], "a chosen bound changed the cost"
+    assert _generic_curve(release_plan.events, q.auto) == list(plan.events)[: len(release_plan.events)], \
+        "a chosen bound changed the cost"
     return release_q, release_plan, in_force
+
+
+def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds | None) -> list[PrivacyEvent]:
+    """The release's events when its partition bound is chosen at run time: a chosen K may exceed 1, so the plan
+    made before the choice (at K = 1) cannot promise the discrete Laplace's tighter RDP curve of a lone unit
+    count with K = 1; the generic pure-ε curve holds whatever K is chosen (the events charged are these)."""
+    if request is None or not request.partitions:
+        return list(events)
+    return [replace(e, rdp_curve="pure") if e.rdp_curve == "discrete_laplace" else e for e in events]
 
 
 def _parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.ChosenBounds,
