@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PV, cli, init_ledger
+from dptest import PAGES, PV, cli, init_ledger
 from dptest import history as entries
 
 UNITS = 3000
@@ -149,7 +149,8 @@ def test_refused_with_one_usage_line_and_no_debit(extra, message):
     assert entries() == []
 
 
-def test_a_br_ledger_and_a_schedule_refuse_auto():
+def test_a_br_ledger_refuses_auto_and_a_schedule_refuses_the_bias_report():
+    """A schedule keeps the bounds its first run chose (tests/test_schedule_auto.py) but offers no bias report."""
     init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
                 "--delta-prime", "1e-9")
     r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "auto",
@@ -158,6 +159,18 @@ def test_a_br_ledger_and_a_schedule_refuse_auto():
     init_ledger("pure", "--epsilon", "10", analyst="sched")
     r = cli("--analyst", "sched", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys",
             str(PV).replace("page_views.parquet", "pages_public.csv"), "--max-contributions", "auto",
-            "--schedule", "daily", "--total-epsilon", "5")
-    assert r.exit_code == 2 and "schedule" in r.stderr, r.stderr
+            "--report-bias", "--schedule", "daily", "--total-epsilon", "5")
+    assert r.exit_code == 2 and "--report-bias is not offered with --schedule" in r.stderr, r.stderr
     assert entries("sched") == []
+
+
+def test_an_auto_partition_bound_is_charged_the_generic_curve_whatever_it_chooses():
+    """Unit counts over --keys with K = 1 have the discrete Laplace's tighter RDP curve; a K chosen at run time
+    may exceed 1, so the charge (planned before the choice) carries the generic pure-ε curve, and a run that
+    chooses K > 1 (13 on the sample pages, with this key) is no internal error."""
+    init_ledger("zcdp", "--rho", "1")
+    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
+            "--max-partitions", "auto", "--noise", "laplace", "--epsilon", "0.5", "--json", "-o", "-")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["summary"]["auto"]["max_partitions"] > 1
+    assert [e.get("rdp_curve", "pure") for e in entries()[0]["events"]] == ["pure", "pure"]

@@ -192,6 +192,8 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
         if r["release"] == "new":
             step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
             what = f"{step}, ε = {_num(r['epsilon'])}" + (f" (ρ = {_num(r['rho'])})" if "rho" in r else "")
+            if r.get("parts"):  # the run that chooses the auto bounds, from its own ε
+                what += " (" + ", ".join(f"{part} {budget}" for part, budget in r["parts"].items()) + ")"
             what += "; " + _margins_text(r)
         elif r["release"] == "cached":
             what = "the epoch's release again (free)"
@@ -218,6 +220,9 @@ def _margins_text(doc: dict[str, Any]) -> str:
     relative = doc.get("moe95_relative") or {}
     bits = []
     for column, margin in (doc.get("moe95") or {}).items():
+        if isinstance(margin, str):  # "chosen at run time": it depends on an auto bound not chosen yet
+            bits.append(f"{column} {margin}")
+            continue
         bit = f"{column} ±{_num(margin)}"
         if column in relative:
             bit += f" ({relative[column]:.3g}× an average group's count)"

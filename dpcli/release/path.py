@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -29,6 +29,8 @@ from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from dpcli.advice import Note
     from dpcli.core.accounting.budget import Limits
     from dpcli.release.schedules import ScheduleSpec
@@ -249,8 +251,8 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     assert spec is not None
     mode = getattr(task, "scheduled_mode", None) or limits.mode
 
-    def run_at(epsilon: Fraction) -> Prepared:
-        run_task = task.at_epsilon(epsilon)
+    def run_at(epsilon: Fraction, kept: dict[str, Any] | None) -> Prepared:
+        run_task = scheduled_run(task, epsilon, kept)
         return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
                        busy).prepared
 
@@ -260,13 +262,25 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
                                    payer.lock_timeout, digest, continuation.through)
     run_eps = Fraction(done.report["schedule"]["run_epsilon"])
     label = done.report["schedule"]
-    run_task = task.at_epsilon(run_eps)
+    auto = done.report.get("auto")
+    run_task = scheduled_run(task, run_eps, schedules.chosen_bounds(auto) if auto and auto.get("kept") else None)
     notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
              advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon), spec.scheduler),
              advice.schedule_backfill(label),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
              advice.improver_counts_runs(label.get("made_with_index"))]
     return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))
+
+
+def scheduled_run(task: SchedulableTask[P], epsilon: Fraction, kept: dict[str, Any] | None) -> SchedulableTask[P]:
+    """The task of one run of a schedule: at the run's ε and, once the schedule's first run has chosen its
+    ``auto`` bounds (``kept``, from the schedule's state), at those bounds (the task's ``keeping``)."""
+    run_task = task.at_epsilon(epsilon)
+    if kept is None:
+        return run_task
+    keeping = getattr(run_task, "keeping", None)
+    assert keeping is not None, task.command  # a state keeps bounds only of a task whose runs chose them
+    return cast("SchedulableTask[P]", keeping(kept))
 
 
 def charge(

@@ -25,7 +25,7 @@ from dpcli.errors import StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import open_input
 from dpcli.release.inputs import Sources
-from dpcli.release.path import LedgerRef, Planned
+from dpcli.release.path import LedgerRef, Planned, scheduled_run
 from dpcli.release.schedules import NOISY_SIZES, ScheduleSpec, check_state, reservation_event
 from dpcli.state import ledger
 from dpcli.state import schedules as store
@@ -44,14 +44,16 @@ COUNT_COLUMNS = ("count", "count_units")
 
 @dataclass(frozen=True)
 class _Context:
-    """What every planned run is computed with: the task, its planning mode and limits, the ledger, and the
-    number of groups in the public list (None: unknown)."""
+    """What every planned run is computed with: the task, its planning mode and limits, the ledger, the
+    number of groups in the public list (None: unknown), and the ``auto`` bounds the schedule's first run
+    chose (its state's ``auto``; None: not chosen yet)."""
 
     task: SchedulableTask[Any]
     mode: str
     limits: Limits
     led: Ledger
     groups: int | None
+    kept: dict[str, Any] | None = None
 
 
 def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: ScheduleSpec,
@@ -76,7 +78,7 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     else:
         state = None
     mode = getattr(scheduled, "scheduled_mode", None) or led.limits.mode
-    ctx = _Context(scheduled, mode, led.limits, led, groups)
+    ctx = _Context(scheduled, mode, led.limits, led, groups, state.get("auto") if state is not None else None)
     progress = _progress(spec, state, size)
     planned = _planned_runs(spec, progress, size, runs)
     description = {"query": query, **_describe(ctx, spec, state, progress, planned, size)}
@@ -149,9 +151,13 @@ def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, p
         used.add(eps)
     used.add(None, progress.sizes)
     runs = []
+    kept = ctx.kept
     for r in planned:
         used.add(r.epsilon, r.size_epsilon)
-        runs.append({**_run_doc(ctx, r), "epsilon_used": round(used.total, 6)})
+        doc = _run_doc(ctx, r, kept)
+        if "parts" in doc:  # this run chooses the auto bounds; the runs after it keep them (not known yet)
+            kept = {}
+        runs.append({**doc, "epsilon_used": round(used.total, 6)})
     total = float(spec.total_epsilon)
     return {
         "schedule": {**spec.to_json(), "new": state is None, "runs_so_far": progress.runs,
@@ -177,8 +183,9 @@ def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: s
     return {}
 
 
-def _run_doc(ctx: _Context, r: sch.PlannedRun) -> dict[str, Any]:
-    """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins."""
+def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> dict[str, Any]:
+    """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins; with
+    ``auto`` bounds not chosen yet (``kept`` None), the parts of its ε (choosing them, the release)."""
     doc: dict[str, Any] = {"run": r.run, "rows": r.size}
     if r.refused is not None:
         return {**doc, "release": "refused", "refused": r.refused}
@@ -189,32 +196,38 @@ def _run_doc(ctx: _Context, r: sch.PlannedRun) -> dict[str, Any]:
         doc["epoch"] = r.epoch
     if ctx.led.limits.mode == "zcdp":
         doc["rho"] = fraction_text(ctx.led.accountant.cost(PrivacyEvent("pure", "schedule run", epsilon=r.epsilon)).rho)
-    doc.update(_margins_doc(ctx, r.epsilon, r.size))
-    return doc
+    return {**doc, **_margins_doc(ctx, r.epsilon, r.size, kept)}
 
 
-def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None) -> dict[str, Any]:
+def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[str, Any] | None) -> dict[str, Any]:
     """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
-    (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count."""
-    margins = margins_at(ctx.task, ctx.mode, ctx.limits, epsilon)
+    (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. A
+    margin that depends on an ``auto`` bound not chosen yet is "chosen at run time" (no number)."""
+    margins, parts = margins_at(ctx.task, ctx.mode, ctx.limits, epsilon, kept)
     doc: dict[str, Any] = {"moe95": margins}
+    if parts:
+        doc["parts"] = parts
     if size is not None and ctx.groups:
         average = size / ctx.groups
-        doc["moe95_relative"] = {c: round(m / average, 4) for c, m in margins.items() if c in COUNT_COLUMNS}
+        doc["moe95_relative"] = {c: round(m / average, 4) for c, m in margins.items()
+                                 if c in COUNT_COLUMNS and not isinstance(m, str)}
     return doc
 
 
-def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction) -> dict[str, float]:
-    """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``)."""
-    run_task = task.at_epsilon(epsilon)
+def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction,
+               kept: dict[str, Any] | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
+    """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``), at the
+    ``auto`` bounds ``kept`` (:func:`dpcli.release.path.scheduled_run`), and the parts of the run's ε (None: the
+    release spends it all)."""
+    run_task = scheduled_run(task, epsilon, kept)
     description = run_task.describe(run_task.plan(mode, limits.values))
-    margins: dict[str, float] = {}
+    margins: dict[str, float | str] = {}
     for name, m in (description.get("calibration") or {}).items():
         if m.get("moe95") is not None:
             margins[str(m.get("column", name)).split(" ")[0].rstrip(":")] = m["moe95"]
     if description.get("count_moe95") is not None:
         margins["count"] = description["count_moe95"]
-    return margins
+    return margins, description.get("parts")
 
 
 def _fixed_alternative(ctx: _Context, spec: ScheduleSpec, planned: list[sch.PlannedRun],
@@ -230,4 +243,4 @@ def _fixed_alternative(ctx: _Context, spec: ScheduleSpec, planned: list[sch.Plan
     if epsilon <= 0:
         return None
     return {"epsilon": fraction_text(epsilon), "runs": n,
-            **_margins_doc(ctx, epsilon, size.first if size is not None else None)}
+            **_margins_doc(ctx, epsilon, size.first if size is not None else None, ctx.kept)}

@@ -39,9 +39,11 @@ from dpcli.release.path import LedgerRef, Prepared, Release, charge
 from dpcli.release.seeds import Calibration, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store
+from dpcli.tasks.auto_bounds import chosen_text
 
-#: A run's black box: ε for this run → the release computed at that ε (not yet charged).
-RunRelease = Callable[[Fraction], Prepared]
+#: A run's black box: (ε for this run, the ``auto`` bounds the schedule's first run chose and its state keeps, or
+#: None before they are chosen) → the release computed at that ε, at those bounds (not yet charged).
+RunRelease = Callable[[Fraction, dict[str, Any] | None], Prepared]
 #: (released table, report) → the digest of the file it is about to be written to (None: stdout).
 OutputDigest = Callable[[pl.DataFrame, dict[str, Any]], str | None]
 
@@ -235,14 +237,23 @@ def run_scheduled(
             return _again(call, Again(len(state["runs"]), "cached"), table.fingerprint, through, current=sizes.asked)
         if plan.epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
-        prepared = run(plan.epsilon)
+        prepared = run(plan.epsilon, state.get("auto"))
         if any(e.kind != "pure" for e in prepared.events) or sum(e.epsilon for e in prepared.events) > plan.epsilon:
             raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
+        if "auto" not in state and "auto" in prepared.metadata:
+            plan.state["auto"] = chosen_bounds(prepared.metadata["auto"])
         if fresh:  # on disk before its reservation: a crash in between is retried with the same id
             store.save(directory, key, state)
         if through is not None:
             plan.fields["through"] = moment_text(through)
         return _record(call, table, prepared, plan, output_digest)
+
+
+def chosen_bounds(auto: dict[str, Any]) -> dict[str, Any]:
+    """What a schedule keeps of the ``auto`` bounds its first run chose (its metadata's ``"auto"``): the chosen
+    values, released like the rest of that run, without the budget of the choice. Every later run gives them
+    as its bounds (issue 33: a schedule chooses once, from its first run's ε, and keeps its choice)."""
+    return {k: v for k, v in auto.items() if k in ("max_partitions", "max_contributions", "bounds")}
 
 
 def moment_text(moment: datetime) -> str:
@@ -342,11 +353,17 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
                         {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
     through = f" through {entry['through']}" if "through" in entry else ""
     line = (f"{call.command}: {_where(spec, state, entry)} of schedule {spec.name!r}{through} "
-            f"(ε = {fraction_text(plan.epsilon)})")
+            f"(ε = {fraction_text(plan.epsilon)}){_auto_text(prepared.metadata.get('auto'))}")
     digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
     return charge(LedgerRef(call.state_dir, call.analyst, call.lock_timeout), call.command, labelled, line,
                   step=record, before_output=lambda: store.save(call.directory, state["key"], state, prepared.table),
                   output_digest=digest)
+
+
+def _auto_text(auto: dict[str, Any] | None) -> str:
+    """A run's line names its ``auto`` bounds: chosen now (the first run), or kept from the first run."""
+    text = chosen_text(auto)
+    return f"{text} (kept from its first run)" if text and auto and auto.get("kept") else text
 
 
 def _again(call: _Call, again: Again, fingerprint: str, through: datetime | None, current: bool = False) -> Release:

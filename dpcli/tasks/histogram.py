@@ -397,7 +397,7 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
     if q.epsilon is None and q.rho is None:
         raise UsageError("is required", field="epsilon")
     release = plan_histogram(q.release_query(), ledger_mode, ledger_limits)
-    events = [*release.events, *parts.events("histogram", q.epsilon, q.rho)]
+    events = [*_generic_curve(release.events, q.auto), *parts.events("histogram", q.epsilon, q.rho)]
     shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
              for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
     return replace(release, events=events, summary={**release.summary, "parts": shown}, parts=parts,
@@ -881,7 +881,8 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
                                              model)
     release_q = q.release_query(in_force)
     release_plan = plan_histogram(release_q, *plan.ledger)
-    assert list(release_plan.events) == list(plan.events)[: len(release_plan.events)], "a chosen bound changed the cost"
+    assert _generic_curve(release_plan.events, q.auto) == list(plan.events)[: len(release_plan.events)], \
+        "a chosen bound changed the cost"
     return release_q, release_plan, in_force
 
 
@@ -899,6 +900,15 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
         groups = auto_bounds.noisy_groups(frames.data, q.shape, unit.threshold or 1, epsilon, stream, salt,
                                           frames.name)
     return auto_bounds.ErrorModel(groups, noise)
+
+
+def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds | None) -> list[PrivacyEvent]:
+    """The release's events when its partition bound is chosen at run time: a chosen K may exceed 1, so the plan
+    made before the choice (at K = 1) cannot promise the discrete Laplace's tighter RDP curve of a lone unit
+    count with K = 1; the generic pure-ε curve holds whatever K is chosen (the events charged are these)."""
+    if request is None or not request.partitions:
+        return list(events)
+    return [replace(e, rdp_curve="pure") if e.rdp_curve == "discrete_laplace" else e for e in events]
 
 
 def _parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.ChosenBounds,
@@ -941,13 +951,23 @@ def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any])
 
 
 @dataclass(frozen=True)
+class KeptBounds:
+    """The ``auto`` bounds a schedule's first run chose, as its later runs give them (``chosen``: released
+    values, as in the first run's ``"auto"``), and those not chosen yet (``pending``: a dry run's later runs)."""
+
+    chosen: dict[str, Any]
+    pending: auto_bounds.AutoBounds
+
+
+@dataclass(frozen=True)
 class HistogramTask:
     """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
 
     ``noise_given``: whether the query's noise was chosen (else a zcdp ledger gets Gaussian noise:
     :meth:`for_ledger`); ``defaulted``: the caps left at their defaults, and ``unit_label`` how notes
     name the privacy unit (both for :meth:`notes`). ``target``: a margin target (``--target-moe``) that
-    :meth:`for_ledger` turns into the query's ε or ρ (``chosen``: what it chose).
+    :meth:`for_ledger` turns into the query's ε or ρ (``chosen``: what it chose). ``kept``: a schedule's later
+    run, at the ``auto`` bounds its first run chose (:meth:`keeping`).
     """
 
     query: HistogramQuery
@@ -957,6 +977,7 @@ class HistogramTask:
     command: str = "histogram"
     target: MarginTarget | None = None
     chosen: Choice | None = None
+    kept: KeptBounds | None = None
 
     def for_ledger(self, mode: str) -> HistogramTask:
         """The task for a ledger's mode: Gaussian noise on a zcdp ledger unless chosen, and a target's
@@ -983,14 +1004,30 @@ class HistogramTask:
         """The same query at a schedule run's ε."""
         return replace(self, query=replace(self.query, epsilon=epsilon))
 
+    def keeping(self, chosen: Mapping[str, Any]) -> HistogramTask:
+        """A later run of a schedule whose first run chose its ``auto`` bounds: ``chosen`` (the schedule's state
+        keeps them) given as bounds, no part choosing them (the run's whole ε goes to the release), and the
+        release's metadata saying they were kept. In a dry run, bounds not chosen yet are missing from
+        ``chosen``: the margins that depend on them are "chosen at run time". A query without ``auto``: itself."""
+        q = self.query
+        if q.auto is None or not q.auto.any:
+            return self
+        pending = auto_bounds.AutoBounds(q.auto.partitions and "max_partitions" not in chosen,
+                                         q.auto.contributions and "max_contributions" not in chosen,
+                                         q.auto.values and "bounds" not in chosen)
+        in_force = auto_bounds.chosen_of(dict(chosen), q.given())
+        kept = replace(q, auto=None, max_partitions=in_force.max_partitions or 1,
+                       max_contributions=in_force.max_contributions,
+                       bounds=in_force.bounds or ((0.0, 1.0) if q.auto.values else q.bounds))
+        return replace(self, query=kept, kept=KeptBounds(dict(chosen), pending))
+
     def check_schedulable(self) -> None:
-        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
+        """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run). ``auto``
+        bounds are chosen by the schedule's first run and kept (:meth:`keeping`); no bias report."""
         if self.query.domain != "keys" or self.query.noise != "laplace":
             raise UsageError("a schedule runs pure ε-DP releases: give --keys (and Laplace noise)")
-        if self.query.parts is not None:
-            raise UsageError("a schedule's runs keep the bounds they were given and spend each run's ε on the release: "
-                             "choose the bounds with one run without --schedule, then give them (and leave out "
-                             "--report-bias)")
+        if self.query.bias_share is not None:
+            raise UsageError("--report-bias is not offered with --schedule: run it once without --schedule")
         self.query.validate()
 
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
@@ -1025,6 +1062,8 @@ class HistogramTask:
             described["target"] = self.chosen.to_json()
         if self.query.auto is not None and self.query.auto.any:
             _unknown_margins(self.query.auto, described)
+        if self.kept is not None and self.kept.pending.any:
+            _unknown_margins(self.kept.pending, described)
         return described
 
     def seed_query(self) -> dict[str, Any]:
@@ -1059,6 +1098,8 @@ class HistogramTask:
             metadata["target"] = self.chosen.to_json()
         if in_force is not None:
             metadata.update(_parts_metadata(q, frames, in_force, stream))
+        if self.kept is not None:
+            metadata["auto"] = {**self.kept.chosen, "kept": True}
         return Result(released.table, metadata)
 
     def summary(self, name: str, result: Result) -> str:
