@@ -163,10 +163,10 @@ def test_order_is_partitions_then_contributions_then_values_with_one_entry_per_u
     the rows bound's entries come from the groups the chosen K keeps, the values from the rows K and C keep."""
     frame, _, _, _ = data
     seen: list[tuple[str, int | None, int | None]] = []
-    real_pairs, real_values = ab._pairs, ab._value_entries
+    real_pairs, real_values = ab._pairs, ab._kept_values
     monkeypatch.setattr(ab, "_pairs", lambda lf, shape, k, salt: (seen.append(("pairs", k, None)),
                                                                   real_pairs(lf, shape, k, salt))[1])
-    monkeypatch.setattr(ab, "_value_entries", lambda lf, shape, b, salt: (
+    monkeypatch.setattr(ab, "_kept_values", lambda lf, shape, b, salt: (
         seen.append(("values", b.max_partitions, b.max_contributions)), real_values(lf, shape, b, salt))[1])
     rec = Recorder(monkeypatch)
     chosen = ab.choose_bounds(frame.lazy(), SHAPE, ALL, GIVEN, Fraction(2), stream("order"), SALT)

@@ -202,16 +202,23 @@ def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stre
 
 def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, stream: KeyedStream) -> int:
     """The first candidate with at most ``allowed`` entries above it (noisily): AboveThreshold over the queries
-    ``allowed − above[i]`` in candidate order, or the last index if none reaches 0.
+    ``allowed + slack − above[i]`` in candidate order, or the last index if none reaches 0.
 
     ``above[i]`` (non-increasing, one per candidate) counts the entries beyond candidate i; a unit holds at most
-    ``sensitivity`` entries, so it moves each query by at most that (``allowed`` is public). With ε₁ = ε₂ = ε/2
-    the threshold's noise is discrete Laplace of scale 2Δ/ε and each query's 4Δ/ε: ε-DP (Dwork and Roth 2014,
-    §3.6). Every query's noise is drawn; only the index is released.
+    ``sensitivity`` entries, so it moves each query by at most Δ = ``sensitivity``, and every query the same
+    way (a unit added can only raise the counts): the queries are monotone. With ε₁ = ε₂ = ε/2, the
+    threshold's noise and each query's are then discrete Laplace of scale 2Δ/ε (Lyu, Su and Li, "Understanding
+    the sparse vector technique for differential privacy", VLDB 2017, the monotone case of their Alg. 1): ε-DP.
+    ``slack`` is three such scales (public): the walk stops when a count is within a few noise scales of
+    ``allowed``, rather than overshooting past it into candidates with no entries, where every query is the
+    same and only an unlucky threshold would keep it walking (to the last candidate: probability about
+    e^−3/candidates). Every query's noise is drawn; only the index is released.
     """
     counts = np.asarray(above, dtype=np.int64)
-    threshold = int(mech.laplace(2 * sensitivity, epsilon).sample(stream.child("threshold"), 1)[0])
-    noisy = (allowed - counts) + mech.laplace(4 * sensitivity, epsilon).sample(stream.child("queries"), counts.size)
+    scale = 2 * sensitivity
+    slack = math.ceil(3 * scale / epsilon)
+    threshold = int(mech.laplace(scale, epsilon).sample(stream.child("threshold"), 1)[0])
+    noisy = (allowed + slack - counts) + mech.laplace(scale, epsilon).sample(stream.child("queries"), counts.size)
     reached = np.flatnonzero(noisy >= threshold)
     return int(reached[0]) if reached.size else counts.size - 1
 
@@ -222,20 +229,29 @@ class ErrorModel:
 
     A bound trades bias (what it cuts) for noise (what it lets one unit move). For a release of ``groups`` noisy
     groups whose measurements each have expected |noise| ``noise`` per unit of sensitivity, raising a bound by
-    one step adds about groups·noise·(the other bounds) of noise over the groups, and lowers the total cut by
-    the entries beyond it; the total error is least where the two match (Amin, Kulesza, Muñoz Medina and
-    Vassilvitskii, "Bounding user contributions: a bias-variance trade-off in differential privacy", ICML
-    2019). Counted in units, each holding up to the other bounds' worth of entries, the other bounds cancel:
-    each bound is the first candidate with at most groups·noise units beyond it (in their one entry each:
-    sensitivity 1, so even a small ε walks into the data from its empty side safely).
+    one step adds about groups·noise·(the bounds chosen before it) of noise over the groups, and lowers the
+    total cut by the entries beyond it; the total error is least where the two match (Amin, Kulesza, Muñoz
+    Medina and Vassilvitskii, "Bounding user contributions: a bias-variance trade-off in differential privacy",
+    ICML 2019). Each choice reads one entry per unit (sensitivity 1, so even a small ε walks into the data from
+    its empty side safely), so the entries allowed beyond a bound are counted in units: divided by the entries
+    a unit holds on average (a noisy ratio: pairs per unit for C, rows per unit for the value limits).
     """
 
     groups: int
     noise: float
 
-    def allowed(self) -> int:
-        """Units a bound may leave beyond it: groups · noise (at least 1)."""
-        return max(1, math.floor(self.groups * self.noise))
+    def allowed(self, before: int = 1, held: float = 1.0) -> int:
+        """Units a bound may leave beyond it: groups · noise · ``before`` (the product of the bounds chosen
+        before it) / ``held`` (the entries a unit holds on average), at least 1."""
+        return max(1, math.floor(self.groups * self.noise * before / max(held, 1.0)))
+
+
+def model_parts(request: AutoBounds, listed: bool) -> int:
+    """How many equal parts the bias–variance choice splits its share into: each bound (the value limits two),
+    the noisy sizes it reads (units; pairs with C; rows with the limits) and, without a public list of groups,
+    the noisy number of groups."""
+    sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
+    return request.choices + sizes + int(not listed)
 
 
 def expected_abs(noise: mech.Noise) -> float:
@@ -295,9 +311,9 @@ def _one_per_unit(frame: pl.LazyFrame, shape: DataShape, extra: list[str], salt:
     return keep_first(frame, [shape.unit], _fields(frame, keys), salt, "groups", 1) if len(keys) > 1 else frame
 
 
-def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, salt: int) -> pl.LazyFrame:
-    """One value per unit among the rows both bounds keep, as its bins (``__above``: candidates c ≤ x;
-    ``__below``: c < x); null, NaN and unparsable values dropped, as a release drops them."""
+def _kept_values(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, salt: int) -> pl.LazyFrame:
+    """The rows both bounds keep with a value, as its bins (``__above``: candidates c ≤ x; ``__below``: c < x);
+    null, NaN and unparsable values dropped, as a release drops them."""
     assert shape.value is not None
     keys = [shape.unit, *shape.by]
     x = bounding.numeric_value(pl.col(shape.value), lf.collect_schema()[shape.value])
@@ -308,9 +324,20 @@ def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, sal
     if bounds.max_partitions is not None and shape.by:
         kept = _pairs(lf, shape, bounds.max_partitions, salt).select(keys)
         rows = rows.join(kept, on=keys, how="semi", nulls_equal=True)
+    return rows.select(*keys, "__above", "__below")
+
+
+def _value_entries(rows: pl.LazyFrame, shape: DataShape, salt: int) -> pl.LazyFrame:
+    """One value per unit among ``rows`` (:func:`_kept_values`)."""
     # Rows of a group with equal bins are one entry (the keyed order ranks by max: tied entries would all be
     # dropped, and a unit whose first entries repeat a value would give none).
-    return _one_per_unit(rows.select(*keys, "__above", "__below").unique(), shape, ["__above", "__below"], salt)
+    return _one_per_unit(rows.unique(), shape, ["__above", "__below"], salt)
+
+
+def _noisy_count(frame: pl.LazyFrame, sensitivity: int, epsilon: Fraction, stream: KeyedStream, name: str) -> int:
+    """The rows of ``frame`` plus discrete Laplace noise of scale sensitivity/ε (at least 1)."""
+    noise = int(mech.laplace(sensitivity, epsilon).sample(stream, 1)[0])
+    return max(1, _count(frame, name) + noise)
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
@@ -329,30 +356,42 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
         binned = per_unit.select(_bins(pl.col("__d"), COUNT_CANDIDATES, "left").alias("__bin"))
         k = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), PARTITIONS_LEVEL,
-                                           model, epsilon, stream.child("partitions"))]
+                                           model.allowed() if model else None, epsilon,
+                                           stream.child("partitions"))]
+    units = 1
+    if model is not None and (request.contributions or request.values):
+        units = _noisy_count(lf.select(shape.unit).unique(), 1, epsilon, stream.child("units"), name)
     if request.contributions:
-        one = _one_per_unit(_pairs(lf, shape, k, salt), shape, [], salt)
-        binned = one.select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left").alias("__bin"))
+        pairs = _pairs(lf, shape, k, salt)
+        allowed = None
+        if model is not None:  # pairs beyond C, in units: over the pairs a unit holds on average
+            held = _noisy_count(pairs, k or 1, epsilon, stream.child("pairs"), name) / units
+            allowed = model.allowed(k or 1, held)
+        binned = _one_per_unit(pairs, shape, [], salt).select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left")
+                                                              .alias("__bin"))
         c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
-                                           model, epsilon, stream.child("contributions"))]
+                                           allowed, epsilon, stream.child("contributions"))]
     chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
                                                                     ("max_contributions", request.contributions),
                                                                     ("bounds", request.values)) if on))
     if not request.values:
         return chosen
-    entries = _value_entries(lf, shape, chosen, salt)
+    rows = _kept_values(lf, shape, chosen, salt)
+    entries = _value_entries(rows, shape, salt)
     if model is None:
         return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
-    return replace(chosen, bounds=_values_within(entries, model.allowed(), epsilon, stream, name))
+    # rows beyond a limit, in units: over the rows a unit holds on average
+    held = _noisy_count(rows, (k or 1) * c, epsilon, stream.child("rows"), name) / units
+    return replace(chosen, bounds=_values_within(entries, model.allowed((k or 1) * c, held), epsilon, stream, name))
 
 
-def _choose_count(at_most: np.ndarray, level: Fraction, model: ErrorModel | None, epsilon: Fraction,
+def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, epsilon: Fraction,
                   stream: KeyedStream) -> int:
-    """A count bound's candidate: the quantile ``level`` of the entries, or with ``model`` the first candidate
-    with at most ``model.allowed()`` entries above it."""
-    if model is None:
+    """A count bound's candidate: the quantile ``level`` of the entries, or (``allowed`` given: the bias–variance
+    rule) the first candidate with at most ``allowed`` entries above it."""
+    if allowed is None:
         return first_reaching(at_most, level, epsilon, stream)
-    return first_within(at_most[-1] - at_most[:-1], model.allowed(), 1, epsilon, stream)
+    return first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream)
 
 
 def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream,

@@ -873,8 +873,8 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
     if q.auto is not None and q.auto.any:
         keys = frames.lists.get("keys")
         listed = keys.height if isinstance(keys, pl.DataFrame) else None
-        # one more part without a public list: the number of groups the release's noise is paid in
-        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, q.auto.choices + (listed is None))
+        parts = auto_bounds.model_parts(q.auto, listed is not None)
+        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, parts)
         salt, at = bounding_salt(stream), stream.child("auto")
         model = _error_model(q, plan, frames, listed, each, at, salt)
         in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,
