@@ -1,9 +1,10 @@
 """Bounds chosen privately from the data: ``auto`` for ``--max-partitions``, ``--max-contributions`` and
 ``--bounds``, and the opt-in bias report (``--report-bias``).
 
-A bound is a noisy quantile over a public grid of candidates, chosen by the exponential mechanism
-(Smith 2011; the "DP quantiles of contributions" that Amin et al., ICML 2019, show trade bias against
-noise), sampled exactly by :func:`dpcli.core.mechanisms.exponential_mechanism_rows`. The choices are
+A bound is a noisy quantile over a public grid of candidates (the "DP quantiles of contributions" that
+Amin et al., ICML 2019, show trade bias against noise), chosen by AboveThreshold (the sparse vector
+technique, Dwork and Roth 2014, §3.6) walking the candidates in order (:func:`first_reaching`), with
+exact discrete Laplace noise. The choices are
 made in an order where each runs on data already bounded by the ones before it:
 
 1. **groups per unit** (``--max-partitions``): each unit's number of distinct groups; one entry per unit,
@@ -135,13 +136,15 @@ class BudgetParts:
 
 def pure_epsilon(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> Fraction:
     """The pure ε of each of ``parts`` equal mechanisms that together spend ``share`` of the budget: ε·share/parts,
-    or under ρ the ε whose bounded-range exponential mechanism (ε²/8-zCDP) spends ρ·share/parts."""
+    or under ρ the largest ε (on a 10⁻⁹ grid) with ε²/2 ≤ ρ·share/parts: an ε-DP mechanism is ε²/2-zCDP (Bun and
+    Steinke 2016, Prop. 1.4). AboveThreshold is ε-DP but not known to be ε-bounded-range, so the exponential
+    mechanism's tighter ε²/8 does not apply to it."""
     if rho is None:
         assert epsilon is not None
         return epsilon * share / parts
     each = rho * share / parts
-    eps = Fraction(math.sqrt(float(8 * each))).limit_denominator(10**9)
-    while eps * eps / 8 > each:
+    eps = Fraction(math.sqrt(float(2 * each))).limit_denominator(10**9)
+    while eps * eps / 2 > each:
         eps -= Fraction(1, 10**9)
     return max(eps, Fraction(0))
 
@@ -154,10 +157,13 @@ class ChosenBounds:
     max_contributions: int
     bounds: tuple[float, float] | None
     chosen: tuple[str, ...] = ()
+    #: The chosen bounds made the release's noise too large to sample (a tiny ε): placeholders are in force instead
+    #: (:func:`dpcli.tasks.histogram._plannable`), decided from the chosen (released) values alone.
+    reduced: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The chosen bounds, as released (noisy quantities)."""
-        out: dict[str, Any] = {}
+        """The bounds in force where chosen, as released (noisy quantities), and whether they were reduced."""
+        out: dict[str, Any] = {"reduced": True} if self.reduced else {}
         if "max_partitions" in self.chosen:
             out["max_partitions"] = self.max_partitions
         if "max_contributions" in self.chosen:
@@ -250,7 +256,9 @@ def _value_entries(lf: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, sal
     if bounds.max_partitions is not None and shape.by:
         kept = _pairs(lf, shape, bounds.max_partitions, salt).select(keys)
         rows = rows.join(kept, on=keys, how="semi", nulls_equal=True)
-    return _one_per_unit(rows.select(*keys, "__above", "__below"), shape, ["__above"], salt)
+    # Distinct (group, bins) only: equal records tie in the keyed order of groups, which keeps none of a tie
+    # (TIES), so a unit whose first record had a twin (two equal values in a group) would give no entry at all.
+    return _one_per_unit(rows.select(*keys, "__above", "__below").unique(), shape, ["__above", "__below"], salt)
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
@@ -374,6 +382,8 @@ def chosen_text(chosen: dict[str, Any] | None) -> str:
     shown = [f"{k} {v}" for k, v in chosen.items() if k in ("max_partitions", "max_contributions")]
     if "bounds" in chosen:
         shown.append(f"bounds {chosen['bounds'][0]:.6g}:{chosen['bounds'][1]:.6g}")
+    if chosen.get("reduced"):
+        shown.append("reduced to the defaults (the noise at the bounds chosen was too large to sample)")
     return "; chosen: " + ", ".join(shown) if shown else ""
 
 
