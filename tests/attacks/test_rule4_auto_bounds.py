@@ -88,7 +88,7 @@ def test_only_the_caps_fall_back_when_the_chosen_limits_can_be_sampled():
                        delta=Fraction(1, 10**6), auto=auto_bounds.AutoBounds(True, True, True))
     plan = plan_histogram(q, "approx", {})
     top = auto_bounds.COUNT_CANDIDATES[-1]
-    _, release_plan, in_force = _plannable(q, plan, auto_bounds.ChosenBounds(top, top, (-1.0, 1.0)))
+    _, _, in_force = _plannable(q, plan, auto_bounds.ChosenBounds(top, top, (-1.0, 1.0)))
     assert (in_force.max_partitions, in_force.max_contributions, in_force.bounds, in_force.reduced) == (
         1, 1, (-1.0, 1.0), True)
     _, _, kept = _plannable(q, plan, auto_bounds.ChosenBounds(4, 2, (-1.0, 1.0)))
