@@ -2,9 +2,10 @@
 ``--bounds``, and the opt-in bias report (``--report-bias``).
 
 A bound is a noisy quantile over a public grid of candidates (the "DP quantiles of contributions" that
-Amin et al., ICML 2019, show trade bias against noise), chosen by AboveThreshold over the candidates in
-order (:func:`first_reaching`) with exact discrete Laplace noise. The choices are made in an order where
-each runs on data already bounded by the ones before it:
+Amin et al., ICML 2019, show trade bias against noise), chosen by AboveThreshold (the sparse vector
+technique, Dwork and Roth 2014, §3.6) walking the candidates in order (:func:`first_reaching`), with
+exact discrete Laplace noise. The choices are
+made in an order where each runs on data already bounded by the ones before it:
 
 1. **groups per unit** (``--max-partitions``): each unit's number of distinct groups; one entry per unit,
    so one unit moves the utility by at most one entry (sensitivity 1 in ranks);
@@ -156,10 +157,13 @@ class ChosenBounds:
     max_contributions: int
     bounds: tuple[float, float] | None
     chosen: tuple[str, ...] = ()
+    #: The chosen bounds made the release's noise too large to sample (a tiny ε): placeholders are in force instead
+    #: (:func:`dpcli.tasks.histogram._plannable`), decided from the chosen (released) values alone.
+    reduced: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """The chosen bounds, as released (noisy quantities)."""
-        out: dict[str, Any] = {}
+        """The bounds in force where chosen, as released (noisy quantities), and whether they were reduced."""
+        out: dict[str, Any] = {"reduced": True} if self.reduced else {}
         if "max_partitions" in self.chosen:
             out["max_partitions"] = self.max_partitions
         if "max_contributions" in self.chosen:
@@ -524,6 +528,8 @@ def chosen_text(chosen: dict[str, Any] | None) -> str:
     shown = [f"{k} {v}" for k, v in chosen.items() if k in ("max_partitions", "max_contributions")]
     if "bounds" in chosen:
         shown.append(f"bounds {chosen['bounds'][0]:.6g}:{chosen['bounds'][1]:.6g}")
+    if chosen.get("reduced"):
+        shown.append("reduced to the defaults (the noise at the bounds chosen was too large to sample)")
     return "; chosen: " + ", ".join(shown) if shown else ""
 
 

@@ -879,11 +879,38 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
         model = _error_model(q, plan, frames, listed, each, at, salt)
         in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,
                                              model)
-    release_q = q.release_query(in_force)
-    release_plan = plan_histogram(release_q, *plan.ledger)
-    assert _generic_curve(release_plan.events, q.auto) == list(plan.events)[: len(release_plan.events)], \
-        "a chosen bound changed the cost"
-    return release_q, release_plan, in_force
+    return _plannable(q, plan, in_force)
+
+
+def _plannable(q: HistogramQuery, plan: HistogramPlan,
+               chosen: auto_bounds.ChosenBounds) -> tuple[HistogramQuery, HistogramPlan, auto_bounds.ChosenBounds]:
+    """The release at the chosen bounds and its plan. A chosen bound can make the release's noise too large to
+    sample (a tiny ε with a large K·C or wide limits); the run must not fail then: a refusal after the choice and
+    before the debit would tell the chosen bounds for free, and depend on the data. So the chosen caps, then the
+    chosen limits too, fall back to the placeholders the plan was made with before any data was read (which it
+    could sample): a function of released values and public inputs, reported as ``reduced``."""
+    given = q.given()
+    caps = replace(chosen, max_partitions=given.max_partitions, max_contributions=given.max_contributions)
+    steps = [chosen, caps, replace(caps, bounds=q.release_query().bounds)]
+    for i, bounds in enumerate(steps):
+        release_q = q.release_query(bounds)
+        try:
+            release_plan = plan_histogram(release_q, *plan.ledger)
+        except UsageError:
+            if i == len(steps) - 1:
+                raise  # the placeholders' plan was made before the data was read: it cannot fail here
+            continue
+        planned = list(plan.events)[: len(release_plan.events)]
+        assert _covers(planned, list(release_plan.events)), "a chosen bound changed the cost"
+        return release_q, release_plan, replace(bounds, reduced=i > 0)
+    raise AssertionError("unreachable")
+
+
+def _covers(planned: list[PrivacyEvent], actual: list[PrivacyEvent]) -> bool:
+    """The release's events are the ones charged (planned before any data was read), but for an RDP curve the plan
+    left generic (``pure``): the discrete Laplace's own curve holds for K = 1 only, and K was chosen at run time."""
+    return len(planned) == len(actual) and all(p in (a, replace(a, rdp_curve="pure"))
+                                               for p, a in zip(planned, actual, strict=True))
 
 
 def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed: int | None, epsilon: Fraction,
@@ -1112,8 +1139,9 @@ class HistogramTask:
         from dpcli import advice
 
         q = self.query
-        if plan.parts is not None:  # the notes read the release as it ran: at the bounds in force
+        if plan.parts is not None:  # the notes read the release as it ran: at the bounds in force, and its plan
             q = q.release_query(auto_bounds.chosen_of(result.metadata.get("auto"), q.given()))
+            plan = plan_histogram(q, *plan.ledger)
         in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
         return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
                 *advice.bias_report(self.unit_label or q.unit, result.metadata.get("bias"), in_force)]

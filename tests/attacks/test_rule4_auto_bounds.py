@@ -1,0 +1,95 @@
+"""Rule 4, control flow depends only on public inputs and released values: bounds chosen from the data (``auto``).
+
+A release is computed before it is charged (bad data fails before any debit), so a run that fails after the
+bounds were chosen is free, and its exit code tells the choice: an analyst who varies ``--auto-share`` by a hair
+gets a fresh seed each time and so as many uncharged draws of the choice as they like. Two ways it failed:
+
+* ``--keys`` with ``--agg count-units`` and ``--max-partitions auto``: the plan (made before any data was read,
+  at the placeholder K = 1) recorded the discrete Laplace's own RDP curve, which holds for K = 1 only; a K > 1
+  chosen from the data then failed the release's check of its cost (exit 1, an AssertionError, no debit).
+  Now the plan records the generic curve whenever K is chosen at run time, on every ledger.
+* a tiny ε with chosen bounds whose noise is too large to sample (a large K·C or wide limits): exit 2, "noise too
+  large to sample", no debit. Now the chosen caps, then the chosen limits, fall back to the placeholders the plan
+  was checked with, and the release says ``reduced``.
+"""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import polars as pl
+import pytest
+from dptest import cli, init_ledger
+from dptest import history as entries
+
+from dpcli.tasks import auto_bounds
+
+
+def _spread(tmp_path, groups: int) -> tuple[str, str]:
+    """300 units, each in ``groups`` of 6 groups (one row each), and the public list of the 6 groups."""
+    data, keys = tmp_path / f"spread{groups}.csv", tmp_path / "keys.csv"
+    pl.DataFrame({"u": [u for u in range(300) for _ in range(groups)],
+                  "g": [f"p{g}" for _ in range(300) for g in range(groups)]}).write_csv(data)
+    keys.write_text("g\n" + "".join(f"p{g}\n" for g in range(6)))
+    return str(data), str(keys)
+
+
+@pytest.mark.parametrize("mode", ["pure", "rdp"])
+def test_a_partition_bound_chosen_from_the_data_never_fails_the_cost_check(tmp_path, mode):
+    # ε = 40 for the release, 4 for the one choice (AboveThreshold's noise ≤ 10 ranks in units of 300): K = 1
+    # on one dataset and K = 6 on the other, but for a draw beyond ~25 scales.
+    init_ledger(mode, "--epsilon", "1000", *(["--delta", "1e-6"] if mode == "rdp" else []))
+    events = []
+    for groups, k in ((1, 1), (6, 6)):
+        data, keys = _spread(tmp_path, groups)
+        r = cli("histogram", data, "--by", "g", "--privacy-unit", "u", "--agg", "count-units", "--keys", keys,
+                "--max-partitions", "auto", "--epsilon", "40", "--json")
+        assert r.exit_code == 0, r.stderr
+        summary = json.loads(r.stdout)["summary"]
+        assert summary["charged"] is True and summary["auto"]["max_partitions"] == k
+        events.append(entries()[-1]["events"])
+    assert events[0] == events[1]  # the same charge whatever K was chosen: the generic curve
+    assert {e.get("rdp_curve", "pure") for e in events[0]} == {"pure"}
+
+
+def _huge(frame, shape, request, given, epsilon, stream, salt, name="the input"):
+    """A choice at the top of every grid (what a few heavy units and a tiny ε can draw)."""
+    v = auto_bounds.VALUE_CANDIDATES
+    return auto_bounds.ChosenBounds(auto_bounds.COUNT_CANDIDATES[-1], auto_bounds.COUNT_CANDIDATES[-1], (v[0], v[-1]),
+                                    ("max_partitions", "max_contributions", "bounds"))
+
+
+def test_bounds_whose_noise_cannot_be_sampled_fall_back_instead_of_failing(tmp_path):
+    data, _ = _spread(tmp_path, 2)
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = ["histogram", data, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "u",
+            "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--epsilon", "0.001",
+            "--delta", "1e-6", "--json"]
+    with mock.patch.object(auto_bounds, "choose_bounds", _huge):
+        r = cli(*args)
+    assert r.exit_code == 0, r.stderr  # before: exit 2 "noise too large to sample", nothing charged
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["charged"] is True and summary["auto"]["reduced"] is True
+    assert (summary["max_partitions"], summary["max_contributions"]) == (1, 1)
+    assert sum(float(e["epsilon"]) for e in entries()[-1]["events"]) == pytest.approx(0.001)
+    # without the mock, the same command is charged the same (only released values differ)
+    r = cli(*args[:-4], "0.002", *args[-3:])
+    assert r.exit_code == 0, r.stderr
+    assert [e["mechanism"] for e in entries()[-1]["events"]] == [e["mechanism"] for e in entries()[-2]["events"]]
+
+
+def test_only_the_caps_fall_back_when_the_chosen_limits_can_be_sampled():
+    from fractions import Fraction
+
+    from dpcli.tasks.histogram import HistogramQuery, _plannable, plan_histogram
+
+    q = HistogramQuery(by=("g",), unit="u", aggregations=("count", "sum"), value="v", epsilon=Fraction(1, 1000),
+                       delta=Fraction(1, 10**6), auto=auto_bounds.AutoBounds(True, True, True))
+    plan = plan_histogram(q, "approx", {})
+    top = auto_bounds.COUNT_CANDIDATES[-1]
+    _, _, in_force = _plannable(q, plan, auto_bounds.ChosenBounds(top, top, (-1.0, 1.0)))
+    assert (in_force.max_partitions, in_force.max_contributions, in_force.bounds, in_force.reduced) == (
+        1, 1, (-1.0, 1.0), True)
+    _, _, kept = _plannable(q, plan, auto_bounds.ChosenBounds(4, 2, (-1.0, 1.0)))
+    assert (kept.max_partitions, kept.max_contributions, kept.reduced) == (4, 2, False)
