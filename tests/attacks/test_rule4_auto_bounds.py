@@ -53,7 +53,7 @@ def test_a_partition_bound_chosen_from_the_data_never_fails_the_cost_check(tmp_p
     assert {e.get("rdp_curve", "pure") for e in events[0]} == {"pure"}
 
 
-def _huge(frame, shape, request, given, epsilon, stream, salt, name="the input"):
+def _huge(frame, shape, request, given, epsilon, stream, salt, name="the input", model=None):
     """A choice at the top of every grid (what a few heavy units and a tiny ε can draw)."""
     v = auto_bounds.VALUE_CANDIDATES
     return auto_bounds.ChosenBounds(auto_bounds.COUNT_CANDIDATES[-1], auto_bounds.COUNT_CANDIDATES[-1], (v[0], v[-1]),
