@@ -86,3 +86,25 @@ def zcdp(p: np.ndarray, q: np.ndarray, alphas: np.ndarray, floor: float = FLOOR)
         for x, y in ((lp, lq), (lq, lp)):
             best = max(best, float(logsumexp(a * x + (1 - a) * y)) / (a - 1) / a)
     return best
+
+
+def first_within_pmf(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction) -> np.ndarray:
+    """P[first_within(above, allowed, sensitivity, epsilon, ·) = k] for every index k: the same AboveThreshold
+    with queries qᵢ = allowed + slack − above[i] and both scales 2Δ/ε (the monotone case)."""
+    counts = np.asarray(above, dtype=np.int64)
+    size = counts.size
+    scale = float(mech.laplace(2 * sensitivity, epsilon).param)
+    slack = math.ceil(3 * 2 * sensitivity / epsilon)
+    q = allowed + slack - counts
+    reach = math.ceil(REACH * scale)
+    out = np.zeros(size)
+    t_all = np.arange(min(int(q.min()), 0) - reach, max(int(q.max()), 0) + reach + 1)
+    for start in range(0, t_all.size, 4096):
+        t = t_all[start:start + 4096]
+        reached = tail(t[:, None] - q[None, :], scale)
+        below = tail(q[None, :] - t[:, None] + 1, scale)
+        prefix = np.cumprod(np.hstack([np.ones((t.size, 1)), below]), axis=1)
+        weights = pmf(t, scale)
+        out += (weights[:, None] * prefix[:, :size] * reached).sum(axis=0)
+        out[size - 1] += float((weights * prefix[:, size]).sum())
+    return out

@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from abovethreshold_exact import FLOOR, first_reaching_pmf, losses, neighbour, zcdp
+from abovethreshold_exact import FLOOR, first_reaching_pmf, first_within_pmf, losses, neighbour, zcdp
 from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 
 from dpcli.core.prf import KeyedStream
@@ -289,3 +289,49 @@ def test_report_bias_is_a_sensitivity_one_count():
         assert est <= 1.0
         assert two_sample_violations(x0, x1, 1.0) == []
         assert abs(x1.mean() - x0.mean() - 1) < 0.2  # the giant moves each count by one unit (sd of the gap ≈ 0.05)
+
+
+# ---- first_within (the bias–variance walk of histogram's auto bounds) ----------------------------------
+
+
+def within_pairs(rng: np.random.Generator, count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Neighbouring ``above`` vectors: one unit more, whose entry lies beyond the first j candidates (above[i]
+    + 1 for i < j); random small vectors and adversarial ones (every entry beyond or none)."""
+    out = []
+    for _ in range(count):
+        size = int(rng.integers(2, 8))
+        above = np.sort(rng.integers(0, 40, size))[::-1]
+        j = int(rng.integers(0, size + 1))
+        out.append((above, above + (np.arange(size) < j)))
+    for n in (0, 3, 12, 40):
+        for above in ([n] * 5, [n, n, 0, 0, 0], [0] * 5):
+            for j in range(6):
+                a = np.array(above)
+                out.append((a, a + (np.arange(5) < j)))
+    return out
+
+
+@pytest.mark.parametrize("allowed", [0, 5, 30])
+def test_first_within_exact_loss_is_within_epsilon(allowed):
+    """The monotone sparse vector (threshold and queries both at scale 2Δ/ε) on neighbours that move every
+    query the same way: max |ln P/P'| ≤ ε exactly, and max_α D_α/α ≤ ε²/2 (what a ρ ledger is charged)."""
+    eps = Fraction(1)
+    worst_loss = worst_rho = 0.0
+    for above, other in within_pairs(np.random.default_rng(11), 80):
+        p, q = first_within_pmf(above, allowed, 1, eps), first_within_pmf(other, allowed, 1, eps)
+        assert abs(p.sum() - 1) < 1e-9
+        worst_loss = max(worst_loss, float(np.abs(losses(p, q)).max()))
+        worst_rho = max(worst_rho, zcdp(p, q, ALPHAS))
+    print(f"allowed {allowed}: max |loss| {worst_loss:.4f} (ε = 1), max D_α/α {worst_rho:.4f} (ε²/2 = 0.5)")
+    assert worst_loss <= float(eps) + 1e-9
+    assert worst_rho <= float(eps) ** 2 / 2
+
+
+def test_first_within_sampler_matches_its_exact_distribution():
+    """40,000 draws against the brute-force pmf; the pmf at twice the ε (every scale halved) must be rejected."""
+    above, allowed, eps = np.array([30, 12, 4, 1, 0, 0]), 3, Fraction(1, 2)
+    exact = first_within_pmf(above, allowed, 1, eps)
+    root = KeyedStream(KEY, "within")
+    draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i))) for i in range(40_000)])
+    assert fits(draws, exact) == []
+    assert fits(draws, first_within_pmf(above, allowed, 1, 2 * eps)) != []
