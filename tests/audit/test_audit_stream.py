@@ -42,7 +42,7 @@ def _dg_tail(sigma2: float, m: int) -> float:
     return float(w[z >= m].sum() / w.sum())
 
 
-@pytest.mark.parametrize("keys", [pytest.param(10_000, id="fast"), pytest.param(200_000, marks=pytest.mark.audit, id="full")])
+@pytest.mark.parametrize("keys", [pytest.param(10_000, id="fast", marks=pytest.mark.audit), pytest.param(200_000, marks=pytest.mark.audit, id="full")])
 def test_single_unit_keys_are_released_as_often_as_the_thresholds_say_and_within_delta(monkeypatch, keys):
     """N keys held by one unit each (they exist only in D', so P[released] ≤ δ must hold; δ/3 is the
     share the thresholds' failure term gets, checked here). ε = 1, δ = 0.6 (large, so releases are
@@ -72,7 +72,7 @@ def test_single_unit_keys_are_released_as_often_as_the_thresholds_say_and_within
     assert clopper_pearson(ok, keys, "upper", 0.999) <= float(q.delta) / 3
 
 
-@pytest.mark.parametrize("keys", [pytest.param(25_000, id="fast"), pytest.param(400_000, marks=pytest.mark.audit, id="full")])
+@pytest.mark.parametrize("keys", [pytest.param(25_000, id="fast", marks=pytest.mark.audit), pytest.param(400_000, marks=pytest.mark.audit, id="full")])
 def test_released_counts_never_beat_their_epsilon_and_a_broken_one_is_caught(monkeypatch, keys):
     """Keys of 20 units (always selected) vs the same with one more unit adding C = 2 records; the
     count at the first trigger is compared. The perturbation part must satisfy (ε/2, δ/3) = (2, 0.05)

@@ -92,7 +92,7 @@ def test_unknown_domain_kbar_step_never_beats_its_epsilon_and_a_broken_one_is_ca
                                            lambda s: _unknown([10, 5, 1], 1, 2, rate, delta)(s).k_bar, 1, rate, n, label))
 
 
-@pytest.mark.parametrize("n, delta", [pytest.param(5_000, Fraction(1, 50), id="fast"),
+@pytest.mark.parametrize("n, delta", [pytest.param(5_000, Fraction(1, 50), id="fast", marks=pytest.mark.audit),
                                       pytest.param(100_000, Fraction(1, 500), marks=pytest.mark.audit, id="full")])
 def test_unknown_domain_releases_a_new_group_with_probability_at_most_delta(n, delta):
     """The δ of UnkGumb: D has no group, D' one group of count 1 (one unit), k = d̄ = 1. The group can
