@@ -502,6 +502,21 @@ class TopKTask:
         return notes
 
 
+def _plannable(q: TopKQuery, plan: TopKPlan, chosen: Any) -> tuple[TopKQuery, TopKPlan, Any]:
+    """The query and its plan at the chosen τ, or at τ = 1 (reported as ``reduced``) when the chosen τ's noise
+    cannot be sampled: a run must not fail after the choice (a free, data-dependent exit). τ = 1 is what the
+    plan was checked with before any data was read."""
+    try:
+        at = replace(q, max_contributions=chosen.max_contributions)
+        replanned = plan_topk(at, plan.ledger_mode, {})
+    except UsageError:
+        chosen = replace(chosen, max_contributions=1, reduced=True)
+        at = replace(q, max_contributions=1)
+        replanned = plan_topk(at, plan.ledger_mode, {})
+    assert replanned.events == plan.events, "a chosen bound changed the release's cost"
+    return at, replanned, chosen
+
+
 def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedStream
                    ) -> tuple[TopKQuery, TopKPlan, dict[str, Any]]:
     """With ``--max-contributions auto``: τ chosen from the data (``stream.child("auto")``), the query and its
@@ -519,10 +534,7 @@ def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedSt
         quantile_epsilon = ab.pure_epsilon(whole, None, auto.share, auto.choices)
         chosen = ab.choose_bounds(frames.data, shape, auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
                                   stream.child("auto"), 0, frames.name)  # salt 0: topk's bounding salt
-        q = replace(q, max_contributions=chosen.max_contributions)
-        replanned = plan_topk(q, plan.ledger_mode, {})
-        assert replanned.events == plan.events, "a chosen bound changed the release's cost"
-        plan = replanned
+        q, plan, chosen = _plannable(q, plan, chosen)
         extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(whole * auto.share)}
     if q.bias_share is not None:
         bounds = ab.ChosenBounds(None, q.max_contributions, None)

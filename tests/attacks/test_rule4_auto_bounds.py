@@ -93,3 +93,18 @@ def test_only_the_caps_fall_back_when_the_chosen_limits_can_be_sampled():
         1, 1, (-1.0, 1.0), True)
     _, _, kept = _plannable(q, plan, auto_bounds.ChosenBounds(4, 2, (-1.0, 1.0)))
     assert (kept.max_partitions, kept.max_contributions, kept.reduced) == (4, 2, False)
+
+
+def test_a_topk_tau_whose_noise_cannot_be_sampled_falls_back_instead_of_failing(tmp_path):
+    """topk's τ chosen at the top of its grid with a tiny ε: the count noise cannot be sampled, and a refusal
+    after the choice would be free and data-dependent; τ falls back to 1 (what the plan was checked with)."""
+    data, keys = _spread(tmp_path, 2)
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = ["topk", data, "--by", "g", "--privacy-unit", "u", "-k", "2", "--keys", keys, "--count", "rows",
+            "--max-contributions", "auto", "--epsilon", "1e-9", "--json"]
+    with mock.patch.object(auto_bounds, "choose_bounds", _huge):
+        r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["charged"] is True
+    assert (summary["auto"]["reduced"], summary["auto"]["max_contributions"]) == (True, 1)
