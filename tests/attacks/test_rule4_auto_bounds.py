@@ -108,3 +108,17 @@ def test_a_topk_tau_whose_noise_cannot_be_sampled_falls_back_instead_of_failing(
     summary = json.loads(r.stdout)["summary"]
     assert summary["charged"] is True
     assert (summary["auto"]["reduced"], summary["auto"]["max_contributions"]) == (True, 1)
+
+
+def test_a_sql_bound_whose_noise_cannot_be_sampled_falls_back_instead_of_failing(tmp_path):
+    """sql's K and C chosen at the top of their grids with a tiny ε: both fall back to 1 (reduced)."""
+    data, _ = _spread(tmp_path, 2)
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = ["sql", "SELECT g, ANON_COUNT(*) AS c FROM T GROUP BY g", "--table", f"T={data}", "--privacy-unit",
+            "T.u", "--delta", "1e-6", "--max-partitions", "auto", "--max-contributions", "auto", "--epsilon",
+            "1e-9", "--json"]
+    with mock.patch.object(auto_bounds, "choose_bounds", _huge):
+        r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    auto = json.loads(r.stdout)["summary"]["auto"]
+    assert (auto["reduced"], auto["max_partitions"], auto["max_contributions"]) == (True, 1, 1)

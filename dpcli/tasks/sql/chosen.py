@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
+from dpcli.errors import UsageError
 from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks.sql.measures import SqlPlan
 from dpcli.tasks.sql.run import per_user_frame
@@ -32,15 +34,28 @@ def bounds_chosen(task: SqlTask, plan: SqlPlan, tables: Mapping[str, pl.LazyFram
     if o.auto is not None:
         quantile = ab.pure_epsilon(budget.epsilon, budget.rho, o.auto.share, o.auto.choices)
         bounds = ab.choose_bounds(frame, shape, o.auto, bounds, quantile, stream.child("auto"), salt, name)
-        task = task.at_bounds(bounds.max_partitions or 1, bounds.max_contributions)
-        replanned = task.plan("pure", {})  # the mode only refuses br ledgers, which the first plan did
-        assert replanned.events == plan.events, "a chosen bound changed the release's cost"
-        plan = replanned
+        task, plan, bounds = _plannable(task, plan, bounds)
         extra["auto"] = {**bounds.to_json(), **_part(budget.epsilon, budget.rho, o.auto.share)}
     if o.bias_share is not None:
         noise = ab.bias_noise(budget.epsilon, budget.rho, o.bias_share, len(ab.bias_parts(shape, bounds)))
         extra["bias"] = ab.report_bias(frame, shape, bounds, noise, stream.child("bias"), salt, name).to_json()
     return task, plan, extra
+
+
+def _plannable(task: SqlTask, plan: SqlPlan, bounds: ab.ChosenBounds) -> tuple[SqlTask, SqlPlan, ab.ChosenBounds]:
+    """The task and its plan at the chosen K and C, or at 1 and 1 (reported as ``reduced``) when the chosen
+    bounds' noise cannot be sampled: a run must not fail after the choice (a free, data-dependent exit); 1 and 1
+    are what the plan was checked with before any data was read."""
+    try:
+        at = task.at_bounds(bounds.max_partitions or 1, bounds.max_contributions)
+        replanned = at.plan("pure", {})  # the mode only refuses br ledgers, which the first plan did
+    except UsageError:
+        bounds = replace(bounds, max_partitions=1 if bounds.max_partitions is not None else None,
+                         max_contributions=1, reduced=True)
+        at = task.at_bounds(1, 1)
+        replanned = at.plan("pure", {})
+    assert replanned.events == plan.events, "a chosen bound changed the release's cost"
+    return at, replanned, bounds
 
 
 def _part(epsilon: Any, rho: Any, share: Any) -> dict[str, str]:
