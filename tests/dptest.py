@@ -225,3 +225,15 @@ class Service:
             uid=lambda: euid, euid=lambda: euid, environ=lambda: environ,
             user_name=lambda uid: names.get(uid, "svc"), user_home=lambda uid: home if uid == euid else None,
             user_id=lambda name: uids.get(name)))
+
+
+#: The golden tests' secret key: with it the same data and command give the same release on every run.
+FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
+
+
+def use_fixed_key(state_dir: Path) -> None:
+    """Put :data:`FIXED_KEY` in ``state_dir`` (created 0700), 0600 as dpcli requires, before the ledger is made."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = state_dir / "secret.key"
+    key.write_bytes(FIXED_KEY)
+    key.chmod(0o600)

@@ -9,21 +9,16 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, init_ledger
+from dptest import PAGES, PV, cli, init_ledger, use_fixed_key
 from dptest import history as entries
 
 UNITS = 3000
-#: A fixed secret key: the same data and command give the same release on every run (no flaky draw); the
-#: tolerances below still say why they hold for almost every key.
-FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
 
 
 @pytest.fixture(autouse=True)
 def fixed_key(state_dir):
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = state_dir / "secret.key"
-    key.write_bytes(FIXED_KEY)
-    key.chmod(0o600)
+    """The same data and command choose the same bounds on every run of the suite (no flaky draw)."""
+    use_fixed_key(state_dir)
 
 
 @pytest.fixture

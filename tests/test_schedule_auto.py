@@ -9,25 +9,20 @@ from fractions import Fraction
 
 import polars as pl
 import pytest
-from dptest import cli, init_ledger
+from dptest import cli, init_ledger, use_fixed_key
 
 from dpcli.release.path import scheduled_run
 from dpcli.state import schedules as store
 from dpcli.tasks.auto_bounds import AT_RUN_TIME, AutoBounds
 from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
-#: A fixed secret key: the same data and command choose the same bounds on every run of the suite (what is
-#: tested is that the choice is made once and kept, whatever it is, not its accuracy: test_histogram_auto.py).
-FIXED_KEY = b"dpcli-secret-key-v1\n" + bytes(range(32)).hex().encode() + b"\n"
 AUTO = ["--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto"]
 
 
 @pytest.fixture(autouse=True)
 def fixed_key(state_dir):
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    key = state_dir / "secret.key"
-    key.write_bytes(FIXED_KEY)
-    key.chmod(0o600)
+    """The same data and command choose the same bounds on every run of the suite (no flaky draw)."""
+    use_fixed_key(state_dir)
 
 
 @pytest.fixture
