@@ -204,6 +204,12 @@ def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stre
     return int(reached[0]) if reached.size else size - 1
 
 
+#: The most entries :func:`first_within` allows beyond a candidate (2^60): more than any input holds, and small
+#: enough that ``allowed`` + slack + noise stays within int64 (a tiny ε with many public groups and large given
+#: K·C makes G·noise·K·C exceed 2^63, which numpy refused with an OverflowError after the data was read).
+MOST_ALLOWED = 1 << 60
+
+
 def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, stream: KeyedStream) -> int:
     """The first candidate with at most ``allowed`` entries above it (noisily): AboveThreshold over the queries
     ``allowed + slack − above[i]`` in candidate order, or the last index if none reaches 0.
@@ -216,9 +222,11 @@ def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fra
     ``slack`` is three such scales (public): the walk stops when a count is within a few noise scales of
     ``allowed``, rather than overshooting past it into candidates with no entries, where every query is the
     same and only an unlucky threshold would keep it walking (to the last candidate: probability about
-    e^−3/candidates). Every query's noise is drawn; only the index is released.
+    e^−3/candidates). Every query's noise is drawn; only the index is released. ``allowed`` is capped at
+    :data:`MOST_ALLOWED`, so the queries stay within int64 whatever the error model gives.
     """
     counts = np.asarray(above, dtype=np.int64)
+    allowed = min(allowed, MOST_ALLOWED)
     scale = 2 * sensitivity
     slack = math.ceil(3 * scale / epsilon)
     threshold = int(mech.laplace(scale, epsilon).sample(stream.child("threshold"), 1)[0])
@@ -248,6 +256,12 @@ class ErrorModel:
         """Units a bound may leave beyond it: groups · noise · ``before`` (the product of the bounds chosen
         before it) / ``held`` (the entries a unit holds on average), at least 1."""
         return max(1, math.floor(self.groups * self.noise * before / max(held, 1.0)))
+
+
+#: The version of the bias–variance rule, bound into histogram's seed: a release chosen by another rule (quantiles,
+#: or an earlier bias–variance rule) is another release, never a free replay with different bytes. 2: one entry per
+#: unit with the allowance scaled by noisy entries per unit (1: entries per unit unscaled).
+BIAS_VARIANCE_RULE = "bias-variance 2"
 
 
 def model_parts(request: AutoBounds, listed: bool) -> int:
@@ -344,6 +358,35 @@ def _noisy_count(frame: pl.LazyFrame, sensitivity: int, epsilon: Fraction, strea
     return max(1, _count(frame, name) + noise)
 
 
+def _held(frame: pl.LazyFrame, sensitivity: int, units: int, epsilon: Fraction, stream: KeyedStream,
+          name: str) -> float:
+    """The entries a unit holds on average: a noisy count of ``frame`` (``sensitivity`` per unit) over ``units``;
+    1 when that noise cannot be sampled. Its sensitivity is the bounds chosen before it (K for pairs, K·C for rows),
+    so a large K·C at a small ε can make it too large to sample: the run must not fail then (a failure after the
+    choice would be free and tell the choice), and a count with that much noise says nothing anyway. The test reads
+    the scale alone: public inputs and released bounds."""
+    if not sampleable(mech.laplace(sensitivity, epsilon)):
+        return 1.0
+    return _noisy_count(frame, sensitivity, epsilon, stream, name) / units
+
+
+def sampleable(noise: mech.Noise) -> bool:
+    """Whether the samplers can draw ``noise`` (decided by its scale alone, by a probe draw on a fixed stream)."""
+    try:
+        noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
+    except ValueError:
+        return False
+    return True
+
+
+def check_choice(epsilon: Fraction, field: str = "auto_share") -> None:
+    """Refuse (before any data is read) a choice whose parts' pure ``epsilon`` is too small to draw the noise every
+    choice draws: AboveThreshold's (scale 2/ε) and the sensitivity-1 counts' (1/ε)."""
+    if epsilon <= 0 or not sampleable(mech.laplace(2, epsilon)):
+        raise UsageError("leaves each part of the choice of bounds too little budget to draw its noise; raise "
+                         "--auto-share or the query's --epsilon or --rho, or give the bounds", field=field)
+
+
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
                   epsilon: Fraction, stream: KeyedStream, salt: int, name: str = "the input",
                   model: ErrorModel | None = None) -> ChosenBounds:
@@ -369,8 +412,7 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         pairs = _pairs(lf, shape, k, salt)
         allowed = None
         if model is not None:  # pairs beyond C, in units: over the pairs a unit holds on average
-            held = _noisy_count(pairs, k or 1, epsilon, stream.child("pairs"), name) / units
-            allowed = model.allowed(k or 1, held)
+            allowed = model.allowed(k or 1, _held(pairs, k or 1, units, epsilon, stream.child("pairs"), name))
         binned = _one_per_unit(pairs, shape, [], salt).select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left")
                                                               .alias("__bin"))
         c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
@@ -385,7 +427,7 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
     if model is None:
         return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
     # rows beyond a limit, in units: over the rows a unit holds on average
-    held = _noisy_count(rows, (k or 1) * c, epsilon, stream.child("rows"), name) / units
+    held = _held(rows, (k or 1) * c, units, epsilon, stream.child("rows"), name)
     return replace(chosen, bounds=_values_within(entries, model.allowed((k or 1) * c, held), epsilon, stream, name))
 
 

@@ -258,7 +258,7 @@ class HistogramQuery:
         """The auto bounds and the bias report, only when asked for (every other query keeps its seed)."""
         out: dict[str, Any] = {}
         if self.auto is not None and self.auto.any:
-            out["auto"] = self.auto.canonical()
+            out["auto"] = {**self.auto.canonical(), "rule": auto_bounds.BIAS_VARIANCE_RULE}
             for name in out["auto"]["chosen"]:
                 out[name] = "auto"
             if self.auto.values:
@@ -397,6 +397,8 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
     if q.epsilon is None and q.rho is None:
         raise UsageError("is required", field="epsilon")
     release = plan_histogram(q.release_query(), ledger_mode, ledger_limits)
+    if q.auto is not None and q.auto.any:  # the choice's noise is drawn after the data is read: it must not fail
+        auto_bounds.check_choice(_choice_epsilon(q))
     events = [*_generic_curve(release.events, q.auto), *parts.events("histogram", q.epsilon, q.rho)]
     shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
              for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
@@ -865,6 +867,13 @@ def _ratio_margin(agg: str, released: _Released, grid: bounding.ValueGrid, value
     return intervals.cover_margin(values, lo, hi)
 
 
+def _choice_epsilon(q: HistogramQuery) -> Fraction:
+    """The pure ε of each part of the choice of bounds (:func:`auto_bounds.model_parts`): with ``--keys`` the groups
+    are the public list's, without it a noisy count is one more part."""
+    assert q.auto is not None
+    return auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, auto_bounds.model_parts(q.auto, q.domain == "keys"))
+
+
 def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
              stream: KeyedStream) -> tuple[HistogramQuery, HistogramPlan, auto_bounds.ChosenBounds]:
     """The release as it runs: the bounds chosen from the data (if any), the release query at them, and its
@@ -873,8 +882,8 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
     if q.auto is not None and q.auto.any:
         keys = frames.lists.get("keys")
         listed = keys.height if isinstance(keys, pl.DataFrame) else None
-        parts = auto_bounds.model_parts(q.auto, listed is not None)
-        each = auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, parts)
+        assert (listed is not None) == (q.domain == "keys")
+        each = _choice_epsilon(q)
         salt, at = bounding_salt(stream), stream.child("auto")
         model = _error_model(q, plan, frames, listed, each, at, salt)
         in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,

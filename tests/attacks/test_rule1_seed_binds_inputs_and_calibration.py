@@ -317,3 +317,21 @@ def test_resists_free_replays_across_catalog_names_and_entry_edits(svc):
     assert other.exit_code == edited.exit_code == 0
     history = json.loads(svc.run("alice", "budget", "history", "--json").stdout)
     assert [bool(e["replay_of"]) for e in history] == [False, True, False, False]
+
+
+def test_the_rule_that_chooses_histogram_bounds_is_in_its_seed(monkeypatch):
+    """Histogram's automatic bounds were chosen by quantiles, then by two versions of the bias–variance rule, all
+    with AutoBounds' ``"v": 1``. A release recorded under one rule and replayed under another would be the same seed
+    with other bounds: the same noise on other answers, for free. The rule's version is in the seed material."""
+    from fractions import Fraction
+
+    from dpcli.tasks import auto_bounds
+    from dpcli.tasks.histogram import HistogramQuery
+
+    q = HistogramQuery(by=("g",), unit="u", aggregations=("count",), epsilon=Fraction(1), delta=Fraction(1, 10**6),
+                       auto=auto_bounds.AutoBounds(partitions=True))
+    now = q.canonical()
+    assert now["auto"]["rule"] == auto_bounds.BIAS_VARIANCE_RULE
+    monkeypatch.setattr(auto_bounds, "BIAS_VARIANCE_RULE", "bias-variance 1")
+    assert q.canonical() != now
+    assert "auto" not in HistogramQuery(by=("g",), unit="u", epsilon=Fraction(1), delta=Fraction(1, 10**6)).canonical()

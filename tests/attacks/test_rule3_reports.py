@@ -136,3 +136,39 @@ def test_histogram_auto_bounds_and_bias_report_reveal_nothing(tmp_path):
     # the bias report's note carries its noisy counts: equal once they are masked
     masked = [re.sub(r"-?\d+ users", "N users", r.stderr) for r in (a, b)]
     assert masked[0] == masked[1] and "bias report" in masked[0]
+
+
+def test_histogram_bias_variance_internal_sizes_are_never_printed(tmp_path, state_dir):
+    """The bias–variance rule's noisy sizes (groups, units, pairs, rows) steer the choice and are never released:
+    given unmistakable values, none may appear in stdout, stderr, the output file or any state file."""
+    from unittest import mock
+
+    from dptest import cli, init_ledger
+
+    from dpcli.tasks import auto_bounds
+
+    data, out = tmp_path / "d.csv", tmp_path / "out.csv"
+    data.write_text(csv_text(BASE.with_columns(v=pl.lit(2.5))))
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    groups, sizes = 7_654_321, 8_765_432
+    calls: list[str] = []
+
+    def noisy_groups(*args, **kwargs):
+        calls.append("groups")
+        return groups
+
+    def noisy_count(*args, **kwargs):
+        calls.append("size")
+        return sizes
+
+    with mock.patch.object(auto_bounds, "noisy_groups", noisy_groups), \
+            mock.patch.object(auto_bounds, "_noisy_count", noisy_count):
+        r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--agg", "count,sum", "--value", "v",
+                "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--epsilon", "1",
+                "--delta", "1e-6", "--json", "-o", out)
+    assert r.exit_code == 0, r.stderr
+    assert calls == ["groups", "size", "size", "size"]  # units, pairs, rows
+    texts = [r.stdout, r.stderr, out.read_text()] + [p.read_bytes().decode("utf-8", "replace")
+                                                    for p in state_dir.rglob("*") if p.is_file()]
+    for secret in (groups, sizes):
+        assert not any(str(secret) in t for t in texts), secret

@@ -16,6 +16,7 @@ gets a fresh seed each time and so as many uncharged draws of the choice as they
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 from unittest import mock
 
 import polars as pl
@@ -122,3 +123,55 @@ def test_a_sql_bound_whose_noise_cannot_be_sampled_falls_back_instead_of_failing
     assert r.exit_code == 0, r.stderr
     auto = json.loads(r.stdout)["summary"]["auto"]
     assert (auto["reduced"], auto["max_partitions"], auto["max_contributions"]) == (True, 1, 1)
+
+
+# ---- the bias–variance rule (histogram): nothing the choice draws or computes may fail after the data is read ----
+# Found: (1) a choice whose parts' ε was too small to draw its own noise (ε = 1e-12, within --epsilon's range, a
+# ρ of 1e-17 whose ε per part rounded to 0, or a tiny --auto-share) failed after the data was read with an internal
+# error (exit 1, no debit); it is now refused by the plan, before any data is read (exit 2). (2) The noisy sizes the
+# rule reads are noised at the sensitivity of the bounds chosen before them (K for pairs, K·C for rows): a large K
+# chosen at a small ε (a walk pushed to the top of its grid by its threshold's noise, or heavy data) made the count
+# of pairs impossible to sample, so the run failed (free, and telling the choice). Such a count is now skipped (it
+# says nothing at that noise). (3) A huge allowance (many public groups, a tiny ε, large given K·C) overflowed
+# int64 in first_within (OverflowError after the data was read); it is now capped.
+
+
+@pytest.mark.parametrize("budget", [["--epsilon", "1e-12"], ["--rho", "1e-17"],
+                                    ["--epsilon", "1", "--auto-share", "1e-14"]])
+def test_a_choice_whose_noise_cannot_be_drawn_is_refused_before_the_data_is_read(tmp_path, budget):
+    data, _ = _spread(tmp_path, 2)
+    init_ledger(*(["zcdp", "--rho", "1"] if "--rho" in budget else ["approx", "--epsilon", "10", "--delta", "1e-5"]))
+    args = ["--by", "g", "--privacy-unit", "u", "--max-partitions", "auto", "--max-contributions", "auto", *budget,
+            "--delta", "1e-6"]
+    r = cli("histogram", data, *args)
+    assert r.exit_code == 2 and "--auto-share" in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert entries() == []
+    r = cli("histogram", str(tmp_path / "absent.csv"), *args, "--dry-run")  # the plan refuses it, without data
+    assert r.exit_code == 2 and "--auto-share" in r.stderr, r.stderr
+
+
+def _to_the_top(above, allowed, sensitivity, epsilon, stream):
+    """A walk that ends at the last candidate (what the threshold's noise can draw, with probability ~e^−3)."""
+    return len(above) - 1
+
+
+def test_a_large_bound_chosen_at_a_small_epsilon_never_fails_the_sizes_read_after_it(tmp_path):
+    # ε = 1e-7 with --keys: each of the 4 parts gets 2.5e-9; the count of pairs at K = 65,536 would need a scale of
+    # 2.6e13, beyond the sampler's 2^44 (before: exit 1, ValueError, nothing charged).
+    data, keys = _spread(tmp_path, 2)
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    with mock.patch.object(auto_bounds, "first_within", _to_the_top):
+        r = cli("histogram", data, "--by", "g", "--privacy-unit", "u", "--keys", keys, "--max-partitions", "auto",
+                "--max-contributions", "auto", "--epsilon", "1e-7", "--json")
+    assert r.exit_code == 0, r.stderr
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["charged"] is True and summary["auto"]["reduced"] is True
+
+
+def test_a_huge_allowance_stays_within_int64():
+    import numpy as np
+    from dptest import stream
+
+    big = auto_bounds.ErrorModel(groups=10**7, noise=1e13).allowed(before=10**6)
+    assert big > 2**63
+    assert auto_bounds.first_within(np.array([10**9, 5, 0]), big, 1, Fraction(1), stream(0)) == 0

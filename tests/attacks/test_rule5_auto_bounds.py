@@ -106,3 +106,77 @@ def test_under_rho_each_choice_spends_no_more_than_its_share(rho, parts):
     eps = ab.pure_epsilon(None, rho, share, parts)
     assert eps > 0 and eps * eps / 2 <= rho * share / parts
     assert (eps + Fraction(2, 10**9)) ** 2 / 2 > rho * share / parts  # and not needlessly less
+
+
+# ---- histogram's bias–variance rule (choose_bounds with a model; noisy_groups) --------------------------------
+# Gray box, as above: on D and D′ = D plus one adversarial unit (bounds held equal), every input the choice reads
+# is recorded: each walk's ``above`` vector (first_within: Δ = 1, monotone: every query moves the same way), each
+# noisy size's true count with the sensitivity it is noised at (units: 1, pairs: K, rows: K·C), and noisy_groups'
+# true count (1). And the choice runs exactly model_parts(…) mechanisms, each at the ε it is given.
+
+FIRST_WITHIN = ab.first_within
+MODEL = ab.ErrorModel(groups=5, noise=2.0)
+SPREAD = pl.DataFrame({"u": ["x"] * 40, "g": [f"g{i % 8}" for i in range(40)], "v": [float(i) for i in range(40)]})
+
+
+def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBounds,
+               monkeypatch) -> tuple[list[tuple[np.ndarray, int]], list[tuple[str, int, int]]]:
+    walks: list[tuple[np.ndarray, int]] = []
+    sizes: list[tuple[str, int, int]] = []
+
+    def walk(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, s: object) -> int:
+        walks.append((np.asarray(above, dtype=np.int64).copy(), sensitivity))
+        assert epsilon == Fraction(1)
+        return FIRST_WITHIN(above, allowed, sensitivity, epsilon, s)  # type: ignore[arg-type]
+
+    def size(frame: pl.LazyFrame, sensitivity: int, epsilon: Fraction, s: object, name: str) -> int:
+        true = ab._count(frame, name)
+        sizes.append(("units" if not sizes else "pairs" if request.contributions else "rows", true, sensitivity))
+        assert epsilon == Fraction(1)
+        return max(1, true)  # no noise: the choice that follows reads the same allowance on D and D′ when it can
+
+    monkeypatch.setattr(ab, "first_within", walk)
+    monkeypatch.setattr(ab, "_noisy_count", size)
+    ab.choose_bounds(frame.lazy(), ab.DataShape("u", ("g",), "v"), request, given, Fraction(1), stream(0), 12345,
+                     model=MODEL)
+    return walks, sizes
+
+
+@pytest.mark.parametrize("choice", sorted(REQUESTS))
+@pytest.mark.parametrize("neighbour", [*sorted(NEIGHBOURS), "spread"])
+def test_one_unit_moves_each_input_of_the_bias_variance_choice_within_its_sensitivity(choice, neighbour, monkeypatch):
+    request, given = REQUESTS[choice]
+    other = pl.concat([BASE, SPREAD if neighbour == "spread" else NEIGHBOURS[neighbour]])
+    walks, sizes = _model_fed(BASE, request, given, monkeypatch)
+    walks2, sizes2 = _model_fed(other, request, given, monkeypatch)
+    assert len(walks) == len(walks2) == request.choices
+    for (a, da), (b, db) in zip(walks, walks2, strict=True):
+        assert da == db == 1
+        step = b - a
+        assert np.all((step >= 0) & (step <= 1)), (choice, neighbour, step)  # monotone, Δ = 1
+    k, c = given.max_partitions or 1, given.max_contributions
+    claimed = {"units": 1, "pairs": k, "rows": k * c}
+    assert [s[0] for s in sizes] == [s[0] for s in sizes2]
+    for (kind, x, dx), (_, y, dy) in zip(sizes, sizes2, strict=True):
+        assert dx == dy == claimed[kind] and 0 <= y - x <= claimed[kind], (choice, neighbour, kind, x, y)
+    # every mechanism the choice runs is one of model_parts' equal parts (the groups' count runs in histogram)
+    assert len(walks) + len(sizes) == ab.model_parts(request, listed=True)
+
+
+@pytest.mark.parametrize("at_least", [1, 40, 41, 60])
+@pytest.mark.parametrize("neighbour", [*sorted(NEIGHBOURS), "spread"])
+def test_noisy_groups_counts_each_unit_in_one_group(at_least, neighbour, monkeypatch):
+    """BASE has 200 units over 5 groups (about 40 each with one group per unit): one unit more, however many groups
+    it is in, crosses the threshold in one group at most."""
+    seen: list[int] = []
+    count = ab._count
+
+    def record(frame: pl.LazyFrame, name: str) -> int:
+        seen.append(count(frame, name))
+        return seen[-1]
+
+    monkeypatch.setattr(ab, "_count", record)
+    other = pl.concat([BASE, SPREAD if neighbour == "spread" else NEIGHBOURS[neighbour]])
+    for frame in (BASE, other):
+        ab.noisy_groups(frame.lazy(), ab.DataShape("u", ("g",), "v"), at_least, Fraction(1), stream(0), 12345)
+    assert len(seen) == 2 and 0 <= seen[1] - seen[0] <= 1, (at_least, neighbour, seen)

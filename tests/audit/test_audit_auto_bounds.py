@@ -1,5 +1,5 @@
 """Privacy audits of the automatic choices (issue 33): first_reaching (AboveThreshold), choose_bounds end to end,
-and the bias report's unit counts.
+the bias report's unit counts, first_within (the bias–variance walk) and noisy_groups (its noisy count of groups).
 
 Three kinds of evidence, as elsewhere in tests/audit:
 
@@ -335,3 +335,44 @@ def test_first_within_sampler_matches_its_exact_distribution():
     draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i))) for i in range(40_000)])
     assert fits(draws, exact) == []
     assert fits(draws, first_within_pmf(above, allowed, 1, 2 * eps)) != []
+
+
+# ---- noisy_groups (histogram's bias–variance rule without --keys) --------------------------------------------
+
+
+def groups_pmf(true: int, eps: Fraction, top: int) -> np.ndarray:
+    """The exact pmf of max(1, true + Z) over 0 … top, Z discrete Laplace of scale 1/ε (P[Z = z] ∝ e^−ε|z|)."""
+    r = float(np.exp(-float(eps)))
+    z = np.arange(-top - true - 200, top + 200)
+    pz = (1 - r) / (1 + r) * r ** np.abs(z)
+    out = np.zeros(top + 1)
+    for zi, p in zip(z, pz, strict=True):
+        y = max(1, true + int(zi))
+        if y <= top:
+            out[y] += p
+    return out
+
+
+def test_noisy_groups_is_a_sensitivity_one_count():
+    """ε = 1/2; BASE against BASE + the giant unit (12 new groups, 10 rows each): one unit is counted in one group,
+    so the true count moves by exactly one (the worst case). 3,000 draws per side fit the exact pmf of the clipped
+    discrete Laplace (the pmf at 2ε is rejected: power), the exact loss between the two pmfs is ≤ ε, the DP-Sniper
+    bound from the draws stays ≤ ε and the two-sample test at ε is quiet."""
+    eps, n, top = Fraction(1, 2), 3_000, 60
+    draws, truth = [], []
+    for label, frame in (("g0", BASE), ("g1", NEIGHBOUR)):
+        lf = frame.lazy()
+        truth.append(ab.noisy_groups(lf, SHAPE, 1, Fraction(10**6), KeyedStream(KEY, "exact"), SALT))
+        root = KeyedStream(KEY, label)
+        draws.append(np.array([ab.noisy_groups(lf, SHAPE, 1, eps, root.child(str(i)), SALT) for i in range(n)]))
+    assert truth[1] == truth[0] + 1
+    pmfs = [groups_pmf(t, eps, top) for t in truth]
+    for x, pmf, t in zip(draws, pmfs, truth, strict=True):
+        assert x.max() <= top and fits(x, pmf) == []
+        assert fits(x, groups_pmf(t, 2 * eps, top)) != []
+    live = (pmfs[0] > FLOOR) & (pmfs[1] > FLOOR)
+    loss = float(np.abs(np.log(pmfs[0][live] / pmfs[1][live])).max())
+    est = max(threshold_epsilon_bound(draws[0], draws[1]), threshold_epsilon_bound(-draws[0], -draws[1]))
+    print(f"noisy_groups: exact loss {loss:.4f}, DP-Sniper lower bound {est:.3f} (ε = 0.5)")
+    assert loss <= float(eps) + 1e-9 and est <= float(eps)
+    assert two_sample_violations(draws[0], draws[1], float(eps)) == []
