@@ -379,12 +379,27 @@ def sampleable(noise: mech.Noise) -> bool:
     return True
 
 
-def check_choice(epsilon: Fraction, field: str = "auto_share") -> None:
+#: The largest noise scale, per unit of 1/ε, of a choice by quantiles (:func:`first_reaching`: 4b/ε at the
+#: levels' largest denominator b) and of a choice by the bias–variance rule (:func:`first_within`: 2/ε).
+QUANTILE_SCALE = 4 * max(level.denominator for level in (PARTITIONS_LEVEL, CONTRIBUTIONS_LEVEL, *VALUE_LEVELS))
+WITHIN_SCALE = 2
+
+
+def check_choice(epsilon: Fraction, field: str = "auto_share", scale: int = WITHIN_SCALE) -> None:
     """Refuse (before any data is read) a choice whose parts' pure ``epsilon`` is too small to draw the noise every
-    choice draws: AboveThreshold's (scale 2/ε) and the sensitivity-1 counts' (1/ε)."""
-    if epsilon <= 0 or not sampleable(mech.laplace(2, epsilon)):
+    choice draws: its walk's (``scale``/ε: :data:`WITHIN_SCALE` or :data:`QUANTILE_SCALE`) and the
+    sensitivity-1 counts' (1/ε)."""
+    if epsilon <= 0 or not sampleable(mech.laplace(scale, epsilon)):
         raise UsageError("leaves each part of the choice of bounds too little budget to draw its noise; raise "
                          "--auto-share or the query's --epsilon or --rho, or give the bounds", field=field)
+
+
+def check_bias(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> None:
+    """Refuse (before any data is read) a bias report whose counts' noise cannot be drawn."""
+    if (rho if rho is not None else epsilon or 0) * share <= 0 or not sampleable(bias_noise(epsilon, rho, share,
+                                                                                             parts)):
+        raise UsageError("leaves the bias report too little budget to draw its noise; raise --bias-share or the "
+                         "query's --epsilon or --rho", field="bias_share")
 
 
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,

@@ -399,6 +399,9 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
     release = plan_histogram(q.release_query(), ledger_mode, ledger_limits)
     if q.auto is not None and q.auto.any:  # the choice's noise is drawn after the data is read: it must not fail
         auto_bounds.check_choice(_choice_epsilon(q))
+    if q.bias_share is not None:  # nor the bias report's (its counts at the bounds in force: the limits' too)
+        counted = auto_bounds.bias_parts(q.shape, q.release_query().given())
+        auto_bounds.check_bias(q.epsilon, q.rho, q.bias_share, len(counted))
     events = [*_generic_curve(release.events, q.auto), *parts.events("histogram", q.epsilon, q.rho)]
     shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
              for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}

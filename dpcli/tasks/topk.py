@@ -234,10 +234,21 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
         raise UsageError("a br ledger pays LinkedIn-style selections only: --max-contributions auto and "
                          "--report-bias need a pure, approx, zcdp or rdp ledger")
     whole = _whole_epsilon(q, eps)
+    _check_parts_noise(q, whole)
     eps = eps * parts.release  # the release's own part (the whole ε when nothing else is asked)
     noise = _count_noise(q, eps)
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False)) + parts.events("topk", whole, None)
     return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode)
+
+
+def _check_parts_noise(q: TopKQuery, whole: Fraction) -> None:
+    """Refuse, before any data is read, a choice of τ or a bias report whose noise cannot be drawn."""
+    from dpcli.tasks import auto_bounds as ab
+
+    if q.auto is not None:
+        ab.check_choice(ab.pure_epsilon(whole, None, q.auto.share, q.auto.choices), scale=ab.QUANTILE_SCALE)
+    if q.bias_share is not None:
+        ab.check_bias(whole, None, q.bias_share, 1)
 
 
 def whole_epsilon(q: TopKQuery) -> Fraction:

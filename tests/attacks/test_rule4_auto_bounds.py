@@ -175,3 +175,51 @@ def test_a_huge_allowance_stays_within_int64():
     big = auto_bounds.ErrorModel(groups=10**7, noise=1e13).allowed(before=10**6)
     assert big > 2**63
     assert auto_bounds.first_within(np.array([10**9, 5, 0]), big, 1, Fraction(1), stream(0)) == 0
+
+
+@pytest.mark.parametrize("argv", [
+    ["topk", "{data}", "--by", "g", "--privacy-unit", "u", "-k", "2", "--keys", "{keys}", "--count", "rows",
+     "--max-contributions", "auto", "--auto-share", "1e-13", "--epsilon", "1"],
+    ["topk", "{data}", "--by", "g", "--privacy-unit", "u", "-k", "2", "--keys", "{keys}", "--count", "rows",
+     "--report-bias", "--bias-share", "1e-20", "--epsilon", "1"],
+    ["sql", "SELECT g, ANON_COUNT(*) AS c FROM T GROUP BY g", "--table", "T={data}", "--privacy-unit", "T.u",
+     "--delta", "1e-6", "--max-partitions", "auto", "--auto-share", "1e-13", "--epsilon", "1"],
+    ["sql", "SELECT g, ANON_COUNT(*) AS c FROM T GROUP BY g", "--table", "T={data}", "--privacy-unit", "T.u",
+     "--delta", "1e-6", "--report-bias", "--bias-share", "1e-20", "--epsilon", "1"],
+    ["histogram", "{data}", "--by", "g", "--privacy-unit", "u", "--keys", "{keys}", "--report-bias",
+     "--bias-share", "1e-20", "--epsilon", "1"],
+], ids=["topk-auto", "topk-bias", "sql-auto", "sql-bias", "histogram-bias"])
+def test_a_part_whose_noise_cannot_be_drawn_is_refused_before_the_data_is_read(tmp_path, argv):
+    """Every command: a share so small that its noise cannot be drawn is exit 2 with one line at plan time (the
+    dry run says it too), never an internal error after the data was read."""
+    data, keys = _spread(tmp_path, 2)
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = [a.format(data=data, keys=keys) for a in argv]
+    for extra in (["--dry-run"], []):
+        r = cli(*args, *extra)
+        assert r.exit_code == 2, r.stderr
+        assert "too little budget to draw its noise" in r.stderr and r.stderr.count("\n") == 1
+    assert entries() == []
+
+
+def test_stream_bounds_whose_noise_cannot_be_drawn_fall_back_instead_of_failing(monkeypatch):
+    """stream-replay: if DP-SQLP's noise could not be drawn at the chosen C and L (its plan refuses), the choice
+    falls back to the placeholders its plan was checked with (C = 1, L = 1), reported as reduced. (DP-SQLP's plan
+    holds at every candidate today: this keeps a future limit from turning into a refusal after the choice.)"""
+    from dpcli.errors import UsageError
+    from dpcli.tasks.stream import auto as stream_auto
+    from dpcli.tasks.stream.query import StreamQuery
+
+    def refuses_large(q):
+        if q.max_records > 1:
+            raise UsageError("stream-replay noise too large to sample")
+
+    monkeypatch.setattr(stream_auto, "plan_stream", refuses_large)
+    q = StreamQuery(time="ts", keys=("page",), unit="user", window=86400, triggers=4, max_records=1,
+                    epsilon=Fraction(1, 10**4), delta=Fraction(1, 10**6), value="x", clamp=1.0,
+                    auto=auto_bounds.AutoBounds(contributions=True, values=True))
+    chosen = stream_auto._plannable(q, stream_auto.StreamChoice(65536, 1e12))
+    assert (chosen.max_records, chosen.clamp, chosen.reduced) == (1, 1.0, True)
+    assert stream_auto.StreamChoice.from_json(chosen.to_json()) == chosen  # kept as such in a --state file
+    kept = stream_auto._plannable(q, stream_auto.StreamChoice(1, 4.0))
+    assert not kept.reduced

@@ -18,6 +18,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from dpcli.errors import UsageError
+from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 from dpcli.tasks.sql.ir import AnonAgg, ResolvedQuery
 from dpcli.tasks.sql.measures import Budget
@@ -69,3 +70,13 @@ def release_budget(budget: Budget, parts: BudgetParts) -> Budget:
 
 
 __all__ = ["DEFAULT_CAP_AUTO", "check_auto", "default_counts", "parts_of", "release_budget", "with_caps"]
+
+
+def check_noise(request: ab.AutoBounds | None, bias_share: Fraction | None, epsilon: Fraction | None,
+                rho: Fraction | None) -> None:
+    """Refuse, before any data is read, a choice of bounds or a bias report whose noise cannot be drawn (the
+    bias report's two counts: units over K, units over C)."""
+    if request is not None:
+        ab.check_choice(ab.pure_epsilon(epsilon, rho, request.share, request.choices), scale=ab.QUANTILE_SCALE)
+    if bias_share is not None:
+        ab.check_bias(epsilon, rho, bias_share, 2)

@@ -157,6 +157,7 @@ class SqlTask:
         planned = plan_measures(measures, sql_auto.release_budget(o.budget, parts), self.domain, o.max_partitions,
                                 mode)
         extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
+        sql_auto.check_noise(o.auto, o.bias_share, o.budget.epsilon, o.budget.rho)
         return replace(planned, events=planned.events + tuple(extra)) if extra else planned
 
     def at_bounds(self, max_partitions: int, max_contributions: int) -> SqlTask:

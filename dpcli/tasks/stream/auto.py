@@ -28,7 +28,7 @@ from dpcli.bounding.stream_records import cap_records
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, type_text
+from dpcli.errors import DataError, UsageError, type_text
 from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks.stream.events import record_exprs
 from dpcli.tasks.stream.plan import StreamPlan, plan_stream
@@ -45,6 +45,8 @@ class StreamChoice:
     max_records: int | None  # chosen C (None: given)
     clamp: float | None  # chosen L (None: given)
     bias: dict[str, Any] | None = None  # BiasReport.to_json()
+    #: The chosen bounds fell back to the placeholders the plan was checked with (their noise could not be drawn).
+    reduced: bool = False
 
     def apply(self, q: StreamQuery) -> StreamQuery:
         """``q`` at these bounds (given ones kept)."""
@@ -58,12 +60,15 @@ class StreamChoice:
             out["bounds"] = [-self.clamp, self.clamp]
         if self.bias is not None:
             out["bias"] = self.bias
+        if self.reduced:
+            out["reduced"] = True
         return out
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> StreamChoice:
         bounds = doc.get("bounds")
-        return cls(doc.get("max_contributions"), float(bounds[1]) if bounds else None, doc.get("bias"))
+        return cls(doc.get("max_contributions"), float(bounds[1]) if bounds else None, doc.get("bias"),
+                   bool(doc.get("reduced", False)))
 
     def metadata(self, q: StreamQuery) -> dict[str, Any]:
         """The result's ``auto`` and ``bias`` parts (released values and the budget that released them)."""
@@ -131,10 +136,22 @@ def choose(frame: pl.LazyFrame, q: StreamQuery, seed: bytes, through: int | None
             kept = cap_records(records, "__unit", _order(q), c or q.max_records).frame
             first = kept.group_by("__unit").agg(pl.col("__x").sort_by(_order(q)).first())
             l_ = ab.choose_limit(first, "__x", eps, root.child("auto"), name, STREAM_LIMITS)
-    choice = StreamChoice(c, l_)
+    choice = _plannable(q, StreamChoice(c, l_))
     if q.report_bias is None:
         return choice
     return replace(choice, bias=_bias(records, choice.apply(q), root.child("bias"), name))
+
+
+def _plannable(q: StreamQuery, choice: StreamChoice) -> StreamChoice:
+    """``choice``, or the placeholders the plan was checked with before any data was read (C = 1, L = 1: reported
+    as ``reduced``) when the chosen bounds' noise cannot be drawn: a run must not fail after the choice (a
+    free, data-dependent exit)."""
+    try:
+        plan_stream(choice.apply(q))
+    except UsageError:
+        return StreamChoice(None if choice.max_records is None else 1, None if choice.clamp is None else 1.0,
+                            reduced=True)
+    return choice
 
 
 def _bias(records: pl.LazyFrame, q: StreamQuery, stream: KeyedStream, name: str) -> dict[str, Any]:

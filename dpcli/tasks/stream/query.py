@@ -14,7 +14,15 @@ from typing import Any
 from dpcli import bounding
 from dpcli.core.exact import fraction_text
 from dpcli.errors import UsageError
-from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
+from dpcli.tasks.auto_bounds import (
+    QUANTILE_SCALE,
+    AutoBounds,
+    BudgetParts,
+    check_bias,
+    check_choice,
+    check_share,
+    pure_epsilon,
+)
 
 #: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
 MIN_SECONDS = -62_135_596_800
@@ -112,6 +120,11 @@ class StreamQuery:
         if self.parts.release < Fraction(1, 2):
             raise UsageError("and --bias-share together must be at most 0.5 (the release keeps at least half of "
                              "the budget)", field="auto_share")
+        if a is not None:
+            quantiles = int(a.contributions) + int(a.values)
+            check_choice(pure_epsilon(self.epsilon, None, a.share, quantiles), scale=QUANTILE_SCALE)
+        if self.report_bias is not None:
+            check_bias(self.epsilon, None, self.report_bias, 2)
 
     def _check_value(self) -> None:
         """``--value`` and its clamp together (each missing one named), the clamp within CLAMP_RANGE."""
