@@ -69,10 +69,7 @@ def release_budget(budget: Budget, parts: BudgetParts) -> Budget:
                    rho=None if budget.rho is None else budget.rho * parts.release)
 
 
-__all__ = ["DEFAULT_CAP_AUTO", "check_auto", "default_counts", "parts_of", "release_budget", "with_caps"]
-
-
-def check_noise(request: ab.AutoBounds | None, bias_share: Fraction | None, epsilon: Fraction | None,
+def check_noise(request: AutoBounds | None, bias_share: Fraction | None, epsilon: Fraction | None,
                 rho: Fraction | None) -> None:
     """Refuse, before any data is read, a choice of bounds or a bias report whose noise cannot be drawn (the
     bias report's two counts: units over K, units over C)."""
@@ -80,3 +77,7 @@ def check_noise(request: ab.AutoBounds | None, bias_share: Fraction | None, epsi
         ab.check_choice(ab.pure_epsilon(epsilon, rho, request.share, request.choices), scale=ab.QUANTILE_SCALE)
     if bias_share is not None:
         ab.check_bias(epsilon, rho, bias_share, 2)
+
+
+__all__ = ["DEFAULT_CAP_AUTO", "check_auto", "check_noise", "default_counts", "parts_of", "release_budget",
+           "with_caps"]
