@@ -486,8 +486,9 @@ BiasShareOpt = Annotated[
 
 @dataclass(frozen=True)
 class BoundOptions:
-    """The bound options of a command as given: each cap a number, ``auto`` or None (default 1), the value
-    bounds ``LO:HI``, ``auto`` or None, the shares, and whether the bias report is asked for."""
+    """The bound options of a command as given: each cap a number, ``auto`` or None (default 1; None too for a
+    bound the command does not have), the value bounds ``LO:HI``, ``auto`` or None, the shares, and whether the
+    bias report is asked for. Every command turns them into its query through these methods."""
 
     partitions: int | Literal["auto"] | None
     contributions: int | Literal["auto"] | None
@@ -519,7 +520,7 @@ class BoundOptions:
 
         if not self.chooses:
             if self.auto_share is not None:
-                raise UsageError("--auto-share is the share of the budget choosing auto bounds: give a bound as auto")
+                raise UsageError("--auto-share needs a bound left to dpcli (a bound given as auto)")
             return None
         return AutoBounds(self.partitions == "auto", self.contributions == "auto", self.values == "auto",
                           self.auto_share or AUTO_SHARE)
@@ -531,12 +532,12 @@ class BoundOptions:
 
         if not self.report_bias:
             if self.bias_share is not None:
-                raise UsageError("--bias-share is the share of the budget of --report-bias: add --report-bias")
+                raise UsageError("--bias-share needs --report-bias")
             return None
         return self.bias_share or BIAS_SHARE
 
     def check_engine(self, engine: str) -> None:
         """Auto bounds and the bias report are computed by polars: refused with another engine."""
         if engine != "polars" and (self.chooses or self.report_bias):
-            raise UsageError("auto bounds and --report-bias are computed by the polars engine only: "
-                             "leave out --engine or give the bounds")
+            raise UsageError("auto bounds and --report-bias are computed by the polars engine only: drop --engine "
+                             "spark, or give the bounds")

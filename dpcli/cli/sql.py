@@ -11,6 +11,7 @@ from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
     AutoShareOpt,
     BiasShareOpt,
+    BoundOptions,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -117,26 +118,15 @@ def sql(
 
 def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool, str | None],
              keys: bool, with_error: bool, engine: str) -> SqlOptions:
-    """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` (auto: a placeholder of 1
-    and the request), ``--auto-share`` only with auto, ``--bias-share`` only with ``--report-bias``, both
-    computed by the polars engine only."""
-    from dpcli.tasks.auto_bounds import AUTO_SHARE, BIAS_SHARE, AutoBounds
+    """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` and the shares
+    (:class:`dpcli.cli._options.BoundOptions`; an auto cap is a placeholder of 1 until chosen)."""
     from dpcli.tasks.sql import SqlOptions
 
-    k, c = cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1])
-    auto: AutoBounds | None = None
-    if "auto" in (k, c):
-        auto = AutoBounds(partitions=k == "auto", contributions=c == "auto",
-                          share=share("--auto-share", caps[2]) or AUTO_SHARE)
-    elif caps[2] is not None:
-        raise UsageError("--auto-share needs a bound left to dpcli (--max-partitions or --max-contributions auto)")
-    report, bias_share = bias
-    if bias_share is not None and not report:
-        raise UsageError("--bias-share needs --report-bias")
-    if (auto is not None or report) and engine != "polars":
-        raise UsageError("auto bounds and --report-bias are computed by the polars engine only: drop --engine spark")
-    return SqlOptions(budget, k if isinstance(k, int) else 1, c if isinstance(c, int) else 1, keys, with_error, auto,
-                      (share("--bias-share", bias_share) or BIAS_SHARE) if report else None)
+    options = BoundOptions(cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1]), None,
+                           share("--auto-share", caps[2]), bias[0], share("--bias-share", bias[1]))
+    options.check_engine(engine)
+    return SqlOptions(budget, options.max_partitions, options.max_contributions, keys, with_error,
+                      options.auto_bounds(), options.bias)
 
 
 def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -13,6 +12,7 @@ from dpcli.cli._common import busy, handles_errors, payer, settings
 from dpcli.cli._options import (
     AutoShareOpt,
     BiasShareOpt,
+    BoundOptions,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -139,9 +139,7 @@ def stream_replay(
 
     query = _with_auto(_query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon,
                               delta, value, bounds_text, mu), max_contributions, bounds_text, auto_share,
-                       report_bias, bias_share)
-    if engine != "polars" and (query.auto is not None or query.report_bias is not None):
-        raise UsageError("auto bounds and --report-bias are chosen by the polars engine only (drop --engine spark)")
+                       report_bias, bias_share, engine)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
     if moment is not None:
@@ -202,21 +200,12 @@ def _records_cap(text: str) -> int:
 
 
 def _with_auto(q: sr.StreamQuery, max_contributions: str, bounds_text: str | None, auto_share: str | None,
-               report_bias: bool, bias_share: str | None) -> sr.StreamQuery:
-    """``q`` with the bounds left to dpcli (``auto``), the share choosing them and the bias report's share."""
+               report_bias: bool, bias_share: str | None, engine: str) -> sr.StreamQuery:
+    """``q`` with the bounds left to dpcli (``auto``: C and L), the share choosing them and the bias report's
+    share (:class:`dpcli.cli._options.BoundOptions`)."""
     from dataclasses import replace
 
-    from dpcli.tasks import auto_bounds as ab
-
-    contributions = cap("--max-contributions", max_contributions) == "auto"
-    values = bounds_or_auto("--bounds", bounds_text) == "auto"
-    auto_part = share("--auto-share", auto_share)
-    bias_part = share("--bias-share", bias_share)
-    if auto_part is not None and not (contributions or values):
-        raise UsageError("--auto-share goes with --max-contributions auto or --bounds auto")
-    if bias_part is not None and not report_bias:
-        raise UsageError("--bias-share goes with --report-bias")
-    auto = (ab.AutoBounds(contributions=contributions, values=values, share=auto_part or ab.AUTO_SHARE)
-            if contributions or values else None)
-    bias: Fraction | None = (bias_part or ab.BIAS_SHARE) if report_bias else None
-    return replace(q, auto=auto, report_bias=bias)
+    options = BoundOptions(None, cap("--max-contributions", max_contributions), bounds_or_auto("--bounds", bounds_text),
+                           share("--auto-share", auto_share), report_bias, share("--bias-share", bias_share))
+    options.check_engine(engine)
+    return replace(q, auto=options.auto_bounds(), report_bias=options.bias)

@@ -12,6 +12,7 @@ from dpcli.cli._options import (
     AutoShareOpt,
     BetaOpt,
     BiasShareOpt,
+    BoundOptions,
     DelimiterOpt,
     DeltaOpt,
     EngineOpt,
@@ -178,22 +179,13 @@ def _epsilons(epsilon: str | None, epsilon_per: str | None, k: int, known_domain
 
 def _bounds(text: str | None, auto_share: str | None, report_bias: bool, bias_share: str | None, engine: str
             ) -> tuple[int, AutoBounds | None, Fraction | None]:
-    """(τ, the auto request, the bias report's share): ``--max-contributions N|auto``, ``--auto-share`` only
-    with auto, ``--bias-share`` only with ``--report-bias``, both computed by the polars engine only."""
-    from dpcli.tasks.auto_bounds import AUTO_SHARE, BIAS_SHARE, AutoBounds
-
+    """(τ, the auto request, the bias report's share) from ``--max-contributions N|auto`` and the shares
+    (:class:`dpcli.cli._options.BoundOptions`: τ is topk's only bound)."""
     tau = _tau(text)
-    if auto_share is not None and tau != "auto":
-        raise UsageError("--auto-share needs a bound left to dpcli (--max-contributions auto)")
-    if bias_share is not None and not report_bias:
-        raise UsageError("--bias-share needs --report-bias")
-    if (tau == "auto" or report_bias) and engine != "polars":
-        raise UsageError("--max-contributions auto and --report-bias are computed by the polars engine only: "
-                         "drop --engine spark")
-    bias = (share("--bias-share", bias_share) or BIAS_SHARE) if report_bias else None
-    if tau == "auto":
-        return 1, AutoBounds(contributions=True, share=share("--auto-share", auto_share) or AUTO_SHARE), bias
-    return tau, None, bias
+    options = BoundOptions(None, "auto" if tau == "auto" else None, None, share("--auto-share", auto_share),
+                           report_bias, share("--bias-share", bias_share))
+    options.check_engine(engine)
+    return (1 if tau == "auto" else tau), options.auto_bounds(), options.bias
 
 
 def _tau(text: str | None) -> int | Literal["auto"]:
