@@ -38,6 +38,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.bounding.keyed_order import keep_first
 from dpcli.core import mechanisms as mech
+from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
@@ -142,11 +143,7 @@ def pure_epsilon(epsilon: Fraction | None, rho: Fraction | None, share: Fraction
     if rho is None:
         assert epsilon is not None
         return epsilon * share / parts
-    each = rho * share / parts
-    eps = Fraction(math.sqrt(float(2 * each))).limit_denominator(10**9)
-    while eps * eps / 2 > each:
-        eps -= Fraction(1, 10**9)
-    return max(eps, Fraction(0))
+    return acc.largest_epsilon(rho * share / parts, 2)
 
 
 @dataclass(frozen=True)

@@ -452,14 +452,15 @@ def _plan_gaussian(
 ) -> tuple[dict[str, NoisyStatistic], list[PrivacyEvent], HistogramQuery]:
     """ρ split equally: discrete Gaussian per measurement (ℓ2² = K·Δ²); with thresholding, δ is split between
     the (ε, δ) conversion and the selection. Returns the query with the selection's δ for the threshold."""
-    rho, conv_delta, sel_delta = _gaussian_budget(q)
+    rho, conv_delta, sel_delta = gaussian_budget(q.epsilon, q.rho, q.delta, q.domain != "keys")
     k, rho_m = q.max_partitions, rho / len(names)
     share = f"ρ={float(rho_m):.6g}"
     measurements: dict[str, NoisyStatistic] = {}
     for name in names:
         s = _sensitivity(name, q)
-        if name.startswith("q"):
-            measurements[name] = NoisyStatistic(name, s, em_rate=_em_epsilon_for_rho(rho_m, k) / (2 * s), share=share)
+        if name.startswith("q"):  # the exponential mechanism is ε-bounded-range: ε²/8-zCDP, over K groups
+            em_rate = acc.largest_epsilon(rho_m / k, 8) / (2 * s)
+            measurements[name] = NoisyStatistic(name, s, em_rate=em_rate, share=share)
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=share)
     events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
@@ -469,29 +470,22 @@ def _plan_gaussian(
     return measurements, events, q
 
 
-def _gaussian_budget(q: HistogramQuery) -> tuple[Fraction, Fraction, Fraction]:
-    """(ρ, the δ of the (ε, δ) conversion, the δ of the selection): ``--rho`` as given, or the ρ whose
-    conversion at δ (half of it when groups are discovered) gives ``--epsilon``."""
-    if q.rho is not None:
-        if q.epsilon is not None:
+def gaussian_budget(epsilon: Fraction | None, rho: Fraction | None, delta: Fraction,
+                    discovered: bool) -> tuple[Fraction, Fraction, Fraction]:
+    """(ρ, the δ of the (ε, δ) conversion, the δ of the selection) of a release with Gaussian noise: ``--rho`` as
+    given, or the ρ whose conversion at δ (half of it when groups are ``discovered``: the other half is the
+    selection's) gives ``--epsilon`` (histogram and sql)."""
+    if rho is not None:
+        if epsilon is not None:
             raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
-        return q.rho, q.delta, q.delta
-    if q.epsilon is None or not 0 < q.delta < 1:
+        return rho, delta, delta
+    if epsilon is None or not 0 < delta < 1:
         raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
-    conv_delta = q.delta if q.domain == "keys" else q.delta / 2
-    rho = floor_parameter(acc.rho_for_epsilon(float(q.epsilon), float(conv_delta)))
-    if rho <= 0:
-        raise UsageError(f"{fraction_text(q.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
-    return rho, conv_delta, q.delta - conv_delta
-
-
-def _em_epsilon_for_rho(rho_m: Fraction, k: int) -> Fraction:
-    """The largest ε (on a 10⁻⁹ grid) with K·ε²/8 ≤ ρ_m: the ε-BR exponential mechanism is ε²/8-zCDP,
-    over K groups."""
-    eps_pp = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
-    while eps_pp * eps_pp * k / 8 > rho_m:
-        eps_pp -= Fraction(1, 10**9)
-    return eps_pp
+    conversion = delta / 2 if discovered else delta
+    found = floor_parameter(acc.rho_for_epsilon(float(epsilon), float(conversion)))
+    if found <= 0:
+        raise UsageError(f"{fraction_text(epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
+    return found, conversion, delta - conversion
 
 
 def _checked(make: Callable[[Fraction | int, Fraction], mech.Noise], sensitivity: Fraction | int,

@@ -147,6 +147,16 @@ def zcdp_to_approx(rho: float, delta: float) -> float:
     return min(eps, analytic)
 
 
+def largest_epsilon(rho: Fraction, per_rho: int) -> Fraction:
+    """The largest ε on a 10⁻⁹ grid with ε²/``per_rho`` ≤ ρ (at least 0): the ε a ρ-zCDP budget buys for an
+    ε-bounded-range mechanism such as the exponential mechanism (``per_rho`` 8), or for any ε-DP one (2: an ε-DP
+    mechanism is ε²/2-zCDP, Bun and Steinke 2016, Prop. 1.4). Exact: the search is in Fractions."""
+    eps = Fraction(math.sqrt(float(per_rho * rho))).limit_denominator(10**9)
+    while eps * eps / per_rho > rho:
+        eps -= Fraction(1, 10**9)
+    return max(eps, Fraction(0))
+
+
 def rho_for_epsilon(epsilon: float, delta: float) -> float:
     """The largest ρ (found to ~10 significant digits, rounded down) whose optimal conversion gives ≤ ε at δ.
 

@@ -27,7 +27,6 @@ follows ``histogram``'s (docs/histogram.md): discrete Laplace with ℓ1 = K·Δ,
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
@@ -36,9 +35,10 @@ from dpcli import bounding
 from dpcli.core import mechanisms as mech
 from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
-from dpcli.core.exact import floor_parameter, fraction_text
+from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
+from dpcli.tasks.histogram import gaussian_budget
 from dpcli.tasks.sql.ir import AnonAgg, Expr, expr_canonical
 
 MeasureKind = Literal["units", "rows", "count", "sum", "n", "csum", "csq", "ntile"]
@@ -204,43 +204,20 @@ def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
               ) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...], Fraction]:
     """ρ split equally: discrete Gaussian with ℓ2² = K·Δ²; with a threshold, δ is split between the
     (ε, δ) conversion and the selection. Returns the selection's δ too."""
-    rho, conversion_delta, selection_delta = _gaussian_budget(budget, domain)
+    rho, conversion_delta, selection_delta = gaussian_budget(budget.epsilon, budget.rho, budget.delta,
+                                                             domain == "threshold")
     rho_m = rho / len(measures)
     share = f"ρ={float(rho_m):.6g}"
     out = []
     for m in measures:
         if m.kind == "ntile":
-            out.append(Calibrated(m, em_rate=em_epsilon_for_rho(rho_m, k) / (2 * m.sensitivity), share=share))
+            out.append(Calibrated(m, em_rate=acc.largest_epsilon(rho_m / k, 8) / (2 * m.sensitivity), share=share))
         else:
             out.append(Calibrated(m, _probed(mech.gaussian(k * m.sensitivity ** 2, rho_m)), share=share))
     events = [PrivacyEvent("zcdp", "sql/gaussian", rho=rho, delta=conversion_delta)]
     if domain == "threshold":
         events.append(PrivacyEvent("approx", "sql/threshold", delta=selection_delta))
     return tuple(out), tuple(events), selection_delta
-
-
-def _gaussian_budget(budget: Budget, domain: str) -> tuple[Fraction, Fraction, Fraction]:
-    """(ρ, the δ of the (ε, δ) conversion, the δ of the selection), as ``histogram`` splits them."""
-    if budget.rho is not None:
-        if budget.epsilon is not None:
-            raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
-        return budget.rho, budget.delta, budget.delta
-    if budget.epsilon is None or not 0 < budget.delta < 1:
-        raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
-    conversion = budget.delta if domain != "threshold" else budget.delta / 2
-    rho = floor_parameter(acc.rho_for_epsilon(float(budget.epsilon), float(conversion)))
-    if rho <= 0:
-        raise UsageError(f"{fraction_text(budget.epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
-    return rho, conversion, budget.delta - conversion
-
-
-def em_epsilon_for_rho(rho_m: Fraction, k: int) -> Fraction:
-    """The largest ε (on a 10⁻⁹ grid) with K·ε²/8 ≤ ρ_m: the ε-bounded-range exponential mechanism is
-    ε²/8-zCDP, over K partitions."""
-    eps = Fraction(math.sqrt(float(8 * rho_m / k))).limit_denominator(10**9)
-    while eps * eps * k / 8 > rho_m:
-        eps -= Fraction(1, 10**9)
-    return eps
 
 
 def _probed(noise: mech.Noise) -> mech.Noise:
