@@ -455,31 +455,41 @@ def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, eps
 def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream,
                    name: str) -> tuple[float, float]:
     """The bias–variance limits over one entry per unit: HI the first candidate up with at most ``allowed``
-    entries above it, LO the first candidate down with at most ``allowed`` below it (LO < HI, else the next
-    candidate up)."""
-    size = len(VALUE_CANDIDATES)
-    at_most = _cumulative(entries, "__below", VALUE_CANDIDATES, name)  # at_most[i]: rows x ≤ candidate i
+    entries above it, LO the first candidate down with at most ``allowed`` below it."""
+    at_most, below = _value_counts(entries, name)
     hi = first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream.child("high"))
-    below = _cumulative(entries, "__above", VALUE_CANDIDATES, name)[:-1]  # below[i]: rows x < candidate i
-    lo = size - 1 - first_within(below[::-1], allowed, 1, epsilon, stream.child("low"))
+    lo = len(VALUE_CANDIDATES) - 1 - first_within(below[:-1][::-1], allowed, 1, epsilon, stream.child("low"))
+    return _ordered(lo, hi)
+
+
+def _value_counts(entries: pl.LazyFrame, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(at_most, below) from one pass over the entries: ``at_most[i]`` entries x ≤ candidate i, ``below[i]``
+    entries x < candidate i (length B + 1, the last every entry)."""
+    counted = collect(entries.group_by("__above", "__below").len(), f"cannot read {name}")
+    size = len(VALUE_CANDIDATES) + 1
+    n = counted["len"].to_numpy().astype(np.int64)
+    at_most = np.cumsum(np.bincount(counted["__below"].to_numpy(), weights=n, minlength=size)).astype(np.int64)
+    below = np.cumsum(np.bincount(counted["__above"].to_numpy(), weights=n, minlength=size)).astype(np.int64)
+    return at_most, below
+
+
+def _ordered(lo: int, hi: int) -> tuple[float, float]:
+    """The limits at candidate indices ``lo`` and ``hi``, with LO < HI (else the next candidate up)."""
+    top = len(VALUE_CANDIDATES) - 1
     if hi <= lo:
-        lo, hi = (lo, lo + 1) if lo < size - 1 else (size - 2, size - 1)
+        lo, hi = (lo, lo + 1) if lo < top else (top - 1, top)
     return VALUE_CANDIDATES[lo], VALUE_CANDIDATES[hi]
 
 
 def _choose_values(entries: pl.LazyFrame, epsilon: Fraction, stream: KeyedStream, name: str) -> tuple[float, float]:
     """The high limit: the first candidate up with 99% of the entries at most it; the low limit: the first
-    candidate down with 99% at least it (``VALUE_LEVELS``); LO < HI (else the next candidate up)."""
-    size = len(VALUE_CANDIDATES)
-    at_most = _cumulative(entries, "__below", VALUE_CANDIDATES, name)
+    candidate down with 99% at least it (``VALUE_LEVELS``)."""
+    at_most, below = _value_counts(entries, name)
     hi = first_reaching(at_most, VALUE_LEVELS[1], epsilon, stream.child("high"))
-    below = _cumulative(entries, "__above", VALUE_CANDIDATES, name)  # below[i]: entries x < candidate i
     n = below[-1]
     at_least_down = np.append(n - below[:-1][::-1], n)  # walking down: entries ≥ each candidate
-    lo = size - 1 - first_reaching(at_least_down, 1 - VALUE_LEVELS[0], epsilon, stream.child("low"))
-    if hi <= lo:
-        lo, hi = (lo, lo + 1) if lo < size - 1 else (size - 2, size - 1)
-    return VALUE_CANDIDATES[lo], VALUE_CANDIDATES[hi]
+    lo = len(VALUE_CANDIDATES) - 1 - first_reaching(at_least_down, 1 - VALUE_LEVELS[0], epsilon, stream.child("low"))
+    return _ordered(lo, hi)
 
 
 #: The positive value candidates (2^(j/2) for j in [−40, 100]): the candidates of a symmetric limit L.
