@@ -207,6 +207,7 @@ REFUSED = [
     ("row-order", "SELECT dept, ANON_COUNT(*) FROM (SELECT * FROM Employee LIMIT 10) s GROUP BY dept"),
     ("row-order", "SELECT dept, ANON_COUNT(*) FROM (SELECT * FROM Employee ORDER BY salary) s GROUP BY dept"),
     ("unsupported", "SELECT dept, ANON_COUNT(*) FROM Employee NATURAL JOIN Order GROUP BY dept"),
+    ("unsupported", "SELECT a, ANON_COUNT(*) FROM (SELECT dept, uid FROM Employee) s(a, b) GROUP BY a"),
 ]
 
 

@@ -105,6 +105,7 @@ def sql(
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
                           delimiter, options, noise is not None, defaulted)
+    _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
         show_plan(release.plan(task, ledger), ledger.analyst, as_json)
@@ -152,6 +153,15 @@ def _sources(task: SqlTask, sources: dict[str, Source], keys: str | None) -> Sou
     if keys is not None:
         lists["keys"] = public_source(keys, "--keys")
     return Sources(sources[data], lists)
+
+
+def _check_fanout(task: SqlTask, sources: dict[str, Source]) -> None:
+    """The fan-out of the query's public joins, read from the public tables alone (before any private byte)."""
+    from dpcli.io.inputs import open_input
+
+    public = {name: open_input(sources[name], text_columns=columns).frame
+              for name, columns in task.public_tables().items()}
+    task.check_fanout(public)
 
 
 def _query_text(query: str | None, file: str | None) -> str:

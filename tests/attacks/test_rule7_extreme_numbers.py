@@ -364,3 +364,32 @@ def test_attack_a_deeply_nested_query_is_a_usage_error(tmp_path, query):
     assert r.exit_code == 2, r.stderr
     assert r.stderr.count("\n") == 1 and any(w in r.stderr for w in ("nests more than", "reads itself",
                                                                      "reads tables more than"))
+
+
+@pytest.mark.parametrize("call", ["ANON_VAR(x, 0, 1e200)", "ANON_STDDEV(x, -1e300, 1e300)",
+                                  "ANON_VARIANCE(x, 0, 1e160)"])
+def test_attack_sql_variance_bounds_beyond_a_double_are_a_usage_error_before_reading(tmp_path, monkeypatch, call):
+    """Issue 37, class 4: ``ANON_VAR(x, 0, 1e200)`` overflowed ((U − L)/2)² after the data was read (exit 1);
+    the bounds are public, so they are refused first (exit 2), the release path never entered."""
+    import dpcli.release as release
+
+    def never(*_a: object, **_k: object) -> None:
+        raise AssertionError("the release path was entered")
+
+    data = tmp_path / "v.csv"
+    pl.DataFrame({"user": ["a", "b"], "x": [1.0, 2.0]}).write_csv(data)
+    init_ledger(state_dir=tmp_path / "state")
+    monkeypatch.setattr(release, "run", never)
+    r = runner.invoke(app, ["sql", f"SELECT {call} AS v FROM v", "--table", f"v={data}", "--privacy-unit", "v.user",
+                            "--epsilon", "1"], env={"DPCLI_STATE_DIR": str(tmp_path / "state")})
+    assert r.exit_code == 2, r.stderr
+    assert "larger than 1e300" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sql_variance_bounds_within_a_double_still_run(tmp_path):
+    data = tmp_path / "v.csv"
+    pl.DataFrame({"user": ["a", "b"], "x": [1.0, 2.0]}).write_csv(data)
+    init_ledger(state_dir=tmp_path / "state")
+    r = runner.invoke(app, ["sql", "SELECT ANON_VAR(x, 0, 1e150) AS v FROM v", "--table", f"v={data}",
+                            "--privacy-unit", "v.user", "--epsilon", "1"], env={"DPCLI_STATE_DIR": str(tmp_path / "state")})
+    assert r.exit_code == 0, r.stderr

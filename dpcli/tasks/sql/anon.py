@@ -62,6 +62,10 @@ def read_anon(node: exp.Anonymous, value_of: ValueOf, unit_of: Callable[[Expr], 
     if name in _BOUNDED:
         value, lo, hi = _bounded(node, args, 3)
         bounds = _checked_bounds(node, lo, hi, grid=True)
+        if _BOUNDED[name] in ("var", "stddev") and ((bounds[1] - bounds[0]) / 2) ** 2 > MAX_VARIANCE:
+            # the released variance lies in [0, ((U − L)/2)²]: beyond a double it could not be computed
+            raise UsageError(f"{node.sql()[:60]}: its bounds make ((U − L)/2)² larger than 1e300 (a variance "
+                             "beyond a double); use narrower bounds")
         return AnonAgg(_BOUNDED[name], value_of(value), bounds=bounds)
     if name in _NTILES:
         value, lo, hi = _bounded(node, args, 3)
@@ -75,6 +79,9 @@ def read_anon(node: exp.Anonymous, value_of: ValueOf, unit_of: Callable[[Expr], 
     raise refuse("anonymized-aggregates", f"{name} is not an anonymized aggregate of dpcli (see Table 4.2 in "
                  "docs/commands/sql.md)", node)
 
+
+#: The largest variance range ((U − L)/2)² an ANON_VAR or ANON_STDDEV may have (its values are doubles).
+MAX_VARIANCE = Fraction(10**300)
 
 _BOUNDED: dict[str, AnonFunction] = {"ANON_SUM": "sum", "ANON_AVG": "avg", "ANON_VAR": "var", "ANON_VARIANCE": "var",
             "ANON_STDDEV": "stddev"}

@@ -157,6 +157,9 @@ class Resolver:
         if isinstance(node, exp.Table):
             return self._table(node)
         if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+            table_alias = node.args.get("alias")
+            if table_alias is not None and table_alias.args.get("columns"):
+                raise refuse("unsupported", "column aliases on a sub-query (name its columns in its SELECT list)", node)
             rel, outputs = self.sub_query(node.this)
             alias = node.alias
             return rel, Visible((alias,) if alias else (), dict(outputs), "", rel.unit)
@@ -213,6 +216,9 @@ class Resolver:
             raise refuse("unsupported", "an outer join needs ON or USING", node)
         left, right = _filtered(left, plan.left_filters), _filtered(right, plan.right_filters)
         unit = self._join_unit(node, left, right, how, plan, both, scope)
+        if not plan.on:  # (two private relations without their units' equality were refused just above)
+            raise refuse("join-key", "every join has an equality of a column of each side (USING (col) or "
+                         "ON a.col = b.col): a join without one multiplies rows without bound", node)
         extra = exprs.conjunction(plan.extra)
         rel = Join(left, right, how, tuple(plan.on), extra, tuple(plan.merged), unit)
         return rel, Scope(both.visibles, {**both.merged, **plan.merged_names})

@@ -18,6 +18,10 @@ RULES: dict[str, str] = {
     "ownership/projection": "a sub-query over private rows carries the privacy unit as it is",
     "ownership/aggregation": "a sub-query over private rows aggregates per user only: GROUP BY its privacy unit",
     "ownership/join": "private tables are joined only on their privacy units (USING (unit) or ON a.unit = b.unit)",
+    "join-key": "every join has an equality key: a column of each side equal (no cross join, ON TRUE, or "
+                "condition on one side only)",
+    "join-fan-out": "the joins with public tables make one private row at most 1000 rows (the product of each "
+                    "join's most public rows per key value)",
     "ownership/sub-query": "no IN, EXISTS or scalar sub-query in an expression",
     "literal-bounds": "bounds, caps and NTILE fractions are literals (a bound computed from the data would read it)",
     "anonymized-aggregates": "the outer query aggregates with ANON_ functions only, each a SELECT item of its own",

@@ -188,11 +188,24 @@ class SqlTask:
             out["report_bias"] = fraction_text(self.options.bias_share)
         return out
 
+    def public_tables(self) -> dict[str, tuple[str, ...]]:
+        """The public tables the query reads, each with the columns it reads (as text, when a file declares none)."""
+        columns = self.table_columns()
+        return {t.name: columns[t.name] for t in self.tables if t.unit is None}
+
+    def check_fanout(self, public: Mapping[str, pl.LazyFrame]) -> None:
+        """Refuse the query when its joins with public tables (``public``, by name: nothing private is read) can
+        make one private row more than :data:`dpcli.tasks.sql.fanout.MAX_FANOUT` rows."""
+        from dpcli.tasks.sql.fanout import check_fanout
+
+        check_fanout(self.query.relation, public)
+
     def run(self, frames: Frames, plan: SqlPlan, seed: bytes, engine: Engine | None) -> Result:
         stream = KeyedStream(seed, STREAM_LABEL)
         words = stream.child("bounding-salt").uint64(2)
         salt = int(words[0]) | (int(words[1]) << 64)
         tables = self._frames(frames)
+        self.check_fanout({t: tables[t] for t in self.public_tables()})  # the CLI checked it before any read
         name = ", ".join(t.name for t in self.tables)
         task, extra = self, dict[str, Any]()
         if self.options.auto is not None or self.options.bias_share is not None:

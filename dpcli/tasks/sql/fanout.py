@@ -1,0 +1,76 @@
+"""The fan-out of a query's joins with public relations, read from the public tables before any private data.
+
+A join with a public relation can match one private row to many public rows. Every join has an
+equality key (the ``join-key`` rule of :mod:`dpcli.tasks.sql.rules`), so one private row matches at
+most the largest multiplicity of a key value on the public side (a composite key counts as one key:
+the most public rows sharing one tuple of its values). The product of those multiplicities over the
+query's joins with a public side bounds how many rows one private row becomes: it must be at most
+:data:`MAX_FANOUT`, so that the work done per person is bounded by public parameters (README,
+"Threat model", rule 10). The public tables are public: their multiplicities may be read, and are
+named in the refusal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import polars as pl
+
+from dpcli.tasks.sql.compile import compile_relation, needed_columns
+from dpcli.tasks.sql.ir import Expr, Join, Relation, Scan
+from dpcli.tasks.sql.rules import refuse
+from dpcli.tasks.sql.typed import Compiler, schema_of
+
+#: The most rows one private row may become through a query's joins with public relations.
+MAX_FANOUT = 1000
+
+
+def public_sides(rel: Relation) -> Iterator[tuple[Relation, list[Expr]]]:
+    """Every join of a private relation with a public one: the public side and its key expressions."""
+    if isinstance(rel, Scan):
+        return
+    if isinstance(rel, Join):
+        if (rel.left.unit is None) != (rel.right.unit is None):
+            if rel.left.unit is None:
+                yield rel.left, [a for a, _ in rel.on]
+            else:
+                yield rel.right, [b for _, b in rel.on]
+        yield from public_sides(rel.left)
+        yield from public_sides(rel.right)
+        return
+    yield from public_sides(rel.input)
+
+
+def multiplicity(side: Relation, keys: list[Expr], tables: Mapping[str, pl.LazyFrame]) -> int:
+    """The most rows of the public relation ``side`` that share one value of its (composite) key; rows with a
+    null key match nothing and are not counted."""
+    frame = compile_relation(side, tables, needed_columns(side, keys))
+    compiler = Compiler(schema_of(frame))
+    names = [f"__dp_k{i}" for i in range(len(keys))]
+    keyed = frame.select([compiler.typed(k).expr.alias(n) for k, n in zip(keys, names, strict=True)])
+    keyed = keyed.drop_nulls()
+    counts = keyed.group_by(names).agg(pl.len().alias("__dp_n")).select(pl.col("__dp_n").max()).collect()
+    value = counts.item() if counts.height else None
+    return int(value) if value is not None else 0
+
+
+def fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = MAX_FANOUT) -> int:
+    """The product of the largest key multiplicities of ``rel``'s public joins (reading stops past ``cap``)."""
+    product = 1
+    for side, keys in public_sides(rel):
+        product *= max(multiplicity(side, keys, tables), 1)
+        if product > cap:
+            break
+    return product
+
+
+def check_fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = MAX_FANOUT) -> None:
+    """Refuse (usage error) a query whose public joins can make one private row more than ``cap`` rows."""
+    product = fanout(rel, tables, cap)
+    if product > cap:
+        raise refuse("join-fan-out", f"the joins with public tables can match one private row to more "
+                     f"than {cap} rows (the product of each join's most public rows per key value is at least "
+                     f"{product}); join on keys that are (nearly) unique in the public tables")
+
+
+__all__ = ["MAX_FANOUT", "check_fanout", "fanout", "multiplicity", "public_sides"]
