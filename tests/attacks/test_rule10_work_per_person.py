@@ -110,3 +110,14 @@ def test_no_accepted_query_scans_zero_columns_of_a_table(query):
     q = resolve_query(query, tables)
     needed = needed_columns(q.relation, list(q.groups))
     assert all(needed[s.prefix] for s in scans_of(q.relation))
+
+
+def test_attack_service_mode_a_keyless_join_with_a_catalog_public_table_is_refused(svc):
+    for joins in ("CROSS JOIN pages", "JOIN pages p ON v.user = 'u17'", "JOIN pages p ON TRUE"):
+        r = svc.run("alice", "sql", f"SELECT ANON_COUNT(*) AS c FROM visits v {joins}", "--epsilon", "1")
+        assert r.exit_code == 2, r.stderr
+        assert "refused (join-key)" in r.stderr and "u17" not in r.stderr.replace("'u17'", "")
+    # keyed joins with a public table whose key is unique: a fan-out of 1, however many joins
+    many = " ".join(f"JOIN pages p{i} ON v.page = p{i}.page" for i in range(12))
+    r = svc.run("alice", "sql", f"SELECT ANON_COUNT(*) AS c FROM visits v {many}", "--epsilon", "1")
+    assert r.exit_code == 0, r.stderr
