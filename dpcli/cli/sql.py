@@ -76,7 +76,8 @@ def sql(
     = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the plan (measurements, noise, 95% margins, cost, ledger check); "
-                           "read only the tables' column names, charge nothing.")] = False,
+                           "read only the tables' column names (and the public tables joined), charge "
+                           "nothing.")] = False,
     delimiter: DelimiterOpt = None,
     engine: EngineOpt = "polars",
     master: MasterOpt = None,
