@@ -96,3 +96,18 @@ def test_the_cli_runs_on_spark(tmp_path):
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert {row["dept"] for row in doc["result"]} >= {"engineering", "sales"}
+
+
+@pytest.mark.parametrize(("join", "rule"), [("CROSS JOIN pages p", "join-key"),
+                                            ("JOIN pages p ON TRUE", "join-key"),
+                                            (" ".join(f"JOIN pages p{i} ON v.section = p{i}.section"
+                                                      for i in range(2)), "join-fan-out")])
+def test_the_join_rules_hold_on_spark_before_anything_is_read(join, rule):
+    """Rule 10 on Spark: the keyless join and the fan-out past the cap are refused (exit 2) before Spark starts."""
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    query = f"SELECT ANON_COUNT(*) AS c FROM (SELECT user_id, page AS section FROM views) v {join}"
+    r = runner.invoke(app, ["sql", query, "--table", f"views={VIEWS}", "--privacy-unit", "views.user_id",
+                            "--public-table", f"pages={PAGES}", "--epsilon", "1", "--engine", "spark",
+                            "--master", "local[2]"])
+    assert r.exit_code == 2, r.stderr
+    assert f"refused ({rule})" in r.stderr
