@@ -23,9 +23,11 @@ boolean       1 or 0                                                          ``
 date          days since 1970-01-01                                           19000
 datetime      µs since the epoch (UTC)                                        1700000000000000
 duration      the stored integer, in the column's own unit (µs, ms, ns)       1000000 µs
+float         X(IEEE-754 bits), −0.0 as 0.0, one NaN (Spark ``xxhash64(double)``)  —
 ============  ==============================================================  ==========
 
-Floating-point unit or group columns are refused (a public schema error, before any data is
+A float word exists only for a row of a private table (:func:`cap_rows`, ``sql --max-rows-per-table``);
+floating-point unit or group columns are refused (a public schema error, before any data is
 read): engines render and compare floats differently; cast them to integers or text.
 
 **Ties.** X is a bijection of 64-bit words, so for a fixed prefix of fields the key is injective
@@ -57,6 +59,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
+import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -156,6 +160,9 @@ def reference_word(value: Any) -> int:
         return xxh64(str(value).encode())  # a 128-bit type's value beyond 64 bits
     if isinstance(value, str):
         return xxh64(value.encode())
+    if isinstance(value, float):  # a private table's row only (cap_rows): never a unit or group word
+        canonical = 0.0 if value == 0.0 else (math.nan if math.isnan(value) else value)
+        return mix(int.from_bytes(struct.pack("<d", canonical), "little"))
     if isinstance(value, dt.datetime):
         when = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
         delta = when - _EPOCH
@@ -176,7 +183,7 @@ def reference_order_key(values: Sequence[Any], salt: int, purpose: str) -> int:
 
 
 #: How each purpose's ranking treats equal keys (see "Ties" above): polars' ``rank`` method.
-TIES: dict[str, Literal["ordinal", "max"]] = {"rows": "ordinal", "groups": "max"}
+TIES: dict[str, Literal["ordinal", "max"]] = {"rows": "ordinal", "groups": "max", "table-rows": "max"}
 
 
 def reference_keep(keys: Sequence[int], cap: int, purpose: str) -> list[bool]:
@@ -269,4 +276,68 @@ def keep_first(lf: pl.LazyFrame, over: list[str], fields: Sequence[tuple[str, pl
     within = sized.filter(pl.col(size) <= cap).drop(size)
     over_cap = with_order_key(sized.filter(pl.col(size) > cap).drop(size), fields, salt, purpose, key)
     kept = over_cap.filter(pl.col(key).rank(TIES[purpose]).over(over) <= cap).drop(key)
+    return pl.concat([within, kept], how="vertical")
+
+
+# --- a person's rows of one private table (sql's --max-rows-per-table) ---------------------------
+
+def table_purpose(table: str) -> str:
+    """The purpose of the per-table row cap of ``table``: its name is in the chain's first word."""
+    return f"table-rows|{table}"
+
+
+def reference_cap_rows(rows: Sequence[Sequence[Any]], salt: int, table: str, cap: int) -> list[bool]:
+    """Which rows of one unit's rows of ``table`` (each the values of the columns read, unit first, in
+    the fixed order) :func:`cap_rows` keeps: the order key of (the row's values, its occurrence number
+    among the unit's identical rows), ties dropped at the cap (``max``)."""
+    seen: dict[tuple[int, ...], int] = {}
+    keys = []
+    for row in rows:
+        words = tuple(reference_word(v) for v in row)
+        occurrence = seen.get(words, 0)
+        seen[words] = occurrence + 1
+        h = start_word(salt, table_purpose(table))
+        for word in (*words, occurrence):
+            h = mix(h ^ word)
+        keys.append(signed(h))
+    if len(rows) <= cap:
+        return [True] * len(rows)
+    return reference_keep(keys, cap, "table-rows")
+
+
+def _x_expr(x: pl.Expr) -> pl.Expr:
+    """X(x) as one expression (used once per float cell: :func:`with_order_key` steps the chain instead)."""
+    k = _rotl_expr(x * _u64(_P2), 31) * _u64(_P1)
+    h = _rotl_expr(k.xor(_u64(SEED + _P5 + 8)), 27) * _u64(_P1) + _u64(_P4)
+    h = h.xor(h // _u64(1 << 33)) * _u64(_P2)
+    h = h.xor(h // _u64(1 << 29)) * _u64(_P3)
+    return h.xor(h // _u64(1 << 32))
+
+
+def row_word(column: str, dtype: pl.DataType | DataTypeClass) -> pl.Expr:
+    """:func:`field_word`, and floats too (a row's column, never a unit or group: see the table)."""
+    if dtype in (pl.Float32, pl.Float64):
+        col = pl.col(column).cast(pl.Float64)
+        canonical = (pl.when(col == 0.0).then(pl.lit(0.0, dtype=pl.Float64))
+                     .when(col.is_nan()).then(pl.lit(math.nan, dtype=pl.Float64)).otherwise(col))
+        return _x_expr(canonical.reinterpret(dtype=pl.UInt64)).fill_null(_u64(NULL_WORD))
+    return field_word(column, dtype)
+
+
+def cap_rows(lf: pl.LazyFrame, unit: str, fields: Sequence[tuple[str, pl.DataType | DataTypeClass]], salt: int,
+             table: str, cap: int) -> pl.LazyFrame:
+    """At most ``cap`` rows of ``table`` per ``unit``: each unit's rows ranked on the order key of (the words of
+    ``fields``, in order, then the row's occurrence number among the unit's rows with the same words), keyed by
+    :func:`table_purpose`; a row is kept only if at most ``cap`` rows of its unit have a key ≤ its own (ties:
+    ``max``, so a collision never lets row order decide). The kept rows depend only on the unit's own rows
+    and the salt, never on their order in the file nor on anyone else's rows (:func:`reference_cap_rows`)."""
+    size, occ, key = "__dp_tsize", "__dp_tocc", "__dp_torder"
+    words = [f"__dp_tw{i}" for i in range(len(fields))]
+    sized = lf.with_columns(pl.len().over(unit).alias(size))
+    within = sized.filter(pl.col(size) <= cap).drop(size)
+    over = sized.filter(pl.col(size) > cap).drop(size)
+    over = over.with_columns([row_word(c, t).alias(w) for (c, t), w in zip(fields, words, strict=True)])
+    over = over.with_columns(pl.int_range(pl.len(), dtype=pl.UInt64).over(words).alias(occ))
+    over = with_order_key(over, [*((w, pl.UInt64) for w in words), (occ, pl.UInt64)], salt, table_purpose(table), key)
+    kept = over.filter(pl.col(key).rank(TIES["table-rows"]).over(unit) <= cap).drop([key, occ, *words])
     return pl.concat([within, kept], how="vertical")

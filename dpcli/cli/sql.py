@@ -9,6 +9,7 @@ import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
+    MAX_CAP,
     AutoShareOpt,
     BiasShareOpt,
     BoundOptions,
@@ -60,6 +61,10 @@ def sql(
         str | None, typer.Option("--max-contributions", metavar="N|auto", help="The per-unit cap U of ANON_COUNT "
                                  "when the query gives none, or auto: chosen privately from the data. "
                                  "[default: 1]", show_default=False)] = None,
+    max_rows_per_table: Annotated[
+        str | None, typer.Option("--max-rows-per-table", metavar="N", help="At most this many rows per unit of each "
+                                 "private table (chosen at random), before its WHERE and any join: the work per unit "
+                                 "is bounded. [default: 10000]", show_default=False)] = None,
     auto_share: AutoShareOpt = None,
     report_bias: ReportBiasOpt = False,
     bias_share: BiasShareOpt = None,
@@ -101,7 +106,7 @@ def sql(
     budget = Budget(positive("--epsilon", epsilon), probability("--delta", delta) or Fraction(0),
                     positive("--rho", rho), noise or "laplace")
     options = _options(budget, (max_partitions, max_contributions, auto_share), (report_bias, bias_share),
-                       keys is not None, with_error, engine)
+                       keys is not None, with_error, engine, max_rows_per_table)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
@@ -119,16 +124,31 @@ def sql(
 
 
 def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool, str | None],
-             keys: bool, with_error: bool, engine: str) -> SqlOptions:
+             keys: bool, with_error: bool, engine: str, max_rows: str | None = None) -> SqlOptions:
     """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` and the shares
     (:class:`dpcli.cli._options.BoundOptions`; an auto cap is a placeholder of 1 until chosen)."""
     from dpcli.tasks.sql import SqlOptions
+    from dpcli.tasks.sql.task import DEFAULT_MAX_ROWS_PER_TABLE
 
+    rows = _max_rows(max_rows) if max_rows is not None else DEFAULT_MAX_ROWS_PER_TABLE
     options = BoundOptions(cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1]), None,
                            share("--auto-share", caps[2]), bias[0], share("--bias-share", bias[1]))
     options.check_engine(engine)
     return SqlOptions(budget, options.max_partitions, options.max_contributions, keys, with_error,
-                      options.auto_bounds(), options.bias)
+                      options.auto_bounds(), options.bias, rows)
+
+
+def _max_rows(text: str) -> int:
+    """``--max-rows-per-table N``: 1 to MAX_CAP; ``auto`` is refused (this bound is never chosen from the data)."""
+    if text.strip().lower() == "auto":
+        raise UsageError("--max-rows-per-table takes a number, not auto: this bound is not chosen from the data")
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"--max-rows-per-table must be a whole number, got {text!r}") from None
+    if not 1 <= value <= MAX_CAP:
+        raise UsageError(f"--max-rows-per-table must be between 1 and {MAX_CAP}, got {text.strip()}")
+    return value
 
 
 def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,

@@ -46,6 +46,7 @@ def sql_engine(session: Any, data: Any, others: Mapping[str, tuple[list[str], In
             ) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]:
         frames = {name: data if role == "data" else _read(session, *others[role])
                   for name, role in task.roles().items()}
+        frames = capped_tables(task, frames, salt)
         frame = per_user_frame(task, plan, layout, frames)
         partial = bounded_partials(frame, layout, plan, salt)
         return totals_of(partial, layout, plan, schema), ntile_bins(partial, layout, plan, schema)
@@ -58,6 +59,58 @@ def _read(session: Any, paths: list[str], table: InputTable) -> Any:
         raise UsageError(f"--engine spark reads CSV or Parquet tables, not {table.format} ({table.name})")
     delimiter = table.reading.delimiter if table.reading is not None else None
     return read_input(session, paths, table.format, delimiter or ",")
+
+
+def capped_tables(task: SqlTask, frames: Mapping[str, Any], salt: int) -> dict[str, Any]:
+    """:meth:`dpcli.tasks.sql.task.SqlTask.capped_tables` in Spark SQL: the same rows kept, bit for bit."""
+    columns, out = task.table_columns(), dict(frames)
+    for t in task.tables:
+        if t.unit is None:
+            continue
+        names = set(frames[t.name].columns)
+        for c in columns[t.name]:
+            if c not in names:
+                raise DataError(f"column {c!r} not found in {t.name}")
+        fields = [t.unit, *(c for c in columns[t.name] if c != t.unit)]
+        out[t.name] = cap_rows(frames[t.name], t.unit, fields, salt, t.name, task.options.max_rows_per_table)
+    return out
+
+
+def cap_rows(sdf: Any, unit: str, fields: list[str], salt: int, table: str, cap: int) -> Any:
+    """:func:`dpcli.bounding.keyed_order.cap_rows`: the words (a double's is Spark's ``xxhash64`` of it, −0.0
+    and NaN made canonical first), the occurrence number among a unit's rows of equal words, the chain of
+    ``xxhash64`` steps, and a rank by "max" (a count over a range frame) within each unit."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpcli.bounding import keyed_order
+    from dpcli.spark.bounding import _word
+
+    types = _schema(sdf)
+    words = []
+    for i, c in enumerate(fields):
+        if isinstance(types[c], (T.FloatType, T.DoubleType)):
+            x = F.col(c).cast("double")
+            canonical = (F.when(x == F.lit(0.0), F.lit(0.0)).when(F.isnan(x), F.lit(float("nan")))
+                         .otherwise(x))
+            word = F.when(x.isNull(), F.lit(keyed_order.signed(keyed_order.NULL_WORD)).cast("long")
+                          ).otherwise(F.xxhash64(canonical))
+        else:
+            word = _word(c, types[c])
+        words.append((f"__dp_tw{i}", word))
+    kept = sdf.withColumns(dict(words))
+    names = [w for w, _ in words]
+    occurrence = F.row_number().over(Window.partitionBy(*names).orderBy(*names)) - 1
+    kept = kept.withColumn("__dp_tocc", occurrence.cast("long"))
+    h = F.lit(keyed_order.signed(keyed_order.start_word(salt, keyed_order.table_purpose(table)))).cast("long")
+    for w in [*names, "__dp_tocc"]:
+        h = F.xxhash64(h.bitwiseXOR(F.col(w)))
+    kept = kept.withColumn("__dp_torder", h)
+    ordered = Window.partitionBy(unit).orderBy("__dp_torder")
+    rank = F.count(F.lit(1)).over(ordered.rangeBetween(Window.unboundedPreceding, Window.currentRow))
+    kept = kept.withColumn("__dp_trank", rank)
+    return kept.filter(F.col("__dp_trank") <= cap).drop(*names, "__dp_tocc", "__dp_torder", "__dp_trank")
 
 
 def _schema(sdf: Any) -> dict[str, Any]:

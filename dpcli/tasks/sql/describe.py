@@ -79,6 +79,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     described = {
         "tables": {t.name: "private" if t.private else "public" for t in task.tables},
         "bound": {"max_partitions": "auto" if chosen == set() else plan.max_partitions,
+                  "max_rows_per_table": task.options.max_rows_per_table,
                   "per_user_partials": "one per partition, clamped",
                   "shared_by": len(task.query.aggregates)},
         "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,

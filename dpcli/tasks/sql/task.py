@@ -41,6 +41,10 @@ from dpcli.tasks.sql.typed import schema_of
 if TYPE_CHECKING:
     from dpcli.advice import Note
 
+#: ``--max-rows-per-table``'s default: at most this many rows per unit of each private table, before any join
+#: (chosen so that it binds on none of the demo's and the tests' data: their largest is 1,140 rows).
+DEFAULT_MAX_ROWS_PER_TABLE = 10_000
+
 #: The role of a table other than the data input (``table:visits``), and of the public list of groups.
 TABLE_ROLE = "table:"
 KEYS_ROLE = "keys"
@@ -59,9 +63,11 @@ class SqlOptions:
     #: the ``--report-bias`` counts (None: no report).
     auto: AutoBounds | None = None
     bias_share: Fraction | None = None
+    #: At most this many rows per unit of each private table, kept by the keyed order before any join.
+    max_rows_per_table: int = DEFAULT_MAX_ROWS_PER_TABLE
 
     def check(self) -> None:
-        for name in ("max_partitions", "max_contributions"):
+        for name in ("max_partitions", "max_contributions", "max_rows_per_table"):
             if not 1 <= getattr(self, name) <= 10**6:
                 raise UsageError("must be in 1–1000000", field=name)
         if self.budget.noise not in ("laplace", "gaussian"):
@@ -186,6 +192,26 @@ class SqlTask:
             out["auto"] = self.options.auto.canonical()
         if self.options.bias_share is not None:
             out["report_bias"] = fraction_text(self.options.bias_share)
+        if self.options.max_rows_per_table != DEFAULT_MAX_ROWS_PER_TABLE:
+            out["max_rows_per_table"] = self.options.max_rows_per_table
+        return out
+
+    def capped_tables(self, tables: Mapping[str, pl.LazyFrame], salt: int) -> dict[str, pl.LazyFrame]:
+        """Each private table with at most ``max_rows_per_table`` rows per unit (the first by the keyed order of
+        the columns the query reads from it, in name order: :func:`dpcli.bounding.keyed_order.cap_rows`), applied
+        right after the table is read, before its WHERE and any join; public tables as they are."""
+        from dpcli.bounding.keyed_order import cap_rows
+
+        columns, out = self.table_columns(), dict(tables)
+        for t in self.tables:
+            if t.unit is None:
+                continue
+            schema = schema_of(tables[t.name])
+            for c in columns[t.name]:
+                if c not in schema:
+                    raise DataError(f"column {c!r} not found in {t.name}")
+            fields = [(t.unit, schema[t.unit]), *((c, schema[c]) for c in columns[t.name] if c != t.unit)]
+            out[t.name] = cap_rows(tables[t.name], t.unit, fields, salt, t.name, self.options.max_rows_per_table)
         return out
 
     def public_tables(self) -> dict[str, tuple[str, ...]]:
@@ -206,6 +232,7 @@ class SqlTask:
         salt = int(words[0]) | (int(words[1]) << 64)
         tables = self._frames(frames)
         self.check_fanout({t: tables[t] for t in self.public_tables()})  # the CLI checked it before any read
+        tables = self.capped_tables(tables, salt)
         name = ", ".join(t.name for t in self.tables)
         task, extra = self, dict[str, Any]()
         if self.options.auto is not None or self.options.bias_share is not None:
@@ -278,7 +305,8 @@ class SqlTask:
     def _metadata(self, plan: SqlPlan, table: pl.DataFrame, margins: dict[str, str]) -> dict[str, Any]:
         meta: dict[str, Any] = {
             "command": "sql", "tables": [t.name for t in self.tables], "groups": table.height,
-            "domain": plan.domain, "max_partitions": plan.max_partitions, "split": plan.split,
+            "domain": plan.domain, "max_partitions": plan.max_partitions,
+            "max_rows_per_table": self.options.max_rows_per_table, "split": plan.split,
             "threshold": plan.threshold,
             "measurements": {c.measure.key: {"share": c.share, **(c.noise.describe() if c.noise else
                                                                   {"mechanism": "exponential"})}

@@ -1,0 +1,85 @@
+"""``dpcli sql --max-rows-per-table``: the keyed choice of a unit's rows of one private table
+(:func:`dpcli.bounding.keyed_order.cap_rows`), held to its plain-Python reference."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import Counter
+
+import polars as pl
+import pytest
+
+from dpcli.bounding import keyed_order as ko
+
+SALT = 0x0123_4567_89AB_CDEF_FEDC_BA98_7654_3210
+ROWS = [("a", 1.5, None, True, dt.date(2020, 1, 2)), ("a", -0.0, 2, False, None), ("a", 0.0, 2, False, None),
+        ("a", math.nan, 3, None, dt.date(1969, 12, 31)), ("a", 1.5, None, True, dt.date(2020, 1, 2)),
+        ("a", 2.0, 7, True, dt.date(2021, 5, 5)), ("a", None, 7, True, dt.date(2021, 5, 5)),
+        ("a", float("inf"), -1, False, dt.date(2000, 1, 1)), ("a", 1.5, None, True, dt.date(2020, 1, 2)),
+        ("b", 1.0, 1, True, None)]
+SCHEMA = {"u": pl.String, "x": pl.Float64, "i": pl.Int64, "b": pl.Boolean, "d": pl.Date}
+
+
+def _kept(rows: list[tuple[object, ...]], cap: int, salt: int = SALT, table: str = "t") -> Counter[str]:
+    df = pl.DataFrame(rows, schema=SCHEMA, orient="row")
+    out = ko.cap_rows(df.lazy(), "u", list(df.schema.items()), salt, table, cap).collect()
+    return Counter(repr(r) for r in out.rows())
+
+
+def _reference(rows: list[tuple[object, ...]], cap: int, salt: int = SALT, table: str = "t") -> Counter[str]:
+    out: Counter[str] = Counter()
+    for unit in dict.fromkeys(r[0] for r in rows):
+        mine = [r for r in rows if r[0] == unit]
+        out.update(repr(tuple(r)) for r, keep in zip(mine, ko.reference_cap_rows(mine, salt, table, cap),
+                                                     strict=True) if keep)
+    return out
+
+
+def _canon(c: Counter[str]) -> Counter[str]:
+    return Counter({k.replace("-0.0", "0.0"): v for k, v in c.items()})
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3, 5, 9])
+@pytest.mark.parametrize("salt", [SALT, 7, 2**127 + 5])
+def test_polars_keeps_the_rows_the_reference_keeps(cap, salt):
+    kept = _kept(ROWS, cap, salt)
+    assert sum(kept.values()) == min(cap, 9) + 1  # unit a has 9 rows, b one (ties: none among these)
+    # −0.0 and 0.0 have one word: the two rows are equal for the cap, either may be the one kept
+    assert _canon(kept) == _canon(_reference(ROWS, cap, salt))
+
+
+def test_the_float_word_is_xxh64_of_the_canonical_ieee_bits():
+    df = pl.DataFrame({"x": [1.5, -0.0, 0.0, math.nan, -math.nan, None, float("-inf")]})
+    words = df.select(ko.row_word("x", pl.Float64)).to_series().to_list()
+    assert words == [ko.reference_word(v) for v in df["x"].to_list()]
+    assert words[1] == words[2] == ko.mix(0) and words[3] == words[4] == ko.mix(0x7FF8000000000000)
+    assert words[5] == ko.NULL_WORD
+
+
+def test_the_choice_depends_on_neither_row_order_nor_other_units_rows():
+    base = _canon(_kept(ROWS, 3))  # −0.0 and 0.0 are one value to the cap (equal in every aggregate)
+    assert _canon(_kept(list(reversed(ROWS)), 3)) == base
+    others = [("c", float(i), i, True, None) for i in range(50)]
+    with_others = _canon(_kept(others + ROWS, 3))
+    assert Counter({k: v for k, v in with_others.items() if not k.startswith("('c'")}) == base
+    assert _canon(_kept(ROWS, 3, table="other")) != base  # the table's name is in the key
+
+
+def test_each_distinct_row_is_kept_about_equally_often():
+    """20 distinct rows, cap 5, 400 salts: each row is kept 100 times in expectation. A chi-square
+    over the 20 counts (19 degrees of freedom) is under 43.8 with probability 0.999 for a uniform
+    choice; the salts are fixed, so the test is deterministic (its statistic is ~ 15 here)."""
+    rows = [("a", float(i) / 3, i % 4, i % 2 == 0, None) for i in range(20)]
+    counts: Counter[str] = Counter()
+    for s in range(400):
+        counts.update(_kept(rows, 5, salt=s * 7919 + 1))
+    expected = 400 * 5 / 20
+    chi2 = sum((counts[repr(r)] - expected) ** 2 / expected for r in rows)
+    assert chi2 < 43.8, chi2
+
+
+def test_identical_rows_count_by_occurrence():
+    rows = [("a", 1.0, 1, True, None)] * 7 + [("a", 2.0, 1, True, None)] * 3
+    kept = _kept(rows, 4)
+    assert sum(kept.values()) == 4 and kept == _reference(rows, 4)
