@@ -11,6 +11,7 @@ errors before any private byte is read (the release path is never entered) and n
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import polars as pl
@@ -121,3 +122,74 @@ def test_attack_service_mode_a_keyless_join_with_a_catalog_public_table_is_refus
     many = " ".join(f"JOIN pages p{i} ON v.page = p{i}.page" for i in range(12))
     r = svc.run("alice", "sql", f"SELECT ANON_COUNT(*) AS c FROM visits v {many}", "--epsilon", "1")
     assert r.exit_code == 0, r.stderr
+
+
+# ---- the per-table row cap (--max-rows-per-table): one person's rows before a join on the unit --------------
+
+def _two_tables(tmp_path: Path, heavy_rows: int) -> tuple[Path, Path]:
+    """D (``heavy_rows`` = 300) vs D′ (3): person u0 has that many rows in each of two private tables, the
+    39 others 2 each (floats, nulls and repeated rows included: every word type the cap hashes)."""
+    rows = [("u0", float(i % 7) / 3 if i % 11 else None, i % 5) for i in range(heavy_rows)]
+    rows += [(f"u{j}", 1.5, j) for j in range(1, 40) for _ in range(2)]
+    a = tmp_path / f"a{heavy_rows}.parquet"
+    b = tmp_path / f"b{heavy_rows}.parquet"
+    pl.DataFrame(rows, schema={"user": pl.String, "x": pl.Float64, "k": pl.Int64}, orient="row").write_parquet(a)
+    pl.DataFrame(rows, schema={"user": pl.String, "y": pl.Float64, "k": pl.Int64}, orient="row"
+                 ).sample(fraction=1.0, shuffle=True, seed=3).write_parquet(b)
+    return a, b
+
+
+JOINED = "SELECT ANON_COUNT(*, 5) AS c, ANON_SUM(x + y, 0, 10) AS s FROM a JOIN b USING (user)"
+
+
+def _joined_frame(a: Path, b: Path, cap: int, salt: int = 99) -> pl.DataFrame:
+    from dpcli.tasks.sql import Budget, SqlOptions, SqlTask
+    from dpcli.tasks.sql.run import per_user_frame
+
+    decls = {"a": TableDecl("a", "user", ("user", "x", "k")), "b": TableDecl("b", "user", ("user", "y", "k"))}
+    task = SqlTask.from_text(JOINED, decls, SqlOptions(Budget(epsilon=Fraction(1)), max_rows_per_table=cap))
+    plan = task.plan("pure", {})
+    tables = task.capped_tables({"a": pl.scan_parquet(a), "b": pl.scan_parquet(b)}, salt)
+    frame, _ = per_user_frame(task.query, plan, tables, task.query.group_names)
+    return frame.collect()
+
+
+@pytest.mark.parametrize("heavy", [300, 3])
+def test_attack_one_persons_joined_rows_are_at_most_the_cap_squared(tmp_path, heavy):
+    a, b = _two_tables(tmp_path, heavy)
+    cap = 10
+    frame = _joined_frame(a, b, cap)
+    per_user = frame.group_by("__dp_unit").len()
+    assert per_user["len"].max() <= cap * cap
+    heavy_rows = per_user.filter(pl.col("__dp_unit") == "u0")["len"].item()
+    assert heavy_rows <= cap * cap and (heavy_rows < heavy * heavy if heavy > cap else heavy_rows == heavy * heavy)
+    # the others' rows are within the cap: they join as they are (2 × 2 each)
+    assert per_user.filter(pl.col("__dp_unit") != "u0")["len"].to_list() == [4] * 39
+
+
+def test_the_cap_keeps_the_same_rows_on_a_replay_whatever_the_file_order(tmp_path):
+    a, b = _two_tables(tmp_path, 300)
+    first = _joined_frame(a, b, 10).sort(pl.all())
+    assert first.equals(_joined_frame(a, b, 10).sort(pl.all()))
+    shuffled = tmp_path / "a-shuffled.parquet"
+    pl.read_parquet(a).sample(fraction=1.0, shuffle=True, seed=11).write_parquet(shuffled)
+    assert first.equals(_joined_frame(shuffled, b, 10).sort(pl.all()))
+    assert not first.equals(_joined_frame(a, b, 10, salt=100).sort(pl.all()))  # keyed: another salt, other rows
+
+
+def test_the_cap_in_the_cli_dry_run_json_and_refusals(tmp_path):
+    a, b = _two_tables(tmp_path, 300)
+    base = ["sql", JOINED, "--table", f"a={a}", "--table", f"b={b}", "--privacy-unit", "a.user",
+            "--privacy-unit", "b.user", "--epsilon", "1"]
+    dry = run_cli([*base, "--max-rows-per-table", "10", "--dry-run", "--json"], tmp_path / "s1", SETUP)
+    assert dry.exit_code == 0, dry.stderr
+    assert '"max_rows_per_table": 10,' in dry.stdout.replace("\n", ",")
+    done = run_cli([*base, "--max-rows-per-table", "10", "--json"], tmp_path / "s2", SETUP)
+    assert done.exit_code == 0, done.stderr
+    assert '"max_rows_per_table": 10,' in done.stdout.replace("\n", ",")
+    default = run_cli([*base, "--dry-run", "--json"], tmp_path / "s3", SETUP)
+    assert '"max_rows_per_table": 10000' in default.stdout
+    for bad in ("auto", "0", "x"):
+        r = run_cli([*base, "--max-rows-per-table", bad], tmp_path / f"s-{bad}", SETUP)
+        assert r.exit_code == 2 and "--max-rows-per-table" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert r.ledger == [] or all(not e for e in r.ledger)
