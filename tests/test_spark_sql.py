@@ -146,9 +146,11 @@ def test_spark_caps_each_units_rows_per_table_like_polars(spark, query):
 
 
 def test_spark_float_and_date_words_match_polars(spark, tmp_path):
-    """Every word type of a Parquet table's row (doubles with −0.0, NaN, ±inf and nulls; dates; booleans)."""
+    """Every word type of a Parquet table's row (doubles with −0.0, NaN, ±inf and nulls; dates; booleans;
+    decimals within and beyond 64 bits unscaled)."""
     import datetime as dt
     import math
+    from decimal import Decimal
 
     from dpcli.bounding.keyed_order import cap_rows as polars_cap
     from dpcli.spark.bounding import read_input
@@ -162,6 +164,9 @@ def test_spark_float_and_date_words_match_polars(spark, tmp_path):
         "d": [None if i % 9 == 0 else dt.date(2000, 1, 1 + i % 28) for i in range(n)],
         "b": [None if i % 10 == 0 else i % 3 == 0 for i in range(n)],
         "k": [i % 13 for i in range(n)],
+        "m": pl.Series([None if i % 17 == 0 else Decimal(f"{'-' if i % 2 else ''}{i % 23}.{i % 10}0") *
+                        [Decimal(10) ** 20, Decimal(10) ** 10, Decimal("0.0000001"), 1, 1][i % 5] for i in range(n)],
+                       dtype=pl.Decimal(38, 8)),
     })
     path = tmp_path / "floats.parquet"
     df.write_parquet(path)

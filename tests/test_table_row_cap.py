@@ -83,3 +83,14 @@ def test_identical_rows_count_by_occurrence():
     rows = [("a", 1.0, 1, True, None)] * 7 + [("a", 2.0, 1, True, None)] * 3
     kept = _kept(rows, 4)
     assert sum(kept.values()) == 4 and kept == _reference(rows, 4)
+
+
+def test_a_decimal_is_hashed_as_its_unscaled_integer():
+    from decimal import Decimal
+
+    values = [Decimal("1.50"), Decimal("-0.07"), Decimal("123456789012345678901234.5"), None]
+    df = pl.DataFrame({"u": ["a"] * 4, "m": pl.Series(values, dtype=pl.Decimal(38, 2))})
+    unscaled = [150, -7, 12345678901234567890123450, None]
+    mine = ko.cap_rows(df.lazy(), "u", list(df.schema.items()), SALT, "t", 2).collect()
+    ref = ko.reference_cap_rows([("a", v) for v in unscaled], SALT, "t", 2)
+    assert sorted(mine["m"].to_list(), key=str) == sorted([v for v, k in zip(values, ref, strict=True) if k], key=str)

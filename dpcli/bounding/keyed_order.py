@@ -24,6 +24,7 @@ date          days since 1970-01-01                                           19
 datetime      µs since the epoch (UTC)                                        1700000000000000
 duration      the stored integer, in the column's own unit (µs, ms, ns)       1000000 µs
 float         X(IEEE-754 bits), −0.0 as 0.0, one NaN (Spark ``xxhash64(double)``)  —
+decimal       its unscaled integer's word (``1.50`` at scale 2 → 150; rows only)  —
 ============  ==============================================================  ==========
 
 A float word exists only for a row of a private table (:func:`cap_rows`, ``sql --max-rows-per-table``);
@@ -324,6 +325,14 @@ def row_word(column: str, dtype: pl.DataType | DataTypeClass) -> pl.Expr:
     return field_word(column, dtype)
 
 
+def has_row_word(dtype: pl.DataType | DataTypeClass) -> bool:
+    """Whether a row's column of this type has a word (the module's table, floats and decimals): a column without
+    one (lists, structs, binary, …) is left out of the order key, and rows that differ only there are told apart
+    by their occurrence number, that is by the order of that unit's own rows."""
+    return (dtype in (pl.String, pl.Boolean, pl.Date, pl.Float32, pl.Float64) or dtype.is_integer()
+            or isinstance(dtype, (pl.Categorical, pl.Enum, pl.Datetime, pl.Duration, pl.Decimal)))
+
+
 def cap_rows(lf: pl.LazyFrame, unit: str, fields: Sequence[tuple[str, pl.DataType | DataTypeClass]], salt: int,
              table: str, cap: int) -> pl.LazyFrame:
     """At most ``cap`` rows of ``table`` per ``unit``: each unit's rows ranked on the order key of (the words of
@@ -332,11 +341,16 @@ def cap_rows(lf: pl.LazyFrame, unit: str, fields: Sequence[tuple[str, pl.DataTyp
     ``max``, so a collision never lets row order decide). The kept rows depend only on the unit's own rows
     and the salt, never on their order in the file nor on anyone else's rows (:func:`reference_cap_rows`)."""
     size, occ, key = "__dp_tsize", "__dp_tocc", "__dp_torder"
-    words = [f"__dp_tw{i}" for i in range(len(fields))]
+    hashed = [(c, t) for c, t in fields if has_row_word(t)]
+    words = [f"__dp_tw{i}" for i in range(len(hashed))]
     sized = lf.with_columns(pl.len().over(unit).alias(size))
     within = sized.filter(pl.col(size) <= cap).drop(size)
     over = sized.filter(pl.col(size) > cap).drop(size)
-    over = over.with_columns([row_word(c, t).alias(w) for (c, t), w in zip(fields, words, strict=True)])
+    # a decimal's word is its unscaled integer's (an Int128's), so "1.5" at scale 1 is 15
+    over = over.with_columns([(pl.col(c).to_physical() if isinstance(t, pl.Decimal) else pl.col(c)).alias(w)
+                              for (c, t), w in zip(hashed, words, strict=True)])
+    over = over.with_columns([row_word(w, pl.Int128 if isinstance(t, pl.Decimal) else t).alias(w)
+                              for (_, t), w in zip(hashed, words, strict=True)])
     over = over.with_columns(pl.int_range(pl.len(), dtype=pl.UInt64).over(words).alias(occ))
     over = with_order_key(over, [*((w, pl.UInt64) for w in words), (occ, pl.UInt64)], salt, table_purpose(table), key)
     kept = over.filter(pl.col(key).rank(TIES["table-rows"]).over(unit) <= cap).drop([key, occ, *words])

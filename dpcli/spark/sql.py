@@ -89,8 +89,24 @@ def cap_rows(sdf: Any, unit: str, fields: list[str], salt: int, table: str, cap:
 
     types = _schema(sdf)
     words = []
-    for i, c in enumerate(fields):
-        if isinstance(types[c], (T.FloatType, T.DoubleType)):
+    hashed = [c for c in fields if isinstance(types[c], (T.StringType, T.ByteType, T.ShortType, T.IntegerType,
+                                                         T.LongType, T.BooleanType, T.DateType, T.TimestampType,
+                                                         T.TimestampNTZType, T.FloatType, T.DoubleType,
+                                                         T.DecimalType))]
+    for i, c in enumerate(hashed):
+        if isinstance(types[c], T.DecimalType):  # the unscaled integer: its value within 64 bits, else XXH64 of it
+            # the plain text without its point ("-0.05" → "-005"): no arithmetic that ANSI mode could refuse
+            unscaled = F.regexp_replace(F.col(c).cast("string"), r"\.", "").try_cast("decimal(38,0)")
+            def big(v: int) -> Any:
+                return F.lit(str(v)).cast("decimal(38,0)")
+
+            fits = (unscaled >= big(-(1 << 63))) & (unscaled <= big((1 << 63) - 1))
+            high = (unscaled > big((1 << 63) - 1)) & (unscaled <= big((1 << 64) - 1))
+            word = (F.when(F.col(c).isNull(), F.lit(keyed_order.signed(keyed_order.NULL_WORD)).cast("long"))
+                    .when(fits, unscaled.cast("long"))
+                    .when(high, (unscaled - big(1 << 64)).try_cast("long"))
+                    .otherwise(F.xxhash64(unscaled.cast("string"))))
+        elif isinstance(types[c], (T.FloatType, T.DoubleType)):
             x = F.col(c).cast("double")
             canonical = (F.when(x == F.lit(0.0), F.lit(0.0)).when(F.isnan(x), F.lit(float("nan")))
                          .otherwise(x))
