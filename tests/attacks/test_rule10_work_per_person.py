@@ -193,3 +193,18 @@ def test_the_cap_in_the_cli_dry_run_json_and_refusals(tmp_path):
         r = run_cli([*base, "--max-rows-per-table", bad], tmp_path / f"s-{bad}", SETUP)
         assert r.exit_code == 2 and "--max-rows-per-table" in r.stderr and len(r.stderr.strip().splitlines()) == 1
         assert r.ledger == [] or all(not e for e in r.ledger)
+
+
+def test_the_cap_is_in_the_seed(tmp_path):
+    """The same query at another cap keeps other rows: a new release, charged (never a free replay)."""
+    a, b = _two_tables(tmp_path, 300)
+    base = ["sql", JOINED, "--table", f"a={a}", "--table", f"b={b}", "--privacy-unit", "a.user",
+            "--privacy-unit", "b.user", "--epsilon", "1", "--json"]
+    state = tmp_path / "state"
+    first = run_cli([*base, "--max-rows-per-table", "10"], state, SETUP)
+    again = run_cli([*base, "--max-rows-per-table", "10"], state, ())
+    other = run_cli([*base, "--max-rows-per-table", "11"], state, ())
+    assert first.exit_code == again.exit_code == other.exit_code == 0, (first.stderr, other.stderr)
+    assert first.json["summary"]["charged"] is True and again.json["summary"]["charged"] is False  # a replay
+    assert again.json["result"] == first.json["result"]  # the same rows kept, the same noise
+    assert other.json["summary"]["charged"] is True
