@@ -44,6 +44,26 @@ class ReleaseSeed:
 SEED_MATERIAL_VERSION = 3
 
 
+#: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
+#: acts only after the noise, on the released table or how it is shown, and each has a test that
+#: changing it is a free replay (``tests/attacks/test_rule1_seed_binds_what_is_read.py``). Every
+#: task's ``seed_query`` leaves exactly these out; everything else a release reads or computes before
+#: the noise is in the material (its query, plan, inputs with their readings, and :class:`Reads`).
+#: An ``sql`` output alias is free only where it names nothing read: with ``--keys`` a GROUP BY key's
+#: alias names the list column read, and :class:`Reads` binds it.
+FREE_REPLAY: tuple[str, ...] = (
+    "output path (-o)",
+    "output format (--format)",
+    "--json",
+    "--with-error",
+    "sql output aliases",
+    "sql SELECT order",
+    "sql HAVING",
+    "sql ORDER BY",
+    "sql LIMIT",
+)
+
+
 class SeedInput(Protocol):
     """An input as it enters a seed (:class:`dpcli.io.inputs.InputTable`, :class:`DocumentInput`)."""
 
