@@ -5,7 +5,10 @@ afterwards: a restructuring of the code must not change a single released
 value, summary field or ledger line for the same key, query and data.
 Re-recorded for seed material v2 (issue 29: the seed binds each input's reading
 and the calibration), which changed every seed, so every noisy value and seed
-id, and nothing else. The
+id, and nothing else; and for v3 (issue 37: the seed binds what each release
+reads of its inputs), likewise: ``seed-v2.json`` keeps the digest of each v2
+file, and :func:`test_golden_release_under_its_v2_seed` shows the v2 bytes come
+back when the v2 seed is forced. The
 recorded documents live in ``tests/golden/``; after a deliberate change of
 semantics (which must also change the seed material, e.g. ``bounding.SEMANTICS``)
 re-record them with ``DPCLI_GOLDEN_RECORD=1 pytest tests/test_golden.py`` and
@@ -24,13 +27,16 @@ import json
 import os
 import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
 from dptest import runner
 
 from dpcli.cli.app import app
+from dpcli.release import seeds
 
 GOLDEN = Path(__file__).parent / "golden"
 SAMPLE = Path(__file__).parent.parent / "sample_data"
@@ -177,9 +183,11 @@ def _normalise(text: str, tmp: Path) -> str:
     return re.sub(r'"[0-9a-f]{24}/([^"]*)"', r'"<id>/\1"', text)
 
 
-@pytest.mark.parametrize("case", ["histogram", "histogram-zcdp", "topk", "topk-br", "tabulate", "stream-replay",
-                                  "schedules", "budget"])
-def test_golden_release(case, tmp_path, state_dir, monkeypatch):
+CASES = ["histogram", "histogram-zcdp", "topk", "topk-br", "tabulate", "stream-replay", "schedules", "budget"]
+
+
+def _release_text(case: str, tmp_path: Path, state_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every command of ``case`` run with the fixed key, its outputs normalised into one text."""
     # A new stream or schedule state file draws a random reservation id and secret: its noise is
     # fresh by design (a new reservation, charged anew). Here they come from a counter instead.
     drawn = iter(range(10**6))
@@ -193,10 +201,46 @@ def test_golden_release(case, tmp_path, state_dir, monkeypatch):
         r = runner.invoke(app, argv)
         assert r.exit_code == 0, (argv, r.stderr)
         got.append(f"$ dpcli {' '.join(argv)}\n{_shorten(r.stdout)}")
-    text = _normalise("\n".join(got), tmp_path)
+    return _normalise("\n".join(got), tmp_path)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_release(case, tmp_path, state_dir, monkeypatch):
+    text = _release_text(case, tmp_path, state_dir, monkeypatch)
     path = GOLDEN / f"{case}.txt"
     if RECORD:
         GOLDEN.mkdir(exist_ok=True)
         path.write_text(text)
     assert path.exists(), f"no golden file {path}: record with DPCLI_GOLDEN_RECORD=1"
     assert text == path.read_text(), f"{case}: release differs from {path} (a refactor changed released bytes)"
+
+
+def seed_material_v2(query: dict[str, Any], inputs: Mapping[str, seeds.SeedInput], calibration: seeds.Calibration,
+                     engine: Any = None, reads: seeds.Reads | None = None) -> dict[str, Any]:
+    """The seed material as version 2 built it (issue 29), for :func:`test_golden_release_under_its_v2_seed`
+    only: v3 added ``reads`` (what the release reads of its inputs) and nothing else."""
+    return {
+        "material": 2,
+        "query": query,
+        "inputs": {role: source.seed_material() for role, source in inputs.items()},
+        "calibration": calibration.seed_material(),
+        "engine": seeds.engine_versions(engine),
+    }
+
+
+#: The SHA-256 of each golden file as seed material v2 recorded it (before issue 37's v3).
+V2_GOLDEN = json.loads((GOLDEN / "seed-v2.json").read_text())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_release_under_its_v2_seed(case, tmp_path, state_dir, monkeypatch):
+    """Seed material v3 changed the seed and nothing else: forced to compute each release's v2 seed, every
+    command prints the v2 golden bytes again (every released value, seed id, summary and ledger line).
+    After a merge that changes released bytes on purpose, re-record with ``DPCLI_GOLDEN_RECORD=1`` (the v3
+    files) and ``DPCLI_GOLDEN_RECORD_V2=1`` (this digest file) together, and say why in the commit."""
+    monkeypatch.setattr(seeds, "seed_material", seed_material_v2)
+    digest = hashlib.sha256(_release_text(case, tmp_path, state_dir, monkeypatch).encode()).hexdigest()
+    if os.environ.get("DPCLI_GOLDEN_RECORD_V2") == "1":
+        V2_GOLDEN[case] = digest
+        (GOLDEN / "seed-v2.json").write_text(json.dumps(V2_GOLDEN, indent=2, sort_keys=True) + "\n")
+    assert digest == V2_GOLDEN[case], f"{case}: under its v2 seed the release differs from the v2 golden"

@@ -4,11 +4,14 @@ Every column a task reads is read as text from CSV and NDJSON, so its type comes
 never from what one record holds (values are parsed per record while bounding; unparsable ones
 are dropped). Parquet keeps its declared types. A public list of groups is read as text too and
 cast to the data's types (text matches text exactly: "01" is not "1"); a block list stays text.
-Each input is hashed as read: with how it was read, it enters the seed under its role.
+Each input is hashed as read: with how it was read, it enters the seed under its role, and what the
+task reads of it (:class:`dpcli.release.seeds.Reads`: its Needs whole, and each list of groups'
+digest as the release uses it) enters it too.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +23,7 @@ from dpcli.errors import DataError
 from dpcli.frames import cheap_row_count
 from dpcli.io.inputs import InputTable, open_input, read_group_list, require_columns
 from dpcli.io.opening import EarlyInput
+from dpcli.release.seeds import Reads
 from dpcli.tasks import Frames, Needs
 
 
@@ -48,6 +52,18 @@ class Opened:
     schema: pl.Schema
     lists: Mapping[str, tuple[InputTable, pl.DataFrame | pl.LazyFrame]] = field(default_factory=dict)
     documents: Mapping[str, Any] = field(default_factory=dict)
+    #: What the task reads of them (None: opened without a task, e.g. by a test).
+    needs: Needs | None = None
+
+    @property
+    def reads(self) -> Reads | None:
+        """What the release reads of its inputs, for the seed: the task's Needs and each list of groups' digest."""
+        if self.needs is None:
+            return None
+        partitions = {role: partition_digest(frame, self.needs.lists[role].columns)
+                      for role, (_, frame) in self.lists.items()
+                      if role in self.needs.lists and self.needs.lists[role].groups}
+        return Reads(self.needs, partitions)
 
     @property
     def tables(self) -> tuple[InputTable, ...]:
@@ -87,4 +103,24 @@ def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | None = N
         listed = open_input(source, text_columns=wanted.columns)
         frame = read_group_list(listed, wanted.columns, schema) if wanted.cast_to_data else listed.frame
         lists[role] = (listed, frame)
-    return Opened(table, schema, lists, dict(needs.documents))
+    return Opened(table, schema, lists, dict(needs.documents), needs)
+
+
+def partition_digest(frame: pl.DataFrame | pl.LazyFrame, columns: tuple[str, ...]) -> str:
+    """A digest of a list of groups as the release uses it: its ``columns`` in that order (the i-th is the
+    i-th group), distinct rows, sorted, with their types (a list cast to the data's types: the cast
+    table; ``sql``'s list, as read, in the GROUP BY keys' order: its cast is a function of it and of the
+    query). Two 64-bit row hashes per row (polars' ``hash_rows``, whose version the seed binds), so it is
+    computed without a Python loop over the rows. A list that lacks one of the columns is ``missing``
+    (its release then fails before any noise is drawn)."""
+    lazy = frame.lazy() if isinstance(frame, pl.DataFrame) else frame
+    if any(c not in lazy.collect_schema() for c in columns):
+        return "missing"
+    try:
+        table = lazy.select(list(columns)).unique().sort(list(columns), nulls_last=True).collect()
+    except pl.exceptions.PolarsError:
+        return "unreadable"
+    h = hashlib.sha256(repr([(n, str(t)) for n, t in table.schema.items()]).encode())
+    for salt in (0, 1):
+        h.update(table.hash_rows(seed=salt).to_numpy().tobytes())
+    return "sha256:" + h.hexdigest()

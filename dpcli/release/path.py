@@ -231,7 +231,8 @@ class Computed:
 def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
             busy: Busy = lambda what: nullcontext()) -> Computed:
     """Seed and run ``task`` on the opened inputs: the release in memory, not yet charged."""
-    seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine)
+    seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine,
+                        opened.reads)
     with busy(f"computing the {task.command} release of {opened.data.name}"):
         result = task.run(opened.frames(), planned, seed.seed, engine)
     return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual))

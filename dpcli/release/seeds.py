@@ -36,8 +36,32 @@ class ReleaseSeed:
 
 #: The shape of the seed material (:func:`seed_material`), in one place for every command. 1: the
 #: query, the inputs' fingerprints and the engine versions. 2 (issue 29): each input with how it was
-#: read, and the calibration. A new version gives every release fresh noise (and a charge) once.
-SEED_MATERIAL_VERSION = 2
+#: read, and the calibration. 3 (issue 37): what the task reads of every input (its
+#: :class:`dpcli.tasks.Needs` whole: the data's columns, each list's columns in order, so which list
+#: column became which group, for every format, Parquet too) and a digest of each public list as the
+#: release uses it (the cast, deduplicated, sorted partition table). A new version gives every
+#: release fresh noise (and a charge) once.
+SEED_MATERIAL_VERSION = 3
+
+
+#: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
+#: acts only after the noise, on the released table or how it is shown, and each has a test that
+#: changing it is a free replay (``tests/attacks/test_rule1_seed_binds_what_is_read.py``). Every
+#: task's ``seed_query`` leaves exactly these out; everything else a release reads or computes before
+#: the noise is in the material (its query, plan, inputs with their readings, and :class:`Reads`).
+#: An ``sql`` output alias is free only where it names nothing read: with ``--keys`` a GROUP BY key's
+#: alias names the list column read, and :class:`Reads` binds it.
+FREE_REPLAY: tuple[str, ...] = (
+    "output path (-o)",
+    "output format (--format)",
+    "--json",
+    "--with-error",
+    "sql output aliases",
+    "sql SELECT order",
+    "sql HAVING",
+    "sql ORDER BY",
+    "sql LIMIT",
+)
 
 
 class SeedInput(Protocol):
@@ -109,26 +133,49 @@ def engine_versions(engine: Engine | None = None) -> str:
     return versions
 
 
+@dataclass(frozen=True)
+class Reads:
+    """What a release reads of its inputs, as it enters the seed (material v3).
+
+    ``needs``: the task's :class:`dpcli.tasks.Needs`, whole (:func:`plan_material`: every compared
+    field, so a new field of it enters the seed without being listed): which columns of the data
+    are read and how they are checked, and for every public list which of its columns are read, in
+    what order (the i-th column read is the i-th group: a list column → group map), for every
+    format. ``partitions``: each public list's digest as the release uses it
+    (:func:`dpcli.release.inputs.partition_digest`). Built once per release by
+    :func:`dpcli.release.inputs.reads_of`.
+    """
+
+    needs: Any
+    partitions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def seed_material(self) -> dict[str, Any]:
+        return {"needs": plan_material(self.needs), "partitions": dict(self.partitions)}
+
+
 def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
-                  engine: Engine | None = None) -> dict[str, Any]:
+                  engine: Engine | None = None, reads: Reads | None = None) -> dict[str, Any]:
     """Everything that shapes a release, as the data its seed is derived from (every command's seed).
 
-    ``{"material": 2, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
-    "calibration": {"mode", "plan"}, "engine": "polars …; bounding …; noise v2[; tag]"}``. A run is
-    a free replay of another exactly when all of it is equal.
+    ``{"material": 3, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
+    "reads": {"needs", "partitions"} | None, "calibration": {"mode", "plan"},
+    "engine": "polars …; bounding …; noise v2[; tag]"}``. A run is a free replay of another exactly
+    when all of it is equal. ``reads`` is None only for seeds that read no input as a release does
+    (a stream state's seed, made once for every run: each run's input is bound by its step digest).
     """
     return {
         "material": SEED_MATERIAL_VERSION,
         "query": query,
         "inputs": {role: source.seed_material() for role, source in inputs.items()},
+        "reads": reads.seed_material() if reads is not None else None,
         "calibration": calibration.seed_material(),
         "engine": engine_versions(engine),
     }
 
 
 def release_seed(root: Path, query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
-                 engine: Engine | None = None) -> ReleaseSeed:
+                 engine: Engine | None = None, reads: Reads | None = None) -> ReleaseSeed:
     """seed = HMAC(key, :func:`seed_material`); query id = hash of the query alone."""
-    seed = derive_seed(keys.load_or_create_key(root), seed_material(query, inputs, calibration, engine))
+    seed = derive_seed(keys.load_or_create_key(root), seed_material(query, inputs, calibration, engine, reads))
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)

@@ -56,14 +56,21 @@ class PublicList:
 
     columns: tuple[str, ...]
     cast_to_data: bool = True
-    #: The error when no source is given for it (None: the list is optional).
-    missing: str | None = None
+    #: The error when no source is given for it (None: the list is optional); message text, not in the seed.
+    missing: str | None = field(default=None, compare=False)
+    #: A list of groups (or blocks groups are enumerated from): its rows decide the partitions, and their
+    #: digest enters the seed (:func:`dpcli.release.inputs.partition_digest`). False: a public table (sql).
+    groups: bool = True
 
 
 @dataclass(frozen=True)
 class Needs:
     """The inputs a task reads: the data's columns (each read as text from CSV and NDJSON, so a type
-    never depends on a record) with how each is checked, and the public lists by their seed role."""
+    never depends on a record) with how each is checked, and the public lists by their seed role.
+
+    All of it enters the release seed (:class:`dpcli.release.seeds.Reads`, by
+    :func:`dpcli.release.seeds.plan_material`: every compared field), so what is read of an input,
+    and which list column becomes which group, is bound for every format."""
 
     columns: Mapping[str, ColumnKind]
     lists: Mapping[str, PublicList] = field(default_factory=dict)

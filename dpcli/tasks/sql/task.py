@@ -147,7 +147,8 @@ class SqlTask:
     def needs(self) -> Needs:
         columns, data = self.table_columns(), self.data_table()
         unit = next(t.unit for t in self.tables if t.name == data)
-        lists = {TABLE_ROLE + t: PublicList(cols, cast_to_data=False) for t, cols in columns.items() if t != data}
+        lists = {TABLE_ROLE + t: PublicList(cols, cast_to_data=False, groups=False)
+                 for t, cols in columns.items() if t != data}
         if self.options.keys:
             lists[KEYS_ROLE] = PublicList(self.query.group_names, cast_to_data=False,
                                           missing="a public list of groups was announced but not given")
