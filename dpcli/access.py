@@ -208,6 +208,8 @@ class Gate:
     readable: set[str] = field(default_factory=set)
     #: Files in the analyst's output directories this run may read (service mode: ``plot``).
     releases: set[str] = field(default_factory=set)
+    #: Locations of this run's names that ``catalog set`` resolved (the rest: a catalog sealed before).
+    sealed: set[str] = field(default_factory=set)
 
     @property
     def service(self) -> bool:
@@ -284,6 +286,8 @@ class Gate:
     def _resolved(self, name: str, entry: Entry) -> Source:
         location = entry.get("resolved", entry["location"])  # (resolved at catalog set; older catalogs: as given)
         self.readable.add(location)
+        if "resolved" in entry:
+            self.sealed.add(location)
         # what enters the seed (the resolved path is where the location lies, not how it is read)
         shaping = {k: v for k, v in entry.items() if k not in ("analysts", "description", "resolved")}
         return Source(name, location, entry.get("format"), entry.get("delimiter"), entry.get("compression"),
@@ -348,7 +352,7 @@ class Gate:
         ``fstat``). A catalog sealed before paths were resolved is checked so at every use (its location
         resolved then). Refused in one line (exit 2): the operator's names the path and the fix."""
         location = source.location
-        if source.entry is not None and "resolved" not in source.entry and location == source.entry.get("location"):
+        if location not in self.sealed:
             location = os.path.realpath(location)  # (an older catalog: resolved now, checked the same way)
         trusted = trusted_uids()
         try:

@@ -13,17 +13,14 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
 from dptest import Service
 
 HISTOGRAM = ("histogram", "-", "--by", "page", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6")
 STDIN = "user,page\nu1,/p/0\n"
-OPEN = "open: the --keys list of a stdin run is not yet read through the checked open (h-paths)"
 
 
 
 
-@pytest.mark.xfail(strict=True, reason=OPEN)
 def test_attack_a_public_list_swapped_for_a_symlink_to_a_private_file_is_refused(svc):
     private = svc.data / "visits.csv"
     listed = svc.data / "pages.csv"
@@ -35,7 +32,6 @@ def test_attack_a_public_list_swapped_for_a_symlink_to_a_private_file_is_refused
     assert str(svc.data) not in r.stderr  # (the location is private)
 
 
-@pytest.mark.xfail(strict=True, reason=OPEN)
 def test_attack_a_public_list_whose_directory_is_swapped_for_a_symlink_is_refused(tmp_path, monkeypatch):
     svc = Service(tmp_path, monkeypatch)
     shared = svc.root / "shared"
@@ -114,3 +110,19 @@ def test_the_catalog_stores_resolved_paths_and_pins_output_directories(svc):
     assert body["public"]["pages"]["resolved"] == os.path.realpath(svc.data / "pages.csv")
     st = os.stat(svc.out / "alice")
     assert body["outputs"][0]["pin"] == [st.st_dev, st.st_ino]
+
+
+def test_a_catalog_sealed_before_still_opens_and_is_checked_at_each_use(svc):
+    from dpcli.catalog import read_toml, write_catalog
+
+    write_catalog(svc.state, read_toml(svc.catalog_toml.encode()))  # no resolved paths, no pins
+    run = ("histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6", "--keys", "pages")
+    assert svc.run("alice", *run, "-o", svc.out / "alice" / "a.csv").exit_code == 0
+    svc.data.chmod(0o775)  # now others could rename the list: refused at use, naming no path
+    r = svc.run("alice", *run)
+    assert r.exit_code == 2 and "ask the operator" in r.stderr and str(svc.data) not in r.stderr
+    svc.data.chmod(0o755)
+    (svc.out / "alice").chmod(0o777)
+    r = svc.run("alice", "histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6",
+                "-o", svc.out / "alice" / "b.csv")
+    assert r.exit_code == 2 and not (svc.out / "alice" / "b.csv").exists()
