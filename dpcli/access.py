@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpcli.errors import UsageError
-from dpcli.io.beneath import SWAPPED, Escape, open_dir_below
+from dpcli.io.beneath import SWAPPED, Escape, open_dir_below, open_nofollow, trusted_uids, unsafe_component, unsafe_stat
 
 if TYPE_CHECKING:
-    from dpcli.catalog import Catalog, Entry
+    from dpcli.catalog import Catalog, Entry, OutputEntry
 
 #: Environment variables that configure dpcli; in service mode every one of them is refused.
 ENV_PREFIXES = ("DPCLI_", "_DPCLI_")
@@ -208,6 +208,8 @@ class Gate:
     readable: set[str] = field(default_factory=set)
     #: Files in the analyst's output directories this run may read (service mode: ``plot``).
     releases: set[str] = field(default_factory=set)
+    #: Locations of this run's names that ``catalog set`` resolved (the rest: a catalog sealed before).
+    sealed: set[str] = field(default_factory=set)
 
     @property
     def service(self) -> bool:
@@ -282,9 +284,12 @@ class Gate:
         return entry
 
     def _resolved(self, name: str, entry: Entry) -> Source:
-        location = entry["location"]
+        location = entry.get("resolved", entry["location"])  # (resolved at catalog set; older catalogs: as given)
         self.readable.add(location)
-        shaping = {k: v for k, v in entry.items() if k not in ("analysts", "description")}  # what enters the seed
+        if "resolved" in entry:
+            self.sealed.add(location)
+        # what enters the seed (the resolved path is where the location lies, not how it is read)
+        shaping = {k: v for k, v in entry.items() if k not in ("analysts", "description", "resolved")}
         return Source(name, location, entry.get("format"), entry.get("delimiter"), entry.get("compression"),
                       entry.get("privacy_unit"), {"name": name, **shaping})
 
@@ -297,9 +302,11 @@ class Gate:
         refused even when its text is a resolved location, and nothing below a dataset directory is
         opened here (dpcli lists those files itself). Refused before anything is opened.
         """
+        if self.restricted and not self._may_read(path):
+            raise UsageError(f"{what}: dpcli opens no path for an analyst in service mode (name a catalog entry)")
+        if self.service and isinstance(path, Source) and path.entry is not None and "://" not in path.location:
+            os.close(self._open_location(path, what, getattr(os, "O_PATH", os.O_RDONLY) | os.O_CLOEXEC))
         if self.restricted:
-            if not self._may_read(path):
-                raise UsageError(f"{what}: dpcli opens no path for an analyst in service mode (name a catalog entry)")
             return
         location = path.location if isinstance(path, Source) else path
         if self.state_dir is not None and location != "-" and inside(location, self.state_dir):
@@ -322,6 +329,8 @@ class Gate:
         check is refused like any path outside, whether or not what it points to exists.
         """
         self.check_read(path, what)
+        if self.service and isinstance(path, Source) and path.entry is not None:
+            return self._open_location(path, what, flags)
         if not (self.restricted and isinstance(path, str)):
             return os.open(path.location if isinstance(path, Source) else path, flags)
         real = os.path.realpath(path)
@@ -335,6 +344,44 @@ class Gate:
             raise
         finally:
             os.close(directory)
+
+    def _open_location(self, source: Source, what: str, flags: int) -> int:
+        """Open a catalog location (service mode) as :func:`dpcli.catalog.seal_paths` stored it: no component
+        renamable or writable by anyone but root and the service account, no symlink anywhere on the path
+        (:func:`dpcli.io.beneath.open_nofollow`), and the file opened owned and writable by them only (its
+        ``fstat``). A catalog sealed before paths were resolved is checked so at every use (its location
+        resolved then). Refused in one line (exit 2): the operator's names the path and the fix."""
+        location = source.location
+        if location not in self.sealed:
+            location = os.path.realpath(location)  # (an older catalog: resolved now, checked the same way)
+        trusted = trusted_uids()
+        try:
+            bad = unsafe_component(location, trusted)
+        except FileNotFoundError:
+            bad = None  # (reported by the open below, as a missing input)
+        if bad is None:
+            try:
+                fd = open_nofollow(location, flags)
+            except OSError as exc:
+                if exc.errno not in SWAPPED:
+                    raise
+                bad = (location, "a symlink, or below one")
+            else:
+                why = unsafe_stat(os.fstat(fd), trusted)
+                if why is None:
+                    return fd
+                os.close(fd)
+                bad = (location, why)
+        raise UsageError(self._unsafe(f"{what} {source.name!r}", *bad))
+
+    def _unsafe(self, what: str, component: str, why: str) -> str:
+        """The one line refusing an unsafe catalog path: to an analyst without the path (it is private)."""
+        if self.restricted:
+            return (f"{what}: its catalog location is no longer safe from renames (a symlink, or a directory or file "
+                    "others can write, on its path); ask the operator")
+        from dpcli.catalog import PATH_FIX
+
+        return f"{what}: {component} is {why}: {PATH_FIX}"
 
     def allow_read(self, path: str) -> None:
         """Let this run read ``path``, a file in the analyst's output directories (a release that
@@ -350,8 +397,11 @@ class Gate:
         :func:`dpcli.io.outputs.check_path_is_not_protected`."""
         if path in ("", "-"):
             return
-        if self.restricted and not any(inside(path, d) for d in self.require_catalog().output_dirs(self.analyst)):
-            raise UsageError(_outside(what))
+        if self.restricted:
+            roots = [o for o in self.require_catalog().output_entries(self.analyst) if inside(path, _root(o))]
+            if not roots:
+                raise UsageError(_outside(what))
+            os.close(self._output_root_fd(roots[0]))  # (refused now, before any data is read, if swapped)
         if self.state_dir is not None and inside(path, self.state_dir):
             from dpcli.errors import OutputError
 
@@ -387,13 +437,39 @@ class Gate:
     def _output_dir_fd(self, directory: str, refusal: str) -> int:
         """``directory`` (resolved) opened from the output directory of this analyst it lies in; the
         ``refusal`` (exit 2) if it lies in none, or no longer does."""
-        for root in self.output_dirs():
-            if inside(directory, root):
+        for out in self.require_catalog().output_entries(self.analyst) if self.restricted else []:
+            if inside(directory, _root(out)):
+                root = self._output_root_fd(out)
                 try:
                     return open_dir_below(root, directory)
                 except Escape:
                     break
+                finally:
+                    os.close(root)
         raise UsageError(refusal)
+
+    def _output_root_fd(self, out: OutputEntry) -> int:
+        """The output directory ``out`` opened from ``/`` without following any symlink, and checked to be
+        the directory pinned (device, inode) when the catalog was sealed, owned and writable by root and
+        the service account only; else refused in one line (exit 2). (An older catalog without a pin: its
+        directory resolved and every component checked, at each use.)"""
+        root = _root(out)
+        if "resolved" not in out:
+            root = os.path.realpath(root)
+        trusted = trusted_uids()
+        refusal = (f"output directory {out['directory']}: no longer the one the catalog was sealed with (renamed, "
+                   "replaced, or on a path others can write); ask the operator")
+        try:
+            if "pin" not in out and unsafe_component(root, trusted) is not None:
+                raise UsageError(refusal)
+            fd = open_nofollow(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        except OSError:
+            raise UsageError(refusal) from None
+        st = os.fstat(fd)
+        if ("pin" in out and [st.st_dev, st.st_ino] != out["pin"]) or unsafe_stat(st, trusted) is not None:
+            os.close(fd)
+            raise UsageError(refusal)
+        return fd
 
     def output_dirs(self) -> list[str]:
         """The directories this caller may write into (service mode); empty in personal mode."""
@@ -438,6 +514,11 @@ class Gate:
         folder = self.state_dir / "streams" / self.analyst
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         return folder / f"{argument}.stream"
+
+
+def _root(out: OutputEntry) -> str:
+    """Where an output directory lies: as resolved at ``catalog set`` (older catalogs: as given)."""
+    return out.get("resolved", out["directory"])
 
 
 def _outside(what: str) -> str:

@@ -33,6 +33,7 @@ analyst's ``dpcli catalog show`` lists only the names they may use, never locati
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -40,7 +41,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Required, TypedDict
+from typing import Any, NotRequired, Required, TypedDict
 
 from dpcli.errors import StateError, UsageError
 from dpcli.state.paths import validate_analyst
@@ -72,13 +73,16 @@ class Entry(TypedDict, total=False):
     master: str  # spark: one of master and remote
     remote: str
     conf: list[str]
+    resolved: str  # datasets, public: the location resolved at ``catalog set`` (:func:`seal_paths`)
 
 
 class OutputEntry(TypedDict):
-    """A checked ``[[outputs]]`` table."""
+    """A checked ``[[outputs]]`` table (``resolved`` and ``pin``: set by :func:`seal_paths`)."""
 
     directory: str
     analysts: list[str]
+    resolved: NotRequired[str]
+    pin: NotRequired[list[int]]  # (device, inode) of the resolved directory when the catalog was sealed
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,12 @@ class Catalog:
         return sorted(n for n, e in self.sections.get(section, {}).items() if self.allows(e, analyst))
 
     def output_dirs(self, analyst: str) -> list[str]:
-        """The output directories ``analyst`` may write into."""
-        return [o["directory"] for o in self.outputs if self.allows(o, analyst)]
+        """The output directories ``analyst`` may write into (as resolved at ``catalog set``)."""
+        return [o.get("resolved", o["directory"]) for o in self.output_entries(analyst)]
+
+    def output_entries(self, analyst: str) -> list[OutputEntry]:
+        """The ``[[outputs]]`` tables ``analyst`` may write into."""
+        return [o for o in self.outputs if self.allows(o, analyst)]
 
     def to_json(self) -> dict[str, Any]:
         return {"operators": list(self.operators), **{s: self.sections.get(s, {}) for s in SECTIONS},
@@ -155,12 +163,13 @@ def _choice(value: Any, choices: tuple[str, ...], where: str) -> str:
     return str(value)
 
 
-def _entry(section: str, name: str, raw: Any) -> Entry:
-    """One named entry of ``section``, checked key by key in a fixed order (the first error wins)."""
+def _entry(section: str, name: str, raw: Any, sealed: bool = False) -> Entry:
+    """One named entry of ``section``, checked key by key in a fixed order (the first error wins);
+    ``sealed``: read back from the state directory, where ``catalog set`` added the resolved location."""
     where = f"{section}.{name}"
     if not isinstance(raw, dict):
         raise _err(where, "must be a table")
-    unknown = sorted(set(raw) - _ENTRY_KEYS[section])
+    unknown = sorted(set(raw) - _ENTRY_KEYS[section] - ({"resolved"} if sealed and section != "spark" else set()))
     if unknown:
         raise _err(where, f"unknown key {unknown[0]!r} (expected: {', '.join(sorted(_ENTRY_KEYS[section]))})")
     out: Entry = {"analysts": _names(raw.get("analysts", []), f"{where}.analysts")}
@@ -170,6 +179,8 @@ def _entry(section: str, name: str, raw: Any) -> Entry:
         _spark_entry(raw, where, out)
     else:
         _file_entry(section, raw, where, out)
+        if sealed and isinstance(raw.get("resolved"), str):
+            out["resolved"] = raw["resolved"]
     return out
 
 
@@ -212,20 +223,21 @@ def _unit(value: Any, where: str) -> str:
     return value
 
 
-def parse_catalog(raw: dict[str, Any]) -> Catalog:
-    """Check a catalog document (the operator's TOML, parsed); every error names its key (exit 2)."""
+def parse_catalog(raw: dict[str, Any], sealed: bool = False) -> Catalog:
+    """Check a catalog document (the operator's TOML, parsed; ``sealed``: the sealed body read back,
+    which may hold what :func:`seal_paths` added); every error names its key (exit 2)."""
     unknown = sorted(set(raw) - {"operators", "outputs", *SECTIONS})
     if unknown:
         raise _err(unknown[0], "unknown section (expected: operators, datasets, public, spark, outputs)")
     operators = tuple(_names(raw.get("operators", []), "operators", star=False))
-    sections = {section: _section(section, raw.get(section, {})) for section in SECTIONS}
+    sections = {section: _section(section, raw.get(section, {}), sealed) for section in SECTIONS}
     outputs = raw.get("outputs", [])
     if not isinstance(outputs, list):
         raise _err("outputs", "must be an array of tables ([[outputs]])")
-    return Catalog(operators, sections, tuple(_output(f"outputs[{i}]", out) for i, out in enumerate(outputs)))
+    return Catalog(operators, sections, tuple(_output(f"outputs[{i}]", out, sealed) for i, out in enumerate(outputs)))
 
 
-def _section(section: str, table: Any) -> dict[str, Entry]:
+def _section(section: str, table: Any, sealed: bool = False) -> dict[str, Entry]:
     """The named entries of one section: every name checked first, then the entries in name order."""
     if not isinstance(table, dict):
         raise _err(section, "must be a table of named entries")
@@ -234,17 +246,25 @@ def _section(section: str, table: Any) -> dict[str, Entry]:
             validate_analyst(name)
         except UsageError:
             raise _err(f"{section}.{name}", "names use letters, digits, '_', '.' or '-'") from None
-    return {name: _entry(section, name, table[name]) for name in sorted(table)}
+    return {name: _entry(section, name, table[name], sealed) for name in sorted(table)}
 
 
-def _output(where: str, out: Any) -> OutputEntry:
-    """One ``[[outputs]]`` table: a local directory and the analysts who may write there."""
-    if not isinstance(out, dict) or set(out) - {"directory", "analysts"}:
+def _output(where: str, out: Any, sealed: bool = False) -> OutputEntry:
+    """One ``[[outputs]]`` table: a local directory and the analysts who may write there (``sealed``:
+    with the resolved directory and its pin, as ``catalog set`` stored them)."""
+    extra = {"resolved", "pin"} if sealed else set()
+    if not isinstance(out, dict) or set(out) - {"directory", "analysts"} - extra:
         raise _err(where, "holds directory and analysts")
     directory = _location(out.get("directory"), f"{where}.directory")
     if "://" in directory:
         raise _err(f"{where}.directory", "must be a local directory")
-    return {"directory": directory, "analysts": _names(out.get("analysts", []), f"{where}.analysts")}
+    entry: OutputEntry = {"directory": directory, "analysts": _names(out.get("analysts", []), f"{where}.analysts")}
+    if sealed and isinstance(out.get("resolved"), str):
+        entry["resolved"] = out["resolved"]
+    pin = out.get("pin")
+    if sealed and isinstance(pin, list) and len(pin) == 2 and all(isinstance(v, int) for v in pin):
+        entry["pin"] = [int(pin[0]), int(pin[1])]
+    return entry
 
 
 def check_outputs(catalog: Catalog, state_dir: Path) -> None:
@@ -307,7 +327,7 @@ def read_catalog(root: Path) -> Catalog | None:
     if not hmac.compare_digest(_mac(root, body), str(doc.get("mac", ""))):
         raise StateError(f"catalog {path} fails its seal (edited by hand?)",
                          fix="install the catalog again with: dpcli catalog set FILE")
-    return parse_catalog(body)
+    return parse_catalog(body, sealed=True)
 
 
 def write_catalog(root: Path, catalog: Catalog) -> Path:
@@ -321,3 +341,66 @@ def write_catalog(root: Path, catalog: Catalog) -> Path:
     path = catalog_path(root)
     atomic_write_bytes(path, json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8"), mode=0o600)
     return path
+
+
+#: What a refusal of an unsafe catalog path tells the operator to do.
+PATH_FIX = ("a path is only as safe as whoever can rename its ancestors: keep it where only root and the service "
+            "account can write (README: Service mode), then run dpcli catalog set again")
+
+
+def _sealed_location(where: str, location: str, trusted: frozenset[int]) -> str:
+    """``location`` resolved (symlinks, ``..``), every component of it checked: none may be renamed,
+    replaced or written by anyone but ``trusted`` (exit 2 names the component and the fix)."""
+    from dpcli.errors import os_reason
+    from dpcli.io.beneath import unsafe_component
+
+    resolved = os.path.realpath(location)
+    try:
+        bad = unsafe_component(resolved, trusted)
+    except FileNotFoundError:  # (a data file between two nightly copies: its directory must exist)
+        try:
+            bad = unsafe_component(os.path.dirname(resolved), trusted)
+        except OSError as exc:
+            raise _err(where, f"{location!r} cannot be examined ({os_reason(exc)})") from None
+    except OSError as exc:
+        raise _err(where, f"{location!r} cannot be examined ({os_reason(exc)})") from None
+    if bad is not None:
+        raise _err(where, f"{bad[0]} is {bad[1]}: {PATH_FIX}")
+    return resolved
+
+
+def seal_paths(catalog: Catalog, state_dir: Path, service: bool = True) -> Catalog:
+    """The catalog with every local location resolved once and checked (the operator's act, at
+    ``catalog set``): datasets' and public lists' locations, the output directories (each pinned by
+    its device and inode: at use the directory opened must be that one) and the state directory.
+    No component of any of them may be renamable or writable by anyone but root and the service
+    account (:func:`dpcli.io.beneath.unsafe_component`); data files are never pinned (operators
+    replace them). A URI is left as it is (Spark reads it)."""
+    from dpcli.io.beneath import trusted_uids
+
+    trusted = trusted_uids()
+    with contextlib.suppress(OSError):
+        trusted |= {os.stat(state_dir).st_uid}
+    if service:  # (the service account's state directory; a personal one is its user's to place)
+        _sealed_location("state directory", str(state_dir), trusted)
+    sections: dict[str, dict[str, Entry]] = {}
+    for section, entries in catalog.sections.items():
+        sections[section] = {}
+        for name, entry in entries.items():
+            sealed = entry.copy()
+            if section != "spark" and "://" not in entry["location"]:
+                sealed["resolved"] = _sealed_location(f"{section}.{name}.location", entry["location"], trusted)
+            sections[section][name] = sealed
+    outputs = []
+    for i, out in enumerate(catalog.outputs):
+        where = f"outputs[{i}].directory"
+        resolved = _sealed_location(where, out["directory"], trusted)
+        try:
+            st = os.stat(resolved)
+        except OSError:
+            raise _err(where, f"{out['directory']!r} does not exist (create it first)") from None
+        if not os.path.isdir(resolved):
+            raise _err(where, f"{out['directory']!r} is not a directory")
+        outputs.append(OutputEntry(directory=out["directory"], analysts=out["analysts"], resolved=resolved,
+                                   pin=[st.st_dev, st.st_ino]))
+    return Catalog(catalog.operators, sections, tuple(outputs))

@@ -155,6 +155,29 @@ def dataset(tmp_path: Path, name: str) -> Path:
     return big
 
 
+def safe_tmp() -> Path:
+    """A fresh directory no one but root and this user can rename or write on any component of its path:
+    ``catalog set`` refuses a location under pytest's ``tmp_path`` (``/tmp`` is sticky and world-writable).
+    Under the checkout (``.test-tmp/``), else under the home directory; removed when the process ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from dpcli.io.beneath import trusted_uids, unsafe_component
+
+    for base in (ROOT / ".test-tmp", Path.home() / ".cache" / "dpcli-tests"):
+        try:
+            base.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if unsafe_component(str(base.resolve()), trusted_uids()) is None:
+                made = Path(tempfile.mkdtemp(dir=base.resolve()))
+                made.chmod(0o755)
+                atexit.register(shutil.rmtree, made, True)
+                return made
+        except OSError:
+            continue
+    raise AssertionError("no directory safe from renames for a service deployment (see dptest.safe_tmp)")
+
+
 class Service:
     """A service-mode deployment inside a test: a service account's home, its state directory, private
     data, a catalog, output directories, and CLI runs as the owner (personal mode) or as an analyst
@@ -171,6 +194,8 @@ class Service:
         import os
 
         self.monkeypatch = monkeypatch
+        tmp_path = safe_tmp()  # (the operator's locations must be safe from renames: not under /tmp)
+        self.root = tmp_path
         self.home = tmp_path / "svc-home"
         self.state = self.home / ".local" / "share" / "dpcli"
         self.data = tmp_path / "data"

@@ -22,7 +22,7 @@ def set_catalog(
     file: Annotated[str, typer.Argument(help="The catalog as TOML ('-' reads it from stdin).", show_default=False)],
 ) -> None:
     """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
-    from dpcli.catalog import check_outputs, read_toml, write_catalog
+    from dpcli.catalog import check_outputs, read_toml, seal_paths, write_catalog
     from dpcli.io.opening import open_binary
     from dpcli.state.paths import ensure_state_dir
 
@@ -38,7 +38,9 @@ def set_catalog(
             raise InputMissingError(f"catalog file {file!r} is not readable") from None
     catalog = read_toml(data)
     check_outputs(catalog, settings(ctx).state_dir)
-    path = write_catalog(ensure_state_dir(settings(ctx).state_dir), catalog)
+    root = ensure_state_dir(settings(ctx).state_dir)
+    catalog = seal_paths(catalog, root, gate().service)  # locations resolved and checked, outputs pinned
+    path = write_catalog(root, catalog)
     counts = ", ".join(f"{len(catalog.sections[s])} {s}" for s in catalog.sections)
     info(ctx, f"catalog installed at {path}: {counts}, {len(catalog.outputs)} output director(ies)")
 

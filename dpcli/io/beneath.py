@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -28,13 +29,9 @@ def _same(a: os.stat_result, b: os.stat_result) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _walk(root: str, directory: str) -> tuple[Path, tuple[str, ...]]:
-    """Where to start (``root`` as it appears in ``directory``: by its own name or by a second one, such
-    as a bind mount) and the names from there down to ``directory``."""
-    try:
-        root_st = os.stat(root)
-    except OSError:
-        raise Escape(root) from None
+def _walk(root_st: os.stat_result, directory: str) -> tuple[Path, tuple[str, ...]]:
+    """Where to start (the root, of status ``root_st``, as it appears in ``directory``: by its own name or
+    by a second one, such as a bind mount) and the names from there down to ``directory``."""
     target = Path(directory)
     for ancestor in (target, *target.parents):
         try:
@@ -45,15 +42,20 @@ def _walk(root: str, directory: str) -> tuple[Path, tuple[str, ...]]:
     raise Escape(directory)
 
 
-def open_dir_below(root: str, directory: str) -> int:
-    """A descriptor of ``directory`` (a resolved path: no symlink, no ``..``), opened from ``root`` one
-    name at a time without following symlinks. :class:`Escape` if it does not lie in ``root`` or a
-    name on the way has been swapped for a symlink or a file; other ``OSError`` as the OS raises it."""
-    start, names = _walk(root, directory)
+def open_dir_below(root: str | int, directory: str) -> int:
+    """A descriptor of ``directory`` (a resolved path: no symlink, no ``..``), opened from ``root`` (a
+    path, or a descriptor of it, e.g. from :func:`open_nofollow`) one name at a time without following
+    symlinks. :class:`Escape` if it does not lie in ``root`` or a name on the way has been swapped for
+    a symlink or a file; other ``OSError`` as the OS raises it."""
+    try:
+        root_st = os.fstat(root) if isinstance(root, int) else os.stat(root)
+    except OSError:
+        raise Escape(str(root)) from None
+    start, names = _walk(root_st, directory)
     fd = os.open(start, _DIR_FLAGS)
     try:
-        if not _same(os.fstat(fd), os.stat(root)):
-            raise Escape(root)
+        if not _same(os.fstat(fd), root_st):
+            raise Escape(str(root))
         for name in names:
             below = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
@@ -67,3 +69,72 @@ def open_dir_below(root: str, directory: str) -> int:
         os.close(fd)
         raise
     return fd
+
+
+# --- paths no one else can swap ---------------------------------------------------------------
+#
+# A path is only as safe as whoever can rename its ancestors: write permission on a directory lets
+# its writer rename or replace any entry in it (a sticky bit narrows that to the entries' owners,
+# but anyone may still create a name there once it is gone). So the operator's locations are
+# resolved once (``catalog set``), every component from ``/`` down is checked to be owned by root
+# or the service account and writable by neither group nor others (:func:`unsafe_component`), and at
+# use the stored path is opened one name at a time without following any symlink (:func:`open_nofollow`)
+# and the opened file checked again (:func:`unsafe_stat`).
+
+_PATH_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def trusted_uids() -> frozenset[int]:
+    """Who may own a component of a catalog location: root and this process (the service account)."""
+    return frozenset({0, os.geteuid()})
+
+
+def unsafe_stat(st: os.stat_result, trusted: frozenset[int]) -> str | None:
+    """Why a file or directory with this status could be changed, renamed or replaced by someone else
+    (owned by another user; writable by its group, or by others, sticky or not); None if it cannot."""
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in trusted:
+        return f"owned by uid {st.st_uid}, not root or the service account"
+    if mode & 0o002:
+        return f"writable by others (mode {mode:o}{', sticky' if mode & 0o1000 else ''})"
+    if mode & 0o020:
+        return f"writable by its group (mode {mode:o})"
+    return None
+
+
+def unsafe_component(path: str, trusted: frozenset[int]) -> tuple[str, str] | None:
+    """The first component of ``path`` (absolute, resolved) that someone but ``trusted`` could rename,
+    replace or write, and why; None when there is none. ``OSError`` if a component cannot be examined."""
+    parts = Path(path).parts
+    current = Path(parts[0])
+    for name in (None, *parts[1:]):
+        if name is not None:
+            current = current / name
+        st = os.lstat(current)
+        if stat.S_ISLNK(st.st_mode):
+            return str(current), "a symlink"
+        why = unsafe_stat(st, trusted)
+        if why is not None:
+            return str(current), why
+    return None
+
+
+def open_nofollow(path: str, flags: int) -> int:
+    """Open the absolute ``path`` one name at a time from ``/``, following no symlink on the way or at
+    its end (the Linux ``openat2(RESOLVE_NO_SYMLINKS)`` walk, done portably); ``OSError`` as the OS
+    raises it, ``ELOOP``/``ENOTDIR`` (:data:`SWAPPED`) when a name on the way is a symlink or no
+    directory. ``..`` and ``.`` are refused like a symlink (a stored path holds neither)."""
+    parts = Path(path).parts
+    if not parts or parts[0] != "/" or any(p in (".", "..") for p in parts):
+        raise OSError(errno.ELOOP, "not a resolved absolute path")
+    fd = os.open("/", _PATH_FLAGS)
+    try:
+        for name in parts[1:-1]:
+            below = os.open(name, _PATH_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        if len(parts) == 1:
+            return os.open("/", flags)
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dptest import Service, cli, init_ledger
+from dptest import Service, cli, init_ledger, safe_tmp
 
 # --- the canary ---------------------------------------------------------------------------------
 
@@ -120,10 +120,10 @@ def _snapshot(files: list[Path]) -> dict[Path, bytes]:
 
 def test_canary_service_mode(tmp_path, monkeypatch):
     svc = Service(tmp_path, monkeypatch)
-    svc.data = tmp_path / LOCATION_MARK
+    svc.data = svc.root / LOCATION_MARK  # (a directory safe from renames, as catalog set requires)
     _private_data(svc.data)
     (svc.data / "pages.csv").write_text("page\n/p/0\n/p/1\n/p/2\n")
-    svc.catalog_toml = svc.catalog_toml.replace(str(tmp_path / "data"), str(svc.data)).replace(
+    svc.catalog_toml = svc.catalog_toml.replace(str(svc.root / "data"), str(svc.data)).replace(
         'privacy_unit = "user"', 'privacy_unit = "user"\nformat = "csv"')
     svc.state.mkdir(parents=True, mode=0o700)
     _fixed_key(svc.state)
@@ -158,7 +158,9 @@ def test_canary_personal_mode(tmp_path, monkeypatch):
               "--through", "2026-11-05"]
     assert cli(*stream, "--state", stream_state).exit_code == 0
     cat = tmp_path / "catalog.toml"
-    cat.write_text(f'[public.pages]\nlocation = "{tmp_path / LOCATION_MARK / "p.csv"}"\nanalysts = ["*"]\n')
+    listed = safe_tmp() / LOCATION_MARK  # (catalog set takes only locations safe from renames: not under /tmp)
+    listed.mkdir()
+    cat.write_text(f'[public.pages]\nlocation = "{listed / "p.csv"}"\nanalysts = ["*"]\n')
     assert cli("catalog", "set", cat).exit_code == 0
     privates = [state / "secret.key", state / "catalog.json", state / "ledgers" / "default.json",
                 state / "ledgers" / "default.hwm", stream_state]

@@ -72,7 +72,8 @@ def deployment() -> Iterator[Deployment]:
     why = _why_not()
     if why:
         pytest.skip(why)
-    base = Path(tempfile.mkdtemp(prefix="dpcli-deploy-"))
+    # (not under /tmp: catalog set refuses locations under a sticky world-writable directory)
+    base = Path(tempfile.mkdtemp(prefix="dpcli-deploy-", dir="/var/lib" if os.path.isdir("/var/lib") else None))
     base.chmod(0o755)
     try:
         homes = {who: base / who for who in NAMES}
@@ -103,6 +104,15 @@ def _install(d: Deployment) -> None:
     catalog = (f'operators = []\n[datasets.visits]\nlocation = "{d.data / "visits.csv"}"\nprivacy_unit = "user"\n'
                f'analysts = ["*"]\n[public.pages]\nlocation = "{d.data / "pages.csv"}"\nanalysts = ["*"]\n'
                + "".join(f'[[outputs]]\ndirectory = "{d.out / w}"\nanalysts = ["{NAMES[w]}"]\n' for w in ("alice", "bob")))
+    for folder in ("shared", "aout"):  # the operator's, at catalog set; handed to alice later (the attacks)
+        (d.base / folder).mkdir(mode=0o755)
+        shutil.chown(d.base / folder, NAMES["svc"], NAMES["svc"])
+    (d.base / "shared" / "list.csv").write_text("page\n/p/0\n")
+    shutil.chown(d.base / "shared" / "list.csv", NAMES["svc"], NAMES["svc"])
+    (d.base / "aout" / "alice").mkdir(mode=0o755)
+    shutil.chown(d.base / "aout" / "alice", NAMES["svc"], NAMES["svc"])
+    catalog += (f'[public.shared]\nlocation = "{d.base / "shared" / "list.csv"}"\nanalysts = ["*"]\n'
+                f'[[outputs]]\ndirectory = "{d.base / "aout" / "alice"}"\nanalysts = ["{NAMES["alice"]}"]\n')
     (d.svc_home / "catalog.toml").write_text(catalog)
     for path in (d.data, *d.data.iterdir(), d.svc_home / "catalog.toml"):
         shutil.chown(path, NAMES["svc"], NAMES["svc"])
@@ -217,3 +227,34 @@ def _open_as(uid: int, path: Path) -> None:
     if code == 13:
         raise PermissionError(path)
     assert code == 0, code
+
+
+def _as(d: Deployment, who: str, script: str) -> None:
+    """A shell ``script`` run as ``who`` themself (what the analyst can do with her own rights)."""
+    user = pwd.getpwnam(NAMES[who])
+    subprocess.run(["sh", "-c", script], user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd=d.base,
+                   check=True, capture_output=True, timeout=60)
+
+
+def test_a_public_list_swapped_for_a_symlink_to_the_data_is_refused(deployment):
+    d = deployment
+    q = ["histogram", "-", "--by", "page", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6",
+         "--keys", "shared"]
+    shutil.chown(d.base / "shared", NAMES["alice"], NAMES["alice"])  # the folder handed to alice after catalog set
+    _as(d, "alice", f'rm shared/list.csv && ln -s "{d.data / "visits.csv"}" shared/list.csv')
+    r = subprocess.run([DPCLI, *q], input="user,page\nu1,/p/0\n", capture_output=True, text=True, check=False,
+                       env={"PATH": "/usr/bin:/bin", "HOME": str(d.svc_home), "LANG": "C.UTF-8",
+                            "SUDO_USER": NAMES["alice"], "SUDO_UID": str(d.uid("alice"))},
+                       user=d.uid("svc"), group=pwd.getpwnam(NAMES["svc"]).pw_gid, extra_groups=[], cwd=d.base)
+    assert r.returncode == 2, r.stderr
+    assert "/p/1" not in r.stdout and "u1" not in r.stdout
+
+
+def test_an_output_directory_renamed_and_replaced_by_a_symlink_into_the_data_is_refused(deployment):
+    d = deployment
+    before = (d.data / "visits.csv").read_bytes()
+    shutil.chown(d.base / "aout", NAMES["alice"], NAMES["alice"])  # its parent handed to alice after catalog set
+    _as(d, "alice", f'mv aout/alice aout/old && ln -s "{d.data}" aout/alice')
+    r = d.run("alice", *QUERY, "-o", str(d.base / "aout" / "alice" / "visits.csv"))
+    assert r.returncode == 2, r.stderr
+    assert (d.data / "visits.csv").read_bytes() == before
