@@ -19,10 +19,14 @@ import polars as pl
 from dpcli.tasks.sql.compile import compile_relation, needed_columns
 from dpcli.tasks.sql.ir import Expr, Join, Relation, Scan
 from dpcli.tasks.sql.rules import refuse
-from dpcli.tasks.sql.typed import Compiler, schema_of
+from dpcli.tasks.sql.typed import Compiler, Typed, schema_of
 
 #: The most rows one private row may become through a query's joins with public relations.
 MAX_FANOUT = 1000
+
+#: The most rows one person's rows may join to through the query's private reads (each capped by
+#: ``--max-rows-per-table``: the default, 10,000, read twice, is 10^8).
+MAX_ROWS_PER_PERSON = 10**8
 
 
 def public_sides(rel: Relation) -> Iterator[tuple[Relation, list[Expr]]]:
@@ -47,11 +51,41 @@ def multiplicity(side: Relation, keys: list[Expr], tables: Mapping[str, pl.LazyF
     frame = compile_relation(side, tables, needed_columns(side, keys))
     compiler = Compiler(schema_of(frame))
     names = [f"__dp_k{i}" for i in range(len(keys))]
-    keyed = frame.select([compiler.typed(k).expr.alias(n) for k, n in zip(keys, names, strict=True)])
+    keyed = frame.select([_widest(compiler.typed(k)).alias(n) for k, n in zip(keys, names, strict=True)])
     keyed = keyed.drop_nulls()
     counts = keyed.group_by(names).agg(pl.len().alias("__dp_n")).select(pl.col("__dp_n").max()).collect()
     value = counts.item() if counts.height else None
     return int(value) if value is not None else 0
+
+
+def _widest(key: Typed) -> pl.Expr:
+    """A public key as the coarsest type a join may give it (:func:`dpcli.tasks.sql.compile.key_pair`): a number
+    as a 64-bit float, where distinct integers past 2^53 (or decimals) can become one value; text and other
+    casts keep distinct values distinct. So the multiplicity counted is never below the join's, whatever the
+    other side's type."""
+    if key.dtype is not None and key.dtype.is_numeric():
+        return key.expr.cast(pl.Float64(), strict=False)
+    return key.expr
+
+
+def private_reads(rel: Relation) -> int:
+    """How many times the query reads a private table (a self-join or a sub-query read twice counts twice)."""
+    if isinstance(rel, Scan):
+        return int(rel.unit is not None)
+    if isinstance(rel, Join):
+        return private_reads(rel.left) + private_reads(rel.right)
+    return private_reads(rel.input)
+
+
+def check_private_work(rel: Relation, cap: int, most: int = MAX_ROWS_PER_PERSON) -> None:
+    """Refuse (usage error) a query whose private reads, each capped at ``cap`` rows per person
+    (``--max-rows-per-table``), can join to more than ``most`` rows of one person: ``cap`` to the power of
+    the number of private reads, a public bound on the work one person's rows can cause."""
+    reads = private_reads(rel)
+    if reads > 1 and cap**reads > most:
+        largest = next(c for c in range(cap, 0, -1) if c**reads <= most)
+        raise refuse("join-fan-out", f"the query reads private tables {reads} times, so one person's rows can join "
+                     f"to {cap}^{reads} rows (at most {most:,}); give --max-rows-per-table {largest} or less")
 
 
 def fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = MAX_FANOUT) -> int:
@@ -73,4 +107,5 @@ def check_fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = M
                      f"{product}); join on keys that are (nearly) unique in the public tables")
 
 
-__all__ = ["MAX_FANOUT", "check_fanout", "fanout", "multiplicity", "public_sides"]
+__all__ = ["MAX_FANOUT", "MAX_ROWS_PER_PERSON", "check_fanout", "check_private_work", "fanout", "multiplicity",
+           "private_reads", "public_sides"]

@@ -23,6 +23,7 @@ from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
 from dpcli.tasks.auto_bounds import AutoBounds
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
+from dpcli.tasks.sql.fanout import check_fanout, check_private_work
 from dpcli.tasks.sql.ir import ResolvedQuery, scans_of
 from dpcli.tasks.sql.measures import NTILE_BINS, Budget, Measure, SqlPlan, measures_of, plan_measures
 from dpcli.tasks.sql.outputs import Noisy, apply_post, output_table
@@ -106,6 +107,7 @@ class SqlTask:
 
     def check(self) -> None:
         self.options.check()
+        check_private_work(self.query.relation, self.options.max_rows_per_table)
         sql_auto.check_auto(self.query, self.options.auto, self.options.bias_share)
         if self.options.keys and not self.query.groups:
             raise UsageError("a public list of groups needs a GROUP BY", field="keys")
@@ -223,8 +225,6 @@ class SqlTask:
     def check_fanout(self, public: Mapping[str, pl.LazyFrame]) -> None:
         """Refuse the query when its joins with public tables (``public``, by name: nothing private is read) can
         make one private row more than :data:`dpcli.tasks.sql.fanout.MAX_FANOUT` rows."""
-        from dpcli.tasks.sql.fanout import check_fanout
-
         check_fanout(self.query.relation, public)
 
     def run(self, frames: Frames, plan: SqlPlan, seed: bytes, engine: Engine | None) -> Result:
