@@ -9,7 +9,6 @@ import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
 from dpcli.cli._options import (
-    MAX_CAP,
     AutoShareOpt,
     BiasShareOpt,
     BoundOptions,
@@ -139,15 +138,10 @@ def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bi
 
 
 def _max_rows(text: str) -> int:
-    """``--max-rows-per-table N``: 1 to MAX_CAP; ``auto`` is refused (this bound is never chosen from the data)."""
-    if text.strip().lower() == "auto":
+    """``--max-rows-per-table N`` (:func:`dpcli.cli._options.cap`); ``auto`` is refused (never chosen from the data)."""
+    value = cap("--max-rows-per-table", text)
+    if not isinstance(value, int):
         raise UsageError("--max-rows-per-table takes a number, not auto: this bound is not chosen from the data")
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise UsageError(f"--max-rows-per-table must be a whole number, got {text!r}") from None
-    if not 1 <= value <= MAX_CAP:
-        raise UsageError(f"--max-rows-per-table must be between 1 and {MAX_CAP}, got {text.strip()}")
     return value
 
 
