@@ -27,7 +27,9 @@ def test_the_documented_example_runs_charges_and_replays_for_free(tmp_path, monk
     assert first.table.columns == ["country", "count"] and first.table.height > 0
     again = dpcli.release_histogram("views.parquet", namespace["query"], state_dir=namespace["state"], analyst="me")
     assert not again.report["charged"] and again.table.equals(first.table)  # same seed: a free replay
-    assert len(dpcli.read_ledger(namespace["state"], "me").entries) == 2
+    entries = dpcli.read_ledger(namespace["state"], "me").entries
+    # the debit made before reading, its completion (output and summary, no cost), the free replay
+    assert [bool(e["events"]) for e in entries] == [True, False, False] and entries[1]["completes"] == 1
 
 
 def test_the_readme_shows_the_same_example():
@@ -65,5 +67,6 @@ def test_a_library_query_can_leave_bounds_to_dpcli(tmp_path):
                                       analyst="me")
     chosen = release.report["auto"]
     assert set(chosen) == {"max_contributions", "bounds", "epsilon"} and chosen["epsilon"] == "0.1"
-    [entry] = dpcli.read_ledger(state, "me").entries
+    entry, done = dpcli.read_ledger(state, "me").entries
+    assert done["completes"] == entry["seq"] and done["events"] == []
     assert [e["mechanism"] for e in entry["events"]] == ["histogram/laplace+threshold", "histogram/auto-bounds"]

@@ -285,9 +285,10 @@ def test_a_broken_input_fails_even_when_the_crossing_test_would_say_not_yet(days
     before = history()
     r = scheduled(bad, keys, "--gamma", "0.5")
     assert r.exit_code == 65 and r.stdout == "" and "does not parse" in r.stderr, r.stderr
+    assert history() == before  # the schedule's run failed in its size test, before any run was recorded
     plain = cli("histogram", bad, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "0.1")
     assert plain.exit_code == 65
-    assert history() == before
+    assert [e["events"] != [] for e in history()[len(before):]] == [True]  # read before it failed: charged
 
 
 def test_a_small_run_points_to_fixed_for_a_known_number_of_runs(days):

@@ -195,8 +195,9 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
 @app.command("history")
 @handles_errors
 def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
-    """Every ledger entry: time, command, cost, seed id."""
+    """Every ledger entry: time, command, cost, seed id (a release's completion shown on its debit's line)."""
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
+    done = ledger.completions(led)
     rows = [
         {
             "seq": e["seq"],
@@ -209,9 +210,11 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             "reservation": e.get("reservation"),
             "step": e.get("step"),
             "events": e["events"],
-            "summary": e.get("summary", ""),
+            "summary": done[e["seq"]].get("summary", "") if e["seq"] in done else e.get("summary", ""),
+            **({"completed_by": done[e["seq"]]["seq"] if e["seq"] in done else None}
+               if ledger.debited_before_reading(e) else {}),
         }
-        for e in led.entries
+        for e in led.entries if "completes" not in e
     ]
     if as_json:
         emit_json(rows)
@@ -220,7 +223,9 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
         cost = "; ".join(
             ",".join(f"{k}={v}" for k, v in ev.items() if k not in ("kind", "detail")) for ev in r["events"]
         )
-        if r["replay_of"]:
+        if r.get("completed_by", 0) is None:
+            tag = f"{cost}, charged; no output recorded (run stopped, or still running)"
+        elif r["replay_of"]:
             tag = f"replay of #{r['replay_of']}"
         elif r["covered_by"]:
             tag = f"covered by reservation #{r['covered_by']}"

@@ -1,17 +1,21 @@
-"""The one path of a release: limits → plan once → payable? → check the output → open → seed → run → charge.
+"""The one path of a release: limits → plan once → payable? → check the output → open → seed → debit → run →
+record.
 
-A release is computed in memory first (bad data fails before any debit), then the ledger is
-charged durably, and only then may anything be written (:class:`Release` is handed back charged;
-the caller writes it). Every command and every library entry point goes through :func:`run`:
-histogram, topk, tabulate and stream-replay, and their scheduled (``--schedule``) and persisted
-(``--state``) runs, which differ only in what pays (a reservation) and what is kept between runs.
+A release is debited durably once its seed is known and before its first private record is read
+(a run killed or timed out, or one whose records fail, has paid: its rerun is a free replay), then
+computed in memory, then its completion is recorded (with its output's digest), and only then may
+anything be written (:class:`Release` is handed back charged; the caller writes it). Every command
+and every library entry point goes through :func:`run`: histogram, topk, tabulate, sql and
+stream-replay, and their scheduled (``--schedule``) and persisted (``--state``) runs, which differ
+only in what pays (a reservation, debited before their first run reads anything; each run is then
+recorded as a step of it) and what is kept between runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -176,14 +180,22 @@ def run(
         from dpcli.release.streams import run_stream_state
 
         return run_stream_state(task, opened, bounder, payer, led.limits.mode, planned, continuation, output, busy)
-    prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy)
+    paid: list[ledger.Receipt] = []
+
+    def debit(seed: ReleaseSeed, events: list[PrivacyEvent]) -> None:
+        verify_unchanged(*opened.tables)  # a file changed since it was hashed: refused before the debit
+        try:
+            paid.append(ledger.debit(payer.state_dir, payer.analyst, command=task.command, query_id=seed.query_id,
+                                     seed_id=seed.id, events=events, lock_timeout=payer.lock_timeout,
+                                     summary=f"{task.command}: {ledger.DEBIT_SUMMARY}"))
+        except BudgetError as exc:
+            raise BudgetError(_with_hint(task, exc.detail, payer), field=exc.field, fix=exc.fix) from None
+
+    prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy, before_run=debit)
     result_line = task.summary(opened.data.name, prepared.result)
-    try:
-        done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
-                      output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata)
-                      if output else None)
-    except BudgetError as exc:
-        raise BudgetError(_with_hint(task, exc.detail, payer), field=exc.field, fix=exc.fix) from None
+    done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
+                  output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata) if output else None,
+                  completes=None if paid[0].replay else paid[0].seq)
     return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
 
 
@@ -228,11 +240,21 @@ class Computed:
     prepared: Prepared
 
 
+#: ``before_run(seed, events)``: called once the seed is known and before the task reads its first record
+#: (the debit of :func:`run`; a schedule's check of its run's cost).
+BeforeRun = Callable[[ReleaseSeed, list[PrivacyEvent]], None]
+
+
 def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
-            busy: Busy = lambda what: nullcontext()) -> Computed:
-    """Seed and run ``task`` on the opened inputs: the release in memory, not yet charged."""
+            busy: Busy = lambda what: nullcontext(), before_run: BeforeRun | None = None) -> Computed:
+    """Seed and run ``task`` on the opened inputs: the release in memory, not yet recorded as done.
+
+    Nothing before ``before_run`` reads a record: the inputs are opened (their bytes hashed, their
+    schema and any public list read) but not parsed."""
     seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine,
                         opened.reads)
+    if before_run is not None:
+        before_run(seed, list(planned.events))
     with busy(f"computing the {task.command} release of {opened.data.name}"):
         result = task.run(opened.frames(), planned, seed.seed, engine)
     return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual))
@@ -252,10 +274,10 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     assert spec is not None
     mode = getattr(task, "scheduled_mode", None) or limits.mode
 
-    def run_at(epsilon: Fraction, kept: dict[str, Any] | None) -> Prepared:
+    def run_at(epsilon: Fraction, kept: dict[str, Any] | None, before_run: BeforeRun) -> Prepared:
         run_task = scheduled_run(task, epsilon, kept)
         return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
-                       busy).prepared
+                       busy, before_run).prepared
 
     query = task.schedule_query(opened.fingerprints)
     digest = output.digest if output is not None else None
@@ -294,6 +316,8 @@ def charge(
     before_output: Callable[[], None] | None = None,
     inputs: Sequence[InputTable | None] = (),
     output_digest: str | None = None,
+    completes: int | None = None,
+    reserved: Sequence[PrivacyEvent] = (),
 ) -> Release:
     """Debit ``prepared`` (free if this seed was already released) and report; nothing is written here.
 
@@ -306,14 +330,24 @@ def charge(
     state file's own write: ledger first, so a crash in between is retried as a free exact repeat).
     ``output_digest``: the digest of the file the release is about to be written to, recorded in the
     ledger entry (``dpcli plot`` in service mode draws only files whose digest a ledger holds).
+
+    ``completes``: the entry that debited this release before it read any data (:func:`ledger.debit`):
+    the entry written now records its completion at no cost, and the release stays charged its
+    reserve (a run that began reading pays whatever it would have found). ``reserved``: the
+    reservation a stream's or schedule's first run made before reading (:func:`ledger.reserve`).
+    A file rewritten while read is then refused (exit 66) after the debit: the run read data, so it
+    stays charged, and nothing is written.
     """
     verify_unchanged(*inputs)
     receipt = ledger.charge(payer.state_dir, payer.analyst, command=command, query_id=prepared.seed.query_id,
                             seed_id=prepared.seed.id, reserve=prepared.events, actual=prepared.actual,
-                            summary=summary_line, lock_timeout=payer.lock_timeout, step=step, output=output_digest)
+                            summary=summary_line, lock_timeout=payer.lock_timeout, step=step, output=output_digest,
+                            completes=completes)
+    if reserved:
+        receipt = replace(receipt, reserved=tuple(reserved))
     if before_output is not None:
         before_output()
-    charged = prepared.actual if prepared.actual is not None else prepared.events
+    charged = prepared.actual if prepared.actual is not None and completes is None else prepared.events
     report = {
         **prepared.metadata,
         "cost": [] if step else [e.to_json() for e in charged],

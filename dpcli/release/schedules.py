@@ -35,15 +35,16 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import InputTable
-from dpcli.release.path import LedgerRef, Prepared, Release, charge
+from dpcli.release.path import BeforeRun, LedgerRef, Prepared, Release, charge
 from dpcli.release.seeds import Calibration, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.tasks.auto_bounds import chosen_text
 
 #: A run's black box: (ε for this run, the ``auto`` bounds the schedule's first run chose and its state keeps, or
-#: None before they are chosen) → the release computed at that ε, at those bounds (not yet charged).
-RunRelease = Callable[[Fraction, dict[str, Any] | None], Prepared]
+#: None before they are chosen, a check of the run's seed and cost before it reads a record) → the release
+#: computed at that ε, at those bounds (not yet recorded).
+RunRelease = Callable[[Fraction, dict[str, Any] | None, BeforeRun], Prepared]
 #: (released table, report) → the digest of the file it is about to be written to (None: stdout).
 OutputDigest = Callable[[pl.DataFrame, dict[str, Any]], str | None]
 
@@ -215,8 +216,9 @@ def run_scheduled(
     reservation id is random per creation and every run is recorded with a
     keyed digest of its snapshot, so an older copy of the state, a deleted and
     re-created one or one from another analyst is refused (exit 78), never
-    given fresh releases for free. Order: compute in memory, debit or record
-    in the ledger, write the state and cached release, then the output.
+    given fresh releases for free. Order: a new schedule's state on disk and its
+    whole budget debited (before anything is read), compute in memory, record the
+    run in the ledger, write the state and cached release, then the output.
     ``query["unit"]`` names the privacy unit, whose distinct values are the size bbscheduler estimates.
     ``output_digest(table, report)``: the digest of the file a new run's release is written to, for its
     ledger entry (see :func:`dpcli.release.charge`). ``through``: the public moment the snapshot holds data
@@ -230,6 +232,8 @@ def run_scheduled(
         again = earlier(spec, state, table.fingerprint, through)
         if again is not None:
             return _again(call, again, table.fingerprint, through)
+        table.verify_unchanged()  # a file changed since it was hashed: refused before anything is debited
+        reserved = _reserve_first(call, fresh)  # before the size test or the run reads a record
         read = (query["unit"], *query.get("by", ()), *([query["value"]] if query.get("value") else []))
         sizes = Sizes(state_dir, state, table, query["unit"], read)
         plan = _plan(spec, state, sizes)
@@ -237,16 +241,30 @@ def run_scheduled(
             return _again(call, Again(len(state["runs"]), "cached"), table.fingerprint, through, current=sizes.asked)
         if plan.epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
-        prepared = run(plan.epsilon, state.get("auto"))
-        if any(e.kind != "pure" for e in prepared.events) or sum(e.epsilon for e in prepared.events) > plan.epsilon:
-            raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
+        prepared = run(plan.epsilon, state.get("auto"), lambda seed, events: _check_run_cost(events, plan.epsilon))
         if "auto" not in state and "auto" in prepared.metadata:
             plan.state["auto"] = chosen_bounds(prepared.metadata["auto"])
-        if fresh:  # on disk before its reservation: a crash in between is retried with the same id
-            store.save(directory, key, state)
         if through is not None:
             plan.fields["through"] = moment_text(through)
-        return _record(call, table, prepared, plan, output_digest)
+        return _record(call, table, prepared, plan, output_digest, reserved)
+
+
+def _reserve_first(call: _Call, fresh: bool) -> tuple[PrivacyEvent, ...]:
+    """Before a schedule's first run reads anything: its state on disk (a crash after is retried with the same
+    reservation id), then its whole budget debited (:func:`ledger.reserve`); the events debited now, if any."""
+    if call.state["runs"]:
+        return ()
+    if fresh:
+        store.save(call.directory, call.state["key"], call.state)
+    reservation = _reservation(call.state, call.spec, call.command)
+    debited = ledger.reserve(call.state_dir, call.analyst, reservation, call.lock_timeout)
+    return reservation.events if debited else ()
+
+
+def _check_run_cost(events: list[PrivacyEvent], epsilon: Fraction) -> None:
+    """A schedule's run must be a pure release of at most its ε (checked from its plan, before it reads)."""
+    if any(e.kind != "pure" for e in events) or sum(e.epsilon for e in events) > epsilon:
+        raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
 
 
 def chosen_bounds(auto: dict[str, Any]) -> dict[str, Any]:
@@ -323,8 +341,9 @@ def _in_force(spec: ScheduleSpec, steps: list[dict[str, Any]], through: datetime
 
 
 def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
-            output_digest: OutputDigest | None = None) -> Release:
-    """Record a new run in the ledger (its first run debits the reservation), then save the state and output."""
+            output_digest: OutputDigest | None = None, reserved: tuple[PrivacyEvent, ...] = ()) -> Release:
+    """Record a new run in the ledger as a step of the reservation (``reserved``: debited by this call, before
+    it read), then save the state and output."""
     spec, state = call.spec, call.state
     runs: list[dict[str, Any]] = state["runs"]
     seed = prepared.seed
@@ -346,7 +365,7 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "metadata": prepared.metadata,
     }
-    table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: nothing saved or charged)
+    table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: no run recorded or saved)
     runs.append(entry)  # in memory; saved once the ledger has recorded the run
     state.update(plan.state)
     labelled = Prepared(seed, prepared.events, prepared.table,
@@ -357,7 +376,7 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
     digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
     return charge(LedgerRef(call.state_dir, call.analyst, call.lock_timeout), call.command, labelled, line,
                   step=record, before_output=lambda: store.save(call.directory, state["key"], state, prepared.table),
-                  output_digest=digest)
+                  output_digest=digest, reserved=reserved)
 
 
 def _auto_text(auto: dict[str, Any] | None) -> str:

@@ -13,9 +13,10 @@ accepted at the ledger's latest step, or as an exact repeat of a recorded
 step (same step, same input and ``through``: the same rows and the same state,
 kept events included, free). A forked, rolled back or foreign copy is refused
 (exit 78), so the stream's seed and noise never meet other data, and kept
-events are never fed twice. Order: compute in memory; a new stream's state
-(step 0) on disk; then the caller charges the ledger (reservation and step),
-saves the state (:meth:`StateRun.save`) and writes the output. ``--dry-run``:
+events are never fed twice. Order: a new stream's state (step 0) on disk and
+its whole (ε, δ) reserved in the ledger, before any record is read; compute in
+memory; then the caller records the run as a step of the reservation, saves the
+state (:meth:`StateRun.save`) and writes the output. ``--dry-run``:
 :func:`plan_runs`.
 """
 from __future__ import annotations
@@ -105,6 +106,7 @@ class StateRun:
     notes: tuple[Note, ...] = ()
     query: StreamQuery | None = None  # at the stream's chosen bounds (``auto``; None: the task's)
     plan: StreamPlan | None = None  # its calibration (None: the task's)
+    reserved: tuple[PrivacyEvent, ...] = ()  # the reservation this run debited before it read (a first run)
 
     def save(self) -> None:
         """Write the stream's new state (after the ledger charge, before the output)."""
@@ -231,7 +233,7 @@ def _as_utc(moment: datetime | None) -> datetime:
 def state_run(
     path: Path, q: StreamQuery, plan: StreamPlan | PendingPlan, data: StateInput, *, analyst: str, state_dir: Path,
     lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed], through: datetime | None = None,
-    busy: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    busy: Callable[[], AbstractContextManager[Any]] = nullcontext, unchanged: Callable[[], None] = lambda: None,
 ) -> Iterator[StateRun]:
     """Lock the state file at ``path``, check it (or start a new stream) and run the new triggers.
 
@@ -241,7 +243,8 @@ def state_run(
     The last run's input again is a retry (its rows, free); another input must end after it
     (:func:`_refuse_rewrite`). ``new_seed(material)`` derives a new stream's seed from the query and
     a fresh reservation id (the caller adds the calibration: :func:`dpcli.release.release_seed`);
-    ``busy()`` wraps the computation (a spinner). With ``auto`` bounds (or ``--report-bias``) the first run
+    ``busy()`` wraps the computation (a spinner); ``unchanged()`` refuses an input changed since it was hashed
+    (called before a new stream's reservation is debited). With ``auto`` bounds (or ``--report-bias``) the first run
     chooses them on its input and the state keeps the choice (``auto``) for every later run (:func:`_chosen`).
     """
     moment = _as_utc(through)
@@ -256,6 +259,8 @@ def state_run(
             yield replace(_retry(path, body, last, q, last_trigger), query=run_q, plan=run_plan)
             return
         _refuse_rewrite(last, moment, q, label)
+        unchanged()
+        reserved = _reserve_first(path, body, fresh, plan.events, analyst, state_dir, lock_timeout)
         run_q, run_plan = _chosen(body, q, plan, data)
         stream = load_state(body, run_q, run_plan)
         previous = stream.watermark
@@ -265,10 +270,31 @@ def state_run(
                                      name=data.name, engine=None if fed else data.engine)
         if "auto" in body:
             release.metadata.update(StreamChoice.from_json(body["auto"]).metadata(q))
-        if fresh:  # on disk before its reservation: a crash in between is retried with the same seed
-            documents.write(path, STATE_KIND, body)
-        run = replace(_new_run(path, body, stream, release, data, moment, previous), query=run_q, plan=run_plan)
+        run = replace(_new_run(path, body, stream, release, data, moment, previous), query=run_q, plan=run_plan,
+                      reserved=reserved)
         yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
+
+
+def _reservation(path: Path, body: dict[str, Any], events: tuple[PrivacyEvent, ...]) -> ledger.Reservation:
+    """The stream's whole (ε, δ), reserved once, before its first run reads anything."""
+    return ledger.Reservation(
+        id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
+        events=events, command="stream-replay --state",
+        summary=f"stream {path.name} reserves its whole (ε, δ)", name=path.name,
+    )
+
+
+def _reserve_first(path: Path, body: dict[str, Any], fresh: bool, events: tuple[PrivacyEvent, ...], analyst: str,
+                   state_dir: Path, lock_timeout: float) -> tuple[PrivacyEvent, ...]:
+    """Before a stream's first run reads a record (its ``auto`` choice or its triggers): its state on disk (a
+    crash after is retried with the same seed and reservation), then its whole budget debited; the events
+    debited now, if any."""
+    if body["step"] != 0:
+        return ()
+    if fresh:
+        documents.write(path, STATE_KIND, body)
+    debited = ledger.reserve(state_dir, analyst, _reservation(path, body, tuple(events)), lock_timeout)
+    return tuple(events) if debited else ()
 
 
 def _chosen(body: dict[str, Any], q: StreamQuery, plan: StreamPlan | PendingPlan,
@@ -293,13 +319,7 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     label = f"state file {path}"
     q = stream.q
     through = stream.trigger_through(moment)
-    create = None
-    if body["step"] == 0:
-        create = ledger.Reservation(
-            id=body["reservation"], kind="stream", key=body["seed_id"], ledger_id=body.get("ledger_id", ""),
-            events=tuple(stream.plan.events), command="stream-replay --state",
-            summary=f"stream {path.name} reserves its whole (ε, δ)", name=path.name,
-        )
+    create = _reservation(path, body, tuple(stream.plan.events)) if body["step"] == 0 else None
     metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
     last = {"input": data.fingerprint, "through": through, "noise": NOISE_VERSION, "metadata": metadata,
             "release": _parquet_text(release.table), "until": moment.isoformat(), "from": previous}
@@ -343,7 +363,7 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
                    state_dir=payer_ref.state_dir, lock_timeout=payer_ref.lock_timeout,
                    new_seed=lambda material: release_seed(payer_ref.state_dir, material, {}, calibration),
                    through=continuation.through,
-                   busy=lambda: busy(f"feeding {table.name} to {label}")) as run:
+                   busy=lambda: busy(f"feeding {table.name} to {label}"), unchanged=table.verify_unchanged) as run:
         assert run.plan is not None
         rows = task.margins(run.table, run.plan, run.query)
         if run.repeat:
@@ -354,7 +374,8 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
         prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)
         done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
                       before_output=None if run.repeat else run.save,
-                      output_digest=output.digest(rows, run.metadata) if output is not None else None)
+                      output_digest=output.digest(rows, run.metadata) if output is not None else None,
+                      reserved=run.reserved)
         return replace(done, notes=run.notes)
 
 

@@ -7,7 +7,8 @@ private byte is read, and the release path still debits only after computing in 
 
 Fixed: a query's private reads, each capped at --max-rows-per-table rows per person, may join to at most
 10^8 rows of one person (the default cap read twice); more reads need a lower cap (usage error, before
-anything is read). Still open (strict xfail): the charge held before the first private record is read."""
+anything is read). And a run is debited once its seed is known, before it reads its first private record
+(`release.path.run`): the killed run has paid, and its reruns are free replays of that one charge."""
 
 from __future__ import annotations
 
@@ -55,8 +56,7 @@ def test_self_joins_past_the_work_limit_are_refused_before_reading():
     assert 10_000**2 == MAX_ROWS_PER_PERSON
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 37): the debit before the first private record is read")
-def test_attack_a_run_interrupted_after_reading_private_data_is_not_charged(tmp_path: Path, monkeypatch):
+def test_attack_a_run_interrupted_after_reading_private_data_is_charged(tmp_path: Path, monkeypatch):
     from dpcli.tasks.sql import SqlTask
 
     v = tmp_path / "v.csv"
@@ -66,7 +66,12 @@ def test_attack_a_run_interrupted_after_reading_private_data_is_not_charged(tmp_
         raise KeyboardInterrupt
 
     monkeypatch.setattr(SqlTask, "run", slow)
-    r = run_cli(["sql", THREE, "--table", f"v={v}", "--privacy-unit", "v.user", "--epsilon", "1"],
-                tmp_path / "state", SETUP)
+    args = ["sql", THREE, "--table", f"v={v}", "--privacy-unit", "v.user", "--epsilon", "1",
+            "--max-rows-per-table", "400"]
+    r = run_cli(args, tmp_path / "state", SETUP)
     assert r.exit_code != 0
-    assert any(r.ledger), "a run that read private data and was killed must still be charged"
+    assert [bool(e["events"]) for e in r.ledger] == [True], "a run that began reading must still be charged"
+    assert r.ledger[0]["before_reading"] is True and r.stdout == ""
+    # its rerun is a free replay: the same seed, nothing more debited, however often it is killed
+    again = run_cli(args, tmp_path / "state")
+    assert again.exit_code != 0 and [bool(e["events"]) for e in again.ledger] == [True]

@@ -237,7 +237,7 @@ def test_spec_fingerprint_is_of_the_parsed_bytes(tmp_path):
 
 def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, monkeypatch):
     """A --schedule run whose input is rewritten after hashing is refused before its epoch is saved
-    or recorded (the schedule's reservation is recorded together with its first run, so nothing is):
+    or recorded (the change is seen before the schedule's reservation is debited, so nothing is):
     the next call on the unchanged file computes the epoch afresh."""
     init_ledger()
     (tmp_path / "data.csv").write_text(data("a"))

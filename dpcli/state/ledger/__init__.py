@@ -3,21 +3,31 @@
 A ledger is JSON Lines (a header, then one appended line per charge) under a keyed HMAC chain
 (:mod:`~dpcli.state.ledger.format`), with a sealed high-water mark that also carries the running
 totals (:mod:`~dpcli.state.ledger.mark`), so a charge costs the same at entry 10 and entry 10,000.
-Identical releases are free replays (:mod:`~dpcli.state.ledger.charges`); streams and schedules
+A release is debited before it reads data and its completion recorded after; identical releases
+are free replays (:mod:`~dpcli.state.ledger.charges`); streams and schedules
 debit a reservation once and record each run as a step (:mod:`~dpcli.state.ledger.steps`); old
 and moved ledgers are upgraded or resealed by the operator (:mod:`~dpcli.state.ledger.migrate`).
 Format, seal, crash safety and what is (not) detected: ``docs/ledger.md``.
 """
 
-from dpcli.state.ledger.charges import charge, check_payable, refusal
+from dpcli.state.ledger.charges import charge, check_payable, debit, refusal, reserve
 from dpcli.state.ledger.document import init_ledger, read_ledger, remaining_text, wrote
 from dpcli.state.ledger.format import dump_document, load_document, step_digest
 from dpcli.state.ledger.migrate import reseal
-from dpcli.state.ledger.model import Ledger, Receipt, Reservation, Step
+from dpcli.state.ledger.model import (
+    DEBIT_SUMMARY,
+    Ledger,
+    Receipt,
+    Reservation,
+    Step,
+    completions,
+    debited_before_reading,
+)
 from dpcli.state.ledger.steps import StreamSummary, check_recorded, stream_summaries
 
 __all__ = [
-    "Ledger", "Receipt", "Reservation", "Step", "StreamSummary", "charge", "check_payable", "check_recorded",
-    "dump_document", "init_ledger", "load_document",
-    "read_ledger", "refusal", "remaining_text", "reseal", "step_digest", "stream_summaries", "wrote",
+    "DEBIT_SUMMARY", "Ledger", "Receipt", "Reservation", "Step", "StreamSummary", "charge", "check_payable",
+    "check_recorded", "completions", "debit", "debited_before_reading", "dump_document", "init_ledger",
+    "load_document", "read_ledger", "refusal", "remaining_text", "reseal", "reserve", "step_digest",
+    "stream_summaries", "wrote",
 ]

@@ -1,4 +1,11 @@
-"""Debiting a release: lock → read and verify once → check → append durably → unlock."""
+"""Debiting a release: lock → read and verify once → check → append durably → unlock.
+
+A release is debited before its first private record is read (:func:`debit`), so a run killed or
+timed out still pays and its rerun is a free replay; once computed, :func:`charge` records its
+completion (the output's digest and its summary, no cost) beside that debit. A stream's or
+schedule's whole budget is reserved the same way, before its first run reads anything
+(:func:`reserve`).
+"""
 
 from __future__ import annotations
 
@@ -25,8 +32,8 @@ from dpcli.state.ledger.format import (
     utc_now,
 )
 from dpcli.state.ledger.mark import MarkTotals, from_mark, write_mark
-from dpcli.state.ledger.model import Ledger, Receipt, Step, refuse_unless_fits
-from dpcli.state.ledger.steps import step_entries
+from dpcli.state.ledger.model import Ledger, Receipt, Reservation, Step, refuse_unless_fits
+from dpcli.state.ledger.steps import reservation_entry, step_entries
 from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import ensure_state_dir, lock_path
 
@@ -69,6 +76,7 @@ def charge(
     now: datetime | None = None,
     step: Step | None = None,
     output: str | None = None,
+    completes: int | None = None,
 ) -> Receipt:
     """Debit a release durably, before its output is written (the ledger is read and verified once).
 
@@ -87,6 +95,9 @@ def charge(
 
     ``output`` is the digest of the release file about to be written (``-o``): recorded in the entry,
     so ``dpcli plot`` can tell a release dpcli wrote from any other file.
+
+    ``completes``: the entry of this release's own :func:`debit`, made before it read any data: the
+    entry appended now records its completion (output and summary) at no cost.
     """
     actual = reserve if actual is None else actual
     ensure_state_dir(root)
@@ -103,6 +114,8 @@ def charge(
         covered: int | None = None
         if step is not None:
             added, reserved, replay_of, covered = step_entries(led, analyst, step, base, when, cache.spent)
+        elif completes is not None:
+            replay_of, added = None, [{**base, "seq": cache.count + 1, "completes": completes}]
         else:
             replay_of = cache.replay_of(seed_id)
             entry = {**base, "seq": cache.count + 1}
@@ -116,7 +129,7 @@ def charge(
     return Receipt(
         analyst=analyst,
         replay=replay_of is not None,
-        seq=added[-1]["seq"],
+        seq=completes if completes is not None else added[-1]["seq"],
         spent=after.spent,
         guarantee=led.accountant.guarantee(after.spent, led.report_delta),
         limits=led.limits,
@@ -124,6 +137,56 @@ def charge(
         reserved=reserved,
         covered_by=covered,
     )
+
+
+def debit(
+    root: Path,
+    analyst: str,
+    *,
+    command: str,
+    query_id: str,
+    seed_id: str,
+    events: list[PrivacyEvent],
+    summary: str,
+    lock_timeout: float = 30.0,
+) -> Receipt:
+    """Debit a release before it reads its first private record: a run killed or timed out has paid.
+
+    Under the lock: a seed already charged this period needs nothing (``replay``: the receipt names
+    the entry that paid); otherwise ``events`` (the most the release can cost, decided without the
+    data) must fit what is left and are appended durably. The release, once computed, is recorded by
+    :func:`charge` with ``completes`` set to this receipt's entry (a replay by a plain :func:`charge`).
+    """
+    ensure_state_dir(root)
+    when = utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led, cache = _open_for_charge(root, analyst, when, entries_needed=False)
+        paid = cache.replay_of(seed_id)
+        if paid is None:
+            refuse_unless_fits(led, analyst, cache.spent, events, events)
+            entry = {"seq": cache.count + 1, "time": iso_time(when), "period": cache.period, "command": command,
+                     "query_id": query_id, "seed_id": seed_id, "events": [ev.to_json() for ev in events],
+                     "summary": summary, "before_reading": True}
+            cache = _record(root, led, cache, [entry])
+    return Receipt(analyst=analyst, replay=paid is not None, seq=paid if paid is not None else cache.count,
+                   spent=cache.spent, guarantee=led.accountant.guarantee(cache.spent, led.report_delta),
+                   limits=led.limits, remaining=remaining_text(led, when, cache.spent))
+
+
+def reserve(root: Path, analyst: str, reservation: Reservation, lock_timeout: float = 30.0) -> bool:
+    """Debit a new stream's or schedule's whole budget before its first run reads any data (the run's
+    step then finds it); True if debited now, False if the ledger already holds it (a retried first run)."""
+    ensure_state_dir(root)
+    when = utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led = load_ledger(root, analyst)
+        if led.reservation(reservation.id) is not None:
+            return False
+        cache = MarkTotals.of(led, when)
+        label = reservation.name or f"{reservation.kind} {reservation.key}"
+        entry = reservation_entry(led, analyst, reservation, label, iso_time(when), when, cache.spent)
+        _record(root, led, cache, [entry])
+    return True
 
 
 def _open_for_charge(root: Path, analyst: str, when: datetime, entries_needed: bool) -> tuple[Ledger, MarkTotals]:

@@ -155,3 +155,20 @@ def refuse_unless_fits(led: Ledger, analyst: str, spent: bud.Spend, reserve: lis
         raise BudgetError(f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})")
     if led.accountant.fits(spent, actual_spend) is not None:
         raise BudgetError("internal: actual cost exceeds the reserved cost")
+
+
+#: The summary of a debit made before a release read its data (:func:`dpcli.state.ledger.debit`; the entry is
+#: marked ``"before_reading": true``), until the entry that ``completes`` it says what the release was.
+DEBIT_SUMMARY = "debited before the run read any record"
+
+
+def debited_before_reading(entry: dict[str, Any]) -> bool:
+    """Whether ``entry`` is a release's debit made before it read its data (its completion follows it)."""
+    return entry.get("before_reading") is True
+
+
+def completions(led: Ledger) -> dict[int, dict[str, Any]]:
+    """The entries that record a release's completion (output digest and summary, no cost), by the entry of
+    the debit each completes."""
+    return {int(e["completes"]): e for e in led.entries if "completes" in e}
+

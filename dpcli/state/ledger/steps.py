@@ -13,7 +13,7 @@ from dpcli.state.ledger.document import read_ledger
 from dpcli.state.ledger.format import (
     same_mac,
 )
-from dpcli.state.ledger.model import Ledger, Step, refuse_unless_fits
+from dpcli.state.ledger.model import Ledger, Reservation, Step, refuse_unless_fits
 
 
 def step_entries(
@@ -27,8 +27,13 @@ def step_entries(
     reserved: tuple[PrivacyEvent, ...] = ()
     created = led.reservation(step.reservation)
     if created is None:
-        new.append(_reservation_entry(led, analyst, step, base["time"], now, spent))
-        reserved = step.create.events if step.create is not None else ()
+        if step.create is None or step.start != 0:
+            raise StateError(
+                f"{step.label}: its reservation is not in analyst {analyst!r}'s ledger (state copied from another "
+                "analyst or state directory, or the ledger restored from an older backup)"
+            )
+        new.append(reservation_entry(led, analyst, step.create, step.label, base["time"], now, spent))
+        reserved = step.create.events
         res_seq, res_period, steps = n + 1, period, []
     else:
         res_seq, res_period, steps = created["seq"], created.get("period", 0), led.steps(created["seq"])
@@ -42,23 +47,17 @@ def step_entries(
     return [*new, entry], reserved, replay_of, res_seq
 
 
-def _reservation_entry(led: Ledger, analyst: str, step: Step, time: Any, now: datetime,
-                       spent: bud.Spend) -> dict[str, Any]:
-    """The entry of a new reservation (the step's ``create``, on its first run), if it is this ledger's,
+def reservation_entry(led: Ledger, analyst: str, c: Reservation, label: str, time: Any, now: datetime,
+                      spent: bud.Spend) -> dict[str, Any]:
+    """The entry of a new reservation ``c`` (``label`` names its state in messages), if it is this ledger's,
     new, and fits the budget."""
-    c = step.create
-    if c is None or step.start != 0:
-        raise StateError(
-            f"{step.label}: its reservation is not in analyst {analyst!r}'s ledger (state copied from another "
-            "analyst or state directory, or the ledger restored from an older backup)"
-        )
     if c.ledger_id != led.ledger_id:
-        raise StateError(f"{step.label} was created for another ledger (copied from another analyst or state "
+        raise StateError(f"{label} was created for another ledger (copied from another analyst or state "
                          "directory)")
     clash = led.find_reservation(c.kind, c.key, now) if c.kind == "schedule" else None
     if clash is not None:
         raise StateError(
-            f"{step.label} already has reservation #{clash} in this ledger but not this state "
+            f"{label} already has reservation #{clash} in this ledger but not this state "
             "(state deleted or replaced?): restore its state file, or use a new --schedule name"
         )
     refuse_unless_fits(led, analyst, spent, list(c.events), list(c.events))
