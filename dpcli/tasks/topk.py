@@ -16,8 +16,8 @@ unknown            2|o| + 1 − 1{⊥}         |o| + 1
 =================  ======================  ===============================
 
 |o| counts the released groups plus ⊥ when the list ends early. In a ``br``
-ledger the unknown-domain cost is reserved at its maximum (2k + 1, or k + 1)
-and settled at the actual cost (pay-what-you-get), plus one call. Other
+ledger the unknown-domain cost is debited at its maximum (2k + 1, or k + 1)
+before the run reads, and kept (the actual cost is reported), plus one call. Other
 ledgers are charged a fixed guarantee from the papers' theorems:
 known domain 3kε_per/2-DP with counts (Lemma 5.2) or kε_per-DP without;
 unknown domain ((2k + 1)ε_per, δ)-DP (Theorem 1) or ((k + 1)ε_per, δ) without

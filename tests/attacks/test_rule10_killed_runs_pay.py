@@ -1,0 +1,152 @@
+"""Rule 10 (work per person) and its timing clause: a run that has begun reading private data has paid.
+
+Every timing probe must cost ε: an analyst who kills a run (a timeout, Ctrl-C relayed by sudo, SIGKILL)
+after it began reading records must find it charged, and its rerun must be a free replay of that one
+charge, never a fresh, free run. So each command's release path debits the ledger (or, for a stream or
+schedule, reserves its whole budget) once its seed is known and *before* it collects anything.
+
+The attack, for every command: polars' ``LazyFrame.collect`` (every record a release reads is collected
+through it or ``collect_all``) is replaced by a probe that first records whether the ledger already holds
+a debit, then interrupts the run as a killed process would (public lists, read to build the seed, pass). The run must stop without output, the
+probe must never have seen a ledger without a debit, and the ledger must hold exactly one charge, kept
+by a second interrupted run (its seed already paid).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from dptest import PV, SAMPLE, init_ledger, runner
+
+from dpcli.cli.app import app
+
+
+def _charged(state: Path) -> list[dict]:
+    """The ledger's entries that cost something, read from the file as it is now (no lock, no verify)."""
+    path = state / "ledgers" / "default.json"
+    if not path.exists():
+        return []
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()[1:] if line.strip()]
+    return [e for e in lines if e.get("events")]
+
+
+class Killed(KeyboardInterrupt):
+    """Stands for the run being killed at its first collect."""
+
+
+#: The functions that collect *public* lists (a `--keys` list, a tabulation's block list) before the debit:
+#: their rows are public, so reading them early times nothing private.
+PUBLIC_READS = {"read_group_list", "partition_digest", "multiplicity"}
+
+
+def _reads_a_public_list() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in PUBLIC_READS:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _probe(monkeypatch: pytest.MonkeyPatch, state: Path) -> list[bool]:
+    """Every collect of private data records whether a charge was already on disk, then kills the run."""
+    seen: list[bool] = []
+    originals = {"collect": pl.LazyFrame.collect, "collect_all": pl.collect_all}
+
+    def probe(name: str) -> Callable[..., Any]:
+        def collect(*args: Any, **kwargs: Any) -> Any:
+            if _reads_a_public_list():
+                return originals[name](*args, **kwargs)
+            seen.append(bool(_charged(state)))
+            raise Killed
+        return collect
+
+    monkeypatch.setattr(pl.LazyFrame, "collect", probe("collect"))
+    monkeypatch.setattr(pl, "collect_all", probe("collect_all"))
+    return seen
+
+
+def _csv(tmp_path: Path) -> Path:
+    """Events of 40 users in two groups over two hours (for every command but tabulate)."""
+    rows = [{"user": f"u{i % 40}", "g": "ab"[i % 2], "v": i % 9, "t": f"2026-01-01T0{i % 2}:{i % 60:02d}:00"}
+            for i in range(200)]
+    path = tmp_path / "d.csv"
+    pl.DataFrame(rows).write_csv(path)
+    return path
+
+
+COMMANDS = {
+    "histogram": lambda d: ["histogram", d, "--by", "g", "--privacy-unit", "user", "--epsilon", "1",
+                            "--delta", "1e-6"],
+    "histogram auto": lambda d: ["histogram", d, "--by", "g", "--privacy-unit", "user", "--agg", "sum",
+                                 "--value", "v", "--bounds", "auto", "--epsilon", "1", "--delta", "1e-6"],
+    "topk": lambda d: ["topk", d, "--by", "g", "--privacy-unit", "user", "-k", "1", "--epsilon-per", "1",
+                       "--delta", "1e-6"],
+    "sql": lambda d: ["sql", "SELECT g, ANON_COUNT(*, 2) AS n FROM t GROUP BY g", "--table", f"t={d}",
+                      "--privacy-unit", "t.user", "--epsilon", "1", "--delta", "1e-6"],
+    "sql, public join": lambda d: ["sql", "SELECT p.label, ANON_COUNT(*, 2) AS n FROM t JOIN pub p ON t.g = p.g "
+                                   "GROUP BY p.label", "--table", f"t={d}", "--public-table",
+                                   f"pub={Path(d).with_name('pub.csv')}", "--privacy-unit", "t.user",
+                                   "--epsilon", "1", "--delta", "1e-6"],
+    "tabulate": lambda d: ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(SAMPLE / "safetab_spec.toml")],
+    "stream-replay --state": lambda d: ["stream-replay", d, "--time", "t", "--by", "g", "--privacy-unit", "user",
+                                        "--window", "1h", "--triggers", "2", "--epsilon", "1", "--delta", "1e-6",
+                                        "--max-contributions", "1", "--state", str(Path(d).with_suffix(".state")),
+                                        "--through", "2026-01-01T02:00:00"],
+    "histogram --schedule": lambda d: ["histogram", d, "--by", "g", "--privacy-unit", "user", "--keys",
+                                       str(Path(d).with_name("keys.csv")), "--schedule", "s", "--scheduler",
+                                       "fixed", "--epsilon", "0.5", "--total-epsilon", "2"],
+}
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_attack_a_run_killed_at_its_first_read_has_paid_and_its_rerun_is_free(tmp_path, monkeypatch, state_dir,
+                                                                               name):
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    data = _csv(tmp_path)
+    (tmp_path / "keys.csv").write_text("g\na\nb\n")
+    (tmp_path / "pub.csv").write_text("g,label\na,A\nb,B\n")
+    args = COMMANDS[name](str(data))
+    seen = _probe(monkeypatch, state_dir)
+    for attempt in range(2):
+        r = runner.invoke(app, args)
+        assert r.exit_code != 0 and r.stdout == "", (name, attempt, r.stdout, r.stderr)
+        assert seen and all(seen), f"{name}: records were collected before the ledger held a charge"
+        assert len(_charged(state_dir)) == 1, f"{name}: attempt {attempt + 1} must leave exactly one charge"
+
+
+def test_the_probe_sees_a_run_that_debits_only_after_reading(tmp_path, monkeypatch, state_dir):
+    """The probe itself can fail: with the debit moved back after the run (as before issue 37), the first
+    collect finds no charge on disk."""
+    from dpcli.release import path as release_path
+
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    original = release_path.prepare
+    monkeypatch.setattr(release_path, "prepare", lambda *a, before_run=None, **k: original(*a, **k))
+    seen = _probe(monkeypatch, state_dir)
+    r = runner.invoke(app, COMMANDS["histogram"](str(_csv(tmp_path))))
+    assert r.exit_code != 0 and seen == [False] and _charged(state_dir) == []
+
+
+def test_a_file_changed_after_hashing_is_refused_before_the_debit(tmp_path, monkeypatch, state_dir):
+    """A change seen before the debit (the input rewritten between its hashing and the run) costs nothing."""
+    from dpcli.io import inputs
+
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    data = _csv(tmp_path)
+
+    def rewrite(path: str) -> None:
+        if path.endswith("d.csv"):
+            with open(path, "a") as fh:
+                fh.write("u99,a,1,2026-01-01T00:00:00\n")
+
+    monkeypatch.setattr(inputs, "after_fingerprint_hook", rewrite)
+    r = runner.invoke(app, COMMANDS["histogram"](str(data)))
+    assert r.exit_code == 66 and _charged(state_dir) == []
+    assert PV  # the sample data the other tests use is untouched
