@@ -12,6 +12,7 @@ import pytest
 from dptest import cli, init_ledger, use_fixed_key
 
 from dpcli.release.path import scheduled_run
+from dpcli.release.seeds import task_material
 from dpcli.state import schedules as store
 from dpcli.tasks.auto_bounds import AT_RUN_TIME, AutoBounds
 from dpcli.tasks.histogram import HistogramQuery, HistogramTask
@@ -98,7 +99,8 @@ def test_a_run_that_chooses_pays_its_epsilon_in_two_parts_and_a_run_that_keeps_i
     assert kept.query.auto is None and kept.query.max_contributions == 3 and kept.query.bounds == (8.0, 22.627)
     events = kept.plan("pure", {}).events
     assert all("auto" not in e.mechanism for e in events) and sum(e.epsilon for e in events) == 2
-    assert "auto" not in kept.seed_query() and kept.seed_query()["max_contributions"] == 3
+    material = task_material(kept)["task"]["query"]
+    assert material["auto"] is None and material["max_contributions"] == 3
     pending = scheduled_run(task, Fraction(2), {})  # a dry run's later runs, before the first has chosen
     calibration = pending.describe(pending.plan("pure", {}))["calibration"]
     assert calibration["sum"]["moe95"] == AT_RUN_TIME and calibration["rows"]["moe95"] == AT_RUN_TIME

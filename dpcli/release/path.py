@@ -28,7 +28,7 @@ from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
 from dpcli.release.inputs import Opened, Sources, open_sources
-from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
+from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed, task_material
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
 
@@ -251,7 +251,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
 
     Nothing before ``before_run`` reads a record: the inputs are opened (their bytes hashed, their
     schema and any public list read) but not parsed."""
-    seed = release_seed(state_dir, task.seed_query(), opened.seed_inputs, Calibration(mode, planned), engine,
+    seed = release_seed(state_dir, task_material(task), opened.seed_inputs, Calibration(mode, planned), engine,
                         opened.reads)
     if before_run is not None:
         before_run(seed, list(planned.events))

@@ -12,9 +12,10 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Protocol
 
 import polars as pl
@@ -39,29 +40,10 @@ class ReleaseSeed:
 #: read, and the calibration. 3 (issue 37): what the task reads of every input (its
 #: :class:`dpcli.tasks.Needs` whole: the data's columns, each list's columns in order, so which list
 #: column became which group, for every format, Parquet too) and a digest of each public list as the
-#: release uses it (the cast, deduplicated, sorted partition table). A new version gives every
-#: release fresh noise (and a charge) once.
+#: release uses it (the cast, deduplicated, sorted partition table), and the resolved task whole,
+#: by construction (:func:`task_material`: every field but the free-replay ones, instead of each
+#: task's hand-picked query). A new version gives every release fresh noise (and a charge) once.
 SEED_MATERIAL_VERSION = 3
-
-
-#: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
-#: acts only after the noise, on the released table or how it is shown, and each has a test that
-#: changing it is a free replay (``tests/attacks/test_rule1_seed_binds_what_is_read.py``). Every
-#: task's ``seed_query`` leaves exactly these out; everything else a release reads or computes before
-#: the noise is in the material (its query, plan, inputs with their readings, and :class:`Reads`).
-#: An ``sql`` output alias is free only where it names nothing read: with ``--keys`` a GROUP BY key's
-#: alias names the list column read, and :class:`Reads` binds it.
-FREE_REPLAY: tuple[str, ...] = (
-    "output path (-o)",
-    "output format (--format)",
-    "--json",
-    "--with-error",
-    "sql output aliases",
-    "sql SELECT order",
-    "sql HAVING",
-    "sql ORDER BY",
-    "sql LIMIT",
-)
 
 
 class SeedInput(Protocol):
@@ -83,28 +65,40 @@ class DocumentInput:
 
 
 def plan_material(value: Any) -> Any:
-    """A plan as plain data for the seed: every field that takes part in its equality, recursively.
+    """A task, its plan or anything they hold as plain data for the seed: every field, recursively.
 
-    A dataclass becomes the dict of its compared fields (``compare=False`` marks caches and
-    display-only text, such as a stream plan's lazily filled threshold cache: two plans that compare
-    equal calibrate the same noise); mappings and sequences keep their shape; numbers, text, booleans
-    and None stay as they are (exact in :func:`dpcli.core.prf.canonical_json`). Any other type is
-    refused, so a new plan field of a new kind fails loudly instead of staying out of the seed.
+    A dataclass becomes ``{"type": its class name, field: material…}`` over every field but those
+    marked to stay out: ``compare=False`` (caches and display-only text, such as a stream plan's
+    lazily filled threshold cache: two plans that compare equal calibrate the same noise) and
+    :func:`dpcli.tasks.free_replay` (what acts only after the noise, listed in
+    :data:`dpcli.tasks.FREE_REPLAY`). Mappings and sequences keep their shape; numbers, text,
+    booleans and None stay as they are (exact in :func:`dpcli.core.prf.canonical_json`); paths and
+    moments become text. Any other type is refused, so a new field of a new kind fails loudly
+    instead of staying out of the seed.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _compared_fields(value)
+        return {"type": type(value).__name__, **_bound_fields(value)}
     if isinstance(value, Mapping):
         return {str(k): plan_material(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plan_material(v) for v in value]
     if value is None or isinstance(value, (bool, int, float, str, Fraction, Decimal)):
         return value
-    raise TypeError(f"a plan holds a {type(value).__name__}, which has no seed material")
+    if isinstance(value, (PurePath, datetime)):
+        return {type(value).__name__: str(value)}
+    raise TypeError(f"a task or plan holds a {type(value).__name__}, which has no seed material")
 
 
-def _compared_fields(value: Any) -> dict[str, Any]:
-    """A dataclass instance's fields that take part in its equality, as plan material."""
-    return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare}
+def _bound_fields(value: Any) -> dict[str, Any]:
+    """A dataclass instance's fields that enter the seed, as material."""
+    return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value)
+            if f.compare and "free_replay" not in f.metadata}
+
+
+def task_material(task: Any) -> dict[str, Any]:
+    """The resolved task as it enters the seed, by construction: every field of it (its query, options,
+    tables, bounds, targets and choices), recursively, but the :data:`dpcli.tasks.FREE_REPLAY` ones."""
+    return {"command": task.command, "task": plan_material(task)}
 
 
 @dataclass(frozen=True)
@@ -137,7 +131,7 @@ def engine_versions(engine: Engine | None = None) -> str:
 class Reads:
     """What a release reads of its inputs, as it enters the seed (material v3).
 
-    ``needs``: the task's :class:`dpcli.tasks.Needs`, whole (:func:`plan_material`: every compared
+    ``needs``: the task's :class:`dpcli.tasks.Needs`, whole (:func:`plan_material`: every
     field, so a new field of it enters the seed without being listed): which columns of the data
     are read and how they are checked, and for every public list which of its columns are read, in
     what order (the i-th column read is the i-th group: a list column → group map), for every

@@ -38,6 +38,7 @@ from dpcli.core.accounting.budget import ChargeRefused
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import NOISE_VERSION
 from dpcli.errors import StateError, UsageError
+from dpcli.release.seeds import plan_material
 from dpcli.state import documents, ledger
 from dpcli.tasks.stream import notes as notes_of
 from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
@@ -133,7 +134,7 @@ def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, s
     if new_seed is None:
         return {"step": 0, "last": None, "stream": None}, True
     rid = secrets.token_hex(12)
-    seed = new_seed({"command": "stream-replay", "v": 1, **q.canonical(), "reservation": rid})
+    seed = new_seed({"command": "stream-replay", "query": plan_material(q), "reservation": rid})
     body = new_state_body(q, analyst, seed.seed, seed.id, key_schema or {},
                           datetime.now(UTC).isoformat(timespec="seconds"))
     body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)

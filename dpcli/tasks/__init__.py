@@ -24,6 +24,40 @@ if TYPE_CHECKING:
     from dpcli.io.inputs import ColumnKind
 
 
+#: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
+#: acts only after the noise, on the released table or how it is shown, and each has a test that
+#: changing it is a free replay (``tests/attacks/test_rule1_seed_binds_what_is_read.py``). The seed is
+#: built from every field of the resolved task (:func:`dpcli.release.seeds.task_material`), except the
+#: fields marked with :func:`free_replay` and the options that never reach a task (``-o``, ``--format``,
+#: ``--json``). A margin target acts before the noise, but only through the ε it resolves to (and the
+#: plan made at that ε), both bound: a release at that ε spelt out is the same release. An ``sql``
+#: output alias is free only where it names nothing read: with ``--keys`` a GROUP BY key's alias names
+#: the list column read, and :class:`dpcli.release.seeds.Reads` binds it.
+FREE_REPLAY: tuple[str, ...] = (
+    "output path (-o)",
+    "output format (--format)",
+    "--json",
+    "--with-error",
+    "sql output aliases",
+    "sql SELECT order",
+    "sql HAVING",
+    "sql ORDER BY",
+    "sql LIMIT",
+    "stream-replay --through",
+    "notes' wording",
+    "margin targets (the ε they resolve to is bound)",
+)
+
+
+def free_replay(*labels: str, default: Any) -> Any:
+    """A dataclass field that acts only after the noise, left out of the release seed: ``labels`` are the
+    :data:`FREE_REPLAY` entries it holds (refused if one is not listed)."""
+    unknown = [label for label in labels if label not in FREE_REPLAY]
+    if unknown or not labels:
+        raise ValueError(f"not listed in FREE_REPLAY: {unknown}")
+    return field(default=default, metadata={"free_replay": labels})
+
+
 @dataclass(frozen=True)
 class Engine:
     """Bounding on another engine than polars (``--engine spark``: :func:`dpcli.spark.engine.bounding_engine`):
@@ -136,10 +170,6 @@ class Task(Protocol[P]):
 
     def describe(self, plan: P) -> dict[str, Any]:
         """The plan for ``--dry-run``: each measurement's noise and margin (public inputs only)."""
-        ...
-
-    def seed_query(self) -> dict[str, Any]:
-        """The query as it enters the release seed (its canonical, exact form)."""
         ...
 
     def run(self, frames: Frames, plan: P, seed: bytes, engine: Engine | None) -> Result: ...

@@ -28,7 +28,7 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds, free_replay
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -79,7 +79,7 @@ class HistogramQuery:
     noise: str = "laplace"  # laplace or gaussian (options as given: validate refuses others)
     domain: str = "threshold"  # keys, threshold or unklap
     max_groups: int = 1000
-    with_error: bool = False
+    with_error: bool = free_replay("--with-error", default=False)
     #: The bounds dpcli chooses from the data (``auto``; None: every bound given), and the share of the
     #: budget of the bias report (``--report-bias``; None: no report).
     auto: auto_bounds.AutoBounds | None = None
@@ -1005,11 +1005,11 @@ class HistogramTask:
 
     query: HistogramQuery
     noise_given: bool = True
-    defaulted: tuple[str, ...] = ()
-    unit_label: str | None = None
+    defaulted: tuple[str, ...] = free_replay("notes' wording", default=())
+    unit_label: str | None = free_replay("notes' wording", default=None)
     command: str = "histogram"
-    target: MarginTarget | None = None
-    chosen: Choice | None = None
+    target: MarginTarget | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
+    chosen: Choice | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     kept: KeptBounds | None = None
 
     def for_ledger(self, mode: str) -> HistogramTask:
@@ -1098,9 +1098,6 @@ class HistogramTask:
         if self.kept is not None and self.kept.pending.any:
             _unknown_margins(self.kept.pending, described)
         return described
-
-    def seed_query(self) -> dict[str, Any]:
-        return {"command": "histogram", "v": 1, **self.query.canonical()}
 
     def run(self, frames: Frames, plan: HistogramPlan, seed: bytes, engine: Engine | None) -> Result:
         q = self.query

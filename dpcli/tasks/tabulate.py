@@ -24,7 +24,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
 
 if TYPE_CHECKING:
@@ -624,7 +624,7 @@ class TabulateTask:
 
     spec: Spec
     document: Any  # the spec's bytes as they enter the seed (:class:`dpcli.release.seeds.DocumentInput`)
-    with_error: bool = False
+    with_error: bool = free_replay("--with-error", default=False)
     command: str = "tabulate"
 
     def for_ledger(self, mode: str) -> TabulateTask:
@@ -646,9 +646,6 @@ class TabulateTask:
 
     def describe(self, plan: TabulatePlan) -> dict[str, Any]:
         return {"noise": plan.noise, "levels": [lv.name for lv in plan.levels]}
-
-    def seed_query(self) -> dict[str, Any]:
-        return {"command": "tabulate", "v": 1}  # --with-error is not in the query: margins are post-processing
 
     def run(self, frames: Frames, plan: TabulatePlan, seed: bytes, engine: Engine | None) -> Result:
         blocks = frames.lists["blocks"]

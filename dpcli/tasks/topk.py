@@ -41,7 +41,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
 from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class TopKQuery:
     with_counts: bool = True
     epsilon_per: Fraction | None = None
     delta: Fraction = Fraction(0)
-    with_error: bool = False
+    with_error: bool = free_replay("--with-error", default=False)
     #: ``--max-contributions auto``: τ chosen from the data at this share of the budget (None: τ given).
     auto: AutoBounds | None = None
     #: ``--report-bias``: the share of the budget its count spends (None: no report).
@@ -402,13 +402,13 @@ class TopKTask:
     ``target``: a count margin target that :meth:`for_ledger` turns into ε_per, ``chosen`` what it chose)."""
 
     query: TopKQuery
-    defaulted: tuple[str, ...] = ()
-    unit_label: str | None = None
+    defaulted: tuple[str, ...] = free_replay("notes' wording", default=())
+    unit_label: str | None = free_replay("notes' wording", default=None)
     command: str = "topk"
     #: A scheduled run is accounted in pure ε-DP whatever the ledger's mode.
     scheduled_mode: str = "pure"
-    target: MarginTarget | None = None
-    chosen: TopKChoice | None = None
+    target: MarginTarget | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
+    chosen: TopKChoice | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     mode: str = "pure"
 
     def for_ledger(self, mode: str) -> TopKTask:
@@ -476,9 +476,6 @@ class TopKTask:
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()
         return described
-
-    def seed_query(self) -> dict[str, Any]:
-        return {"command": "topk", "v": 1, **self.query.canonical()}
 
     def run(self, frames: Frames, plan: TopKPlan, seed: bytes, engine: Engine | None) -> Result:
         domain = frames.lists.get("domain")

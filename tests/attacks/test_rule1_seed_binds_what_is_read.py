@@ -90,7 +90,7 @@ def test_a_catalog_parquet_list_in_service_mode(svc):
     assert other["seed_id"] != first["seed_id"] and other["charged"] is True
 
 
-# ---- what stays a free replay (dpcli.release.seeds.FREE_REPLAY), one test per listed field ------------
+# ---- what stays a free replay (dpcli.tasks.FREE_REPLAY), one test per listed field ----------------------
 
 SQL = "SELECT g, ANON_COUNT(*) AS n, ANON_SUM(v, 0, 10) AS s FROM t GROUP BY g"
 #: Each FREE_REPLAY field → a change of it (sql arguments before ``--json``), against :data:`SQL`.
@@ -104,13 +104,44 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "sql HAVING": (SQL + " HAVING ANON_COUNT(*) > 5", []),
     "sql ORDER BY": (SQL + " ORDER BY n DESC", []),
     "sql LIMIT": (SQL + " LIMIT 1", []),
+    # the caps spelt out at their defaults: only the notes (which name the caps left at 1) change
+    "notes' wording": (SQL, ["--max-contributions", "1", "--max-partitions", "1"]),
 }
 
 
 def test_every_free_replay_field_has_a_test():
-    from dpcli.release.seeds import FREE_REPLAY
+    from dpcli.tasks import FREE_REPLAY
 
-    assert set(CHANGES) == set(FREE_REPLAY)
+    # "stream-replay --through" has its own test below, margin targets theirs in tests/test_targets.py
+    # (test_a_target_release_is_the_release_at_its_epsilon_and_replays_free)
+    assert {*CHANGES, "stream-replay --through", "margin targets (the ε they resolve to is bound)"} == set(FREE_REPLAY)
+
+
+def test_the_free_replay_marker_refuses_a_field_not_listed():
+    from dpcli.tasks import free_replay
+
+    with pytest.raises(ValueError, match="not listed"):
+        free_replay("--threshold", default=None)
+
+
+def test_stream_through_is_a_free_replay_whose_rows_are_a_prefix(tmp_path):
+    """``--through`` only chooses how many of the stream's triggers are shown: every trigger is paid by the
+    one charge (the stream's ε covers all of them), so a later ``--through`` is a free replay and its rows
+    extend the earlier ones, the same noise on every trigger both show."""
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-3")
+    data = tmp_path / "ev.csv"
+    n = 2880  # 600 users, two events a minute over one day, in three groups
+    pl.DataFrame({"ts": [f"2026-11-01T{i // 120:02d}:{(i // 2) % 60:02d}:00" for i in range(n)],
+                  "user": [f"u{i % 600}" for i in range(n)], "g": [f"p{i % 3}" for i in range(n)]}).write_csv(data)
+    args = ["stream-replay", str(data), "--time", "ts", "--by", "g", "--privacy-unit", "user", "--window", "6h",
+            "--trigger-every", "6h", "--max-contributions", "5", "--epsilon", "2", "--delta", "1e-6"]
+    early = runner.invoke(app, [*args, "--through", "2026-11-01T12:00:00"])
+    late = runner.invoke(app, [*args, "--through", "2026-11-02"])
+    assert early.exit_code == late.exit_code == 0, (early.stderr, late.stderr)
+    history = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert [bool(e["events"]) for e in history] == [True, False] and history[1]["replay_of"] == 1
+    first, second = early.stdout.splitlines(), late.stdout.splitlines()
+    assert 1 < len(first) < len(second) and second[: len(first)] == first
 
 
 def _free_data(tmp_path: Path) -> Path:

@@ -23,6 +23,7 @@ header.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,11 @@ def test_schedule_does_not_depend_on_inferred_types(tmp_path):
     # record a keyed digest of the input, which differs between any two inputs.
     volatile = {"ledger.*.step.input"}
     a, b, diff = differential(args, data, d, d2, tmp_path, setup=[PURE], noisy=volatile, same_ids=True)
+    # D′'s record has no number, so it counts nowhere: the noisy counts may differ (same noise, another
+    # truth), and so may the note's typical released value, a function of them; every other word may not
+    typical = re.compile(r"typical released value \([^)]*\)")
+    if typical.sub("", a.stderr) == typical.sub("", b.stderr):
+        diff = [d for d in diff if not d.startswith("stderr:")]
     _assert_same(a, b, diff)
     assert _groups(a) == _groups(b) == [("str", "1"), ("str", "10"), ("str", "2"), ("str", "9")]
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
+from dpcli.tasks import free_replay
+
 # ---- scalar expressions -------------------------------------------------------------------------
 
 
@@ -254,8 +256,8 @@ class ResolvedQuery:
     relation: Relation
     groups: tuple[Expr, ...]
     aggregates: tuple[AnonAgg, ...]
-    outputs: tuple[OutputColumn, ...]
-    post: PostStep = PostStep()
+    outputs: tuple[OutputColumn, ...] = free_replay("sql output aliases", "sql SELECT order", default=())
+    post: PostStep = free_replay("sql HAVING", "sql ORDER BY", "sql LIMIT", default=PostStep())
 
     @property
     def unit(self) -> str:

@@ -19,7 +19,7 @@ import polars as pl
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
 from dpcli.tasks.auto_bounds import AutoBounds
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
@@ -59,7 +59,7 @@ class SqlOptions:
     max_partitions: int = 1
     max_contributions: int = 1
     keys: bool = False
-    with_error: bool = False
+    with_error: bool = free_replay("--with-error", default=False)
     #: The bounds chosen from the data (``auto``; the caps above are then placeholders of 1), and the share of
     #: the ``--report-bias`` counts (None: no report).
     auto: AutoBounds | None = None
@@ -83,8 +83,8 @@ class SqlTask:
     tables: tuple[TableDecl, ...]
     options: SqlOptions = SqlOptions()
     noise_given: bool = True
-    defaulted: tuple[str, ...] = ()
-    unit_label: str | None = None
+    defaulted: tuple[str, ...] = free_replay("notes' wording", default=())
+    unit_label: str | None = free_replay("notes' wording", default=None)
     command: str = "sql"
 
     @classmethod
@@ -178,26 +178,6 @@ class SqlTask:
         from dpcli.tasks.sql.describe import describe_plan
 
         return describe_plan(self, plan)
-
-    def seed_query(self) -> dict[str, Any]:
-        b = self.options.budget
-        return {"command": "sql", "v": 1, **self.query.canonical(), "domain": self.domain,
-                "tables": {t.name: {"unit": t.unit} for t in self.tables},
-                "max_partitions": self.options.max_partitions if self.query.groups else None,
-                "epsilon": fraction_text(b.epsilon) if b.epsilon is not None else None,
-                "delta": fraction_text(b.delta), "rho": fraction_text(b.rho) if b.rho is not None else None,
-                "noise": b.noise, **self._seed_extra()}
-
-    def _seed_extra(self) -> dict[str, Any]:
-        """``auto`` and ``report_bias`` in the seed only when used: every other query keeps its seed."""
-        out: dict[str, Any] = {}
-        if self.options.auto is not None:
-            out["auto"] = self.options.auto.canonical()
-        if self.options.bias_share is not None:
-            out["report_bias"] = fraction_text(self.options.bias_share)
-        if self.options.max_rows_per_table != DEFAULT_MAX_ROWS_PER_TABLE:
-            out["max_rows_per_table"] = self.options.max_rows_per_table
-        return out
 
     def capped_tables(self, tables: Mapping[str, pl.LazyFrame], salt: int) -> dict[str, pl.LazyFrame]:
         """Each private table with at most ``max_rows_per_table`` rows per unit (the first by the keyed order of

@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpcli.errors import UsageError
-from dpcli.tasks import Engine, Frames, Needs, Result
+from dpcli.tasks import Engine, Frames, Needs, Result, free_replay
 from dpcli.tasks.stream.algorithm import trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
@@ -33,8 +33,8 @@ class StreamTask:
     95% margins (post-processing: not part of the seed)."""
 
     query: StreamQuery
-    through: datetime | None = None
-    with_error: bool = False
+    through: datetime | None = free_replay("stream-replay --through", default=None)
+    with_error: bool = free_replay("--with-error", default=False)
     command: str = "stream-replay"
 
     def for_ledger(self, mode: str) -> StreamTask:
@@ -74,10 +74,6 @@ class StreamTask:
                     "cost": cost}
         return {"query": self.query.canonical(), **plan.summary, "moe95": margins95(self.query, plan),
                 "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": cost}
-
-    def seed_query(self) -> dict[str, Any]:
-        # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
-        return {"command": "stream-replay", "v": 2, **self.query.canonical()}
 
     def run(self, frames: Frames, plan: StreamPlan | PendingPlan, seed: bytes, engine: Engine | None) -> Result:
         """The replay; with ``auto`` bounds (or the bias report) first the choice on the same records, then the
