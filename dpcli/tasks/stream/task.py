@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -38,7 +38,9 @@ class StreamTask:
     command: str = "stream-replay"
 
     def for_ledger(self, mode: str) -> StreamTask:
-        return self
+        """The task of one run, its moment fixed once (``through``, default now): the seed and the run then see
+        the same last trigger (:meth:`seed_query`)."""
+        return self if self.through is not None else replace(self, through=datetime.now(UTC))
 
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
@@ -76,8 +78,15 @@ class StreamTask:
                 "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": cost}
 
     def seed_query(self) -> dict[str, Any]:
+        """The query; with ``auto`` bounds or the bias report also the last trigger run (``chosen_through``): the
+        choice reads the events of every trigger up to it, so a later ``--through`` chooses on other events and
+        must not reuse the seed (issue 37). A replay that chooses nothing keeps one seed whatever ``--through``:
+        a later one only adds the rows of later triggers, each trigger's noise its own."""
         # v2: records that cannot count are dropped (v1 refused the file or counted null values as 0).
-        return {"command": "stream-replay", "v": 2, **self.query.canonical()}
+        out: dict[str, Any] = {"command": "stream-replay", "v": 2, **self.query.canonical()}
+        if self.chooses:
+            out["chosen_through"] = trigger_through(self.through or datetime.now(UTC), self.query.step)
+        return out
 
     def run(self, frames: Frames, plan: StreamPlan | PendingPlan, seed: bytes, engine: Engine | None) -> Result:
         """The replay; with ``auto`` bounds (or the bias report) first the choice on the same records, then the
