@@ -1,21 +1,22 @@
 """Rule 1 as a property (issue 37): one field changed at a time, either the seed changes or the noise lands alike.
 
-For each command a base release is drawn (its query and how its inputs are read), then a few of its fields are
-changed one at a time: grouping columns and their order, the list of groups and which of its columns are read,
-aggregates and their order, value columns, bounds, caps, ε and δ, the input's format (CSV, tab-separated text,
-Parquet, NDJSON) and delimiter, the output's format and path, ``--with-error``, ``--json``; for ``sql`` also
-output aliases, SELECT order, WHERE, HAVING, ORDER BY and LIMIT; for ``tabulate`` every field of its spec; for
-``stream-replay`` the window, the triggers, ``--through`` and a ``--state`` file. Every pair of runs is then
-compared: if the two got one seed, they must hold one noisy table before post-processing, (row, measurement) →
-value, on the rows and measurements both release (a LIMIT, a HAVING or an earlier ``--through`` may release
-fewer rows: then one's rows are a subset of the other's). Which fields are free replays is not encoded here
-(:data:`dpcli.release.seeds.FREE_REPLAY` has its own tests): the property fails only if one seed gives two noise
-placements.
+For each command a base release is drawn (its query and how its inputs are read), then each of its fields is
+changed in turn to another drawn value: grouping columns and their order, the list of groups and which of its
+columns are read, aggregates and their order, value columns, bounds, caps, ε and δ, the input's format (CSV,
+tab-separated text, Parquet, NDJSON) and delimiter, the output's format and path, ``--with-error``, ``--json``;
+for ``sql`` also output aliases, SELECT order, WHERE, HAVING, ORDER BY and LIMIT; for ``tabulate`` every field of
+its spec; for ``stream-replay`` the window, the triggers, ``--through`` and a ``--state`` file. Every pair of runs
+is then compared: if the two got one seed, they must hold one noisy table before post-processing, (row,
+measurement) → value, on the rows and measurements both release (a LIMIT or a HAVING may release fewer rows: then
+its rows are a subset of the other's; of two ``--through`` moments the rows up to the earlier one are compared).
+Which fields are free replays is not encoded here (:data:`dpcli.release.seeds.FREE_REPLAY` has its own tests):
+the property fails only if one seed gives two noise placements.
 
 The CLI is run in process (``typer``'s runner: argument parsing, the gate and the release path as a user meets
 them), and the table is taken where the CLI renders it (:func:`dpcli.cli.render.write_release`): the noisy table
-before it is rounded and written, so two output formats compare exactly. Hypothesis is derandomized and draws a
-few examples per command, so the file runs in a few seconds and the same cases every time.
+before it is rounded and written, so two output formats compare exactly. Hypothesis is derandomized and draws two
+or three bases per command, and the state directory holds the golden tests' key, so the file runs in under ten
+seconds of CPU and checks the same cases with the same noise every time.
 """
 
 from __future__ import annotations
