@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
@@ -36,9 +36,21 @@ class StreamTask:
     through: datetime | None = free_replay("stream-replay --through", default=None)
     with_error: bool = free_replay("--with-error", default=False)
     command: str = "stream-replay"
+    #: With ``auto`` bounds or the bias report, the last trigger the choice reads (set by :meth:`for_ledger`,
+    #: bound by the seed): the choice reads the events of every trigger up to it, so a later ``--through``
+    #: chooses on other events and must not reuse the seed (issue 37). A replay that chooses nothing keeps
+    #: one seed whatever ``--through``: a later one only adds the rows of later triggers, each trigger's
+    #: noise its own.
+    chosen_through: int | None = None
 
     def for_ledger(self, mode: str) -> StreamTask:
-        return self
+        """The task of one run, its moment fixed once (``through``, default now): the seed and the run then see
+        the same last trigger (``chosen_through``, when the run chooses bounds)."""
+        task = self if self.through is not None else replace(self, through=datetime.now(UTC))
+        if task.chooses:
+            assert task.through is not None
+            task = replace(task, chosen_through=trigger_through(task.through, self.query.step))
+        return task
 
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
