@@ -89,6 +89,10 @@ def _declared(name: str, declared: Declared, delimiter: str | None) -> tuple[Sou
         if unit is not None and (gate().service or unit != source.privacy_unit):
             raise UsageError(f"--privacy-unit: dataset {source.name!r} has the privacy unit the operator declared; "
                              "drop the option")
+        if delimiter is not None and (gate().service or delimiter != (source.delimiter or delimiter)):
+            # how private bytes are split is the operator's: each delimiter tried would probe the header
+            raise UsageError(f"--delimiter: dataset {source.name!r} is read as the operator declared it; "
+                             "drop --delimiter")
         unit = source.privacy_unit
     if not unit:
         raise UsageError(f"--privacy-unit {name}.COLUMN is required: the column of {name!r} that identifies a person")

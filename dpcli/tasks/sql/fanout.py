@@ -98,13 +98,22 @@ def fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = MAX_FAN
     return product
 
 
-def check_fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], cap: int = MAX_FANOUT) -> None:
-    """Refuse (usage error) a query whose public joins can make one private row more than ``cap`` rows."""
+def check_fanout(rel: Relation, tables: Mapping[str, pl.LazyFrame], rows_cap: int, cap: int = MAX_FANOUT,
+                 most: int = MAX_ROWS_PER_PERSON) -> None:
+    """Refuse (usage error) a query whose public joins can make one private row more than ``cap`` rows, or
+    whose work per person, one bound for both kinds of join, can pass ``most`` rows: ``rows_cap`` (the rows
+    each private read keeps per person) to the power of the private reads, times the public fan-out."""
     product = fanout(rel, tables, cap)
     if product > cap:
         raise refuse("join-fan-out", f"the joins with public tables can match one private row to more "
                      f"than {cap} rows (the product of each join's most public rows per key value is at least "
                      f"{product}); join on keys that are (nearly) unique in the public tables")
+    reads = private_reads(rel)
+    if rows_cap**reads * product > most:
+        largest = next((c for c in range(rows_cap, 0, -1) if c**reads * product <= most), 0)
+        raise refuse("join-fan-out", f"one person's {rows_cap} rows per private read ({reads} read(s)) can join to "
+                     f"{rows_cap}^{reads} × {product} rows through the joins (at most {most:,}); give "
+                     f"--max-rows-per-table {largest} or less")
 
 
 __all__ = ["MAX_FANOUT", "MAX_ROWS_PER_PERSON", "check_fanout", "check_private_work", "fanout", "multiplicity",

@@ -204,8 +204,10 @@ class SqlTask:
 
     def check_fanout(self, public: Mapping[str, pl.LazyFrame]) -> None:
         """Refuse the query when its joins with public tables (``public``, by name: nothing private is read) can
-        make one private row more than :data:`dpcli.tasks.sql.fanout.MAX_FANOUT` rows."""
-        check_fanout(self.query.relation, public)
+        make one private row more than :data:`dpcli.tasks.sql.fanout.MAX_FANOUT` rows, or one person's rows
+        (at ``--max-rows-per-table`` per private read) more than
+        :data:`dpcli.tasks.sql.fanout.MAX_ROWS_PER_PERSON` rows."""
+        check_fanout(self.query.relation, public, self.options.max_rows_per_table)
 
     def run(self, frames: Frames, plan: SqlPlan, seed: bytes, engine: Engine | None) -> Result:
         stream = KeyedStream(seed, STREAM_LABEL)
