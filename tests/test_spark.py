@@ -571,9 +571,10 @@ def test_attack_one_file_named_three_ways_is_never_a_free_replay(spark, tmp_path
     assert len({json.dumps(o["result"]) for o in outs}) == 3  # three draws of noise, not one reused
 
 
-def test_a_spark_driver_that_stops_is_one_line_and_no_charge(spark, tmp_path, monkeypatch):
+def test_a_spark_driver_that_stops_is_one_line_and_charged_once(spark, tmp_path, monkeypatch):
     """Found by the benchmark: a driver out of heap left the run waiting forever. The JVM now exits
-    on OutOfMemoryError; the broken connection it leaves is reported in one line, and nothing is charged."""
+    on OutOfMemoryError; the broken connection it leaves is reported in one line. The run was debited
+    before it read (issue 37: a run that began reading has paid), and its rerun is a free replay."""
     from dpcli.spark import bounding as spark_bounding
 
     def driver_gone(*args, **kwargs):
@@ -586,4 +587,10 @@ def test_a_spark_driver_that_stops_is_one_line_and_no_charge(spark, tmp_path, mo
                             "--keys", PAGES, "--epsilon", "1", *SPARK])
     assert r.exit_code == 1 and "the Spark driver stopped during the run" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
-    assert json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout) == []
+    history = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
+    assert [bool(e["events"]) for e in history] == [True] and history[0]["completed_by"] is None
+    again = runner.invoke(app, ["--state-dir", str(state), "histogram", PV, "--by", "page", "--privacy-unit",
+                                "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK])
+    assert again.exit_code == 1
+    history = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
+    assert [bool(e["events"]) for e in history] == [True]
