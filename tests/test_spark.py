@@ -571,10 +571,11 @@ def test_attack_one_file_named_three_ways_is_never_a_free_replay(spark, tmp_path
     assert len({json.dumps(o["result"]) for o in outs}) == 3  # three draws of noise, not one reused
 
 
-def test_a_spark_driver_that_stops_is_one_line_and_charged_once(spark, tmp_path, monkeypatch):
+def test_a_spark_driver_that_stops_is_one_line_and_charged(spark, tmp_path, monkeypatch):
     """Found by the benchmark: a driver out of heap left the run waiting forever. The JVM now exits
     on OutOfMemoryError; the broken connection it leaves is reported in one line. The run was debited
-    before it read (issue 37: a run that began reading has paid), and its rerun is a free replay."""
+    before it read (issue 37: a run that began reading has paid); a Spark run is never a free replay
+    (its seed takes a fresh nonce), so its rerun is charged again."""
     from dpcli.spark import bounding as spark_bounding
 
     def driver_gone(*args, **kwargs):
@@ -593,4 +594,4 @@ def test_a_spark_driver_that_stops_is_one_line_and_charged_once(spark, tmp_path,
                                 "user_id", "--keys", PAGES, "--epsilon", "1", *SPARK])
     assert again.exit_code == 1
     history = json.loads(runner.invoke(app, ["--state-dir", str(state), "budget", "history", "--json"]).stdout)
-    assert [bool(e["events"]) for e in history] == [True]
+    assert [bool(e["events"]) for e in history] == [True, True] and history[0]["seed_id"] != history[1]["seed_id"]

@@ -228,8 +228,11 @@ def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequ
     listed = open_spark_input(payer.state_dir, choice, sources.data)
     opened = open_sources(task.needs(), sources, early=early, data=listed)
     others = {role: table for role, (table, _) in opened.lists.items()}
-    return opened, bounding_engine(payer.state_dir, choice, opened.data,
-                                   csv_delimiter(sources.data.delimiter, sources.data.location), others)
+    engine = bounding_engine(payer.state_dir, choice, opened.data,
+                             csv_delimiter(sources.data.delimiter, sources.data.location), others)
+    if engine is not None and engine.precheck is not None:
+        engine.precheck(task)
+    return opened, engine
 
 
 @dataclass(frozen=True)

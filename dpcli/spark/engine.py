@@ -148,7 +148,21 @@ def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTab
                   quantile_counts=_guarded(lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins)),
                   tabulate_counts=_guarded(level_counts(frame, session)),
                   stream_events=_guarded(events_engine(frame, session)),
-                  sql_totals=_guarded(sql_engine(session, frame, tables)))
+                  sql_totals=_guarded(sql_engine(session, frame, tables)),
+                  precheck=_guarded(_precheck(frame)))
+
+
+def _precheck(frame: Any) -> Any:
+    """What Spark refuses from the schema alone, before the debit: a stream's time column as text."""
+
+    def check(task: Any) -> None:
+        from dpcli.spark.stream import time_seconds
+        from dpcli.tasks.stream.task import StreamTask
+
+        if isinstance(task, StreamTask):
+            time_seconds(task.query.time, frame.schema[task.query.time].dataType)
+
+    return check
 
 
 def spark_paths(table: InputTable) -> list[str]:

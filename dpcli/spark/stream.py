@@ -42,7 +42,7 @@ def _floor_div(x: Any, d: int) -> Any:
     return ((x - F.pmod(x, F.lit(d))) / F.lit(d)).cast("bigint")
 
 
-def _seconds(name: str, dtype: Any) -> Any:
+def time_seconds(name: str, dtype: Any) -> Any:
     """The time column as integer epoch seconds (:func:`dpcli.tasks.stream.events.event_seconds`'s rules)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
@@ -102,7 +102,7 @@ def _record_columns(types: dict[str, Any], q: StreamQuery) -> tuple[list[Any], A
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    seconds = _seconds(q.time, types[q.time])
+    seconds = time_seconds(q.time, types[q.time])
     start = seconds - F.pmod(seconds, F.lit(q.window))
     cols = [F.when((start >= F.lit(MIN_SECONDS)) & (start + F.lit(q.window) <= F.lit(MAX_SECONDS)), seconds)
             .alias("__t"), F.col(q.unit).alias("__unit"), *[F.col(k) for k in q.keys]]

@@ -81,6 +81,9 @@ class Engine:
     stream_events: Any = None
     #: ``sql``'s bounded totals on this engine ((task, plan, salt) → (totals, NTILE bins): :mod:`dpcli.spark.sql`).
     sql_totals: Any = None
+    #: Refusals this engine makes from the input's schema alone ((task) → None; raises a one-line error):
+    #: called before the seed and the debit, so a query the engine cannot run costs nothing.
+    precheck: Any = None
 
 
 @dataclass(frozen=True)
