@@ -256,6 +256,8 @@ def test_cli_bad_input_files_fail_cleanly(tmp_path, content, code, needle, charg
     assert r.exit_code == code, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1
     assert len(entries()) == charged and not out.exists()
+    assert ("the run is charged (it had begun reading), and a rerun on the same input is a free replay"
+            in r.stderr) == bool(charged)
     if charged:
         again = hist_cli(f, "--by", "g", "--privacy-unit", "user", "--epsilon", "1", "--delta", "1e-6", "-o", out)
         assert again.exit_code == code and len(entries()) == charged and not out.exists()

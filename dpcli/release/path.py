@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 
 from dpcli.core.events import PrivacyEvent
-from dpcli.errors import BudgetError
+from dpcli.errors import BudgetError, DpcliError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
@@ -191,7 +191,13 @@ def run(
         except BudgetError as exc:
             raise BudgetError(_with_hint(task, exc.detail, payer), field=exc.field, fix=exc.fix) from None
 
-    prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy, before_run=debit)
+    try:
+        prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy, before_run=debit)
+    except DpcliError as exc:
+        if paid:  # it failed while reading: say what it cost (a public fact: it reached the debit)
+            exc.detail += "; the run is charged (it had begun reading)" + (
+                ", and a rerun on the same input is a free replay" if bounder is None else "")
+        raise
     result_line = task.summary(opened.data.name, prepared.result)
     done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
                   output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata) if output else None,
