@@ -215,7 +215,9 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
             typer.echo(f"dpcli: error: {error_line(exc)}", err=True)
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt:
-            typer.echo("dpcli: interrupted", err=True)
+            # the same words whatever the run had reached (where it stopped is not for this line to say)
+            typer.echo("dpcli: interrupted (a run that had begun reading its data is charged, and its rerun on the "
+                       "same input is free: see dpcli budget history)", err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # noqa: BLE001 (a bug: say so, keep the one-line contract, never the foreign text)
             if verbose:

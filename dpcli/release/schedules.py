@@ -234,10 +234,12 @@ def run_scheduled(
             return _again(call, again, table.fingerprint, through)
         table.verify_unchanged()  # a file changed since it was hashed: refused before anything is debited
         reserved = _reserve_first(call, fresh)  # before the size test or the run reads a record
+        began = _begin(call, table.fingerprint, through)
         read = (query["unit"], *query.get("by", ()), *([query["value"]] if query.get("value") else []))
         sizes = Sizes(state_dir, state, table, query["unit"], read)
         plan = _plan(spec, state, sizes)
         if plan is None:
+            ledger.close_start(state_dir, analyst, state["reservation"], len(state["runs"]), began, lock_timeout)
             return _again(call, Again(len(state["runs"]), "cached"), table.fingerprint, through, current=sizes.asked)
         if plan.epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
@@ -259,6 +261,17 @@ def _reserve_first(call: _Call, fresh: bool) -> tuple[PrivacyEvent, ...]:
     reservation = _reservation(call.state, call.spec, call.command)
     debited = ledger.reserve(call.state_dir, call.analyst, reservation, call.lock_timeout)
     return reservation.events if debited else ()
+
+
+def _begin(call: _Call, fingerprint: str, through: datetime | None) -> str:
+    """Mark the call's run as begun in the ledger before its size test or its release reads a record
+    (:func:`ledger.start_step`): a second input at a step whose run never ended pays the whole schedule's
+    cost again, so no timing probe is free. The mark's input digest, to close it with."""
+    digest = ledger.step_digest(bytes.fromhex(call.state["secret"]),
+                                {"begins": fingerprint, "through": moment_text(through) if through else None})
+    ledger.start_step(call.state_dir, call.analyst, call.state["reservation"], len(call.state["runs"]), digest,
+                      call.label, [reservation_event(call.spec)], call.lock_timeout)
+    return digest
 
 
 def _check_run_cost(events: list[PrivacyEvent], epsilon: Fraction) -> None:

@@ -262,6 +262,7 @@ def state_run(
         _refuse_rewrite(last, moment, q, label)
         unchanged()
         reserved = _reserve_first(path, body, fresh, plan.events, analyst, state_dir, lock_timeout)
+        _begin(body, data, last_trigger, plan.events, analyst, state_dir, lock_timeout, label)
         run_q, run_plan = _chosen(body, q, plan, data)
         stream = load_state(body, run_q, run_plan)
         previous = stream.watermark
@@ -296,6 +297,16 @@ def _reserve_first(path: Path, body: dict[str, Any], fresh: bool, events: tuple[
         documents.write(path, STATE_KIND, body)
     debited = ledger.reserve(state_dir, analyst, _reservation(path, body, tuple(events)), lock_timeout)
     return tuple(events) if debited else ()
+
+
+def _begin(body: dict[str, Any], data: StateInput, through: int, events: tuple[PrivacyEvent, ...], analyst: str,
+           state_dir: Path, lock_timeout: float, label: str) -> None:
+    """Mark the run as begun in the ledger before it reads a record (:func:`ledger.start_step`): another input
+    at a step whose run never ended pays the stream's whole (ε, δ) again, so no timing probe is free."""
+    digest = ledger.step_digest(bytes.fromhex(body["seed"]),
+                                {"begins": data.fingerprint, "through": through, "reading": data.reading})
+    ledger.start_step(state_dir, analyst, body["reservation"], body["step"], digest, label, list(events),
+                      lock_timeout)
 
 
 def _chosen(body: dict[str, Any], q: StreamQuery, plan: StreamPlan | PendingPlan,

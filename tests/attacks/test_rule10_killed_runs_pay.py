@@ -116,7 +116,8 @@ def test_attack_a_run_killed_at_its_first_read_has_paid_and_its_rerun_is_free(tm
     seen = _probe(monkeypatch, state_dir)
     for attempt in range(2):
         r = runner.invoke(app, args)
-        assert r.exit_code != 0 and r.stdout == "", (name, attempt, r.stdout, r.stderr)
+        assert r.exit_code == 130 and r.stdout == "", (name, attempt, r.stdout, r.stderr)
+        assert r.stderr.startswith("dpcli: interrupted (a run that had begun reading its data is charged")
         assert seen and all(seen), f"{name}: records were collected before the ledger held a charge"
         assert len(_charged(state_dir)) == 1, f"{name}: attempt {attempt + 1} must leave exactly one charge"
 
@@ -150,3 +151,49 @@ def test_a_file_changed_after_hashing_is_refused_before_the_debit(tmp_path, monk
     r = runner.invoke(app, COMMANDS["histogram"](str(data)))
     assert r.exit_code == 66 and _charged(state_dir) == []
     assert PV  # the sample data the other tests use is untouched
+
+
+def _day(tmp_path: Path, day: int) -> Path:
+    """Day ``day``'s snapshot: the first ``day`` hours of events (each a different input)."""
+    rows = [{"user": f"u{i % 40}", "g": "ab"[i % 2], "v": i % 9, "t": f"2026-01-01T{h:02d}:{i % 60:02d}:00"}
+            for h in range(day) for i in range(100)]
+    path = tmp_path / f"day{day}.csv"
+    pl.DataFrame(rows).write_csv(path)
+    return path
+
+
+LATER_RUNS = {
+    "histogram --schedule": lambda d, state, day: ["histogram", d, "--by", "g", "--privacy-unit", "user", "--keys",
+                                              str(Path(d).with_name("keys.csv")), "--schedule", "s", "--scheduler",
+                                              "fixed", "--epsilon", "0.5", "--total-epsilon", "2"],
+    "stream-replay --state": lambda d, state, day: ["stream-replay", d, "--time", "t", "--by", "g",
+                                                    "--privacy-unit", "user", "--window", "1h", "--triggers", "8",
+                                                    "--epsilon", "1", "--delta", "1e-6", "--max-contributions", "1",
+                                                    "--state", state, "--through", f"2026-01-01T{day:02d}:00:00"],
+}
+
+
+@pytest.mark.parametrize("name", list(LATER_RUNS))
+def test_attack_a_later_run_killed_then_fed_other_inputs_pays_for_each(tmp_path, monkeypatch, state_dir, name):
+    """A stream's or schedule's reservation pays for one computation per run. Killing run 2 at its first read
+    and feeding that run other inputs (one timing probe each) must not be free: the same input again is (a
+    retry), another input pays the whole reservation again; a run that completes ends it."""
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    (tmp_path / "keys.csv").write_text("g\na\nb\n")
+    state = str(tmp_path / "s.state")
+    assert runner.invoke(app, LATER_RUNS[name](str(_day(tmp_path, 1)), state, 1)).exit_code == 0
+    paid = len(_charged(state_dir))  # the reservation
+    originals = {"collect": pl.LazyFrame.collect, "collect_all": pl.collect_all}
+    seen = _probe(monkeypatch, state_dir)
+    for day, extra in ((2, 0), (2, 0), (3, 1), (4, 2), (4, 2)):  # run 2 killed: A, A again, then B, then C twice
+        r = runner.invoke(app, LATER_RUNS[name](str(_day(tmp_path, day)), state, day))
+        assert r.exit_code != 0 and r.stdout == "", (name, day, r.stderr)
+        assert len(_charged(state_dir)) == paid + extra, (name, day, r.stderr)
+    assert seen
+    monkeypatch.setattr(pl.LazyFrame, "collect", originals["collect"])
+    monkeypatch.setattr(pl, "collect_all", originals["collect_all"])
+    done = runner.invoke(app, LATER_RUNS[name](str(_day(tmp_path, 4)), state, 4))
+    assert done.exit_code == 0, done.stderr
+    assert len(_charged(state_dir)) == paid + 2  # completing the run costs nothing more
+    nxt = runner.invoke(app, LATER_RUNS[name](str(_day(tmp_path, 5)), state, 5))
+    assert nxt.exit_code == 0 and len(_charged(state_dir)) == paid + 2, nxt.stderr  # run 3: a new step, covered

@@ -10,7 +10,7 @@ and moved ledgers are upgraded or resealed by the operator (:mod:`~dpcli.state.l
 Format, seal, crash safety and what is (not) detected: ``docs/ledger.md``.
 """
 
-from dpcli.state.ledger.charges import charge, check_payable, debit, refusal, reserve
+from dpcli.state.ledger.charges import charge, check_payable, close_start, debit, refusal, reserve, start_step
 from dpcli.state.ledger.document import init_ledger, read_ledger, remaining_text, wrote
 from dpcli.state.ledger.format import dump_document, load_document, step_digest
 from dpcli.state.ledger.migrate import reseal
@@ -27,7 +27,7 @@ from dpcli.state.ledger.steps import StreamSummary, check_recorded, stream_summa
 
 __all__ = [
     "DEBIT_SUMMARY", "Ledger", "Receipt", "Reservation", "Step", "StreamSummary", "charge", "check_payable",
-    "check_recorded", "completions", "debit", "debited_before_reading", "dump_document", "init_ledger",
-    "load_document", "read_ledger", "refusal", "remaining_text", "reseal", "reserve", "step_digest",
+    "check_recorded", "close_start", "completions", "debit", "debited_before_reading", "dump_document", "init_ledger",
+    "load_document", "read_ledger", "refusal", "remaining_text", "reseal", "reserve", "start_step", "step_digest",
     "stream_summaries", "wrote",
 ]

@@ -28,6 +28,7 @@ from dpcli.state.ledger.format import (
     append_at,
     iso_time,
     parse_time,
+    same_mac,
     sealed_lines,
     utc_now,
 )
@@ -187,6 +188,61 @@ def reserve(root: Path, analyst: str, reservation: Reservation, lock_timeout: fl
         entry = reservation_entry(led, analyst, reservation, label, iso_time(when), when, cache.spent)
         _record(root, led, cache, [entry])
     return True
+
+
+def start_step(root: Path, analyst: str, reservation: str, start: int, digest: str, label: str,
+               cost: list[PrivacyEvent], lock_timeout: float = 30.0) -> None:
+    """Mark a stream's or schedule's run at step ``start`` as begun, before it reads any record.
+
+    The reservation pays for one computation per step. A mark with the same input ``digest`` as an
+    open mark (a killed run retried on the same input), or at a step already recorded (a replay, checked
+    by the step itself), writes nothing. A mark with another input while a run at that step is still
+    open (begun, never recorded: killed, timed out, failed) is a second computation the reservation
+    does not cover: it is debited ``cost`` (refused, exit 77, if that does not fit). So every run that
+    began reading is paid for, and timing probes cannot be repeated for free over new inputs.
+    """
+    ensure_state_dir(root)
+    when = utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led = load_ledger(root, analyst)
+        created = led.reservation(reservation)
+        if created is None or len(led.steps(created["seq"])) != start:
+            return  # the step's own record refuses a foreign or older state, or recognises the replay
+        open_marks = led.open_starts(created["seq"], start)
+        if any(same_mac(m["starts"]["input"], digest) for m in open_marks):
+            return
+        cache = MarkTotals.of(led, when)
+        events = cost if open_marks else []
+        if events:
+            refuse_unless_fits(led, analyst, cache.spent, events, events)
+        entry = {"seq": cache.count + 1, "time": iso_time(when), "period": cache.period, "command": created["command"],
+                 "query_id": created["query_id"], "seed_id": created["seed_id"], "covered_by": created["seq"],
+                 "starts": {"from": start, "input": digest}, "events": [ev.to_json() for ev in events],
+                 "summary": f"{label}: run {start + 1} began reading"
+                            + (" (another input than an unfinished run: charged)" if events else "")}
+        _record(root, led, cache, [entry])
+
+
+def close_start(root: Path, analyst: str, reservation: str, start: int, digest: str,
+                lock_timeout: float = 30.0) -> None:
+    """Close the open mark of a run at step ``start`` that ended without a step of its own (a schedule's
+    call answered with its cached release): the next input at that step is then a new run, not a second."""
+    ensure_state_dir(root)
+    when = utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led = load_ledger(root, analyst)
+        created = led.reservation(reservation)
+        if created is None:
+            return
+        mark = next((m for m in led.open_starts(created["seq"], start) if same_mac(m["starts"]["input"], digest)),
+                    None)
+        if mark is None:
+            return
+        cache = MarkTotals.of(led, when)
+        entry = {"seq": cache.count + 1, "time": iso_time(when), "period": cache.period, "command": mark["command"],
+                 "query_id": mark["query_id"], "seed_id": mark["seed_id"], "covered_by": created["seq"],
+                 "closes": mark["seq"], "events": [], "summary": "answered with the schedule's earlier release"}
+        _record(root, led, cache, [entry])
 
 
 def _open_for_charge(root: Path, analyst: str, when: datetime, entries_needed: bool) -> tuple[Ledger, MarkTotals]:

@@ -110,6 +110,15 @@ class Ledger:
         return next((e["seq"] for e in self.entries if e.get("period", 0) == p
                      and (e.get("reservation") or {}).get("kind") == kind and e["reservation"].get("key") == key), None)
 
+    def open_starts(self, reservation_seq: int, start: int) -> list[dict[str, Any]]:
+        """The marks of runs at step ``start`` of a reservation that began reading and have not ended: no step
+        recorded at ``start`` and no entry closing them (:func:`dpcli.state.ledger.start_step`)."""
+        if any(s["step"].get("from") == start for s in self.steps(reservation_seq)):
+            return []
+        closed = {e["closes"] for e in self.entries if "closes" in e}
+        return [e for e in self.entries if e.get("covered_by") == reservation_seq and "starts" in e
+                and e["starts"].get("from") == start and e["seq"] not in closed]
+
     def steps(self, reservation_seq: int) -> list[dict[str, Any]]:
         """The recorded (non-repeat) steps of a reservation, in order: element i started at step i."""
         return [e for e in self.entries
