@@ -71,10 +71,11 @@ def plan_material(value: Any) -> Any:
     marked to stay out: ``compare=False`` (caches and display-only text, such as a stream plan's
     lazily filled threshold cache: two plans that compare equal calibrate the same noise) and
     :func:`dpcli.tasks.free_replay` (what acts only after the noise, listed in
-    :data:`dpcli.tasks.FREE_REPLAY`). Mappings and sequences keep their shape; numbers, text,
-    booleans and None stay as they are (exact in :func:`dpcli.core.prf.canonical_json`); paths and
-    moments become text. Any other type is refused, so a new field of a new kind fails loudly
-    instead of staying out of the seed.
+    :data:`dpcli.tasks.FREE_REPLAY`) and :func:`dpcli.tasks.bound_elsewhere` (what acts only through
+    another part of the material, bound by content: a spec's directory). Mappings and sequences keep
+    their shape; numbers, text, booleans and None stay as they are (exact in
+    :func:`dpcli.core.prf.canonical_json`); paths and moments become text. Any other type is
+    refused, so a new field of a new kind fails loudly instead of staying out of the seed.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {"type": type(value).__name__, **_bound_fields(value)}
@@ -92,7 +93,7 @@ def plan_material(value: Any) -> Any:
 def _bound_fields(value: Any) -> dict[str, Any]:
     """A dataclass instance's fields that enter the seed, as material."""
     return {f.name: plan_material(getattr(value, f.name)) for f in dataclasses.fields(value)
-            if f.compare and "free_replay" not in f.metadata}
+            if f.compare and "free_replay" not in f.metadata and "bound_elsewhere" not in f.metadata}
 
 
 def task_material(task: Any) -> dict[str, Any]:

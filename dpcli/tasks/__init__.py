@@ -58,6 +58,13 @@ def free_replay(*labels: str, default: Any) -> Any:
     return field(default=default, metadata={"free_replay": labels})
 
 
+def bound_elsewhere(by: str, default: Any) -> Any:
+    """A dataclass field that acts before the noise only through what another part of the seed material
+    binds by content (``by`` says which): left out of the task's material, so the seed does not depend on
+    it twice, nor on where files lie (a spec's directory locates its block list, bound by its digest)."""
+    return field(default=default, metadata={"bound_elsewhere": by})
+
+
 @dataclass(frozen=True)
 class Engine:
     """Bounding on another engine than polars (``--engine spark``: :func:`dpcli.spark.engine.bounding_engine`):

@@ -19,6 +19,7 @@ from dpcli.core.exact import to_fraction
 from dpcli.errors import InputMissingError, UsageError, os_reason
 from dpcli.io.inputs import fingerprint_bytes
 from dpcli.io.opening import open_binary, refuse_private
+from dpcli.tasks import bound_elsewhere
 
 NOISES = ("geometric", "discrete-gaussian")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*$")
@@ -77,7 +78,8 @@ class Spec:
     geo_levels: dict[str, GeoLevel]
     iterations: dict[str, tuple[Iteration, ...]]
     levels: tuple[Level, ...]
-    base: Path = Path(".")  # the spec file's directory
+    #: the spec file's directory (where a relative block list lies; the list is bound by its digest)
+    base: Path = bound_elsewhere("the block list's digest (Reads)", default=Path("."))
 
     @property
     def blocks_file(self) -> Path | None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import init_ledger, runner
+from dptest import SAMPLE, init_ledger, runner
 
 from dpcli.cli.app import app
 
@@ -183,3 +183,30 @@ def test_with_error_is_a_free_replay_of_every_command(tmp_path, command):
     assert r1.exit_code == 0 and r2.exit_code == 0, (r1.stderr, r2.stderr)
     s1, s2 = json.loads(r1.stdout)["summary"], json.loads(r2.stdout)["summary"]
     assert s1["seed_id"] == s2["seed_id"] and s2["charged"] is False
+
+
+def test_a_tabulation_spec_moved_with_its_block_list_is_a_free_replay(tmp_path):
+    """The seed binds the spec's bytes and the block list's content, not where they lie: the same spec and
+    list in another directory (another checkout, a CI clone) is the same release. A changed block list is
+    not (its digest is in the material)."""
+    import shutil
+
+    init_ledger("pure", "--epsilon", "100")
+    runs = []
+    for where in ("a", "b"):
+        d = tmp_path / where
+        d.mkdir()
+        for name in ("safetab_spec.toml", "blocks.csv"):
+            shutil.copy(SAMPLE / name, d / name)
+        r = runner.invoke(app, ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(d / "safetab_spec.toml")])
+        assert r.exit_code == 0, r.stderr
+        runs.append(r.stdout)
+    history = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert runs[0] == runs[1] and [bool(e["events"]) for e in history] == [True, False]
+    blocks = tmp_path / "b" / "blocks.csv"
+    lines = blocks.read_text().splitlines()
+    blocks.write_text("\n".join(lines[:-1]) + "\n")  # one block fewer
+    r = runner.invoke(app, ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(tmp_path / "b" / "safetab_spec.toml")])
+    assert r.exit_code == 0, r.stderr
+    history = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert [bool(e["events"]) for e in history] == [True, False, True]
