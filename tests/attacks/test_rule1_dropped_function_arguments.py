@@ -1,6 +1,7 @@
 """h-attack (review of issue 37): function arguments the resolver drops without a word.
 
-OPEN — this test FAILS today (kept as a strict xfail until fixed). Low severity: a correctness
+FIXED (h-textcap): :data:`dpcli.tasks.sql.exprs.READ_ARGS` names the arguments the resolver reads of
+every node it takes; any other one is refused (``unsupported``, naming the function). Low severity: a correctness
 defect of the class issue 37 fixed for sub-query column aliases, not a leak (what is computed is what
 the seed binds, so two spellings that compute alike replay alike).
 
@@ -10,8 +11,8 @@ the seed binds, so two spellings that compute alike replay alike).
 and ``CEIL(x, 2)`` are ``FLOOR(x)``/``CEIL(x)``; the release says nothing, and ``FLOOR(x, 1)`` after
 ``FLOOR(x)`` is even recorded as a free replay of it.
 
-Suggested fix: refuse (rule ``unsupported``) any node of :data:`FUNCTIONS` with an argument besides
-``this`` (``Trim``'s ``expression``/``position``, ``Floor``/``Ceil``'s ``decimals``), or honour them.
+Was: :data:`FUNCTIONS` resolved ``node.this`` only. Also dropped then: ``MAX(a, b)``'s second argument
+in a sub-query, and a type's length or precision in ``CAST(x AS VARCHAR(3))``, ``CAST(x AS DECIMAL(10, 2))``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ TABLES = {"t": TableDecl("t", "user", ("user", "g", "x"))}
     ("TRIM(g)", "TRIM(LEADING 'x' FROM g)"),
     ("FLOOR(x)", "FLOOR(x, 1)"),
     ("CEIL(x)", "CEIL(x, 2)"),
+    ("CAST(g AS VARCHAR)", "CAST(g AS VARCHAR(3))"),
+    ("CAST(x AS DECIMAL)", "CAST(x AS DECIMAL(10, 2))"),
 ])
 def test_an_argument_is_honoured_or_refused(plain, spelled):
     def query(e: str) -> str:
@@ -40,3 +43,16 @@ def test_an_argument_is_honoured_or_refused(plain, spelled):
     except UsageError:
         return  # refused: fine
     assert other != resolve_query(query(plain), TABLES).canonical()
+
+
+def test_a_per_user_aggregate_with_two_arguments_is_refused():
+    query = "SELECT ANON_COUNT(*) AS n FROM (SELECT user, MAX(x, g) AS m FROM t GROUP BY user) s"
+    with pytest.raises(UsageError, match=r"^refused \(unsupported\): MAX with its expressions argument"):
+        resolve_query(query, TABLES)
+
+
+@pytest.mark.parametrize("expr", ["TRIM(g)", "FLOOR(x)", "ROUND(x, 2)", "g || x", "CONCAT(g, x)", "IFNULL(g, x)",
+                                  "x BETWEEN 1 AND 2", "x IN (1, 2)", "x IS NOT NULL", "CAST(x AS INT)",
+                                  "CASE x WHEN 1 THEN g ELSE x END", "IF(x = 1, g, 'a')"])
+def test_the_arguments_read_are_accepted(expr):
+    resolve_query(f"SELECT {expr} AS h, ANON_COUNT(*) AS n FROM t GROUP BY 1", TABLES)
