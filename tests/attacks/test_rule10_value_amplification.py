@@ -31,7 +31,8 @@ import pytest
 
 from dpcli.errors import UsageError
 from dpcli.tasks.sql.compile import compile_relation, needed_columns
-from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
+from dpcli.tasks.sql.lengths import MAX_COMPUTED_TEXT_LENGTH, MAX_TEXT_LENGTH
+from dpcli.tasks.sql.rules import RULES
 from dpcli.tasks.sql.resolve import resolve_query
 from dpcli.tasks.sql.scope import TableDecl
 
@@ -126,3 +127,7 @@ def test_text_is_read_as_its_first_characters():
     out = compile_relation(rel, {"t": frame}, needed_columns(rel, [])).collect()
     lengths = out.select(pl.col("c1", "c2", "c3").str.len_chars().max()).row(0)
     assert lengths == (MAX_TEXT_LENGTH,) * 3, (out.columns, lengths)
+
+
+def test_the_rule_states_the_constants():
+    assert f"{MAX_COMPUTED_TEXT_LENGTH:,}" in RULES["text-length"] and f"{MAX_TEXT_LENGTH:,}" in RULES["text-length"]
