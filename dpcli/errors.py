@@ -8,6 +8,8 @@ line on stderr. Anything else that escapes is a bug (exit code 1).
 from __future__ import annotations
 
 import errno
+import os
+import sys
 from enum import IntEnum
 
 
@@ -143,3 +145,33 @@ def withheld(exc: BaseException) -> str:
     NDJSON: a line that is not a JSON object is a record of nulls).
     """
     return f"the file does not parse ({type(exc).__name__}; the parser's message is withheld: it may quote records)"
+
+
+def quiet_native_stderr() -> None:
+    """Keep native libraries' text off stderr: file descriptor 2 is sent to the null device, and Python's
+    ``sys.stderr`` (every message dpcli writes) goes on to a duplicate of where it pointed.
+
+    Code below Python writes to descriptor 2 directly, past every ``except``: a Rust panic's message
+    (polars: "thread … panicked at …", with a backtrace under ``RUST_BACKTRACE``), an allocation
+    failure's before the process aborts, a child process's (a Spark JVM's log). That text is foreign
+    and may quote records (README, "Threat model", rule 9), so a process of its own (the console
+    script, ``python -m dpcli``) calls this once, first. A process killed by a signal still shows as
+    one in its exit status (an abort is 134).
+    """
+    try:
+        sys.stderr.flush()
+        own = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no descriptor 2 (closed): nothing reaches a stderr anyway
+        return
+    try:
+        os.dup2(null, 2)
+    finally:
+        os.close(null)
+    sys.stderr = open(own, "w", buffering=1, encoding=sys.stderr.encoding or "utf-8",  # noqa: SIM115 (for the process's life)
+                      errors="backslashreplace")
+
+
+def is_native_panic(exc: BaseException) -> bool:
+    """Whether ``exc`` is a native library's panic (pyo3's ``PanicException``, a ``BaseException``)."""
+    return type(exc).__name__ == "PanicException"

@@ -182,3 +182,24 @@ def test_spark_float_and_date_words_match_polars(spark, tmp_path):
 
     assert mine.height == 28
     assert rows(theirs).equals(rows(mine))
+
+
+def test_text_is_read_as_its_first_characters_on_spark(spark):
+    """:mod:`dpcli.tasks.sql.lengths` on Spark: a text value read is cut to MAX_TEXT_LENGTH characters where the
+    table is read, as polars cuts it, so the static bound holds on both engines."""
+    from dpcli.spark.sql import relation
+    from dpcli.tasks.sql.compile import compile_relation, needed_columns
+    from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
+    from dpcli.tasks.sql.resolve import resolve_query
+
+    long = "é" * (MAX_TEXT_LENGTH + 5)
+    rows = [("u1", long), ("u2", "ab")]
+    query = resolve_query("SELECT ANON_COUNT(*) AS n FROM (SELECT user, g || '' AS a, UPPER(g) AS b, LENGTH(g) AS c "
+                          "FROM t) s", {"t": TableDecl("t", "user", ("user", "g"))})
+    rel = query.relation
+    needed = needed_columns(rel, [])
+    frame = compile_relation(rel, {"t": pl.LazyFrame(rows, schema=["user", "g"], orient="row")}, needed).collect()
+    mine = sorted((u, len(a), len(b), c) for u, a, b, c in frame.select("c0", "c1", "c2", "c3").rows())
+    theirs = relation(rel, {"t": spark.createDataFrame(rows, "user string, g string")}, needed)
+    spark_rows = sorted((r["c0"], len(r["c1"]), len(r["c2"]), r["c3"]) for r in theirs.collect())
+    assert mine == spark_rows == [("u1", MAX_TEXT_LENGTH, MAX_TEXT_LENGTH, MAX_TEXT_LENGTH), ("u2", 2, 2, 2)]

@@ -11,11 +11,11 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeGuard, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeGuard, TypeVar
 
 import typer
 
-from dpcli.errors import DpcliError, ExitCode, UsageError
+from dpcli.errors import DpcliError, ExitCode, UsageError, is_native_panic
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
@@ -220,12 +220,21 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                        "same input is free: see dpcli budget history)", err=True)
             raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
         except Exception as exc:  # noqa: BLE001 (a bug: say so, keep the one-line contract, never the foreign text)
-            if verbose:
-                sys.stderr.write(safe_traceback(exc))
-            typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
-            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+            _internal(exc, verbose)
+        except BaseException as exc:  # pyo3's PanicException (polars panicked) is not an Exception
+            if not is_native_panic(exc):
+                raise
+            _internal(exc, verbose)
 
     return wrapper
+
+
+def _internal(exc: BaseException, verbose: bool) -> NoReturn:
+    """A bug (or a native library's panic): its type and dpcli's frame only, exit 1."""
+    if verbose:
+        sys.stderr.write(safe_traceback(exc))
+    typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
+    raise typer.Exit(int(ExitCode.INTERNAL)) from None
 
 
 def resolve_analyst(name: str | None, ctx: typer.Context) -> str:

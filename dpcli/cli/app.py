@@ -20,6 +20,7 @@ from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
 from dpcli.cli._aliases import expand_aliases, hoist_root_options
 from dpcli.cli._common import Settings, handles_errors
+from dpcli.errors import quiet_native_stderr
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ def _catalog(root_dir: Path) -> Catalog | None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: old option spellings are rewritten (with a note), then typer runs.
 
-    Library warnings are silenced (their text is foreign: it may quote a record or a path), and in
+    Library warnings are silenced (their text is foreign: it may quote a record or a path), so is what
+    native code writes to stderr in a process of its own (:func:`dpcli.errors.quiet_native_stderr`), and in
     service mode shell completion is refused before typer would install or print it.
 
     In a process of its own (``argv`` None: the console script, ``python -m dpcli``) two start-up
@@ -147,6 +149,7 @@ def main(argv: list[str] | None = None) -> None:
 
     own_process = argv is None
     if own_process:
+        quiet_native_stderr()
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads (commands import it lazily)
         gc.freeze()
     warnings.simplefilter("ignore")

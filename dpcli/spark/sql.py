@@ -23,6 +23,7 @@ from dpcli.spark.bounding import _keep_first, order_key, read_input
 from dpcli.spark.sql_exprs import Compiler, as_number, col, numeric_value_column
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.ir import AggCall, Aggregate, Col, Filter, Join, Project, Relation, Scan
+from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 from dpcli.tasks.sql.measures import NTILE_BINS, Measure
 
 if TYPE_CHECKING:
@@ -157,11 +158,18 @@ def relation(rel: Relation, frames: Mapping[str, Any], needed: Mapping[str, set[
 
 
 def _scan(scan: Scan, frame: Any, columns: list[str]) -> Any:
-    names = set(frame.columns)
+    """:func:`dpcli.tasks.sql.compile._scan`: text cut to its first :data:`~dpcli.tasks.sql.lengths.MAX_TEXT_LENGTH`
+    characters."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    types = _schema(frame)
     for c in columns:
-        if c not in names:
+        if c not in types:
             raise DataError(f"column {c!r} not found in {scan.table}")
-    out = frame.select(*[col(c).alias(f"{scan.prefix}.{c}") for c in columns])
+    read = [F.substring(col(c), 1, MAX_TEXT_LENGTH) if isinstance(types[c], T.StringType) else col(c)
+            for c in columns]
+    out = frame.select(*[r.alias(f"{scan.prefix}.{c}") for r, c in zip(read, columns, strict=True)])
     return out.filter(col(scan.unit).isNotNull()) if scan.unit is not None else out
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from dpcli.errors import DataError
 from dpcli.spark.bounding import numeric_text
 from dpcli.tasks.sql.ir import Col, Expr, Lit, Op
+from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 from dpcli.tasks.sql.typed import unified_kind
 
 
@@ -68,7 +69,13 @@ def as_number(t: Typed) -> Any:
 
 
 def as_text(t: Typed) -> Any:
-    return t.expr if t.kind == "text" else t.expr.try_cast("string")
+    """:func:`dpcli.tasks.sql.typed.as_text`: another type's text cut to
+    :data:`~dpcli.tasks.sql.lengths.MAX_TEXT_LENGTH` characters (an array's or a binary column's text is a table's)."""
+    from pyspark.sql import functions as F
+
+    if t.kind == "text":
+        return t.expr
+    return F.substring(t.expr.try_cast("string"), 1, MAX_TEXT_LENGTH)
 
 
 def as_bool(t: Typed, what: str) -> Any:

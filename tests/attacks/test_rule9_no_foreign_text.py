@@ -36,6 +36,8 @@ ALLOWED = {
     ("cli/_common.py", "safe_traceback(exc)"): "the boundary itself: prints only DpcliError messages",
     ("cli/_common.py", "error_line(exc)"): "a DpcliError: dpcli wrote its message",
     ("cli/_common.py", "_where(exc)"): "the file and line of dpcli's own code, never the message",
+    ("cli/_common.py", "_internal(exc, verbose)"): "the boundary itself: safe_traceback and _where only",
+    ("cli/_common.py", "is_native_panic(exc)"): "the exception's type name only",
     ("io/opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
     ("cli/tabulate.py", "str(exc)"): "a DpcliError (no ledger): dpcli wrote its message",
     ("state/ledger/charges.py", "str(exc)"): "a BudgetError: dpcli wrote its message",

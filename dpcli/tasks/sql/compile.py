@@ -28,6 +28,7 @@ from dpcli.tasks.sql.ir import (
     expressions_of,
     scans_of,
 )
+from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 from dpcli.tasks.sql.typed import Compiler, as_number, schema_of
 
 
@@ -59,8 +60,14 @@ def _scan(scan: Scan, frame: pl.LazyFrame, columns: list[str]) -> pl.LazyFrame:
     for c in columns:
         if c not in schema:
             raise DataError(f"column {c!r} not found in {scan.table}")
-    out = frame.select([pl.col(c).alias(f"{scan.prefix}.{c}") for c in columns])
+    out = frame.select([_read_column(c, schema[c]).alias(f"{scan.prefix}.{c}") for c in columns])
     return out.filter(pl.col(scan.unit).is_not_null()) if scan.unit is not None else out
+
+
+def _read_column(name: str, dtype: pl.DataType) -> pl.Expr:
+    """A column as the query reads it: text cut to its first :data:`~dpcli.tasks.sql.lengths.MAX_TEXT_LENGTH`
+    characters (so every value the query computes has a public bound, :mod:`dpcli.tasks.sql.lengths`)."""
+    return pl.col(name).str.slice(0, MAX_TEXT_LENGTH) if dtype == pl.String else pl.col(name)
 
 
 def _filter(rel: Relation, frame: pl.LazyFrame) -> pl.LazyFrame:

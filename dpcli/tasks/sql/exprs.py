@@ -40,6 +40,38 @@ CASTS: dict[str, str] = {
 }
 #: Plain SQL aggregates (per user in a sub-query; refused in the outer query).
 AGGREGATES: tuple[type[exp.Expression], ...] = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+#: The arguments of each node the resolver reads: any other one the query gives is refused, never dropped
+#: (``TRIM(BOTH 'x' FROM g)``, ``FLOOR(x, 1)``, ``MAX(a, b)``). ``safe`` on ``||`` and ``CONCAT`` is
+#: sqlglot's mark that non-text parts are converted, as dpcli does; ``big_int`` on COUNT its integer result.
+READ_ARGS: dict[type[exp.Expression], frozenset[str]] = {
+    **dict.fromkeys(BINARY, frozenset({"this", "expression"})),
+    **dict.fromkeys(FUNCTIONS, frozenset({"this"})),
+    exp.DPipe: frozenset({"this", "expression", "safe"}),
+    exp.Paren: frozenset({"this"}),
+    exp.Is: frozenset({"this", "expression"}),
+    exp.In: frozenset({"this", "expressions", "query", "unnest"}),  # a sub-query is refused by its own rule
+    exp.Between: frozenset({"this", "low", "high"}),
+    exp.Case: frozenset({"this", "ifs", "default"}),
+    exp.If: frozenset({"this", "true", "false"}),
+    exp.Coalesce: frozenset({"this", "expressions", "is_nvl", "is_null"}),  # IFNULL, NVL: the same
+    exp.Concat: frozenset({"expressions", "safe"}),
+    exp.Cast: frozenset({"this", "to"}),
+    exp.Round: frozenset({"this", "decimals"}),
+    exp.Count: frozenset({"this", "big_int"}),
+    **dict.fromkeys((exp.Sum, exp.Avg, exp.Min, exp.Max), frozenset({"this"})),
+}
+
+
+def check_arguments(node: exp.Expression) -> None:
+    """Refuse a node of :data:`READ_ARGS` that is given an argument the resolver does not read."""
+    read = READ_ARGS.get(type(node))
+    if read is None:
+        return
+    extra = sorted(k for k, v in node.args.items() if k not in read and v is not None and v is not False and v != [])
+    if extra:
+        name = node.sql_name() if isinstance(node, exp.Func) else node.key.upper()
+        raise refuse("unsupported", f"{name} with its {' and '.join(extra)} argument (dpcli would ignore it: give "
+                     f"{name} without it)", node)
 
 
 class Context(Protocol):
@@ -59,6 +91,7 @@ def resolve_expr(node: exp.Expression, ctx: Context) -> Expr:
     whole = ctx.matched(node)
     if whole is not None:
         return whole
+    check_arguments(node)
     handler = _HANDLERS.get(type(node))
     if handler is not None:
         return handler(node, ctx)
@@ -167,6 +200,8 @@ def _concat(node: exp.Expression, ctx: Context) -> Expr:
 def _cast(node: exp.Expression, ctx: Context) -> Expr:
     to = node.args["to"]
     name = to.this.name if hasattr(to.this, "name") else str(to.this)
+    if to.expressions:
+        raise refuse("unsupported", f"CAST to {name} with a length or precision (give {name} alone)", node)
     target = CASTS.get(name.upper())
     if target is None:
         raise refuse("unsupported", f"CAST to {name} is not supported (INT, DOUBLE, VARCHAR, BOOLEAN, DATE are)", node)

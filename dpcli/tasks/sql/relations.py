@@ -116,6 +116,7 @@ def match_key(node: exp.Expression, row: RowContext, keys: list[tuple[str, Expr]
 
 def plain_aggregate(node: exp.Expression, row: RowContext) -> AggCall:
     """COUNT(*), COUNT(x), COUNT(DISTINCT x), SUM, AVG, MIN or MAX of one row's expression."""
+    exprs.check_arguments(node)
     arg = node.this
     if isinstance(node, exp.Count) and isinstance(arg, exp.Star):
         return AggCall("count_rows", None)

@@ -18,6 +18,7 @@ from dpcli.errors import DataError, UsageError
 from dpcli.tasks.sql import exprs
 from dpcli.tasks.sql.anon import holds_aggregate, is_anonymized, read_anon
 from dpcli.tasks.sql.ir import AnonAgg, Col, Expr, OutputColumn, PostStep, ResolvedQuery
+from dpcli.tasks.sql.lengths import check_text_lengths
 from dpcli.tasks.sql.parse import parse_query
 from dpcli.tasks.sql.relations import Resolver, RowContext
 from dpcli.tasks.sql.rules import refuse
@@ -48,7 +49,9 @@ def resolve_query(text: str, tables: Mapping[str, TableDecl], default_cap: int =
     outer.check_keys_selected(select)
     aggregates, outputs = outer.sorted()
     post = _post(select, outer, outputs)
-    return ResolvedQuery(relation, tuple(groups), aggregates, outputs, post)
+    query = ResolvedQuery(relation, tuple(groups), aggregates, outputs, post)
+    check_text_lengths(query)
+    return query
 
 
 def _check_outer_clauses(select: exp.Select) -> None:

@@ -27,6 +27,8 @@ RULES: dict[str, str] = {
     "anonymized-aggregates": "the outer query aggregates with ANON_ functions only, each a SELECT item of its own",
     "exact-release": "nothing exact is released: no GROUP BY of the unit, no exact aggregate in HAVING, no window",
     "row-order": "no LIMIT, OFFSET or ORDER BY inside a sub-query (which rows are kept would depend on other users)",
+    "text-length": "no text value may exceed 100,000 characters (a table's text is read as its first 10,000; "
+                   "|| adds lengths, UPPER and LOWER may triple one)",
     "unsupported": "this construct is not supported by dpcli sql",
 }
 

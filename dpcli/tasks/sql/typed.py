@@ -22,6 +22,7 @@ import polars as pl
 from dpcli.bounding import numeric_value
 from dpcli.errors import DataError, type_text
 from dpcli.tasks.sql.ir import Col, Expr, Lit, Op
+from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 
 Kind = str  # number, text, bool, temporal, null, other
 
@@ -70,7 +71,11 @@ def as_number(t: Typed) -> pl.Expr:
 
 
 def as_text(t: Typed) -> pl.Expr:
-    return t.expr if t.kind == "text" else t.expr.cast(pl.String, strict=False)
+    """The value as text; a value of another type at most :data:`~dpcli.tasks.sql.lengths.MAX_TEXT_LENGTH`
+    characters of it (a categorical or binary column's text is a table's text)."""
+    if t.kind == "text":
+        return t.expr
+    return t.expr.cast(pl.String, strict=False).str.slice(0, MAX_TEXT_LENGTH)
 
 
 def as_bool(t: Typed, what: str) -> pl.Expr:
