@@ -195,7 +195,8 @@ def test_budget_show_lists_the_stream_and_history_its_retries(tmp_path):
                                  "runs": 1, "retries": 1}]
     text = cli("budget", "show").stdout
     assert "stream       daily.stream (entry #1): 1 run(s), 1 retry, epsilon=8, delta=0.000000001 reserved" in text
-    assert "replay of #2" in cli("budget", "history").stdout.splitlines()[-1]
+    step = next(e for e in json.loads(cli("budget", "history", "--json").stdout) if e["step"] and not e["replay_of"])
+    assert f"replay of #{step['seq']}" in cli("budget", "history").stdout.splitlines()[-1]
 
 
 def test_dry_run_shows_the_next_runs_costs_margins_and_the_ledgers_answer(tmp_path):

@@ -195,9 +195,11 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
 @app.command("history")
 @handles_errors
 def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
-    """Every ledger entry: time, command, cost, seed id (a release's completion shown on its debit's line)."""
+    """Every ledger entry: time, command, cost, seed id (a release's completion shown on its debit's line; a
+    stream's or schedule's run marked as begun shown only while it has not ended, or if the mark was charged)."""
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
     done = ledger.completions(led)
+    quiet = led.ended_marks()
     rows = [
         {
             "seq": e["seq"],
@@ -214,7 +216,7 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             **({"completed_by": done[e["seq"]]["seq"] if e["seq"] in done else None}
                if ledger.debited_before_reading(e) else {}),
         }
-        for e in led.entries if "completes" not in e
+        for e in led.entries if "completes" not in e and e["seq"] not in quiet
     ]
     if as_json:
         emit_json(rows)

@@ -36,7 +36,7 @@ from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import InputTable
 from dpcli.release.path import BeforeRun, LedgerRef, Prepared, Release, charge
-from dpcli.release.seeds import Calibration, release_seed
+from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.tasks.auto_bounds import chosen_text
@@ -130,8 +130,9 @@ class Sizes:
     new snapshot or a new schedule fresh noise."""
 
     def __init__(self, state_dir: Path, state: dict[str, Any], table: InputTable, unit: str,
-                 read: tuple[str, ...] = ()) -> None:
+                 read: tuple[str, ...] = (), before_read: Callable[[], None] = lambda: None) -> None:
         self._state_dir, self._state, self._table, self._unit, self._read = state_dir, state, table, unit, read
+        self._before_read = before_read  # the run's mark in the ledger (:class:`_Begun`), before the count
         self._units: int | None = None
         self._stream: KeyedStream | None = None
 
@@ -143,6 +144,7 @@ class Sizes:
     @property
     def units(self) -> int:
         if self._units is None:
+            self._before_read()
             self._units = count_units(self._table, self._unit, self._read)
         return self._units
 
@@ -234,16 +236,22 @@ def run_scheduled(
             return _again(call, again, table.fingerprint, through)
         table.verify_unchanged()  # a file changed since it was hashed: refused before anything is debited
         reserved = _reserve_first(call, fresh)  # before the size test or the run reads a record
-        began = _begin(call, table.fingerprint, through)
+        began = _Begun(call, table.fingerprint, through)
         read = (query["unit"], *query.get("by", ()), *([query["value"]] if query.get("value") else []))
-        sizes = Sizes(state_dir, state, table, query["unit"], read)
+        sizes = Sizes(state_dir, state, table, query["unit"], read, began.mark)
         plan = _plan(spec, state, sizes)
         if plan is None:
-            ledger.close_start(state_dir, analyst, state["reservation"], len(state["runs"]), began, lock_timeout)
+            began.close()
             return _again(call, Again(len(state["runs"]), "cached"), table.fingerprint, through, current=sizes.asked)
         if plan.epsilon <= 0:
             raise BudgetError(f"schedule {spec.name!r}: the ε for {plan.step} is below 10^-15; the schedule is spent")
-        prepared = run(plan.epsilon, state.get("auto"), lambda seed, events: _check_run_cost(events, plan.epsilon))
+        epsilon = plan.epsilon
+
+        def before_run(seed: ReleaseSeed, events: list[PrivacyEvent]) -> None:
+            _check_run_cost(events, epsilon)
+            began.mark()
+
+        prepared = run(plan.epsilon, state.get("auto"), before_run)
         if "auto" not in state and "auto" in prepared.metadata:
             plan.state["auto"] = chosen_bounds(prepared.metadata["auto"])
         if through is not None:
@@ -263,15 +271,30 @@ def _reserve_first(call: _Call, fresh: bool) -> tuple[PrivacyEvent, ...]:
     return reservation.events if debited else ()
 
 
-def _begin(call: _Call, fingerprint: str, through: datetime | None) -> str:
-    """Mark the call's run as begun in the ledger before its size test or its release reads a record
-    (:func:`ledger.start_step`): a second input at a step whose run never ended pays the whole schedule's
-    cost again, so no timing probe is free. The mark's input digest, to close it with."""
-    digest = ledger.step_digest(bytes.fromhex(call.state["secret"]),
-                                {"begins": fingerprint, "through": moment_text(through) if through else None})
-    ledger.start_step(call.state_dir, call.analyst, call.state["reservation"], len(call.state["runs"]), digest,
-                      call.label, [reservation_event(call.spec)], call.lock_timeout)
-    return digest
+class _Begun:
+    """A call's run marked as begun in the ledger (:func:`ledger.start_step`), once, just before its size test
+    or its release reads a record: a second input at a step whose run never ended pays the whole schedule's
+    cost again, so no timing probe is free. A call answered from the cache closes its mark."""
+
+    def __init__(self, call: _Call, fingerprint: str, through: datetime | None) -> None:
+        self._call, self._made = call, False
+        self._step = len(call.state["runs"])
+        self._digest = ledger.step_digest(bytes.fromhex(call.state["secret"]),
+                                          {"begins": fingerprint, "through": moment_text(through) if through else None})
+
+    def mark(self) -> None:
+        if self._made:
+            return
+        c = self._call
+        ledger.start_step(c.state_dir, c.analyst, c.state["reservation"], self._step, self._digest, c.label,
+                          [reservation_event(c.spec)], c.lock_timeout)
+        self._made = True
+
+    def close(self) -> None:
+        if self._made:
+            c = self._call
+            ledger.close_start(c.state_dir, c.analyst, c.state["reservation"], self._step, self._digest,
+                               c.lock_timeout)
 
 
 def _check_run_cost(events: list[PrivacyEvent], epsilon: Fraction) -> None:

@@ -46,7 +46,9 @@ APPROX = ledger_argv("approx", "--epsilon", "100", "--delta", "1e-3")
 #: Ledger entry fields that differ between any two runs (or state dirs) whatever the data.
 VOLATILE_LEDGER_FIELDS = ("time", "hash", "prev", "seq")
 #: Ledger entry fields that are functions of the released (noisy) values: the digest of the file written.
-NOISY_LEDGER_FIELDS = ("ledger.*.output",)
+#: A stream's or schedule's run marked as begun carries a keyed digest of its input's bytes, which differ
+#: between any two inputs (as a step's ``step.input`` does).
+NOISY_LEDGER_FIELDS = ("ledger.*.output", "ledger.*.starts.input")
 
 
 @dataclass

@@ -231,7 +231,8 @@ def test_csv_unterminated_quote_is_not_quoted_back(tmp_path):
     rows = csv_rows(300)
     rows[200] = f'199,"1,{SECRET}'
     r = histogram_sum(tmp_path, write(tmp_path / "q.csv", rows))
-    assert SECRET not in r.stderr and "199" not in r.stderr
+    said = r.stderr.replace(str(tmp_path), "<tmp>")  # the path may hold any number (pytest-199)
+    assert SECRET not in said and "199" not in said
 
 
 def test_csv_late_unparsable_value_does_not_fail_the_run(tmp_path):

@@ -119,6 +119,22 @@ class Ledger:
         return [e for e in self.entries if e.get("covered_by") == reservation_seq and "starts" in e
                 and e["starts"].get("from") == start and e["seq"] not in closed]
 
+    def ended_marks(self) -> set[int]:
+        """The entries a reader of the history need not see: the free marks of runs that began and then ended
+        (with their step, or closed by a call answered from the schedule's cache) and the entries closing them.
+        A mark that cost something, or whose run never ended, stays in view."""
+        closed = {e["closes"]: e["seq"] for e in self.entries if "closes" in e}
+        recorded = {(e["covered_by"], e["step"].get("from")) for e in self.entries
+                    if "step" in e and e.get("covered_by") is not None and not e.get("replay_of")}
+        quiet: set[int] = set()
+        for e in self.entries:
+            if "starts" in e and not e["events"]:
+                if e["seq"] in closed:
+                    quiet |= {e["seq"], closed[e["seq"]]}
+                elif (e["covered_by"], e["starts"].get("from")) in recorded:
+                    quiet.add(e["seq"])
+        return quiet
+
     def steps(self, reservation_seq: int) -> list[dict[str, Any]]:
         """The recorded (non-repeat) steps of a reservation, in order: element i started at step i."""
         return [e for e in self.entries
