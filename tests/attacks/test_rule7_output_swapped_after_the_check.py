@@ -1,0 +1,60 @@
+"""h-attack (review of issue 37), rule 7: an operator's (or a personal-mode user's) ``-o`` is checked, then
+written by path.
+
+FIXED (h-walk): see the fix at the end of this docstring. Low severity: it needs someone
+else to control a directory on the path of an output the operator names (a shared report folder).
+
+For a service-mode analyst the write goes through the output directory opened without following
+symlinks (:mod:`dpcli.io.beneath`). For everyone else :meth:`dpcli.access.Gate.check_write` resolves
+the path (not in the state directory, not an input) before the data is read and again in
+:meth:`dpcli.access.Gate.write`, which then opens ``path.parent`` *by path*, following symlinks
+(:func:`dpcli.state.atomic.atomic_write_bytes`). Whoever can rename a directory on that path and
+swaps it for a symlink in a loop wins the race between that last check and the open now and then,
+and the service account's release lands in the state directory, in a data directory, or over one of
+the run's inputs (rule 7: outputs never overwrite state or inputs). Here the swap is made right after
+the last check (the window a racing loop hits).
+
+Suggested fix: open the output's parent directory once at the check (``O_DIRECTORY``, kept), compare it
+with the state directory and the inputs by (device, inode) on that descriptor, and write relative to it
+(:func:`dpcli.state.atomic.atomic_write_at`) — as ``Gate.write`` already does for analysts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from dptest import cli, init_ledger
+
+from dpcli import access
+
+
+def test_an_output_directory_swapped_after_the_check_cannot_lead_into_the_state_directory(tmp_path, state_dir,
+                                                                                         monkeypatch):
+    init_ledger()
+    data = tmp_path / "d.csv"
+    data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
+    keys = tmp_path / "k.csv"
+    keys.write_text("g\nA\n")
+    shared = tmp_path / "shared"
+    (shared / "rep").mkdir(parents=True)
+    checked = access.Gate.check_write
+    calls = []
+
+    def check_then_swap(self, path, what="output"):
+        checked(self, path, what)
+        calls.append(path)
+        if str(path).endswith("default.json") and len(calls) == 2:  # the check in Gate.write, just before the open
+            os.rename(shared / "rep", shared / "rep.old")  # someone who can write `shared` swaps `rep`
+            os.symlink(state_dir / "ledgers", shared / "rep")
+
+    monkeypatch.setattr(access.Gate, "check_write", check_then_swap)
+    r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1",
+            "-o", shared / "rep" / "default.json")
+    after = (state_dir / "ledgers" / "default.json").read_bytes()
+    # (the release was debited before its output, as always: the ledger holds that debit, not the release CSV)
+    lines = [json.loads(line) for line in after.splitlines()]  # (a CSV release would not parse)
+    assert lines[0]["ledger_id"] and len(lines) >= 2, (r.exit_code, after[:60])
+    assert r.exit_code == 73 and "inside the state directory" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert not list((state_dir / "ledgers").glob(".default.json.*.tmp"))  # no temp file left there either
