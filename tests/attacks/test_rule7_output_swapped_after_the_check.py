@@ -58,3 +58,33 @@ def test_an_output_directory_swapped_after_the_check_cannot_lead_into_the_state_
     assert lines[0]["ledger_id"] and len(lines) >= 2, (r.exit_code, after[:60])
     assert r.exit_code == 73 and "inside the state directory" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert not list((state_dir / "ledgers").glob(".default.json.*.tmp"))  # no temp file left there either
+
+
+def test_an_output_directory_swapped_after_the_check_cannot_lead_over_an_input(tmp_path, state_dir, monkeypatch):
+    """The same swap, to the directory of the run's data: the name written there is the input, refused on
+    the directory's descriptor (by device and inode), and the input is untouched."""
+    init_ledger()
+    inputs_dir = tmp_path / "in"
+    inputs_dir.mkdir()
+    data = inputs_dir / "d.csv"
+    data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
+    keys = tmp_path / "k.csv"
+    keys.write_text("g\nA\n")
+    shared = tmp_path / "shared"
+    (shared / "rep").mkdir(parents=True)
+    checked = access.Gate.check_write
+    calls = []
+
+    def check_then_swap(self, path, what="output"):
+        checked(self, path, what)
+        calls.append(path)
+        if len(calls) == 2:
+            os.rename(shared / "rep", shared / "rep.old")
+            os.symlink(inputs_dir, shared / "rep")
+
+    monkeypatch.setattr(access.Gate, "check_write", check_then_swap)
+    before = data.read_bytes()
+    r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1",
+            "-o", shared / "rep" / "d.csv")
+    assert r.exit_code == 73 and "is one of the run's inputs" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert data.read_bytes() == before

@@ -53,3 +53,87 @@ def test_a_symlink_planted_below_a_dataset_directory_is_refused(svc):
     r = svc.run("alice", "histogram", "events", "--by", "page", "--epsilon", "1", "--delta", "1e-6")
     # … but today she gets it through `events`: /w/0 is released with a noisy count near 400
     assert r.exit_code == 2 and "/w/0" not in r.stdout, (r.exit_code, r.stdout, r.stderr)
+
+
+def _events(svc, analysts='["alice"]'):
+    """A catalog dataset ``events`` with one partition directory; its directory and the partition."""
+    ds = svc.data / "events"
+    (ds / "year=2026").mkdir(parents=True)
+    pl.DataFrame({"user": [f"u{i}" for i in range(100)], "page": ["/p/0"] * 100}).write_parquet(
+        ds / "year=2026" / "part-0.parquet")
+    svc.catalog_toml += f'[datasets.events]\nlocation = "{ds}"\nprivacy_unit = "user"\nanalysts = {analysts}\n'
+    (svc.home / "catalog.toml").write_text(svc.catalog_toml)
+    assert svc.owner("catalog", "set", svc.home / "catalog.toml").exit_code == 0
+    return ds, ds / "year=2026"
+
+
+HIST = ("histogram", "events", "--by", "page", "--epsilon", "1", "--delta", "1e-6")
+
+
+def test_a_partition_others_can_write_is_refused_before_anything_is_read(svc):
+    """No symlink yet, but a partition directory anyone (or a group) can write: a link or a hard link could
+    be planted at any time, so the dataset is refused, to the analyst without its location or its names
+    below, to the operator with the directory and a `find` that lists what is refused (names below a
+    dataset can be data: never quoted)."""
+    ds, part = _events(svc)
+    assert svc.run("alice", *HIST).exit_code == 0
+    for mode in (0o777, 0o775, 0o1777):
+        os.chmod(part, mode)
+        r = svc.run("alice", *HIST)
+        assert r.exit_code == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (mode, r.stderr)
+        assert "ask the operator" in r.stderr and str(svc.data) not in r.stderr and "year" not in r.stderr
+        op = svc.run("ops", *HIST)
+        assert op.exit_code == 2 and op.stderr.count("\n") == 1 and f"below {ds} is writable" in op.stderr
+        assert f"find {ds} " in op.stderr and "year" not in op.stderr and "part-0" not in op.stderr
+    os.chmod(part, 0o755)
+    os.chmod(part / "part-0.parquet", 0o666)  # a file others can rewrite in place: refused as well
+    assert svc.run("alice", *HIST).exit_code == 2
+    os.chmod(part / "part-0.parquet", 0o644)
+    assert svc.run("alice", *HIST).exit_code == 0
+
+
+def test_a_symlink_below_is_refused_even_to_a_trusted_target(svc):
+    """A link below a dataset directory is refused wherever it points (to another dataset, within the
+    dataset itself, dangling), and in a hidden entry it is never looked at (not read)."""
+    ds, part = _events(svc)
+    os.symlink(part / "part-0.parquet", ds / "part-9.parquet")  # within the dataset itself
+    r = svc.run("alice", *HIST)
+    assert r.exit_code == 2 and "symlink" in r.stderr and str(ds) not in r.stderr
+    os.unlink(ds / "part-9.parquet")
+    os.symlink(part, ds / "year=2027")  # a directory link
+    assert svc.run("alice", *HIST).exit_code == 2
+    os.unlink(ds / "year=2027")
+    os.symlink("/nonexistent", ds / "_temporary")  # hidden (Hadoop's rule): no data, not looked at
+    assert svc.run("alice", *HIST).exit_code == 0
+
+
+def test_a_dataset_is_read_through_the_descriptors_of_its_walk(tmp_path):
+    """Personal mode: the files read are those opened in the walk; one renamed over after it is not read
+    (the open file is), and the change is refused before the charge. A symlink below is refused here too."""
+    from dpcli.access import Source
+    from dpcli.errors import InputMissingError, UsageError
+    from dpcli.io import inputs
+
+    ds = tmp_path / "ds"
+    (ds / "d=1").mkdir(parents=True)
+    pl.DataFrame({"u": ["a", "b"]}).write_parquet(ds / "d=1" / "p.parquet")
+    table = inputs.open_dataset(str(ds))
+    pl.DataFrame({"u": ["x", "y", "z"]}).write_parquet(tmp_path / "new.parquet")
+    os.replace(tmp_path / "new.parquet", ds / "d=1" / "p.parquet")
+    assert table.frame.collect()["u"].to_list() == ["a", "b"]
+    with pytest.raises(InputMissingError, match="changed while it was read"):
+        table.verify_unchanged()
+    os.symlink(ds / "d=1" / "p.parquet", ds / "q.parquet")
+    with pytest.raises(UsageError, match="a symlink lies below") as err:
+        inputs.open_dataset(Source("ds", str(ds)))
+    assert f"find {ds} -type l" in str(err.value) and "q.parquet" not in str(err.value)
+
+
+def test_an_sql_table_that_is_a_dataset_directory_is_walked_too(svc):
+    """`dpcli sql` reads the columns of a dataset table through the same walk."""
+    ds, part = _events(svc)
+    q = ("sql", "SELECT page, ANON_COUNT(*) AS n FROM events GROUP BY page", "--epsilon", "1", "--delta", "1e-6")
+    assert svc.run("alice", *q).exit_code == 0, svc.run("alice", *q).stderr
+    os.chmod(part, 0o777)
+    r = svc.run("alice", *q)
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "ask the operator" in r.stderr, r.stderr
