@@ -465,13 +465,13 @@ class Gate:
         descriptor (:meth:`_checked_parent`: never the state directory, an input, or below an input
         dataset; exit 73)."""
         from dpcli.errors import OutputError, os_reason
-        from dpcli.state.atomic import atomic_write_at, write_in_place, writes_in_place
+        from dpcli.state.atomic import atomic_write_at, writes_in_place
 
         self.check_write(path, what)
         target = Path(path)
         try:
             if not self.restricted and writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
-                write_in_place(target, data)
+                self._write_through(target, data, what)
                 return
             if not self.restricted:
                 directory = self._checked_parent(target, what)
@@ -499,6 +499,29 @@ class Gate:
             os.close(fd)
             raise
         return fd
+
+    def _write_through(self, target: Path, data: bytes, what: str) -> None:
+        """A device or a pipe (:func:`dpcli.state.atomic.writes_in_place`) written in place, through its directory
+        opened once and checked as :meth:`_checked_parent` checks it. In ``/dev`` or a process's descriptors
+        (what the descriptor's directory is now, not its path) the name is followed (``/dev/stdout``), and a
+        regular file it leads to must be none of the run's inputs; anywhere else the name is not followed and
+        must still be no regular file (one swapped in since the check is refused, never appended to)."""
+        from dpcli.errors import OutputError
+        from dpcli.state.atomic import in_stream_dir, write_in_place_at
+
+        directory = os.open(target.parent, _DIR_FLAGS)
+        try:
+            self._refuse_below_protected(directory, str(target), what)
+            stream = in_stream_dir(directory, target.parent)
+
+            def check(st: os.stat_result) -> None:
+                if stat.S_ISREG(st.st_mode) and (not stream or (st.st_dev, st.st_ino) in self.protected):
+                    raise OutputError(f"{what} {str(target)!r} is a regular file now (a device or a pipe when "
+                                      "checked): write it elsewhere")
+
+            write_in_place_at(directory, target.name, data, follow=stream, check=check)
+        finally:
+            os.close(directory)
 
     def _refuse_below_protected(self, fd: int, path: str, what: str) -> None:
         """Refuse when the open directory ``fd`` is, or lies below, the state directory or an input dataset."""

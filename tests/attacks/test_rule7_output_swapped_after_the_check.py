@@ -28,6 +28,7 @@ import pytest
 from dptest import cli, init_ledger
 
 from dpcli import access
+from dpcli.state import atomic
 
 
 def test_an_output_directory_swapped_after_the_check_cannot_lead_into_the_state_directory(tmp_path, state_dir,
@@ -88,3 +89,40 @@ def test_an_output_directory_swapped_after_the_check_cannot_lead_over_an_input(t
             "-o", shared / "rep" / "d.csv")
     assert r.exit_code == 73 and "is one of the run's inputs" in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert data.read_bytes() == before
+
+
+@pytest.mark.parametrize("into", ["ledgers", "elsewhere"])
+def test_a_pipe_output_swapped_after_the_check_is_not_appended_to(tmp_path, state_dir, monkeypatch, into):
+    """`-o` naming a FIFO is written in place (appended, never replaced): its directory swapped after the check
+    for a link to the ledgers' (the same name there is a ledger) is refused on the directory's descriptor;
+    to a directory where the name is a regular file, the file opened is refused before a byte is appended."""
+    init_ledger()
+    data = tmp_path / "d.csv"
+    data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
+    keys = tmp_path / "k.csv"
+    keys.write_text("g\nA\n")
+    shared = tmp_path / "shared"
+    (shared / "rep").mkdir(parents=True)
+    os.mkfifo(shared / "rep" / "default.json")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "default.json").write_text("precious\n")
+    target = state_dir / "ledgers" if into == "ledgers" else other
+    decide = atomic.writes_in_place
+
+    def decide_then_swap(path):  # Gate.write has decided to write in place: the swap comes just after
+        in_place = decide(path)
+        if in_place and str(path).endswith("default.json") and not (shared / "rep.old").exists():
+            os.rename(shared / "rep", shared / "rep.old")
+            os.symlink(target, shared / "rep")
+        return in_place
+
+    monkeypatch.setattr(atomic, "writes_in_place", decide_then_swap)  # (Gate.write imports it when it writes)
+    before = (target / "default.json").read_bytes()
+    r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1",
+            "-o", shared / "rep" / "default.json")
+    after = (target / "default.json").read_bytes()
+    assert r.exit_code == 73 and r.stderr.count("\n") == 1, r.stderr
+    assert after.startswith(before.splitlines()[0]) and b"noisy" not in after and b"A," not in after
+    if into == "elsewhere":
+        assert after == before and "is a regular file now" in r.stderr
