@@ -137,3 +137,18 @@ def test_an_sql_table_that_is_a_dataset_directory_is_walked_too(svc):
     os.chmod(part, 0o777)
     r = svc.run("alice", *q)
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "ask the operator" in r.stderr, r.stderr
+
+
+def test_catalog_set_checks_below_a_dataset_directory(svc):
+    """The operator hears of it at `catalog set` already, with the directory and a `find` (no name below)."""
+    ds = svc.data / "events"
+    (ds / "year=2026").mkdir(parents=True)
+    pl.DataFrame({"user": ["u0"], "page": ["/p/0"]}).write_parquet(ds / "year=2026" / "part-0.parquet")
+    os.chmod(ds / "year=2026", 0o775)
+    svc.catalog_toml += f'[datasets.events]\nlocation = "{ds}"\nprivacy_unit = "user"\nanalysts = ["alice"]\n'
+    (svc.home / "catalog.toml").write_text(svc.catalog_toml)
+    r = svc.owner("catalog", "set", svc.home / "catalog.toml")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and f"below {ds} is writable by its group" in r.stderr
+    assert "year" not in r.stderr and f"find {ds} " in r.stderr
+    os.chmod(ds / "year=2026", 0o755)
+    assert svc.owner("catalog", "set", svc.home / "catalog.toml").exit_code == 0
