@@ -280,9 +280,9 @@ def test_a_link_planted_in_a_partition_handed_to_an_analyst_is_refused(deploymen
         shutil.chown(path, NAMES["svc"], NAMES["svc"])
         path.chmod(0o700 if path == withheld else 0o755 if path.is_dir() else 0o644)
     catalog = d.svc_home / "catalog.toml"
-    text = catalog.read_text() + (f'[datasets.events]\nlocation = "{events}"\nprivacy_unit = "user"\n'
-                                  f'analysts = ["{NAMES["alice"]}"]\n[datasets.withheld]\nlocation = "{withheld}"\n'
-                                  f'privacy_unit = "user"\nanalysts = ["{NAMES["bob"]}"]\n')
+    text = (f'operators = []\n[datasets.events]\nlocation = "{events}"\nprivacy_unit = "user"\n'  # (a catalog of its own:
+            f'analysts = ["{NAMES["alice"]}"]\n[datasets.withheld]\nlocation = "{withheld}"\n'  # earlier attacks left
+            f'privacy_unit = "user"\nanalysts = ["{NAMES["bob"]}"]\n')  # the other one's output folders swapped)
     catalog.write_text(text)
     r = d.run("svc", "catalog", "set", str(catalog), via_sudo=False)
     assert r.returncode == 0, r.stderr
