@@ -14,9 +14,11 @@ and the service account's release lands in the state directory, in a data direct
 the run's inputs (rule 7: outputs never overwrite state or inputs). Here the swap is made right after
 the last check (the window a racing loop hits).
 
-Suggested fix: open the output's parent directory once at the check (``O_DIRECTORY``, kept), compare it
-with the state directory and the inputs by (device, inode) on that descriptor, and write relative to it
-(:func:`dpcli.state.atomic.atomic_write_at`) — as ``Gate.write`` already does for analysts.
+Fixed (h-walk): :meth:`dpcli.access.Gate.write` opens the output's directory once after the last check
+and checks that descriptor (:meth:`dpcli.access.Gate._checked_parent`: it and its ancestors through ``..``
+are not the state directory or an input dataset, the name replaced is no input and no private file, by
+device and inode), then writes relative to it (:func:`dpcli.state.atomic.atomic_write_at`); a device or a
+pipe written in place goes through the same checked directory.
 """
 
 from __future__ import annotations

@@ -15,11 +15,11 @@ but rule 8 ("never reads for the analyst what the analyst could not read") is br
 ``--by`` over the planted file's columns the analyst gets DP statistics of a dataset the catalog
 withholds from them.
 
-Suggested fix: list the dataset from the directory descriptor opened at use (``os.fwalk`` with
-``follow_symlinks=False`` from that fd, or ``openat`` with ``O_NOFOLLOW`` per name), refuse a symlink
-anywhere below, check each sub-directory and file with :func:`dpcli.io.beneath.unsafe_stat` (owner root
-or the service account, not group- or other-writable), and hand polars the opened descriptors (or
-``/proc/self/fd/N`` of them), not the paths.
+Fixed (h-walk): the dataset directory opened at use is walked from its descriptor, one name at a time
+without following symlinks (:func:`dpcli.io.beneath.files_below`); a symlink anywhere below is refused
+(in personal mode too), in service mode so is every sub-directory or file :func:`dpcli.io.beneath.unsafe_stat`
+refuses, and polars is given the files opened in the walk, never their paths
+(:class:`dpcli.io.inputs.DatasetListing`). ``catalog set`` walks each dataset directory the same way.
 """
 
 from __future__ import annotations
