@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import os
 import pwd
-from collections.abc import Callable, Mapping
+import stat
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,8 +111,6 @@ def _owned_dir(path: Path | None, uid: int) -> bool:
         st = os.stat(path) if path is not None else None
     except OSError:
         return False
-    import stat
-
     return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid
 
 
@@ -210,6 +209,10 @@ class Gate:
     releases: set[str] = field(default_factory=set)
     #: Locations of this run's names that ``catalog set`` resolved (the rest: a catalog sealed before).
     sealed: set[str] = field(default_factory=set)
+    #: (device, inode) of what this run reads (files opened through :meth:`open`, dataset directories, the
+    #: inputs :func:`dpcli.io.outputs.check_output_path` was given): :meth:`write` never replaces one, nor
+    #: writes below one.
+    protected: set[tuple[int, int]] = field(default_factory=set)
 
     @property
     def service(self) -> bool:
@@ -330,9 +333,9 @@ class Gate:
         """
         self.check_read(path, what)
         if self.service and isinstance(path, Source) and path.entry is not None:
-            return self._open_location(path, what, flags)
+            return self._protected(self._open_location(path, what, flags))
         if not (self.restricted and isinstance(path, str)):
-            return os.open(path.location if isinstance(path, Source) else path, flags)
+            return self._protected(os.open(path.location if isinstance(path, Source) else path, flags))
         real = os.path.realpath(path)
         refusal = f"{what} {path!r}: in service mode dpcli reads only releases in your output directories"
         directory = self._output_dir_fd(os.path.dirname(real), refusal)
@@ -383,6 +386,51 @@ class Gate:
 
         return f"{what}: {component} is {why}: {PATH_FIX}"
 
+    def open_directory(self, source: Source, what: str) -> tuple[int, frozenset[int] | None]:
+        """A dataset directory opened as :meth:`open` opens a file (in service mode a catalog location as
+        sealed, checked on its descriptor), for a walk from that descriptor (:func:`dpcli.io.beneath.files_below`);
+        and who may own what lies below it: root and the service account for a catalog location in service
+        mode (checked as the location was), None (not checked: only symlinks are refused) otherwise."""
+        fd = self.open(source, what, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
+        checked = self.service and source.entry is not None and "://" not in source.location
+        return fd, trusted_uids() if checked else None
+
+    def below_refusal(self, what: str, source: Source, why: str) -> UsageError:
+        """The one line (exit 2) refusing what lies below a dataset directory (``why``: a symlink, or what
+        :func:`dpcli.io.beneath.unsafe_stat` said). Names below a dataset can be data (hive partitions): they
+        are never quoted; the operator is given the directory and a ``find`` that lists what is refused, an
+        analyst neither (the location is private)."""
+        if self.restricted:
+            return UsageError(f"{what} {source.name!r}: a file or directory below its catalog location is a symlink, "
+                              "or others can change it; ask the operator")
+        where = source.location
+        listing = (f"find {where} \\( -type l -o -perm /022 -o \\! \\( -uid 0 -o -uid {os.geteuid()} \\) \\) -print"
+                   if self.service else f"find {where} -type l")
+        if why == "a symlink":
+            return UsageError(f"{what} {source.name!r}: a symlink lies below {where} (a dataset is read from its own "
+                              f"files, never through a link; {listing} lists them): replace it by the file or "
+                              "directory it points to")
+        return UsageError(f"{what} {source.name!r}: a file or directory below {where} is {why} (names below a "
+                          f"dataset are not shown; {listing} lists them): keep everything below a dataset owned by "
+                          "root or the service account and writable by neither group nor others")
+
+    def _protected(self, fd: int) -> int:
+        """``fd``, an input just opened, its (device, inode) recorded as one :meth:`write` must not touch."""
+        st = os.fstat(fd)
+        self.protected.add((st.st_dev, st.st_ino))
+        return fd
+
+    def protect(self, paths: Sequence[str | os.PathLike[str] | None]) -> None:
+        """Record the inputs at ``paths`` (as they resolve now; ``-``: the file or pipe on standard input)
+        as ones :meth:`write` must not replace or write below; missing ones and URIs are skipped."""
+        for path in paths:
+            try:
+                st = (os.fstat(0) if str(path) == "-" else os.stat(path)) if path is not None else None
+            except OSError:
+                continue
+            if st is not None and not stat.S_ISCHR(st.st_mode):
+                self.protected.add((st.st_dev, st.st_ino))
+
     def allow_read(self, path: str) -> None:
         """Let this run read ``path``, a file in the analyst's output directories (a release that
         ``plot`` then checks against the ledger by its digest)."""
@@ -413,26 +461,104 @@ class Gate:
         (:func:`dpcli.state.atomic.writes_in_place`). For a service-mode analyst the file is written
         through its directory, opened from their output directory without following symlinks
         (:mod:`dpcli.io.beneath`), so a directory swapped for a symlink after the check cannot lead the
-        write elsewhere (exit 2)."""
+        write elsewhere (exit 2); for everyone else through its directory opened once and checked on that
+        descriptor (:meth:`_checked_parent`: never the state directory, an input, or below an input
+        dataset; exit 73)."""
         from dpcli.errors import OutputError, os_reason
-        from dpcli.state.atomic import atomic_write_at, atomic_write_bytes, write_in_place, writes_in_place
+        from dpcli.state.atomic import atomic_write_at, writes_in_place
 
         self.check_write(path, what)
         target = Path(path)
         try:
-            if not self.restricted:
-                if writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
-                    write_in_place(target, data)
-                else:
-                    atomic_write_bytes(target, data, mode)
+            if not self.restricted and writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
+                self._write_through(target, data, what)
                 return
-            directory = self._output_dir_fd(os.path.realpath(target.parent), _outside(what))
+            if not self.restricted:
+                directory = self._checked_parent(target, what)
+            else:
+                directory = self._output_dir_fd(os.path.realpath(target.parent), _outside(what))
             try:
                 atomic_write_at(directory, target.name, data, mode)
             finally:
                 os.close(directory)
         except OSError as exc:
             raise OutputError(f"cannot write {path!r}: {os_reason(exc)}") from None
+
+    def _checked_parent(self, target: Path, what: str) -> int:
+        """The directory of an output that is not an analyst's (operators, personal mode), opened once (by
+        path: symlinks followed, as the caller may) and checked on that descriptor: not in the state
+        directory nor below an input dataset (its ancestors, by device and inode, through ``..``), and the
+        name in it no input and none of dpcli's private files (:class:`OutputError`, exit 73). The write
+        is then made relative to it, so a directory on the path swapped after :meth:`check_write` cannot
+        lead it elsewhere."""
+        fd = os.open(target.parent, _DIR_FLAGS)
+        try:
+            self._refuse_below_protected(fd, str(target), what)
+            self._refuse_protected_entry(fd, target.name, str(target), what)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _write_through(self, target: Path, data: bytes, what: str) -> None:
+        """A device or a pipe (:func:`dpcli.state.atomic.writes_in_place`) written in place, through its directory
+        opened once and checked as :meth:`_checked_parent` checks it. In ``/dev`` or a process's descriptors
+        (what the descriptor's directory is now, not its path) the name is followed (``/dev/stdout``), and a
+        regular file it leads to must be none of the run's inputs; anywhere else the name is not followed and
+        must still be no regular file (one swapped in since the check is refused, never appended to)."""
+        from dpcli.errors import OutputError
+        from dpcli.state.atomic import in_stream_dir, write_in_place_at
+
+        directory = os.open(target.parent, _DIR_FLAGS)
+        try:
+            self._refuse_below_protected(directory, str(target), what)
+            stream = in_stream_dir(directory, target.parent)
+
+            def check(st: os.stat_result) -> None:
+                if stat.S_ISREG(st.st_mode) and (not stream or (st.st_dev, st.st_ino) in self.protected):
+                    raise OutputError(f"{what} {str(target)!r} is a regular file now (a device or a pipe when "
+                                      "checked): write it elsewhere")
+
+            write_in_place_at(directory, target.name, data, follow=stream, check=check)
+        finally:
+            os.close(directory)
+
+    def _refuse_below_protected(self, fd: int, path: str, what: str) -> None:
+        """Refuse when the open directory ``fd`` is, or lies below, the state directory or an input dataset."""
+        from dpcli.errors import OutputError
+
+        state = _identity(self.state_dir)
+        for key in _ancestry(fd):
+            if key == state:
+                raise OutputError(f"{what} {path!r} lies inside the state directory; write it elsewhere")
+            if key in self.protected:
+                raise OutputError(f"{what} {path!r} lies inside one of the run's input datasets; write it elsewhere")
+
+    def _refuse_protected_entry(self, fd: int, name: str, path: str, what: str) -> None:
+        """Refuse when the entry ``name`` of the open directory ``fd`` (not followed: it is what is replaced)
+        is one of the run's inputs, or a key, ledger or state file."""
+        from dpcli.errors import OutputError
+        from dpcli.io.opening import is_private_file
+
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if (st.st_dev, st.st_ino) in self.protected:
+            raise OutputError(f"{what} {path!r} is one of the run's inputs; write it elsewhere")
+        if not stat.S_ISREG(st.st_mode):
+            return
+        try:
+            entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return  # (one dpcli cannot read is none of its private files, which it reads: replaced as before)
+        try:
+            head = os.pread(entry, 32, 0)
+        finally:
+            os.close(entry)
+        if is_private_file(head):
+            raise OutputError(f"{what} {path!r} is one of dpcli's private files (a key, ledger or state); "
+                              "write it elsewhere")
 
     def _output_dir_fd(self, directory: str, refusal: str) -> int:
         """``directory`` (resolved) opened from the output directory of this analyst it lies in; the
@@ -514,6 +640,41 @@ class Gate:
         folder = self.state_dir / "streams" / self.analyst
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         return folder / f"{argument}.stream"
+
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
+_UP_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
+
+
+def _identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` (followed), None if there is none."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if st is not None else None
+
+
+def _ancestry(fd: int) -> list[tuple[int, int]]:
+    """(device, inode) of the open directory ``fd`` and of each of its ancestors up to ``/``, found through
+    ``..`` from the descriptor (never by path), as they are now; a ``..`` that cannot be opened ends it."""
+    chain: list[tuple[int, int]] = []
+    current = os.dup(fd)
+    try:
+        while True:
+            st = os.fstat(current)
+            key = (st.st_dev, st.st_ino)
+            if key in chain:
+                return chain
+            chain.append(key)
+            try:
+                up = os.open("..", _UP_FLAGS, dir_fd=current)
+            except OSError:
+                return chain
+            os.close(current)
+            current = up
+    finally:
+        os.close(current)
 
 
 def _root(out: OutputEntry) -> str:

@@ -369,6 +369,32 @@ def _sealed_location(where: str, location: str, trusted: frozenset[int]) -> str:
     return resolved
 
 
+def _sealed_below(where: str, resolved: str, trusted: frozenset[int]) -> None:
+    """A dataset directory's contents checked as they will be at every use (:func:`dpcli.io.beneath.files_below`:
+    no symlink below it, every sub-directory and file owned and writable by ``trusted`` only); names below it
+    are data and never quoted: the refusal gives a ``find`` that lists them. A file location passes."""
+    from dpcli.errors import os_reason
+    from dpcli.io.beneath import Below, files_below
+    from dpcli.io.inputs import HIDDEN_PREFIXES
+
+    try:
+        fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return  # (a file, or missing: checked at use)
+    try:
+        files_below(fd, trusted, HIDDEN_PREFIXES, open_files=False)
+    except Below as below:
+        uids = " -o ".join(f"-uid {uid}" for uid in sorted(trusted))
+        raise _err(where, f"a file or directory below {resolved} is {below.why} (find {resolved} \\( -type l -o "
+                          f"-perm /022 -o \\! \\( {uids} \\) \\) -print lists them): keep everything below a "
+                          "dataset owned by root or the service account, writable by neither group nor others, and "
+                          "no symlink") from None
+    except OSError as exc:
+        raise _err(where, f"{resolved!r} cannot be examined ({os_reason(exc)})") from None
+    finally:
+        os.close(fd)
+
+
 def seal_paths(catalog: Catalog, state_dir: Path, service: bool = True) -> Catalog:
     """The catalog with every local location resolved once and checked (the operator's act, at
     ``catalog set``): datasets' and public lists' locations, the output directories (each pinned by
@@ -390,6 +416,7 @@ def seal_paths(catalog: Catalog, state_dir: Path, service: bool = True) -> Catal
             sealed = entry.copy()
             if section != "spark" and "://" not in entry["location"]:
                 sealed["resolved"] = _sealed_location(f"{section}.{name}.location", entry["location"], trusted)
+                _sealed_below(f"{section}.{name}.location", sealed["resolved"], trusted)
             sections[section][name] = sealed
     outputs = []
     for i, out in enumerate(catalog.outputs):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 #: What ``open`` says when ``O_NOFOLLOW`` met a symlink, or a name on the way is no directory.
@@ -138,3 +139,122 @@ def open_nofollow(path: str, flags: int) -> int:
         return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+# --- what lies below a directory ----------------------------------------------------------------
+#
+# A directory opened safely says nothing of what lies below it: a file there may be a symlink to
+# anywhere the service account reads, and a sub-directory someone else can write lets them plant one
+# (or a hard link) later. So a dataset directory is walked from its open descriptor, one name at a
+# time without following any symlink (:func:`files_below`): a symlink anywhere below is refused, every
+# sub-directory and file is checked as its location was (:func:`unsafe_stat`, service mode), and the
+# files are read through the descriptors opened in the walk, never by path.
+
+_ENTRY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+class Below(Exception):
+    """An entry below a walked directory that is refused: a symlink, or (when checked) one that someone
+    else could change. ``relative`` is its path below the directory (data: callers never show it to an
+    analyst)."""
+
+    def __init__(self, relative: PurePosixPath, why: str) -> None:
+        super().__init__(f"{relative}: {why}")
+        self.relative = relative
+        self.why = why
+
+
+@dataclass(frozen=True)
+class Found:
+    """A regular file below a walked directory: its path below it, its status, and its descriptor (read-only,
+    opened in the walk; None when the walk only looked)."""
+
+    relative: PurePosixPath
+    st: os.stat_result
+    fd: int | None
+
+
+def files_below(root_fd: int, trusted: frozenset[int] | None, hidden: tuple[str, ...],
+                open_files: bool = True) -> list[Found]:
+    """Every regular file below the open directory ``root_fd``, sorted by its path below it, found one name
+    at a time relative to descriptors (``O_NOFOLLOW``): names starting with one of ``hidden`` are skipped
+    (and not looked into), as are FIFOs, sockets and devices. :class:`Below` for a symlink anywhere below
+    and, when ``trusted`` is given, for a sub-directory or file :func:`unsafe_stat` refuses. With
+    ``open_files`` each file is opened (the caller closes the descriptors); else only its ``lstat`` is
+    taken. ``OSError`` as the OS raises it (every descriptor opened is then closed)."""
+    found: list[Found] = []
+    try:
+        _walk_into(root_fd, PurePosixPath(), trusted, hidden, open_files, found)
+    except BaseException:
+        close_found(found)
+        raise
+    return sorted(found, key=lambda f: f.relative)
+
+
+def close_found(found: list[Found]) -> None:
+    """Close the descriptors of a walk's files."""
+    for f in found:
+        if f.fd is not None:
+            os.close(f.fd)
+
+
+def _walk_into(dir_fd: int, relative: PurePosixPath, trusted: frozenset[int] | None, hidden: tuple[str, ...],
+               open_files: bool, found: list[Found]) -> None:
+    with os.scandir(dir_fd) as it:  # (a duplicate of the descriptor, rewound when closed)
+        entries = [(e.name, e.is_symlink(), e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
+                   for e in it if not e.name.startswith(hidden)]
+    for name, link, is_dir, is_file in sorted(entries):
+        if link:
+            raise Below(relative / name, "a symlink")
+        if is_dir or is_file:
+            _visit(dir_fd, name, relative / name, trusted, hidden, open_files, found)
+
+
+def _visit(dir_fd: int, name: str, relative: PurePosixPath, trusted: frozenset[int] | None, hidden: tuple[str, ...],
+           open_files: bool, found: list[Found]) -> None:
+    """One directory or file of a walk: opened without following a symlink (one swapped in since it was
+    listed fails the open), checked on its own status, then walked into or kept."""
+    if not open_files:
+        _look(dir_fd, name, relative, trusted, hidden, found)
+        return
+    try:
+        fd = os.open(name, _ENTRY_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Below(relative, "a symlink") from None
+        raise
+    kept = False
+    try:
+        st = os.fstat(fd)
+        _check(st, relative, trusted)
+        if stat.S_ISREG(st.st_mode):
+            found.append(Found(relative, st, fd))
+            kept = True
+        elif stat.S_ISDIR(st.st_mode):
+            _walk_into(fd, relative, trusted, hidden, open_files, found)
+    finally:
+        if not kept:
+            os.close(fd)
+
+
+def _look(dir_fd: int, name: str, relative: PurePosixPath, trusted: frozenset[int] | None, hidden: tuple[str, ...],
+          found: list[Found]) -> None:
+    """:func:`_visit` without opening files: their ``lstat`` is kept (a directory is still opened to be walked)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        raise Below(relative, "a symlink")
+    _check(st, relative, trusted)
+    if stat.S_ISREG(st.st_mode):
+        found.append(Found(relative, st, None))
+    elif stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, _ENTRY_FLAGS | getattr(os, "O_DIRECTORY", 0), dir_fd=dir_fd)
+        try:
+            _walk_into(fd, relative, trusted, hidden, False, found)
+        finally:
+            os.close(fd)
+
+
+def _check(st: os.stat_result, relative: PurePosixPath, trusted: frozenset[int] | None) -> None:
+    why = unsafe_stat(st, trusted) if trusted is not None else None
+    if why is not None:
+        raise Below(relative, why)

@@ -20,9 +20,9 @@ from typing import IO, cast
 
 import polars as pl
 
-from dpcli.access import Source, gate
+from dpcli.access import Source
 from dpcli.errors import DataError, UsageError, withheld
-from dpcli.io.inputs import _suffixes, csv_delimiter, dataset_files, input_format_for
+from dpcli.io.inputs import _suffixes, csv_delimiter, input_format_for, list_dataset
 from dpcli.io.opening import open_binary, refuse_private
 
 #: The longest header line read (bytes).
@@ -80,11 +80,10 @@ def _csv_header(fh: IO[bytes], source: Source) -> tuple[str, ...]:
 
 def _dataset_columns(source: Source) -> tuple[str, ...]:
     """A dataset directory's columns: its first Parquet file's (the release reads them all as one)."""
-    gate().check_read(source, "dataset")
-    files = dataset_files(source.location)
-    if not files:
-        raise DataError(f"dataset {source.name!r} holds no data files")
+    listing = list_dataset(source)  # (through the gate, walked from the directory's descriptor)
     try:
-        return tuple(pl.read_parquet_schema(files[0]).keys())
+        return tuple(pl.read_parquet_schema(listing.handles[0]).keys())
     except (pl.exceptions.PolarsError, OSError) as exc:
         raise DataError(f"cannot read the columns of dataset {source.name!r}: {withheld(exc)}") from None
+    finally:
+        listing.close()

@@ -142,6 +142,7 @@ def check_output_path(
         return
     gate().check_write(path)
     check_path_is_not_protected(path, state_dir, inputs)
+    gate().protect(inputs)  # (checked again on the directory written, by device and inode: Gate.write)
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if writes_in_place(p):  # a device or a pipe: written through, its directory untouched

@@ -11,6 +11,7 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -91,9 +92,24 @@ def writes_in_place(path: str | os.PathLike[str]) -> bool:
     return bool(_STREAM_DIRS.fullmatch(os.path.realpath(os.path.dirname(os.path.abspath(path)))))
 
 
-def write_in_place(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` through ``path`` (see :func:`writes_in_place`): opened for appending, never created or
-    truncated; a pipe is written when a reader opens it."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+def in_stream_dir(directory_fd: int, path: str | os.PathLike[str]) -> bool:
+    """Is the open directory ``/dev`` or a process's descriptors (whose entries are streams, followed)? Asked of
+    the descriptor (its path as the kernel has it now) where ``/proc`` says, else of ``path`` resolved."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{directory_fd}")
+    except OSError:
+        where = os.path.realpath(path)
+    return bool(_STREAM_DIRS.fullmatch(where))
+
+
+def write_in_place_at(directory_fd: int, name: str, data: bytes, follow: bool,
+                      check: Callable[[os.stat_result], None]) -> None:
+    """Write ``data`` through the entry ``name`` of the open directory ``directory_fd`` (see
+    :func:`writes_in_place`): opened for appending, never created or truncated (a pipe is written when a reader
+    opens it); followed when ``follow`` (else a symlink there fails the open), and ``check`` given the opened
+    file's ``fstat`` before a byte is written (it raises to refuse it)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(name, flags, dir_fd=directory_fd)
     with os.fdopen(fd, "wb") as fh:
+        check(os.fstat(fd))
         fh.write(data)

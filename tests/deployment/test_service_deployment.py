@@ -258,3 +258,43 @@ def test_an_output_directory_renamed_and_replaced_by_a_symlink_into_the_data_is_
     r = d.run("alice", *QUERY, "-o", str(d.base / "aout" / "alice" / "visits.csv"))
     assert r.returncode == 2, r.stderr
     assert (d.data / "visits.csv").read_bytes() == before
+
+
+def test_a_link_planted_in_a_partition_handed_to_an_analyst_is_refused(deployment):
+    """h-attack, rule 8: a partition directory below a catalog dataset, handed after `catalog set` to someone
+    who loads data (here alice herself), gets a link to the file of a dataset only bob may use: the walk from
+    the dataset's descriptor refuses it (the partition is alice's, and the link is a link), and no withheld
+    row is released through the dataset alice may use."""
+    import polars as pl
+
+    d = deployment
+    withheld, events = d.data / "withheld", d.base / "events"
+    withheld.mkdir(mode=0o700)
+    pl.DataFrame({"user": [f"w{i}" for i in range(400)], "page": ["/w/0"] * 400}).write_parquet(
+        withheld / "part-0.parquet")
+    (events / "year=2026").mkdir(parents=True)
+    pl.DataFrame({"user": [f"u{i}" for i in range(100)], "page": ["/p/0"] * 100}).write_parquet(
+        events / "year=2026" / "part-0.parquet")
+    for path in (withheld, withheld / "part-0.parquet", events, events / "year=2026",
+                 events / "year=2026" / "part-0.parquet"):
+        shutil.chown(path, NAMES["svc"], NAMES["svc"])
+        path.chmod(0o700 if path == withheld else 0o755 if path.is_dir() else 0o644)
+    catalog = d.svc_home / "catalog.toml"
+    text = (f'operators = []\n[datasets.events]\nlocation = "{events}"\nprivacy_unit = "user"\n'  # (a catalog of its own:
+            f'analysts = ["{NAMES["alice"]}"]\n[datasets.withheld]\nlocation = "{withheld}"\n'  # earlier attacks left
+            f'privacy_unit = "user"\nanalysts = ["{NAMES["bob"]}"]\n')  # the other one's output folders swapped)
+    catalog.write_text(text)
+    r = d.run("svc", "catalog", "set", str(catalog), via_sudo=False)
+    assert r.returncode == 0, r.stderr
+    q = ["histogram", "events", "--by", "page", "--epsilon", "1", "--delta", "1e-6"]
+    r = d.run("alice", *q)
+    assert r.returncode == 0 and "/p/0" in r.stdout, r.stderr
+    shutil.chown(events / "year=2026", NAMES["alice"], NAMES["alice"])  # handed to a loader after catalog set
+    _as(d, "alice", f'ln -s "{withheld / "part-0.parquet"}" "{events / "year=2026" / "part-1.parquet"}"')
+    r = d.run("alice", *q)
+    assert r.returncode == 2 and "/w/0" not in r.stdout and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+    assert str(d.base) not in r.stderr and "year" not in r.stderr
+    # the partition given back, the link alone is still refused
+    shutil.chown(events / "year=2026", NAMES["svc"], NAMES["svc"])
+    r = d.run("alice", *q)
+    assert r.returncode == 2 and "/w/0" not in r.stdout, (r.stdout, r.stderr)
