@@ -260,6 +260,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
 
     Nothing before ``before_run`` reads a record: the inputs are opened (their bytes hashed, their
     schema and any public list read) but not parsed."""
+    task.check_lists({role: frame for role, (_, frame) in opened.lists.items()})  # public: refused before any debit
     seed = release_seed(state_dir, task_material(task), opened.seed_inputs, Calibration(mode, planned), engine,
                         opened.reads)
     if before_run is not None:

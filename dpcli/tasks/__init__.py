@@ -176,6 +176,11 @@ class Task(Protocol[P]):
 
     def needs(self) -> Needs: ...
 
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """Refuse (one-line usage or data error) what the public lists alone show wrong, once they are read and
+        before the release is debited: a query its lists cannot serve costs nothing."""
+        ...
+
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> P: ...
 
     def describe(self, plan: P) -> dict[str, Any]:

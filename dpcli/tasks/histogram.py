@@ -1079,6 +1079,9 @@ class HistogramTask:
             limits = column_limits(self.query, self.target)
             _check_target_bounds(self.query.auto, limits, self.target.field)
 
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """Nothing in its public lists can refuse this task before it runs (their columns are checked on opening)."""
+
     def needs(self) -> Needs:
         q = self.query
         columns: dict[str, Any] = {q.unit: "key", **dict.fromkeys(q.by, "key")}

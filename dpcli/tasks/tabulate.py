@@ -633,6 +633,9 @@ class TabulateTask:
     def check(self) -> None:
         """The spec was checked when it was read (:func:`dpcli.tasks.tabulate_spec.read_spec`)."""
 
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """Nothing in its public lists can refuse this task before it runs (their columns are checked on opening)."""
+
     def needs(self) -> Needs:
         c = self.spec.columns
         columns: dict[str, Any] = {c[k]: "any" for k in ("block", "race", "ethnicity", "sex", "age")}

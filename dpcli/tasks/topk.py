@@ -463,6 +463,12 @@ class TopKTask:
                                  "chosen from the data (give τ, or leave out the target)", field=self.target.field)
             count_limit(self.query, self.target)
 
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """``-k`` at most the known domain's candidates (the list is public: refused before the debit)."""
+        domain = lists.get("domain")
+        if self.query.known_domain and isinstance(domain, pl.DataFrame) and self.query.k > domain.height:
+            raise UsageError(f"-k {self.query.k} is larger than the domain ({domain.height} candidates)", field="k")
+
     def needs(self) -> Needs:
         q = self.query
         return Needs({q.unit: "key", **dict.fromkeys(q.by, "key")},

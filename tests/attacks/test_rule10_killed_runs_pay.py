@@ -42,7 +42,7 @@ class Killed(KeyboardInterrupt):
 
 #: The functions that collect *public* lists (a `--keys` list, a tabulation's block list) before the debit:
 #: their rows are public, so reading them early times nothing private.
-PUBLIC_READS = {"read_group_list", "partition_digest", "multiplicity"}
+PUBLIC_READS = {"read_group_list", "partition_digest", "multiplicity", "check_lists"}
 
 
 def _reads_a_public_list() -> bool:
@@ -197,3 +197,21 @@ def test_attack_a_later_run_killed_then_fed_other_inputs_pays_for_each(tmp_path,
     assert len(_charged(state_dir)) == paid + 2  # completing the run costs nothing more
     nxt = runner.invoke(app, LATER_RUNS[name](str(_day(tmp_path, 5)), state, 5))
     assert nxt.exit_code == 0 and len(_charged(state_dir)) == paid + 2, nxt.stderr  # run 3: a new step, covered
+
+
+def test_a_killed_run_completed_by_its_free_replay_is_shown_completed(tmp_path, monkeypatch, state_dir):
+    """`budget history`: the debit of a run killed while reading says "no output recorded" until a free replay
+    of it completes; then it names that replay (the second review of issue 37, finding 4)."""
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    args = COMMANDS["histogram"](str(_csv(tmp_path)))
+    originals = {"collect": pl.LazyFrame.collect, "collect_all": pl.collect_all}
+    _probe(monkeypatch, state_dir)
+    assert runner.invoke(app, args).exit_code == 130
+    text = runner.invoke(app, ["budget", "history"]).stdout
+    assert "no output recorded" in text
+    monkeypatch.setattr(pl.LazyFrame, "collect", originals["collect"])
+    monkeypatch.setattr(pl, "collect_all", originals["collect_all"])
+    assert runner.invoke(app, args).exit_code == 0
+    rows = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
+    assert rows[0]["completed_by"] == rows[1]["seq"] and rows[1]["replay_of"] == rows[0]["seq"]
+    assert "no output recorded" not in runner.invoke(app, ["budget", "history"]).stdout

@@ -194,6 +194,13 @@ def debited_before_reading(entry: dict[str, Any]) -> bool:
 
 def completions(led: Ledger) -> dict[int, dict[str, Any]]:
     """The entries that record a release's completion (output digest and summary, no cost), by the entry of
-    the debit each completes."""
-    return {int(e["completes"]): e for e in led.entries if "completes" in e}
+    the debit each completes; a debit whose own run never completed (killed, failed) is completed by the
+    first free replay of it that did (replays are recorded only once computed)."""
+    done = {int(e["completes"]): e for e in led.entries if "completes" in e}
+    debits = {e["seq"] for e in led.entries if debited_before_reading(e)}
+    for e in led.entries:
+        target = e.get("replay_of")
+        if isinstance(target, int) and target in debits and target not in done and "step" not in e:
+            done[target] = e
+    return done
 

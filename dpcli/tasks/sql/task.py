@@ -146,6 +146,20 @@ class SqlTask:
             out[scan.table] |= by_scan[scan.prefix]
         return {t: tuple(sorted(cols)) for t, cols in out.items()}
 
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """A ``--keys`` list must have the GROUP BY keys' output names and list a group (public: refused before
+        the debit; whether its values cast to the groups' types is seen by the run)."""
+        if not self.options.keys:
+            return
+        listed = lists[KEYS_ROLE]
+        frame = listed if isinstance(listed, pl.LazyFrame) else listed.lazy()
+        missing = [n for n in self.query.group_names if n not in schema_of(frame)]
+        if missing:
+            raise DataError(f"the list of groups lacks column {missing[0]!r} (it needs the GROUP BY keys' output "
+                            f"names: {', '.join(self.query.group_names)})")
+        if frame.select(pl.len()).collect().item() == 0:  # a public list: counting its rows reads nothing private
+            raise DataError("the list of groups lists no groups")
+
     def needs(self) -> Needs:
         columns, data = self.table_columns(), self.data_table()
         unit = next(t.unit for t in self.tables if t.name == data)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result, free_replay
@@ -25,6 +25,9 @@ from dpcli.tasks.stream.plan import (
 )
 from dpcli.tasks.stream.query import StreamQuery
 from dpcli.tasks.stream.run import run_stream
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class StreamTask:
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
         self.query.validate()
+
+    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
+        """Nothing in its public lists can refuse this task before it runs (their columns are checked on opening)."""
 
     def needs(self) -> Needs:
         q = self.query
