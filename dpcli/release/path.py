@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 import polars as pl
 
 from dpcli.core.events import PrivacyEvent
-from dpcli.errors import BudgetError, DpcliError
+from dpcli.errors import BudgetError, DpcliError, InputMissingError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
@@ -193,15 +193,16 @@ def run(
 
     try:
         prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy, before_run=debit)
+        result_line = task.summary(opened.data.name, prepared.result)
+        done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
+                      output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata)
+                      if output else None, completes=None if paid[0].replay else paid[0].seq)
     except DpcliError as exc:
-        if paid:  # it failed while reading: say what it cost (a public fact: it reached the debit)
+        if paid:  # it failed once reading had begun: say what it cost (a public fact: it reached the debit)
+            same_bytes = bounder is None and not isinstance(exc, InputMissingError)  # Spark, a changed file: new
             exc.detail += "; the run is charged (it had begun reading)" + (
-                ", and a rerun on the same input is a free replay" if bounder is None else "")
+                ", and a rerun on the same input is a free replay" if same_bytes else "")
         raise
-    result_line = task.summary(opened.data.name, prepared.result)
-    done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
-                  output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata) if output else None,
-                  completes=None if paid[0].replay else paid[0].seq)
     return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
 
 
