@@ -31,7 +31,7 @@ def test_formats_and_fingerprint(tmp_path):
 def test_stdin_reads_csv_by_default_and_other_formats_when_told():
     """`cat events.csv | dpcli histogram - …` works without --input-format (issue 17)."""
     t = inputs.open_input("-", stdin=io.BytesIO(b"u,x\na,1\n"))
-    assert t.format == "csv" and t.frame.collect()["x"].to_list() == [1]
+    assert t.format == "csv" and t.frame.collect()["x"].to_list() == ["1"]  # a CSV's columns are text
     t = inputs.open_input("-", "ndjson", stdin=io.BytesIO(b'{"u": "a", "x": 2}\n'), text_columns=("x",))
     assert t.frame.collect()["x"].to_list() == ["2"]
 
@@ -45,7 +45,7 @@ def test_compressed_inputs_are_hashed_as_stored_and_parsed_decompressed(tmp_path
     f = tmp_path / f"in{suffix}"
     f.write_bytes(packed)
     t = inputs.open_input(str(f), delimiter=";")
-    assert t.frame.collect()["x"].to_list() == [1, 2]
+    assert t.frame.collect()["x"].to_list() == ["1", "2"]  # a CSV's columns are text (nothing inferred)
     assert t.fingerprint == inputs.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
     f.write_bytes(packed[: len(packed) // 2])  # a truncated archive: one line, no traceback
     with pytest.raises(DataError, match="does not parse"):
@@ -198,11 +198,12 @@ def test_output_path_refuses_state_dir_and_inputs(tmp_path):
 
 
 def test_text_columns_fix_the_schema_of_csv_and_ndjson(tmp_path):
-    """CSV: the named columns are strings whatever the records hold. NDJSON (no header): exactly the
-    named columns, all strings; a missing key is null, a JSON number or list is kept as its text."""
+    """CSV: every column is a string whatever the records hold (no type is inferred: inferring reads
+    records before the debit). NDJSON (no header): exactly the named columns, all strings; a missing key is
+    null, a JSON number or list is kept as its text."""
     (tmp_path / "d.csv").write_text("u,g,x,other\n1,01,2,5\n2,1,abc,6\n")
     t = inputs.open_input(str(tmp_path / "d.csv"), text_columns=("u", "g", "x"))
-    assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String, "other": pl.Int64}
+    assert dict(t.frame.collect_schema()) == {"u": pl.String, "g": pl.String, "x": pl.String, "other": pl.String}
     assert t.frame.collect()["g"].to_list() == ["01", "1"]
     (tmp_path / "d.ndjson").write_text('{"u":1,"g":"01","x":2.5,"other":[1]}\n{"u":2,"x":[1,2]}\n{"u":"3","g":1.5}\n')
     t = inputs.open_input(str(tmp_path / "d.ndjson"), text_columns=("u", "g", "x"))

@@ -254,8 +254,8 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
     (uncompressed), polars (unix) duplicates its descriptor and reads that open file at every
     collect (memory-mapped, as for a path); the bytes are not copied into memory.
 
-    ``text_columns`` (see :func:`open_input`): in a CSV they are read as strings (the other columns'
-    types are inferred as before, and never read by a query that names only text columns). An
+    ``text_columns`` (see :func:`open_input`): in a CSV they are read as strings (so are the other
+    columns: no type is inferred from the records, and a query reads only text columns). An
     NDJSON is read with exactly those columns as its schema, all strings, record by record
     (:func:`dpcli.io.ndjson.scan_ndjson`): nothing is inferred, a record without one of the keys has null there,
     any other JSON value in them is kept as its JSON text, and a line that is not a JSON object is
@@ -269,7 +269,9 @@ def _parse(source: IO[bytes] | bytes, reading: Reading) -> pl.LazyFrame:
         overrides = dict.fromkeys(reading.text_columns, pl.String)
         # Per-record damage is not an error (control flow must not depend on one record): a record with
         # too many fields is truncated, one with too few gets nulls, bytes that are not UTF-8 are replaced.
-        return pl.scan_csv(source, separator=reading.delimiter or ",", infer_schema_length=10000,
+        # No column's type is inferred (every column a query reads is text): inferring reads records, before
+        # the debit, and its time would depend on them.
+        return pl.scan_csv(source, separator=reading.delimiter or ",", infer_schema_length=0,
                            schema_overrides=overrides, truncate_ragged_lines=True, encoding="utf8-lossy")
     if reading.format == "parquet":
         return pl.scan_parquet(source)
