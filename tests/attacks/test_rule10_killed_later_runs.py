@@ -23,22 +23,15 @@ reads (``ledger.start_step``), and another input at a run that never ended pays 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pytest
 from dptest import init_ledger, runner
+from killed_runs import kill_at_first_read
 
 from dpcli.cli.app import app
-
-PUBLIC_READS = {"read_group_list", "partition_digest", "multiplicity", "check_lists"}
-
-
-class Killed(KeyboardInterrupt):
-    """Stands for the run being killed at its first private collect."""
 
 
 def _entries(state: Path) -> list[dict[str, Any]]:
@@ -56,31 +49,9 @@ def _last_step(state: Path) -> int:
     return max(e["step"]["from"] for e in _entries(state) if isinstance(e.get("step"), dict))
 
 
-def _reads_a_public_list() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name in PUBLIC_READS:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _probe(monkeypatch: pytest.MonkeyPatch, state: Path) -> list[int]:
     """Every collect of private data records how many ledger entries are on disk, then kills the run."""
-    seen: list[int] = []
-    originals = {"collect": pl.LazyFrame.collect, "collect_all": pl.collect_all}
-
-    def probe(name: str) -> Callable[..., Any]:
-        def collect(*args: Any, **kwargs: Any) -> Any:
-            if _reads_a_public_list():
-                return originals[name](*args, **kwargs)
-            seen.append(len(_entries(state)))
-            raise Killed
-        return collect
-
-    monkeypatch.setattr(pl.LazyFrame, "collect", probe("collect"))
-    monkeypatch.setattr(pl, "collect_all", probe("collect_all"))
-    return seen
+    return kill_at_first_read(monkeypatch, lambda: len(_entries(state)))
 
 
 def _events(path: Path, hours: range, users: int = 40) -> Path:

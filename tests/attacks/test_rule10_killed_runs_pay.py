@@ -15,14 +15,12 @@ by a second interrupted run (its seed already paid).
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import polars as pl
 import pytest
 from dptest import PV, SAMPLE, init_ledger, runner
+from killed_runs import kill_at_first_read
 
 from dpcli.cli.app import app
 
@@ -36,40 +34,9 @@ def _charged(state: Path) -> list[dict]:
     return [e for e in lines if e.get("events")]
 
 
-class Killed(KeyboardInterrupt):
-    """Stands for the run being killed at its first collect."""
-
-
-#: The functions that collect *public* lists (a `--keys` list, a tabulation's block list) before the debit:
-#: their rows are public, so reading them early times nothing private.
-PUBLIC_READS = {"read_group_list", "partition_digest", "multiplicity", "check_lists"}
-
-
-def _reads_a_public_list() -> bool:
-    frame = sys._getframe(2)
-    while frame is not None:
-        if frame.f_code.co_name in PUBLIC_READS:
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _probe(monkeypatch: pytest.MonkeyPatch, state: Path) -> list[bool]:
     """Every collect of private data records whether a charge was already on disk, then kills the run."""
-    seen: list[bool] = []
-    originals = {"collect": pl.LazyFrame.collect, "collect_all": pl.collect_all}
-
-    def probe(name: str) -> Callable[..., Any]:
-        def collect(*args: Any, **kwargs: Any) -> Any:
-            if _reads_a_public_list():
-                return originals[name](*args, **kwargs)
-            seen.append(bool(_charged(state)))
-            raise Killed
-        return collect
-
-    monkeypatch.setattr(pl.LazyFrame, "collect", probe("collect"))
-    monkeypatch.setattr(pl, "collect_all", probe("collect_all"))
-    return seen
+    return kill_at_first_read(monkeypatch, lambda: bool(_charged(state)))
 
 
 def _csv(tmp_path: Path) -> Path:
