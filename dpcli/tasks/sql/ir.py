@@ -147,6 +147,26 @@ class Aggregate:
 Relation = Scan | Filter | Project | Join | Aggregate
 
 
+def unit_columns(r: Relation) -> frozenset[str]:
+    """The columns of ``r`` that hold its privacy unit on every row (none for public rows): the unit itself
+    and, through joins, the sides' own unit columns where the join keeps every row of that side as it is
+    (an inner join keeps both: their unit columns are equal on every joined row; a LEFT JOIN keeps the left
+    side's, a RIGHT JOIN the right's; a FULL JOIN only the merged unit). A projection or an aggregate
+    carries the one unit column it names."""
+    if r.unit is None:
+        return frozenset()
+    if isinstance(r, Filter):
+        return frozenset({r.unit}) | unit_columns(r.input)
+    if not isinstance(r, Join):
+        return frozenset({r.unit})
+    kept = {"inner": (r.left, r.right), "left": (r.left,), "right": (r.right,)}.get(r.how, ())
+    sides = [unit_columns(side) for side in kept if side.unit is not None]
+    private = [side for side in (r.left, r.right) if side.unit is not None]
+    if len(private) == 1 and private[0].unit == r.unit:  # a join with public rows keeps the private side's
+        return frozenset({r.unit}) | unit_columns(private[0])
+    return frozenset({r.unit}).union(*sides)
+
+
 def relation_canonical(r: Relation) -> Any:
     """A relation as plain data (what the seed binds)."""
     if isinstance(r, Scan):

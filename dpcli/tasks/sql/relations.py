@@ -41,6 +41,7 @@ from dpcli.tasks.sql.ir import (
     Relation,
     Scan,
     columns_of,
+    unit_columns,
 )
 from dpcli.tasks.sql.rules import refuse
 from dpcli.tasks.sql.scope import Scope, TableDecl, Visible, identifier, match_name
@@ -261,8 +262,8 @@ class Resolver:
         """The joined relation's privacy unit; two private relations must be joined on theirs."""
         if left.unit is None or right.unit is None:
             return left.unit or right.unit
-        pair = (Col(left.unit), Col(right.unit))
-        if pair not in plan.on:
+        pairs = {(Col(a), Col(b)) for a in unit_columns(left) for b in unit_columns(right)}
+        if not pairs & set(plan.on):
             raise refuse("ownership/join", "two private relations are joined only on their privacy units "
                          "(USING (unit) or ON a.unit = b.unit)", node)
         for merged, lcol, rcol in plan.merged:
@@ -317,7 +318,8 @@ class Resolver:
     def _project(self, select: exp.Select, rel: Relation, items: list[tuple[str, Expr]], unit_name: str | None,
                  distinct: bool) -> tuple[Relation, list[tuple[str, str]]]:
         """A Project of ``items`` with the unit carried (see the module docstring)."""
-        if rel.unit is not None and not any(exprs.is_unit_column(e, rel.unit) for _, e in items):
+        units = unit_columns(rel)
+        if rel.unit is not None and not any(exprs.is_unit_column(e, units) for _, e in items):
             if unit_name is None or match_name(unit_name, True, [n for n, _ in items]) is not None:
                 raise refuse("ownership/projection", "the privacy unit must stay a column of its own under its name "
                              "(select it)", select)
@@ -326,7 +328,7 @@ class Resolver:
         if len(set(names)) != len(names):
             raise UsageError("a sub-query names two columns alike: give them distinct aliases")
         internal = [(n, self.new_column()) for n in names]
-        unit = next((i for (n, i), (_, e) in zip(internal, items, strict=True) if exprs.is_unit_column(e, rel.unit)),
+        unit = next((i for (n, i), (_, e) in zip(internal, items, strict=True) if exprs.is_unit_column(e, units)),
                     None)
         project = Project(rel, tuple((i, e) for (_, i), (_, e) in zip(internal, items, strict=True)), unit, distinct)
         return project, internal
@@ -336,7 +338,7 @@ class Resolver:
         row = RowContext(scope, "GROUP BY")
         group = select.args.get("group")
         keys = [(self.new_column(), exprs.resolve_expr(k, row)) for k in (group.expressions if group else [])]
-        unit_key = next((n for n, k in keys if exprs.is_unit_column(k, rel.unit)), None)
+        unit_key = next((n for n, k in keys if exprs.is_unit_column(k, unit_columns(rel))), None)
         if rel.unit is not None and unit_key is None:
             raise refuse("ownership/aggregation", "a sub-query over private rows aggregates per user: add its privacy "
                          "unit to GROUP BY", group or select)

@@ -17,7 +17,7 @@ from sqlglot import exp
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks.sql import exprs
 from dpcli.tasks.sql.anon import holds_aggregate, is_anonymized, read_anon
-from dpcli.tasks.sql.ir import AnonAgg, Col, Expr, OutputColumn, PostStep, ResolvedQuery
+from dpcli.tasks.sql.ir import AnonAgg, Col, Expr, OutputColumn, PostStep, ResolvedQuery, unit_columns
 from dpcli.tasks.sql.lengths import check_text_lengths
 from dpcli.tasks.sql.parse import parse_query
 from dpcli.tasks.sql.relations import Resolver, RowContext
@@ -42,8 +42,9 @@ def resolve_query(text: str, tables: Mapping[str, TableDecl], default_cap: int =
                          "NAME.COLUMN): there is nothing to protect")
     row = RowContext(scope, "GROUP BY")
     items = _items(select)
-    groups = _group_keys(select, row, items, relation.unit)
-    outer = _Outer(row, groups, relation.unit, default_cap)
+    units = unit_columns(relation)
+    groups = _group_keys(select, row, items, units)
+    outer = _Outer(row, groups, units, default_cap)
     for name, node in items:
         outer.add(name, node)
     outer.check_keys_selected(select)
@@ -77,13 +78,13 @@ def _items(select: exp.Select) -> list[tuple[str | None, exp.Expression]]:
 
 
 def _group_keys(select: exp.Select, row: RowContext, items: list[tuple[str | None, exp.Expression]],
-                unit: str) -> list[Expr]:
+                units: frozenset[str]) -> list[Expr]:
     """GROUP BY's keys (a SELECT item's position or alias allowed), each once; never the privacy unit."""
     group = select.args.get("group")
     keys: list[Expr] = []
     for node in group.expressions if group is not None else []:
         key = exprs.resolve_expr(_group_target(node, row, items), row)
-        if exprs.is_unit_column(key, unit):
+        if exprs.is_unit_column(key, units):
             raise refuse("exact-release", "grouping by the privacy unit would release one group per user", node)
         if key not in keys:
             keys.append(key)
@@ -115,7 +116,7 @@ class _Outer:
 
     row: RowContext
     groups: list[Expr]
-    unit: str
+    units: frozenset[str]
     default_cap: int
 
     def __post_init__(self) -> None:
@@ -125,7 +126,7 @@ class _Outer:
     def anon(self, node: exp.Expression) -> AnonAgg:
         assert isinstance(node, exp.Anonymous)
         return read_anon(node, lambda n: exprs.resolve_expr(n, self.row),
-                         lambda e: exprs.is_unit_column(e, self.unit), self.default_cap)
+                         lambda e: exprs.is_unit_column(e, self.units), self.default_cap)
 
     def add(self, alias: str | None, node: exp.Expression) -> None:
         """One SELECT item: an anonymized aggregate of its own, or a group key."""
