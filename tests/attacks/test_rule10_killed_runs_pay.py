@@ -182,3 +182,21 @@ def test_a_killed_run_completed_by_its_free_replay_is_shown_completed(tmp_path, 
     rows = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
     assert rows[0]["completed_by"] == rows[1]["seq"] and rows[1]["replay_of"] == rows[0]["seq"]
     assert "no output recorded" not in runner.invoke(app, ["budget", "history"]).stdout
+
+
+def test_attack_in_service_mode_a_killed_run_has_paid_and_its_rerun_is_free(svc, monkeypatch):
+    """The same attack by an analyst through the service account: alice's run over the operator's catalog
+    dataset, killed at its first private read, is charged to her ledger once, however often she repeats it."""
+    args = ["histogram", "visits", "--by", "page", "--keys", "pages", "--epsilon", "1"]
+    ledger_file = svc.state / "ledgers" / "alice.json"
+
+    def charged() -> int:
+        lines = [json.loads(line) for line in ledger_file.read_bytes().splitlines()[1:] if line.strip()]
+        return sum(1 for e in lines if e.get("events"))
+
+    before = charged()
+    seen = kill_at_first_read(monkeypatch, lambda: charged() > before)
+    for _ in range(3):
+        r = svc.run("alice", *args)
+        assert r.exit_code == 130 and r.stdout == "", r.stderr
+    assert seen and all(seen) and charged() == before + 1
