@@ -19,7 +19,7 @@ from dpcli.errors import ExitCode
 _EXIT_MEANING = {
     ExitCode.OK: "success",
     ExitCode.INTERNAL: "internal error (a bug; please report it), or the Spark driver stopped (out of memory; "
-                       "nothing charged)",
+                       "the run is charged: it had begun reading)",
     ExitCode.USAGE: "usage error: bad option or argument, or (service mode) a path or verb the caller may not use",
     ExitCode.DATA: "bad input data (missing column, wrong type, unparsable or empty input); bad records are dropped, "
                    "never an error",
@@ -28,7 +28,8 @@ _EXIT_MEANING = {
     ExitCode.LOCK_TIMEOUT: "ledger lock not acquired in time (safe to retry)",
     ExitCode.BUDGET: "privacy budget refused (or no ledger for the analyst)",
     ExitCode.STATE: "corrupt, tampered, insecure or newer-version state",
-    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.INTERRUPTED: "interrupted (a run that had begun reading is charged; its rerun is free)",
+    ExitCode.CLOSED_PIPE: "standard output closed by its reader (| head): a normal end, no message",
 }
 
 

@@ -173,3 +173,21 @@ def test_help_and_budget_show_load_neither_polars_nor_numpy(tmp_path):
     for argv in (["--help"], ["budget", "show"], ["histogram", "--help"]):
         r = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True)
         assert r.stderr.strip().splitlines()[-1] == "[]", (argv, r.stderr)
+
+
+def test_a_closed_pipe_is_a_normal_end_with_one_code_and_no_message(tmp_path):
+    """`dpcli budget history | head -3` (issue 39): the reader closes standard output before dpcli writes
+    (here: at once), and dpcli ends with exit 141 and nothing on stderr, never a traceback or an internal
+    error."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DPCLI_STATE_DIR": str(tmp_path / "state")}
+    subprocess.run([sys.executable, "-m", "dpcli", "budget", "init", "default", "--mode", "pure", "--epsilon", "1"],
+                   env=env, check=True, capture_output=True)
+    proc = subprocess.Popen([sys.executable, "-m", "dpcli", "budget", "history", "--json"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before dpcli has started (it takes ~0.3 s to write anything)
+    err = proc.stderr.read()
+    assert proc.wait(60) == 141 and err == b"", err

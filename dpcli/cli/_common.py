@@ -214,6 +214,9 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
                 sys.stderr.write(safe_traceback(exc))
             typer.echo(f"dpcli: error: {error_line(exc)}", err=True)
             raise typer.Exit(int(exc.exit_code)) from None
+        except BrokenPipeError:  # the reader closed standard output (| head): a normal end, said by the code only
+            _drop_stdout()
+            raise typer.Exit(int(ExitCode.CLOSED_PIPE)) from None
         except KeyboardInterrupt:
             # the same words whatever the run had reached (where it stopped is not for this line to say)
             typer.echo("dpcli: interrupted (a run that had begun reading its data is charged, and its rerun on the "
@@ -235,6 +238,16 @@ def _internal(exc: BaseException, verbose: bool) -> NoReturn:
         sys.stderr.write(safe_traceback(exc))
     typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
     raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device, so that flushing it at exit cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no descriptor (a test's captured stream): nothing will flush to the pipe
+        pass
 
 
 def resolve_analyst(name: str | None, ctx: typer.Context) -> str:
