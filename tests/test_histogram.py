@@ -398,3 +398,17 @@ def dpcli_noise_margin(description: dict) -> int:
     from dpcli.core.mechanisms import Noise
 
     return Noise("laplace", Fraction(description["scale"])).margin95()
+
+
+def test_a_parquet_text_column_given_to_value_is_refused_before_any_charge(tmp_path):
+    """Issue 39, item 1: a Parquet column's type is schema. `--value country` (a String column) used to be
+    charged and release nothing (or, with --keys, pure noise); it is exit 65 naming the column, nothing
+    charged. In a CSV every column is text and values are parsed per record: the same column is no error."""
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = ["--by", "country", "--privacy-unit", "user_id", "--agg", "mean", "--value", "country", "--bounds",
+            "0:100", "--epsilon", "0.5", "--delta", "1e-7"]
+    r = cli("histogram", PV, *args)
+    assert r.exit_code == 65 and "column 'country' must be numeric but is String" in r.stderr, r.stderr
+    assert entries() == []
+    csv = cli("histogram", str(SAMPLE / "page_views.csv"), *args)
+    assert csv.exit_code == 0, csv.stderr
