@@ -330,3 +330,15 @@ def test_a_join_keeps_every_sides_unit_column_where_the_join_keeps_its_rows(tmp_
     left = cli("sql", "SELECT a.g, ANON_COUNT(*) AS n FROM v a LEFT JOIN v b ON a.u = b.u JOIN v c ON b.u = c.u "
                "GROUP BY a.g", *table)
     assert left.exit_code == 2 and "ownership/join" in left.stderr, left.stderr
+
+
+def test_the_dry_run_names_the_privacy_unit_as_the_notes_do(tmp_path):
+    """Issue 39, item 6: with the unit `tailnum`, `sql --dry-run` spoke of "rows per user … distinct users per
+    partition"; it names the unit's column (a service-mode analyst's "unit"), as the other commands do."""
+    v = tmp_path / "f.csv"
+    v.write_text("tailnum,carrier\n" + "".join(f"N{i % 30},{'AB'[i % 2]}\n" for i in range(90)))
+    r = sql("SELECT carrier, ANON_COUNT(*, 5) AS n FROM f GROUP BY carrier", "--table", f"f={v}",
+            "--privacy-unit", "f.tailnum", "--epsilon", "1", "--delta", "1e-6", "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert "rows per tailnum, each tailnum's count" in r.stdout and "distinct tailnums per partition" in r.stdout
+    assert "user" not in r.stdout

@@ -5,6 +5,7 @@ Both come from public inputs (the query, its calibration) and, for notes, the no
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -29,13 +30,15 @@ _WHAT = {
 }
 
 
-def _what(m: Measure) -> str:
+def _what(m: Measure, unit: str = "user") -> str:
+    """What measurement ``m`` adds noise to, in words, the privacy unit named ``unit`` (as the notes name it)."""
     fields: dict[str, Any] = {"cap": m.cap, "bins": 1025, "p": fraction_text(m.p) if m.p is not None else ""}
     if m.bounds is not None:
         fields.update(lo=fraction_text(m.bounds[0]), hi=fraction_text(m.bounds[1]))
         if m.kind in ("sum", "csum", "csq"):
             fields["g"] = fraction_text(m.grid.granularity)
-    return _WHAT[m.kind].format(**fields)
+    text = _WHAT[m.kind].format(**fields)
+    return re.sub(r"\buser(s?)\b", lambda w: unit + w.group(1), text)
 
 
 def _users_of(task: SqlTask) -> dict[str, list[str]]:
@@ -62,7 +65,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     for i, c in enumerate(plan.calibrated):
         m = c.measure
         columns = ", ".join(serves.get(m.key, [])) or "threshold"
-        what = _what(m)
+        what = _what(m, task.unit_word)
         if chosen and m.key in chosen:  # a count at the default cap, C chosen from the data
             what = what.replace(f"[0, {m.cap}]", "[0, C]")
         entry: dict[str, Any] = {"column": f"{columns}: {what}", "share": c.share}
