@@ -173,8 +173,10 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
         lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(utc_now())})")
     for sc in data["schedules"]:
         epochs = f", epochs {sc['epochs']}" if sc["epochs"] is not None else ""
+        answered = f", {sc['answered']} more answered with an earlier release (free)" if sc.get("answered") else ""
         lines.append(
-            f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s){epochs}, "
+            f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s) released{epochs}"
+            f"{answered}, "
             f"ε spent {sc['epsilon_spent']} of {sc['epsilon_reserved']} reserved"
         )
     for st in data["streams"]:

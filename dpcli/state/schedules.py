@@ -120,6 +120,9 @@ def summaries(root: Path, analyst: str) -> list[dict[str, Any]]:
                 "scheduler": spec["scheduler"],
                 "command": st["command"],
                 "runs": len(runs),
+                # calls answered with an earlier release (a new input or moment given one, free: "not yet",
+                # a backfill, the same input again), each counted once
+                "answered": len(st.get("answers", [])),
                 "epochs": [r["epoch"] for r in runs] if spec["scheduler"] == "bbscheduler" else None,
                 # releases and the noisy size estimates (bbscheduler) together; no size is listed
                 "epsilon_spent": fraction_text(sum((Fraction(r["epsilon"]) + Fraction(r.get("size_epsilon", 0))
