@@ -367,13 +367,19 @@ def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(
                                pl.Schema({"g": pl.Int64}))
 
 
-def test_value_kind_accepts_numbers_and_text_only(tmp_path):
+def test_value_kind_accepts_numbers_and_text_only_where_text_is_the_format(tmp_path):
+    """A value column: a number in a typed format (Parquet: its type is schema, so text is refused like a
+    boolean, issue 39 item 1); numbers or text parsed per record in CSV and NDJSON, where every column is text."""
     p = tmp_path / "d.parquet"
     pl.DataFrame({"n": [1.5], "t": ["2"], "b": [True]}).write_parquet(p)
     t = inputs.open_input(str(p))
-    inputs.require_columns(t, {"n": "value", "t": "value"})
-    with pytest.raises(DataError, match="'b' must be numeric"):
-        inputs.require_columns(t, {"b": "value"})
+    inputs.require_columns(t, {"n": "value"})
+    for column in ("t", "b"):
+        with pytest.raises(DataError, match=f"'{column}' must be numeric"):
+            inputs.require_columns(t, {column: "value"})
+    c = tmp_path / "d.csv"
+    c.write_text("n,t\n1.5,2\n")
+    inputs.require_columns(inputs.open_input(str(c)), {"n": "value", "t": "value"})
 
 
 def _dataset(root: Path, parts: int = 3) -> Path:
