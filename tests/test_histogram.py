@@ -412,3 +412,21 @@ def test_a_parquet_text_column_given_to_value_is_refused_before_any_charge(tmp_p
     assert entries() == []
     csv = cli("histogram", str(SAMPLE / "page_views.csv"), *args)
     assert csv.exit_code == 0, csv.stderr
+
+
+def test_a_dry_run_refuses_a_list_without_the_grouped_column(tmp_path):
+    """Issue 39, item 4: `--dry-run --keys airports.csv` (a list without the grouped column `dest`) was
+    accepted and the real run then exited 65. A public list's header is public: the plan checks it, with the
+    release's own message, and reads no record of the data."""
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    keys = tmp_path / "airports.csv"
+    keys.write_text("faa,name\nJFK,Kennedy\n")
+    args = ["--by", "country", "--privacy-unit", "user_id", "--keys", str(keys), "--epsilon", "1"]
+    dry = cli("histogram", PV, *args, "--dry-run")
+    real = cli("histogram", PV, *args)
+    assert dry.exit_code == real.exit_code == 65, (dry.stderr, real.stderr)
+    assert dry.stderr == real.stderr and "lacks column 'country'" in dry.stderr
+    assert entries() == []
+    good = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1",
+               "--dry-run")
+    assert good.exit_code == 0, good.stderr

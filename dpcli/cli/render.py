@@ -49,7 +49,7 @@ def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: 
     """``--dry-run`` of ``histogram`` or ``topk``: the release's plan, or with ``--schedule`` its next runs'
     (:func:`dpcli.release.schedule_plan.plan_schedule`, imported only then)."""
     if schedule is None:
-        planned = plan(task, payer)
+        planned = plan(task, payer, sources)
     else:
         from dpcli.release.schedule_plan import DEFAULT_RUNS, plan_schedule
 

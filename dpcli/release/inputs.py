@@ -124,3 +124,18 @@ def partition_digest(frame: pl.DataFrame | pl.LazyFrame, columns: tuple[str, ...
     for salt in (0, 1):
         h.update(table.hash_rows(seed=salt).to_numpy().tobytes())
     return "sha256:" + h.hexdigest()
+
+
+def check_list_headers(needs: Needs, sources: Sources) -> None:
+    """A dry run's check of each public list's header (public: read through the gate, no record read):
+    a list without the columns the release needs is refused now, as the release would refuse it."""
+    from dpcli.io.columns import column_names
+
+    for role, wanted in needs.lists.items():
+        source = sources.lists.get(role)
+        names = column_names(source) if source is not None else None
+        missing = [c for c in wanted.columns if names is not None and c not in names]
+        if source is not None and missing:
+            raise DataError(f"{source.name} lacks column {missing[0]!r} (a list of groups needs: "
+                            f"{', '.join(wanted.columns)})")
+

@@ -27,7 +27,7 @@ from dpcli.errors import BudgetError, DpcliError, InputMissingError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
-from dpcli.release.inputs import Opened, Sources, open_sources
+from dpcli.release.inputs import Opened, Sources, check_list_headers, open_sources
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed, task_material
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
@@ -126,10 +126,13 @@ class Continuation:
     through: datetime | None = None
 
 
-def plan(task: Task[P], payer: LedgerRef) -> Planned:
+def plan(task: Task[P], payer: LedgerRef, sources: Sources | None = None) -> Planned:
     """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
-    ledger would accept it now. Reads no data, charges nothing."""
+    ledger would accept it now. Reads no data (with ``sources``, the public lists' headers: a list that
+    lacks a needed column is refused as the release would refuse it), charges nothing."""
     task.check()
+    if sources is not None:
+        check_list_headers(task.needs(), sources)
     led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     planned = task.plan(led.limits.mode, led.limits.values)
