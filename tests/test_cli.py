@@ -191,3 +191,17 @@ def test_a_closed_pipe_is_a_normal_end_with_one_code_and_no_message(tmp_path):
     proc.stdout.close()  # the reader is gone before dpcli has started (it takes ~0.3 s to write anything)
     err = proc.stderr.read()
     assert proc.wait(60) == 141 and err == b"", err
+
+
+def test_budget_compose_refuses_an_option_its_mode_does_not_use(tmp_path):
+    """Issue 39, item 5: `budget compose --mode approx --epsilon 0.5 --count 14 --delta 1e-7` printed
+    "delta = 0" (there --delta was zcdp's and rdp's target δ, silently ignored). One meaning per option: the
+    mode's unused options are refused, naming the one it takes; --delta-per composes to 14 × 1e-7."""
+    from dptest import cli
+
+    r = cli("budget", "compose", "--mode", "approx", "--epsilon", "0.5", "--count", "14", "--delta", "1e-7")
+    assert r.exit_code == 2 and "does not use --delta (each mechanism's δ is --delta-per here)" in r.stderr
+    ok = cli("budget", "compose", "--mode", "approx", "--epsilon", "0.5", "--count", "14", "--delta-per", "1e-7",
+             "--json")
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["delta"] == pytest.approx(1.4e-6)
+    assert cli("budget", "compose", "--mode", "pure", "--epsilon", "1", "--rho", "0.1").exit_code == 2

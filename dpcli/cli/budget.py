@@ -289,6 +289,7 @@ def compose(
     if composer is None:
         raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp, got {mode!r}")
     given = _Composition(epsilon, epsilon_per, count, calls, delta_per, delta_prime, rho, delta)
+    given.refuse_unused(mode)
     out: dict[str, Any] = {"mode": mode, **composer(given)}
     if as_json:
         emit_json(out)
@@ -308,6 +309,28 @@ class _Composition:
     delta_prime: str | None
     rho: str | None
     delta: str | None
+
+    def refuse_unused(self, mode: str) -> None:
+        """One meaning per option: an option the mode does not use is refused, naming the one it does (a
+        silently ignored ``--delta`` in approx read as each release's δ, while the answer said δ = 0)."""
+        used = _COMPOSE_OPTIONS[mode]
+        given = {"--epsilon": self.epsilon, "--epsilon-per": self.epsilon_per, "--delta-per": self.delta_per,
+                 "--delta-prime": self.delta_prime, "--rho": self.rho, "--delta": self.delta,
+                 "--call-budget": self.calls or None}
+        for flag, value in given.items():
+            if value is not None and flag not in used:
+                instead = " (each mechanism's δ is --delta-per here)" if flag == "--delta" and mode == "approx" else ""
+                raise UsageError(f"--mode {mode} does not use {flag}{instead}; it takes {', '.join(sorted(used))}")
+
+
+#: The options each mode of ``budget compose`` reads (besides --count).
+_COMPOSE_OPTIONS: dict[str, frozenset[str]] = {
+    "br": frozenset({"--epsilon-per", "--delta-per", "--delta-prime", "--call-budget"}),
+    "zcdp": frozenset({"--rho", "--delta"}),
+    "pure": frozenset({"--epsilon"}),
+    "approx": frozenset({"--epsilon", "--delta-per", "--delta-prime"}),
+    "rdp": frozenset({"--epsilon", "--delta"}),
+}
 
 
 def _compose_br(o: _Composition) -> dict[str, Any]:
