@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from dptest import cli, init_ledger
@@ -33,26 +34,45 @@ from dpcli import access
 from dpcli.state import atomic
 
 
-def test_an_output_directory_swapped_after_the_check_cannot_lead_into_the_state_directory(tmp_path, state_dir,
-                                                                                         monkeypatch):
-    init_ledger()
-    data = tmp_path / "d.csv"
+def _inputs(tmp_path: Path, data_dir: Path | None = None) -> tuple[Path, Path, Path]:
+    """A small data file (in ``data_dir``, default ``tmp_path``), its list of groups, and ``shared/rep``: the
+    output directory whose parent someone else can write."""
+    (data_dir or tmp_path).mkdir(exist_ok=True)
+    data = (data_dir or tmp_path) / "d.csv"
     data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
     keys = tmp_path / "k.csv"
     keys.write_text("g\nA\n")
     shared = tmp_path / "shared"
     (shared / "rep").mkdir(parents=True)
+    return data, keys, shared
+
+
+def _swap(shared: Path, target: Path) -> None:
+    """Someone who can write ``shared`` swaps ``rep`` for a link to ``target``."""
+    os.rename(shared / "rep", shared / "rep.old")
+    os.symlink(target, shared / "rep")
+
+
+def _swap_at_the_second_check(monkeypatch: pytest.MonkeyPatch, shared: Path, target: Path,
+                              name: str = "") -> None:
+    """The swap right after the second output check (the one in Gate.write, just before the open)."""
     checked = access.Gate.check_write
     calls = []
 
     def check_then_swap(self, path, what="output"):
         checked(self, path, what)
         calls.append(path)
-        if str(path).endswith("default.json") and len(calls) == 2:  # the check in Gate.write, just before the open
-            os.rename(shared / "rep", shared / "rep.old")  # someone who can write `shared` swaps `rep`
-            os.symlink(state_dir / "ledgers", shared / "rep")
+        if str(path).endswith(name) and len(calls) == 2:
+            _swap(shared, target)
 
     monkeypatch.setattr(access.Gate, "check_write", check_then_swap)
+
+
+def test_an_output_directory_swapped_after_the_check_cannot_lead_into_the_state_directory(tmp_path, state_dir,
+                                                                                         monkeypatch):
+    init_ledger()
+    data, keys, shared = _inputs(tmp_path)
+    _swap_at_the_second_check(monkeypatch, shared, state_dir / "ledgers", "default.json")
     r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1",
             "-o", shared / "rep" / "default.json")
     after = (state_dir / "ledgers" / "default.json").read_bytes()
@@ -68,24 +88,8 @@ def test_an_output_directory_swapped_after_the_check_cannot_lead_over_an_input(t
     the directory's descriptor (by device and inode), and the input is untouched."""
     init_ledger()
     inputs_dir = tmp_path / "in"
-    inputs_dir.mkdir()
-    data = inputs_dir / "d.csv"
-    data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
-    keys = tmp_path / "k.csv"
-    keys.write_text("g\nA\n")
-    shared = tmp_path / "shared"
-    (shared / "rep").mkdir(parents=True)
-    checked = access.Gate.check_write
-    calls = []
-
-    def check_then_swap(self, path, what="output"):
-        checked(self, path, what)
-        calls.append(path)
-        if len(calls) == 2:
-            os.rename(shared / "rep", shared / "rep.old")
-            os.symlink(inputs_dir, shared / "rep")
-
-    monkeypatch.setattr(access.Gate, "check_write", check_then_swap)
+    data, keys, shared = _inputs(tmp_path, inputs_dir)
+    _swap_at_the_second_check(monkeypatch, shared, inputs_dir)
     before = data.read_bytes()
     r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--keys", keys, "--epsilon", "1",
             "-o", shared / "rep" / "d.csv")
@@ -99,12 +103,7 @@ def test_a_pipe_output_swapped_after_the_check_is_not_appended_to(tmp_path, stat
     for a link to the ledgers' (the same name there is a ledger) is refused on the directory's descriptor;
     to a directory where the name is a regular file, the file opened is refused before a byte is appended."""
     init_ledger()
-    data = tmp_path / "d.csv"
-    data.write_text("user,g\n" + "".join(f"u{i},A\n" for i in range(50)))
-    keys = tmp_path / "k.csv"
-    keys.write_text("g\nA\n")
-    shared = tmp_path / "shared"
-    (shared / "rep").mkdir(parents=True)
+    data, keys, shared = _inputs(tmp_path)
     os.mkfifo(shared / "rep" / "default.json")
     other = tmp_path / "other"
     other.mkdir()
@@ -115,8 +114,7 @@ def test_a_pipe_output_swapped_after_the_check_is_not_appended_to(tmp_path, stat
     def decide_then_swap(path):  # Gate.write has decided to write in place: the swap comes just after
         in_place = decide(path)
         if in_place and str(path).endswith("default.json") and not (shared / "rep.old").exists():
-            os.rename(shared / "rep", shared / "rep.old")
-            os.symlink(target, shared / "rep")
+            _swap(shared, target)
         return in_place
 
     monkeypatch.setattr(atomic, "writes_in_place", decide_then_swap)  # (Gate.write imports it when it writes)
