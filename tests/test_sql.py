@@ -296,15 +296,18 @@ def test_counts_equal_histograms_with_the_seed_forced_equal(monkeypatch, domain)
     monkeypatch.setattr("dpcli.tasks.sql.task.STREAM_LABEL", "histogram")
     init_ledger("approx", "--epsilon", "100", "--delta", "0.01")
     views = SAMPLE / "page_views.csv"
-    common = ["--max-contributions", "3", "--max-partitions", "2", "--epsilon", "1", "--json"]
+    common = ["--max-contributions", "3", "--max-partitions", "2", "--epsilon", "1", "--json", "--with-error"]
     common += ["--keys", str(SAMPLE / "pages_public.csv")] if domain == "keys" else ["--delta", "1e-6"]
     by = "page" if domain == "keys" else "country"
     h = cli("histogram", views, "--by", by, "--privacy-unit", "user_id", "--agg", "count,count-units", *common)
     s = cli("sql", f"SELECT {by}, ANON_COUNT(*) AS count, ANON_COUNT(DISTINCT user_id) AS count_units FROM views "
             f"GROUP BY {by}", "--table", f"views={views}", "--privacy-unit", "user_id", *common)
     assert released(h).height > 5
+    # margins too: without a list the distinct count decided the groups, and both give its conditional interval
     assert released(s).to_dicts() == released(h).to_dicts()
     assert json.loads(s.stdout)["summary"]["threshold"] == json.loads(h.stdout)["summary"]["threshold"]
+    if domain == "threshold":
+        assert "conditional" in json.loads(s.stdout)["summary"]["margins"]["count_units"]
 
 
 def test_a_join_keeps_every_sides_unit_column_where_the_join_keeps_its_rows(tmp_path):
@@ -342,3 +345,21 @@ def test_the_dry_run_names_the_privacy_unit_as_the_notes_do(tmp_path):
     assert r.exit_code == 0, r.stderr
     assert "rows per tailnum, each tailnum's count" in r.stdout and "distinct tailnums per partition" in r.stdout
     assert "user" not in r.stdout
+
+
+def test_avg_var_and_stddev_say_they_average_per_person_means_and_have_margins():
+    """ANON_AVG is paper 002's mean of per-user means: the note and the summary say so (the aliases stay), and
+    with --with-error every value aggregate has a margin (union bounds: audited in tests/audit/test_audit_margins.py)."""
+    q = ("SELECT dept, ANON_AVG(amount, 0, 1000) AS a, ANON_VAR(amount, 0, 1000) AS v, "
+         "ANON_STDDEV(amount, 0, 1000) AS sd, ANON_SUM(amount, 0, 1000) AS s FROM Employee JOIN Order USING (uid) "
+         "GROUP BY dept")
+    r = sql(q, *TABLES, "--epsilon", "1", "--delta", "1e-6", "--json", "--with-error")
+    out, summary = released(r), json.loads(r.stdout)["summary"]
+    assert summary["per_unit_means"] == ["a", "v", "sd"]
+    assert "a, v, sd: each uid's rows are averaged first" in r.stderr
+    assert {"a_moe95", "v_moe95", "sd_moe95", "s_moe95"} <= set(out.columns)
+    assert (out["a_moe95"] > 0).all() and (out["a_moe95"] <= 1000).all()
+    assert "union bound" in summary["margins"]["a"] and "union bound" in summary["margins"]["sd"]
+    plain = cli("sql", "SELECT dept, ANON_SUM(amount, 0, 1000) AS s FROM Employee JOIN Order USING (uid) "
+                "GROUP BY dept", *TABLES, "--epsilon", "1", "--delta", "1e-6", "--json")
+    assert "per_unit_means" not in json.loads(plain.stdout)["summary"] and "averaged first" not in plain.stderr

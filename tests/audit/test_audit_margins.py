@@ -17,6 +17,7 @@ reject it, which shows the trial counts have the power to see a shortfall.
 from __future__ import annotations
 
 import hashlib
+import json
 from fractions import Fraction
 
 import numpy as np
@@ -306,3 +307,91 @@ def test_the_binomial_test_rejects_what_it_should():
     assert coverage_rejected(932, 1000) and not coverage_rejected(933, 1000)
     assert coverage_rejected(94_830, 100_000) and not coverage_rejected(94_850, 100_000)
     assert not any(coverage_rejected(k, 1000) for k in range(950, 1001))
+
+
+# --- sql: ANON_AVG, ANON_VAR and ANON_STDDEV (per-person estimands), discovered distinct counts -------
+
+
+def _sql_groups(groups: int, seed: int) -> pl.DataFrame:
+    """Rows of public groups, 1 to 60 persons each with 1 to 3 rows: values spread, piled at the top, or one value."""
+    rng = np.random.default_rng(1000 + seed)
+    persons = rng.integers(1, 61, groups)
+    person_group = np.repeat(np.arange(groups), persons)
+    rows = rng.integers(1, 4, person_group.size)
+    g = np.repeat(person_group, rows)
+    uid = np.repeat(np.arange(person_group.size), rows)
+    kind = g % 3
+    x = np.select([kind == 0, kind == 1], [rng.integers(0, 1024, g.size), rng.integers(1000, 1024, g.size)], 300)
+    return pl.DataFrame({"uid": uid, "g": g, "x": x.astype(np.float64)})
+
+
+def _fixed_keys(monkeypatch) -> None:
+    """Seeds fixed by the release's material alone (the ledger's key is random per test run)."""
+    from dpcli.core.prf import canonical_json
+
+    monkeypatch.setattr("dpcli.release.seeds.derive_seed",
+                        lambda key, material: hashlib.sha256(b"audit" + canonical_json(material)).digest())
+
+
+def test_sql_avg_var_stddev_margins_cover_the_per_person_statistics(tmp_path, monkeypatch):
+    """ANON_AVG is the mean over persons of each person's mean, ANON_VAR the variance of the mixture that
+    weighs each person's rows by 1/rows (mean of per-person mean squares minus the squared mean),
+    ANON_STDDEV its root: every value lies in [0, 1024] on the grid, so bounding keeps them all. 10,000
+    public groups per seed, three seeds (3·10⁴ values per statistic), ε = 3 split four ways. The margins
+    are union bounds (conservative): the one-sided binomial test at the 1% level must not reject 95%."""
+    from dptest import cli, init_ledger
+
+    _fixed_keys(monkeypatch)
+    init_ledger("pure", "--epsilon", "1000")
+    covered: dict[str, list[np.ndarray]] = {"a": [], "v": [], "sd": []}
+    for seed in range(3):
+        df = _sql_groups(10_000, seed)
+        data, keys = tmp_path / f"rows{seed}.parquet", tmp_path / f"keys{seed}.csv"
+        df.write_parquet(data)
+        pl.DataFrame({"g": np.arange(10_000)}).write_csv(keys)
+        r = cli("sql", "SELECT g, ANON_AVG(x, 0, 1024) a, ANON_VAR(x, 0, 1024) v, ANON_STDDEV(x, 0, 1024) sd "
+                "FROM t GROUP BY g", "--table", f"t={data}", "--privacy-unit", "uid", "--keys", keys,
+                "--epsilon", "3", "--with-error", "-o", tmp_path / f"out{seed}.parquet")
+        assert r.exit_code == 0, r.stderr
+        out = pl.read_parquet(tmp_path / f"out{seed}.parquet").sort("g")
+        person = df.group_by("g", "uid").agg(pl.col("x").mean().alias("m"), ((pl.col("x") - 512) ** 2).mean()
+                                             .alias("q"))
+        truth = person.group_by("g").agg(pl.col("m").mean().alias("t_a"),
+                                         (pl.col("q").mean() - (pl.col("m").mean() - 512) ** 2).alias("t_v")).sort("g")
+        truth = truth.with_columns(pl.col("t_v").sqrt().alias("t_sd"))
+        out = out.join(truth, on="g")
+        for column in covered:
+            margin = out[f"{column}_moe95"].to_numpy()
+            assert np.isfinite(margin).all()
+            covered[column].append(_within(out[column].to_numpy(), out[f"t_{column}"].to_numpy(), margin))
+    for column, parts in covered.items():
+        _check(f"sql {column}", np.concatenate(parts))
+
+
+def test_sql_discovered_distinct_counts_cover_given_release(tmp_path, monkeypatch):
+    """ANON_COUNT(DISTINCT uid) without a public list: the count that passed the threshold is the one released,
+    so its margin is the conditional interval; groups of true sizes around the threshold (the unconditional
+    margin covered 94.6% of them here, which the test rejects), one row per person."""
+    from dptest import cli, init_ledger
+
+    _fixed_keys(monkeypatch)
+    init_ledger("approx", "--epsilon", "1000", "--delta", "0.5")
+    pl.DataFrame({"uid": [0], "g": [0]}).write_parquet(tmp_path / "probe.parquet")
+    probe = cli("sql", "SELECT g, ANON_COUNT(DISTINCT uid) u FROM t GROUP BY g", "--table", f"t={tmp_path}/probe.parquet",
+                "--privacy-unit", "uid", "--epsilon", "0.5", "--delta", "1e-5", "--dry-run", "--json")
+    tau = int(json.loads(probe.stdout)["threshold"])
+    covered = []
+    for seed in range(4):  # true sizes τ − 8 … τ + 3: released ones are mostly those whose noise pushed them over
+        sizes = np.random.default_rng(2000 + seed).integers(tau - 8, tau + 4, 40_000)
+        g = np.repeat(np.arange(sizes.size), sizes)
+        data = tmp_path / f"d{seed}.parquet"
+        pl.DataFrame({"uid": np.arange(g.size), "g": g}).write_parquet(data)
+        r = cli("sql", "SELECT g, ANON_COUNT(DISTINCT uid) u FROM t GROUP BY g", "--table", f"t={data}",
+                "--privacy-unit", "uid", "--epsilon", "0.5", "--delta", "1e-5", "--with-error",
+                "-o", tmp_path / f"o{seed}.parquet")
+        assert r.exit_code == 0, r.stderr
+        out = pl.read_parquet(tmp_path / f"o{seed}.parquet")
+        truth = pl.DataFrame({"g": np.arange(sizes.size), "t": sizes})
+        out = out.join(truth, on="g")
+        covered.append(_within(out["u"].to_numpy(), out["t"].to_numpy(), out["u_moe95"].to_numpy()))
+    _check("sql discovered distinct count", np.concatenate(covered))

@@ -143,6 +143,11 @@ def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
         note = advice.mostly_noise(o.name, table[o.name].to_list(), margin) if margin is not None else None
         if note is not None:
             notes.append(note)
+    averaged = task.per_unit_means()
+    if averaged:
+        notes.append(advice.Note(f"{', '.join(averaged)}: each {task.unit_word}'s rows are averaged first, then the "
+                          f"{task.unit_word}s' means (every {task.unit_word} weighs the same, whatever its rows): "
+                          "not the per-row mean or variance of plain SQL"))
     defaulted = set(task.defaulted)
     counts_rows = any(a.function == "count" and a.cap == task.options.max_contributions
                       for a in task.query.aggregates)

@@ -269,6 +269,12 @@ class SqlTask:
                               int(chosen.get("max_contributions", self.options.max_contributions)))
         return sql_notes(task, task.plan("pure", {}), result.table)
 
+    def per_unit_means(self) -> list[str]:
+        """The output columns that average each unit's own mean over units (ANON_AVG, ANON_VAR, ANON_STDDEV:
+        paper 002's per-user partials), in the SELECT list's order."""
+        return [o.name for o in self.query.outputs
+                if o.aggregate is not None and self.query.aggregates[o.aggregate].function in ("avg", "var", "stddev")]
+
     # ---- helpers ----------------------------------------------------------------------------
 
     def _frames(self, frames: Frames) -> dict[str, pl.LazyFrame]:
@@ -316,6 +322,9 @@ class SqlTask:
             meta["granularity"] = fraction_text(min(steps))
         if margins:
             meta["margins"] = margins
+        averaged = self.per_unit_means()
+        if averaged:  # what ANON_AVG, ANON_VAR and ANON_STDDEV average (the query's, not the data's)
+            meta["per_unit_means"] = averaged
         return meta
 
 
