@@ -84,6 +84,19 @@ def schedule_backfill(label: dict[str, Any]) -> Note | None:
                 "snapshot, so this is that release again (free)")
 
 
+def schedule_repeat(label: dict[str, Any]) -> Note | None:
+    """A schedule's call answered with a release it made before (free): the output is that release's, byte for
+    byte, so a reader comparing files should not read it as a new measurement."""
+    if not label.get("cached") or "in_force_through" in label:
+        return None
+    epoch = f"epoch {label['epoch']}" if "epoch" in label else None
+    if "replay_of_run" in label:
+        which = f"run {label['replay_of_run']}" + (f" ({epoch})" if epoch else "")
+        return Note(f"the same input as an earlier call: {which}'s release again (free, identical output)")
+    return Note(f"no new epoch yet: {epoch or 'the last run'}'s release again (free, identical output); bbscheduler "
+                "starts the next epoch once the noisy count of units has grown by the factor 1 + γ")
+
+
 def improver_c_without_gain(scheduler: str, c: float) -> Note | None:
     """A BBImprover schedule made with c ≥ 1/4 (dpcli 0.2's default): its error bound no longer falls."""
     if scheduler != "bbimprover" or c < 0.25:

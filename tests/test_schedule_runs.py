@@ -192,6 +192,7 @@ def test_a_retry_returns_exactly_what_was_released_and_a_correction_is_refused(d
         r = scheduled(paths[1], keys, *fixed, *extra, "-o", again, "--json")
         assert r.exit_code == 0, r.stderr
         assert again.read_bytes() == outputs[1] and json.loads(r.stdout)["schedule"]["replay_of_run"] == 1
+        assert "the same input as an earlier call: run 1's release again (free, identical output)" in r.stderr
     broken = tmp_path / "broken.csv"
     broken.write_text('user,g\nu1,"a\n')
     published = tmp_path / "out2.csv"
@@ -213,12 +214,19 @@ def test_a_snapshot_answered_not_yet_keeps_its_answer_after_a_new_epoch(days, tm
     paths, keys = days
     init_ledger("pure", "--epsilon", "2")
     g = ["--gamma", "0.5", "--json"]
-    day1 = json.loads(scheduled(paths[1], keys, *g).stdout)
-    day2 = json.loads(scheduled(paths[2], keys, *g).stdout)
+    first = scheduled(paths[1], keys, *g)
+    day1 = json.loads(first.stdout)
+    second = scheduled(paths[2], keys, *g)
+    day2 = json.loads(second.stdout)
     assert day2["summary"]["schedule"]["cached"] and day2["result"] == day1["result"]
+    # a repeated release says so (a reader comparing the files would otherwise read it as a new measurement)
+    assert "no new epoch yet: epoch 0's release again (free, identical output)" in second.stderr
+    assert "release again" not in first.stderr
     assert json.loads(scheduled(paths[3], keys, *g).stdout)["summary"]["schedule"]["epoch"] == 1
-    again = json.loads(scheduled(paths[2], keys, *g).stdout)
+    third = scheduled(paths[2], keys, *g)
+    again = json.loads(third.stdout)
     assert again["result"] == day1["result"] and again["summary"]["schedule"]["replay_of_run"] == 1
+    assert "the same input as an earlier call: run 1 (epoch 0)'s release again" in third.stderr
     assert len(history()) == 3  # the reservation, epochs 0 and 1
 
 

@@ -303,7 +303,7 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
     run_task = scheduled_run(task, run_eps, schedules.chosen_bounds(auto) if auto and auto.get("kept") else None)
     notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
              advice.small_run_epsilon(float(run_eps), float(spec.total_epsilon), spec.scheduler),
-             advice.schedule_backfill(label),
+             advice.schedule_backfill(label), advice.schedule_repeat(label),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
              advice.improver_counts_runs(label.get("made_with_index"))]
     return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))
