@@ -57,6 +57,27 @@ def default_caps(unit: str, rows: bool, groups: bool) -> list[Note]:
     return notes
 
 
+def left_out(chosen: Sequence[str], auto: dict[str, Any] | None, stays: str | None,
+             defaulted: Sequence[str]) -> list[Note]:
+    """What became of the bounds a command left out: chosen from the data (``chosen``, at ``auto``'s share: the
+    values chosen are released), or kept at caps of 1 (``stays``: the public reason ``auto`` cannot run)."""
+    flags = {"max_partitions": "--max-partitions", "max_contributions": "--max-contributions", "bounds": "--bounds"}
+    if chosen and auto is not None:
+        shown = ", ".join(f"{flags[f]} {_chosen_value(auto, f)}" for f in chosen if f in auto)
+        spent = f"ε = {auto['epsilon']}" if "epsilon" in auto else f"ρ = {auto['rho']}" if "rho" in auto else "a share"
+        return [Note(f"left out, so chosen from the data with {spent} of the budget: {shown}; give them to spend the "
+                     "whole budget on the release")]
+    if stays and defaulted:
+        return [Note(f"{' and '.join(flags[f] for f in defaulted)} left at 1: dpcli chooses left-out caps from the "
+                     f"data, but not with {stays}")]
+    return []
+
+
+def _chosen_value(auto: dict[str, Any], field: str) -> str:
+    value = auto[field]
+    return f"{value[0]:g}:{value[1]:g}" if isinstance(value, (list, tuple)) else str(value)
+
+
 def empty_release(what: str) -> Note:
     """Nothing was released (no group passed the threshold): not an error, but worth knowing."""
     return Note(f"0 {what} released: no group was supported by enough privacy units to pass the threshold")

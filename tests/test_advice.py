@@ -12,14 +12,24 @@ def notes(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.startswith("dpcli: note:")]
 
 
-def test_default_caps_say_so_in_plain_words_even_in_a_pipe():
-    """CliRunner's stderr is not a terminal: the notes must appear anyway, and -q silences them."""
+def test_left_out_caps_are_chosen_and_say_so_in_plain_words_even_in_a_pipe():
+    """Caps left out are chosen from the data, and a note says which and at what cost; where dpcli cannot choose
+    them (unklap here; a br ledger, Spark, a schedule, a margin target) they stay at 1 and the notes say so and
+    why. CliRunner's stderr is not a terminal: the notes must appear anyway, and -q silences them."""
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
-    args = ("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1")
+    chosen = notes(cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon",
+                       "1").stderr)
+    assert any(n.startswith("dpcli: note: left out, so chosen from the data with ε = 0.1 of the budget: "
+                            "--max-partitions ") and "--max-contributions " in n for n in chosen), chosen
+    assert not any("at most 1 row" in n for n in chosen)
+    args = ("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--delta", "1e-6",
+            "--epsilon", "1")
     said = notes(cli(*args).stderr)
     assert ("dpcli: note: counts are per user_id-group pair, at most 1 row per user_id: raise --max-contributions "
             "to count more rows") in said
     assert any("--max-partitions" in n for n in said)
+    assert ("dpcli: note: --max-contributions and --max-partitions left at 1: dpcli chooses left-out caps from the "
+            "data, but not with --selection unklap") in said
     assert notes(cli("-q", *args).stderr) == []
     explicit = cli(*args, "--max-contributions", "1", "--max-partitions", "1")
     assert not any("--max-" in n for n in notes(explicit.stderr))

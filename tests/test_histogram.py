@@ -379,7 +379,8 @@ def test_quantiles_with_rho_release(mode, extra):
 def test_dry_run_shows_margins_in_output_units_and_whether_the_ledger_accepts():
     init_ledger("pure", "--epsilon", "1")
     args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,sum",
-            "--value", "duration_s", "--bounds", "0:600", "--granularity", "0.5", "--epsilon", "0.5", "--dry-run"]
+            "--value", "duration_s", "--bounds", "0:600", "--granularity", "0.5", "--max-partitions", "1",
+            "--max-contributions", "1", "--epsilon", "0.5", "--dry-run"]
     doc = json.loads(cli(*args, "--json").stdout)
     assert doc["ledger"] == {"analyst": "default", "accepts": True, "refusal": None}
     rows, s = doc["calibration"]["rows"], doc["calibration"]["sum"]

@@ -98,7 +98,8 @@ def test_report_bias_counts_units_not_rows(shaped):
     clamped = data.filter(pl.col("v") > 15)["u"].n_unique()
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     r = cli("histogram", shaped, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
-            "--bounds", "0:15", "--delta", "1e-6", "--epsilon", "8", "--report-bias", "--json")
+            "--bounds", "0:15", "--max-partitions", "1", "--max-contributions", "1", "--delta", "1e-6", "--epsilon", "8",
+            "--report-bias", "--json")
     assert r.exit_code == 0, r.stderr
     bias = json.loads(r.stdout)["summary"]["bias"]
     truth = {"units_over_max_partitions": UNITS, "units_over_max_contributions": UNITS,
@@ -113,7 +114,7 @@ def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,sum",
             "--value", "duration_s", "--epsilon", "1", "--delta", "1e-6", "--dry-run", "--json"]
-    doc = json.loads(cli(*base, "--bounds", "auto").stdout)
+    doc = json.loads(cli(*base, "--bounds", "auto", "--max-partitions", "1", "--max-contributions", "1").stdout)
     assert doc["calibration"]["rows"]["moe95"] == 10  # a count's margin does not depend on the value bounds
     assert doc["calibration"]["sum"]["moe95"] == "chosen at run time"
     assert doc["parts"] == {"bounds": "ε=0.1", "release": "ε=0.9"}
@@ -170,3 +171,54 @@ def test_an_auto_partition_bound_is_charged_the_generic_curve_whatever_it_choose
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["auto"]["max_partitions"] > 1
     assert [e.get("rdp_curve", "pure") for e in entries()[0]["events"]] == ["pure", "pure"]
+
+
+# ---- bounds left out are chosen (issue 38: "defaults that answer the question asked") ------------------------
+
+
+def _left_out(**options: object) -> object:
+    from dpcli.tasks.histogram import HistogramQuery, HistogramTask
+
+    fields: dict[str, object] = {"epsilon": Fraction(1), **options}
+    q = HistogramQuery(by=("page",), unit="user_id", aggregations=("count", "mean"), value="duration_s",
+                       domain="keys", **fields)  # type: ignore[arg-type]
+    return HistogramTask(q, defaulted=("max_contributions", "max_partitions", "bounds"), choose_left_out=True)
+
+
+def test_left_out_bounds_become_auto_only_for_public_reasons():
+    """The library's rule (the CLI sets ``choose_left_out``): every left-out bound is auto at the default share,
+    except where auto cannot run, for reasons that are all public inputs (the ledger's mode, the query)."""
+    from dpcli.tasks import auto_bounds
+
+    task = _left_out().with_defaults("approx")  # type: ignore[attr-defined]
+    assert task.query.auto == auto_bounds.AutoBounds(True, True, True, auto_bounds.AUTO_SHARE)
+    assert task.defaulted == () and task.left_out_chosen == ("max_partitions", "max_contributions", "bounds")
+    br = _left_out().with_defaults("br")  # type: ignore[attr-defined]
+    assert br.query.auto is None and br.left_out_stays == "a br ledger"
+    tiny = _left_out(epsilon=Fraction(1, 10**14)).with_defaults("pure")  # type: ignore[attr-defined]
+    assert tiny.query.auto is None and tiny.left_out_stays == "an ε too small to spend a share on them"
+    given = _left_out(bounds=(0.0, 600.0), max_partitions=2)
+    given = type(given)(given.query, defaulted=("max_contributions",), choose_left_out=True).with_defaults("zcdp")
+    assert given.query.auto == auto_bounds.AutoBounds(False, True, False, auto_bounds.AUTO_SHARE)
+    assert given.query.bounds == (0.0, 600.0) and given.query.max_partitions == 2
+    library = type(given)(given.query.__class__(by=("page",), unit="user_id", aggregations=("count",),
+                                                epsilon=Fraction(1)), defaulted=("max_contributions",))
+    assert library.with_defaults("pure") is library  # without choose_left_out: the caps given (1), nothing chosen
+
+
+def test_a_left_out_cap_is_chosen_by_the_cli_and_a_br_ledger_keeps_one_and_says_why(tmp_path):
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
+    r = cli(*args, "--json")
+    summary = json.loads(r.stdout)["summary"]
+    assert set(summary["auto"]) == {"max_partitions", "max_contributions", "epsilon"} and summary["auto"]["epsilon"] == "0.1"
+    assert summary["max_contributions"] == summary["auto"]["max_contributions"]
+    explicit = cli(*args, "--max-partitions", "auto", "--max-contributions", "auto", "--json")
+    assert json.loads(explicit.stdout)["result"] == json.loads(r.stdout)["result"]  # left out = auto: one release
+    assert json.loads(explicit.stdout)["summary"]["charged"] is False
+    br = tmp_path / "br"
+    init_ledger("br", "--epsilon-per", "1", "--delta", "1e-10", "--info-budget", "100", "--call-budget", "10",
+                "--delta-prime", "1e-9", state_dir=br)
+    r = cli("--state-dir", br, *args[:-2], "--epsilon", "1")
+    assert r.exit_code == 0, r.stderr
+    assert "left at 1: dpcli chooses left-out caps from the data, but not with a br ledger" in r.stderr

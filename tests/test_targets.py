@@ -61,7 +61,8 @@ def test_dry_run_shows_the_chosen_epsilon_and_charges_nothing():
     text = cli(*FOUND, "--target-moe", "count=50", "--dry-run").stdout
     assert "target: count ±50 → epsilon=0.5932" in text
     # one grid step less misses the target: ε = 0.5931 gives ±51
-    below = json.loads(cli(*FOUND, "--epsilon", "0.5931", "--dry-run", "--json").stdout)
+    # (caps given: left out without a target, they would be chosen from the data and the margins unknown)
+    below = json.loads(cli(*FOUND, "--epsilon", "0.5931", "--max-partitions", "1", "--dry-run", "--json").stdout)
     assert below["calibration"]["rows"]["moe95"] == 51
     assert entries() == []
 
@@ -72,7 +73,9 @@ def test_a_target_release_is_the_release_at_its_epsilon_and_replays_free():
     assert first.exit_code == 0, first.stderr
     done = json.loads(first.stdout)
     assert done["summary"]["target"]["columns"]["count"]["moe95"] <= 40
-    again = cli(*KEYS, "--epsilon", done["summary"]["epsilon"], "--json")  # the same ε: same seed, free
+    # the same ε and the caps the target kept at 1: the same seed, free
+    again = cli(*KEYS, "--epsilon", done["summary"]["epsilon"], "--max-partitions", "1", "--max-contributions", "1",
+                "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["summary"]["charged"] is False
     assert json.loads(again.stdout)["result"] == done["result"]
 

@@ -467,6 +467,20 @@ MaxContributionsOpt = Annotated[
                  help="At most this many rows per unit per group, or auto: chosen privately from the data. "
                       "[default: 1]"),
 ]
+#: histogram's caps, chosen from the data when left out (:meth:`dpcli.tasks.histogram.HistogramTask.with_defaults`).
+LeftOutPartitionsOpt = Annotated[
+    str | None,
+    typer.Option("--max-partitions", metavar="N|auto", show_default=False,
+                 help="At most this many groups per unit (chosen at random), or auto: chosen privately from the "
+                      "data. [default: auto where dpcli can choose (not with a br ledger, unklap, --engine spark, "
+                      "--schedule or --target-moe), else 1]"),
+]
+LeftOutContributionsOpt = Annotated[
+    str | None,
+    typer.Option("--max-contributions", metavar="N|auto", show_default=False,
+                 help="At most this many rows per unit per group, or auto: chosen privately from the data. "
+                      "[default: as --max-partitions]"),
+]
 AutoShareOpt = Annotated[
     str | None,
     typer.Option("--auto-share", help="Share of the budget that chooses the auto bounds, in (0, 0.5] (default 0.1).",

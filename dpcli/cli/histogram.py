@@ -24,9 +24,9 @@ from dpcli.cli._options import (
     InputArg,
     InputFormatOpt,
     JsonOpt,
+    LeftOutContributionsOpt,
+    LeftOutPartitionsOpt,
     MasterOpt,
-    MaxContributionsOpt,
-    MaxPartitionsOpt,
     OutputOpt,
     RemoteOpt,
     ReportBiasOpt,
@@ -77,15 +77,15 @@ def histogram(
     bounds_text: Annotated[
         str | None, typer.Option("--bounds", metavar="LO:HI|auto",
                                  help="Bounds of --value (values outside are clamped), or auto: chosen privately "
-                                      "from the data.")
+                                      "from the data (left out: auto, where the caps would be).")
     ] = None,
     granularity: Annotated[
         str | None,
         typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 "
                                            "steps)."),
     ] = None,
-    max_partitions: MaxPartitionsOpt = None,
-    max_contributions: MaxContributionsOpt = None,
+    max_partitions: LeftOutPartitionsOpt = None,
+    max_contributions: LeftOutContributionsOpt = None,
     auto_share: AutoShareOpt = None,
     report_bias: ReportBiasOpt = False,
     bias_share: BiasShareOpt = None,
@@ -167,9 +167,12 @@ def histogram(
                               through, runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
     size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
-    task = HistogramTask(query, noise_given=noise is not None, defaulted=_defaulted(max_contributions, max_partitions),
+    stays = "--engine spark" if engine != "polars" else "--schedule" if spec is not None else None
+    task = HistogramTask(query, noise_given=noise is not None,
+                         defaulted=_defaulted(max_contributions, max_partitions, bounds_text),
                          unit_label=unit_word(), target=margin_target(target_moe, target_relative_moe, size,
-                                                                      spec is not None))
+                                                                      spec is not None),
+                         choose_left_out=stays is None, left_out_stays=stays)
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     if dry_run:
@@ -182,7 +185,8 @@ def histogram(
     write_release(settings(ctx), done, target, as_json)
 
 
-def _defaulted(max_contributions: str | None, max_partitions: str | None) -> tuple[str, ...]:
-    """The caps left at their defaults (the notes say when a cap of 1 may bias the release)."""
-    return tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
-                 if v is None)
+def _defaulted(max_contributions: str | None, max_partitions: str | None, bounds: str | None) -> tuple[str, ...]:
+    """The bounds left out (chosen from the data where dpcli can: :meth:`HistogramTask.with_defaults`; else the
+    caps stay at 1, and the notes say when a cap of 1 may bias the release)."""
+    return tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions),
+                                ("bounds", bounds)) if v is None)

@@ -992,6 +992,24 @@ class KeptBounds:
     pending: auto_bounds.AutoBounds
 
 
+def _quantile_names(q: HistogramQuery) -> list[str]:
+    return [a for a in q.aggregations if parse_quantile(a) is not None]
+
+
+def _left_out_stays(task: HistogramTask, mode: str | None) -> str | None:
+    """Why the bounds left out of ``task`` cannot be chosen from the data (None: they can)."""
+    q = task.query
+    if mode == "br":
+        return "a br ledger"
+    if q.domain == "unklap":
+        return "--selection unklap"
+    if task.target is not None:
+        return "a margin target"
+    if q.epsilon is None and q.rho is None:
+        return "no ε or ρ"
+    return None
+
+
 @dataclass(frozen=True)
 class HistogramTask:
     """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
@@ -1011,12 +1029,48 @@ class HistogramTask:
     target: MarginTarget | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     chosen: Choice | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     kept: KeptBounds | None = None
+    choose_left_out: bool = False
+    left_out_stays: str | None = free_replay("notes' wording", default=None)
+    left_out_chosen: tuple[str, ...] = free_replay("notes' wording", default=())
+
+    def with_defaults(self, mode: str | None) -> HistogramTask:
+        """With ``choose_left_out`` (the CLI's default), the bounds left out (``defaulted``: the caps, and
+        ``bounds`` for a value aggregation) chosen from the data as ``auto`` at :data:`auto_bounds.AUTO_SHARE`,
+        wherever ``auto`` runs: not in a ``br`` ledger (``mode``; None: not known yet), with unklap, with a
+        margin target, with a grid spacing but no bounds, nor when the choice's share of ε is too small to draw
+        its noise (:func:`auto_bounds.check_choice`). There the caps stay at 1 and ``left_out_stays`` says
+        why. Every reason is a public input: the choice never depends on the data."""
+        if not self.choose_left_out:
+            return self
+        q = self.query
+        caps = [f for f in ("max_partitions", "max_contributions") if f in self.defaulted]
+        values = "bounds" in self.defaulted and q.value is not None and q.granularity is None
+        if not caps and not values:
+            return replace(self, choose_left_out=False)
+        why = _left_out_stays(self, mode)
+        quantiles = set(_quantile_names(q))
+        if why is None and quantiles and not set(q.aggregations) - {"count", "count-units"} - quantiles:
+            why = "a query of quantiles only"
+        if why is not None:
+            return replace(self, choose_left_out=False, left_out_stays=why)
+        asked = q.auto or auto_bounds.AutoBounds(False, False, False)
+        request = auto_bounds.AutoBounds(asked.partitions or "max_partitions" in caps,
+                                         asked.contributions or "max_contributions" in caps, asked.values or values,
+                                         q.auto.share if q.auto else auto_bounds.AUTO_SHARE)
+        chosen = replace(q, auto=request)
+        try:
+            auto_bounds.check_choice(_choice_epsilon(chosen))
+        except UsageError:
+            return replace(self, choose_left_out=False, left_out_stays="an ε too small to spend a share on them")
+        return replace(self, query=chosen, choose_left_out=False, left_out_chosen=(*caps, *(["bounds"] * values)),
+                       defaulted=tuple(f for f in self.defaulted if f not in caps and f != "bounds"))
 
     def for_ledger(self, mode: str) -> HistogramTask:
-        """The task for a ledger's mode: Gaussian noise on a zcdp ledger unless chosen, and a target's
-        ε or ρ chosen (from the query alone: the seed then binds that value, like a given one)."""
-        task = self
-        if not self.noise_given and mode == "zcdp":
+        """The task for a ledger's mode: the bounds left out chosen where they can be (:meth:`with_defaults`),
+        Gaussian noise on a zcdp ledger unless chosen, and a target's ε or ρ chosen (from the query alone: the
+        seed then binds that value, like a given one)."""
+        task = self.with_defaults(mode)
+        if not task.noise_given and mode == "zcdp":
             task = replace(self, query=replace(self.query, noise="gaussian"), noise_given=True)
         if task.target is None:
             return task
@@ -1070,7 +1124,7 @@ class HistogramTask:
 
     def check(self) -> None:
         """Refuse an inconsistent query (one-line usage errors) before anything else is read."""
-        self.query.validate()
+        self.with_defaults(None).query.validate()
         if self.target is not None:
             from dpcli.tasks.histogram_target import column_limits
 
@@ -1150,4 +1204,7 @@ class HistogramTask:
             plan = plan_histogram(q, *plan.ledger)
         in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
         return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
+                *advice.left_out(self.left_out_chosen, result.metadata.get("auto"), self.left_out_stays,
+                                 [f for f in self.defaulted if f == "max_partitions" or (f == "max_contributions"
+                                  and set(q.aggregations) & {"count", "sum", "mean", "variance"})]),
                 *advice.bias_report(self.unit_label or q.unit, result.metadata.get("bias"), in_force)]

@@ -204,11 +204,15 @@ def test_attack_notes_do_not_name_the_operators_unit_column(svc):
     data = svc.data / "units.csv"
     data.write_text("CANARY_UNIT,page\n" + "".join(f"u{i},/p/{i % 2}\n" for i in range(40)))
     _add(svc, "datasets", "units", data, unit="CANARY_UNIT")
-    for args in (["histogram", "units", "--by", "page", "--epsilon", "1", "--delta", "1e-6"],
-                 ["topk", "units", "--by", "page", "-k", "1", "--count", "rows", "--epsilon", "1", "--delta", "1e-6"]):
+    for args, said in ((["histogram", "units", "--by", "page", "--epsilon", "1", "--delta", "1e-6"],
+                        "left out, so chosen from the data"),
+                       (["histogram", "units", "--by", "page", "--epsilon", "1", "--delta", "1e-6", "--selection",
+                         "unklap"], "per unit-group pair"),
+                       (["topk", "units", "--by", "page", "-k", "1", "--count", "rows", "--epsilon", "1", "--delta",
+                         "1e-6"], "per unit-group pair")):
         r = svc.run("alice", *args)
-        assert r.exit_code == 0 and "per unit-group pair" in r.stderr, r.stderr
+        assert r.exit_code == 0 and said in r.stderr, r.stderr
         assert "CANARY_UNIT" not in r.stdout + r.stderr
     r = svc.owner("--analyst", "alice", "histogram", data, "--by", "page", "--privacy-unit", "CANARY_UNIT",
-                  "--epsilon", "1", "--delta", "1e-6")
+                  "--epsilon", "1", "--delta", "1e-6", "--selection", "unklap")
     assert r.exit_code == 0 and "per CANARY_UNIT-group pair" in r.stderr  # personal mode: the column, as before
