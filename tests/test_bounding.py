@@ -23,6 +23,8 @@ from dpcli.bounding.keyed_order import (
     keep_first,
     mix,
     reference_keep,
+    reference_keep_rows,
+    reference_occurrences,
     reference_order_key,
     start_word,
     with_order_key,
@@ -216,7 +218,8 @@ def test_ties_at_the_cap_are_all_dropped_whatever_the_row_order():
 @pytest.mark.parametrize("unit_type", [pl.String, pl.Int64])
 def test_bounding_keeps_exactly_the_rows_and_groups_the_definition_picks(unit_type):
     """C = 2 rows per (unit, group) and K = 2 groups per unit, checked against a plain-Python bound."""
-    rows = [(u, g, x) for u in range(6) for g in "abcd"[: 1 + u % 4] for x in range(5 - u % 3)]
+    # duplicate values in most partitions (x // 2): identical records are told apart by their occurrence
+    rows = [(u, g, x // 2) for u in range(6) for g in "abcd"[: 1 + u % 4] for x in range(5 - u % 3)]
     df = pl.DataFrame({"u": [r[0] for r in rows], "g": [r[1] for r in rows], "x": [float(r[2]) for r in rows]},
                       schema={"u": pl.Int64, "g": pl.String, "x": pl.Float64}).with_columns(pl.col("u").cast(unit_type))
     spec = bounding.BoundingSpec(unit="u", by=("g",), value="x", grid=bounding.ValueGrid(0.0, 8.0, Fraction(1)),
@@ -233,7 +236,8 @@ def test_bounding_keeps_exactly_the_rows_and_groups_the_definition_picks(unit_ty
         keys = [key(i) for i in items]
         return [i for i, keep in zip(items, reference_keep(keys, 2, purpose)) if keep]
 
-    want = {(u, grp): first(vals, lambda v, u=u, grp=grp: reference_order_key([u, grp, v], SALT, "rows"), "rows")
+    want = {(u, grp): [v for v, keep in zip(vals, reference_keep_rows([(u, grp, v) for v in vals], SALT, 2))
+                       if keep]
             for (u, grp), vals in kept.items()}
     by_unit: dict = {}
     for u, grp in want:
@@ -247,25 +251,82 @@ def test_bounding_keeps_exactly_the_rows_and_groups_the_definition_picks(unit_ty
     assert len(expected) == sum(min(2, len(v)) for v in by_unit.values())  # no ties here: every cap is filled
 
 
-def test_identical_rows_fill_the_row_cap_whatever_their_order():
-    """Rows of one (unit, group) tie only when they are identical records (the grid value is the
-    last link of the chain, a bijection), so those ties are broken by row order: C of 10 identical
-    rows are kept, never none."""
+ROWS_FIELDS = [("u", pl.Int64), ("g", pl.String), ("v", pl.Int64)]
+ROWS_SCHEMA = {"u": pl.Int64, "g": pl.String, "v": pl.Int64}
+
+
+def _kept_rows(rows: list[tuple], cap: int, salt: int = SALT) -> list[tuple]:
+    lf = pl.DataFrame(rows, schema=ROWS_SCHEMA, orient="row").lazy()
+    return sorted(keep_first(lf, ["u", "g"], ROWS_FIELDS, salt, "rows", cap).collect().iter_rows())
+
+
+def _reference_kept_rows(rows: list[tuple], cap: int, salt: int = SALT) -> list[tuple]:
+    parts: dict[tuple, list[tuple]] = {}
+    for r in rows:
+        parts.setdefault(r[:2], []).append(r)
+    return sorted(r for part in parts.values() for r, keep in zip(part, reference_keep_rows(part, salt, cap)) if keep)
+
+
+def test_occurrences_number_identical_records_only():
+    assert reference_occurrences([(1, "a", 4), (1, "a", 5), (1, "a", 4), (1, "a", 4), (1, "a", 5)]) == [0, 0, 1, 2, 1]
+
+
+def test_identical_rows_fill_the_row_cap_each_with_its_own_key():
+    """Identical records of one (unit, group) get keys of their own (the occurrence number), so C of 10
+    identical rows are kept, never none, and exactly the ones the plain-Python definition keeps."""
     rows = [(1, "a", 4)] * 10 + [(1, "a", 5)] * 2 + [(2, "a", 4)]
     for cap in (1, 3, 11, 12):
-        for seed in range(4):
+        for salt in (SALT, SALT + 1, SALT + 2):
+            got = _kept_rows(rows, cap, salt)
+            unit1 = [r for r in got if r[0] == 1]
+            assert len(unit1) == min(cap, 12) and len(got) == len(unit1) + 1
+            assert got == _reference_kept_rows(rows, cap, salt)
+
+
+def test_the_row_sample_is_uniform_over_rows_not_over_values():
+    """A unit's rows [a, a, a, b] under C = 1 keep a with probability 3/4 (each row equally likely), not 1/2
+    (each distinct value equally likely, the semantics-4 bug). 200 units × 20 salts = 4000 trials, each
+    keeping a with probability 3/4: the count is Binomial(4000, 3/4), mean 3000, sd √(4000·¾·¼) = 27.4;
+    the tolerance is 5 sd = 137 (a false alarm about 6e-7; the value-uniform sample gives ≈ 2000, 36 sd off).
+    Through the whole bound (grid values, bound_contributions), so every caller of the row cap is covered."""
+    units = 200
+    df = pl.DataFrame({"u": np.repeat(np.arange(units), 4), "g": ["x"] * (4 * units),
+                       "v": np.tile([2.0, 2.0, 2.0, 5.0], units)})
+    spec = bounding.BoundingSpec("u", ("g",), None, 1, value="v", grid=bounding.ValueGrid(0.0, 8.0, Fraction(1)))
+    kept_a = 0
+    for salt in range(20):
+        part = bounding.bound_contributions(df.lazy(), spec, (salt + 1) << 80 | salt).collect()
+        assert part.height == units and set(part[bounding.N_ROWS].to_list()) == {1}
+        assert set(part[bounding.C_SUM].to_list()) <= {2 - 4, 5 - 4}  # centred on mid = 4
+        kept_a += int((part[bounding.C_SUM] == -2).sum())
+    assert abs(kept_a - 3000) <= 137, kept_a
+
+
+def test_shuffling_the_file_does_not_change_the_rows_kept():
+    """The kept rows depend on the records, not their order in the file: the occurrence numbers of a value
+    held m times are 0 … m − 1 whatever the order, and the rows that get them are identical."""
+    gen = np.random.default_rng(11)
+    rows = [(int(u), str(g), int(v)) for u, g, v in zip(gen.integers(0, 8, 400), gen.choice(["a", "b"], 400),
+                                                        gen.integers(0, 4, 400), strict=True)]
+    for cap in (1, 2, 5):
+        want = _reference_kept_rows(rows, cap)
+        for seed in range(5):
             shuffled = rows[:]
             random.Random(seed).shuffle(shuffled)
-            lf = pl.DataFrame(shuffled, schema={"u": pl.Int64, "g": pl.String, "v": pl.Int64}, orient="row").lazy()
-            fields = [("u", pl.Int64), ("g", pl.String), ("v", pl.Int64)]
-            got = keep_first(lf, ["u", "g"], fields, SALT, "rows", cap).collect()
-            unit1 = got.filter(pl.col("u") == 1)
-            assert unit1.height == min(cap, 12) and got.height == unit1.height + 1
-            keys = {v: reference_order_key([1, "a", v], SALT, "rows") for v in (4, 5)}
-            first = min(keys, key=keys.get)
-            want = sorted(([first] * min(cap, 10 if first == 4 else 2)
-                           + [9 - first] * max(0, cap - (10 if first == 4 else 2)))[:cap])
-            assert sorted(unit1["v"].to_list()) == want
+            assert _kept_rows(shuffled, cap) == want, (cap, seed)
+
+
+def test_another_units_rows_do_not_change_a_units_sample():
+    """Unit 1's kept rows are the same with or without unit 2's rows, even when unit 2 holds the same
+    (group, value) records and they come first in the file: the occurrence counts only a unit's own
+    identical records (a file position, or a count across units, would shift unit 1's keys). 12 salts:
+    an implementation that let unit 2 move unit 1's keys would change unit 1's 3-of-8 sample for most."""
+    own = [(1, "a", 4)] * 5 + [(1, "a", 7)] * 3
+    other = [(2, "a", 4)] * 6 + [(2, "a", 7)] * 2
+    for salt in range(SALT, SALT + 12):
+        alone = _kept_rows(own, 3, salt)
+        together = [r for r in _kept_rows(other + own[:4] + other + own[4:], 3, salt) if r[0] == 1]
+        assert together == alone, salt
 
 
 @pytest.mark.parametrize("engine", ["in-memory", "streaming"])

@@ -103,6 +103,41 @@ def test_spark_drops_ties_at_the_cap_like_polars(spark):
         assert mine.filter(pl.col("g").is_null())["units"].to_list() == mine.filter(pl.col("g") == tied)["units"].to_list()
 
 
+def test_spark_samples_duplicate_records_like_polars(spark, tmp_path):
+    """Rows tied on (unit, group, value) are told apart by their occurrence number on both engines
+    (Spark's ``row_number`` over the identical records, in whatever order it meets them; polars' in file
+    order): the totals and the quantile bins are equal at every row cap, from a shuffled, repartitioned
+    Parquet file. Units hold values [a, a, a, b] and longer runs of duplicates, a null group included."""
+    import numpy as np
+
+    from dpcli.spark.bounding import bounded_totals, quantile_counts, read_input
+
+    gen = np.random.default_rng(5)
+    n = 3000
+    frame = pl.DataFrame({"u": gen.integers(0, 150, n), "g": gen.choice(["a", "b", "c"], n).tolist(),
+                          "x": gen.choice([2.0, 2.0, 2.0, 5.0, 7.5], n)})
+    frame = frame.with_columns(pl.when(pl.int_range(pl.len()) % 97 == 0).then(None).otherwise(pl.col("g")).alias("g"))
+    path = tmp_path / "dups.parquet"
+    frame.sample(fraction=1.0, shuffle=True, seed=3).write_parquet(path)
+    sdf = read_input(spark, str(path), "parquet").repartition(4)
+    for cap in (1, 2, 7):
+        spec = bounding.BoundingSpec(unit="u", by=("g",), max_partitions=2, max_contributions=cap, value="x",
+                                     grid=bounding.ValueGrid(0.0, 8.0, Fraction(1, 2)))
+        mine = bounding.bounded_totals(pl.scan_parquet(path), spec, SALT)
+        assert mine.equals(bounded_totals(sdf, spec, SALT)), cap
+        assert (mine["rows"] < frame.group_by("g").len().sort("g", nulls_last=True)["len"]).any()  # the cap bites
+        theirs = quantile_counts(sdf, spec, SALT, 16).sort("g", "__bin", nulls_last=True)
+        rows = bounding.bounded_rows(pl.scan_parquet(path), spec, SALT)
+        kept = bounding.bound_contributions(pl.scan_parquet(path), spec, SALT).select("u", "g")
+        width = spec.grid.hi_units - spec.grid.lo_units
+        binned = (rows.join(kept, on=["u", "g"], how="semi", nulls_equal=True)
+                  .with_columns(((pl.col(bounding.GRID) + spec.grid.mid_units - spec.grid.lo_units) * 16 // width)
+                                .clip(0, 15).alias("__bin"))
+                  .group_by("g", "__bin").agg(pl.len().cast(pl.Int64).alias("__n")).collect()
+                  .sort("g", "__bin", nulls_last=True))
+        assert binned.equals(theirs.select("g", "__bin", "__n")), cap
+
+
 def with_polars_seed(monkeypatch) -> None:
     """From now on a Spark release takes polars' seed (no engine tag, no nonce): then its bytes must
     be polars' bytes. The CLI never does this (a Spark release is never a free replay)."""

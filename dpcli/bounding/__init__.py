@@ -41,7 +41,10 @@ GRID = "__dp_grid"
 #: NUMBER (the same on every engine), not by polars' own leniency.
 #: 4: selection v3, a keyed order computed as a chain of 64-bit XXH64 steps instead of
 #: SHA-256 over text (about 2.5 times faster); groups tied at a cap are dropped, never chosen by row order.
-SEMANTICS = 4
+#: 5: a uniform row sample under the per-(unit, group) row cap: each row's key adds its occurrence number
+#: among the unit's identical records in that group (identical records no longer share one key, which kept
+#: each distinct value, not each row, equally likely); rows tied at the cap are dropped, as groups are.
+SEMANTICS = 5
 
 #: Largest |grid value| allowed (see docs/bounding.md: squares fit Int64, totals fit Int128).
 MAX_GRID_UNITS = 1 << 31
@@ -280,7 +283,8 @@ def bound_contributions(frame: pl.LazyFrame, spec: BoundingSpec, salt: int) -> p
     """Per-(unit, group) partial aggregates after all contribution bounds.
 
     ``salt`` (128 bits, secret) keys both samples: :func:`dpcli.bounding.keyed_order.keep_first`
-    ranks a unit's rows in a group (purpose ``rows``) and a unit's groups (purpose ``groups``).
+    ranks a unit's rows in a group (purpose ``rows``: a uniform sample of its rows, identical records
+    told apart by their occurrence number) and a unit's groups (purpose ``groups``).
 
     Columns: the unit, the group columns, ``N_ROWS`` (rows counted, ≤ C) and,
     with a value column, ``C_SUM``/``C_SUMSQ`` (sum and sum of squares of the

@@ -31,18 +31,28 @@ A float word exists only for a row of a private table (:func:`cap_rows`, ``sql -
 floating-point unit or group columns are refused (a public schema error, before any data is
 read): engines render and compare floats differently; cast them to integers or text.
 
+**Rows: a uniform sample.** Purpose ``rows`` ranks the rows of one (unit, group) partition on
+(unit, group columns, grid value, *occurrence*), where a row's occurrence is its number (0, 1, …)
+among the partition's rows with the same grid value, that is among that unit's identical records
+in that group. Without the occurrence, identical records would share one key: each *distinct
+value* would be equally likely kept, not each row (with C = 1, a unit's one rare large value
+would be kept as often as all its common ones together). With it, every row has its own key, and
+the C smallest keys are a uniform sample of the C-subsets of the unit's rows in that group. The
+occurrence counts only that unit's identical records in that group, so the sample depends on that
+unit's own rows alone (never on file position, which would let other people's rows move it), and
+not on their order: a partition with value v held m times gets the occurrences 0 … m − 1 for v
+whatever the order, and which of the m identical records gets which number does not change the
+values kept. (Spark numbers them by ``row_number`` over the identical records: any order of
+interchangeable rows gives the same result.)
+
 **Ties.** X is a bijection of 64-bit words, so for a fixed prefix of fields the key is injective
-in the next field's word. Purpose ``rows`` ranks the rows of one (unit, group) partition on
-(unit, group columns, grid value): the prefix is the same for all of them, so two rows tie only
-when their grid values are equal, that is only when they are identical records, and any choice
-among identical records keeps the same values: ties there are broken by row order. Purpose
-``groups`` ranks one unit's (unit, group) records, which are all different, and they can still
-tie (text words and 128-bit integers are hashes that can collide, a value can equal the null
-word, and two-field groups can meet by chance). Such ties must not be broken by row order (a
-replay would then bound other records), so a group is kept **only if at most ``cap`` groups of
-its unit have a key ≤ its own** (a rank by "max"): groups tied at the cap are all dropped, the
-unit never exceeds its cap, and the kept set depends only on the unit's own records
-(:data:`TIES`).
+in the next field's word, but the next-to-last link (grid value) and the last (occurrence) can
+still meet by chance, as can text words and 128-bit integers (hashes that can collide), a value and
+the null word, or two-field groups. Ties must not be broken by row order (a replay would then
+bound other records, and a unit's sample would depend on the file's order), so a record is kept
+**only if at most ``cap`` records of its partition have a key ≤ its own** (a rank by "max"):
+records tied at the cap are all dropped, the partition never exceeds its cap, and the kept set
+depends only on the unit's own records (:data:`TIES`), for rows and groups alike.
 
 **What the key is for.** Each unit's kept records are a function of that unit's records and the
 salt alone, so the bound's stability holds for every salt: privacy does not rest on the order
@@ -51,7 +61,8 @@ independent of any order in the data and unknowable to the analyst, and determin
 replayed release bound exactly the same records (which is what lets its noise be replayed).
 XXH64 is not a cryptographic PRF; it does not need to be. Selection v2 hashed every record
 with SHA-256 over a text encoding, about 2.5 times the time; v3 changes which records are
-kept, so it comes with a new :data:`dpcli.bounding.SEMANTICS` (fresh noise, fresh charge).
+kept, so it comes with a new :data:`dpcli.bounding.SEMANTICS` (fresh noise, fresh charge), and so
+did adding the occurrence to the rows' key (semantics 5).
 
 :func:`reference_order_key` is the plain-Python definition the tests hold polars and Spark to.
 """
@@ -184,7 +195,7 @@ def reference_order_key(values: Sequence[Any], salt: int, purpose: str) -> int:
 
 
 #: How each purpose's ranking treats equal keys (see "Ties" above): polars' ``rank`` method.
-TIES: dict[str, Literal["ordinal", "max"]] = {"rows": "ordinal", "groups": "max", "table-rows": "max"}
+TIES: dict[str, Literal["ordinal", "max"]] = {"rows": "max", "groups": "max", "table-rows": "max"}
 
 
 def reference_keep(keys: Sequence[int], cap: int, purpose: str) -> list[bool]:
@@ -194,6 +205,28 @@ def reference_keep(keys: Sequence[int], cap: int, purpose: str) -> list[bool]:
     ranked = sorted(range(len(keys)), key=lambda i: keys[i])  # stable: equal keys in row order
     kept = set(ranked[:cap])
     return [i in kept for i in range(len(keys))]
+
+
+def reference_occurrences(records: Sequence[Sequence[Any]]) -> list[int]:
+    """Each record's number (0, 1, …) among the earlier records equal to it, in the given order."""
+    seen: dict[tuple[int, ...], int] = {}
+    out = []
+    for record in records:
+        words = tuple(reference_word(v) for v in record)
+        out.append(seen.get(words, 0))
+        seen[words] = out[-1] + 1
+    return out
+
+
+def reference_keep_rows(records: Sequence[Sequence[Any]], salt: int, cap: int) -> list[bool]:
+    """Which rows of one (unit, group) partition :func:`keep_first` keeps for purpose ``rows``: each record is
+    (unit, group values…, grid value), keyed by the record followed by its occurrence number among the
+    partition's identical records (:func:`reference_occurrences`), ties at the cap dropped."""
+    if len(records) <= cap:
+        return [True] * len(records)
+    keys = [reference_order_key([*r, o], salt, "rows") for r, o in zip(records, reference_occurrences(records),
+                                                                       strict=True)]
+    return reference_keep(keys, cap, "rows")
 
 
 # --- polars ------------------------------------------------------------------------------------
@@ -250,32 +283,60 @@ def with_order_key(lf: pl.LazyFrame, fields: Sequence[tuple[str, pl.DataType | D
     (an expression that reused a sub-expression would be evaluated twice per use).
     """
     words = [field_word(c, t) for c, t in fields]
-    h = pl.col(name)
     lf = lf.with_columns(_u64(start_word(salt, purpose)).alias(name))
     for word in words:
-        k = h.xor(word) * _u64(_P2)
-        lf = lf.with_columns((_rotl_expr(k, 31) * _u64(_P1)).xor(_u64(SEED + _P5 + 8)).alias(name))
-        lf = lf.with_columns((_rotl_expr(h, 27) * _u64(_P1) + _u64(_P4)).alias(name))
-        lf = lf.with_columns((h.xor(h // _u64(1 << 33)) * _u64(_P2)).alias(name))
-        lf = lf.with_columns((h.xor(h // _u64(1 << 29)) * _u64(_P3)).alias(name))
-        lf = lf.with_columns(h.xor(h // _u64(1 << 32)).alias(name))
-    return lf.with_columns(h.reinterpret(signed=True).alias(name))
+        lf = _step(lf, name, word)
+    return lf.with_columns(pl.col(name).reinterpret(signed=True).alias(name))
+
+
+def _step(lf: pl.LazyFrame, name: str, word: pl.Expr) -> pl.LazyFrame:
+    """One link of the chain on the UInt64 column ``name``: X(h XOR word)."""
+    h = pl.col(name)
+    k = h.xor(word) * _u64(_P2)
+    lf = lf.with_columns((_rotl_expr(k, 31) * _u64(_P1)).xor(_u64(SEED + _P5 + 8)).alias(name))
+    lf = lf.with_columns((_rotl_expr(h, 27) * _u64(_P1) + _u64(_P4)).alias(name))
+    lf = lf.with_columns((h.xor(h // _u64(1 << 33)) * _u64(_P2)).alias(name))
+    lf = lf.with_columns((h.xor(h // _u64(1 << 29)) * _u64(_P3)).alias(name))
+    return lf.with_columns(h.xor(h // _u64(1 << 32)).alias(name))
+
+
+def _next_link(lf: pl.LazyFrame, name: str, word: str) -> pl.LazyFrame:
+    """The order key in ``name`` (Int64) extended by one more field, the UInt64 column ``word``."""
+    lf = lf.with_columns(pl.col(name).reinterpret(signed=False).alias(name))
+    lf = _step(lf, name, pl.col(word))
+    return lf.with_columns(pl.col(name).reinterpret(signed=True).alias(name))
 
 
 def keep_first(lf: pl.LazyFrame, over: list[str], fields: Sequence[tuple[str, pl.DataType | DataTypeClass]], salt: int,
                purpose: str, cap: int) -> pl.LazyFrame:
     """The records of each ``over`` partition that the keyed order of ``fields`` puts among the first ``cap``.
 
-    Equal keys are ranked as :data:`TIES` says for ``purpose`` (:func:`reference_keep`).
+    For purpose ``rows`` (``fields``: the ``over`` columns, then one more) the key is that of
+    ``fields`` followed by each record's occurrence number among the partition's records equal on
+    ``fields`` (:func:`reference_keep_rows`: a uniform row sample). Equal keys are ranked as
+    :data:`TIES` says for ``purpose`` (:func:`reference_keep`).
     Partitions within the cap keep every record, so the key is only computed for the records of
     partitions over it; the result is the same. The partitions' sizes are counted once, in one
     column both sides read (polars computes a window expression once per filter that uses it:
     one window fewer over the per-(unit, group) table, about 10% of a histogram's bounding).
     """
-    key, size = "__dp_order", "__dp_size"
+    key, size, occ = "__dp_order", "__dp_size", "__dp_occ"
     sized = lf.with_columns(pl.len().over(over).alias(size))
     within = sized.filter(pl.col(size) <= cap).drop(size)
-    over_cap = with_order_key(sized.filter(pl.col(size) > cap).drop(size), fields, salt, purpose, key)
+    over_cap = sized.filter(pl.col(size) > cap).drop(size)
+    over_cap = with_order_key(over_cap, fields, salt, purpose, key)
+    if purpose == "rows":
+        if [c for c, _ in fields[:-1]] != over:
+            raise ValueError("a rows key is the partition's columns and one more field")
+        # The occurrence among identical records, then one more link of the chain. The chain so far is
+        # injective in the last field (the prefix is the partition's, the same for all its rows), so equal
+        # keys are identical records, and their ordinal ranks run on from their smallest: ordinal − min
+        # numbers them 0 … m − 1 (in row order, which among interchangeable rows keeps the same values).
+        # Two ranks over the partition cost about a third of one window over all the record's columns.
+        rank = pl.col(key).rank("ordinal").over(over).cast(pl.Int64)
+        first = pl.col(key).rank("min").over(over).cast(pl.Int64)
+        over_cap = over_cap.with_columns((rank - first).cast(pl.UInt64).alias(occ))
+        over_cap = _next_link(over_cap, key, occ).drop(occ)
     kept = over_cap.filter(pl.col(key).rank(TIES[purpose]).over(over) <= cap).drop(key)
     return pl.concat([within, kept], how="vertical")
 

@@ -7,7 +7,8 @@ Every step mirrors the polars one, value for value:
   grid's integers; rows with a null unit or value are dropped;
 * at most C rows per (unit, group) and K groups per unit, chosen by the keyed order of
   :mod:`dpcli.bounding.keyed_order` (a chain of Spark's own ``xxhash64`` over the same 64-bit
-  words, nulls given their word explicitly; equal keys ranked as on polars);
+  words, nulls given their word explicitly; a row's occurrence number among its identical records
+  as its last word; equal keys ranked as on polars);
 * sums in ``decimal(38, 0)`` (no wrap-around), returned through Arrow as polars Int128.
 
 Only built-in Spark SQL runs on the executors.
@@ -103,8 +104,8 @@ def order_key(sdf: Any, columns: list[str], salt: int, purpose: str, extra: Sequ
 
 def _keep_first(sdf: Any, over: list[str], key: Any, cap: int, purpose: str) -> Any:
     """:func:`dpcli.bounding.keyed_order.keep_first`: equal keys ranked as ``keyed_order.TIES`` says,
-    by ``row_number`` (ties are identical records) or by a count over a range frame, which counts
-    every row whose key is ≤ this one, tied rows included (a rank by "max")."""
+    by ``row_number`` or by a count over a range frame, which counts every row whose key is ≤ this
+    one, tied rows included (a rank by "max")."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -114,6 +115,26 @@ def _keep_first(sdf: Any, over: list[str], key: Any, cap: int, purpose: str) -> 
     else:
         rank = F.row_number().over(ordered)
     return sdf.withColumn("__dp_rank", rank).filter(F.col("__dp_rank") <= cap).drop("__dp_rank")
+
+
+_OCC = "__dp_occ"
+
+
+def with_occurrence(sdf: Any, record: list[str], name: str) -> Any:
+    """``sdf`` with each row's occurrence number (0, 1, …) among the rows equal on ``record`` (a ``bigint``
+    column ``name``), as :func:`dpcli.bounding.keyed_order.keep_first` numbers them for purpose ``rows``.
+
+    ``row_number`` over the partition of identical records, ordered by those same columns: within the
+    partition every row ties on the order, so Spark may number them in any order, and that does not
+    matter. The partition holding a record m times gets the numbers 0 … m − 1 however they are dealt,
+    and the rows that receive them are identical, so the keys, the rows kept and every total are the
+    same for every order (and equal to polars', which deals them in file order).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    same = Window.partitionBy(*record).orderBy(*record)
+    return sdf.withColumn(name, (F.row_number().over(same) - 1).cast("long"))
 
 
 def _bounded(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> tuple[Any, Any, list[Any]]:
@@ -141,8 +162,9 @@ def _bounded(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> tuple[Any, Any
         grid = F.when(x.isNull() | F.isnan(x), F.lit(None)).otherwise(units.cast("long") - F.lit(g.mid_units))
         rows = rows.withColumn(bounding.GRID, grid)
         rows = rows.filter(F.col(bounding.GRID).isNotNull() & F.col(spec.unit).isNotNull())
-        key = order_key(rows, keys, salt, "rows", [(bounding.GRID, "long")])
-        rows = _keep_first(rows, keys, key, spec.max_contributions, "rows")
+        rows = with_occurrence(rows, [*keys, bounding.GRID], _OCC)
+        key = order_key(rows, keys, salt, "rows", [(bounding.GRID, "long"), (_OCC, "long")])
+        rows = _keep_first(rows, keys, key, spec.max_contributions, "rows").drop(_OCC)
         gv = F.col(bounding.GRID).cast(_DEC)
         aggs += [F.sum(gv).alias(bounding.C_SUM), F.sum(gv * gv).cast(_DEC).alias(bounding.C_SUMSQ)]
     partial = rows.groupBy(*keys).agg(*aggs).filter(F.col(spec.unit).isNotNull())
