@@ -120,6 +120,10 @@ def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
     assert doc["parts"] == {"bounds": "ε=0.1", "release": "ε=0.9"}
     doc = json.loads(cli(*base, "--bounds", "auto", "--max-contributions", "auto").stdout)
     assert doc["calibration"]["rows"]["moe95"] == "chosen at run time"
+    # the plan's placeholders (caps of 1) give the least margin the choice can lead to; none for the chosen limits
+    assert doc["calibration"]["rows"]["moe95_at_caps_of_1"] == 10 and "moe95_at_caps_of_1" not in doc["calibration"]["sum"]
+    text = cli(*base[:-1], "--bounds", "auto").stdout
+    assert "95% margin chosen at run time (±10 at caps of 1, more at the caps chosen)" in text
     text = cli(*base[:-1], "--bounds", "auto", "--max-partitions", "auto", "--report-bias").stdout
     assert "threshold: chosen at run time" in text and "parts: bounds ε=0.1, bias ε=0.05, release ε=0.85" in text
     assert entries() == []

@@ -241,9 +241,12 @@ def _noise_text(m: dict[str, Any]) -> str:
     if "noise" not in m:
         return str(m.get("mechanism", "exponential")) + " mechanism"
     bits = [str(m["noise"]).replace("_", " ")]
-    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items() if k not in ("noise", "moe95", "column")]
+    bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items()
+             if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1")]
     if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
-        bits.append(f"95% margin {m['moe95']}")
+        low = m.get("moe95_at_caps_of_1")
+        bits.append(f"95% margin {m['moe95']}" + (f" (±{low:g} at caps of 1, more at the caps chosen)"
+                                                   if low is not None else ""))
     elif m.get("moe95") is not None:
         bits.append(f"95% margin ±{m['moe95']:g}")
     return ", ".join(bits)

@@ -977,7 +977,11 @@ def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any])
     noise and the threshold; the value limits scale the sums."""
     every = request.partitions or request.contributions
     for name, m in described["calibration"].items():
-        if m.get("mechanism") != "exponential" and (every or name in ("sum", "csum", "csumsq")):
+        valued = name in ("sum", "csum", "csumsq")
+        if m.get("mechanism") != "exponential" and (every or valued):
+            if not (request.values and valued) and isinstance(m.get("moe95"), (int, float)):
+                # the plan's placeholders are caps of 1: a lower bound on the margin, which grows with the caps
+                m["moe95_at_caps_of_1"] = m["moe95"]
             m.update({k: auto_bounds.AT_RUN_TIME for k in ("scale", "moe95") if k in m})
     if request.partitions and described.get("threshold") is not None:
         described["threshold"] = auto_bounds.AT_RUN_TIME
