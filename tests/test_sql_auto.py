@@ -58,7 +58,7 @@ def test_k_and_c_are_chosen_charged_as_their_own_part_and_replayed_free(data):
 
 def test_a_rho_budget_splits_rho(data):
     init_ledger("zcdp", "--rho", "100", "--delta", "1e-3")
-    r = sql(data, QUERY, "--max-partitions", "auto", "--rho", "2", "--json")
+    r = sql(data, QUERY, "--max-partitions", "auto", "--max-contributions", "1", "--rho", "2", "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["auto"] == {"max_partitions": 2, "rho": "0.2"}
     events = history()[0]["events"]
@@ -71,7 +71,7 @@ def test_a_join_chooses_on_the_joined_rows():
     r = cli("sql", "SELECT dept, ANON_COUNT(*) AS c FROM Employee JOIN Order USING (uid) GROUP BY dept",
             "--table", f"Employee={SAMPLE / 'employee.csv'}", "--table", f"Order={SAMPLE / 'order.csv'}",
             "--privacy-unit", "Employee.uid", "--privacy-unit", "Order.uid", "--epsilon", "5", "--delta", "1e-6",
-            "--max-contributions", "auto", "--json")
+            "--max-contributions", "auto", "--max-partitions", "1", "--json")
     assert r.exit_code == 0, r.stderr
     assert set(json.loads(r.stdout)["summary"]["auto"]) == {"max_contributions", "epsilon"}
 
@@ -79,7 +79,7 @@ def test_a_join_chooses_on_the_joined_rows():
 def test_dry_run_says_which_margins_are_chosen_at_run_time(data):
     init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     r = sql(data, "SELECT g, ANON_COUNT(*) AS c, ANON_COUNT(*, 4) AS c4 FROM T GROUP BY g",
-            "--max-contributions", "auto", "--epsilon", "5", "--dry-run")
+            "--max-contributions", "auto", "--max-partitions", "1", "--epsilon", "5", "--dry-run")
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert any(line.startswith("  c: ") and "[0, C]" in line and "margin chosen at run time" in line
@@ -93,7 +93,7 @@ def test_dry_run_says_which_margins_are_chosen_at_run_time(data):
     ("SELECT g, ANON_COUNT(*, 3) AS c FROM T GROUP BY g", ["--max-contributions", "auto"], "the query has none"),
     (QUERY, ["--max-partitions", "auto", "--engine", "spark"], "polars engine only"),
     (QUERY, ["--report-bias", "--engine", "spark"], "polars engine only"),
-    (QUERY, ["--auto-share", "0.2"], "--auto-share needs a bound left to dpcli"),
+    (QUERY, ["--auto-share", "0.2"], "--auto-share needs a bound given as auto"),
     (QUERY, ["--bias-share", "0.2"], "--bias-share needs --report-bias"),
     (QUERY, ["--max-partitions", "sometimes"], "--max-partitions must be a whole number or auto"),
     (QUERY, ["--max-partitions", "auto", "--auto-share", "0.5", "--report-bias"], "less than half"),
@@ -105,3 +105,19 @@ def test_refusals_exit_2_before_reading_and_debit_nothing(data, tmp_path, query,
     assert r.exit_code == 2, (r.stdout, r.stderr)
     assert needle in r.stderr and r.stderr.count("\n") == 1
     assert history() == [] and not out.exists()
+
+
+def test_caps_left_out_are_chosen_where_they_bound_something(data):
+    """``--max-partitions`` left out is chosen with a GROUP BY, ``--max-contributions`` with an ANON_COUNT that has
+    no cap of its own; a note names both. Left out where they bound nothing, nothing is chosen or charged for them;
+    spelt ``auto`` they are the same release (a free replay: only the notes differ)."""
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    left = sql(data, QUERY, "--epsilon", "5", "--json")
+    assert left.exit_code == 0, left.stderr
+    summary = json.loads(left.stdout)["summary"]
+    assert set(summary["auto"]) == {"max_partitions", "max_contributions", "epsilon"}
+    assert "left out, so chosen from the data with ε = 0.5 of the budget: --max-partitions" in left.stderr
+    spelt = sql(data, QUERY, "--epsilon", "5", "--max-partitions", "auto", "--max-contributions", "auto", "--json")
+    assert json.loads(spelt.stdout)["summary"]["charged"] is False and "left out" not in spelt.stderr
+    capped = sql(data, "SELECT ANON_COUNT(*, 3) AS c FROM T", "--epsilon", "5", "--json")
+    assert capped.exit_code == 0 and "auto" not in json.loads(capped.stdout)["summary"], capped.stderr

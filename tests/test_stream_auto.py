@@ -133,7 +133,7 @@ def test_a_state_stream_chooses_once_at_its_first_run_and_keeps_the_choice(tmp_p
 
 @pytest.mark.parametrize("extra, message", [
     (("--max-contributions", "auto", "--engine", "spark"), "polars engine only"),
-    (("--max-contributions", "3", "--bounds", "-5:5", "--auto-share", "0.2"), "--auto-share needs a bound left to dpcli"),
+    (("--max-contributions", "3", "--bounds", "-5:5", "--auto-share", "0.2"), "--auto-share needs a bound given as auto"),
     (("--max-contributions", "3", "--bounds", "-5:5", "--bias-share", "0.2"), "--bias-share needs --report-bias"),
     (("--max-contributions", "auto", "--bounds", "auto", "--auto-share", "0.4", "--report-bias", "--bias-share",
       "0.2"), "at most 0.5"),

@@ -88,7 +88,7 @@ def test_dry_run_shows_the_parts_and_no_margin(data):
     (["--max-contributions", "auto", "--target-moe", "50"], "the count margin depends on τ"),
     (["--max-contributions", "auto", "--engine", "spark"], "polars engine only"),
     (["--report-bias", "--engine", "spark"], "polars engine only"),
-    (["--auto-share", "0.2"], "--auto-share needs a bound left to dpcli"),
+    (["--auto-share", "0.2"], "--auto-share needs a bound given as auto"),
     (["--bias-share", "0.2"], "--bias-share needs --report-bias"),
     (["--max-contributions", "auto", "--auto-share", "0.6"], "--auto-share must be in"),
     (["--max-contributions", "auto", "--auto-share", "0.5", "--report-bias"], "less than half"),

@@ -455,25 +455,13 @@ def share(option: str, text: str | None) -> Fraction | None:
 
 
 SHARE_RANGE = Range(Fraction(0), Fraction(1, 2), "0", "0.5")
-MaxPartitionsOpt = Annotated[
-    str | None,
-    typer.Option("--max-partitions", metavar="N|auto", show_default=False,
-                 help="At most this many groups per unit (chosen at random), or auto: chosen privately from the "
-                      "data. [default: 1]"),
-]
-MaxContributionsOpt = Annotated[
-    str | None,
-    typer.Option("--max-contributions", metavar="N|auto", show_default=False,
-                 help="At most this many rows per unit per group, or auto: chosen privately from the data. "
-                      "[default: 1]"),
-]
-#: histogram's caps, chosen from the data when left out (:meth:`dpcli.tasks.histogram.HistogramTask.with_defaults`).
+#: The caps of histogram and sql, chosen from the data when left out (``with_defaults`` of their tasks).
 LeftOutPartitionsOpt = Annotated[
     str | None,
     typer.Option("--max-partitions", metavar="N|auto", show_default=False,
                  help="At most this many groups per unit (chosen at random), or auto: chosen privately from the "
-                      "data. [default: auto where dpcli can choose (not with a br ledger, unklap, --engine spark, "
-                      "--schedule or --target-moe), else 1]"),
+                      "data. [default: auto where dpcli can choose (a note says when it cannot: a br ledger, "
+                      "--engine spark, a schedule, a margin target), else 1]"),
 ]
 LeftOutContributionsOpt = Annotated[
     str | None,
@@ -534,7 +522,8 @@ class BoundOptions:
 
         if not self.chooses:
             if self.auto_share is not None:
-                raise UsageError("--auto-share needs a bound left to dpcli (a bound given as auto)")
+                raise UsageError("--auto-share needs a bound given as auto (bounds left out are chosen at the "
+                                 "default share, 0.1)")
             return None
         return AutoBounds(self.partitions == "auto", self.contributions == "auto", self.values == "auto",
                           self.auto_share or AUTO_SHARE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated
 
@@ -54,12 +55,14 @@ def sql(
                                                            "operator's.", show_default=False)] = None,
     max_partitions: Annotated[
         str | None, typer.Option("--max-partitions", metavar="N|auto", help="At most this many groups per unit "
-                                 "(chosen at random), or auto: chosen privately from the data. [default: 1]",
+                                 "(chosen at random), or auto: chosen privately from the data. [default: auto with a "
+                                 "GROUP BY (not with --engine spark), else 1]",
                                  show_default=False)] = None,
     max_contributions: Annotated[
         str | None, typer.Option("--max-contributions", metavar="N|auto", help="The per-unit cap U of ANON_COUNT "
                                  "when the query gives none, or auto: chosen privately from the data. "
-                                 "[default: 1]", show_default=False)] = None,
+                                 "[default: auto where such an ANON_COUNT exists (not with --engine spark), else 1]",
+                                 show_default=False)] = None,
     max_rows_per_table: Annotated[
         str | None, typer.Option("--max-rows-per-table", metavar="N", help="At most this many rows per unit of each "
                                  "private table (chosen at random), before its WHERE and any join: the work per unit "
@@ -109,7 +112,7 @@ def sql(
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
-                          delimiter, options, noise is not None, defaulted)
+                          delimiter, options, noise is not None, defaulted, engine == "polars")
     _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
@@ -146,7 +149,8 @@ def _max_rows(text: str) -> int:
 
 
 def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,
-          options: SqlOptions, noise_given: bool, defaulted: tuple[str, ...]) -> tuple[SqlTask, dict[str, Source]]:
+          options: SqlOptions, noise_given: bool, defaulted: tuple[str, ...],
+          choose_left_out: bool) -> tuple[SqlTask, dict[str, Source]]:
     """The query resolved over its tables (declared by option or in the catalog), and each table's source."""
     from dpcli.cli._sql_tables import parse_declarations, resolve_tables
     from dpcli.tasks.sql import SqlTask
@@ -154,7 +158,10 @@ def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delim
 
     declared = parse_declarations(*declarations)
     decls, sources = resolve_tables(table_names(parse_query(text)), declared, delimiter)
-    return SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word()), sources
+    task = SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word(), choose_left_out)
+    if not choose_left_out and defaulted:
+        task = replace(task, left_out_stays="--engine spark")
+    return task, sources
 
 
 def _sources(task: SqlTask, sources: dict[str, Source], keys: str | None) -> Sources:

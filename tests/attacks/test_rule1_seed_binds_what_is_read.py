@@ -104,8 +104,8 @@ CHANGES: dict[str, tuple[str, list[str]]] = {
     "sql HAVING": (SQL + " HAVING ANON_COUNT(*) > 5", []),
     "sql ORDER BY": (SQL + " ORDER BY n DESC", []),
     "sql LIMIT": (SQL + " LIMIT 1", []),
-    # the caps spelt out at their defaults: only the notes (which name the caps left at 1) change
-    "notes' wording": (SQL, ["--max-contributions", "1", "--max-partitions", "1"]),
+    # the caps spelt out as what leaving them out means (auto): only the notes (which say they were left out) change
+    "notes' wording": (SQL, ["--max-contributions", "auto", "--max-partitions", "auto"]),
 }
 
 

@@ -20,7 +20,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
-from dpcli.tasks.auto_bounds import AutoBounds
+from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
@@ -86,16 +86,47 @@ class SqlTask:
     defaulted: tuple[str, ...] = free_replay("notes' wording", default=())
     unit_label: str | None = free_replay("notes' wording", default=None)
     command: str = "sql"
+    left_out_stays: str | None = free_replay("notes' wording", default=None)
+    left_out_chosen: tuple[str, ...] = free_replay("notes' wording", default=())
 
     @classmethod
     def from_text(cls, text: str, tables: Mapping[str, TableDecl], options: SqlOptions, noise_given: bool = True,
-                  defaulted: tuple[str, ...] = (), unit_label: str | None = None) -> SqlTask:
-        """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read)."""
+                  defaulted: tuple[str, ...] = (), unit_label: str | None = None,
+                  choose_left_out: bool = False) -> SqlTask:
+        """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read). With
+        ``choose_left_out`` (the CLI's default on polars), the caps in ``defaulted`` are chosen from the data
+        where they bound something (:meth:`with_defaults`)."""
         options.check()
         chosen = options.auto is not None and options.auto.contributions
+        chosen = chosen or (choose_left_out and "max_contributions" in defaulted)
         query = resolve_query(text, tables, sql_auto.DEFAULT_CAP_AUTO if chosen else options.max_contributions)
         used = {s.table for s in scans_of(query.relation)}
-        return cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
+        task = cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
+        return task.with_defaults() if choose_left_out else task
+
+    def with_defaults(self) -> SqlTask:
+        """The caps left out (``defaulted``) as ``auto`` at :data:`dpcli.tasks.auto_bounds.AUTO_SHARE` where they
+        bound something (``--max-partitions`` with a GROUP BY, ``--max-contributions`` with an ``ANON_COUNT``
+        without its own cap) and the choice's noise can be drawn at this budget; else they stay at 1 and
+        ``left_out_stays`` says why. Built from a query resolved with every default-cap count at
+        :data:`sql_auto.DEFAULT_CAP_AUTO`; public inputs only."""
+        q, o = self.query, self.options
+        asked = o.auto or AutoBounds(False, False, False)
+        parts = "max_partitions" in self.defaulted and bool(q.groups)
+        counts = "max_contributions" in self.defaulted and sql_auto.default_counts(q)
+        request = AutoBounds(asked.partitions or parts, asked.contributions or counts, False,
+                             o.auto.share if o.auto else AUTO_SHARE)
+        fixed = replace(self, query=q if asked.contributions else sql_auto.with_caps(q, o.max_contributions))
+        if not parts and not counts:
+            return fixed
+        try:
+            sql_auto.check_auto(q, request, o.bias_share)
+            sql_auto.check_noise(request, o.bias_share, o.budget.epsilon, o.budget.rho)
+        except UsageError:
+            return replace(fixed, left_out_stays="an ε too small to spend a share on them")
+        chosen = (*(["max_partitions"] * parts), *(["max_contributions"] * counts))
+        return replace(self, query=q if request.contributions else fixed.query, options=replace(o, auto=request),
+                       left_out_chosen=chosen, defaulted=tuple(f for f in self.defaulted if f not in chosen))
 
     @property
     def unit_word(self) -> str:
@@ -259,15 +290,21 @@ class SqlTask:
         return line
 
     def notes(self, plan: SqlPlan, result: Result) -> list[Note]:
+        from dpcli import advice
         from dpcli.tasks.sql.describe import sql_notes
 
         chosen = result.metadata.get("auto")
+        cap = self.options.max_contributions
+        counts = any(a.function == "count" and a.cap == cap for a in self.query.aggregates)
+        binding = [f for f in self.defaulted
+                   if (f == "max_partitions" and self.query.groups) or (f == "max_contributions" and counts)]
+        left_out = advice.left_out(self.left_out_chosen, chosen, self.left_out_stays, binding)
         if chosen is None:
-            return sql_notes(self, plan, result.table)
+            return [*sql_notes(self, plan, result.table), *left_out]
         # the margins of the bounds chosen (released values), not the placeholders planned before
         task = self.at_bounds(int(chosen.get("max_partitions", self.options.max_partitions)),
                               int(chosen.get("max_contributions", self.options.max_contributions)))
-        return sql_notes(task, task.plan("pure", {}), result.table)
+        return [*sql_notes(task, task.plan("pure", {}), result.table), *left_out]
 
     def per_unit_means(self) -> list[str]:
         """The output columns that average each unit's own mean over units (ANON_AVG, ANON_VAR, ANON_STDDEV:
