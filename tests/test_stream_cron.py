@@ -280,3 +280,19 @@ def _same_stream(a: dict, b: dict) -> bool:
         return dict(zip(doc["used"]["units"], doc["used"]["records"], strict=True))
 
     return used(a) == used(b) and {**a, "used": None} == {**b, "used": None}
+
+
+def test_a_long_stream_says_when_its_units_may_have_used_up_their_records(tmp_path):
+    """C (here 2) counts each unit's first records over the whole stream: once the stream has run more triggers
+    than C, a note says later triggers undercount active units (public: the triggers run and C)."""
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-6")
+    state = tmp_path / "s.stream"
+    said = []
+    for day in (1, 2, 3):
+        path = _day(tmp_path / f"d{day}.csv", day, range(0, 3), range(60))
+        r = cli(*_stream(path, "--state", state, "--through", f"2026-11-{day + 1:02d}T00:00:00Z"))
+        assert r.exit_code == 0, r.stderr
+        said.append("units active in more than 2 triggers have stopped counting" in r.stderr)
+        if said[-1]:
+            assert "this stream has run 3 triggers since its first run" in r.stderr
+    assert said == [False, False, True]

@@ -340,10 +340,14 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     digest = _step_digest(bytes.fromhex(body["seed"]), data.fingerprint, through, NOISE_VERSION, data.reading)
     step = ledger.Step(reservation=body["reservation"], start=body["step"], digest=digest, label=label, create=create)
     notes = () if release.table.height else (notes_of.empty_run(through, previous, q.step, kept=True),)
+    first = body.get("first_through", through if body["step"] == 0 else None)
+    if first is not None and q.max_records > 0:
+        notes = (*notes, *notes_of.records_used_up(through - first + 1, q.max_records))
     return StateRun(path, release.table, metadata, repeat=False,
                     run_id=f"{body['seed_id']}/{release.metadata['through']}",
                     reservation=f"stream:{body['reservation']}", step=step,
                     new_body={**state_body(body, stream, last), "step": body["step"] + 1,
+                              **({"first_through": first} if first is not None else {}),
                               "fed": {**(body.get("fed") or {}),
                                       data.fingerprint: {"run": body["step"] + 1, "until": moment.isoformat()}}},
                     notes=notes)

@@ -38,6 +38,18 @@ def retry(recorded: int, through: int, step: int) -> Note:
 
 
 
+def records_used_up(triggers: int, max_records: int) -> list[Note]:
+    """A persisted stream that has run more triggers than C: each unit's first C records count over the whole
+    stream, so a unit with a record in every trigger has stopped counting, and later triggers count fewer of
+    the units that are active (public: the triggers run since the stream's first run, and C)."""
+    if triggers <= max_records:
+        return []
+    return [Note(f"this stream has run {triggers} triggers since its first run and counts each unit's first "
+                 f"{max_records} records over the whole stream: units active in more than {max_records} triggers "
+                 "have stopped counting, so later triggers count fewer of them (docs/cron.md: choosing C for a "
+                 "long stream)")]
+
+
 def fed_before(run: int, until: str) -> Note:
     """The input is one an earlier run was fed: its events are not fed again (this run only runs the triggers
     due). The same header-only file of two quiet days is this too."""
