@@ -75,6 +75,27 @@ def test_a_dry_run_shows_a_new_schedules_runs_before_anything_is_read_or_paid(tm
     assert f"epoch 0, ε = {float(eps0):.4g}; count ±{first['moe95']['count']:,}" in text.stdout
     assert "--scheduler fixed --epsilon 0.1428 spends the total evenly over 7 runs" in text.stdout
     assert "would accept the reservation" in text.stdout
+    assert "growing to 22,000 at run 7 by a constant factor per run (geometric" in text.stdout
+    assert plan["rows"]["growth"] == "growing by a constant factor per run (geometric)"
+
+
+def test_a_dry_run_follows_the_sizes_stated_run_by_run(tmp_path):
+    """Real snapshots rarely grow geometrically: --rows N1,N2,… plans each run at its own size (the last stated
+    holds after it), so a run whose size barely grew repeats its epoch's release, as the schedule will."""
+    init_ledger("pure", "--epsilon", "2")
+    keys = tmp_path / "keys.csv"
+    keys.write_text("g\n" + "".join(f"p{i}\n" for i in range(50)))
+    stated = [7000, 7100, 7150, 15000]
+    r = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", ",".join(map(str, stated)), "--runs", "6",
+                  "--json")
+    assert r.exit_code == 0, r.stderr
+    plan = json.loads(r.stdout)
+    assert [run["rows"] for run in plan["runs"]] == [*stated, 15000, 15000]
+    assert plan["rows"] == {"first": 7000, "last": 15000, "growth": "as stated run by run", "each": stated}
+    releases = [run["release"] for run in plan["runs"]]
+    assert releases[0] == "new" and releases[3] == "new" and releases[1] != "new" and releases[5] != "new"
+    bad = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", "7000,x", "--runs", "2")
+    assert bad.exit_code == 2 and "N1,N2,…" in bad.stderr
 
 
 def test_a_dry_run_of_a_schedule_that_ran_goes_on_from_its_state(days):
@@ -152,8 +173,8 @@ def test_a_topk_schedule_plans_its_count_margins(tmp_path):
     (["--dry-run", "--through", "2026-11-05"], "drop --through"),
     (["--dry-run"], "give --rows N"),
     (["--dry-run", "--rows", "0"], "--rows must lie in [1, 10^12]"),
-    (["--dry-run", "--rows", "10:x"], "--rows must be N or FIRST:LAST"),
-    (["--dry-run", "--rows", "1:2:3"], "--rows must be N or FIRST:LAST"),
+    (["--dry-run", "--rows", "10:x"], "--rows must be N, FIRST:LAST or N1,N2,…"),
+    (["--dry-run", "--rows", "1:2:3"], "--rows must be N, FIRST:LAST or N1,N2,…"),
 ])
 def test_plan_options_are_checked(tmp_path, extra, message):
     keys = tmp_path / "keys.csv"

@@ -353,9 +353,10 @@ def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, d
 # The expected size: a size the user states where a plan needs one (sizes are private: never read).
 RowsOpt = Annotated[
     str | None,
-    typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, or FIRST:LAST growing "
-                 "over the runs planned (for bbscheduler: privacy units). --target-relative-moe: N, the expected "
-                 "count of the smallest group the margin must hold for. Stated, never read from the data.",
+    typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, FIRST:LAST growing "
+                 "geometrically over the runs planned, or N1,N2,… run by run (for bbscheduler: privacy units). "
+                 "--target-relative-moe: N, the expected count of the smallest group the margin must hold for. "
+                 "Stated, never read from the data.",
                  show_default=False),
 ]
 #: The largest size --rows takes (a trillion rows).
@@ -372,13 +373,17 @@ def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bo
     if not (dry_run and scheduled) and not relative:
         raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule, or "
                          "with --target-relative-moe")
-    parts = text.split(":")
-    if len(parts) > 2 or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
-        raise UsageError(f"--rows must be N or FIRST:LAST in whole numbers (e.g. 10000:50000), got {text!r}")
-    first, last = int(parts[0]), int(parts[-1])
-    if not (1 <= first <= MAX_ROWS and 1 <= last <= MAX_ROWS):
+    listed = "," in text
+    parts = text.split(",") if listed else text.split(":")
+    if (not listed and len(parts) > 2) or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
+        raise UsageError("--rows must be N, FIRST:LAST or N1,N2,… (each run's size) in whole numbers "
+                         f"(e.g. 10000:50000), got {text!r}")
+    values = [int(p) for p in parts]
+    if not all(1 <= v <= MAX_ROWS for v in values):
         raise UsageError(f"--rows must lie in [1, 10^12], got {text!r}")
-    return ExpectedSize(first, last)
+    if listed and relative:
+        raise UsageError("--target-relative-moe takes one size in --rows (N), not one per run")
+    return ExpectedSize(values[0], values[-1], tuple(values) if listed else ())
 
 
 def engine_request(engine: str, master: str | None, remote: str | None, conf: list[str] | None) -> EngineRequest:

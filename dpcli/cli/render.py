@@ -160,7 +160,13 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
              + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
     if plan.get("rows"):
         r = plan["rows"]
-        grown = f", growing to {r['last']:,} at run {plan['runs'][-1]['run']}" if r["last"] != r["first"] else ""
+        if r.get("each"):
+            grown = "; the later runs as stated, run by run"
+        elif r["last"] != r["first"]:
+            grown = (f", growing to {r['last']:,} at run {plan['runs'][-1]['run']} by a constant factor per run "
+                     "(geometric: state each run's size as N1,N2,… if the data grow otherwise)")
+        else:
+            grown = ""
         lines.append(f"  sizes stated with --rows (never read from the data): {r['first']:,} at the next run{grown}")
     lines += _runs_table(plan["runs"])
     lines.append(f"  after run {plan['runs'][-1]['run']} ({spend['runs']} planned): "

@@ -162,7 +162,8 @@ def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, p
     return {
         "schedule": {**spec.to_json(), "new": state is None, "runs_so_far": progress.runs,
                      **_scheduler_doc(spec, state, progress)},
-        "rows": None if size is None else {"first": size.first, "last": size.last},
+        "rows": None if size is None else {"first": size.first, "last": size.last, "growth": size.growth,
+                                           **({"each": list(size.each)} if size.each else {})},
         "groups": ctx.groups,
         "runs": runs,
         "spend": {"runs": len(planned), "epsilon_used": round(used.total, 6), "releases": round(used.releases, 6),

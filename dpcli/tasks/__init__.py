@@ -220,13 +220,24 @@ class ExpectedSize:
     """A size the user states for a dry run (``--rows``): sizes are private, so dpcli never reads one from
     the data, and a plan that needs one (a schedule's epochs, a margin relative to a count) takes it as a
     public input. ``first`` is the size of the next run; ``last``, of the last run planned, the sizes in
-    between growing geometrically (equal to ``first``: no growth)."""
+    between growing geometrically (equal to ``first``: no growth), unless ``each`` states every run's size
+    (the last stated holds for the runs after it)."""
 
     first: int
     last: int
+    each: tuple[int, ...] = ()
+
+    @property
+    def growth(self) -> str:
+        """How the sizes between the stated ones are taken (said in the plan)."""
+        if self.each:
+            return "as stated run by run"
+        return "constant" if self.first == self.last else "growing by a constant factor per run (geometric)"
 
     def sizes(self, runs: int) -> list[int]:
-        """The stated size of each of ``runs`` runs: ``first`` … ``last``, by a constant factor per run."""
+        """The stated size of each of ``runs`` runs: ``each``, or ``first`` … ``last`` by a constant factor per run."""
+        if self.each:
+            return [self.each[min(j, len(self.each) - 1)] for j in range(runs)]
         if runs == 1 or self.first == self.last:
             return [self.first] * runs
         ratio = self.last / self.first
