@@ -363,16 +363,18 @@ RowsOpt = Annotated[
 MAX_ROWS = 10**12
 
 
-def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bool = False) -> ExpectedSize | None:
-    """``--rows N`` or ``--rows FIRST:LAST`` (whole numbers in [1, 10^12]): a schedule's dry run plans with
-    it, and a relative margin target (``relative``) is a fraction of it."""
+def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bool = False,
+                  targeted: bool = False) -> ExpectedSize | None:
+    """``--rows N``, ``FIRST:LAST`` or ``N1,N2,…`` (whole numbers in [1, 10^12]): a schedule's dry run plans with
+    it, a relative margin target (``relative``) is a fraction of it, and a mean's margin target (``targeted``)
+    holds for groups of at least N rows."""
     from dpcli.tasks import ExpectedSize
 
     if text is None:
         return None
-    if not (dry_run and scheduled) and not relative:
-        raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule, or "
-                         "with --target-relative-moe")
+    if not (dry_run and scheduled) and not relative and not targeted:
+        raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule, with "
+                         "--target-relative-moe, or with a mean's --target-moe")
     listed = "," in text
     parts = text.split(",") if listed else text.split(":")
     if (not listed and len(parts) > 2) or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
@@ -381,8 +383,8 @@ def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bo
     values = [int(p) for p in parts]
     if not all(1 <= v <= MAX_ROWS for v in values):
         raise UsageError(f"--rows must lie in [1, 10^12], got {text!r}")
-    if listed and relative:
-        raise UsageError("--target-relative-moe takes one size in --rows (N), not one per run")
+    if listed and (relative or targeted):
+        raise UsageError("a margin target takes one size in --rows (N), not one per run")
     return ExpectedSize(values[0], values[-1], tuple(values) if listed else ())
 
 
@@ -419,7 +421,10 @@ def margin_target(moe: str | None, relative: str | None, size: ExpectedSize | No
     if scheduled:
         raise UsageError("a schedule sets each run's ε itself: drop --target-moe/--target-relative-moe")
     if moe is not None:
-        return parse_target(moe)
+        if size is not None and size.first != size.last:
+            raise UsageError("--target-moe takes one size in --rows (N: the rows of the smallest group a mean's "
+                             "margin must hold for)")
+        return parse_target(moe, size=size.first if size is not None else None)
     assert relative is not None
     if size is None or size.first != size.last:
         raise UsageError("--target-relative-moe needs --rows N: the expected count of the smallest group the "

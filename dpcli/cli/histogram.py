@@ -166,7 +166,8 @@ def histogram(
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
-    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
+    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None,
+                         targeted=target_moe is not None)
     stays = "--engine spark" if engine != "polars" else "--schedule" if spec is not None else None
     task = HistogramTask(query, noise_given=noise is not None,
                          defaulted=_defaulted(max_contributions, max_partitions, bounds_text),

@@ -1,12 +1,16 @@
 """``histogram --target-moe``: the smallest ε (Laplace noise) or ρ (Gaussian noise) whose 95% margins
 meet the target, from the query's plan alone (:mod:`dpcli.tasks.targets`).
 
-Served columns: ``count`` and ``count_units`` (margins in rows or units) and ``sum_<value>`` (in the
-value's units; absolute targets only). A mean's or a variance's margin depends on the released
-counts, and a quantile's error is a rank, so ε cannot be chosen for them from public quantities:
-naming them is refused. The margin targeted is the noise's own exact 95% margin, the one
-``--dry-run`` shows (thresholded unit counts are then shown with a margin conditional on their
-selection, which the target does not cover).
+Served columns: ``count`` and ``count_units`` (margins in rows or units), ``sum_<value>`` (in the
+value's units; absolute targets only) and ``mean_<value>`` for groups of at least a stated number of
+rows N (``--rows N``: public, never read): the released mean is then within the target of the bounded
+mean with probability at least 95% in every group of at least N bounded rows, whatever its values
+(:func:`_mean_margin`). That is a bound on the mean's error, from public quantities only; the margin
+``--with-error`` prints beside a released mean is a conservative interval around the released value,
+computed from the released counts, and is usually wider. A variance's error depends on the released
+values and a quantile's error is a rank: naming them is refused. For counts and sums the margin targeted
+is the noise's own exact 95% margin, the one ``--dry-run`` shows (thresholded unit counts are then
+shown with a margin conditional on their selection, which the target does not cover).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from dpcli.tasks import targets
 from dpcli.tasks.histogram import HistogramQuery, parse_quantile, plan_histogram
 
 #: The measurement (and so the noise) behind each served aggregation.
-SERVED = {"count": "rows", "count-units": "units", "sum": "sum"}
+SERVED = {"count": "rows", "count-units": "units", "sum": "sum", "mean": "mean"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,7 @@ class Choice:
 
     def to_json(self) -> dict[str, Any]:
         """The target and its choice, for ``--dry-run`` and the release's metadata (all public)."""
-        margins = margins_of(self.query, self.limits)
+        margins = margins_of(self.query, self.limits, self.target.size)
         return {"option": self.target.field, self.parameter: targets.show(self.value),
                 "size": self.target.size,
                 "columns": {c: {"target": _text(limit), "moe95": margins[n]} for n, (c, limit) in self.limits.items()},
@@ -49,22 +53,28 @@ def _text(x: Fraction) -> str:
 
 
 def _aggregation(column: str, q: HistogramQuery) -> str:
-    """The aggregation a target's column names (``count``, ``count_units``, ``sum`` or ``sum_<value>``)."""
+    """The aggregation a target's column names (``count``, ``count_units``, ``sum``/``sum_<value>``, ``mean``/
+    ``mean_<value>``)."""
     name = column.replace("_", "-")
-    if q.value is not None and column == f"sum_{q.value}":
-        name = "sum"
+    for value_aggregation in ("sum", "mean"):
+        if q.value is not None and column == f"{value_aggregation}_{q.value}":
+            name = value_aggregation
     if name not in q.aggregations and column not in q.aggregations:
         raise UsageError(f"names {column!r}, which the query does not release", field="target_moe")
     return name if name in q.aggregations else column
 
 
-def _refuse_unserved(aggregation: str, field: str) -> None:
-    if aggregation in ("mean", "variance"):
-        raise UsageError(f"cannot choose ε for {aggregation}: its margin depends on the released counts; "
-                         "targets serve count, count-units and sum", field=field)
+def _refuse_unserved(aggregation: str, target: targets.MarginTarget) -> None:
+    field = target.field
+    if aggregation == "variance":
+        raise UsageError("cannot choose ε for variance: its margin depends on the released values; "
+                         "targets serve count, count-units, sum and mean", field=field)
+    if aggregation == "mean" and (target.size is None or target.relative):
+        raise UsageError("needs --rows N for a mean (the rows of the smallest group the target must hold for, "
+                         "stated, never read from the data), and an absolute target", field=field)
     if parse_quantile(aggregation) is not None:
         raise UsageError(f"cannot choose ε for {aggregation}: a quantile's error is a rank, not a value; "
-                         "targets serve count, count-units and sum", field=field)
+                         "targets serve count, count-units, sum and mean", field=field)
 
 
 def column_limits(q: HistogramQuery, target: targets.MarginTarget) -> dict[str, tuple[str, Fraction]]:
@@ -73,31 +83,64 @@ def column_limits(q: HistogramQuery, target: targets.MarginTarget) -> dict[str, 
     for column, value in target.items:
         aggregations = q.aggregations if column is None else (_aggregation(column, q),)
         for a in aggregations:
-            _refuse_unserved(a, target.field)
+            _refuse_unserved(a, target)
             if target.relative and a == "sum":
                 raise UsageError("is a fraction of an expected count: give sums an absolute --target-moe",
                                  field=target.field)
             wanted[a] = target.absolute(value)
-    return {SERVED[a]: (f"sum_{q.value}" if a == "sum" else a.replace("-", "_"), x) for a, x in wanted.items()}
+    return {SERVED[a]: (f"{a}_{q.value}" if a in ("sum", "mean") else a.replace("-", "_"), x)
+            for a, x in wanted.items()}
 
 
-def margins_of(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]]) -> dict[str, float]:
-    """The targeted columns' 95% margins (column units) of the planned query."""
+def _mean_margin(q: HistogramQuery, plan: Any, rows: int) -> Fraction | None:
+    """A 95% bound (value units) on the error of the released mean of any group of at least ``rows`` bounded
+    rows, whatever its values (None: no bound, N ≤ m_n).
+
+    The released centred mean is (nμ + e_s)/(n + e_n) for n ≥ N true rows of centred mean μ (|μ| ≤ H, the
+    bounds' half-width in grid steps) and the noises e_n, e_s of the count and the centred sum. Both lie within
+    their 97.5% margins m_n, m_s with probability ≥ 95% (union bound), and then the error (e_s − μ·e_n)/(n + e_n)
+    is at most (m_s + H·m_n)/(N − m_n); clamping to the bounds, which hold μ, only brings it closer."""
+    from dpcli.core import intervals
+
+    grid = q.grid
+    assert grid is not None
+    alpha = intervals.ALPHA / 2
+    m_n = Fraction(plan.measurements["rows"].noise.margin(alpha))
+    m_s = Fraction(plan.measurements["csum"].noise.margin(alpha))
+    if rows <= m_n:
+        return None
+    return (m_s + grid.half_width_units * m_n) / (rows - m_n) * grid.granularity
+
+
+def margins_of(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]],
+               rows: int | None = None) -> dict[str, float]:
+    """The targeted columns' 95% margins (column units) of the planned query (a mean's: at ``rows``)."""
     plan = plan_histogram(q, "pure", {})
     scale = q.grid.granularity if q.grid is not None else Fraction(1)
     out: dict[str, float] = {}
     for name in limits:
+        if name == "mean":
+            assert rows is not None  # column_limits refuses a mean's target without --rows
+            margin = _mean_margin(q, plan, rows)
+            out[name] = float(margin) if margin is not None else float("inf")
+            continue
         noise = plan.measurements[name].noise
         assert noise is not None  # served measurements are noisy counts or sums
         out[name] = float(noise.margin95() * (scale if name == "sum" else 1))
     return out
 
 
-def _meets(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]]) -> bool:
+def _meets(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]], rows: int | None = None) -> bool:
     """Every targeted margin within its target (exactly: integer margins × the grid against the target)."""
     plan = plan_histogram(q, "pure", {})
     scale = q.grid.granularity if q.grid is not None else Fraction(1)
     for name, (_, limit) in limits.items():
+        if name == "mean":
+            assert rows is not None
+            bound = _mean_margin(q, plan, rows)
+            if bound is None or bound > limit:
+                return False
+            continue
         noise = plan.measurements[name].noise
         assert noise is not None
         if noise.margin95() * (scale if name == "sum" else 1) > limit:
@@ -119,7 +162,7 @@ def choose(q: HistogramQuery, target: targets.MarginTarget, mode: str) -> Choice
 
     def meets(value: Fraction) -> bool:
         try:
-            return _meets(_at(q, parameter, value), limits)
+            return _meets(_at(q, parameter, value), limits, target.size)
         except UsageError:  # noise too wide to sample, or ε too small for Gaussian noise: not this value
             return False
 
@@ -140,7 +183,8 @@ def reachable(choice: Choice, pays: Callable[[list[PrivacyEvent]], bool]) -> str
     best = targets.largest(affordable, choice.value)
     wanted = f"the target needs {choice.parameter}={targets.show(choice.value)}"
     try:
-        margins = margins_of(_at(choice.query, choice.parameter, best), choice.limits) if best else None
+        margins = (margins_of(_at(choice.query, choice.parameter, best), choice.limits, choice.target.size)
+                   if best else None)
     except UsageError:
         margins = None
     if best is None or margins is None:
