@@ -62,7 +62,8 @@ def _public(doc: Any) -> Any:
         return doc
     result = [{k: v for k, v in row.items() if not isinstance(v, (int, float)) or k == "rank"} for row in doc["result"]]
     summary = {k: v for k, v in doc["summary"].items() if k not in ("seed_id", "groups", "groups_seen", "bottom",
-                                                                       "found", "br_units", "h_bottom", "k_bar")}
+                                                                       "found", "br_units", "h_bottom", "k_bar",
+                                                                       "bottom_offset", "selected")}
     return {"result": result, "summary": summary, "columns": [sorted(row) for row in doc["result"]][:1]}
 
 
