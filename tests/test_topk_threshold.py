@@ -52,7 +52,7 @@ def test_a_br_ledger_runs_unkgumb_by_default_and_refuses_the_threshold_selection
     r = _topk("--dry-run", "--json")
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["query"]["selection"] == "unkgumb" and doc["selection"]["method"] == "unkgumb"
+    assert "selection" not in doc["query"] and doc["selection"]["method"] == "unkgumb"  # the canonical form UnkGumb had
     assert doc["reserve"][0]["mechanism"] == "topk/unkgumb" and doc["reserve"][0]["units"] == 11
     refused = _topk("--selection", "threshold", "--dry-run")
     assert refused.exit_code == 2 and "bounded-range" in refused.stderr
@@ -92,7 +92,7 @@ def test_selection_options_out_of_place_are_refused_before_reading(tmp_path, arg
 def test_max_groups_alone_keeps_unkgumb():
     """``--max-groups`` (d̄) is UnkGumb's option: given alone it selects UnkGumb, as before the threshold default."""
     q = tk.TopKQuery(("g",), "u", 3, dbar=50, epsilon_per=Fraction(1, 10), delta=Fraction(1, 10**6))
-    assert q.resolved("approx").selection == "unkgumb" and q.canonical()["selection"] == "unkgumb"
+    assert q.resolved("approx").selection == "unkgumb" and q.canonical()["dbar"] == 50
     plain = tk.TopKQuery(("g",), "u", 3, epsilon_per=Fraction(1, 10), delta=Fraction(1, 10**6))
     assert plain.resolved("approx").selection == "threshold" and plain.resolved("br").selection == "unkgumb"
 

@@ -216,10 +216,10 @@ class TopKQuery:
             "count": self.count,
             "tau": self.count_sensitivity,
             "domain": "known" if self.known_domain else "unknown",
-            "selection": self.method,
             "dbar": self.groups_considered if self.method == "unkgumb" else None,
-            **({"max_partitions": self.partitions, "selection_share": fraction_text(self.share)}
-               if self.method == "threshold" else {}),
+            # the threshold selection's own keys (KnownGumb and UnkGumb keep the canonical form they had)
+            **({"selection": "threshold", "max_partitions": self.partitions,
+                "selection_share": fraction_text(self.share)} if self.method == "threshold" else {}),
             "counts": self.with_counts,
             "epsilon_per": fraction_text(self.epsilon_per) if self.epsilon_per is not None else None,
             "delta": fraction_text(self.delta),
