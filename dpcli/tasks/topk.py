@@ -482,6 +482,7 @@ def run_topk(
         assert domain is not None
         # stage 2: KnownGumb over the selected groups, at most k (all of them, ranked, when fewer pass)
         cand = domain.join(counts, on=by, how="left", nulls_equal=True).with_columns(pl.col("h").fill_null(0))
+        cand = cand.sort(by, nulls_last=True)  # the race's order: the group keys' (a join keeps no order)
         picks = (sel.known_top_k(stream, cand["h"].to_numpy(), min(q.k, cand.height), plan.epsilon_per,
                                  q.count_sensitivity) if cand.height else [])
         chosen = cand[picks]
