@@ -88,7 +88,7 @@ def test_the_vocabulary_table_names_every_command_option():
     for command, flags in {"histogram": ["--by", "--keys", "--max-contributions", "--max-partitions", "--bounds",
                                          "--max-groups", "--with-error", "--dry-run", "--delimiter"],
                            "topk": ["--by", "--keys", "--max-contributions", "--max-groups", "--epsilon", "--with-error",
-                                    "--dry-run"],
+                                    "--dry-run", "--max-partitions", "--selection", "--selection-share"],
                            "stream-replay": ["--by", "--max-contributions", "--bounds", "--with-error", "--dry-run"],
                            "tabulate": ["--with-error", "--dry-run"]}.items():
         opts = {o for p in root.commands[command].params for o in getattr(p, "opts", [])}

@@ -51,8 +51,9 @@ def test_tau_is_chosen_charged_as_its_own_part_and_replayed_free(data):
     # with probability 1 − 1e-6
     assert abs(summary["bias"]["units_over_max_contributions"] - HEAVY) <= 56
     events = history()[0]["events"]
-    assert [e["mechanism"] for e in events] == ["topk/unkgumb", "topk/auto-bounds", "topk/bias"]
-    assert events[1] == {"kind": "pure", "mechanism": "topk/auto-bounds", "epsilon": "0.5"}
+    # without a list: the threshold selection (1/4 of the release's part) and KnownGumb over what it selected
+    assert [e["mechanism"] for e in events] == ["topk/threshold", "topk/knowngumb", "topk/auto-bounds", "topk/bias"]
+    assert events[2] == {"kind": "pure", "mechanism": "topk/auto-bounds", "epsilon": "0.5"}
     assert sum(float(e["epsilon"]) for e in events) == pytest.approx(5)
     assert json.loads(cli("budget", "history", "default", "--json").stdout)[0]["summary"].endswith(
         "chosen: max_contributions 3")
@@ -66,9 +67,9 @@ def test_the_auto_share_splits_the_epsilon_and_a_given_tau_keeps_its_seed(data):
     r = topk(data, "--max-contributions", "auto", "--auto-share", "0.2", "--epsilon", "5", "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["auto"]["epsilon"] == "1"
-    assert [e["epsilon"] for e in history()[0]["events"]] == ["4", "1"]
-    per = tk.epsilon_per_for(Fraction(5), 3, known_domain=False, with_counts=True)
-    q = tk.TopKQuery(("g",), "user", 3, count="rows", max_contributions=3, epsilon_per=per, delta=Fraction(1, 10**6))
+    assert [e["epsilon"] for e in history()[0]["events"]] == ["1", "3", "1"]  # the release's 4: 1/4 selection
+    q = tk.TopKQuery(("g",), "user", 3, count="rows", max_contributions=3, delta=Fraction(1, 10**6))
+    q = replace(q, epsilon_per=tk.epsilon_per_for(Fraction(5), q))
     assert "auto" not in q.canonical() and "report_bias" not in q.canonical()  # seeds of τ given: unchanged
     auto = replace(q, auto=AutoBounds(contributions=True))
     assert auto.canonical()["auto"] == {"chosen": ["max_contributions"], "share": "0.1", "v": 1}

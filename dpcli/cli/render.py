@@ -87,6 +87,10 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
         lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
     if plan.get("count_noise"):
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
+    if plan.get("selection"):  # topk without a list: its threshold, or UnkGumb's ⊥ offset
+        from dpcli.tasks.topk_threshold import selection_lines
+
+        lines += selection_lines(plan["selection"])
     lines += _threshold_and_parts(plan)
     if plan.get("stream"):
         lines += _stream_plan_lines(plan)

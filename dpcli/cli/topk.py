@@ -82,9 +82,25 @@ def topk(
     keys: Annotated[
         str | None, typer.Option("--keys", help="Public list of candidate groups (known domain, KnownGumb).")
     ] = None,
+    selection: Annotated[
+        str | None,
+        typer.Option("--selection", metavar="threshold|unkgumb", help="Without --keys: threshold (distinct units "
+                     "over a noisy threshold, then KnownGumb over the groups selected) or unkgumb (LinkedIn's "
+                     "Alg. 4). [default: threshold; unkgumb on br ledgers]", show_default=False),
+    ] = None,
+    max_partitions: Annotated[
+        int | None,
+        typer.Option("--max-partitions", help="--selection threshold: K̄, the groups per unit its distinct-unit "
+                     "counts include (a keyed sample). [default: 4]", show_default=False),
+    ] = None,
+    selection_share: Annotated[
+        str | None,
+        typer.Option("--selection-share", help="--selection threshold: the share of the release's ε the "
+                     "threshold spends. [default: 0.25]", show_default=False),
+    ] = None,
     max_groups: Annotated[
         int | None,
-        typer.Option("--max-groups", help="Unknown domain: look at the top d̄ groups (default max(10k, 1000)).",
+        typer.Option("--max-groups", help="--selection unkgumb: look at the top d̄ groups (default max(10k, 1000)).",
                      min=1, max=10**5),
     ] = None,
     no_counts: Annotated[bool, typer.Option("--no-counts", help="Ranking only: no counts, cheaper.")] = False,
@@ -139,18 +155,21 @@ def topk(
     from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
-    whole, per_step = _epsilons(epsilon, epsilon_per, k, keys is not None, not no_counts, schedule is not None)
+    whole, per_step = _epsilons(epsilon, epsilon_per)
     tau, auto, bias = _bounds(max_contributions, auto_share, report_bias, bias_share, engine)
     query = TopKQuery(
         by=columns("--by", by), unit=source.unit, k=k, count=count, max_contributions=tau,
         known_domain=keys is not None, dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
-        delta=probability("--delta", delta) or Fraction(0), with_error=with_error, auto=auto, bias_share=bias)
+        delta=probability("--delta", delta) or Fraction(0), with_error=with_error, auto=auto, bias_share=bias,
+        selection=selection, max_partitions=max_partitions, selection_share=positive("--selection-share",
+                                                                                    selection_share))
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, whole if schedule else None, dry_run)
     size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word(),
-                    target=margin_target(target_moe, target_relative_moe, size, spec is not None))
+                    target=margin_target(target_moe, target_relative_moe, size, spec is not None),
+                    epsilon=None if schedule else whole)
     ledger = payer(ctx)
     sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
     if dry_run:
@@ -163,18 +182,13 @@ def topk(
     write_release(settings(ctx), done, target, as_json)
 
 
-def _epsilons(epsilon: str | None, epsilon_per: str | None, k: int, known_domain: bool, with_counts: bool,
-              scheduled: bool) -> tuple[Fraction | None, Fraction | None]:
+def _epsilons(epsilon: str | None, epsilon_per: str | None) -> tuple[Fraction | None, Fraction | None]:
     """(the release's ε, each step's ε_per): ``--epsilon`` or ``--epsilon-per``, never both; a whole ε
-    sets ε_per by the paper's guarantee (a schedule's runs get theirs from the schedule)."""
-    from dpcli.tasks.topk import epsilon_per_for
-
+    sets ε_per by the guarantee of the selection the ledger runs (:meth:`dpcli.tasks.topk.TopKTask.for_ledger`;
+    a schedule's runs get theirs from the schedule)."""
     if epsilon is not None and epsilon_per is not None:
         raise UsageError("give --epsilon (the release's) or --epsilon-per (each step's), not both")
-    per_step, whole = positive("--epsilon-per", epsilon_per), positive("--epsilon", epsilon)
-    if whole is not None and not scheduled:
-        per_step = epsilon_per_for(whole, k, known_domain=known_domain, with_counts=with_counts)
-    return whole, per_step
+    return positive("--epsilon", epsilon), positive("--epsilon-per", epsilon_per)
 
 
 def _bounds(text: str | None, auto_share: str | None, report_bias: bool, bias_share: str | None, engine: str

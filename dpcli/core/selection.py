@@ -221,6 +221,14 @@ def unknown_min_delta(dbar: int) -> Fraction:
     return Fraction(1, (1 << 62) // (_SLACK_DEN * max(1, dbar // 2 + 1)))
 
 
+def bottom_offset(k_bar: int, dbar: int, epsilon_per: Fraction, tau: int, delta: Fraction) -> float:
+    """h_⊥ − h_(k̄+1) = τ·(1 + ln(m/δ)/ε_per), m = min(k̄, d̄ − k̄) ≥ 1, at the δ the race uses (public: k̄ is
+    released, the rest are parameters)."""
+    m = max(1, min(k_bar, dbar - k_bar))
+    d = _delta_rational(delta, m)
+    return tau + tau * math.log(m / float(d)) / float(epsilon_per)
+
+
 def unknown_top_k(
     stream: KeyedStream, sorted_counts: np.ndarray, k: int, dbar: int, epsilon_per: Fraction, tau: int, delta: Fraction
 ) -> UnknownTopK:
@@ -250,7 +258,7 @@ def unknown_top_k(
     d = _delta_rational(delta, m)
     cutoff = int(h[k_bar])  # h_(k̄+1)
     a = cutoff + tau
-    h_bottom = a + tau * math.log(m / float(d)) / float(epsilon_per)
+    h_bottom = cutoff + bottom_offset(k_bar, dbar, epsilon_per, tau, delta)
     cand = np.flatnonzero(h[:k_bar] > cutoff)  # 0-based j − 1 for j ≤ k̄
     utilities = np.concatenate([h[cand], [a]])
     multipliers = np.concatenate([np.full(cand.size, d.numerator, np.int64), [m * d.denominator]])

@@ -1,4 +1,7 @@
-"""Differentially private top-k (``dpcli topk``), LinkedIn's KnownGumb and UnkGumb (paper 000).
+"""Differentially private top-k (``dpcli topk``), LinkedIn's KnownGumb and UnkGumb (paper 000), and for
+groups discovered from the data by default a two-stage selection: private partition selection on
+distinct-unit counts (thresholding, paper 002) followed by KnownGumb over the groups it released
+(:mod:`dpcli.tasks.topk_threshold`; docs/commands/topk.md has the budget split and its proof).
 
 Counting is per privacy unit: distinct units per group (τ = 1, the default)
 or rows with each unit capped at τ rows per group (ℓ∞ sensitivity τ). A unit
@@ -12,8 +15,12 @@ Laplace(2τ/ε_per) count is ε_per-BR:
 domain             with counts             --no-counts
 =================  ======================  ===============================
 known (--domain)   2k                      k
-unknown            2|o| + 1 − 1{⊥}         |o| + 1
+unknown (unkgumb)  2|o| + 1 − 1{⊥}         |o| + 1
 =================  ======================  ===============================
+
+The threshold selection (``--selection threshold``, the default outside ``br`` ledgers) is not
+bounded-range as a whole: it is charged as an (ε_sel, δ) thresholding event plus KnownGumb's fixed
+guarantee; a ``br`` ledger runs UnkGumb by default and refuses ``--selection threshold``.
 
 |o| counts the released groups plus ⊥ when the list ends early. In a ``br``
 ledger the unknown-domain cost is debited at its maximum (2k + 1, or k + 1)
@@ -43,6 +50,7 @@ from dpcli.errors import UsageError
 from dpcli.frames import collect
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
 from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
+from dpcli.tasks.topk_threshold import SelectionPlan, plan_selection, select_groups, unkgumb_offsets
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,6 +58,17 @@ if TYPE_CHECKING:
     from dpcli.advice import Note
     from dpcli.tasks.targets import MarginTarget
     from dpcli.tasks.topk_target import TopKChoice
+
+
+#: The threshold selection's defaults: each unit counted in at most 4 groups, 1/4 of the release's ε.
+DEFAULT_MAX_PARTITIONS = 4
+DEFAULT_SELECTION_SHARE = Fraction(1, 4)
+
+
+def default_selection(mode: str) -> str:
+    """The unknown-domain selection a ledger of this mode runs by default: UnkGumb on ``br`` ledgers (their
+    bounded-range accounting has no place for a thresholding step), the threshold selection elsewhere."""
+    return "unkgumb" if mode == "br" else "threshold"
 
 
 @dataclass(frozen=True)
@@ -71,6 +90,42 @@ class TopKQuery:
     auto: AutoBounds | None = None
     #: ``--report-bias``: the share of the budget its count spends (None: no report).
     bias_share: Fraction | None = None
+    #: Unknown domain: ``threshold`` (partition selection, then KnownGumb) or ``unkgumb`` (paper 000, Alg. 4);
+    #: None: the ledger's default (:func:`default_selection`), resolved by :meth:`TopKTask.for_ledger`.
+    selection: str | None = None
+    #: ``--max-partitions`` K̄: groups per unit the threshold selection counts (None: the default).
+    max_partitions: int | None = None
+    #: ``--selection-share``: the share of the release's ε the threshold selection spends (None: the default).
+    selection_share: Fraction | None = None
+
+    @property
+    def method(self) -> str:
+        """``known``, ``threshold`` or ``unkgumb``; an unresolved unknown-domain selection is UnkGumb when d̄ is
+        given (``--max-groups`` is UnkGumb's), the threshold one otherwise."""
+        if self.known_domain:
+            return "known"
+        return self.selection or ("unkgumb" if self.dbar is not None else "threshold")
+
+    @property
+    def partitions(self) -> int:
+        """K̄ of the threshold selection."""
+        return self.max_partitions if self.max_partitions is not None else DEFAULT_MAX_PARTITIONS
+
+    @property
+    def share(self) -> Fraction:
+        """The threshold selection's share of the release's ε."""
+        return self.selection_share if self.selection_share is not None else DEFAULT_SELECTION_SHARE
+
+    def resolved(self, mode: str) -> TopKQuery:
+        """The query with its unknown-domain selection chosen for a ledger of this mode: the one its options
+        name (d̄ UnkGumb's; K̄ or the selection's share the threshold one's), else the mode's default."""
+        if self.known_domain or self.selection is not None:
+            return self
+        if self.dbar is not None:
+            return replace(self, selection="unkgumb")
+        if self.max_partitions is not None or self.selection_share is not None:
+            return replace(self, selection="threshold")
+        return replace(self, selection=default_selection(mode))
 
     @property
     def parts(self) -> BudgetParts:
@@ -121,8 +176,28 @@ class TopKQuery:
             if self.parts.release < Fraction(1, 2):
                 raise UsageError("with --auto-share, leaves the release less than half of the budget",
                                  field="bias_share")
-        if not self.known_domain and self.k > self.groups_considered:
+        self._validate_selection()
+
+    def _validate_selection(self) -> None:
+        """The selection's options: each only where it acts (one-line usage errors, before any data is read)."""
+        if self.selection not in (None, "threshold", "unkgumb"):
+            raise UsageError(f"must be threshold or unkgumb, got {self.selection!r}", field="selection")
+        given = {"selection": self.selection is not None, "max_partitions": self.max_partitions is not None,
+                 "selection_share": self.selection_share is not None, "dbar": self.dbar is not None}
+        misplaced = {"known": ("selection", "max_partitions", "selection_share"),
+                     "unkgumb": ("max_partitions", "selection_share"), "threshold": ("dbar",)}[self.method]
+        why = {"known": "applies to groups discovered from the data (without --keys)",
+               "unkgumb": "applies to --selection threshold (UnkGumb counts every group a unit is in)",
+               "threshold": "applies to --selection unkgumb (the threshold selection looks at every group)"}
+        for name in misplaced:
+            if given[name]:
+                raise UsageError(why[self.method], field=name)
+        if self.method == "unkgumb" and self.k > self.groups_considered:
             raise UsageError(f"{self.k} is larger than the {self.groups_considered} groups considered (d̄)", field="k")
+        if self.method == "threshold" and self.partitions < 1:
+            raise UsageError(f"(K̄) must be ≥ 1, got {self.partitions}", field="max_partitions")
+        if self.method == "threshold" and not 0 < self.share < 1:
+            raise UsageError(f"must be in (0, 1), got {fraction_text(self.share)}", field="selection_share")
 
     def canonical(self) -> dict[str, Any]:
         """What the seed binds (``auto`` and ``report_bias`` only when used: other queries keep their seeds)."""
@@ -141,7 +216,10 @@ class TopKQuery:
             "count": self.count,
             "tau": self.count_sensitivity,
             "domain": "known" if self.known_domain else "unknown",
-            "dbar": None if self.known_domain else self.groups_considered,
+            "dbar": self.groups_considered if self.method == "unkgumb" else None,
+            # the threshold selection's own keys (KnownGumb and UnkGumb keep the canonical form they had)
+            **({"selection": "threshold", "max_partitions": self.partitions,
+                "selection_share": fraction_text(self.share)} if self.method == "threshold" else {}),
             "counts": self.with_counts,
             "epsilon_per": fraction_text(self.epsilon_per) if self.epsilon_per is not None else None,
             "delta": fraction_text(self.delta),
@@ -158,6 +236,8 @@ class TopKPlan:
     reserve: list[PrivacyEvent]
     guarantee: dict[str, Any]
     ledger_mode: str
+    #: The threshold selection's calibration (None: KnownGumb over a list, or UnkGumb).
+    selection: SelectionPlan | None = None
 
     @property
     def events(self) -> list[PrivacyEvent]:
@@ -166,8 +246,9 @@ class TopKPlan:
 
 
 def _br_units(q: TopKQuery, released: int | None, bottom: bool) -> int:
-    """Alg. 5 information units; ``released`` None means the maximum (the reserve)."""
-    if q.known_domain:
+    """Alg. 5 information units; ``released`` None means the maximum (the reserve). The threshold selection's
+    ranking is KnownGumb's (its thresholding step is not bounded-range: charged apart, never in a br ledger)."""
+    if q.method in ("known", "threshold"):
         return 2 * q.k if q.with_counts else q.k
     if released is None:
         return 2 * q.k + 1 if q.with_counts else q.k + 1
@@ -178,6 +259,11 @@ def _br_units(q: TopKQuery, released: int | None, bottom: bool) -> int:
 
 
 def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int) -> list[PrivacyEvent]:
+    if q.method == "threshold":  # (ε_sel, δ) thresholding, then KnownGumb over the groups it released
+        ranking = _events(replace(q, known_domain=True, selection=None, max_partitions=None, selection_share=None),
+                          mode, eps, Fraction(0), units)
+        return [PrivacyEvent("approx", "topk/threshold", epsilon=selection_epsilon(q, eps), delta=delta,
+                             detail={"max_partitions": str(q.partitions)}), *ranking]
     calls = 0 if q.known_domain else 1
     if mode in ("br", "zcdp"):
         return [PrivacyEvent("br", "topk/" + ("knowngumb" if q.known_domain else "unkgumb"), epsilon=eps,
@@ -189,15 +275,24 @@ def _events(q: TopKQuery, mode: str, eps: Fraction, delta: Fraction, units: int)
     return [PrivacyEvent("approx", "topk/unkgumb", epsilon=total, delta=delta)]
 
 
-def epsilon_per_for(epsilon: Fraction, k: int, *, known_domain: bool, with_counts: bool) -> Fraction:
+def epsilon_per_for(epsilon: Fraction, q: TopKQuery) -> Fraction:
     """The ε_per whose release costs ``epsilon`` by the paper's fixed guarantees (``--epsilon``).
 
-    Known domain: 3kε_per/2 with counts (Lemma 5.2), kε_per without; unknown domain:
-    (2k + 1)ε_per with counts (Theorem 1), (k + 1)ε_per without (plus the release's δ).
+    Known domain: 3kε_per/2 with counts (Lemma 5.2), kε_per without; UnkGumb:
+    (2k + 1)ε_per with counts (Theorem 1), (k + 1)ε_per without (plus the release's δ); the threshold
+    selection: the ranking's KnownGumb gets (1 − share)·ε, the thresholding share·ε (plus δ).
     """
-    if known_domain:
-        return epsilon * 2 / (3 * k) if with_counts else epsilon / k
-    return epsilon / (2 * k + 1) if with_counts else epsilon / (k + 1)
+    return epsilon / _whole_epsilon(q, Fraction(1))
+
+
+def selection_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
+    """The thresholding step's ε when the ranking runs at ε_per = ``eps``: share/(1 − share) of the ranking's."""
+    return _ranking_epsilon(q, eps) * q.share / (1 - q.share)
+
+
+def _ranking_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
+    """KnownGumb's guarantee at ε_per = ``eps``: 3kε_per/2 with counts (Lemma 5.2), kε_per without."""
+    return Fraction(3 * q.k, 2) * eps if q.with_counts else q.k * eps
 
 
 def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
@@ -207,6 +302,11 @@ def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
                  "reserve": [e.to_json() for e in plan.reserve],
                  "count_noise": plan.count_noise.describe() if plan.count_noise else None,
                  "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
+    q = q.resolved(plan.ledger_mode)
+    if plan.selection is not None:
+        described["selection"] = plan.selection.describe()
+    elif q.method == "unkgumb":
+        described["selection"] = unkgumb_offsets(q, plan.epsilon_per, plan.delta)
     parts = q.parts
     if parts.release != 1:
         whole = whole_epsilon(q)
@@ -222,9 +322,14 @@ def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
 
 def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> TopKPlan:
     """ε_per and δ from the options (or the br ledger), the count noise, the reserved cost."""
+    q = q.resolved(ledger_mode)
     q.validate()
+    if ledger_mode == "br" and q.method == "threshold":
+        raise UsageError("a br ledger composes bounded-range selections only: its unknown-domain top-k is UnkGumb "
+                         "(--selection unkgumb, the default there); the threshold selection needs an approx, zcdp "
+                         "or rdp ledger", field="selection")
     eps, delta = _br_budget(q, limits) if ledger_mode == "br" else _given_budget(q)
-    if not q.known_domain and delta < sel.unknown_min_delta(q.groups_considered):
+    if q.method == "unkgumb" and delta < sel.unknown_min_delta(q.groups_considered):
         raise UsageError(
             f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.groups_considered} "
             f"(≥ {float(sel.unknown_min_delta(q.groups_considered)):.3g}); use a larger δ or a smaller --dbar"
@@ -237,8 +342,9 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
     _check_parts_noise(q, whole)
     eps = eps * parts.release  # the release's own part (the whole ε when nothing else is asked)
     noise = _count_noise(q, eps)
+    selection = plan_selection(q, selection_epsilon(q, eps), delta) if q.method == "threshold" else None
     reserve = _events(q, ledger_mode, eps, delta, _br_units(q, None, False)) + parts.events("topk", whole, None)
-    return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode)
+    return TopKPlan(eps, delta, noise, reserve, _guarantee(q, eps, delta), ledger_mode, selection)
 
 
 def _check_parts_noise(q: TopKQuery, whole: Fraction) -> None:
@@ -259,9 +365,11 @@ def whole_epsilon(q: TopKQuery) -> Fraction:
 
 
 def _whole_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
-    """The ε of the paper's guarantee for ε_per = ``eps`` (:func:`epsilon_per_for` inverted)."""
-    if q.known_domain:
-        return Fraction(3 * q.k, 2) * eps if q.with_counts else q.k * eps
+    """The ε of the release's guarantee for ε_per = ``eps`` (:func:`epsilon_per_for` inverted)."""
+    if q.method == "known":
+        return _ranking_epsilon(q, eps)
+    if q.method == "threshold":
+        return _ranking_epsilon(q, eps) + selection_epsilon(q, eps)
     return (2 * q.k + 1) * eps if q.with_counts else (q.k + 1) * eps
 
 
@@ -309,6 +417,12 @@ def _guarantee(q: TopKQuery, eps: Fraction, delta: Fraction) -> dict[str, Any]:
     if q.known_domain:
         return {"epsilon": float(dp), "delta": 0.0, "br_units": _br_units(q, None, False),
                 "source": "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"}
+    if q.method == "threshold":
+        ranking = "Lemma 5.2" if q.with_counts else "k-fold peeling exponential mechanism"
+        return {"epsilon": float(dp), "delta": float(delta), "selection_epsilon": float(selection_epsilon(q, eps)),
+                "ranking_epsilon": float(_ranking_epsilon(q, eps)),
+                "source": f"minimum-unit thresholding (paper 002, Sec. 4.2.3), then {ranking} over the groups it "
+                          "released; sequential composition"}
     return {"epsilon": float(dp), "delta": float(delta), "br_units_max": _br_units(q, None, False),
             "source": "Theorem 1" if q.with_counts else "Sec. 6.2 (ranking only)"}
 
@@ -358,10 +472,25 @@ def run_topk(
     ``engine``: bound on another engine (Spark) instead of polars.
     """
     by = list(q.by)
-    top = None if q.known_domain else q.groups_considered + 1  # UnkGumb looks at the d̄ + 1 largest only
+    q = q.resolved(plan.ledger_mode)
+    top = q.groups_considered + 1 if q.method == "unkgumb" else None  # UnkGumb looks at the d̄ + 1 largest only
+    if plan.selection is not None:  # stage 1: the groups the thresholding releases become the list
+        domain = select_groups(frame, q, plan.selection, stream, name=name, rows=rows, engine=engine)
     counts = group_counts(frame, q, name=name, rows=rows, engine=engine, top=top)
-    meta: dict[str, Any] = {"tau": q.count_sensitivity}
-    if q.known_domain:
+    meta: dict[str, Any] = {"tau": q.count_sensitivity, "selection": q.method}
+    if plan.selection is not None:
+        assert domain is not None
+        # stage 2: KnownGumb over the selected groups, at most k (all of them, ranked, when fewer pass)
+        cand = domain.join(counts, on=by, how="left", nulls_equal=True).with_columns(pl.col("h").fill_null(0))
+        cand = cand.sort(by, nulls_last=True)  # the race's order: the group keys' (a join keeps no order)
+        picks = (sel.known_top_k(stream, cand["h"].to_numpy(), min(q.k, cand.height), plan.epsilon_per,
+                                 q.count_sensitivity) if cand.height else [])
+        chosen = cand[picks]
+        bottom = cand.height < q.k
+        # T and K̄ are public parameters; how many groups passed is a function of stage 1's output.
+        meta.update({"threshold": plan.selection.threshold, "max_partitions": plan.selection.max_partitions,
+                     "selected": cand.height})
+    elif q.known_domain:
         assert domain is not None
         if q.k > domain.height:
             raise UsageError(f"-k {q.k} is larger than the domain ({domain.height} candidates)")
@@ -378,8 +507,11 @@ def run_topk(
         chosen = ranked[res.positions]
         bottom = res.bottom
         # k̄ is the output of an exponential mechanism (paid by the '+1' of Theorem 1), so it may be
-        # shown; h_⊥ = h_(k̄+1) + a public constant is an exact count and is not.
-        meta.update({"k_bar": res.k_bar, "dbar": q.groups_considered})
+        # shown, and with it ⊥'s offset over h_(k̄+1) (public parameters); h_⊥ itself is an exact count plus
+        # that offset and is not.
+        offset = sel.bottom_offset(res.k_bar, q.groups_considered, plan.epsilon_per, q.count_sensitivity,
+                                   plan.delta)
+        meta.update({"k_bar": res.k_bar, "dbar": q.groups_considered, "bottom_offset": round(offset, 1)})
     out = chosen.select(by).with_row_index("rank", offset=1).with_columns(pl.col("rank").cast(pl.Int64))
     if q.with_counts:
         assert plan.count_noise is not None
@@ -410,15 +542,22 @@ class TopKTask:
     target: MarginTarget | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     chosen: TopKChoice | None = free_replay("margin targets (the ε they resolve to is bound)", default=None)
     mode: str = "pure"
+    #: ``--epsilon``: the release's whole ε, turned into ε_per once the selection is known (:meth:`for_ledger`).
+    epsilon: Fraction | None = None
 
     def for_ledger(self, mode: str) -> TopKTask:
-        """With a target: the query at the chosen release ε (from the query alone; the seed binds its ε_per)."""
+        """The ledger's default selection (UnkGumb on br ledgers, the threshold one elsewhere), ε_per from the
+        release's ε, and with a target the query at the chosen release ε (the seed binds the ε_per)."""
+        query = self.query.resolved(mode)
+        if self.epsilon is not None:
+            query = replace(query, epsilon_per=epsilon_per_for(self.epsilon, query))
+        task = replace(self, query=query, epsilon=None)
         if self.target is None:
-            return self
+            return task
         from dpcli.tasks.topk_target import choose
 
-        choice = choose(self.query, self.target, mode)
-        return replace(self, query=choice.query, target=None, chosen=choice, mode=mode)
+        choice = choose(task.query, self.target, mode)
+        return replace(task, query=choice.query, target=None, chosen=choice, mode=mode)
 
     def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
         """With a target: the best count margin a ledger that refuses the chosen ε could pay (None without)."""
@@ -431,8 +570,7 @@ class TopKTask:
     def at_epsilon(self, epsilon: Fraction) -> TopKTask:
         """The same query at a schedule run's whole ε (split over its selections and counts as for --epsilon)."""
         q = self.query
-        per = epsilon_per_for(epsilon, q.k, known_domain=q.known_domain, with_counts=q.with_counts)
-        return replace(self, query=replace(q, epsilon_per=per))
+        return replace(self, query=replace(q, epsilon_per=epsilon_per_for(epsilon, q)))
 
     def check_schedulable(self) -> None:
         """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
@@ -456,7 +594,7 @@ class TopKTask:
         if self.target is not None:
             from dpcli.tasks.topk_target import count_limit
 
-            if self.query.epsilon_per is not None:
+            if self.query.epsilon_per is not None or self.epsilon is not None:
                 raise UsageError("chooses the budget: leave out ε and ε_per", field=self.target.field)
             if self.query.auto is not None:
                 raise UsageError("cannot be met with --max-contributions auto: the count margin depends on τ, "
@@ -497,7 +635,9 @@ class TopKTask:
     def summary(self, name: str, result: Result) -> str:
         found, k = result.metadata["found"], self.query.k
         line = f"top-{k} of {name}: {found} group(s)"
-        if result.metadata.get("bottom", False):
+        if result.metadata.get("bottom", False) and "selected" in result.metadata:
+            line += f", {result.metadata['selected']} group(s) passed the selection"
+        elif result.metadata.get("bottom", False):
             line += f", ⊥ reached (only {found} of {k} could be released)"
         if "auto" in result.metadata:
             line += f"; chosen: max_contributions {result.metadata['auto']['max_contributions']}"
@@ -510,7 +650,11 @@ class TopKTask:
             query = replace(self.query, max_contributions=int(result.metadata["tau"]))
             plan = plan_topk(query, plan.ledger_mode, {})
         notes = advice.topk_notes(self.query, plan, result.table, self.defaulted, self.unit_label)
-        if result.metadata.get("bottom", False):
+        if result.metadata.get("bottom", False) and "selected" in result.metadata:
+            notes.append(advice.Note(f"fewer than k = {self.query.k} groups reach the selection's threshold of "
+                                     f"{result.metadata['threshold']} noisy units: only {result.metadata['found']} "
+                                     "released (a larger --selection-share or a smaller --max-partitions lowers it)"))
+        elif result.metadata.get("bottom", False):
             notes.append(advice.Note(f"fewer than k = {self.query.k} groups pass the threshold (⊥): only "
                                      f"{result.metadata['found']} released"))
         return notes

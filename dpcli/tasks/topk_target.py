@@ -34,8 +34,7 @@ class TopKChoice:
 
 
 def _at(q: TopKQuery, epsilon: Fraction) -> TopKQuery:
-    per = epsilon_per_for(epsilon, q.k, known_domain=q.known_domain, with_counts=q.with_counts)
-    return replace(q, epsilon_per=per)
+    return replace(q, epsilon_per=epsilon_per_for(epsilon, q))
 
 
 def _margin(q: TopKQuery) -> int:

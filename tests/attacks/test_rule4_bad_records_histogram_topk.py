@@ -61,7 +61,8 @@ def _public(doc: Any) -> Any:
     if not isinstance(doc, dict):
         return doc
     result = [{k: v for k, v in row.items() if not isinstance(v, (int, float)) or k == "rank"} for row in doc["result"]]
-    noisy = ("seed_id", "groups", "groups_seen", "bottom", "found", "br_units", "h_bottom", "k_bar")
+    noisy = ("seed_id", "groups", "groups_seen", "bottom", "found", "br_units", "h_bottom", "k_bar", "bottom_offset",
+             "selected")
     if "auto" in doc["summary"]:  # caps left out are chosen from the data: released, noisy, and so is what they scale
         noisy += ("auto", "max_partitions", "max_contributions", "measurements", "calibration", "threshold")
     summary = {k: v for k, v in doc["summary"].items() if k not in noisy}
