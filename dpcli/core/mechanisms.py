@@ -201,6 +201,23 @@ def unklap_threshold_offset(tau: int, max_partitions: int, epsilon_per: float, d
     return math.ceil(offset) + 1
 
 
+def quantile_utility_sensitivity(p: Fraction, rows: int) -> int:
+    """How far one privacy unit's ≤ ``rows`` rows in a group move the quantile utility
+    u(c) = −|den·r(c) − num·n| of every candidate c (p = num/den, r(c) the rows below c, n all rows).
+
+    Adding k ≤ ``rows`` rows of which a lie below c gives r' = r + a and n' = n + k, so
+    den·r' − num·n' = (den·r − num·n) + (den·a − num·k) with den·a − num·k ∈ [−num·k, (den − num)·k]
+    (a = 0 or a = k at the ends). By the triangle inequality |u'(c) − u(c)| ≤ k·max(num, den − num) ≤
+    rows·max(num, den − num): the median's is half the denominator's C·den. Both ends are reached (all
+    k rows above c, or all below), and the shift is not of one sign across candidates (rows at the low end
+    raise the utility of candidates below q·n and lower the others'), so the rate stays ε/(2Δu).
+    A utility that does not move (p = 0 or 1 has max = den = 1) still counts one."""
+    p = Fraction(p)
+    if not 0 <= p <= 1 or rows < 1:
+        raise ValueError("need 0 ≤ p ≤ 1 and rows ≥ 1")
+    return rows * max(p.numerator, p.denominator - p.numerator, 1)
+
+
 def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate: Fraction) -> np.ndarray:
     """One index per row of ``utilities`` (G × B, int64), chosen ∝ exp(rate · u), exactly.
 

@@ -354,8 +354,8 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
 
 def _sensitivity(name: str, q: HistogramQuery) -> int:
     """The per-group (L∞) sensitivity of a measurement, from the stability its bounding guarantees."""
-    if name.startswith("q"):  # a quantile's utility (rank distance) moves by C rows times its denominator
-        return q.max_contributions * Fraction(name[1:]).denominator
+    if name.startswith("q"):  # a quantile's utility moves by C·max(num, den − num) (see the mechanism's proof)
+        return mech.quantile_utility_sensitivity(Fraction(name[1:]), q.max_contributions)
     return int(q.bounding_spec().stability().linf(name))
 
 

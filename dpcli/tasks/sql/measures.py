@@ -14,7 +14,7 @@ sum         sum of values, clamped to [L, U], on the grid      max(|L|, |U|) in 
 n           1 if the user has a value                          1
 csum        mean of values, clamped to [L, U], minus the centre  half the width, grid units
 csq         mean of squared distances to the centre, clamped   (half the width)², grid units²
-ntile       the user's own p-quantile, clamped, as a bin       the fraction's denominator
+ntile       the user's own p-quantile, clamped, as a bin       max(num, den − num) of p
 ==========  =================================================  ===========================
 
 All aggregates of a query share one contribution bound (at most K partitions per user) and one
@@ -75,8 +75,8 @@ class Measure:
         if self.kind == "csq":
             return max(self.grid.half_width_units, 1) ** 2
         if self.kind == "ntile":
-            assert self.p is not None
-            return self.p.denominator
+            assert self.p is not None  # one partial per user: C = 1 (mechanisms.quantile_utility_sensitivity)
+            return mech.quantile_utility_sensitivity(self.p, 1)
         return 1
 
 
