@@ -8,6 +8,7 @@ and the calibration are in ``docs/histogram.md``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import sys
@@ -885,6 +886,8 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
         model = _error_model(q, plan, frames, listed, each, at, salt)
         in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,
                                              model)
+        if q.auto.values and all(parse_quantile(a) is not None for a in q.aggregations):
+            in_force = replace(in_force, bounds=_widened(in_force.bounds))
     return _plannable(q, plan, in_force)
 
 
@@ -925,14 +928,48 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
     measurement gets the same share) and the groups it is paid in: the public list's length, or a noisy count
     of the groups with at least the threshold's units (at pure ``epsilon``)."""
     unit = plan_histogram(replace(q.release_query(), max_partitions=1, max_contributions=1), *plan.ledger)
-    first = next(m for m in unit.measurements.values() if m.noise is not None)
-    assert first.noise is not None
-    noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
+    first = next((m for m in unit.measurements.values() if m.noise is not None), None)
+    if first is None:  # quantiles only: their error is in rank (rows), not a noisy count's
+        noise = _quantile_model_noise(unit)
+    else:
+        assert first.noise is not None
+        noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
     groups = listed
     if groups is None:
         groups = auto_bounds.noisy_groups(frames.data, q.shape, unit.threshold or 1, epsilon, stream, salt,
                                           frames.name)
     return auto_bounds.ErrorModel(groups, noise)
+
+
+#: How many candidates of the value walk (auto_bounds.VALUE_CANDIDATES: steps of √2) a quantile-only release
+#: widens each chosen limit outward by.
+QUANTILE_WIDEN_STEPS = 2
+
+
+def _widened(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Limits chosen for quantiles only, each moved :data:`QUANTILE_WIDEN_STEPS` candidates outward (post-processing
+    of the released limits). Clamping leaves a quantile inside the limits where it is, while a limit the walk's
+    noise stopped short of a quantile's far side clamps it; wider limits cost a quantile only the few candidates
+    of the empty tails, whose utility is that of a rank n or 0 (one row less of the rank margin per doubling of
+    the width, about, with gap sampling)."""
+    if bounds is None:
+        return None
+    grid = auto_bounds.VALUE_CANDIDATES
+    lo = bisect.bisect_left(grid, bounds[0]) - QUANTILE_WIDEN_STEPS
+    hi = bisect.bisect_right(grid, bounds[1]) - 1 + QUANTILE_WIDEN_STEPS
+    return (min(grid[max(lo, 0)], bounds[0]), max(grid[min(hi, len(grid) - 1)], bounds[1]))
+
+
+def _quantile_model_noise(unit: HistogramPlan) -> float:
+    """The error per unit of sensitivity of a release of quantiles only, for the bias–variance rule: each
+    quantile's 95% rank margin at one group and one row per unit (rows; it grows as K·C), times
+    2·min(p, 1 − p), the least over the quantiles asked. A row cut by a cap or a limit moves the quantile's
+    rank by at most one, so the rule lets about as many rows be cut as the noise already moves the rank by;
+    a row clamped at a limit moves it only if the limit lies on the quantile's far side, which the limits'
+    share keeps unlikely: rows beyond the high limit are scaled by the share 1 − p above the quantile (2·(1 − p)
+    of the median's), so a p99 cuts fifty times fewer rows than a median. Public: the plan's rates and p."""
+    rates = [(Fraction(n[1:]), quantile_rank_margin(m)) for n, m in unit.measurements.items() if m.noise is None]
+    return min(float(margin) * 2 * float(min(p, 1 - p)) for p, margin in rates) or 1.0
 
 
 def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds | None) -> list[PrivacyEvent]:
