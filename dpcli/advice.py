@@ -153,7 +153,7 @@ def _quantiles_without_margin(query: Any, plan: Any) -> Note:
     for aggregation in query.aggregations:
         name = quantile_measurement(aggregation)
         if name is not None:
-            rank = quantile_rank_margin(plan.measurements[name])
+            rank = quantile_rank_margin(plan.measurements[name], query.grid)
             parts.append(f"{aggregation}_{query.value} ±{rank:.3g} rows")
     return Note("quantiles have no margin column: the exponential mechanism bounds their error in rank only (95%: "
                 f"{', '.join(parts)} beyond the best candidate's rank), and released values cannot turn a rank "

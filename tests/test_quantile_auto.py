@@ -59,6 +59,6 @@ def test_the_model_noise_scales_with_the_far_side_of_the_quantile():
                             epsilon=hist.Fraction(1), domain="keys")
     q99 = hist.HistogramQuery(by=("g",), unit="u", aggregations=("p99",), value="v", bounds=(0.0, 100.0),
                               epsilon=hist.Fraction(1), domain="keys")
-    m = hist._quantile_model_noise(hist.plan_histogram(q, "approx", {}))
-    m99 = hist._quantile_model_noise(hist.plan_histogram(q99, "approx", {}))
+    m = hist._quantile_model_noise(hist.plan_histogram(q, "approx", {}), q.grid)
+    m99 = hist._quantile_model_noise(hist.plan_histogram(q99, "approx", {}), q99.grid)
     assert m > 0 and m99 < m / 10  # p99: 2·0.01 of its margin (its margin is itself larger than the median's)

@@ -29,7 +29,7 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds, free_replay
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds, free_replay, quantile_gaps
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
-QUANTILE_BINS = 1024
+#: The column of a quantile's per-group counts holding the grid value, as its offset from lo in grid units.
+QUANTILE_OFFSET = "__x"
 _QUANTILE = re.compile(r"(median|p(\d{1,2}(?:\.\d{1,4})?))")  # at most 4 decimals: pNN.dddd
 
 
@@ -374,6 +375,8 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         )
     names = _measurement_names(q)
     summary: dict[str, Any] = {"split": f"equal, 1/{len(names)} of the budget per measurement", "measurements": names}
+    if q.quantiles:  # the sampler, in the seed (the plan is): a release by another sampler is another release
+        summary["quantiles"] = quantile_gaps.QUANTILE_SAMPLER
     if q.domain == "unklap":
         return _plan_unklap(q, names, summary)
     if q.noise == "laplace":
@@ -549,14 +552,14 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
     name: str = "the input",
     rows: int | None = None,
     engine: bounding.TotalsEngine | None = None,
-    quantile_engine: Callable[[bounding.BoundingSpec, int, int], pl.DataFrame] | None = None,
+    quantile_engine: Callable[[bounding.BoundingSpec, int], pl.DataFrame] | None = None,
 ) -> HistogramRelease:
     """Bound, aggregate, select and noise one histogram (the plan must come from the same query).
 
     ``frame`` is the input's lazy frame, ``name`` names it in error messages, and ``rows`` is its row
     count when known without a pass over the data (a large Parquet input is bounded in unit buckets).
     ``engine`` bounds on another engine (Spark) instead of polars, and ``quantile_engine`` counts the
-    quantile bins there ((spec, salt, bins) → the group columns, ``__bin``, ``__n``).
+    rows at each grid value there ((spec, salt) → the group columns, ``__x`` (offset from lo in grid units), ``__n``).
     """
     grid = q.grid
     spec = q.bounding_spec()
@@ -570,14 +573,14 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         if q.quantiles:
             if quantile_engine is None:
                 raise UsageError("are computed by polars only on this engine", field="agg")
-            bins.append(quantile_engine(spec, salt, QUANTILE_BINS))
+            bins.append(quantile_engine(spec, salt))
         totals = engine(spec, salt)
     else:
         totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
                                          quantile_bins if q.quantiles else None, name=name)
     qhist = None
     if q.quantiles:
-        qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())
+        qhist = pl.concat(bins).group_by([*q.by, QUANTILE_OFFSET]).agg(pl.col("__n").sum())
 
     if q.domain == "keys":
         assert keys is not None
@@ -684,22 +687,24 @@ def _unklap(
 def _quantile_counts(
     frame: pl.LazyFrame, name: str, q: HistogramQuery, spec: bounding.BoundingSpec, salt: int, partial: pl.DataFrame
 ) -> pl.DataFrame:
-    """Per group, the count of bounded rows in each of ``QUANTILE_BINS`` equal bins of [lo, hi]."""
+    """Per group, the count of bounded rows at each grid value, as ``__x``: its offset from lo in grid units,
+    in [0, hi − lo] (the gap sampler's input: :mod:`dpcli.tasks.quantile_gaps`)."""
     grid = q.grid
     assert grid is not None
     rows = bounding.bounded_rows(frame, spec, salt)
-    width = grid.hi_units - grid.lo_units
-    binned = rows.join(
+    offsets = rows.join(
         partial.lazy().select([q.unit, *q.by]), on=[q.unit, *q.by], how="semi", nulls_equal=True
     ).select(
         [
             *[pl.col(c) for c in q.by],
-            ((pl.col(bounding.GRID) + grid.mid_units - grid.lo_units) * QUANTILE_BINS // max(width, 1))
-            .clip(0, QUANTILE_BINS - 1)
-            .alias("__bin"),
+            (pl.col(bounding.GRID) + grid.mid_units - grid.lo_units)
+            .clip(0, grid.hi_units - grid.lo_units)
+            .cast(pl.Int64)
+            .alias(QUANTILE_OFFSET),
         ]
     )
-    return collect(binned.group_by([*q.by, "__bin"]).agg(pl.len().alias("__n")), f"cannot read {name}")
+    return collect(offsets.group_by([*q.by, QUANTILE_OFFSET]).agg(pl.len().cast(pl.Int64).alias("__n")),
+                   f"cannot read {name}")
 
 
 def _quantile_values(
@@ -710,22 +715,17 @@ def _quantile_values(
     qhist: pl.DataFrame,
     stream: KeyedStream,
 ) -> np.ndarray:
-    """The exponential-mechanism quantile of every group in ``totals`` (in its order)."""
+    """The exponential-mechanism quantile of every group in ``totals`` (in its order), over every grid point
+    of [lo, hi] by exact gap sampling (:mod:`dpcli.tasks.quantile_gaps`)."""
     grid = q.grid
     assert grid is not None
-    g = totals.height
     idx = totals.select(list(q.by)).with_row_index("__g")
-    counts = np.zeros((g, QUANTILE_BINS), dtype=np.int64)
     joined = qhist.join(idx, on=list(q.by), how="inner", nulls_equal=True)
-    if joined.height:
-        np.add.at(counts, (joined["__g"].to_numpy(), joined["__bin"].to_numpy()), joined["__n"].to_numpy())
-    # rank_i = rows strictly below candidate i (candidates are the B + 1 bin edges).
-    rank = np.concatenate([np.zeros((g, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-    n = rank[:, -1:]
-    utility = -np.abs(p.denominator * rank - p.numerator * n)
-    choice = mech.exponential_mechanism_rows(stream, utility, rate)
-    edges_units = grid.lo_units + (choice * (grid.hi_units - grid.lo_units)) / QUANTILE_BINS
-    return np.clip(edges_units * float(grid.granularity), grid.lo, grid.hi)
+    chosen = quantile_gaps.gap_quantiles(stream, joined["__g"].to_numpy(), joined[QUANTILE_OFFSET].to_numpy(),
+                                         joined["__n"].to_numpy(), totals.height, grid.hi_units - grid.lo_units,
+                                         p, rate)
+    units = (grid.lo_units + chosen).astype(np.float64)
+    return np.clip(units * float(grid.granularity), grid.lo, grid.hi)
 
 
 @dataclass(frozen=True)
@@ -803,24 +803,31 @@ def _aggregate(
     mmt = released.plan.measurements["q" + fraction_text(p)]
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
-    rank = quantile_rank_margin(mmt)
+    rank = quantile_rank_margin(mmt, grid)
     return f"{_q_label(p)}_{v}", values, None, (
         f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
-        f"is at most {rank:.4g} rows further from q·n than the best of the {QUANTILE_BINS + 1} candidates'); "
+        f"is at most {rank:.4g} rows further from q·n than the best of the {quantile_candidates(grid)} grid points'); "
         "released values cannot turn a rank into a value interval")
 
 
-def quantile_rank_margin(mmt: NoisyStatistic) -> float:
-    """A quantile's 95% rank margin, in rows: with probability ≥ 95% the released candidate's rank
-    (rows below it) is at most this much further from q·n than the best candidate's.
+def quantile_candidates(grid: bounding.ValueGrid) -> int:
+    """A quantile's candidates: every grid point of [lo, hi] (:mod:`dpcli.tasks.quantile_gaps`)."""
+    return quantile_gaps.grid_points(grid.lo_units, grid.hi_units)
+
+
+def quantile_rank_margin(mmt: NoisyStatistic, grid: bounding.ValueGrid) -> float:
+    """A quantile's 95% rank margin, in rows: with probability ≥ 95% the released grid point's rank
+    (rows below it) is at most this much further from q·n than the best point's.
 
     The utility is −|den(q)·rank − num(q)·n| and the mechanism chooses ∝ exp(rate·utility) among
-    ``QUANTILE_BINS`` + 1 candidates (:func:`dpcli.core.intervals.exponential_margin`), so the
-    margin is that tail bound divided by den(q). It is for the plan's rate: the exact sampler rounds
-    a rate down only where a utility gap would overflow 64-bit integers
-    (:func:`dpcli.core.samplers.rate_at_most`), and the margin then grows in the same proportion."""
+    the grid's points (gap sampling draws exactly that distribution;
+    :func:`dpcli.core.intervals.exponential_margin`), so the margin is that tail bound divided by
+    den(q). It is for the plan's rate: the exact sampler rounds a rate down only where a utility gap
+    would overflow 64-bit integers (:func:`dpcli.core.samplers.rate_at_most`), and the margin then
+    grows in the same proportion."""
     assert mmt.em_rate is not None
-    return intervals.exponential_margin(float(mmt.em_rate), QUANTILE_BINS + 1) / Fraction(mmt.name[1:]).denominator
+    return (intervals.exponential_margin(float(mmt.em_rate), quantile_candidates(grid))
+            / Fraction(mmt.name[1:]).denominator)
 
 
 def _mean_or_variance(agg: str, released: _Released, grid: bounding.ValueGrid) -> tuple[str, np.ndarray, Any, str]:
@@ -930,7 +937,9 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
     unit = plan_histogram(replace(q.release_query(), max_partitions=1, max_contributions=1), *plan.ledger)
     first = next((m for m in unit.measurements.values() if m.noise is not None), None)
     if first is None:  # quantiles only: their error is in rank (rows), not a noisy count's
-        noise = _quantile_model_noise(unit)
+        release_grid = q.release_query().grid
+        assert release_grid is not None  # quantiles read values: placeholder bounds when they are chosen
+        noise = _quantile_model_noise(unit, release_grid)
     else:
         assert first.noise is not None
         noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
@@ -960,7 +969,7 @@ def _widened(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
     return (min(grid[max(lo, 0)], bounds[0]), max(grid[min(hi, len(grid) - 1)], bounds[1]))
 
 
-def _quantile_model_noise(unit: HistogramPlan) -> float:
+def _quantile_model_noise(unit: HistogramPlan, grid: bounding.ValueGrid) -> float:
     """The error per unit of sensitivity of a release of quantiles only, for the bias–variance rule: each
     quantile's 95% rank margin at one group and one row per unit (rows; it grows as K·C), times
     2·min(p, 1 − p), the least over the quantiles asked. A row cut by a cap or a limit moves the quantile's
@@ -968,7 +977,8 @@ def _quantile_model_noise(unit: HistogramPlan) -> float:
     a row clamped at a limit moves it only if the limit lies on the quantile's far side, which the limits'
     share keeps unlikely: rows beyond the high limit are scaled by the share 1 − p above the quantile (2·(1 − p)
     of the median's), so a p99 cuts fifty times fewer rows than a median. Public: the plan's rates and p."""
-    rates = [(Fraction(n[1:]), quantile_rank_margin(m)) for n, m in unit.measurements.items() if m.noise is None]
+    rates = [(Fraction(n[1:]), quantile_rank_margin(m, grid)) for n, m in unit.measurements.items()
+             if m.noise is None]
     return min(float(margin) * 2 * float(min(p, 1 - p)) for p, margin in rates) or 1.0
 
 

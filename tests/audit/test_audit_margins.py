@@ -114,31 +114,33 @@ def test_histogram_counts_sums_means_variances_cover(noise):
 
 
 def test_histogram_quantile_rank_margin_holds():
-    """Quantiles get no value margin (docs/histogram.md: data at a single value make the exponential
-    mechanism's choice uniform). What they get is a rank margin E: |rank(released) − q·n| ≤
-    min over candidates |rank(c) − q·n| + E, with rank(v) the rows below v. Checked over 2,000
+    """The rank margin E of a quantile: the released grid point's distance from q·n in rank (0 when q·n lies
+    between the rows below it and the rows at most it) is at most the best point's + E. Checked over 2,000
     groups × five seeds, at a small ε (0.5 over two quantiles) so the bound is not trivially met."""
     covered = {"median": [], "p90": []}
     for seed in range(5):
         df = _groups(2_000, 100 + seed)
         q_aggs = ("median", "p90")
         out = _release(df, q_aggs, f"quantiles/{seed}", epsilon=Fraction(1, 2))
-        plan = hist.plan_histogram(hist.HistogramQuery(by=("g",), unit="user", aggregations=q_aggs, value="x",
-                                                       bounds=(0.0, HI), granularity=Fraction(1),
-                                                       max_contributions=C, epsilon=Fraction(1, 2), domain="keys"),
-                                   "pure", {})
-        counts = np.zeros((out.height, 1024), dtype=np.int64)
+        query = hist.HistogramQuery(by=("g",), unit="user", aggregations=q_aggs, value="x", bounds=(0.0, HI),
+                                    granularity=Fraction(1), max_contributions=C, epsilon=Fraction(1, 2),
+                                    domain="keys")
+        plan, plan_grid = hist.plan_histogram(query, "pure", {}), query.grid
+        counts = np.zeros((out.height, 1025), dtype=np.int64)
         np.add.at(counts, (df["g"].to_numpy(), df["x"].to_numpy().astype(np.int64)), 1)
-        rank = np.concatenate([np.zeros((out.height, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-        n = rank[:, -1]
+        at_most = np.cumsum(counts, axis=1)  # r_≤(x) for the grid points x = 0 … 1024
+        below = at_most - counts  # r_<(x)
+        n = at_most[:, -1]
         for agg in q_aggs:
             p = hist.parse_quantile(agg)
             assert p is not None
             chosen = np.rint(out[f"{agg}_x"].to_numpy()).astype(np.int64)  # candidates are the integers 0 … 1024
-            gap = np.abs(p.denominator * rank - p.numerator * n[:, None])
+            # the utility's distance (docs/histogram.md): 0 where q·n lies in [r_<, r_≤], else den·(rank distance)
+            gap = np.maximum(0, np.maximum(p.denominator * below - p.numerator * n[:, None],
+                                           p.numerator * n[:, None] - p.denominator * at_most))
             best = gap.min(axis=1)
             got = gap[np.arange(out.height), chosen]
-            margin = hist.quantile_rank_margin(plan.measurements[hist.quantile_measurement(agg)])
+            margin = hist.quantile_rank_margin(plan.measurements[hist.quantile_measurement(agg)], plan_grid)
             covered[agg].append(got <= best + margin * p.denominator)
     for agg, parts in covered.items():
         _check(f"{agg} rank", np.concatenate(parts))

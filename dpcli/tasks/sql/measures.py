@@ -39,11 +39,10 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks.histogram import gaussian_budget
+from dpcli.tasks.quantile_gaps import QUANTILE_SAMPLER
 from dpcli.tasks.sql.ir import AnonAgg, Expr, expr_canonical
 
 MeasureKind = Literal["units", "rows", "count", "sum", "n", "csum", "csq", "ntile"]
-#: An NTILE's candidates: the edges of this many equal bins of [L, U] (``histogram``'s quantile grid).
-NTILE_BINS = 1024
 
 
 @dataclass(frozen=True)
@@ -165,6 +164,8 @@ def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, ma
                          "leaks); or give the public list of groups with --keys")
     k = 1 if domain == "all" else max_partitions
     split = f"equal, 1/{len(measures)} of the budget per measurement"
+    if any(m.kind == "ntile" for m in measures):  # the sampler, in the seed: a release by another is another
+        split += f"; {QUANTILE_SAMPLER}"
     if budget.noise == "laplace":
         calibrated, events = _laplace(measures, budget, domain, k)
         selection_delta = budget.delta

@@ -1,0 +1,101 @@
+"""Quantiles by exact gap sampling: the exponential mechanism over every grid point of [lo, hi].
+
+A quantile's candidates are all W + 1 grid points x = 0 … W of the bounds (in grid units from lo). Its
+utility is u(x) = −max(0, den·r_<(x) − num·n, num·n − den·r_≤(x)) (p = num/den; r_<(x) and r_≤(x): the
+group's bounded rows strictly below x and at most x, n: all of them): 0 at a point that is a p-quantile
+of the rows (q·n between its two ranks: a value repeated across the quantile's rank is one), and
+−|den·r − num·n| between values, where both ranks are r. It is constant on each gap between consecutive
+distinct values of the group, so the points fall into runs: with distinct values v₁ < … < v_m (grid
+units), the gap [0, v₁ − 1], the point v₁, the gap [v₁ + 1, v₂ − 1], …, the point v_m, the gap
+[v_m + 1, W] (empty gaps dropped). The exponential mechanism over the points is then two exact draws:
+
+1. a run, with probability ∝ width · exp(rate · u(run)): the exact weighted race of
+   :func:`dpcli.core.mechanisms.exponential_mechanism_weighted_rows`, the widths its integer multipliers;
+2. a point uniform in the chosen run (:func:`dpcli.core.samplers.uniform_below`).
+
+So P[x] = exp(rate·u(x)) / Σ_y exp(rate·u(y)) for every grid point, the same distribution as an exponential
+mechanism over all W + 1 points (whose privacy proof is docs/histogram.md's), at a cost linear in the
+group's distinct values rather than in W. Nothing about the data decides anything but the draws' weights:
+the candidate set (every grid point) is public; the runs only group it. Vectorised over groups: the runs of
+every group sit in one padded G × R array (R: the most distinct values of a group, plus one).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from dpcli.core import mechanisms as mech
+from dpcli.core.prf import KeyedStream
+from dpcli.core.samplers import uniform_below
+
+#: How quantiles are released (bound into the seed through the plans that carry it): a new value gives every
+#: quantile release fresh draws once.
+QUANTILE_SAMPLER = "quantiles: exponential mechanism over every grid point, by gap sampling (v1)"
+
+
+def gap_runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int, width: int,
+             p: Fraction) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(utilities, widths, starts, sizes) of every group's runs, padded to G × R.
+
+    ``group``, ``offset`` and ``count`` list each (group index, grid offset in [0, ``width``], rows) once; the
+    groups are 0 … ``groups`` − 1 (a group without rows has the one run [0, W]). Row i holds sizes[i] runs,
+    in order: starts[i, k] their first point, widths[i, k] ≥ 1 their points, utilities[i, k] their utility.
+    Each distinct value is a run of its own (one point), each gap between values another (empty gaps dropped)."""
+    group = np.asarray(group, dtype=np.int64)
+    offset = np.asarray(offset, dtype=np.int64)
+    count = np.asarray(count, dtype=np.int64)
+    order = np.lexsort((offset, group))
+    group, offset, count = group[order], offset[order], count[order]
+    per_group = np.bincount(group, minlength=groups).astype(np.int64)
+    first = np.concatenate([[0], np.cumsum(per_group)[:-1]]).astype(np.int64)
+    pos = np.arange(group.size, dtype=np.int64) - first[group]  # the value's index within its group
+    cum = np.cumsum(count)
+    rank_le = cum - np.concatenate([[0], cum])[first][group]  # the group's rows at or below the value
+    rank_lt = rank_le - count  # … strictly below it
+    slots = 2 * (int(per_group.max()) if groups else 0) + 1
+    # Slot 2i + 1 is the i-th value's point; slot 2i the gap before it; slot 2m the gap after the last value.
+    starts = np.zeros((groups, slots), dtype=np.int64)
+    ends = np.full((groups, slots), -1, dtype=np.int64)
+    lt = np.zeros((groups, slots), dtype=np.int64)
+    le = np.zeros((groups, slots), dtype=np.int64)
+    rows = np.arange(groups)
+    ends[rows, 2 * per_group] = width  # the last gap ends at W (a group's only run when it has no rows)
+    starts[group, 2 * pos + 1] = offset
+    ends[group, 2 * pos + 1] = offset
+    lt[group, 2 * pos + 1], le[group, 2 * pos + 1] = rank_lt, rank_le
+    ends[group, 2 * pos] = offset - 1  # the gap before a value ends just below it …
+    starts[group, 2 * pos + 2] = offset + 1  # … and the gap after it starts just above
+    lt[group, 2 * pos + 2], le[group, 2 * pos + 2] = rank_le, rank_le
+    n = le[rows, 2 * per_group]
+    widths = ends - starts + 1
+    # u = −max(0, den·r_< − num·n, num·n − den·r_≤): 0 where q·n lies in [r_<, r_≤] (docs/histogram.md)
+    over = p.denominator * lt - p.numerator * n[:, None]
+    under = p.numerator * n[:, None] - p.denominator * le
+    utilities = -np.maximum(0, np.maximum(over, under))
+    valid = (np.arange(slots)[None, :] <= 2 * per_group[:, None]) & (widths >= 1)
+    packed = np.argsort(~valid, axis=1, kind="stable")  # the runs of a row first, in order
+    sizes = valid.sum(axis=1).astype(np.int64)
+    keep = np.take_along_axis(valid, packed, axis=1)
+    utilities, widths, starts = (np.take_along_axis(a, packed, axis=1) for a in (utilities, widths, starts))
+    return np.where(keep, utilities, 0), np.where(keep, widths, 1), starts, sizes
+
+
+def gap_quantiles(stream: KeyedStream, group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int,
+                  width: int, p: Fraction, rate: Fraction) -> np.ndarray:
+    """The released grid offset (in [0, ``width``]) of every group: a run by the weighted exponential
+    mechanism (``stream.child("run")``), then a uniform point in it (``stream.child("point")``)."""
+    if groups == 0:
+        return np.zeros(0, dtype=np.int64)
+    utilities, widths, starts, sizes = gap_runs(group, offset, count, groups, width, p)
+    run = mech.exponential_mechanism_weighted_rows(stream.child("run"), utilities, widths, sizes, rate)
+    rows = np.arange(groups)
+    inside = uniform_below(stream.child("point"), widths[rows, run])
+    chosen: np.ndarray = starts[rows, run] + inside
+    return chosen
+
+
+def grid_points(lo_units: int, hi_units: int) -> int:
+    """How many candidates a quantile has: every grid point of [lo, hi]."""
+    return hi_units - lo_units + 1
