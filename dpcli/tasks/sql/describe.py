@@ -32,7 +32,7 @@ _WHAT = {
 
 def _what(m: Measure, unit: str = "user") -> str:
     """What measurement ``m`` adds noise to, in words, the privacy unit named ``unit`` (as the notes name it)."""
-    fields: dict[str, Any] = {"cap": m.cap, "bins": 1025, "p": fraction_text(m.p) if m.p is not None else ""}
+    fields: dict[str, Any] = {"cap": m.cap, "bins": 0, "p": fraction_text(m.p) if m.p is not None else ""}
     if m.bounds is not None:
         fields.update(lo=fraction_text(m.bounds[0]), hi=fraction_text(m.bounds[1]))
         if m.kind in ("sum", "csum", "csq"):
