@@ -82,3 +82,39 @@ def test_refuses_padding_and_bad_multipliers():
     with pytest.raises(ValueError):
         mech.exponential_mechanism_weighted_rows(s, np.zeros((1, 2)), np.ones((1, 2)), np.array([0]), Fraction(1))
     assert math.isclose(qg.grid_points(-3, 3), 7)
+
+
+def test_with_error_a_quantile_gets_a_value_interval_charged_within_its_share():
+    """--with-error: the value's rate halves (1/2 of the share), the ends get 1/5 each at sensitivity C and the
+    row count 1/10 (pure ε adds up to the quantile's share); the release carries a finite `_moe95` per group."""
+    import polars as pl
+
+    from dpcli.tasks import histogram as hist
+    from dpcli.tasks import quantile_interval as qi
+
+    base = {"by": ("g",), "unit": "u", "aggregations": ("median",), "value": "x", "bounds": (0.0, 100.0),
+            "granularity": Fraction(1), "max_contributions": 2, "epsilon": Fraction(1), "domain": "keys"}
+    plain = hist.plan_histogram(hist.HistogramQuery(**base), "pure", {})  # type: ignore[arg-type]
+    q = hist.HistogramQuery(**base, with_error=True)  # type: ignore[arg-type]
+    plan = hist.plan_histogram(q, "pure", {})
+    point, lo, hi, n = (plan.measurements[k] for k in ("q0.5", "iq0.5:lo", "iq0.5:hi", "iq0.5:n"))
+    assert point.em_rate == plain.measurements["q0.5"].em_rate * qi.POINT_SHARE
+    assert lo.em_rate == hi.em_rate == qi.END_SHARE / (2 * 2)
+    assert n.noise is not None and n.noise.param == Fraction(2) / qi.COUNT_SHARE
+    assert qi.POINT_SHARE + 2 * qi.END_SHARE + qi.COUNT_SHARE == 1
+    rng = np.random.default_rng(3)  # test data only; never noise
+    frame = pl.DataFrame({"u": np.arange(3000), "g": rng.integers(0, 3, 3000), "x": rng.integers(20, 60, 3000) * 1.0})
+    out = hist.run_histogram(frame.lazy(), q, plan, KeyedStream(b"i" * 32, "histogram"),
+                             pl.DataFrame({"g": [0, 1, 2]})).table
+    truth = frame.group_by("g").agg(pl.col("x").median().alias("t")).sort("g")
+    got = out.sort("g").join(truth, on="g")
+    assert (got["median_x_moe95"] > 0).all() and (got["median_x_moe95"] < 30).all()  # ≈ 1,000 rows: a narrow interval
+    assert ((got["median_x"] - got["t"]).abs() <= got["median_x_moe95"]).all()
+
+
+def test_interval_targets_fall_back_to_the_bounds_from_the_count_alone():
+    from dpcli.tasks import quantile_interval as qi
+
+    t_lo, t_hi, at_lo, at_hi = qi.targets(Fraction(1, 2), np.array([10, 1000]), 5, 20.0, 20.0)
+    assert at_lo.tolist() == [True, False] and at_hi.tolist() == [True, False]
+    assert t_lo[1] == int(np.floor(0.5 * 995 - 20)) - 1 and t_hi[1] == int(np.ceil(0.5 * 1005 + 20)) + 1

@@ -29,7 +29,17 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds, free_replay, quantile_gaps
+from dpcli.tasks import (
+    Engine,
+    Frames,
+    Needs,
+    PublicList,
+    Result,
+    auto_bounds,
+    free_replay,
+    quantile_gaps,
+    quantile_interval,
+)
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -340,6 +350,11 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             "csumsq": f"variance_{v}: centred sum of squares, in grid units²"}
     measurements: dict[str, Any] = {}
     for n, m in plan.measurements.items():
+        if n.startswith("i"):  # a quantile's interval: its count and its two ends
+            part = {"n": "row count", "lo": "low end", "hi": "high end"}[n.rsplit(":", 1)[1]]
+            measurements[n] = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95", "part": f"interval {part}",
+                               **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
+            continue
         if m.noise is None:
             measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
             continue
@@ -441,8 +456,14 @@ def _plan_laplace(q: HistogramQuery, names: list[str]) -> tuple[dict[str, NoisyS
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):
-            # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
-            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m / k / (2 * s), share=share)
+            # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu). With its interval: a share of ε_m.
+            point = quantile_interval.POINT_SHARE if q.with_error else 1
+            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m * point / k / (2 * s), share=share)
+            if q.with_error:
+                c = q.max_contributions
+                measurements.update(_interval_parts(
+                    name, c, eps_m * quantile_interval.END_SHARE / k / (2 * c),
+                    _checked(mech.laplace, k * c, eps_m * quantile_interval.COUNT_SHARE), share))
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=share)
     if q.domain == "keys":
@@ -463,8 +484,14 @@ def _plan_gaussian(
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):  # the exponential mechanism is ε-bounded-range: ε²/8-zCDP, over K groups
-            em_rate = acc.largest_epsilon(rho_m / k, 8) / (2 * s)
+            point = quantile_interval.POINT_SHARE if q.with_error else 1
+            em_rate = acc.largest_epsilon(rho_m * point / k, 8) / (2 * s)
             measurements[name] = NoisyStatistic(name, s, em_rate=em_rate, share=share)
+            if q.with_error:
+                c = q.max_contributions
+                measurements.update(_interval_parts(
+                    name, c, acc.largest_epsilon(rho_m * quantile_interval.END_SHARE / k, 8) / (2 * c),
+                    _checked(mech.gaussian, k * c * c, rho_m * quantile_interval.COUNT_SHARE), share))
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=share)
     events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
@@ -472,6 +499,16 @@ def _plan_gaussian(
         events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
         q = replace(q, delta=sel_delta)
     return measurements, events, q
+
+
+def _interval_parts(name: str, c: int, end_rate: Fraction, count: mech.Noise,
+                    share: str) -> dict[str, NoisyStatistic]:
+    """The measurements of a quantile's 95% interval (:mod:`dpcli.tasks.quantile_interval`): a noisy count of the
+    group's bounded rows and two exponential mechanisms of sensitivity C (named ``i<quantile>:n``, ``:lo``, ``:hi``;
+    never a ``q`` name, which is a released quantile)."""
+    return {f"i{name}:n": NoisyStatistic(f"i{name}:n", c, count, share=share),
+            f"i{name}:lo": NoisyStatistic(f"i{name}:lo", c, em_rate=end_rate, share=share),
+            f"i{name}:hi": NoisyStatistic(f"i{name}:hi", c, em_rate=end_rate, share=share)}
 
 
 def gaussian_budget(epsilon: Fraction | None, rho: Fraction | None, delta: Fraction,
@@ -602,7 +639,7 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         totals, noisy, bottom = _unklap(totals, q, plan, stream)
         meta["bottom"] = bottom  # v_⊥: the noisy threshold, part of UnkLap's output (Alg. 3)
     for name, mmt in plan.measurements.items():
-        if name in noisy or mmt.noise is None:
+        if name in noisy or mmt.noise is None or name.startswith("i"):  # an interval's count: drawn with it
             continue
         noisy[name] = _noisy(_true_values(totals, name, grid), mmt.noise.sample(stream.child(name), totals.height))
     out = totals.select(list(q.by))
@@ -804,10 +841,35 @@ def _aggregate(
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     rank = quantile_rank_margin(mmt, grid)
+    if q.with_error:
+        lo, hi = _quantile_interval(released, p, mmt.name, totals, qhist, stream)
+        return f"{_q_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
     return f"{_q_label(p)}_{v}", values, None, (
         f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
         f"is at most {rank:.4g} rows further from q·n than the best of the {quantile_candidates(grid)} grid points'); "
         "released values cannot turn a rank into a value interval")
+
+
+def _quantile_interval(released: _Released, p: Fraction, name: str, totals: pl.DataFrame, qhist: pl.DataFrame,
+                       stream: KeyedStream) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of every group's bounded sample quantile, in the value's units: a noisy row count, then
+    two exponential mechanisms at targets from it alone (:mod:`dpcli.tasks.quantile_interval`)."""
+    q, plan = released.q, released.plan
+    grid = q.grid
+    assert grid is not None
+    count = plan.measurements[f"i{name}:n"]
+    ends = (plan.measurements[f"i{name}:lo"].em_rate, plan.measurements[f"i{name}:hi"].em_rate)
+    assert count.noise is not None and ends[0] is not None and ends[1] is not None
+    n_hat = totals["rows"].cast(pl.Int64).to_numpy() + count.noise.sample(stream.child(count.name), totals.height)
+    idx = totals.select(list(q.by)).with_row_index("__g")
+    joined = qhist.join(idx, on=list(q.by), how="inner", nulls_equal=True)
+    low, high = quantile_interval.interval_offsets(
+        stream.child(f"i{name}"), joined["__g"].to_numpy(), joined[QUANTILE_OFFSET].to_numpy(),
+        joined["__n"].to_numpy(), totals.height, grid.hi_units - grid.lo_units, p, n_hat,
+        count.noise.margin(quantile_interval.COUNT_ALPHA), (ends[0], ends[1]))
+    scale = float(grid.granularity)
+    return (np.clip((grid.lo_units + low).astype(np.float64) * scale, grid.lo, grid.hi),
+            np.clip((grid.lo_units + high).astype(np.float64) * scale, grid.lo, grid.hi))
 
 
 def quantile_candidates(grid: bounding.ValueGrid) -> int:
@@ -935,7 +997,7 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
     measurement gets the same share) and the groups it is paid in: the public list's length, or a noisy count
     of the groups with at least the threshold's units (at pure ``epsilon``)."""
     unit = plan_histogram(replace(q.release_query(), max_partitions=1, max_contributions=1), *plan.ledger)
-    first = next((m for m in unit.measurements.values() if m.noise is not None), None)
+    first = next((m for n, m in unit.measurements.items() if m.noise is not None and not n.startswith("i")), None)
     if first is None:  # quantiles only: their error is in rank (rows), not a noisy count's
         release_grid = q.release_query().grid
         assert release_grid is not None  # quantiles read values: placeholder bounds when they are chosen
@@ -978,7 +1040,7 @@ def _quantile_model_noise(unit: HistogramPlan, grid: bounding.ValueGrid) -> floa
     share keeps unlikely: rows beyond the high limit are scaled by the share 1 − p above the quantile (2·(1 − p)
     of the median's), so a p99 cuts fifty times fewer rows than a median. Public: the plan's rates and p."""
     rates = [(Fraction(n[1:]), quantile_rank_margin(m, grid)) for n, m in unit.measurements.items()
-             if m.noise is None]
+             if n.startswith("q")]
     return min(float(margin) * 2 * float(min(p, 1 - p)) for p, margin in rates) or 1.0
 
 

@@ -35,14 +35,9 @@ from dpcli.core.samplers import uniform_below
 QUANTILE_SAMPLER = "quantiles: exponential mechanism over every grid point, by gap sampling (v1)"
 
 
-def gap_runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int, width: int,
-             p: Fraction) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(utilities, widths, starts, sizes) of every group's runs, padded to G × R.
-
-    ``group``, ``offset`` and ``count`` list each (group index, grid offset in [0, ``width``], rows) once; the
-    groups are 0 … ``groups`` − 1 (a group without rows has the one run [0, W]). Row i holds sizes[i] runs,
-    in order: starts[i, k] their first point, widths[i, k] ≥ 1 their points, utilities[i, k] their utility.
-    Each distinct value is a run of its own (one point), each gap between values another (empty gaps dropped)."""
+def _runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int, width: int
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(r_<, r_≤, widths, starts, sizes, n) of every group's runs, padded to G × R (see :func:`gap_runs`)."""
     group = np.asarray(group, dtype=np.int64)
     offset = np.asarray(offset, dtype=np.int64)
     count = np.asarray(count, dtype=np.int64)
@@ -70,30 +65,59 @@ def gap_runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: i
     lt[group, 2 * pos + 2], le[group, 2 * pos + 2] = rank_le, rank_le
     n = le[rows, 2 * per_group]
     widths = ends - starts + 1
-    # u = −max(0, den·r_< − num·n, num·n − den·r_≤): 0 where q·n lies in [r_<, r_≤] (docs/histogram.md)
-    over = p.denominator * lt - p.numerator * n[:, None]
-    under = p.numerator * n[:, None] - p.denominator * le
-    utilities = -np.maximum(0, np.maximum(over, under))
     valid = (np.arange(slots)[None, :] <= 2 * per_group[:, None]) & (widths >= 1)
     packed = np.argsort(~valid, axis=1, kind="stable")  # the runs of a row first, in order
     sizes = valid.sum(axis=1).astype(np.int64)
     keep = np.take_along_axis(valid, packed, axis=1)
-    utilities, widths, starts = (np.take_along_axis(a, packed, axis=1) for a in (utilities, widths, starts))
-    return np.where(keep, utilities, 0), np.where(keep, widths, 1), starts, sizes
+    lt, le, widths, starts = (np.take_along_axis(a, packed, axis=1) for a in (lt, le, widths, starts))
+    return np.where(keep, lt, 0), np.where(keep, le, 0), np.where(keep, widths, 1), starts, sizes, n
 
 
-def gap_quantiles(stream: KeyedStream, group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int,
-                  width: int, p: Fraction, rate: Fraction) -> np.ndarray:
-    """The released grid offset (in [0, ``width``]) of every group: a run by the weighted exponential
-    mechanism (``stream.child("run")``), then a uniform point in it (``stream.child("point")``)."""
+def gap_runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int, width: int,
+             p: Fraction) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(utilities, widths, starts, sizes) of every group's runs, padded to G × R.
+
+    ``group``, ``offset`` and ``count`` list each (group index, grid offset in [0, ``width``], rows) once; the
+    groups are 0 … ``groups`` − 1 (a group without rows has the one run [0, W]). Row i holds sizes[i] runs,
+    in order: starts[i, k] their first point, widths[i, k] ≥ 1 their points, utilities[i, k] their utility.
+    Each distinct value is a run of its own (one point), each gap between values another (empty gaps dropped)."""
+    lt, le, widths, starts, sizes, n = _runs(group, offset, count, groups, width)
+    # u = −max(0, den·r_< − num·n, num·n − den·r_≤): 0 where q·n lies in [r_<, r_≤] (docs/histogram.md)
+    over = p.denominator * lt - p.numerator * n[:, None]
+    under = p.numerator * n[:, None] - p.denominator * le
+    return -np.maximum(0, np.maximum(over, under)), widths, starts, sizes
+
+
+def target_runs(group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int, width: int,
+                target: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """As :func:`gap_runs`, with the utility −max(0, r_< − t, t − r_≤) of a public target rank t per group
+    (an interval end's: one unit's k ≤ C rows move both ranks by at most k, so ΔU = C)."""
+    lt, le, widths, starts, sizes, _ = _runs(group, offset, count, groups, width)
+    t = np.asarray(target, dtype=np.int64)[:, None]
+    return -np.maximum(0, np.maximum(lt - t, t - le)), widths, starts, sizes
+
+
+def draw(stream: KeyedStream, runs: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+         rate: Fraction) -> np.ndarray:
+    """A grid offset per group from its runs: a run by the weighted exponential mechanism
+    (``stream.child("run")``), then a uniform point in it (``stream.child("point")``)."""
+    utilities, widths, starts, sizes = runs
+    groups = sizes.size
     if groups == 0:
         return np.zeros(0, dtype=np.int64)
-    utilities, widths, starts, sizes = gap_runs(group, offset, count, groups, width, p)
     run = mech.exponential_mechanism_weighted_rows(stream.child("run"), utilities, widths, sizes, rate)
     rows = np.arange(groups)
     inside = uniform_below(stream.child("point"), widths[rows, run])
     chosen: np.ndarray = starts[rows, run] + inside
     return chosen
+
+
+def gap_quantiles(stream: KeyedStream, group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int,
+                  width: int, p: Fraction, rate: Fraction) -> np.ndarray:
+    """The released grid offset (in [0, ``width``]) of every group's p-quantile (:func:`draw`)."""
+    if groups == 0:
+        return np.zeros(0, dtype=np.int64)
+    return draw(stream, gap_runs(group, offset, count, groups, width, p), rate)
 
 
 def grid_points(lo_units: int, hi_units: int) -> int:
