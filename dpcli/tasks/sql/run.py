@@ -26,7 +26,7 @@ import polars as pl
 from dpcli.bounding.keyed_order import keep_first
 from dpcli.core.prf import KeyedStream
 from dpcli.frames import collect
-from dpcli.tasks import quantile_gaps
+from dpcli.tasks import quantile_gaps, quantile_interval
 from dpcli.tasks.sql.compile import compile_relation, group_key_check, needed_columns
 from dpcli.tasks.sql.ir import Expr, ResolvedQuery, expr_canonical
 from dpcli.tasks.sql.measures import Measure, SqlPlan
@@ -258,6 +258,36 @@ def add_noise(totals: pl.DataFrame, layout: Layout, plan: SqlPlan, stream: Keyed
         else:
             noisy[key] = true.cast(pl.Int64).to_numpy() + draws
     return noisy
+
+
+def ntile_interval(m: Measure, c: Any, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout,
+                   stream: KeyedStream) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of every released partition's NTILE (``histogram``'s: a noisy count of the partials, then
+    two exponential mechanisms at ranks from it alone; :mod:`dpcli.tasks.quantile_interval`)."""
+    assert m.bounds is not None and m.p is not None and c.count is not None and c.end_rate is not None
+    grid = m.grid
+    group, offset, count = _ntile_counts(m, totals, bins, layout)
+    exact = np.bincount(group, weights=count, minlength=totals.height).astype(np.int64)
+    n_hat = exact + c.count.sample(stream.child("n"), totals.height)
+    low, high = quantile_interval.interval_offsets(stream, group, offset, count, totals.height,
+                                                   grid.hi_units - grid.lo_units, m.p, n_hat,
+                                                   c.count.margin(quantile_interval.COUNT_ALPHA),
+                                                   (c.end_rate, c.end_rate))
+    lo, hi, g = float(m.bounds[0]), float(m.bounds[1]), float(grid.granularity)
+    return (np.clip((grid.lo_units + low).astype(np.float64) * g, lo, hi),
+            np.clip((grid.lo_units + high).astype(np.float64) * g, lo, hi))
+
+
+def _ntile_counts(m: Measure, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(partition index, grid offset, partials) of every (released partition, offset) with partials."""
+    if layout.groups:
+        index = totals.select(list(layout.groups)).with_row_index("__dp_i")
+        joined = bins.join(index, on=list(layout.groups), how="inner", nulls_equal=True)
+    else:
+        joined = bins.with_columns(pl.lit(0, dtype=pl.UInt32).alias("__dp_i"))
+    return (joined["__dp_i"].to_numpy().astype(np.int64), joined[layout.partials[m.key]].to_numpy().astype(np.int64),
+            joined["__dp_n"].to_numpy().astype(np.int64))
 
 
 def ntile_values(m: Measure, rate: Any, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout,

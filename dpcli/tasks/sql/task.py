@@ -178,7 +178,7 @@ class SqlTask:
         parts = sql_auto.parts_of(o.auto, o.bias_share)
         measures = measures_of(query.aggregates, o.max_contributions, self.domain == "threshold")
         planned = plan_measures(measures, sql_auto.release_budget(o.budget, parts), self.domain, o.max_partitions,
-                                mode)
+                                mode, o.with_error)
         extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
         sql_auto.check_noise(o.auto, o.bias_share, o.budget.epsilon, o.budget.rho)
         return replace(planned, events=planned.events + tuple(extra)) if extra else planned
