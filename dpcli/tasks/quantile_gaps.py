@@ -17,7 +17,7 @@ So P[x] = exp(rate·u(x)) / Σ_y exp(rate·u(y)) for every grid point, the same 
 mechanism over all W + 1 points (whose privacy proof is docs/histogram.md's), at a cost linear in the
 group's distinct values rather than in W. Nothing about the data decides anything but the draws' weights:
 the candidate set (every grid point) is public; the runs only group it. Vectorised over groups: the runs of
-every group sit in one padded G × R array (R: the most distinct values of a group, plus one).
+a chunk of groups sit in one padded array (:data:`CHUNK`).
 """
 
 from __future__ import annotations
@@ -112,12 +112,50 @@ def draw(stream: KeyedStream, runs: tuple[np.ndarray, np.ndarray, np.ndarray, np
     return chosen
 
 
+#: Groups drawn together: the runs of a chunk sit in one padded array of (its groups) × (twice its most
+#: distinct values + 1) cells, so memory stays bounded by this many groups' worth whatever the number of groups.
+#: The chunks are fixed by the groups' public order and count alone (each draws from its own child stream).
+CHUNK = 64
+
+
+def _chunks(groups: int, group: np.ndarray) -> list[tuple[int, int, slice]]:
+    """(first group, groups, the entries' slice) of every chunk; ``group`` sorted ascending."""
+    out = []
+    for first in range(0, groups, CHUNK):
+        size = min(CHUNK, groups - first)
+        lo, hi = np.searchsorted(group, [first, first + size], side="left")
+        out.append((first, size, slice(int(lo), int(hi))))
+    return out
+
+
+def _sorted(group: np.ndarray, offset: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, ...]:
+    group = np.asarray(group, dtype=np.int64)
+    order = np.argsort(group, kind="stable")
+    return group[order], np.asarray(offset, dtype=np.int64)[order], np.asarray(count, dtype=np.int64)[order]
+
+
 def gap_quantiles(stream: KeyedStream, group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int,
                   width: int, p: Fraction, rate: Fraction) -> np.ndarray:
-    """The released grid offset (in [0, ``width``]) of every group's p-quantile (:func:`draw`)."""
-    if groups == 0:
-        return np.zeros(0, dtype=np.int64)
-    return draw(stream, gap_runs(group, offset, count, groups, width, p), rate)
+    """The released grid offset (in [0, ``width``]) of every group's p-quantile (:func:`draw`, by chunks of
+    :data:`CHUNK` groups, chunk i from ``stream.child(f"groups{i}")``)."""
+    group, offset, count = _sorted(group, offset, count)
+    out = np.zeros(groups, dtype=np.int64)
+    for i, (first, size, part) in enumerate(_chunks(groups, group)):
+        runs = gap_runs(group[part] - first, offset[part], count[part], size, width, p)
+        out[first:first + size] = draw(stream.child(f"groups{i}"), runs, rate)
+    return out
+
+
+def target_quantiles(stream: KeyedStream, group: np.ndarray, offset: np.ndarray, count: np.ndarray, groups: int,
+                     width: int, target: np.ndarray, rate: Fraction) -> np.ndarray:
+    """As :func:`gap_quantiles`, aimed at a public target rank per group (:func:`target_runs`)."""
+    group, offset, count = _sorted(group, offset, count)
+    target = np.asarray(target, dtype=np.int64)
+    out = np.zeros(groups, dtype=np.int64)
+    for i, (first, size, part) in enumerate(_chunks(groups, group)):
+        runs = target_runs(group[part] - first, offset[part], count[part], size, width, target[first:first + size])
+        out[first:first + size] = draw(stream.child(f"groups{i}"), runs, rate)
+    return out
 
 
 def grid_points(lo_units: int, hi_units: int) -> int:

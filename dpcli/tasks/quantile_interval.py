@@ -62,10 +62,8 @@ def interval_offsets(stream: KeyedStream, group: np.ndarray, offset: np.ndarray,
     candidates = quantile_gaps.grid_points(0, width)
     t_lo, t_hi, at_lo, at_hi = targets(p, n_hat, margin, end_slack(rates[0], candidates),
                                        end_slack(rates[1], candidates))
-    low = quantile_gaps.draw(stream.child("low"), quantile_gaps.target_runs(group, offset, count, groups, width,
-                                                                            t_lo), rates[0])
-    high = quantile_gaps.draw(stream.child("high"), quantile_gaps.target_runs(group, offset, count, groups, width,
-                                                                              t_hi), rates[1])
+    low = quantile_gaps.target_quantiles(stream.child("low"), group, offset, count, groups, width, t_lo, rates[0])
+    high = quantile_gaps.target_quantiles(stream.child("high"), group, offset, count, groups, width, t_hi, rates[1])
     return np.where(at_lo, 0, low), np.where(at_hi, width, high)
 
 
