@@ -840,14 +840,10 @@ def _aggregate(
     mmt = released.plan.measurements["q" + fraction_text(p)]
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
-    rank = quantile_rank_margin(mmt, grid)
-    if q.with_error:
+    if q.with_error:  # the interval's releases are in the plan only with --with-error
         lo, hi = _quantile_interval(released, p, mmt.name, totals, qhist, stream)
         return f"{_q_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
-    return f"{_q_label(p)}_{v}", values, None, (
-        f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
-        f"is at most {rank:.4g} rows further from q·n than the best of the {quantile_candidates(grid)} grid points'); "
-        "released values cannot turn a rank into a value interval")
+    return f"{_q_label(p)}_{v}", values, None, ""
 
 
 def _quantile_interval(released: _Released, p: Fraction, name: str, totals: pl.DataFrame, qhist: pl.DataFrame,
