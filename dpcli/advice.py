@@ -148,8 +148,6 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     notes += _mostly_noise_columns(query, plan, table)
     if "mean" in query.aggregations and table.height:
         notes += mean_near_bounds(f"mean_{query.value}", table[f"mean_{query.value}"].to_list(), *query.bounds)
-    if query.with_error and query.quantiles:
-        notes.append(_quantiles_without_margin(query, plan))
     defaulted = set(defaulted)
     counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
     notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
@@ -177,21 +175,6 @@ def mean_near_bounds(column: str, values: Sequence[Any], lo: float, hi: float) -
                 f"values beyond {{0}} are clamped to it, which may bias these means inwards: widen {{0}} if values "
                 f"can lie beyond {edge:g}", "bounds"))
     return notes
-
-
-def _quantiles_without_margin(query: Any, plan: Any) -> Note:
-    """The note that quantiles get no margin column, with their rank margins instead."""
-    from dpcli.tasks.histogram import quantile_measurement, quantile_rank_margin
-
-    parts = []
-    for aggregation in query.aggregations:
-        name = quantile_measurement(aggregation)
-        if name is not None:
-            rank = quantile_rank_margin(plan.measurements[name])
-            parts.append(f"{aggregation}_{query.value} ±{rank:.3g} rows")
-    return Note("quantiles have no margin column: the exponential mechanism bounds their error in rank only (95%: "
-                f"{', '.join(parts)} beyond the best candidate's rank), and released values cannot turn a rank "
-                "into a value interval (docs/histogram.md)")
 
 
 def _mostly_noise_columns(query: Any, plan: Any, table: Any) -> list[Note]:

@@ -134,11 +134,12 @@ def test_a_device_as_output_stays_a_device(ledger, tmp_path):
 
 
 def test_a_value_without_bounds_names_bounds_where_they_cannot_be_chosen(ledger):
-    """Bounds left out are chosen from the data (a note says so); where they cannot be (a query of quantiles
-    only, unklap), the error names --bounds."""
-    r = cli(*HIST, "--agg", "mean", "--value", "duration_s")
-    assert r.exit_code == 0 and "--bounds " in r.stderr and "left out, so chosen from the data" in r.stderr, r.stderr
-    r = cli(*HIST, "--agg", "median", "--value", "duration_s")
+    """Bounds left out are chosen from the data (a note says so); where they cannot be (a grid spacing given
+    without bounds, a margin target), the error names --bounds."""
+    for agg in ("mean", "median"):
+        r = cli(*HIST, "--agg", agg, "--value", "duration_s")
+        assert r.exit_code == 0 and "--bounds " in r.stderr and "left out, so chosen from the data" in r.stderr, r.stderr
+    r = cli(*HIST, "--agg", "median", "--value", "duration_s", "--granularity", "1")
     assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: --bounds is needed by median: LO:HI"), r.stderr
     r = cli(*HIST, "--agg", "count,p50")
     assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: --value is needed by p50"), r.stderr

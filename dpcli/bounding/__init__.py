@@ -349,7 +349,7 @@ def bounded_totals(
     Every bound is per unit, so bounding each bucket of units on its own gives
     exactly the partials of one pass, and group totals add up across buckets.
     ``each(frame, partial)`` sees every bucket's input frame and partial
-    table (for statistics that need them, e.g. quantile bins). An input with
+    table (for statistics that need them, e.g. quantiles' per-value counts). An input with
     no rows gives an empty table (no error: see docs/bounding.md).
     """
     if buckets == 1:

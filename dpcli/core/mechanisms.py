@@ -201,6 +201,23 @@ def unklap_threshold_offset(tau: int, max_partitions: int, epsilon_per: float, d
     return math.ceil(offset) + 1
 
 
+def quantile_utility_sensitivity(p: Fraction, rows: int) -> int:
+    """How far one privacy unit's ≤ ``rows`` rows in a group move the quantile utility
+    u(c) = −|den·r(c) − num·n| of every candidate c (p = num/den, r(c) the rows below c, n all rows).
+
+    Adding k ≤ ``rows`` rows of which a lie below c gives r' = r + a and n' = n + k, so
+    den·r' − num·n' = (den·r − num·n) + (den·a − num·k) with den·a − num·k ∈ [−num·k, (den − num)·k]
+    (a = 0 or a = k at the ends). By the triangle inequality |u'(c) − u(c)| ≤ k·max(num, den − num) ≤
+    rows·max(num, den − num): the median's is half the denominator's C·den. Both ends are reached (all
+    k rows above c, or all below), and the shift is not of one sign across candidates (rows at the low end
+    raise the utility of candidates below q·n and lower the others'), so the rate stays ε/(2Δu).
+    A utility that does not move (p = 0 or 1 has max = den = 1) still counts one."""
+    p = Fraction(p)
+    if not 0 <= p <= 1 or rows < 1:
+        raise ValueError("need 0 ≤ p ≤ 1 and rows ≥ 1")
+    return rows * max(p.numerator, p.denominator - p.numerator, 1)
+
+
 def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate: Fraction) -> np.ndarray:
     """One index per row of ``utilities`` (G × B, int64), chosen ∝ exp(rate · u), exactly.
 
@@ -228,4 +245,56 @@ def exponential_mechanism_rows(stream: KeyedStream, utilities: np.ndarray, rate:
         first = ok.argmax(axis=1)
         out[pending[hit]] = prop[hit, first[hit]]
         pending = pending[~hit]
+    return out
+
+
+#: The slack of the weighted mechanism's rejection bound B = (257/256)·(the float-identified largest weight), as in
+#: :mod:`dpcli.core.selection`'s races: any float error in finding the largest weight stays far inside it.
+_SLACK_NUM, _SLACK_DEN = 256, 257
+
+
+def exponential_mechanism_weighted_rows(stream: KeyedStream, utilities: np.ndarray, multipliers: np.ndarray,
+                                        sizes: np.ndarray, rate: Fraction) -> np.ndarray:
+    """One index per row, chosen among the row's first ``sizes[i]`` items ∝ c·exp(rate·u), exactly.
+
+    ``utilities`` and ``multipliers`` are G × B int64 (items past a row's size are padding, never read), every
+    multiplier of an item ≥ 1. Per row this is rejection from a uniform proposal: B_i = (257/256)·c_t·exp(rate·u_t)
+    for the item t of largest float log-weight, and item j is accepted with the exact Bernoulli
+    (256·c_j)/(257·c_t)·exp(−rate·(u_t − u_j)) (:func:`dpcli.core.samplers.bernoulli_exp`; u_t − u_j may be
+    negative when c_j < c_t). Float error in t only loosens B (by far less than 1/256), never decides an output.
+    Each round proposes as many items as the row holds, so a round accepts one with probability ≥ 1 − e^−0.99;
+    a row takes its first accepted proposal: P[j] ∝ c_j·exp(rate·u_j)."""
+    u = np.asarray(utilities, dtype=np.int64)
+    c = np.asarray(multipliers, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.int64)
+    g, b = u.shape
+    rate = Fraction(rate)
+    if c.shape != u.shape or sizes.shape != (g,) or (g and (sizes.min() < 1 or sizes.max() > b)):
+        raise ValueError("need G × B utilities and multipliers and 1 ≤ size ≤ B per row")
+    valid = np.arange(b)[None, :] < sizes[:, None]
+    if (c[valid] < 1).any() or (c.size and int(c[valid].max()) > (1 << 62) // _SLACK_DEN):
+        raise ValueError("multipliers must be in [1, 2^62/257]")
+    if rate < 0:
+        raise ValueError("rate must be non-negative")
+    out = np.empty(g, dtype=np.int64)
+    if not g:
+        return out
+    top_u = np.where(valid, u, np.iinfo(np.int64).min).max(axis=1)
+    low_u = np.where(valid, u, np.iinfo(np.int64).max).min(axis=1)
+    rate = rate_at_most(rate, int((top_u - low_u).max()))  # int64-safe products rate.numerator·(u_t − u_j)
+    log_w = np.where(valid, np.log(np.maximum(c, 1).astype(np.float64))
+                     + float(rate) * (u - top_u[:, None]).astype(np.float64), -np.inf)
+    top = log_w.argmax(axis=1)
+    rows = np.arange(g)
+    u_t, c_t = u[rows, top], c[rows, top]
+    pending = rows
+    while pending.size:
+        owner = np.repeat(pending, sizes[pending])
+        prop = uniform_below(stream, sizes[owner])
+        num = (u_t[owner] - u[owner, prop]) * rate.numerator
+        ok = bernoulli_exp(stream, num, np.full(owner.size, rate.denominator, dtype=np.int64),
+                           c[owner, prop] * _SLACK_NUM, c_t[owner] * _SLACK_DEN)
+        hit_rows, first = np.unique(owner[ok], return_index=True)  # owner is sorted: the first accepted per row
+        out[hit_rows] = prop[np.flatnonzero(ok)[first]]
+        pending = pending[~np.isin(pending, hit_rows)]
     return out

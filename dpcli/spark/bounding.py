@@ -191,22 +191,20 @@ def bounded_totals(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataF
     return table.with_columns(casts).sort(list(spec.by), nulls_last=True)
 
 
-def quantile_counts(sdf: Any, spec: bounding.BoundingSpec, salt: int, bins: int) -> pl.DataFrame:
-    """Per group, the bounded rows of the kept (unit, group) pairs in each of ``bins`` equal bins of the
-    value grid (columns: the group columns, ``__bin``, ``__n``), as the histogram's polars quantile pass."""
+def quantile_counts(sdf: Any, spec: bounding.BoundingSpec, salt: int) -> pl.DataFrame:
+    """Per group, the bounded rows of the kept (unit, group) pairs at each grid value (columns: the group columns,
+    ``__x``: the value's offset from lo in grid units, clamped to [0, hi − lo], and ``__n``), as the histogram's
+    polars quantile pass (the gap sampler's input)."""
     from pyspark.sql import functions as F
 
     assert spec.grid is not None
     g = spec.grid
     rows, partial, keys = _bounded(sdf, spec, salt)
-    width = max(g.hi_units - g.lo_units, 1)
-    # (units − lo)·B is a non-negative integer below 2^53: the float division of x − (x mod w) is exact.
-    x = (F.col(bounding.GRID) + F.lit(g.mid_units - g.lo_units)) * F.lit(bins)
-    b = ((x - F.pmod(x, F.lit(width))) / F.lit(width)).cast("long")
+    top = g.hi_units - g.lo_units
+    x = F.least(F.greatest(F.col(bounding.GRID) + F.lit(g.mid_units - g.lo_units), F.lit(0)), F.lit(top))
     kept = partial.select(*[F.col(k).alias(f"__kept{i}") for i, k in enumerate(keys)])  # no self-join ambiguity
     on = [F.col(k).eqNullSafe(F.col(f"__kept{i}")) for i, k in enumerate(keys)]
-    binned = (rows.join(kept, on=on, how="left_semi")
-              .select(*spec.by, F.least(F.greatest(b, F.lit(0)), F.lit(bins - 1)).alias("__bin")))
-    table = pl.from_arrow(binned.groupBy(*spec.by, "__bin").agg(F.count(F.lit(1)).cast("long").alias("__n")).toArrow())
+    offsets = rows.join(kept, on=on, how="left_semi").select(*spec.by, x.cast("long").alias("__x"))
+    table = pl.from_arrow(offsets.groupBy(*spec.by, "__x").agg(F.count(F.lit(1)).cast("long").alias("__n")).toArrow())
     assert isinstance(table, pl.DataFrame)
-    return table.with_columns(pl.col("__bin").cast(pl.Int64), pl.col("__n").cast(pl.Int64))
+    return table.with_columns(pl.col("__x").cast(pl.Int64), pl.col("__n").cast(pl.Int64))

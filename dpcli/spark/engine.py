@@ -145,7 +145,7 @@ def bounding_engine(state_dir: Path, choice: SparkChoice | None, table: InputTab
     # publish their exact difference, so every Spark release draws a fresh nonce: new noise, new charge.
     tag = f"spark {pyspark.__version__}; run {secrets.token_hex(16)}"
     return Engine(totals=_guarded(lambda spec, salt: bounded_totals(frame, spec, salt)), seed_tag=tag,
-                  quantile_counts=_guarded(lambda spec, salt, bins: quantile_counts(frame, spec, salt, bins)),
+                  quantile_counts=_guarded(lambda spec, salt: quantile_counts(frame, spec, salt)),
                   tabulate_counts=_guarded(level_counts(frame, session)),
                   stream_events=_guarded(events_engine(frame, session)),
                   sql_totals=_guarded(sql_engine(session, frame, tables)),

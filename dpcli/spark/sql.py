@@ -24,7 +24,7 @@ from dpcli.spark.sql_exprs import Compiler, as_number, col, numeric_value_column
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.ir import AggCall, Aggregate, Col, Filter, Join, Project, Relation, Scan
 from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
-from dpcli.tasks.sql.measures import NTILE_BINS, Measure
+from dpcli.tasks.sql.measures import Measure
 
 if TYPE_CHECKING:
     from dpcli.io.inputs import InputTable
@@ -281,7 +281,7 @@ def _clamped(x: Any, lo: float, hi: float) -> Any:
 
 
 def _ntile(m: Measure, v: Any) -> Any:
-    """The user's nearest p-quantile (polars' ``quantile(p, "nearest")``), clamped, as a bin index."""
+    """The user's nearest p-quantile (polars' ``quantile(p, "nearest")``), clamped, as its grid offset from L."""
     from pyspark.sql import functions as F
 
     assert m.bounds is not None and m.p is not None
@@ -290,8 +290,10 @@ def _ntile(m: Measure, v: Any) -> Any:
     n = F.size(values)
     index = (F.floor((n - 1).cast("double") * float(m.p) + 0.5) + 1).cast("int")
     q = F.try_element_at(values, index)
-    bin_ = _clamped(F.floor((_clamped(q, lo, hi) - lo) * (NTILE_BINS / (hi - lo))), 0, NTILE_BINS - 1)
-    return F.when((n > 0) & ~F.isnan(q), bin_.cast("bigint"))
+    g = m.grid
+    units = F.bround(_clamped(q, lo, hi) / float(g.granularity), 0) - F.lit(float(g.lo_units))
+    offset = _clamped(units, 0, g.hi_units - g.lo_units)
+    return F.when((n > 0) & ~F.isnan(q), offset.cast("bigint"))
 
 
 def bounded_partials(frame: Any, layout: Layout, plan: SqlPlan, salt: int) -> Any:

@@ -80,7 +80,7 @@ class Engine:
 
     totals: TotalsEngine
     seed_tag: str = ""
-    #: ``histogram``'s quantile bins on this engine ((spec, salt, bins) → ``__bin``/``__n`` per group).
+    #: ``histogram``'s quantile counts on this engine ((spec, salt) → ``__x`` (grid offset)/``__n`` per group).
     quantile_counts: Any = None
     #: ``tabulate``'s counts on this engine (:data:`dpcli.tasks.tabulate.CountsEngine`).
     tabulate_counts: Any = None

@@ -8,6 +8,7 @@ and the calibration are in ``docs/histogram.md``.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import sys
@@ -28,7 +29,17 @@ from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, auto_bounds, free_replay
+from dpcli.tasks import (
+    Engine,
+    Frames,
+    Needs,
+    PublicList,
+    Result,
+    auto_bounds,
+    free_replay,
+    quantile_gaps,
+    quantile_interval,
+)
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -37,7 +48,8 @@ if TYPE_CHECKING:
 
 SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
-QUANTILE_BINS = 1024
+#: The column of a quantile's per-group counts holding the grid value, as its offset from lo in grid units.
+QUANTILE_OFFSET = "__x"
 _QUANTILE = re.compile(r"(median|p(\d{1,2}(?:\.\d{1,4})?))")  # at most 4 decimals: pNN.dddd
 
 
@@ -338,6 +350,11 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             "csumsq": f"variance_{v}: centred sum of squares, in grid units²"}
     measurements: dict[str, Any] = {}
     for n, m in plan.measurements.items():
+        if n.startswith("i"):  # a quantile's interval: its count and its two ends
+            part = {"n": "row count", "lo": "low end", "hi": "high end"}[n.rsplit(":", 1)[1]]
+            measurements[n] = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95", "part": f"interval {part}",
+                               **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
+            continue
         if m.noise is None:
             measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
             continue
@@ -354,8 +371,8 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
 
 def _sensitivity(name: str, q: HistogramQuery) -> int:
     """The per-group (L∞) sensitivity of a measurement, from the stability its bounding guarantees."""
-    if name.startswith("q"):  # a quantile's utility (rank distance) moves by C rows times its denominator
-        return q.max_contributions * Fraction(name[1:]).denominator
+    if name.startswith("q"):  # a quantile's utility moves by C·max(num, den − num) (see the mechanism's proof)
+        return mech.quantile_utility_sensitivity(Fraction(name[1:]), q.max_contributions)
     return int(q.bounding_spec().stability().linf(name))
 
 
@@ -373,6 +390,8 @@ def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str,
         )
     names = _measurement_names(q)
     summary: dict[str, Any] = {"split": f"equal, 1/{len(names)} of the budget per measurement", "measurements": names}
+    if q.quantiles:  # the sampler, in the seed (the plan is): a release by another sampler is another release
+        summary["quantiles"] = quantile_gaps.QUANTILE_SAMPLER
     if q.domain == "unklap":
         return _plan_unklap(q, names, summary)
     if q.noise == "laplace":
@@ -437,8 +456,14 @@ def _plan_laplace(q: HistogramQuery, names: list[str]) -> tuple[dict[str, NoisyS
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):
-            # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu).
-            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m / k / (2 * s), share=share)
+            # Pure ε_m over K groups → ε_m/K per group; EM rate ε/(2Δu). With its interval: a share of ε_m.
+            point = quantile_interval.POINT_SHARE if q.with_error else 1
+            measurements[name] = NoisyStatistic(name, s, em_rate=eps_m * point / k / (2 * s), share=share)
+            if q.with_error:
+                c = q.max_contributions
+                measurements.update(_interval_parts(
+                    name, c, eps_m * quantile_interval.END_SHARE / k / (2 * c),
+                    _checked(mech.laplace, k * c, eps_m * quantile_interval.COUNT_SHARE), share))
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.laplace, k * s, eps_m), share=share)
     if q.domain == "keys":
@@ -459,8 +484,14 @@ def _plan_gaussian(
     for name in names:
         s = _sensitivity(name, q)
         if name.startswith("q"):  # the exponential mechanism is ε-bounded-range: ε²/8-zCDP, over K groups
-            em_rate = acc.largest_epsilon(rho_m / k, 8) / (2 * s)
+            point = quantile_interval.POINT_SHARE if q.with_error else 1
+            em_rate = acc.largest_epsilon(rho_m * point / k, 8) / (2 * s)
             measurements[name] = NoisyStatistic(name, s, em_rate=em_rate, share=share)
+            if q.with_error:
+                c = q.max_contributions
+                measurements.update(_interval_parts(
+                    name, c, acc.largest_epsilon(rho_m * quantile_interval.END_SHARE / k, 8) / (2 * c),
+                    _checked(mech.gaussian, k * c * c, rho_m * quantile_interval.COUNT_SHARE), share))
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=share)
     events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
@@ -468,6 +499,16 @@ def _plan_gaussian(
         events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
         q = replace(q, delta=sel_delta)
     return measurements, events, q
+
+
+def _interval_parts(name: str, c: int, end_rate: Fraction, count: mech.Noise,
+                    share: str) -> dict[str, NoisyStatistic]:
+    """The measurements of a quantile's 95% interval (:mod:`dpcli.tasks.quantile_interval`): a noisy count of the
+    group's bounded rows and two exponential mechanisms of sensitivity C (named ``i<quantile>:n``, ``:lo``, ``:hi``;
+    never a ``q`` name, which is a released quantile)."""
+    return {f"i{name}:n": NoisyStatistic(f"i{name}:n", c, count, share=share),
+            f"i{name}:lo": NoisyStatistic(f"i{name}:lo", c, em_rate=end_rate, share=share),
+            f"i{name}:hi": NoisyStatistic(f"i{name}:hi", c, em_rate=end_rate, share=share)}
 
 
 def gaussian_budget(epsilon: Fraction | None, rho: Fraction | None, delta: Fraction,
@@ -548,14 +589,14 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
     name: str = "the input",
     rows: int | None = None,
     engine: bounding.TotalsEngine | None = None,
-    quantile_engine: Callable[[bounding.BoundingSpec, int, int], pl.DataFrame] | None = None,
+    quantile_engine: Callable[[bounding.BoundingSpec, int], pl.DataFrame] | None = None,
 ) -> HistogramRelease:
     """Bound, aggregate, select and noise one histogram (the plan must come from the same query).
 
     ``frame`` is the input's lazy frame, ``name`` names it in error messages, and ``rows`` is its row
     count when known without a pass over the data (a large Parquet input is bounded in unit buckets).
     ``engine`` bounds on another engine (Spark) instead of polars, and ``quantile_engine`` counts the
-    quantile bins there ((spec, salt, bins) → the group columns, ``__bin``, ``__n``).
+    rows at each grid value there ((spec, salt) → the group columns, ``__x`` (offset from lo in grid units), ``__n``).
     """
     grid = q.grid
     spec = q.bounding_spec()
@@ -569,14 +610,14 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         if q.quantiles:
             if quantile_engine is None:
                 raise UsageError("are computed by polars only on this engine", field="agg")
-            bins.append(quantile_engine(spec, salt, QUANTILE_BINS))
+            bins.append(quantile_engine(spec, salt))
         totals = engine(spec, salt)
     else:
         totals = bounding.bounded_totals(frame, spec, salt, bounding.unit_buckets(rows),
                                          quantile_bins if q.quantiles else None, name=name)
     qhist = None
     if q.quantiles:
-        qhist = pl.concat(bins).group_by([*q.by, "__bin"]).agg(pl.col("__n").sum())
+        qhist = pl.concat(bins).group_by([*q.by, QUANTILE_OFFSET]).agg(pl.col("__n").sum())
 
     if q.domain == "keys":
         assert keys is not None
@@ -598,7 +639,7 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         totals, noisy, bottom = _unklap(totals, q, plan, stream)
         meta["bottom"] = bottom  # v_⊥: the noisy threshold, part of UnkLap's output (Alg. 3)
     for name, mmt in plan.measurements.items():
-        if name in noisy or mmt.noise is None:
+        if name in noisy or mmt.noise is None or name.startswith("i"):  # an interval's count: drawn with it
             continue
         noisy[name] = _noisy(_true_values(totals, name, grid), mmt.noise.sample(stream.child(name), totals.height))
     out = totals.select(list(q.by))
@@ -683,22 +724,24 @@ def _unklap(
 def _quantile_counts(
     frame: pl.LazyFrame, name: str, q: HistogramQuery, spec: bounding.BoundingSpec, salt: int, partial: pl.DataFrame
 ) -> pl.DataFrame:
-    """Per group, the count of bounded rows in each of ``QUANTILE_BINS`` equal bins of [lo, hi]."""
+    """Per group, the count of bounded rows at each grid value, as ``__x``: its offset from lo in grid units,
+    in [0, hi − lo] (the gap sampler's input: :mod:`dpcli.tasks.quantile_gaps`)."""
     grid = q.grid
     assert grid is not None
     rows = bounding.bounded_rows(frame, spec, salt)
-    width = grid.hi_units - grid.lo_units
-    binned = rows.join(
+    offsets = rows.join(
         partial.lazy().select([q.unit, *q.by]), on=[q.unit, *q.by], how="semi", nulls_equal=True
     ).select(
         [
             *[pl.col(c) for c in q.by],
-            ((pl.col(bounding.GRID) + grid.mid_units - grid.lo_units) * QUANTILE_BINS // max(width, 1))
-            .clip(0, QUANTILE_BINS - 1)
-            .alias("__bin"),
+            (pl.col(bounding.GRID) + grid.mid_units - grid.lo_units)
+            .clip(0, grid.hi_units - grid.lo_units)
+            .cast(pl.Int64)
+            .alias(QUANTILE_OFFSET),
         ]
     )
-    return collect(binned.group_by([*q.by, "__bin"]).agg(pl.len().alias("__n")), f"cannot read {name}")
+    return collect(offsets.group_by([*q.by, QUANTILE_OFFSET]).agg(pl.len().cast(pl.Int64).alias("__n")),
+                   f"cannot read {name}")
 
 
 def _quantile_values(
@@ -709,22 +752,17 @@ def _quantile_values(
     qhist: pl.DataFrame,
     stream: KeyedStream,
 ) -> np.ndarray:
-    """The exponential-mechanism quantile of every group in ``totals`` (in its order)."""
+    """The exponential-mechanism quantile of every group in ``totals`` (in its order), over every grid point
+    of [lo, hi] by exact gap sampling (:mod:`dpcli.tasks.quantile_gaps`)."""
     grid = q.grid
     assert grid is not None
-    g = totals.height
     idx = totals.select(list(q.by)).with_row_index("__g")
-    counts = np.zeros((g, QUANTILE_BINS), dtype=np.int64)
     joined = qhist.join(idx, on=list(q.by), how="inner", nulls_equal=True)
-    if joined.height:
-        np.add.at(counts, (joined["__g"].to_numpy(), joined["__bin"].to_numpy()), joined["__n"].to_numpy())
-    # rank_i = rows strictly below candidate i (candidates are the B + 1 bin edges).
-    rank = np.concatenate([np.zeros((g, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-    n = rank[:, -1:]
-    utility = -np.abs(p.denominator * rank - p.numerator * n)
-    choice = mech.exponential_mechanism_rows(stream, utility, rate)
-    edges_units = grid.lo_units + (choice * (grid.hi_units - grid.lo_units)) / QUANTILE_BINS
-    return np.clip(edges_units * float(grid.granularity), grid.lo, grid.hi)
+    chosen = quantile_gaps.gap_quantiles(stream, joined["__g"].to_numpy(), joined[QUANTILE_OFFSET].to_numpy(),
+                                         joined["__n"].to_numpy(), totals.height, grid.hi_units - grid.lo_units,
+                                         p, rate)
+    units = (grid.lo_units + chosen).astype(np.float64)
+    return np.clip(units * float(grid.granularity), grid.lo, grid.hi)
 
 
 @dataclass(frozen=True)
@@ -802,24 +840,52 @@ def _aggregate(
     mmt = released.plan.measurements["q" + fraction_text(p)]
     assert mmt.em_rate is not None
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
-    rank = quantile_rank_margin(mmt)
-    return f"{_q_label(p)}_{v}", values, None, (
-        f"no value margin: the exponential mechanism bounds the error in rank only (95%: the released value's rank "
-        f"is at most {rank:.4g} rows further from q·n than the best of the {QUANTILE_BINS + 1} candidates'); "
-        "released values cannot turn a rank into a value interval")
+    if q.with_error:  # the interval's releases are in the plan only with --with-error
+        lo, hi = _quantile_interval(released, p, mmt.name, totals, qhist, stream)
+        return f"{_q_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
+    return f"{_q_label(p)}_{v}", values, None, ""
 
 
-def quantile_rank_margin(mmt: NoisyStatistic) -> float:
-    """A quantile's 95% rank margin, in rows: with probability ≥ 95% the released candidate's rank
-    (rows below it) is at most this much further from q·n than the best candidate's.
+def _quantile_interval(released: _Released, p: Fraction, name: str, totals: pl.DataFrame, qhist: pl.DataFrame,
+                       stream: KeyedStream) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of every group's bounded sample quantile, in the value's units: a noisy row count, then
+    two exponential mechanisms at targets from it alone (:mod:`dpcli.tasks.quantile_interval`)."""
+    q, plan = released.q, released.plan
+    grid = q.grid
+    assert grid is not None
+    count = plan.measurements[f"i{name}:n"]
+    ends = (plan.measurements[f"i{name}:lo"].em_rate, plan.measurements[f"i{name}:hi"].em_rate)
+    assert count.noise is not None and ends[0] is not None and ends[1] is not None
+    n_hat = totals["rows"].cast(pl.Int64).to_numpy() + count.noise.sample(stream.child(count.name), totals.height)
+    idx = totals.select(list(q.by)).with_row_index("__g")
+    joined = qhist.join(idx, on=list(q.by), how="inner", nulls_equal=True)
+    low, high = quantile_interval.interval_offsets(
+        stream.child(f"i{name}"), joined["__g"].to_numpy(), joined[QUANTILE_OFFSET].to_numpy(),
+        joined["__n"].to_numpy(), totals.height, grid.hi_units - grid.lo_units, p, n_hat,
+        count.noise.margin(quantile_interval.COUNT_ALPHA), (ends[0], ends[1]))
+    scale = float(grid.granularity)
+    return (np.clip((grid.lo_units + low).astype(np.float64) * scale, grid.lo, grid.hi),
+            np.clip((grid.lo_units + high).astype(np.float64) * scale, grid.lo, grid.hi))
+
+
+def quantile_candidates(grid: bounding.ValueGrid) -> int:
+    """A quantile's candidates: every grid point of [lo, hi] (:mod:`dpcli.tasks.quantile_gaps`)."""
+    return quantile_gaps.grid_points(grid.lo_units, grid.hi_units)
+
+
+def quantile_rank_margin(mmt: NoisyStatistic, grid: bounding.ValueGrid) -> float:
+    """A quantile's 95% rank margin, in rows: with probability ≥ 95% the released grid point's rank
+    (rows below it) is at most this much further from q·n than the best point's.
 
     The utility is −|den(q)·rank − num(q)·n| and the mechanism chooses ∝ exp(rate·utility) among
-    ``QUANTILE_BINS`` + 1 candidates (:func:`dpcli.core.intervals.exponential_margin`), so the
-    margin is that tail bound divided by den(q). It is for the plan's rate: the exact sampler rounds
-    a rate down only where a utility gap would overflow 64-bit integers
-    (:func:`dpcli.core.samplers.rate_at_most`), and the margin then grows in the same proportion."""
+    the grid's points (gap sampling draws exactly that distribution;
+    :func:`dpcli.core.intervals.exponential_margin`), so the margin is that tail bound divided by
+    den(q). It is for the plan's rate: the exact sampler rounds a rate down only where a utility gap
+    would overflow 64-bit integers (:func:`dpcli.core.samplers.rate_at_most`), and the margin then
+    grows in the same proportion."""
     assert mmt.em_rate is not None
-    return intervals.exponential_margin(float(mmt.em_rate), QUANTILE_BINS + 1) / Fraction(mmt.name[1:]).denominator
+    return (intervals.exponential_margin(float(mmt.em_rate), quantile_candidates(grid))
+            / Fraction(mmt.name[1:]).denominator)
 
 
 def _mean_or_variance(agg: str, released: _Released, grid: bounding.ValueGrid) -> tuple[str, np.ndarray, Any, str]:
@@ -885,6 +951,8 @@ def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
         model = _error_model(q, plan, frames, listed, each, at, salt)
         in_force = auto_bounds.choose_bounds(frames.data, q.shape, q.auto, in_force, each, at, salt, frames.name,
                                              model)
+        if q.auto.values and all(parse_quantile(a) is not None for a in q.aggregations):
+            in_force = replace(in_force, bounds=_widened(in_force.bounds))
     return _plannable(q, plan, in_force)
 
 
@@ -925,14 +993,51 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
     measurement gets the same share) and the groups it is paid in: the public list's length, or a noisy count
     of the groups with at least the threshold's units (at pure ``epsilon``)."""
     unit = plan_histogram(replace(q.release_query(), max_partitions=1, max_contributions=1), *plan.ledger)
-    first = next(m for m in unit.measurements.values() if m.noise is not None)
-    assert first.noise is not None
-    noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
+    first = next((m for n, m in unit.measurements.items() if m.noise is not None and not n.startswith("i")), None)
+    if first is None:  # quantiles only: their error is in rank (rows), not a noisy count's
+        release_grid = q.release_query().grid
+        assert release_grid is not None  # quantiles read values: placeholder bounds when they are chosen
+        noise = _quantile_model_noise(unit, release_grid)
+    else:
+        assert first.noise is not None
+        noise = auto_bounds.expected_abs(first.noise) / first.sensitivity
     groups = listed
     if groups is None:
         groups = auto_bounds.noisy_groups(frames.data, q.shape, unit.threshold or 1, epsilon, stream, salt,
                                           frames.name)
     return auto_bounds.ErrorModel(groups, noise)
+
+
+#: How many candidates of the value walk (auto_bounds.VALUE_CANDIDATES: steps of √2) a quantile-only release
+#: widens each chosen limit outward by.
+QUANTILE_WIDEN_STEPS = 2
+
+
+def _widened(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Limits chosen for quantiles only, each moved :data:`QUANTILE_WIDEN_STEPS` candidates outward (post-processing
+    of the released limits). Clamping leaves a quantile inside the limits where it is, while a limit the walk's
+    noise stopped short of a quantile's far side clamps it; wider limits cost a quantile only the few candidates
+    of the empty tails, whose utility is that of a rank n or 0 (one row less of the rank margin per doubling of
+    the width, about, with gap sampling)."""
+    if bounds is None:
+        return None
+    grid = auto_bounds.VALUE_CANDIDATES
+    lo = bisect.bisect_left(grid, bounds[0]) - QUANTILE_WIDEN_STEPS
+    hi = bisect.bisect_right(grid, bounds[1]) - 1 + QUANTILE_WIDEN_STEPS
+    return (min(grid[max(lo, 0)], bounds[0]), max(grid[min(hi, len(grid) - 1)], bounds[1]))
+
+
+def _quantile_model_noise(unit: HistogramPlan, grid: bounding.ValueGrid) -> float:
+    """The error per unit of sensitivity of a release of quantiles only, for the bias–variance rule: each
+    quantile's 95% rank margin at one group and one row per unit (rows; it grows as K·C), times
+    2·min(p, 1 − p), the least over the quantiles asked. A row cut by a cap or a limit moves the quantile's
+    rank by at most one, so the rule lets about as many rows be cut as the noise already moves the rank by;
+    a row clamped at a limit moves it only if the limit lies on the quantile's far side, which the limits'
+    share keeps unlikely: rows beyond the high limit are scaled by the share 1 − p above the quantile (2·(1 − p)
+    of the median's), so a p99 cuts fifty times fewer rows than a median. Public: the plan's rates and p."""
+    rates = [(Fraction(n[1:]), quantile_rank_margin(m, grid)) for n, m in unit.measurements.items()
+             if n.startswith("q")]
+    return min(float(margin) * 2 * float(min(p, 1 - p)) for p, margin in rates) or 1.0
 
 
 def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds | None) -> list[PrivacyEvent]:
@@ -996,10 +1101,6 @@ class KeptBounds:
     pending: auto_bounds.AutoBounds
 
 
-def _quantile_names(q: HistogramQuery) -> list[str]:
-    return [a for a in q.aggregations if parse_quantile(a) is not None]
-
-
 def _left_out_stays(task: HistogramTask, mode: str | None) -> str | None:
     """Why the bounds left out of ``task`` cannot be chosen from the data (None: they can)."""
     q = task.query
@@ -1052,9 +1153,6 @@ class HistogramTask:
         if not caps and not values:
             return replace(self, choose_left_out=False)
         why = _left_out_stays(self, mode)
-        quantiles = set(_quantile_names(q))
-        if why is None and quantiles and not set(q.aggregations) - {"count", "count-units"} - quantiles:
-            why = "a query of quantiles only"
         if why is not None:
             return replace(self, choose_left_out=False, left_out_stays=why)
         asked = q.auto or auto_bounds.AutoBounds(False, False, False)

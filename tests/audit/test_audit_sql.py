@@ -24,9 +24,8 @@ from scipy import stats
 
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
-from dpcli.tasks import Frames
+from dpcli.tasks import Frames, quantile_gaps
 from dpcli.tasks.sql import Budget, SqlOptions, SqlTask, TableDecl
-from dpcli.tasks.sql.measures import NTILE_BINS
 
 pytestmark = pytest.mark.audit
 
@@ -93,12 +92,12 @@ def _simulated(task: SqlTask, plan: object, label: str) -> dict[str, np.ndarray]
     mean_c = (csum + _noise(plan, "csum").sample(stream.child("csum"), N)) / users
     var = np.clip((csq + _noise(plan, "csq").sample(stream.child("csq"), N)) / users - mean_c**2, 0, mid**2) * g * g
     medians = [float(np.quantile(xs, 0.5, method="nearest")) for xs in VALUES]
-    bins = np.bincount([min(int(m * NTILE_BINS / 10), NTILE_BINS - 1) for m in medians], minlength=NTILE_BINS)
-    rank = np.concatenate([[0], np.cumsum(bins)])
-    utility = np.tile(-np.abs(2 * rank - len(VALUES)), (N, 1))
+    offsets, counts = np.unique(np.rint(np.clip(medians, 0, 10) / g).astype(np.int64), return_counts=True)
     rate = next(c.em_rate for c in plan.calibrated if c.measure.kind == "ntile")  # type: ignore[attr-defined]
-    choice = mech.exponential_mechanism_rows(stream.child("ntile"), utility, rate)
-    return {"a": np.clip((mid + mean_c) * g, 0, 10), "v": var, "sd": np.sqrt(var), "m": choice * 10 / NTILE_BINS}
+    group = np.repeat(np.arange(N), offsets.size)
+    choice = quantile_gaps.gap_quantiles(stream.child("ntile"), group, np.tile(offsets, N), np.tile(counts, N), N,
+                                         int(10 / g), Fraction(1, 2), rate)
+    return {"a": np.clip((mid + mean_c) * g, 0, 10), "v": var, "sd": np.sqrt(var), "m": choice * g}
 
 
 def _audit(label: str, claimed: object | None = None) -> tuple[list[str], object]:

@@ -26,17 +26,19 @@ _WHAT = {
     "n": "users with a value (the n of means and variances)",
     "csum": "each user's mean clamped to [{lo}, {hi}], centred, in grid units of {g}",
     "csq": "each user's mean squared distance to the centre, in grid units² of {g}",
-    "ntile": "exponential mechanism over {bins} edges of [{lo}, {hi}] at p = {p}",
+    "ntile": "exponential mechanism over the {bins} grid points of [{lo}, {hi}] (gap sampling) at p = {p}",
 }
 
 
 def _what(m: Measure, unit: str = "user") -> str:
     """What measurement ``m`` adds noise to, in words, the privacy unit named ``unit`` (as the notes name it)."""
-    fields: dict[str, Any] = {"cap": m.cap, "bins": 1025, "p": fraction_text(m.p) if m.p is not None else ""}
+    fields: dict[str, Any] = {"cap": m.cap, "bins": 0, "p": fraction_text(m.p) if m.p is not None else ""}
     if m.bounds is not None:
         fields.update(lo=fraction_text(m.bounds[0]), hi=fraction_text(m.bounds[1]))
         if m.kind in ("sum", "csum", "csq"):
             fields["g"] = fraction_text(m.grid.granularity)
+        if m.kind == "ntile":
+            fields["bins"] = m.grid.hi_units - m.grid.lo_units + 1
     text = _WHAT[m.kind].format(**fields)
     return re.sub(r"\buser(s?)\b", lambda w: unit + w.group(1), text)
 

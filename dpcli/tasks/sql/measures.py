@@ -14,7 +14,7 @@ sum         sum of values, clamped to [L, U], on the grid      max(|L|, |U|) in 
 n           1 if the user has a value                          1
 csum        mean of values, clamped to [L, U], minus the centre  half the width, grid units
 csq         mean of squared distances to the centre, clamped   (half the width)², grid units²
-ntile       the user's own p-quantile, clamped, as a bin       the fraction's denominator
+ntile       the user's own p-quantile, clamped, as a bin       max(num, den − num) of p
 ==========  =================================================  ===========================
 
 All aggregates of a query share one contribution bound (at most K partitions per user) and one
@@ -38,12 +38,12 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
+from dpcli.tasks import quantile_interval as qi
 from dpcli.tasks.histogram import gaussian_budget
+from dpcli.tasks.quantile_gaps import QUANTILE_SAMPLER
 from dpcli.tasks.sql.ir import AnonAgg, Expr, expr_canonical
 
 MeasureKind = Literal["units", "rows", "count", "sum", "n", "csum", "csq", "ntile"]
-#: An NTILE's candidates: the edges of this many equal bins of [L, U] (``histogram``'s quantile grid).
-NTILE_BINS = 1024
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class Measure:
         if self.kind == "csq":
             return max(self.grid.half_width_units, 1) ** 2
         if self.kind == "ntile":
-            assert self.p is not None
-            return self.p.denominator
+            assert self.p is not None  # one partial per user: C = 1 (mechanisms.quantile_utility_sensitivity)
+            return mech.quantile_utility_sensitivity(self.p, 1)
         return 1
 
 
@@ -130,6 +130,16 @@ class Calibrated:
 
 
 @dataclass(frozen=True)
+class IntervalCalibrated(Calibrated):
+    """An NTILE released with its 95% value interval (``--with-error``): ``em_rate`` is the value's (1/2 of the
+    share), ``end_rate`` each end's (1/5, sensitivity 1: one partial per user) and ``count`` the noisy number of
+    partials' noise (1/10) (:mod:`dpcli.tasks.quantile_interval`)."""
+
+    end_rate: Fraction | None = None
+    count: mech.Noise | None = None
+
+
+@dataclass(frozen=True)
 class SqlPlan:
     """A query's calibration: its measurements, what it costs, the threshold (when partitions are discovered)."""
 
@@ -155,7 +165,7 @@ class Budget:
 
 
 def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, max_partitions: int,
-                  mode: str) -> SqlPlan:
+                  mode: str, with_error: bool = False) -> SqlPlan:
     """Calibrate every measurement from the query alone (no data)."""
     if mode == "br":
         raise UsageError("a br ledger pays for histogram counts and top-k only: run dpcli sql against a pure, "
@@ -165,11 +175,13 @@ def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, ma
                          "leaks); or give the public list of groups with --keys")
     k = 1 if domain == "all" else max_partitions
     split = f"equal, 1/{len(measures)} of the budget per measurement"
+    if any(m.kind == "ntile" for m in measures):  # the sampler, in the seed: a release by another is another
+        split += f"; {QUANTILE_SAMPLER}"
     if budget.noise == "laplace":
-        calibrated, events = _laplace(measures, budget, domain, k)
+        calibrated, events = _laplace(measures, budget, domain, k, with_error)
         selection_delta = budget.delta
     else:
-        calibrated, events, selection_delta = _gaussian(measures, budget, domain, k)
+        calibrated, events, selection_delta = _gaussian(measures, budget, domain, k, with_error)
     threshold = None
     if domain == "threshold":
         units = next(c.noise for c in calibrated if c.measure.key == "units")
@@ -178,7 +190,7 @@ def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, ma
     return SqlPlan(calibrated, events, domain, k, threshold, split)
 
 
-def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
+def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int, with_error: bool = False
              ) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...]]:
     """Pure ε split equally: discrete Laplace with ℓ1 = K·Δ; NTILEs by the exponential mechanism at ε_m/K."""
     if budget.rho is not None:
@@ -188,9 +200,13 @@ def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
         raise UsageError("is required", field="epsilon")
     eps_m = budget.epsilon / len(measures)
     share = fraction_text(eps_m)
-    out = []
+    out: list[Calibrated] = []
     for m in measures:
-        if m.kind == "ntile":
+        if m.kind == "ntile" and with_error:
+            out.append(IntervalCalibrated(
+                m, em_rate=eps_m * qi.POINT_SHARE / k / (2 * m.sensitivity), share=share,
+                end_rate=eps_m * qi.END_SHARE / k / 2, count=_probed(mech.laplace(k, eps_m * qi.COUNT_SHARE))))
+        elif m.kind == "ntile":
             out.append(Calibrated(m, em_rate=eps_m / k / (2 * m.sensitivity), share=share))
         else:
             out.append(Calibrated(m, _probed(mech.laplace(k * m.sensitivity, eps_m)), share=share))
@@ -200,7 +216,7 @@ def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
     return tuple(out), (PrivacyEvent("pure", "sql/laplace", epsilon=budget.epsilon),)
 
 
-def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
+def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int, with_error: bool = False
               ) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...], Fraction]:
     """ρ split equally: discrete Gaussian with ℓ2² = K·Δ²; with a threshold, δ is split between the
     (ε, δ) conversion and the selection. Returns the selection's δ too."""
@@ -208,9 +224,14 @@ def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int
                                                              domain == "threshold")
     rho_m = rho / len(measures)
     share = f"ρ={float(rho_m):.6g}"
-    out = []
+    out: list[Calibrated] = []
     for m in measures:
-        if m.kind == "ntile":
+        if m.kind == "ntile" and with_error:
+            out.append(IntervalCalibrated(
+                m, em_rate=acc.largest_epsilon(rho_m * qi.POINT_SHARE / k, 8) / (2 * m.sensitivity), share=share,
+                end_rate=acc.largest_epsilon(rho_m * qi.END_SHARE / k, 8) / 2,
+                count=_probed(mech.gaussian(k, rho_m * qi.COUNT_SHARE))))
+        elif m.kind == "ntile":
             out.append(Calibrated(m, em_rate=acc.largest_epsilon(rho_m / k, 8) / (2 * m.sensitivity), share=share))
         else:
             out.append(Calibrated(m, _probed(mech.gaussian(k * m.sensitivity ** 2, rho_m)), share=share))

@@ -23,9 +23,10 @@ import polars as pl
 from dpcli.core import intervals
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError
+from dpcli.tasks import quantile_interval
 from dpcli.tasks.sql.ir import AnonAgg, PostStep, ResolvedQuery
-from dpcli.tasks.sql.measures import SqlPlan, measures_for
-from dpcli.tasks.sql.run import UNITS, Layout, ntile_values
+from dpcli.tasks.sql.measures import IntervalCalibrated, SqlPlan, measures_for
+from dpcli.tasks.sql.run import UNITS, Layout, ntile_interval, ntile_values
 from dpcli.tasks.sql.typed import Compiler
 
 
@@ -43,8 +44,8 @@ class Noisy:
     default_cap: int
 
 
-#: (values, 95% margin: one for every row, per row, or None)
-Column = tuple[Any, float | np.ndarray | None]
+#: (values, 95% margin: one for every row, one per row, or None)
+Column = tuple[Any, Any]
 
 
 def _count(agg: AnonAgg, n: Noisy) -> Column:
@@ -125,8 +126,12 @@ def _stddev(agg: AnonAgg, n: Noisy) -> Column:
 
 def _ntile(agg: AnonAgg, n: Noisy) -> Column:
     (m,) = measures_for(agg, n.default_cap)
-    rate = n.plan.get(m.key).em_rate
-    return ntile_values(m, rate, n.totals, n.bins[m.key], n.layout, n.stream.child(m.key)), None
+    c = n.plan.get(m.key)
+    values = ntile_values(m, c.em_rate, n.totals, n.bins[m.key], n.layout, n.stream.child(m.key))
+    if not isinstance(c, IntervalCalibrated):
+        return values, None
+    lo, hi = ntile_interval(m, c, n.totals, n.bins[m.key], n.layout, n.stream.child(f"interval:{m.key}"))
+    return values, intervals.cover_margin(values, lo, hi)
 
 
 _OUTPUTS: dict[str, Callable[[AnonAgg, Noisy], Column]] = {
@@ -165,10 +170,11 @@ def output_table(query: ResolvedQuery, n: Noisy, with_error: bool) -> tuple[pl.D
         if with_error:
             selected = isinstance(margin, np.ndarray) and agg.function == "count_units"
             margins[o.name] = SELECTED_MARGIN if selected else MARGINS[agg.function]
-            if isinstance(margin, np.ndarray):
-                columns.append(pl.Series(f"{o.name}_moe95", margin))
-            elif margin is not None:
-                columns.append(pl.Series(f"{o.name}_moe95", [margin] * n.totals.height))
+            if agg.function == "ntile" and margin is not None:
+                margins[o.name] = quantile_interval.describe()
+            if margin is not None:
+                per_row = margin if isinstance(margin, np.ndarray) else [margin] * n.totals.height
+                columns.append(pl.Series(f"{o.name}_moe95", per_row))
     return pl.DataFrame(columns), margins
 
 

@@ -24,12 +24,12 @@ import numpy as np
 import polars as pl
 
 from dpcli.bounding.keyed_order import keep_first
-from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.frames import collect
+from dpcli.tasks import quantile_gaps, quantile_interval
 from dpcli.tasks.sql.compile import compile_relation, group_key_check, needed_columns
 from dpcli.tasks.sql.ir import Expr, ResolvedQuery, expr_canonical
-from dpcli.tasks.sql.measures import NTILE_BINS, Measure, SqlPlan
+from dpcli.tasks.sql.measures import Measure, SqlPlan
 from dpcli.tasks.sql.typed import Compiler, numeric_value_column, schema_of
 
 #: The root label of a sql release's keyed streams (its children: ``bounding-salt`` and each measurement's key).
@@ -158,11 +158,14 @@ def _valid(x: pl.Expr) -> pl.Expr:
 
 
 def _ntile(m: Measure, q: pl.Expr) -> pl.Expr:
-    """The user's nearest p-quantile, clamped to [L, U], as its bin among NTILE_BINS (null: no value)."""
+    """The user's nearest p-quantile, clamped to [L, U], on the measurement's grid as its offset from L in grid
+    units, in [0, hi − lo] (null: no value; the gap sampler's input, :mod:`dpcli.tasks.quantile_gaps`)."""
     assert m.bounds is not None
+    g = m.grid
     lo, hi = float(m.bounds[0]), float(m.bounds[1])
-    bin_ = ((q.clip(lo, hi) - lo) * (NTILE_BINS / (hi - lo))).floor().clip(0, NTILE_BINS - 1)
-    return pl.when(_valid(q)).then(bin_).otherwise(None).cast(pl.Int64, strict=False)
+    units = (q.clip(lo, hi) / float(g.granularity)).round(0) - g.lo_units
+    offset = units.clip(0, g.hi_units - g.lo_units)
+    return pl.when(_valid(q)).then(offset).otherwise(None).cast(pl.Int64, strict=False)
 
 
 def bounded_partials(frame: pl.LazyFrame, layout: Layout, plan: SqlPlan, salt: int) -> pl.LazyFrame:
@@ -257,24 +260,49 @@ def add_noise(totals: pl.DataFrame, layout: Layout, plan: SqlPlan, stream: Keyed
     return noisy
 
 
-def ntile_values(m: Measure, rate: Any, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout,
-                 stream: KeyedStream) -> np.ndarray:
-    """The exponential-mechanism quantile of every released partition, over the NTILE_BINS + 1 bin edges
-    (utility −|den·rank − num·n|: ``histogram``'s quantile utility, one partial per user)."""
-    assert m.bounds is not None and m.p is not None
-    g = totals.height
-    counts = np.zeros((g, NTILE_BINS), dtype=np.int64)
+def ntile_interval(m: Measure, c: Any, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout,
+                   stream: KeyedStream) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of every released partition's NTILE (``histogram``'s: a noisy count of the partials, then
+    two exponential mechanisms at ranks from it alone; :mod:`dpcli.tasks.quantile_interval`)."""
+    assert m.bounds is not None and m.p is not None and c.count is not None and c.end_rate is not None
+    grid = m.grid
+    group, offset, count = _ntile_counts(m, totals, bins, layout)
+    exact = np.bincount(group, weights=count, minlength=totals.height).astype(np.int64)
+    n_hat = exact + c.count.sample(stream.child("n"), totals.height)
+    low, high = quantile_interval.interval_offsets(stream, group, offset, count, totals.height,
+                                                   grid.hi_units - grid.lo_units, m.p, n_hat,
+                                                   c.count.margin(quantile_interval.COUNT_ALPHA),
+                                                   (c.end_rate, c.end_rate))
+    lo, hi, g = float(m.bounds[0]), float(m.bounds[1]), float(grid.granularity)
+    return (np.clip((grid.lo_units + low).astype(np.float64) * g, lo, hi),
+            np.clip((grid.lo_units + high).astype(np.float64) * g, lo, hi))
+
+
+def _ntile_counts(m: Measure, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(partition index, grid offset, partials) of every (released partition, offset) with partials."""
     if layout.groups:
         index = totals.select(list(layout.groups)).with_row_index("__dp_i")
         joined = bins.join(index, on=list(layout.groups), how="inner", nulls_equal=True)
     else:
         joined = bins.with_columns(pl.lit(0, dtype=pl.UInt32).alias("__dp_i"))
-    if joined.height:
-        np.add.at(counts, (joined["__dp_i"].to_numpy(), joined[layout.partials[m.key]].to_numpy()),
-                  joined["__dp_n"].to_numpy())
-    rank = np.concatenate([np.zeros((g, 1), dtype=np.int64), np.cumsum(counts, axis=1)], axis=1)
-    n = rank[:, -1:]
-    utility = -np.abs(m.p.denominator * rank - m.p.numerator * n)
-    choice = mech.exponential_mechanism_rows(stream, utility, rate)
+    return (joined["__dp_i"].to_numpy().astype(np.int64), joined[layout.partials[m.key]].to_numpy().astype(np.int64),
+            joined["__dp_n"].to_numpy().astype(np.int64))
+
+
+def ntile_values(m: Measure, rate: Any, totals: pl.DataFrame, bins: pl.DataFrame, layout: Layout,
+                 stream: KeyedStream) -> np.ndarray:
+    """The exponential-mechanism quantile of every released partition over every point of the measurement's grid,
+    by exact gap sampling (``histogram``'s quantile, one partial per user: :mod:`dpcli.tasks.quantile_gaps`)."""
+    assert m.bounds is not None and m.p is not None
+    grid = m.grid
+    if layout.groups:
+        index = totals.select(list(layout.groups)).with_row_index("__dp_i")
+        joined = bins.join(index, on=list(layout.groups), how="inner", nulls_equal=True)
+    else:
+        joined = bins.with_columns(pl.lit(0, dtype=pl.UInt32).alias("__dp_i"))
+    chosen = quantile_gaps.gap_quantiles(stream, joined["__dp_i"].to_numpy(), joined[layout.partials[m.key]].to_numpy(),
+                                         joined["__dp_n"].to_numpy(), totals.height, grid.hi_units - grid.lo_units,
+                                         m.p, rate)
     lo, hi = float(m.bounds[0]), float(m.bounds[1])
-    return np.clip(lo + choice * ((hi - lo) / NTILE_BINS), lo, hi)
+    return np.clip((grid.lo_units + chosen).astype(np.float64) * float(grid.granularity), lo, hi)

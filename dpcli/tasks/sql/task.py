@@ -25,7 +25,7 @@ from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
 from dpcli.tasks.sql.ir import ResolvedQuery, scans_of
-from dpcli.tasks.sql.measures import NTILE_BINS, Budget, Measure, SqlPlan, measures_of, plan_measures
+from dpcli.tasks.sql.measures import Budget, Measure, SqlPlan, measures_of, plan_measures
 from dpcli.tasks.sql.outputs import Noisy, apply_post, output_table
 from dpcli.tasks.sql.resolve import resolve_query
 from dpcli.tasks.sql.run import (
@@ -209,7 +209,7 @@ class SqlTask:
         parts = sql_auto.parts_of(o.auto, o.bias_share)
         measures = measures_of(query.aggregates, o.max_contributions, self.domain == "threshold")
         planned = plan_measures(measures, sql_auto.release_budget(o.budget, parts), self.domain, o.max_partitions,
-                                mode)
+                                mode, o.with_error)
         extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
         sql_auto.check_noise(o.auto, o.bias_share, o.budget.epsilon, o.budget.rho)
         return replace(planned, events=planned.events + tuple(extra)) if extra else planned
@@ -366,8 +366,6 @@ class SqlTask:
 
 
 def _step(m: Measure) -> Fraction:
-    """The grid a measurement's released values lie on (an NTILE's: its bins' width)."""
+    """The grid a measurement's released values lie on (an NTILE's too: gap sampling draws a grid point)."""
     assert m.bounds is not None
-    if m.kind == "ntile":
-        return (m.bounds[1] - m.bounds[0]) / NTILE_BINS
     return m.grid.granularity
