@@ -53,6 +53,8 @@ def test_every_histogram_statistic_has_a_finite_positive_margin_or_a_note(noise)
     # a quantile's share also paid for its interval, so the two are different releases)
     plain = cli(*HIST, *noise, "--agg", "count,count-units,sum,mean,variance,median", "--json")
     assert not any(c.endswith("_moe95") for c in _released(plain).columns)
+    summary, with_error = json.loads(plain.stdout)["summary"], json.loads(r.stdout)["summary"]
+    assert summary["charged"] is True and summary["seed_id"] != with_error["seed_id"]  # never the same noise
     assert not any("quantiles" in n for n in notes(plain.stderr))
     assert notes(cli("-q", *HIST, *noise, "--agg", "median", "--with-error").stderr) == []
 

@@ -91,6 +91,8 @@ class HistogramQuery:
     noise: str = "laplace"  # laplace or gaussian (options as given: validate refuses others)
     domain: str = "threshold"  # keys, threshold or unklap
     max_groups: int = 1000
+    # a free replay for every aggregation but a quantile, whose --with-error interval takes a part of its share:
+    # that changes its calibration, which the seed binds (the plan's measurements), so it is another release
     with_error: bool = free_replay("--with-error", default=False)
     #: The bounds dpcli chooses from the data (``auto``; None: every bound given), and the share of the
     #: budget of the bias report (``--report-bias``; None: no report).
@@ -1112,6 +1114,8 @@ def _left_out_stays(task: HistogramTask, mode: str | None) -> str | None:
         return "a margin target"
     if q.epsilon is None and q.rho is None:
         return "no ε or ρ"
+    if mode == "approx" and q.rho is not None:  # the choice's part is zCDP with no δ to convert it at
+        return "ρ on an approx ledger"
     return None
 
 
