@@ -313,16 +313,19 @@ def within_pairs(rng: np.random.Generator, count: int) -> list[tuple[np.ndarray,
     return out
 
 
-@pytest.mark.parametrize("slack", [ab.COUNT_SLACK, ab.VALUE_SLACK])
+@pytest.mark.parametrize(("slack", "share"), [(ab.COUNT_SLACK, ab.COUNT_THRESHOLD_SHARE),
+                                               (ab.VALUE_SLACK, Fraction(1, 2))])
 @pytest.mark.parametrize("allowed", [0, 5, 30])
-def test_first_within_exact_loss_is_within_epsilon(allowed, slack):
+def test_first_within_exact_loss_is_within_epsilon(allowed, slack, share):
     """The monotone sparse vector (threshold and queries both at scale 2Δ/ε) on neighbours that move every
     query the same way: max |ln P/P'| ≤ ε exactly, and max_α D_α/α ≤ ε²/2 (what a ρ ledger is charged), at the
-    slack of the count walks and of the value walks (a public shift of every query: it cannot change the loss)."""
+    slack and threshold share of the count walks (ε₁ = 2ε/3 on the threshold, ε/3 on the queries) and of the value
+    walks (ε/2 each)."""
     eps = Fraction(1)
     worst_loss = worst_rho = 0.0
     for above, other in within_pairs(np.random.default_rng(11), 80):
-        p, q = first_within_pmf(above, allowed, 1, eps, slack), first_within_pmf(other, allowed, 1, eps, slack)
+        p = first_within_pmf(above, allowed, 1, eps, slack, share)
+        q = first_within_pmf(other, allowed, 1, eps, slack, share)
         assert abs(p.sum() - 1) < 1e-9
         worst_loss = max(worst_loss, float(np.abs(losses(p, q)).max()))
         worst_rho = max(worst_rho, zcdp(p, q, ALPHAS))
@@ -343,13 +346,14 @@ def test_first_within_sampler_matches_its_exact_distribution():
 
 
 def test_first_within_count_slack_sampler_matches_its_exact_distribution():
-    """The count walks' slack (:data:`ab.COUNT_SLACK`): 40,000 draws fit the exact pmf at that slack, and the pmf
-    at the value walks' slack is rejected (power: the slack really is the one the pmf says)."""
+    """The count walks' slack and threshold share: 40,000 draws fit the exact pmf at them, and the pmf at the
+    value walks' (slack 3, equal shares) is rejected (power: the walk really is the one the pmf says)."""
     above, allowed, eps = np.array([30, 12, 4, 1, 0, 0]), 3, Fraction(1, 2)
     root = KeyedStream(KEY, "within-count")
-    draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i)), ab.COUNT_SLACK)
+    share = ab.COUNT_THRESHOLD_SHARE
+    draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i)), ab.COUNT_SLACK, share)
                       for i in range(40_000)])
-    assert fits(draws, first_within_pmf(above, allowed, 1, eps, ab.COUNT_SLACK)) == []
+    assert fits(draws, first_within_pmf(above, allowed, 1, eps, ab.COUNT_SLACK, share)) == []
     assert fits(draws, first_within_pmf(above, allowed, 1, eps, ab.VALUE_SLACK)) != []
 
 
