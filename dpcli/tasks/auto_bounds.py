@@ -207,8 +207,9 @@ def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stre
 MOST_ALLOWED = 1 << 60
 
 
-#: The slack of a walk (:func:`first_within`), in noise scales: a count bound's walk stops within two scales of its
-#: allowance (a count's cut rows cost more than its noise: issue 38), a value limit's within three.
+#: The slack of a walk (:func:`first_within`), in threshold noise scales: the row bound's walk stops within two
+#: scales of its allowance (a count's cut rows cost more than its noise: issue 38), K's and a value limit's within
+#: three.
 COUNT_SLACK = 2
 VALUE_SLACK = 3
 #: How far a chosen row bound C leans up (a factor, to the largest candidate at most C·lean): the walk's noise
@@ -468,7 +469,7 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
         binned = per_unit.select(_bins(pl.col("__d"), candidates, "left").alias("__bin"))
         k = candidates[_choose_count(_cumulative(binned, "__bin", candidates, name), PARTITIONS_LEVEL,
-                                     model.allowed() if model else None, walk, stream.child("partitions"))]
+                                     model.allowed() if model else None, walk, stream.child("partitions"), rows=False)]
     units = 1
     if model is not None and (request.contributions or request.values):
         units = _noisy_count(lf.select(shape.unit).unique(), 1, epsilon, stream.child("units"), name)
@@ -520,12 +521,17 @@ def one_row_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Frac
 
 
 def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, epsilon: Fraction,
-                  stream: KeyedStream) -> int:
+                  stream: KeyedStream, rows: bool = True) -> int:
     """A count bound's candidate: the quantile ``level`` of the entries, or (``allowed`` given: the bias–variance
-    rule) the first candidate with at most ``allowed`` entries above it."""
+    rule) the first candidate with at most ``allowed`` entries above it: for C (``rows``) within
+    :data:`COUNT_SLACK` scales, its threshold at :data:`COUNT_THRESHOLD_SHARE`; for K within :data:`VALUE_SLACK`
+    scales at equal shares (a K one too high multiplies every group's noise, and K never runs past the groups)."""
     if allowed is None:
         return first_reaching(at_most, level, epsilon, stream)
-    return first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream, COUNT_SLACK, COUNT_THRESHOLD_SHARE)
+    above = at_most[-1] - at_most[:-1]
+    if not rows:
+        return first_within(above, allowed, 1, epsilon, stream, VALUE_SLACK)
+    return first_within(above, allowed, 1, epsilon, stream, COUNT_SLACK, COUNT_THRESHOLD_SHARE)
 
 
 def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream,
