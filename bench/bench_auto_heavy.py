@@ -12,7 +12,11 @@ Reported: the median over releases of each statistic's median relative error ove
 the worst release's ratio to the best fixed, how many releases exceed 5× it, and how many chose value limits
 disjoint from the data's range [min, max].
 
-Usage: PYTHONPATH=. python bench/bench_auto_heavy.py [--releases 200] [--epsilon 0.25]
+``--exact``: also the exact probability (the walk's pmf, tests/audit/abovethreshold_exact.py) that the HI walk
+stops below the smallest value, the only way the limits can miss the data here (LO starts at 0, below every value),
+at a few K, C and the allowance the error model gives them.
+
+Usage: PYTHONPATH=. python bench/bench_auto_heavy.py [--releases 200] [--epsilon 0.25] [--exact]
 """
 
 from __future__ import annotations
@@ -72,14 +76,41 @@ def errors(table: pl.DataFrame, truth: pl.DataFrame) -> dict[str, float]:
             for s, c in (("count", "count"), ("sum", "sum_v"))}
 
 
+def exact_disjoint(df: pl.DataFrame, epsilon: float) -> None:
+    import sys
+    from fractions import Fraction
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "audit"))
+    from abovethreshold_exact import first_within_pmf
+
+    from dpcli.tasks import auto_bounds as ab
+
+    shape = ab.DataShape("u", ("g",), "v")
+    parts = ab.model_parts(ab.AutoBounds(True, True, True), True)
+    walk = Fraction(epsilon).limit_denominator(10**6) * ab.AUTO_SHARE / parts * ab.VALUE_WEIGHT
+    noise = 2 / (epsilon * (1 - float(ab.AUTO_SHARE)))  # count and sum at half the release's ε each
+    smallest = float(df["v"].min())  # type: ignore[arg-type]
+    for k, c in ((1, 4), (2, 8), (4, 32)):
+        rows = ab._kept_values(df.lazy(), shape, ab.ChosenBounds(k, c, None), 7)
+        at_most, _ = ab._value_counts(ab._value_entries(rows, shape, 7), "heavy")
+        held = rows.select(pl.len()).collect().item() / UNITS
+        allowed = min(ab.ErrorModel(GROUPS, noise).allowed(k * c, held), UNITS // 8)
+        p = first_within_pmf(at_most[-1] - at_most[ab.ZERO:-1], allowed, 1, walk, ab.VALUE_SLACK)
+        cands = np.array(ab.VALUE_CANDIDATES[ab.ZERO:ab.ZERO + p.size])
+        print(f"exact, K {k} C {c} (allowed {allowed}): P[HI below the smallest value] = {p[cands < smallest].sum():.2e}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--releases", type=int, default=200)
     ap.add_argument("--epsilon", type=float, default=0.25)
     ap.add_argument("--fixed-draws", type=int, default=3)
+    ap.add_argument("--exact", action="store_true")
     args = ap.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="dpcli-bench-heavy-data-"))
     df = data(directory)
+    if args.exact:
+        exact_disjoint(df, args.epsilon)
     lo_v, hi_v = float(df["v"].min()), float(df["v"].max())  # type: ignore[arg-type]
     truth = df.group_by("g").agg(pl.len().cast(pl.Float64).alias("t_count"), pl.col("v").sum().alias("t_sum"))
     print(f"data: {df.height} rows, {UNITS} units, values {lo_v:g}…{hi_v:g}")
@@ -104,6 +135,8 @@ def main() -> None:
         chosen.append(summary["auto"])
         lo, hi = summary["auto"]["bounds"]
         disjoint += int(hi < lo_v or lo > hi_v)
+    if not got:
+        return
     for s in best:
         ratios = [g[s] / best[s] for g in got]
         print(f"auto {s}: median error {statistics.median(g[s] for g in got):.2%}, worst release "
