@@ -287,7 +287,7 @@ class ErrorModel:
 #: or an earlier bias–variance rule) is another release, never a free replay with different bytes. 2: one entry per
 #: unit with the allowance scaled by noisy entries per unit (1: entries per unit unscaled). 3 (issue 38): the walks
 #: weighted over the sizes, a count walk's slack of two scales, K never above the groups, caps of 1 when the units
-#: with more than one row are noisily few, value walks from 0.
+#: with more than one row are noisily few, value walks from 0, C and the limits leaning outward.
 BIAS_VARIANCE_RULE = "bias-variance 3"
 #: The weight of each walk (a bound; the value limits two) in the bias–variance choice's share, against 1 for each
 #: noisy size it reads: a walk's noise decides how far from its allowance it stops, a size only scales the allowance
@@ -546,6 +546,10 @@ def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, strea
     at_most, below = _value_counts(entries, name)
     hi = ZERO + first_within(at_most[-1] - at_most[ZERO:-1], allowed, 1, epsilon, stream.child("high"))
     lo = ZERO - first_within(below[:ZERO + 1][::-1], allowed, 1, epsilon, stream.child("low"))
+    # Each limit leans one candidate outward (×√2), as C does (:data:`COUNT_LEAN`): a limit too wide adds noise the
+    # margin shows, one too tight clamps values no margin shows (a post-processing of the released indices; 0 stays).
+    hi = min(hi + 1, len(VALUE_CANDIDATES) - 1) if hi > ZERO else hi
+    lo = max(lo - 1, 0) if lo < ZERO else lo
     return _ordered(lo, hi)
 
 
