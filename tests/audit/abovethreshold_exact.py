@@ -88,21 +88,24 @@ def zcdp(p: np.ndarray, q: np.ndarray, alphas: np.ndarray, floor: float = FLOOR)
     return best
 
 
-def first_within_pmf(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction) -> np.ndarray:
+def first_within_pmf(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction,
+                     slack_scales: int = 3, threshold_share: Fraction = Fraction(1, 2)) -> np.ndarray:
     """P[first_within(above, allowed, sensitivity, epsilon, ·) = k] for every index k: the same AboveThreshold
     with queries qᵢ = allowed + slack − above[i] and both scales 2Δ/ε (the monotone case)."""
     counts = np.asarray(above, dtype=np.int64)
     size = counts.size
-    scale = float(mech.laplace(2 * sensitivity, epsilon).param)
-    slack = math.ceil(3 * 2 * sensitivity / epsilon)
+    first, rest = epsilon * threshold_share, epsilon * (1 - threshold_share)
+    scale = float(mech.laplace(sensitivity, first).param)  # the threshold's
+    query = float(mech.laplace(sensitivity, rest).param)  # each query's
+    slack = math.ceil(slack_scales * sensitivity / first)
     q = allowed + slack - counts
     reach = math.ceil(REACH * scale)
     out = np.zeros(size)
     t_all = np.arange(min(int(q.min()), 0) - reach, max(int(q.max()), 0) + reach + 1)
     for start in range(0, t_all.size, 4096):
         t = t_all[start:start + 4096]
-        reached = tail(t[:, None] - q[None, :], scale)
-        below = tail(q[None, :] - t[:, None] + 1, scale)
+        reached = tail(t[:, None] - q[None, :], query)
+        below = tail(q[None, :] - t[:, None] + 1, query)
         prefix = np.cumprod(np.hstack([np.ones((t.size, 1)), below]), axis=1)
         weights = pmf(t, scale)
         out += (weights[:, None] * prefix[:, :size] * reached).sum(axis=0)

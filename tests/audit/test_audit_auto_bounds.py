@@ -20,15 +20,17 @@ All at fixed keys: a pass is deterministic.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 import polars as pl
 import pytest
-from abovethreshold_exact import FLOOR, first_reaching_pmf, first_within_pmf, losses, neighbour, zcdp
+from abovethreshold_exact import FLOOR, first_reaching_pmf, first_within_pmf, losses, neighbour, tail, zcdp
 from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 
+from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import auto_bounds as ab
 
@@ -311,18 +313,24 @@ def within_pairs(rng: np.random.Generator, count: int) -> list[tuple[np.ndarray,
     return out
 
 
+@pytest.mark.parametrize(("slack", "share"), [(ab.COUNT_SLACK, ab.COUNT_THRESHOLD_SHARE),
+                                               (ab.VALUE_SLACK, Fraction(1, 2))])
 @pytest.mark.parametrize("allowed", [0, 5, 30])
-def test_first_within_exact_loss_is_within_epsilon(allowed):
+def test_first_within_exact_loss_is_within_epsilon(allowed, slack, share):
     """The monotone sparse vector (threshold and queries both at scale 2Δ/ε) on neighbours that move every
-    query the same way: max |ln P/P'| ≤ ε exactly, and max_α D_α/α ≤ ε²/2 (what a ρ ledger is charged)."""
+    query the same way: max |ln P/P'| ≤ ε exactly, and max_α D_α/α ≤ ε²/2 (what a ρ ledger is charged), at the
+    slack and threshold share of the count walks (ε₁ = 2ε/3 on the threshold, ε/3 on the queries) and of the value
+    walks (ε/2 each)."""
     eps = Fraction(1)
     worst_loss = worst_rho = 0.0
     for above, other in within_pairs(np.random.default_rng(11), 80):
-        p, q = first_within_pmf(above, allowed, 1, eps), first_within_pmf(other, allowed, 1, eps)
+        p = first_within_pmf(above, allowed, 1, eps, slack, share)
+        q = first_within_pmf(other, allowed, 1, eps, slack, share)
         assert abs(p.sum() - 1) < 1e-9
         worst_loss = max(worst_loss, float(np.abs(losses(p, q)).max()))
         worst_rho = max(worst_rho, zcdp(p, q, ALPHAS))
-    print(f"allowed {allowed}: max |loss| {worst_loss:.4f} (ε = 1), max D_α/α {worst_rho:.4f} (ε²/2 = 0.5)")
+    print(f"allowed {allowed}, slack {slack}: max |loss| {worst_loss:.4f} (ε = 1), "
+          f"max D_α/α {worst_rho:.4f} (ε²/2 = 0.5)")
     assert worst_loss <= float(eps) + 1e-9
     assert worst_rho <= float(eps) ** 2 / 2
 
@@ -335,6 +343,51 @@ def test_first_within_sampler_matches_its_exact_distribution():
     draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i))) for i in range(40_000)])
     assert fits(draws, exact) == []
     assert fits(draws, first_within_pmf(above, allowed, 1, 2 * eps)) != []
+
+
+def test_first_within_count_slack_sampler_matches_its_exact_distribution():
+    """The count walks' slack and threshold share: 40,000 draws fit the exact pmf at them, and the pmf at the
+    value walks' (slack 3, equal shares) is rejected (power: the walk really is the one the pmf says)."""
+    above, allowed, eps = np.array([30, 12, 4, 1, 0, 0]), 3, Fraction(1, 2)
+    root = KeyedStream(KEY, "within-count")
+    share = ab.COUNT_THRESHOLD_SHARE
+    draws = np.array([ab.first_within(above, allowed, 1, eps, root.child(str(i)), ab.COUNT_SLACK, share)
+                      for i in range(40_000)])
+    assert fits(draws, first_within_pmf(above, allowed, 1, eps, ab.COUNT_SLACK, share)) == []
+    assert fits(draws, first_within_pmf(above, allowed, 1, eps, ab.VALUE_SLACK)) != []
+
+
+# ---- one_row_each (histogram's caps of 1 for data of one row per unit) ------------------------------------
+
+
+def one_row_probability(true: int, allowed: int, eps: Fraction) -> float:
+    """P[one_row_each says yes] = P[true + Z ≤ allowed + ⌈3/ε⌉], Z discrete Laplace of scale 1/ε (the sampler's
+    scale: mech.laplace rounds it as the check draws it)."""
+    scale = float(mech.laplace(1, eps).param)
+    return 1.0 - float(tail(np.array([allowed + math.ceil(3 / eps) - true + 1]), scale)[0])
+
+
+def test_one_row_each_is_a_sensitivity_one_count_against_a_public_threshold():
+    """BASE against BASE + the giant unit (120 rows): the units with more than one row move by exactly one, so
+    both answers' exact probabilities differ by at most e^ε (over allowed values that put the threshold around
+    the true count: the worst case); 4,000 draws of the real check on each side fit the exact probability within
+    4.5 binomial standard deviations (a false failure about 1 in 150,000)."""
+    eps, n = Fraction(1, 2), 4_000
+    lf0, lf1 = BASE.lazy(), NEIGHBOUR.lazy()
+    over = [int(f.group_by("user").len().filter(pl.col("len") > 1).height) for f in (BASE, NEIGHBOUR)]
+    assert over[1] == over[0] + 1
+    worst = 0.0
+    for allowed in range(12):
+        p, q = (one_row_probability(t, allowed, eps) for t in over)
+        worst = max(worst, abs(math.log(p / q)), abs(math.log((1 - p) / (1 - q))))
+    print(f"one_row_each: exact loss {worst:.4f} (ε = 0.5)")
+    assert worst <= float(eps) + 1e-9
+    allowed = 0  # the threshold ⌈3/ε⌉ = 6 against true counts 4 and 5: both answers likely
+    for label, lf, t in (("r0", lf0, over[0]), ("r1", lf1, over[1])):
+        root = KeyedStream(KEY, label)
+        yes = sum(ab.one_row_each(lf, SHAPE, allowed, eps, root.child(str(i))) for i in range(n))
+        p = one_row_probability(t, allowed, eps)
+        assert abs(yes - n * p) <= 4.5 * math.sqrt(n * p * (1 - p)), (label, yes, n * p)
 
 
 # ---- noisy_groups (histogram's bias–variance rule without --keys) --------------------------------------------
