@@ -161,13 +161,18 @@ def test_histogram_bias_variance_internal_sizes_are_never_printed(tmp_path, stat
         calls.append("size")
         return sizes
 
+    def one_row_each(*args, **kwargs):  # its noisy count is compared inside, never returned: "no", so C is walked
+        calls.append("check")
+        return False
+
     with mock.patch.object(auto_bounds, "noisy_groups", noisy_groups), \
-            mock.patch.object(auto_bounds, "_noisy_count", noisy_count):
+            mock.patch.object(auto_bounds, "_noisy_count", noisy_count), \
+            mock.patch.object(auto_bounds, "one_row_each", one_row_each):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--agg", "count,sum", "--value", "v",
                 "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--epsilon", "1",
                 "--delta", "1e-6", "--json", "-o", out)
     assert r.exit_code == 0, r.stderr
-    assert calls == ["groups", "size", "size", "size"]  # units, pairs, rows
+    assert calls == ["groups", "check", "size", "size", "size"]  # the one-row check; units, pairs, rows
     texts = [r.stdout, r.stderr, out.read_text()] + [p.read_bytes().decode("utf-8", "replace")
                                                     for p in state_dir.rglob("*") if p.is_file()]
     for secret in (groups, sizes):

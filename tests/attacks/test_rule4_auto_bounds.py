@@ -150,19 +150,22 @@ def test_a_choice_whose_noise_cannot_be_drawn_is_refused_before_the_data_is_read
     assert r.exit_code == 2 and "--auto-share" in r.stderr, r.stderr
 
 
-def _to_the_top(above, allowed, sensitivity, epsilon, stream):
+def _to_the_top(above, allowed, sensitivity, epsilon, stream, *how):
     """A walk that ends at the last candidate (what the threshold's noise can draw, with probability ~e^−3)."""
     return len(above) - 1
 
 
 def test_a_large_bound_chosen_at_a_small_epsilon_never_fails_the_sizes_read_after_it(tmp_path):
-    # ε = 1e-7 with --keys: each of the 4 parts gets 2.5e-9; the count of pairs at K = 65,536 would need a scale of
-    # 2.6e13, beyond the sampler's 2^44 (before: exit 1, ValueError, nothing charged).
+    # Every walk pushed to its last candidate: K stops at the 2 groups listed (K never exceeds them), C at 65,536.
+    # At ε = 5e-9 the release's noise at K·C = 131,072 would need a scale of about 2.9e13, beyond the sampler's
+    # 2^44: the chosen caps fall back (reduced) instead of failing after the choice (before: exit 1, ValueError,
+    # nothing charged). The one-row check is held at "no" so that C is walked.
     data, keys = _spread(tmp_path, 2)
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    with mock.patch.object(auto_bounds, "first_within", _to_the_top):
+    with mock.patch.object(auto_bounds, "first_within", _to_the_top), \
+            mock.patch.object(auto_bounds, "one_row_each", lambda *args, **kwargs: False):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "u", "--keys", keys, "--max-partitions", "auto",
-                "--max-contributions", "auto", "--epsilon", "1e-7", "--json")
+                "--max-contributions", "auto", "--epsilon", "5e-9", "--json")
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)["summary"]
     assert summary["charged"] is True and summary["auto"]["reduced"] is True

@@ -119,24 +119,42 @@ MODEL = ab.ErrorModel(groups=5, noise=2.0)
 SPREAD = pl.DataFrame({"u": ["x"] * 40, "g": [f"g{i % 8}" for i in range(40)], "v": [float(i) for i in range(40)]})
 
 
+SPENT: list[Fraction] = []  # the ε of every mechanism the last _model_fed ran, in parts (ε_part = 1)
+CHECKED: list[int] = []  # the true count the one-row check read
+
+
 def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBounds,
                monkeypatch) -> tuple[list[tuple[np.ndarray, int]], list[tuple[str, int, int]]]:
     walks: list[tuple[np.ndarray, int]] = []
     sizes: list[tuple[str, int, int]] = []
+    SPENT.clear()
+    CHECKED.clear()
 
-    def walk(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, s: object) -> int:
+    def walk(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, s: object, *how: object) -> int:
         walks.append((np.asarray(above, dtype=np.int64).copy(), sensitivity))
-        assert epsilon == Fraction(1)
-        return FIRST_WITHIN(above, allowed, sensitivity, epsilon, s)  # type: ignore[arg-type]
+        assert epsilon in (ab.WALK_WEIGHT, ab.VALUE_WEIGHT)  # a walk's weight of parts
+        SPENT.append(epsilon)
+        return FIRST_WITHIN(above, allowed, sensitivity, epsilon, s, *how)  # type: ignore[arg-type]
 
     def size(frame: pl.LazyFrame, sensitivity: int, epsilon: Fraction, s: object, name: str) -> int:
         true = ab._count(frame, name)
         sizes.append(("units" if not sizes else "pairs" if request.contributions else "rows", true, sensitivity))
         assert epsilon == Fraction(1)
+        SPENT.append(epsilon)
         return max(1, true)  # no noise: the choice that follows reads the same allowance on D and D′ when it can
+
+    def check(lf: pl.LazyFrame, shape: ab.DataShape, allowed: int, epsilon: Fraction, s: object,
+              name: str = "") -> bool:
+        """The one-row check's input (units with more than one row: sensitivity 1), answered "no" on D and D′ alike
+        so that the walks run on both."""
+        CHECKED.append(ab._count(lf.group_by(shape.unit).len().filter(pl.col("len") > 1), name))
+        SPENT.append(epsilon)
+        assert epsilon == ab.CHECK_WEIGHT
+        return False
 
     monkeypatch.setattr(ab, "first_within", walk)
     monkeypatch.setattr(ab, "_noisy_count", size)
+    monkeypatch.setattr(ab, "one_row_each", check)
     ab.choose_bounds(frame.lazy(), ab.DataShape("u", ("g",), "v"), request, given, Fraction(1), stream(0), 12345,
                      model=MODEL)
     return walks, sizes
@@ -148,7 +166,10 @@ def test_one_unit_moves_each_input_of_the_bias_variance_choice_within_its_sensit
     request, given = REQUESTS[choice]
     other = pl.concat([BASE, SPREAD if neighbour == "spread" else NEIGHBOURS[neighbour]])
     walks, sizes = _model_fed(BASE, request, given, monkeypatch)
+    spent, checked = sum(SPENT), list(CHECKED)
     walks2, sizes2 = _model_fed(other, request, given, monkeypatch)
+    assert len(checked) == len(CHECKED) == int(request.partitions or request.contributions)
+    assert all(0 <= b - a <= 1 for a, b in zip(checked, CHECKED, strict=True)), (checked, CHECKED)  # Δ = 1
     assert len(walks) == len(walks2) == request.choices
     for (a, da), (b, db) in zip(walks, walks2, strict=True):
         assert da == db == 1
@@ -159,8 +180,8 @@ def test_one_unit_moves_each_input_of_the_bias_variance_choice_within_its_sensit
     assert [s[0] for s in sizes] == [s[0] for s in sizes2]
     for (kind, x, dx), (_, y, dy) in zip(sizes, sizes2, strict=True):
         assert dx == dy == claimed[kind] and 0 <= y - x <= claimed[kind], (choice, neighbour, kind, x, y)
-    # every mechanism the choice runs is one of model_parts' equal parts (the groups' count runs in histogram)
-    assert len(walks) + len(sizes) == ab.model_parts(request, listed=True)
+    # the mechanisms the choice runs spend exactly model_parts' parts (the groups' count runs in histogram)
+    assert spent == sum(SPENT) == ab.model_parts(request, listed=True)
 
 
 @pytest.mark.parametrize("at_least", [1, 40, 41, 60])
