@@ -14,6 +14,7 @@ import csv
 import importlib.metadata
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,8 @@ from tmlt.analytics.config import config  # noqa: E402
 SPARK = (SparkSession.builder.master("local[2]").appName("tumult-accuracy")
          .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
          .config("spark.driver.memory", "2g").config("spark.sql.shuffle.partitions", "4")
-         .config("spark.sql.session.timeZone", "UTC").getOrCreate())
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.warehouse.dir", tempfile.mkdtemp(prefix="tumult-warehouse-")).getOrCreate())
 SPARK.sparkContext.setLogLevel("ERROR")
 config.features.auto_partition_selection.enable()
 _FRAMES: dict[str, Any] = {}
