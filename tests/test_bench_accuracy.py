@@ -92,3 +92,15 @@ def test_write_section_replaces_its_own_section_only(tmp_path: Path) -> None:
     fresh.write_text("# r\n\n## 16. before\n\n## Profiled and fixed\ny\n")
     report.write_section(fresh, "## 17. Issue 38: new\n")
     assert fresh.read_text().index("## 17.") < fresh.read_text().index("## Profiled")
+
+
+def test_markdown_renders_every_query_and_marks_targets() -> None:
+    q = BY_NAME["carrier_count"]
+    cells = {"dpcli careful": {q.name: {"value": 0.03, "draws": 1, "failed": 0}},
+             "dpcli auto": {q.name: {"value": 0.05, "draws": 1, "failed": 0, "caps": [[1, 300]], "coverage": [9, 16]}}}
+    doc = {"date": "d", "cells": cells, "versions": {"dpcli auto": "v"}, "notes": {}, "rows": {"flights": 1, "acs": 1}}
+    text = report.markdown(doc)
+    assert text.count("\n| ") >= 8 + 2  # a row per query, then the targets table
+    assert "| flights per carrier | not run | 5.0% | 3.0% |" in text
+    assert "| carrier_count: auto ≤ 1.25 × careful | **fail** |" in text  # 0.05 > 1.25 × 0.03
+    assert "carrier_count 9/16" in text

@@ -90,7 +90,8 @@ def main() -> None:
     queries = {s for s in a.queries.split(",") if s} or None
     a.raw.mkdir(parents=True, exist_ok=True)
     previous: dict[str, Any] = json.loads(a.json.read_text()) if a.json.exists() else {}
-    doc: dict[str, Any] = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    doc: dict[str, Any] = {"date": now,
                            "cells": dict(previous.get("cells", {})), "versions": dict(previous.get("versions", {})),
                            "notes": dict(previous.get("notes", {})), "draws": dict(previous.get("draws", {}))}
     with tempfile.TemporaryDirectory(prefix="bench-accuracy-") as tmp:
@@ -105,7 +106,7 @@ def main() -> None:
             raws.update(run_dpcli(exe, a.draws, work, queries))
             (a.raw / "dpcli.json").write_text(json.dumps(raws))
             for c in dpcli_runner.CONFIGS:
-                doc["versions"][f"dpcli {c}"] = f"{_dpcli_version(exe)}, {a.draws} draws"
+                doc["versions"][f"dpcli {c}"] = f"{_dpcli_version(exe)}, {a.draws} draws, run {now}"
         for column, (venv, _) in PEER_SCRIPTS.items():
             if venv not in wanted:
                 continue
@@ -113,7 +114,7 @@ def main() -> None:
             if peer is None:
                 continue
             raws[column] = peer["draws"][: a.draws]
-            doc["versions"][column] = f"{peer['tool']} {peer['version']}, {len(raws[column])} draws"
+            doc["versions"][column] = f"{peer['tool']} {peer['version']}, {len(raws[column])} draws, run {now}"
             doc["notes"][column] = peer["notes"]
     for column, draws in raws.items():
         cells = doc["cells"].setdefault(column, {})
