@@ -16,6 +16,7 @@ import os
 import sys
 import tempfile
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from tmlt.analytics import (  # noqa: E402
     KeySet,
     MaxGroupsPerID,
     MaxRowsPerGroupPerID,
+    MaxRowsPerID,
     PureDPBudget,
     QueryBuilder,
     Session,
@@ -48,6 +50,12 @@ SPARK = (SparkSession.builder.master("local[2]").appName("tumult-accuracy")
 SPARK.sparkContext.setLogLevel("ERROR")
 config.features.auto_partition_selection.enable()
 _FRAMES: dict[str, Any] = {}
+# --get-bounds: the value bounds of means and medians from Tumult's own `get_bounds` (ε 0.1 of the query's 1,
+# on the whole column, each unit truncated to K·C rows), the aggregation at ε 0.9 within them.
+GET_BOUNDS = "--get-bounds" in sys.argv
+if GET_BOUNDS:
+    sys.argv.remove("--get-bounds")
+BOUNDS_SHARE = 0.1
 
 
 def _frame(q: Query, work: Path) -> Any:
@@ -87,6 +95,16 @@ def run_query(q: Query, work: Path) -> dict[str, Any]:
             out["listed" if listed else "unlisted"] = list(res.sort_values("n", ascending=False)["g"].head(TOP_K))
         return out
     session = _session(q, work, PureDPBudget(EPSILON))
+    spend = EPSILON
+    if GET_BOUNDS:
+        if q.stat not in ("mean", "median"):
+            return {"error": "not run (--get-bounds: means and medians only)"}
+        assert q.value is not None
+        found = session.evaluate(QueryBuilder("t").enforce(MaxRowsPerID(q.max_partitions * q.max_contributions))
+                                 .get_bounds(q.value), PureDPBudget(BOUNDS_SHARE * EPSILON)).toPandas()
+        ends = sorted(float(v) for v in found.iloc[0])  # the lower and upper bound columns
+        q = replace(q, bounds=(ends[0], ends[-1]))
+        spend = (1 - BOUNDS_SHARE) * EPSILON
     grouped = _bounded(q).groupby(KeySet.from_dict({"g": _keys(work, q)}))
     if q.stat == "count":
         query = grouped.count(name="v")
@@ -97,12 +115,14 @@ def run_query(q: Query, work: Path) -> dict[str, Any]:
             lo, hi = int(lo), int(hi)
         method = {"sum": grouped.sum, "mean": grouped.average, "median": grouped.median}[q.stat]
         query = method(q.value, low=lo, high=hi, name="v")
-    res = session.evaluate(query, PureDPBudget(EPSILON)).toPandas()
-    return {"values": {str(g): float(v) for g, v in zip(res["g"], res["v"], strict=True)}}
+    res = session.evaluate(query, PureDPBudget(spend)).toPandas()
+    out = {"values": {str(g): float(v) for g, v in zip(res["g"], res["v"], strict=True)}}
+    return {**out, "bounds": list(q.bounds or ())} if GET_BOUNDS else out
 
 
 if __name__ == "__main__":
     try:
-        main("Tumult Analytics", importlib.metadata.version("tmlt.analytics"), [], run_query)
+        name = "Tumult Analytics (get_bounds)" if GET_BOUNDS else "Tumult Analytics"
+        main(name, importlib.metadata.version("tmlt.analytics"), [], run_query)
     finally:
         SPARK.stop()

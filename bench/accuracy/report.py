@@ -11,7 +11,8 @@ from bench.accuracy.metrics import coverage, group_errors, pooled_median, topk_s
 from bench.accuracy.spec import QUERIES, Query
 
 COLUMNS = ("dpcli default", "dpcli auto", "dpcli careful", "OpenDP", "Tumult Analytics", "PipelineDP")
-PEERS = COLUMNS[3:]
+GET_BOUNDS = "Tumult Analytics (get_bounds)"  # shown inside Tumult's cell, "X (Y with get_bounds)"
+PEERS = (*COLUMNS[3:], GET_BOUNDS)
 COUNTS_SUMS = ("carrier_count", "month_count", "origin_month_count", "carrier_sum_distance")
 
 
@@ -123,10 +124,16 @@ def markdown(doc: dict[str, Any]) -> str:
              "default gives the bounds a mean, sum or median requires, and nothing else. OpenDP's medians "
              "choose among candidates 1 minute and 100 dollars apart; the peers' top 10 is the 10 largest "
              "noisy counts of a histogram (without the list: their own partition selection at δ = 1e-6), "
-             "dpcli's is `dpcli topk` (default: distinct planes; auto and careful: `--count rows`).", "",
+             "dpcli's is `dpcli topk` (default: distinct planes; auto and careful: `--count rows`). Tumult "
+             "\"with `get_bounds`\": ε 0.1 of the query's 1 chooses the value bounds (Tumult's `get_bounds` over "
+             "the whole column), the careful caps and ε 0.9 the rest.", "",
              "| query | " + " | ".join(COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for q in QUERIES:
-        lines.append(f"| {q.label} | " + " | ".join(fmt(q, cells.get(c, {}).get(q.name)) for c in COLUMNS) + " |")
+        texts = [fmt(q, cells.get(c, {}).get(q.name)) for c in COLUMNS]
+        variant = cells.get(GET_BOUNDS, {}).get(q.name)
+        if variant and not math.isnan(variant.get("value", math.nan)):
+            texts[COLUMNS.index("Tumult Analytics")] += f" ({fmt(q, variant)} with `get_bounds`)"
+        lines.append(f"| {q.label} | " + " | ".join(texts) + " |")
     lines += ["", "Versions and draws: " + "; ".join(f"{c}: {v}" for c, v in doc["versions"].items()) + ".", ""]
     for c, notes in doc.get("notes", {}).items():
         lines += [f"* {c}: {n}" for n in notes]

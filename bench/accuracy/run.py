@@ -5,7 +5,8 @@
 
 dpcli runs as a subprocess of the given binary (rerun it against another install with --dpcli); each
 peer runs in its own venv (VENVS/opendp, VENVS/tumult, VENVS/pipelinedp: `make bench-accuracy`
-creates them from bench/peers/requirements-*.txt). The raw releases of each tool go to
+creates them from bench/peers/requirements-*.txt); Tumult runs a second time on the means and medians
+with its own `get_bounds` (shown in its cell, as the issue did). The raw releases of each tool go to
 bench/accuracy/raw/TOOL.json; --reuse takes a tool's raw file when it holds at least --draws draws.
 Tools not run keep their cells from the previous bench/accuracy/results.json, so `--only dpcli`
 refreshes dpcli's columns only. Writes results.json and section 17 of bench/results.md.
@@ -30,8 +31,16 @@ from bench.accuracy.spec import QUERIES, input_path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-PEER_SCRIPTS = {"OpenDP": ("opendp", "peer_opendp.py"), "Tumult Analytics": ("tumult", "peer_tumult.py"),
-                "PipelineDP": ("pipelinedp", "peer_pipelinedp.py")}
+# column -> (venv, script, extra arguments, raw file name)
+PEER_SCRIPTS: dict[str, tuple[str, str, list[str], str]] = {
+    "OpenDP": ("opendp", "peer_opendp.py", [], "opendp"),
+    "Tumult Analytics": ("tumult", "peer_tumult.py", [], "tumult"),
+    # Tumult's own value bounds for means and medians (shown beside its careful figure, as in the issue)
+    "Tumult Analytics (get_bounds)": ("tumult", "peer_tumult.py",
+                                      ["--get-bounds", "--only", "carrier_mean_delay,carrier_median_delay,acs_median_income"],
+                                      "tumult_getbounds"),
+    "PipelineDP": ("pipelinedp", "peer_pipelinedp.py", [], "pipelinedp"),
+}
 
 
 def _dpcli_version(exe: list[str]) -> str:
@@ -55,17 +64,17 @@ def run_dpcli(exe: list[str], draws: int, work: Path, only: set[str] | None) -> 
 
 def run_peer(column: str, venvs: Path, draws: int, work: Path, raw: Path, reuse: bool) -> dict[str, Any] | None:
     """A peer's raw document (its own venv's python runs bench/accuracy/peer_*.py)."""
-    venv, script = PEER_SCRIPTS[column]
-    target = raw / f"{venv}.json"
-    if reuse and target.exists():
+    venv, script, extra, name = PEER_SCRIPTS[column]
+    target = raw / f"{name}.json"
+    if reuse and target.exists():  # a variant's raw file may hold fewer draws (the get_bounds one: 5)
         doc: dict[str, Any] = json.loads(target.read_text())
-        if len(doc["draws"]) >= draws:
+        if len(doc["draws"]) >= draws or extra:
             return doc
     python = venvs / venv / "bin" / "python"
     if not python.exists():
         print(f"{column}: no {python} (make bench-accuracy creates it): skipped", file=sys.stderr)
         return None
-    subprocess.run([str(python), str(HERE / script), str(work), "--draws", str(draws), "--out", str(target)],
+    subprocess.run([str(python), str(HERE / script), str(work), "--draws", str(draws), "--out", str(target), *extra],
                    cwd=ROOT, check=True)
     return json.loads(target.read_text())
 
@@ -107,7 +116,7 @@ def main() -> None:
             (a.raw / "dpcli.json").write_text(json.dumps(raws))
             for c in dpcli_runner.CONFIGS:
                 doc["versions"][f"dpcli {c}"] = f"{_dpcli_version(exe)}, {a.draws} draws, run {now}"
-        for column, (venv, _) in PEER_SCRIPTS.items():
+        for column, (venv, *_) in PEER_SCRIPTS.items():
             if venv not in wanted:
                 continue
             peer = run_peer(column, a.venvs, a.draws, work, a.raw, a.reuse)
