@@ -120,7 +120,7 @@ def markdown(doc: dict[str, Any]) -> str:
              "mean share of the true top 10 found, without a public list and (with `dests.csv`)); an unreleased "
              "group counts as 100%. Careful caps for every tool: 365 flights per carrier-year (one carrier per "
              "plane), 31 per month (12 months, 36 origin-months), `dep_delay` −60:300, `distance` 0:5000, "
-             "PINCP 0:500000 with caps of 1; top-10: τ = 31 (peers: ≤ 12 destinations per plane). dpcli "
+             "PINCP 0:500000 with caps of 1; top-10: τ = 31 (the peers' histograms also count each plane in one destination only, K = 1, which each tool chooses: OpenDP its first in sort order). dpcli "
              "default gives the bounds a mean, sum or median requires, and nothing else. OpenDP's medians "
              "choose among candidates 1 minute and 100 dollars apart; the peers' top 10 is the 10 largest "
              "noisy counts of a histogram (without the list: their own partition selection at δ = 1e-6), "

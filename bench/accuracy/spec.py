@@ -51,8 +51,9 @@ QUERIES: tuple[Query, ...] = (
           max_contributions=365, median_step=1.0),
     Query("carrier_sum_distance", "sum of distance per carrier", "flights", ("carrier",), "sum", "carriers.csv",
           value="distance", bounds=(0, 5000), max_partitions=1, max_contributions=365),
-    # Top-10 destinations by flights: a plane lands at most once a day, 31 flights per destination
-    # and month is the issue's careful τ (its "Done when" states --max-contributions 31).
+    # Top-10 destinations by flights: τ = 31 flights per plane and destination is the issue's (its "Done
+    # when" states --max-contributions 31). dpcli's topk needs no cap on destinations per plane; the peers'
+    # histograms do: K = 1 (each plane in one destination), which keeps their noise at 31 per count.
     Query("dest_top10", "top-10 destinations (share of the true top 10 found)", "flights", ("dest",), "topk",
           "dests.csv", max_partitions=1, max_contributions=31),
     Query("acs_median_income", "one row per person: median income per state", "acs", ("state",), "median",
