@@ -123,7 +123,9 @@ def main() -> None:
             if peer is None:
                 continue
             raws[column] = peer["draws"][: a.draws]
-            doc["versions"][column] = f"{peer['tool']} {peer['version']}, {len(raws[column])} draws, run {now}"
+            ran = datetime.datetime.fromtimestamp((a.raw / f"{PEER_SCRIPTS[column][3]}.json").stat().st_mtime,
+                                                  datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")  # reused: its file's
+            doc["versions"][column] = f"{peer['tool']} {peer['version']}, {len(raws[column])} draws, run {ran}"
             doc["notes"][column] = peer["notes"]
     for column, draws in raws.items():
         cells = doc["cells"].setdefault(column, {})
