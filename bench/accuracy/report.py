@@ -126,7 +126,9 @@ def markdown(doc: dict[str, Any]) -> str:
              "noisy counts of a histogram (without the list: their own partition selection at δ = 1e-6), "
              "dpcli's is `dpcli topk` (default: distinct planes; auto and careful: `--count rows`). Tumult "
              "\"with `get_bounds`\": ε 0.1 of the query's 1 chooses the value bounds (Tumult's `get_bounds` over "
-             "the whole column), the careful caps and ε 0.9 the rest.", "",
+             "the whole column), the careful caps and ε 0.9 the rest. On ACS dpcli default and careful are "
+             "the same command (caps of 1, 0:500000): their difference is the draws' noise, a measure of how "
+             "far 10 draws can move a figure (a target near its bound is within it).", "",
              "| query | " + " | ".join(COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for q in QUERIES:
         texts = [fmt(q, cells.get(c, {}).get(q.name)) for c in COLUMNS]
