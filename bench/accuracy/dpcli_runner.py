@@ -1,7 +1,6 @@
 """dpcli's three configurations, each query a `dpcli` subprocess (any install: --dpcli PATH).
 
-* ``default``: no caps or bounds beyond what the command requires (a mean, sum or median requires
-  --bounds: the careful ones are given);
+* ``default``: no caps or bounds (histogram chooses what is left out, as ``auto``, where it can);
 * ``auto``: every bound ``auto`` (caps and value bounds);
 * ``careful``: the caps of bench/accuracy/spec.py.
 The command is an argument list: a binary (``.venv/bin/dpcli``) or ``python -m dpcli`` (run from the
@@ -36,9 +35,13 @@ def _bounds(q: Query) -> str:
 def histogram_args(q: Query, config: str, work: Path) -> list[str]:
     """The `dpcli histogram` command line of one query and configuration (keys public)."""
     args = ["histogram", str(input_path(work, q.dataset)), "--by", ",".join(q.by), "--privacy-unit", UNIT[q.dataset],
-            "--agg", AGG[q.stat], "--keys", str(work / str(q.keys)), "--epsilon", f"{EPSILON:g}", "--with-error"]
+            "--agg", AGG[q.stat], "--keys", str(work / str(q.keys)), "--epsilon", f"{EPSILON:g}"]
+    if q.stat != "median":  # margins for the coverage figures; a quantile's interval would take half its share
+        args.append("--with-error")
     if q.value:
-        args += ["--value", q.value, "--bounds", "auto" if config == "auto" else _bounds(q)]
+        args += ["--value", q.value]
+        if config != "default":
+            args += ["--bounds", "auto" if config == "auto" else _bounds(q)]
     if config == "auto":
         args += ["--max-partitions", "auto", "--max-contributions", "auto"]
     elif config == "careful":
