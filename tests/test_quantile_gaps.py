@@ -118,3 +118,20 @@ def test_interval_targets_fall_back_to_the_bounds_from_the_count_alone():
     t_lo, t_hi, at_lo, at_hi = qi.targets(Fraction(1, 2), np.array([10, 1000]), 5, 20.0, 20.0)
     assert at_lo.tolist() == [True, False] and at_hi.tolist() == [True, False]
     assert t_lo[1] == int(np.floor(0.5 * 995 - 20)) - 1 and t_hi[1] == int(np.ceil(0.5 * 1005 + 20)) + 1
+
+
+def test_a_query_of_quantiles_only_gets_a_finer_default_grid():
+    """Its candidates are runs between the data's values, so a finer grid adds no noise and lets the released
+    quantile lie nearer the data (ACS median income per state with bounds chosen: 0.37% → 0.20% median relative
+    error); with a sum, mean or variance the grid stays at 4096 steps (their noise in grid units grows with it)."""
+    from fractions import Fraction
+
+    from dpcli.tasks.histogram import QUANTILE_STEPS, HistogramQuery
+
+    alone = HistogramQuery(by=("g",), unit="u", aggregations=("count", "median"), value="x", bounds=(0.0, 500000.0),
+                           epsilon=Fraction(1), domain="keys")
+    with_sum = HistogramQuery(by=("g",), unit="u", aggregations=("median", "sum"), value="x", bounds=(0.0, 500000.0),
+                              epsilon=Fraction(1), domain="keys")
+    assert alone.grid is not None and with_sum.grid is not None
+    assert QUANTILE_STEPS <= 500000 / alone.grid.granularity < 2 * QUANTILE_STEPS
+    assert 4096 <= 500000 / with_sum.grid.granularity < 8192

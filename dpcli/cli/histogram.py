@@ -82,7 +82,7 @@ def histogram(
     granularity: Annotated[
         str | None,
         typer.Option("--granularity", help="Grid spacing values are snapped to (default: a power of two, ≥ 4096 "
-                                           "steps)."),
+                                           "steps; ≥ 65,536 when the values feed quantiles only)."),
     ] = None,
     max_partitions: LeftOutPartitionsOpt = None,
     max_contributions: LeftOutContributionsOpt = None,

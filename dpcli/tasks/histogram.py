@@ -50,6 +50,11 @@ SIMPLE_AGGREGATIONS = ("count", "count-units", "sum", "mean", "variance")
 VALUE_AGGREGATIONS = ("sum", "mean", "variance")
 #: The column of a quantile's per-group counts holding the grid value, as its offset from lo in grid units.
 QUANTILE_OFFSET = "__x"
+#: The default grid of a query whose values feed quantiles only: at least this many steps over its bounds (with a
+#: sum, mean or variance, 4096: their noise in grid units grows with the grid). The exponential mechanism's noise
+#: does not grow with the grid (its candidates are runs between the data's values, weighted by their widths), so a
+#: finer grid only lets a released quantile lie nearer the data.
+QUANTILE_STEPS = 1 << 16
 _QUANTILE = re.compile(r"(median|p(\d{1,2}(?:\.\d{1,4})?))")  # at most 4 decimals: pNN.dddd
 
 
@@ -235,7 +240,9 @@ class HistogramQuery:
     def grid(self) -> bounding.ValueGrid | None:
         if self.bounds is None or self.value is None:
             return None
-        g = self.granularity or bounding.default_granularity(*self.bounds)
+        only_quantiles = self.quantiles and not set(self.aggregations) & set(VALUE_AGGREGATIONS)
+        steps = QUANTILE_STEPS if only_quantiles else 1 << 12
+        g = self.granularity or bounding.default_granularity(*self.bounds, steps)
         return bounding.ValueGrid(self.bounds[0], self.bounds[1], g)
 
     def bounding_spec(self) -> bounding.BoundingSpec:
