@@ -219,7 +219,7 @@ def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
     if isinstance(plan.get("threshold"), str):
         lines.append(f"  threshold: {plan['threshold']} (it grows with the partition bound)")
     elif plan.get("threshold") is not None:
-        lines.append(f"  threshold: groups need more than {plan['threshold']} noisy units")
+        lines.append(f"  threshold: groups need at least {plan['threshold']} noisy units")
     if plan.get("parts"):
         lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
     return lines
