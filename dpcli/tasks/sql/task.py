@@ -119,6 +119,8 @@ class SqlTask:
         fixed = replace(self, query=q if asked.contributions else sql_auto.with_caps(q, o.max_contributions))
         if not parts and not counts:
             return fixed
+        if o.budget.epsilon is None and o.budget.rho is None:  # refused later, as without the defaults (a br ledger's
+            return replace(fixed, left_out_stays="no ε or ρ")  # ε_per is no sql budget)
         try:
             sql_auto.check_auto(q, request, o.bias_share)
             sql_auto.check_noise(request, o.bias_share, o.budget.epsilon, o.budget.rho)
