@@ -111,7 +111,8 @@ def histogram(
     ] = 1000,
     with_error: Annotated[
         bool, typer.Option("--with-error", help="Add 95% margins of error: a _moe95 column after each count, "
-                           "sum, mean and variance (quantiles: a note with their rank margin).")
+                           "sum, mean, variance and quantile (a quantile's is a 95% interval released with it, from "
+                           "half of its share: a different release).")
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
