@@ -398,7 +398,7 @@ def test_sql_avg_var_stddev_margins_cover_the_per_person_statistics(tmp_path, mo
         pl.DataFrame({"g": np.arange(10_000)}).write_csv(keys)
         r = cli("sql", "SELECT g, ANON_AVG(x, 0, 1024) a, ANON_VAR(x, 0, 1024) v, ANON_STDDEV(x, 0, 1024) sd "
                 "FROM t GROUP BY g", "--table", f"t={data}", "--privacy-unit", "uid", "--keys", keys,
-                "--epsilon", "3", "--with-error", "-o", tmp_path / f"out{seed}.parquet")
+                "--max-partitions", "1", "--epsilon", "3", "--with-error", "-o", tmp_path / f"out{seed}.parquet")
         assert r.exit_code == 0, r.stderr
         out = pl.read_parquet(tmp_path / f"out{seed}.parquet").sort("g")
         person = df.group_by("g", "uid").agg(pl.col("x").mean().alias("m"), ((pl.col("x") - 512) ** 2).mean()
@@ -425,7 +425,8 @@ def test_sql_discovered_distinct_counts_cover_given_release(tmp_path, monkeypatc
     init_ledger("approx", "--epsilon", "1000", "--delta", "0.5")
     pl.DataFrame({"uid": [0], "g": [0]}).write_parquet(tmp_path / "probe.parquet")
     probe = cli("sql", "SELECT g, ANON_COUNT(DISTINCT uid) u FROM t GROUP BY g", "--table", f"t={tmp_path}/probe.parquet",
-                "--privacy-unit", "uid", "--epsilon", "0.5", "--delta", "1e-5", "--dry-run", "--json")
+                "--privacy-unit", "uid", "--max-partitions", "1", "--epsilon", "0.5", "--delta", "1e-5", "--dry-run",
+                "--json")
     tau = int(json.loads(probe.stdout)["threshold"])
     covered = []
     for seed in range(4):  # true sizes τ − 8 … τ + 3: released ones are mostly those whose noise pushed them over
@@ -434,7 +435,7 @@ def test_sql_discovered_distinct_counts_cover_given_release(tmp_path, monkeypatc
         data = tmp_path / f"d{seed}.parquet"
         pl.DataFrame({"uid": np.arange(g.size), "g": g}).write_parquet(data)
         r = cli("sql", "SELECT g, ANON_COUNT(DISTINCT uid) u FROM t GROUP BY g", "--table", f"t={data}",
-                "--privacy-unit", "uid", "--epsilon", "0.5", "--delta", "1e-5", "--with-error",
+                "--privacy-unit", "uid", "--max-partitions", "1", "--epsilon", "0.5", "--delta", "1e-5", "--with-error",
                 "-o", tmp_path / f"o{seed}.parquet")
         assert r.exit_code == 0, r.stderr
         out = pl.read_parquet(tmp_path / f"o{seed}.parquet")
