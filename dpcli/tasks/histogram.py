@@ -315,6 +315,9 @@ class HistogramPlan:
     #: seed's calibration the ledger's mode (every plan without parts keeps its seed).
     parts: auto_bounds.BudgetParts | None = field(default=None, compare=False)
     ledger: tuple[str, dict[str, Fraction]] = field(default=("pure", {}), compare=False)
+    #: The value grid the release bounds with (lo, hi, granularity), resolved from the query's defaults: seed
+    #: material, so a change of a default grid (quantiles' 65,536 steps) is another release, never a free replay.
+    grid: tuple[float, float, Fraction] | None = None
 
 
 #: The noisy measurements each simple aggregation needs (a quantile needs its own: ``q`` + its fraction).
@@ -386,7 +389,14 @@ def _sensitivity(name: str, q: HistogramQuery) -> int:
 
 
 def plan_histogram(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
-    """Calibrate every measurement and list the privacy events, from the query alone."""
+    """Calibrate every measurement and list the privacy events, from the query alone (and the grid it bounds with)."""
+    plan = _calibrate(q, ledger_mode, ledger_limits)
+    grid = q.grid
+    return replace(plan, grid=(grid.lo, grid.hi, grid.granularity)) if grid is not None else plan
+
+
+def _calibrate(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fraction]) -> HistogramPlan:
+    """:func:`plan_histogram` before the grid is recorded."""
     q.validate()
     if q.parts is not None:
         return _plan_parts(q, q.parts, ledger_mode, ledger_limits)
@@ -943,7 +953,9 @@ def _choice_epsilon(q: HistogramQuery) -> Fraction:
     """The pure ε of each part of the choice of bounds (:func:`auto_bounds.model_parts`): with ``--keys`` the groups
     are the public list's, without it a noisy count is one more part."""
     assert q.auto is not None
-    return auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, auto_bounds.model_parts(q.auto, q.domain == "keys"))
+    listed = q.domain == "keys"
+    parts = auto_bounds.model_parts(q.auto, listed) if q.rho is None else auto_bounds.model_square_parts(q.auto, listed)
+    return auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, parts)
 
 
 def _resolve(q: HistogramQuery, plan: HistogramPlan, frames: Frames,
@@ -1184,7 +1196,7 @@ class HistogramTask:
         seed then binds that value, like a given one)."""
         task = self.with_defaults(mode)
         if not task.noise_given and mode == "zcdp":
-            task = replace(self, query=replace(self.query, noise="gaussian"), noise_given=True)
+            task = replace(task, query=replace(task.query, noise="gaussian"), noise_given=True)
         if task.target is None:
             return task
         from dpcli.tasks.histogram_target import choose

@@ -149,10 +149,23 @@ class SqlTask:
             raise UsageError("an output column is named like another's margin (NAME_moe95): rename it")
 
     def for_ledger(self, mode: str) -> SqlTask:
-        if self.noise_given or mode != "zcdp":
-            return self
-        budget = replace(self.options.budget, noise="gaussian")
-        return replace(self, options=replace(self.options, budget=budget), noise_given=True)
+        task = self
+        if mode == "approx" and self.options.budget.rho is not None and self.left_out_chosen:
+            task = self._left_out_kept("ρ on an approx ledger")  # the choice's zCDP part has no δ to convert at
+        if task.noise_given or mode != "zcdp":
+            return task
+        budget = replace(task.options.budget, noise="gaussian")
+        return replace(task, options=replace(task.options, budget=budget), noise_given=True)
+
+    def _left_out_kept(self, why: str) -> SqlTask:
+        """The caps :meth:`with_defaults` chose to leave to the data, back at the caps given (1), and why."""
+        o, chosen = self.options, set(self.left_out_chosen)
+        assert o.auto is not None
+        auto = AutoBounds(o.auto.partitions and "max_partitions" not in chosen,
+                          o.auto.contributions and "max_contributions" not in chosen, False, o.auto.share)
+        query = sql_auto.with_caps(self.query, o.max_contributions) if not auto.contributions else self.query
+        return replace(self, query=query, options=replace(o, auto=auto if auto.any else None), left_out_chosen=(),
+                       left_out_stays=why, defaulted=(*self.defaulted, *self.left_out_chosen))
 
     @property
     def domain(self) -> str:
