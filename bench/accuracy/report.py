@@ -120,15 +120,16 @@ def markdown(doc: dict[str, Any]) -> str:
              "mean share of the true top 10 found, without a public list and (with `dests.csv`)); an unreleased "
              "group counts as 100%. Careful caps for every tool: 365 flights per carrier-year (one carrier per "
              "plane), 31 per month (12 months, 36 origin-months), `dep_delay` −60:300, `distance` 0:5000, "
-             "PINCP 0:500000 with caps of 1; top-10: τ = 31 (the peers' histograms also count each plane in one destination only, K = 1, which each tool chooses: OpenDP its first in sort order). dpcli "
-             "default gives the bounds a mean, sum or median requires, and nothing else. OpenDP's medians "
+             "PINCP 0:500000 with caps of 1; top-10: τ = 31 (the peers' histograms also count each plane in one "
+             "destination only, K = 1, which each tool chooses: OpenDP its first in sort order). dpcli default "
+             "gives no caps or bounds (histogram and sql choose what is left out, as `auto`, at a tenth of ε: on "
+             "counts default and auto are one command, so their difference is the draws' noise). OpenDP's medians "
              "choose among candidates 1 minute and 100 dollars apart; the peers' top 10 is the 10 largest "
              "noisy counts of a histogram (without the list: their own partition selection at δ = 1e-6), "
              "dpcli's is `dpcli topk` (default: distinct planes; auto and careful: `--count rows`). Tumult "
              "\"with `get_bounds`\": ε 0.1 of the query's 1 chooses the value bounds (Tumult's `get_bounds` over "
-             "the whole column), the careful caps and ε 0.9 the rest. On ACS dpcli default and careful are "
-             "the same command (caps of 1, 0:500000): their difference is the draws' noise, a measure of how "
-             "far 10 draws can move a figure (a target near its bound is within it).", "",
+             "the whole column), the careful caps and ε 0.9 the rest. Ten draws move a figure by up to about "
+             "30% (a target near its bound is within that).", "",
              "| query | " + " | ".join(COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
     for q in QUERIES:
         texts = [fmt(q, cells.get(c, {}).get(q.name)) for c in COLUMNS]
