@@ -150,7 +150,8 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
         notes += mean_near_bounds(f"mean_{query.value}", table[f"mean_{query.value}"].to_list(), *query.bounds)
     if "count" in query.aggregations and query.value is not None:
         notes.append(Note(f"count counts the rows with a {query.value} (it is also the n of means and variances): "
-                          "rows whose value is null, NaN or unreadable are not counted; release count alone to count every row"))
+                          "rows whose value is null, NaN or unreadable are not counted; release count alone to count "
+                          "every row"))
     defaulted = set(defaulted)
     counts_rows = any(a in ("count", "sum", "mean", "variance") for a in query.aggregations)
     notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,

@@ -296,3 +296,20 @@ def test_a_long_stream_says_when_its_units_may_have_used_up_their_records(tmp_pa
         if said[-1]:
             assert "this stream has run 3 triggers since its first run" in r.stderr
     assert said == [False, False, True]
+
+
+def test_the_run_that_chooses_a_streams_bounds_says_so_and_later_runs_do_not(tmp_path):
+    """``--max-contributions auto`` on a persisted stream is chosen from its first run's records and kept: that run
+    names what it chose (released values) and says it holds for the whole stream (found by the new-user trial:
+    the choice was silent, C = 2 for a stream of daily flights)."""
+    init_ledger("approx", "--epsilon", "20", "--delta", "1e-6")
+    state = tmp_path / "s.stream"
+    args = [a if a != "2" else "auto" for a in ARGS]  # --max-contributions auto
+    said = []
+    for day in (1, 2):
+        path = _day(tmp_path / f"d{day}.csv", day, range(0, 3), range(300))
+        r = cli("stream-replay", path, *args, "--state", state, "--through", f"2026-11-{day + 1:02d}T00:00:00Z")
+        assert r.exit_code == 0, r.stderr
+        said.append(r.stderr)
+    assert "chosen from this first run's records for the whole stream: --max-contributions " in said[0]
+    assert "chosen from this first run's records" not in said[1]

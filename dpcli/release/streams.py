@@ -263,6 +263,7 @@ def state_run(
         unchanged()
         reserved = _reserve_first(path, body, fresh, plan.events, analyst, state_dir, lock_timeout)
         _begin(body, data, last_trigger, plan.events, analyst, state_dir, lock_timeout, label)
+        choosing = q.auto is not None and "auto" not in body  # this run chooses the stream's bounds
         run_q, run_plan = _chosen(body, q, plan, data)
         stream = load_state(body, run_q, run_plan)
         previous = stream.watermark
@@ -274,6 +275,8 @@ def state_run(
             release.metadata.update(StreamChoice.from_json(body["auto"]).metadata(q))
         run = replace(_new_run(path, body, stream, release, data, moment, previous), query=run_q, plan=run_plan,
                       reserved=reserved)
+        if choosing:
+            run = replace(run, notes=(*run.notes, notes_of.chosen_for_stream(release.metadata)))
         yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
 
 

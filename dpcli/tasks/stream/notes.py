@@ -7,6 +7,8 @@ and the ``through`` of the stream's earlier runs), the query, and the number of 
 
 from __future__ import annotations
 
+from typing import Any
+
 from dpcli.advice import Note
 from dpcli.tasks.stream.algorithm import naive_utc
 
@@ -36,6 +38,18 @@ def retry(recorded: int, through: int, step: int) -> Note:
         text += f"; the triggers after {_time(recorded, step)} run with the next new input"
     return Note(text)
 
+
+
+def chosen_for_stream(metadata: dict[str, Any]) -> Note:
+    """The run that chose a persisted stream's ``auto`` bounds (released values): they hold for every later run,
+    though only this run's records were read to choose them."""
+    auto = metadata.get("auto") or {}
+    shown = [f"--max-contributions {auto['max_contributions']}"] if "max_contributions" in auto else []
+    if "bounds" in auto:
+        shown.append(f"--bounds {auto['bounds'][0]:g}:{auto['bounds'][1]:g}")
+    return Note(f"chosen from this first run's records for the whole stream: {', '.join(shown) or 'the bounds'}; "
+                "later runs keep them, and C counts a unit's records over every run (docs/cron.md: choosing C for a "
+                "long stream)")
 
 
 def records_used_up(triggers: int, max_records: int) -> list[Note]:
