@@ -44,7 +44,8 @@ def test_a_quantile_only_query_chooses_its_bounds(incomes, extra):
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     chosen = out["summary"]["auto"]
-    if "bounds" in chosen:  # the limits hold the median and p90 (both far inside the data: 30 and ≈ 65)
+    assert ("bounds" in chosen) == (extra[1] == "auto"), chosen
+    if extra[1] == "auto":  # the limits hold the median and p90 (both far inside the data: 30 and ≈ 65)
         lo, hi = chosen["bounds"]
         assert lo <= 20 and hi >= 70, chosen
     truth = frame.group_by("g").agg(pl.col("v").median().alias("m"))

@@ -371,7 +371,8 @@ def test_one_row_each_is_a_sensitivity_one_count_against_a_public_threshold():
     """BASE against BASE + the giant unit (120 rows): the units with more than one row move by exactly one, so
     both answers' exact probabilities differ by at most e^ε (over allowed values that put the threshold around
     the true count: the worst case); 4,000 draws of the real check on each side fit the exact probability within
-    4.5 binomial standard deviations (a false failure about 1 in 150,000)."""
+    4.5 binomial standard deviations (a false failure about 1 in 150,000). The exact half is of the model; the
+    draws are what tie it to the real check (a check at another noise scale or threshold fails them)."""
     eps, n = Fraction(1, 2), 4_000
     lf0, lf1 = BASE.lazy(), NEIGHBOUR.lazy()
     over = [int(f.group_by("user").len().filter(pl.col("len") > 1).height) for f in (BASE, NEIGHBOUR)]
