@@ -20,7 +20,6 @@ import itertools
 import math
 from fractions import Fraction
 
-import numpy as np
 import polars as pl
 import pytest
 from scipy.stats import chi2
