@@ -307,27 +307,20 @@ VALUE_WEIGHT = 8
 CHECK_WEIGHT = 2
 
 
-def model_parts(request: AutoBounds, listed: bool) -> int:
+def model_parts(request: AutoBounds, listed: bool, power: int = 1) -> int:
     """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for each cap
     (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the one-row check (with a cap chosen),
     one for each noisy size it reads (units; pairs with C; rows with the limits) and, without a public list of
     groups, one for the noisy number of groups. :func:`choose_bounds` spends these weights of parts on each walk
-    and on the check: the parts sum to the share."""
-    sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
-    check = CHECK_WEIGHT * int(request.partitions or request.contributions)
-    walks = WALK_WEIGHT * (int(request.partitions) + int(request.contributions))
-    walks += VALUE_WEIGHT * 2 * int(request.values)
-    return walks + check + sizes + int(not listed)
+    and on the check: the parts sum to the share.
 
-
-def model_square_parts(request: AutoBounds, listed: bool) -> int:
-    """:func:`model_parts` under ρ: the sum of the squared weights. A mechanism at w parts of ε is
-    (w·ε_part)²/2-zCDP, so with ε_part²/2 = ρ·share / (this sum) the choice's mechanisms spend exactly ρ·share
-    together (with linear weights they spent up to 6 times it: found by the adversarial review)."""
+    Under ρ (``power`` 2) the sum of the squared weights: a mechanism at w parts of ε is (w·ε_part)²/2-zCDP, so with
+    ε_part²/2 = ρ·share / (this sum) the mechanisms spend exactly ρ·share together (with linear weights they spent
+    up to 6 times it: found by the adversarial review)."""
     sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
-    check = CHECK_WEIGHT ** 2 * int(request.partitions or request.contributions)
-    walks = WALK_WEIGHT ** 2 * (int(request.partitions) + int(request.contributions))
-    walks += VALUE_WEIGHT ** 2 * 2 * int(request.values)
+    check = int(CHECK_WEIGHT ** power) * int(request.partitions or request.contributions)
+    walks = int(WALK_WEIGHT ** power) * (int(request.partitions) + int(request.contributions))
+    walks += int(VALUE_WEIGHT ** power) * 2 * int(request.values)
     return walks + check + sizes + int(not listed)
 
 
@@ -727,4 +720,4 @@ def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: F
 
 __all__ = ["AUTO", "AUTO_SHARE", "BIAS_SHARE", "AutoBounds", "BiasReport", "BudgetParts", "ChosenBounds",
            "DataShape", "bias_noise", "bias_parts", "check_share", "choose_bounds", "first_reaching",
-           "model_square_parts", "pure_epsilon", "report_bias"]
+           "pure_epsilon", "report_bias"]

@@ -954,7 +954,7 @@ def _choice_epsilon(q: HistogramQuery) -> Fraction:
     are the public list's, without it a noisy count is one more part."""
     assert q.auto is not None
     listed = q.domain == "keys"
-    parts = auto_bounds.model_parts(q.auto, listed) if q.rho is None else auto_bounds.model_square_parts(q.auto, listed)
+    parts = auto_bounds.model_parts(q.auto, listed, power=1 if q.rho is None else 2)
     return auto_bounds.pure_epsilon(q.epsilon, q.rho, q.auto.share, parts)
 
 

@@ -35,6 +35,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
+from dpcli.tasks.auto_bounds import sampleable
 
 if TYPE_CHECKING:
     from dpcli.tasks.topk import TopKQuery
@@ -61,11 +62,9 @@ def plan_selection(q: TopKQuery, epsilon: Fraction, delta: Fraction) -> Selectio
     """Laplace(K̄/ε_sel) on each group's K̄-bounded distinct-unit count and its threshold for δ."""
     k_bar = q.partitions
     noise = mech.laplace(k_bar, epsilon)
-    try:
-        noise.sample(KeyedStream(b"\0" * 32, "probe"), 1)
-    except ValueError:
+    if not sampleable(noise):
         raise UsageError("the threshold selection's noise is too large to sample; use a larger ε or a smaller "
-                         "--max-partitions", field="epsilon") from None
+                         "--max-partitions", field="epsilon")
     return SelectionPlan(epsilon, delta, k_bar, noise, mech.selection_threshold(noise, k_bar, float(delta)))
 
 
