@@ -184,15 +184,23 @@ def mean_near_bounds(column: str, values: Sequence[Any], lo: float, hi: float) -
 def _mostly_noise_columns(query: Any, plan: Any, table: Any) -> list[Note]:
     """A note for each count or sum column whose values are mostly within their noise's margin."""
     notes = []
+    for column, values, margin in _noisy_columns(query, plan, table):
+        note = mostly_noise(column, values, margin)
+        if note:
+            notes.append(note)
+    return notes
+
+
+def _noisy_columns(query: Any, plan: Any, table: Any) -> list[tuple[str, list[Any], float]]:
+    """A histogram release's count and sum columns released, each with its values and its noise's 95% margin."""
+    out = []
     granularity = float(query.grid.granularity) if query.value is not None and query.grid is not None else 1.0
     columns = {"count": ("rows", 1.0), "count_units": ("units", 1.0), f"sum_{query.value}": ("sum", granularity)}
     for column, (name, scale) in columns.items():
         measurement = plan.measurements.get(name)
         if column in table.columns and measurement is not None and measurement.noise is not None and table.height:
-            note = mostly_noise(column, table[column].to_list(), measurement.noise.margin95() * scale)
-            if note:
-                notes.append(note)
-    return notes
+            out.append((column, table[column].to_list(), measurement.noise.margin95() * scale))
+    return out
 
 
 def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (), unit: str | None = None) -> list[Note]:
@@ -209,14 +217,86 @@ def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
 
 
 def bias_report(unit: str, bias: dict[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
-    """The bias report (``--report-bias``) in words: noisy counts of the units each bound changed, with their
-    95% margin. ``in_force`` holds the bounds as they were used (``max_partitions``, ``max_contributions``,
-    ``bounds``)."""
+    """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy average shares of each unit's rows
+    that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they were used
+    (``max_partitions``, ``max_contributions``, ``bounds``). A report of an older kind (counts of units, as
+    a stream state may keep) is shown as it is."""
     if not bias:
         return []
+    if "moe95" not in bias or "units" not in bias:
+        return []
+    from dpcli.tasks.bias_report import margin_text, percent_text
+
     k, c, bounds = in_force.get("max_partitions"), in_force.get("max_contributions"), in_force.get("bounds")
-    said = {"units_over_max_partitions": f"were in more than {k} group{'' if k == 1 else 's'}",
-            "units_over_max_contributions": f"had more than {c} row{'' if c == 1 else 's'} in a group",
-            "units_with_clamped_values": f"had a value outside {bounds[0]:g}:{bounds[1]:g}" if bounds else ""}
-    parts = [f"{bias[k]} {unit}s {what}" for k, what in said.items() if k in bias]
-    return [Note(f"bias report (noisy counts, each ±{bias['moe95']} at 95%): " + "; ".join(parts))]
+    said = {"share_cut_by_max_partitions": f"in groups beyond --max-partitions {k}",
+            "share_cut_by_max_contributions": f"beyond --max-contributions {c} in a group",
+            "share_clamped_below": f"kept but clamped below {bounds[0]:g}" if bounds else "",
+            "share_clamped_above": f"kept but clamped above {bounds[1]:g}" if bounds else ""}
+    if float(bias["moe95"]) >= 1:  # a margin of more than every row: the shares say nothing
+        return [Note(f"bounds cut: too few {unit}s for the bias report to tell (its margin exceeds 100%); "
+                     "--no-report-bias leaves its share to the release")]
+    parts = [f"{percent_text(float(bias[name]))} {what}" for name, what in said.items() if name in bias]
+    return [Note(f"bounds cut (noisy average shares of each {unit}'s rows, {margin_text(float(bias['moe95']))} at "
+                 f"95%, over about {bias['units']:,} {unit}s): " + "; ".join(parts))]
+
+
+def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: dict[str, Any] | None,
+                       quantiles: dict[str, float]) -> list[Note]:
+    """Notes where the bias report says the bounds may move a released statistic by more than its margin
+    (``quantiles``: the level of each quantile aggregation, by name).
+
+    Counts and sums: rows cut by the caps (a share s of a unit's rows, on average) leave a released total v of
+    the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that exceeds the column's
+    95% margin for its typical (median) released value, the note says so. Only shares beyond the report's own
+    margin count (a share within it is not told from no cut). Quantiles: a share of values
+    clamped below LO (above HI) that reaches the quantile's level p (1 − p) puts the quantile at the bound.
+    Means: clamped values on 5% or more of the rows pull the means towards the bounds. All of it from the
+    released report, the released table and the public plan. The shares are averages over units, which
+    under caps usually understate the share of all rows cut (:mod:`dpcli.tasks.bias_report`): a note is a
+    floor, never a bound."""
+    if not bias or "moe95" not in bias:
+        return []
+    from dpcli.tasks.bias_report import percent_text
+
+    notes: list[Note] = []
+    by_k = float(bias.get("share_cut_by_max_partitions", 0))
+    by_c = float(bias.get("share_cut_by_max_contributions", 0))
+    cut = min(by_k + by_c, 1.0)
+    noise = float(bias["moe95"])  # a share within the report's own margin is not told from no cut at all
+    shares = {"--max-partitions": by_k, "--max-contributions": by_c}
+    for column, values, margin in _noisy_columns(query, plan, table):
+        typical = _typical(values)
+        if column == "count_units" or typical is None or cut <= noise:
+            continue
+        short = typical * cut / (1 - cut) if cut < 1 else float("inf")
+        if short > margin:
+            # the caps to raise: each whose own cut exceeds the margin (else the one that cut more)
+            named = [o for o, share in shares.items() if share > noise and (cut >= 1 or typical * share / (1 - cut)
+                                                                             > margin)]
+            named = named or [max(shares, key=shares.__getitem__)]
+            raise_ = " and ".join(named) + (", or leave them out" if len(named) > 1 else ", or leave it out")
+            notes.append(Note(
+                f"{column}: the caps cut about {percent_text(cut)} of each {unit}'s rows, so a typical {column} "
+                f"({typical:.3g}) may be short by about {short:.3g} of the raw total, beyond its margin "
+                f"(±{margin:.3g}): raise {raise_} for dpcli to choose"))
+    below = float(bias.get("share_clamped_below", 0))
+    above = float(bias.get("share_clamped_above", 0))
+    if query.bounds is None or not (below or above):
+        return notes
+    lo, hi = query.bounds
+    below, above = (share if share > noise else 0.0 for share in (below, above))
+    for name, level in quantiles.items():
+        if below >= level or above >= 1 - level:
+            edge = lo if below >= level else hi
+            notes.append(Note(f"{name}: about {percent_text(below if edge == lo else above)} of the kept values "
+                              f"were clamped to {edge:g}, enough to put this quantile at the bound: widen {{}}",
+                              "bounds"))
+    if ("mean" in query.aggregations or "variance" in query.aggregations) and below + above >= CLAMPED_MEANS:
+        notes.append(Note(f"about {percent_text(below + above)} of the kept values were clamped to {lo:g}:{hi:g}, "
+                          "which pulls means towards the bounds (and shrinks variances): widen {}", "bounds"))
+    return notes
+
+
+
+#: The share of clamped values from which :func:`bias_beyond_margin` says means lean towards the bounds.
+CLAMPED_MEANS = 0.05

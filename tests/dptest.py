@@ -136,7 +136,8 @@ def init_ledger(mode: str = "pure", *limits: Any, analyst: str = "default", stat
 #: Notes computed from a release's noisy output (post-processing, see dpcli.advice): they may differ
 #: between two releases exactly as the released values do.
 OUTPUT_NOTES = ("is mostly noise", "groups released: no group", "released mean(s) lie within",
-                "so chosen from the data with")
+                "so chosen from the data with", "note: bounds cut", "the caps cut about",
+                "of the kept values were clamped to")
 
 
 def without_output_notes(stderr: str) -> str:

@@ -15,7 +15,6 @@ runs) and run at fixed keys, so a pass is deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from fractions import Fraction
 
 import numpy as np
@@ -240,67 +239,6 @@ def test_value_entries_survive_repeated_values_within_a_group(monkeypatch):
     assert rec.calls == [("high", n), ("low", n)]
 
 
-# ---- report_bias ----------------------------------------------------------------------------------
-
-EXACT = mech.Noise("laplace", Fraction(0))  # a scale of 0 draws zeros: the report shows its true counts
-BOUNDS = ab.ChosenBounds(2, 3, (0.0, 10.0))
-
-
-def true_counts(frame: pl.DataFrame, bounds: ab.ChosenBounds = BOUNDS) -> dict[str, int]:
-    return ab.report_bias(frame.lazy(), SHAPE, bounds, EXACT, stream("bias"), SALT).counts
-
-
-def base_frame() -> pl.DataFrame:
-    return pl.DataFrame({"user": [1, 1, 1, 2, 2, 2, 2, 3, 4, 4, 4],
-                         "g": ["a", "b", "c", "a", "a", "a", "a", "a", "a", "b", "b"],
-                         "x": [1.0, 2.0, 3.0, 20.0, 1.0, 1.0, 1.0, -5.0, 1.0, 1.0, 1.0]})
-
-
-def test_report_bias_counts_units_not_rows():
-    # unit 1: 3 groups > K = 2; unit 2: 4 rows in a > C = 3, a value 20 > 10; unit 3: −5 < 0; unit 4: fine
-    assert true_counts(base_frame()) == {"units_over_max_partitions": 1, "units_over_max_contributions": 1,
-                                         "units_with_clamped_values": 2}
-
-
-def giant(rows: int = 10_000) -> pl.DataFrame:
-    """One unit with ``rows`` rows over every bound: many groups, many rows per group, extreme values."""
-    i = np.arange(rows)
-    return pl.DataFrame({"user": np.full(rows, 99), "g": (i % 50).astype(str), "x": np.where(i % 2, 1e12, -1e12)})
-
-
-def neighbours() -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
-    base = base_frame()
-    yield base, pl.concat([base, giant()])
-    for u in (1, 2, 3, 4):  # each unit removed in turn
-        yield base, base.filter(pl.col("user") != u)
-    yield base.clear(), giant()
-
-
-def test_one_unit_moves_each_count_by_at_most_one():
-    """Neighbouring inputs (one unit added or removed, the added one with 10,000 rows over every bound) have
-    true counts within 1 of each other: sensitivity 1 per count, so the noise of scale 1/ε per count is ε-DP."""
-    for a, b in neighbours():
-        ca, cb = true_counts(a), true_counts(b)
-        assert ca.keys() == cb.keys()
-        assert all(abs(ca[k] - cb[k]) <= 1 for k in ca), (ca, cb)
-    assert true_counts(giant()) == {"units_over_max_partitions": 1, "units_over_max_contributions": 1,
-                                    "units_with_clamped_values": 1}
-
-
-def test_report_bias_parts_follow_the_bounds_in_force():
-    frame = base_frame()
-    no_k = ab.report_bias(frame.lazy(), SHAPE, ab.ChosenBounds(None, 3, None), EXACT, stream("p"), SALT)
-    assert list(no_k.counts) == ["units_over_max_contributions"]
-    assert ab.bias_parts(ab.DataShape("user", (), "x"), BOUNDS) == ["max_contributions", "bounds"]
-    noisy = ab.report_bias(frame.lazy(), SHAPE, BOUNDS, ab.bias_noise(Fraction(1), None, Fraction(1, 20), 3),
-                           stream("n"), SALT)
-    assert noisy.noise == {"noise": "discrete_laplace", "scale": "60"}  # 1 / (1 · 1/20 / 3)
-    assert noisy.moe95 == mech.laplace(1, Fraction(1, 60)).margin95()
-    assert set(noisy.to_json()) == {*noisy.counts, "moe95", "noise"}
-    gauss = ab.bias_noise(None, Fraction(1, 2), Fraction(1, 10), 2)
-    assert gauss == mech.gaussian(1, Fraction(1, 40))
-
-
 # ---- the budget's parts ---------------------------------------------------------------------------
 
 
@@ -310,12 +248,12 @@ def test_budget_parts_are_exact_fractions():
     eps = Fraction(7, 10)
     ev = parts.events("histogram", eps, None)
     assert ev == [PrivacyEvent("pure", "histogram/auto-bounds", epsilon=Fraction(7, 100)),
-                  PrivacyEvent("pure", "histogram/bias", epsilon=Fraction(7, 200))]
+                  PrivacyEvent("pure", "histogram/bias-shares", epsilon=Fraction(7, 200))]
     assert sum((e.epsilon for e in ev), Fraction(0)) + eps * parts.release == eps
     rho = Fraction(1, 3)
     zc = parts.events("topk", None, rho)
     assert zc == [PrivacyEvent("zcdp", "topk/auto-bounds", rho=Fraction(1, 30)),
-                  PrivacyEvent("zcdp", "topk/bias", rho=Fraction(1, 60))]
+                  PrivacyEvent("zcdp", "topk/bias-shares", rho=Fraction(1, 60))]
     assert ab.BudgetParts(Fraction(0), Fraction(0)).events("x", eps, None) == []
     assert ab.BudgetParts(Fraction(0), Fraction(1, 20)).release == Fraction(19, 20)
 

@@ -64,7 +64,8 @@ def test_auto_chooses_each_bound_by_bias_and_noise_and_charges_the_parts_togethe
                                                                           chosen["max_contributions"])
     costs = {e["mechanism"]: e for e in summary["cost"]}
     assert costs["histogram/auto-bounds"] == {"kind": "pure", "mechanism": "histogram/auto-bounds", "epsilon": "0.8"}
-    assert costs["histogram/laplace+threshold"]["epsilon"] == "7.2"
+    assert costs["histogram/bias-shares"]["epsilon"] == "0.4"  # the bias report, on by default
+    assert costs["histogram/laplace+threshold"]["epsilon"] == "6.8"
     [entry] = entries()
     assert sum(Fraction(e["epsilon"]) for e in entry["events"]) == 8  # both parts in one entry, one debit
     # the same command on the same data: the same seed, the same choice, free
@@ -75,11 +76,11 @@ def test_auto_chooses_each_bound_by_bias_and_noise_and_charges_the_parts_togethe
 
 
 def test_the_seed_binds_the_parts(shaped):
-    """A different share of the budget choosing bounds, or a bias report, is a different release: never the
+    """A different share of the budget choosing bounds, or no bias report, is a different release: never the
     free replay of another one (the plan's parts are bound through the query's canonical form)."""
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     ids = set()
-    for extra in ([], ["--auto-share", "0.2"], ["--report-bias"]):
+    for extra in ([], ["--auto-share", "0.2"], ["--no-report-bias"]):
         r = cli(*_auto(shaped, "--epsilon", "1", "--json", *extra))
         assert r.exit_code == 0, r.stderr
         done = json.loads(r.stdout)["summary"]
@@ -90,30 +91,34 @@ def test_the_seed_binds_the_parts(shaped):
     assert share[0]["epsilon"] == "0.2"
 
 
-def test_report_bias_counts_units_not_rows(shaped):
-    # Fixed bounds 1 group, 1 row, 0:15: every unit is over the partition and the row bound, and the units with
-    # a value above 15 are counted from the data here. Noise: discrete Laplace of scale 3/(8·0.05) = 7.5 per
-    # count, so ±75 (10 scales) holds but for e^-10.
-    data = pl.read_parquet(shaped)
-    clamped = data.filter(pl.col("v") > 15)["u"].n_unique()
+def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
+    # Fixed bounds 1 group, 1 row, 0:15. 95% of the units hold 2 groups × 3 rows: K = 1 cuts half their rows, C = 1
+    # two of the 3 kept (1/3); 5% hold 5 groups × 40 rows: K cuts 4/5, C 39 of the 40 kept (0.195). Values are
+    # uniform in [10, 20]: half of the kept row is clamped above 15, 1/12 of a small unit's rows, 1/400 of a big
+    # one's. Averages: K 0.95·0.5 + 0.05·0.8 = 0.515; C 0.95/3 + 0.05·0.195 ≈ 0.326; above ≈ 0.95/12 ≈ 0.079,
+    # give or take the sample (each unit's one kept value is above 15 or not: ±0.01 at 3,000 units). Noise: ε
+    # 8·0.05 = 0.4, scale 2000‰/0.4 = 5000‰ per number, 1/600 of a share over 3,000 units: ±0.03 is 18 scales,
+    # with room for the rounding down to thousandths (≤ 0.001) and the sample.
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     r = cli("histogram", shaped, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
             "--bounds", "0:15", "--max-partitions", "1", "--max-contributions", "1", "--delta", "1e-6", "--epsilon", "8",
             "--report-bias", "--json")
     assert r.exit_code == 0, r.stderr
     bias = json.loads(r.stdout)["summary"]["bias"]
-    truth = {"units_over_max_partitions": UNITS, "units_over_max_contributions": UNITS,
-             "units_with_clamped_values": clamped}
+    truth = {"share_cut_by_max_partitions": 0.515, "share_cut_by_max_contributions": 0.326,
+             "share_clamped_below": 0.0, "share_clamped_above": 0.079}
     for name, true in truth.items():
-        assert abs(bias[name] - true) <= 75, (name, bias[name], true)  # units (~3,000), never rows (~25,000)
-    assert bias["epsilon"] == "0.4" and bias["noise"] == {"noise": "discrete_laplace", "scale": "7.5"}
-    assert "bias" not in json.loads(cli(*_auto(shaped, "--epsilon", "1", "--json")).stdout)["summary"]
+        assert abs(bias[name] - true) <= 0.03, (name, bias[name], true)
+    assert abs(bias["units"] - UNITS) <= 100
+    assert bias["epsilon"] == "0.4" and bias["noise"] == {"noise": "discrete_laplace", "scale": "5000"}
+    no_report = cli(*_auto(shaped, "--epsilon", "1", "--no-report-bias", "--json")).stdout
+    assert "bias" not in json.loads(no_report)["summary"]
 
 
 def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,sum",
-            "--value", "duration_s", "--epsilon", "1", "--delta", "1e-6", "--dry-run", "--json"]
+            "--value", "duration_s", "--epsilon", "1", "--delta", "1e-6", "--no-report-bias", "--dry-run", "--json"]
     doc = json.loads(cli(*base, "--bounds", "auto", "--max-partitions", "1", "--max-contributions", "1").stdout)
     assert doc["calibration"]["rows"]["moe95"] == 10  # a count's margin does not depend on the value bounds
     assert doc["calibration"]["sum"]["moe95"] == "chosen at run time"
@@ -171,7 +176,7 @@ def test_an_auto_partition_bound_is_charged_the_generic_curve_whatever_it_choose
     chooses K > 1 (13 on the sample pages, with this key) is no internal error."""
     init_ledger("zcdp", "--rho", "1")
     r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
-            "--max-partitions", "auto", "--noise", "laplace", "--epsilon", "0.5", "--json", "-o", "-")
+            "--max-partitions", "auto", "--noise", "laplace", "--epsilon", "0.5", "--no-report-bias", "--json", "-o", "-")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["auto"]["max_partitions"] > 1
     assert [e.get("rdp_curve", "pure") for e in entries()[0]["events"]] == ["pure", "pure"]

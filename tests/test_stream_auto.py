@@ -46,8 +46,8 @@ def test_auto_picks_the_90th_percentile_of_records_and_99th_of_magnitudes():
     choice = choose(_events().lazy(), q, b"s" * 32, None, "the input")
     assert choice.max_records == 4
     assert choice.clamp in (64.0, 2.0 ** 6.5)
-    assert choice.bias is not None and set(choice.bias) == {"units_over_max_contributions",
-                                                            "units_with_clamped_values", "moe95", "noise"}
+    assert choice.bias is not None and set(choice.bias) == {"share_cut_by_max_contributions", "share_clamped_below",
+                                                            "share_clamped_above", "units", "moe95", "noise"}
     # the same seed and records: the same choice (a replay); the resolved query plans to the same cost
     assert choose(_events().lazy(), q, b"s" * 32, None, "the input") == choice
     pending = plan_pending(q)
@@ -94,10 +94,11 @@ def test_one_release_charges_its_parts_together_and_replays_free(tmp_path):
     summary = json.loads(r.stdout)["summary"]
     assert summary["auto"]["max_contributions"] == 4 and summary["auto"]["epsilon"] == "1"
     assert summary["auto"]["bounds"][0] == -summary["auto"]["bounds"][1]
-    assert set(summary["bias"]) == {"units_over_max_contributions", "units_with_clamped_values", "moe95", "noise"}
+    assert set(summary["bias"]) == {"share_cut_by_max_contributions", "share_clamped_below", "share_clamped_above",
+                                    "units", "moe95", "noise"}
     (entry,) = history()
     assert [(e["mechanism"], e["epsilon"]) for e in entry["events"]] == [
-        ("stream-replay/dp-sqlp", "8.5"), ("stream-replay/auto-bounds", "1"), ("stream-replay/bias", "0.5")]
+        ("stream-replay/dp-sqlp", "8.5"), ("stream-replay/auto-bounds", "1"), ("stream-replay/bias-shares", "0.5")]
     assert sum(Fraction(e["epsilon"]) for e in entry["events"]) == 10
     assert "; chosen: max_contributions 4, bounds" in entry["summary"]
     again = cli(*args, "--json")

@@ -485,9 +485,11 @@ AutoShareOpt = Annotated[
                  show_default=False),
 ]
 ReportBiasOpt = Annotated[
-    bool,
-    typer.Option("--report-bias", help="Also release noisy counts of the units each bound changed (costs "
-                                       "--bias-share of the budget)."),
+    bool | None,
+    typer.Option("--report-bias/--no-report-bias",
+                 help="Also release noisy shares of the units' rows the bounds cut and the values they clamped "
+                      "(costs --bias-share of the budget). histogram reports them by default wherever the release "
+                      "can pay for it; topk, sql and stream-replay only when asked.", show_default=False),
 ]
 BiasShareOpt = Annotated[
     str | None,
@@ -500,13 +502,14 @@ BiasShareOpt = Annotated[
 class BoundOptions:
     """The bound options of a command as given: each cap a number, ``auto`` or None (default 1; None too for a
     bound the command does not have), the value bounds ``LO:HI``, ``auto`` or None, the shares, and whether the
-    bias report is asked for. Every command turns them into its query through these methods."""
+    bias report is asked for (None: left to the command's default). Every command turns them into its query
+    through these methods."""
 
     partitions: int | Literal["auto"] | None
     contributions: int | Literal["auto"] | None
     values: tuple[float, float] | Literal["auto"] | None
     auto_share: Fraction | None = None
-    report_bias: bool = False
+    report_bias: bool | None = False  # None: neither --report-bias nor --no-report-bias (the command's default)
     bias_share: Fraction | None = None
 
     @property
@@ -541,7 +544,7 @@ class BoundOptions:
     @property
     def bias(self) -> Fraction | None:
         """The bias report's share (None: no report); ``--bias-share`` without ``--report-bias`` is refused."""
-        from dpcli.tasks.auto_bounds import BIAS_SHARE
+        from dpcli.tasks.bias_report import BIAS_SHARE
 
         if not self.report_bias:
             if self.bias_share is not None:

@@ -87,7 +87,7 @@ def histogram(
     max_partitions: LeftOutPartitionsOpt = None,
     max_contributions: LeftOutContributionsOpt = None,
     auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = False,
+    report_bias: ReportBiasOpt = None,
     bias_share: BiasShareOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
@@ -174,7 +174,8 @@ def histogram(
                          defaulted=_defaulted(max_contributions, max_partitions, bounds_text),
                          unit_label=unit_word(), target=margin_target(target_moe, target_relative_moe, size,
                                                                       spec is not None),
-                         choose_left_out=stays is None, left_out_stays=stays)
+                         choose_left_out=stays is None, left_out_stays=stays,
+                         report_bias_left_out=report_bias is None and stays is None)
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     if dry_run:

@@ -68,7 +68,7 @@ def sql(
                                  "private table (chosen at random), before its WHERE and any join: the work per unit "
                                  "is bounded. [default: 10000]", show_default=False)] = None,
     auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = False,
+    report_bias: ReportBiasOpt = None,
     bias_share: BiasShareOpt = None,
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
@@ -112,7 +112,8 @@ def sql(
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
-                          delimiter, options, noise is not None, defaulted, engine == "polars")
+                          delimiter, options, noise is not None, defaulted, engine == "polars",
+                          report_bias is None and engine == "polars")
     _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
@@ -125,7 +126,7 @@ def sql(
     write_release(settings(ctx), done, target, as_json)
 
 
-def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool, str | None],
+def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool | None, str | None],
              keys: bool, with_error: bool, engine: str, max_rows: str | None = None) -> SqlOptions:
     """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` and the shares
     (:class:`dpcli.cli._options.BoundOptions`; an auto cap is a placeholder of 1 until chosen)."""
@@ -150,7 +151,7 @@ def _max_rows(text: str) -> int:
 
 def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,
           options: SqlOptions, noise_given: bool, defaulted: tuple[str, ...],
-          choose_left_out: bool) -> tuple[SqlTask, dict[str, Source]]:
+          choose_left_out: bool, report_left_out: bool = False) -> tuple[SqlTask, dict[str, Source]]:
     """The query resolved over its tables (declared by option or in the catalog), and each table's source."""
     from dpcli.cli._sql_tables import parse_declarations, resolve_tables
     from dpcli.tasks.sql import SqlTask
@@ -158,7 +159,8 @@ def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delim
 
     declared = parse_declarations(*declarations)
     decls, sources = resolve_tables(table_names(parse_query(text)), declared, delimiter)
-    task = SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word(), choose_left_out)
+    task = SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word(), choose_left_out,
+                             report_left_out)
     if not choose_left_out and defaulted:
         task = replace(task, left_out_stays="--engine spark")
     return task, sources

@@ -96,7 +96,7 @@ def stream_replay(
     ] = False,
     runs: RunsOpt = None,
     auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = False,
+    report_bias: ReportBiasOpt = None,
     bias_share: BiasShareOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
@@ -200,7 +200,7 @@ def _records_cap(text: str) -> int:
 
 
 def _with_auto(q: sr.StreamQuery, max_contributions: str, bounds_text: str | None, auto_share: str | None,
-               report_bias: bool, bias_share: str | None, engine: str) -> sr.StreamQuery:
+               report_bias: bool | None, bias_share: str | None, engine: str) -> sr.StreamQuery:
     """``q`` with the bounds left to dpcli (``auto``: C and L), the share choosing them and the bias report's
     share (:class:`dpcli.cli._options.BoundOptions`)."""
     from dataclasses import replace

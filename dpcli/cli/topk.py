@@ -77,7 +77,7 @@ def topk(
                      "rows, or auto: chosen privately from the data. [default: 1]", show_default=False),
     ] = None,
     auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = False,
+    report_bias: ReportBiasOpt = None,
     bias_share: BiasShareOpt = None,
     keys: Annotated[
         str | None, typer.Option("--keys", help="Public list of candidate groups (known domain, KnownGumb).")
@@ -191,7 +191,7 @@ def _epsilons(epsilon: str | None, epsilon_per: str | None) -> tuple[Fraction | 
     return positive("--epsilon", epsilon), positive("--epsilon-per", epsilon_per)
 
 
-def _bounds(text: str | None, auto_share: str | None, report_bias: bool, bias_share: str | None, engine: str
+def _bounds(text: str | None, auto_share: str | None, report_bias: bool | None, bias_share: str | None, engine: str
             ) -> tuple[int, AutoBounds | None, Fraction | None]:
     """(τ, the auto request, the bias report's share) from ``--max-contributions N|auto`` and the shares
     (:class:`dpcli.cli._options.BoundOptions`: τ is topk's only bound)."""

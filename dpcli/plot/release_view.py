@@ -21,11 +21,13 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 import polars as pl
 
+from dpcli.core.exact import fraction_text
 from dpcli.errors import DataError, InputMissingError, UsageError
 
 Kind = Literal["histogram", "topk", "stream-replay", "tabulate"]
@@ -58,14 +60,15 @@ class ReleaseView:
         """The privacy parameters, from the summary ("not recorded" without one), and what the error bars are."""
         s = self.summary
         cost = s.get("cost") or []
-        parts = []
+        totals: dict[str, Fraction] = {}  # a release's parts (bounds chosen, bias report) are one charge: summed
         for event in cost:
             for key, sym in (("epsilon", "ε"), ("delta", "δ"), ("rho", "ρ")):
                 if event.get(key) is not None:
-                    parts.append(f"{sym} = {_short(event[key])}")
+                    totals[sym] = totals.get(sym, Fraction(0)) + Fraction(str(event[key]))
+        parts = [f"{sym} = {_short(fraction_text(total))}" for sym, total in totals.items()]
         if not parts and s.get("epsilon") is not None:
             parts.append(f"ε = {_short(s['epsilon'])}")
-        what = ", ".join(dict.fromkeys(parts)) if parts else "ε, δ not recorded (give --summary)"
+        what = ", ".join(parts) if parts else "ε, δ not recorded (give --summary)"
         bars = "95% margins of the noise" if margins else "no margins (rerun with --with-error, or give --summary)"
         return f"{self.kind} · {what} · {bars}"
 

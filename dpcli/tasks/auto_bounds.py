@@ -1,5 +1,5 @@
 """Bounds chosen privately from the data: ``auto`` for ``--max-partitions``, ``--max-contributions`` and
-``--bounds``, and the opt-in bias report (``--report-bias``).
+``--bounds``.
 
 A bound is a noisy quantile over a public grid of candidates (the "DP quantiles of contributions" that
 Amin et al., ICML 2019, show trade bias against noise), chosen by AboveThreshold (the sparse vector
@@ -19,10 +19,7 @@ less moves it by at most b, and AboveThreshold's noise is calibrated to that: ε
 spends a share of the query's budget (:data:`AUTO_SHARE`, ``--auto-share``), split equally among the
 quantiles chosen; the release spends the rest. Both parts are events of one charge.
 
-The bias report releases, per bound, a noisy count of the units it changed (a unit over the partition
-bound, a unit with a group over the row bound, a unit with a value outside the limits): counts of units,
-each unit in or out, so sensitivity 1 each, never counts of rows. It spends :data:`BIAS_SHARE` of the
-budget (``--bias-share``).
+The bias report that says how much the bounds in force cut is :mod:`dpcli.tasks.bias_report`.
 """
 
 from __future__ import annotations
@@ -49,8 +46,6 @@ from dpcli.frames import collect
 AUTO = "auto"
 #: The default share of the query's ε (or ρ) spent choosing bounds.
 AUTO_SHARE = Fraction(1, 10)
-#: The default share of the query's ε (or ρ) spent on the bias report.
-BIAS_SHARE = Fraction(1, 20)
 #: The quantile levels of the choices: 90% of units within the partition bound, 90% of the sampled
 #: (unit, group) row counts within the row bound, values clamped below the 1st and above the 99th percentile.
 PARTITIONS_LEVEL = Fraction(9, 10)
@@ -124,7 +119,9 @@ class BudgetParts:
     def events(self, command: str, epsilon: Fraction | None, rho: Fraction | None) -> list[PrivacyEvent]:
         """The events of the parts besides the release: pure ε (or ρ-zCDP when the query gives ρ)."""
         out: list[PrivacyEvent] = []
-        for name, share in (("auto-bounds", self.auto), ("bias", self.bias)):
+        # The bias report's event is named for what it measures ("bias-shares": :mod:`dpcli.tasks.bias_report`),
+        # so the plan, and with it the seed, changes with the report's kind.
+        for name, share in (("auto-bounds", self.auto), ("bias-shares", self.bias)):
             if share == 0:
                 continue
             if rho is not None:
@@ -446,14 +443,6 @@ def check_choice(epsilon: Fraction, field: str = "auto_share", scale: int = WITH
                          "--auto-share or the query's --epsilon or --rho, or give the bounds", field=field)
 
 
-def check_bias(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> None:
-    """Refuse (before any data is read) a bias report whose counts' noise cannot be drawn."""
-    if (rho if rho is not None else epsilon or 0) * share <= 0 or not sampleable(bias_noise(epsilon, rho, share,
-                                                                                             parts)):
-        raise UsageError("leaves the bias report too little budget to draw its noise; raise --bias-share or the "
-                         "query's --epsilon or --rho", field="bias_share")
-
-
 def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, given: ChosenBounds,
                   epsilon: Fraction, stream: KeyedStream, salt: int, name: str = "the input",
                   model: ErrorModel | None = None) -> ChosenBounds:
@@ -616,63 +605,6 @@ def choose_limit(entries: pl.LazyFrame, column: str, epsilon: Fraction, stream: 
     return candidates[first_reaching(at_most, VALUE_LEVELS[1], epsilon, stream.child("limit"))]
 
 
-@dataclass(frozen=True)
-class BiasReport:
-    """Noisy counts of the units each bound changed, and their 95% margin (one noise for all)."""
-
-    counts: dict[str, int]
-    moe95: int
-    noise: dict[str, Any]
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.counts, "moe95": self.moe95, "noise": self.noise}
-
-
-#: The bias report's counts, by the bound that changed the units.
-BIAS_COUNTS = {"max_partitions": "units_over_max_partitions", "max_contributions": "units_over_max_contributions",
-               "bounds": "units_with_clamped_values"}
-
-
-def bias_noise(epsilon: Fraction | None, rho: Fraction | None, share: Fraction, parts: int) -> mech.Noise:
-    """The noise of each of ``parts`` unit counts (sensitivity 1) that together spend ``share`` of the budget."""
-    if rho is not None:
-        return mech.gaussian(1, rho * share / parts)
-    assert epsilon is not None
-    return mech.laplace(1, epsilon * share / parts)
-
-
-def bias_parts(shape: DataShape, bounds: ChosenBounds) -> list[str]:
-    """The bounds a bias report counts for: the partition bound (with groups), the row bound, the value limits."""
-    out = ["max_partitions"] if bounds.max_partitions is not None and shape.by else []
-    out.append("max_contributions")
-    if bounds.bounds is not None and shape.value is not None:
-        out.append("bounds")
-    return out
-
-
-def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noise: mech.Noise, stream: KeyedStream,
-                salt: int, name: str = "the input") -> BiasReport:
-    """The noisy counts of units changed by each bound in force (:func:`bias_parts`), each with ``noise``."""
-    lf = _units(frame, shape)
-    true: dict[str, int] = {}
-    parts = bias_parts(shape, bounds)
-    if "max_partitions" in parts:
-        assert bounds.max_partitions is not None
-        per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
-        true["max_partitions"] = _count(per_unit.filter(pl.col("__d") > bounds.max_partitions), name)
-    over = _pairs(lf, shape, bounds.max_partitions, salt).filter(pl.col("__rows") > bounds.max_contributions)
-    true["max_contributions"] = _count(over.select(shape.unit).unique(), name)
-    if "bounds" in parts:
-        assert bounds.bounds is not None and shape.value is not None
-        lo, hi = bounds.bounds
-        dtype = lf.collect_schema()[shape.value]
-        x = bounding.numeric_value(pl.col(shape.value), dtype)
-        clamped = lf.filter(x.is_not_nan() & ((x < lo) | (x > hi)))
-        true["bounds"] = _count(clamped.select(shape.unit).unique(), name)
-    counts = {BIAS_COUNTS[p]: int(true[p] + noise.sample(stream.child(p), 1)[0]) for p in parts}
-    return BiasReport(counts, noise.margin95(), noise.describe())
-
-
 def _count(frame: pl.LazyFrame, name: str) -> int:
     return int(collect(frame.select(pl.len()), f"cannot read {name}").item())
 
@@ -718,6 +650,5 @@ def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: F
     return f"ε={fraction_text(epsilon * share)}"
 
 
-__all__ = ["AUTO", "AUTO_SHARE", "BIAS_SHARE", "AutoBounds", "BiasReport", "BudgetParts", "ChosenBounds",
-           "DataShape", "bias_noise", "bias_parts", "check_share", "choose_bounds", "first_reaching",
-           "pure_epsilon", "report_bias"]
+__all__ = ["AUTO", "AUTO_SHARE", "AutoBounds", "BudgetParts", "ChosenBounds", "DataShape", "check_share",
+           "choose_bounds", "first_reaching", "pure_epsilon"]

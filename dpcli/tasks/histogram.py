@@ -36,6 +36,8 @@ from dpcli.tasks import (
     PublicList,
     Result,
     auto_bounds,
+    bias_report,
+    bound_elsewhere,
     free_replay,
     quantile_gaps,
     quantile_interval,
@@ -207,6 +209,11 @@ class HistogramQuery:
     @property
     def shape(self) -> auto_bounds.DataShape:
         return auto_bounds.DataShape(self.unit, self.by, self.value)
+
+    @property
+    def counts_rows(self) -> bool:
+        """Whether the row cap bounds anything released: every aggregation but count-units reads rows."""
+        return any(a != "count-units" for a in self.aggregations)
 
     def given(self) -> auto_bounds.ChosenBounds:
         """The bounds as given (placeholders where auto)."""
@@ -438,8 +445,7 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
     if q.auto is not None and q.auto.any:  # the choice's noise is drawn after the data is read: it must not fail
         auto_bounds.check_choice(_choice_epsilon(q))
     if q.bias_share is not None:  # nor the bias report's (its counts at the bounds in force: the limits' too)
-        counted = auto_bounds.bias_parts(q.shape, q.release_query().given())
-        auto_bounds.check_bias(q.epsilon, q.rho, q.bias_share, len(counted))
+        bias_report.check_bias(q.epsilon, q.rho, q.bias_share)
     events = [*_generic_curve(release.events, q.auto), *parts.events("histogram", q.epsilon, q.rho)]
     shown = {name: auto_bounds.rho_or_epsilon_text(q.epsilon, q.rho, share)
              for name, share in (("bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
@@ -1077,10 +1083,9 @@ def _parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.Cho
     if q.auto is not None and q.auto.any:
         out["auto"] = {**in_force.to_json(), **auto_bounds.budget_json(q.epsilon, q.rho, q.auto.share)}
     if q.bias_share is not None:
-        parts = auto_bounds.bias_parts(q.shape, in_force)
-        noise = auto_bounds.bias_noise(q.epsilon, q.rho, q.bias_share, len(parts))
-        report = auto_bounds.report_bias(frames.data, q.shape, in_force, noise, stream.child("bias"),
-                                         bounding_salt(stream), frames.name)
+        noise = bias_report.bias_noise(q.epsilon, q.rho, q.bias_share)
+        report = bias_report.report_bias(frames.data, q.shape, in_force, noise, stream.child("bias"),
+                                         bounding_salt(stream), frames.name, rows=q.counts_rows)
         out["bias"] = {**report.to_json(), **auto_bounds.budget_json(q.epsilon, q.rho, q.bias_share)}
     return out
 
@@ -1160,8 +1165,34 @@ class HistogramTask:
     choose_left_out: bool = False
     left_out_stays: str | None = free_replay("notes' wording", default=None)
     left_out_chosen: tuple[str, ...] = free_replay("notes' wording", default=())
+    #: The CLI's default when neither ``--report-bias`` nor ``--no-report-bias`` is given: a bias report at
+    #: :data:`bias_report.BIAS_SHARE` wherever the release can pay for one (:meth:`with_defaults`).
+    report_bias_left_out: bool = bound_elsewhere("the query's bias_share, which it sets", default=False)
 
     def with_defaults(self, mode: str | None) -> HistogramTask:
+        """The bounds left out chosen from the data where they can be (:meth:`_choose_left_out`), then the bias
+        report left out added where it can be (:meth:`_report_left_out`); ``mode``: the ledger's (None: not
+        known yet). Both decided from public inputs only."""
+        return self._choose_left_out(mode)._report_left_out(mode)
+
+    def _report_left_out(self, mode: str | None) -> HistogramTask:
+        """With ``report_bias_left_out``, a bias report at :data:`bias_report.BIAS_SHARE` of the budget, unless
+        the release cannot have one: where bounds cannot be chosen either (:func:`_left_out_stays`: a br ledger,
+        unklap, a margin target, …), when the query's shares would leave the release less than half, when the
+        report's noise cannot be drawn, or when no bound in force can cut (count-units over one group)."""
+        if not self.report_bias_left_out:
+            return self
+        task = replace(self, report_bias_left_out=False)
+        q = task.query
+        share = bias_report.BIAS_SHARE
+        if (q.bias_share is not None or _left_out_stays(task, mode) is not None
+                or (q.auto is not None and q.auto.any and q.auto.share + share > Fraction(1, 2))
+                or not bias_report.can_report(q.epsilon, q.rho, share)
+                or not bias_report.bias_parts(q.shape, q.given(), rows=q.counts_rows)):
+            return task
+        return replace(task, query=replace(q, bias_share=share))
+
+    def _choose_left_out(self, mode: str | None) -> HistogramTask:
         """With ``choose_left_out`` (the CLI's default), the bounds left out (``defaulted``: the caps, and
         ``bounds`` for a value aggregation) chosen from the data as ``auto`` at :data:`auto_bounds.AUTO_SHARE`,
         wherever ``auto`` runs: not in a ``br`` ledger (``mode``; None: not known yet), with unklap, with a
@@ -1328,8 +1359,11 @@ class HistogramTask:
             q = q.release_query(auto_bounds.chosen_of(result.metadata.get("auto"), q.given()))
             plan = plan_histogram(q, *plan.ledger)
         in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
+        unit, bias = self.unit_label or q.unit, result.metadata.get("bias")
+        levels = {a: float(p) for a in q.aggregations if (p := parse_quantile(a)) is not None}
         return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
                 *advice.left_out(self.left_out_chosen, result.metadata.get("auto"), self.left_out_stays,
                                  [f for f in self.defaulted if f == "max_partitions" or (f == "max_contributions"
                                   and set(q.aggregations) & {"count", "sum", "mean", "variance"})]),
-                *advice.bias_report(self.unit_label or q.unit, result.metadata.get("bias"), in_force)]
+                *advice.bias_report(unit, bias, in_force), *advice.bias_beyond_margin(q, plan, result.table, unit,
+                                                                                      bias, levels)]

@@ -350,11 +350,12 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
 def _check_parts_noise(q: TopKQuery, whole: Fraction) -> None:
     """Refuse, before any data is read, a choice of τ or a bias report whose noise cannot be drawn."""
     from dpcli.tasks import auto_bounds as ab
+    from dpcli.tasks import bias_report as br
 
     if q.auto is not None:
         ab.check_choice(ab.pure_epsilon(whole, None, q.auto.share, q.auto.choices), scale=ab.QUANTILE_SCALE)
     if q.bias_share is not None:
-        ab.check_bias(whole, None, q.bias_share, 1)
+        br.check_bias(whole, None, q.bias_share)
 
 
 def whole_epsilon(q: TopKQuery) -> Fraction:
@@ -681,6 +682,7 @@ def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedSt
     plan at that τ (the same events as planned before any data was read); with ``--report-bias``: the noisy
     count of units with a group over τ (``stream.child("bias")``). Metadata for both (released values)."""
     from dpcli.tasks import auto_bounds as ab
+    from dpcli.tasks import bias_report as br
 
     extra: dict[str, Any] = {}
     if q.parts.release == 1:
@@ -696,7 +698,7 @@ def _bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedSt
         extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(whole * auto.share)}
     if q.bias_share is not None:
         bounds = ab.ChosenBounds(None, q.max_contributions, None)
-        noise = ab.bias_noise(whole, None, q.bias_share, len(ab.bias_parts(shape, bounds)))
-        extra["bias"] = ab.report_bias(frames.data, shape, bounds, noise, stream.child("bias"), 0,
+        noise = br.bias_noise(whole, None, q.bias_share)
+        extra["bias"] = br.report_bias(frames.data, shape, bounds, noise, stream.child("bias"), 0,
                                        frames.name).to_json()
     return q, plan, extra

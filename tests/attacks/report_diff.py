@@ -25,6 +25,7 @@ import contextlib
 import fnmatch
 import hashlib
 import json
+import re
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,14 @@ VOLATILE_LEDGER_FIELDS = ("time", "hash", "prev", "seq")
 #: A stream's or schedule's run marked as begun carries a keyed digest of its input's bytes, which differ
 #: between any two inputs (as a step's ``step.input`` does).
 NOISY_LEDGER_FIELDS = ("ledger.*.output", "ledger.*.starts.input")
+#: The bias report's released values (dpcli.tasks.bias_report): noisy shares and units, and the margin derived
+#: from the noisy units. Its budget and noise are compared.
+NOISY_BIAS_FIELDS = ("json.summary.bias.share_*", "json.summary.bias.units", "json.summary.bias.moe95")
+#: Notes whose text is a function of released values only: the bias report's statement (compared with its
+#: numbers masked) and the notes it leads to (whether one is shown depends on the noisy shares: dropped).
+BIAS_STATEMENT = re.compile(r"^dpcli: note: bounds cut\b.*$", re.M)
+BIAS_CONSEQUENCES = re.compile(r"^dpcli: note: (\S+: the caps cut about|\S+: about .* of the kept values were "
+                               r"clamped to|about .* of the kept values were clamped to).*\n", re.M)
 
 
 @dataclass
@@ -139,9 +148,11 @@ def report_diff(a: Report, b: Report, noisy: Collection[str] = ()) -> list[str]:
     out: list[str] = []
     if a.exit_code != b.exit_code:
         out.append(f"exit_code: {a.exit_code} != {b.exit_code}")
-    if a.stderr != b.stderr:
+    stderr = [BIAS_STATEMENT.sub("dpcli: note: bounds cut (noisy)", BIAS_CONSEQUENCES.sub("", r.stderr))
+              for r in (a, b)]
+    if stderr[0] != stderr[1]:
         out.append(f"stderr: {a.stderr!r} != {b.stderr!r}")
-    skip = {"json.result", *NOISY_LEDGER_FIELDS, *noisy}
+    skip = {"json.result", *NOISY_LEDGER_FIELDS, *NOISY_BIAS_FIELDS, *noisy}
     if (a.json is None) != (b.json is None):
         out.append("json: only one run printed JSON")
     elif a.json is not None:

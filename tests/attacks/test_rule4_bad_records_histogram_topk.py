@@ -66,6 +66,8 @@ def _public(doc: Any) -> Any:
     if "auto" in doc["summary"]:  # caps left out are chosen from the data: released, noisy, and so is what they scale
         noisy += ("auto", "max_partitions", "max_contributions", "measurements", "calibration", "threshold")
     summary = {k: v for k, v in doc["summary"].items() if k not in noisy}
+    if "bias" in summary:  # the bias report's shares and units are released, noisy; its budget and noise are not
+        summary["bias"] = {k: v for k, v in summary["bias"].items() if k in ("epsilon", "rho", "noise")}
     return {"result": result, "summary": summary, "columns": [sorted(row) for row in doc["result"]][:1]}
 
 

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 from dpcli.errors import UsageError
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks import bias_report as br
 from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 from dpcli.tasks.sql.ir import AnonAgg, ResolvedQuery
 from dpcli.tasks.sql.measures import Budget
@@ -76,7 +77,7 @@ def check_noise(request: AutoBounds | None, bias_share: Fraction | None, epsilon
     if request is not None:
         ab.check_choice(ab.pure_epsilon(epsilon, rho, request.share, request.choices), scale=ab.QUANTILE_SCALE)
     if bias_share is not None:
-        ab.check_bias(epsilon, rho, bias_share, 2)
+        br.check_bias(epsilon, rho, bias_share)
 
 
 __all__ = ["DEFAULT_CAP_AUTO", "check_auto", "check_noise", "default_counts", "parts_of", "release_budget",

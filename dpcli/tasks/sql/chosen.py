@@ -12,6 +12,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks import bias_report as br
 from dpcli.tasks.sql.measures import SqlPlan
 from dpcli.tasks.sql.run import per_user_frame
 
@@ -23,7 +24,8 @@ def bounds_chosen(task: SqlTask, plan: SqlPlan, tables: Mapping[str, pl.LazyFram
                   name: str) -> tuple[SqlTask, SqlPlan, dict[str, Any]]:
     """With ``auto``: K then C chosen on the per-user frame (``stream.child("auto")``, the release's bounding
     ``salt``), the task and its plan at them (the events planned before any data was read: asserted); with
-    ``--report-bias``: the noisy counts of units over K and with a partition over C (``stream.child("bias")``).
+    a bias report: the noisy shares of each user's rows cut by K and (where a count is capped by it) by C
+    (:mod:`dpcli.tasks.bias_report`, ``stream.child("bias")``).
     The metadata of both (released values)."""
     o = task.options
     frame, layout = per_user_frame(task.query, plan, tables, task.query.group_names)
@@ -37,8 +39,9 @@ def bounds_chosen(task: SqlTask, plan: SqlPlan, tables: Mapping[str, pl.LazyFram
         task, plan, bounds = _plannable(task, plan, bounds)
         extra["auto"] = {**bounds.to_json(), **_part(budget.epsilon, budget.rho, o.auto.share)}
     if o.bias_share is not None:
-        noise = ab.bias_noise(budget.epsilon, budget.rho, o.bias_share, len(ab.bias_parts(shape, bounds)))
-        extra["bias"] = ab.report_bias(frame, shape, bounds, noise, stream.child("bias"), salt, name).to_json()
+        noise = br.bias_noise(budget.epsilon, budget.rho, o.bias_share)
+        extra["bias"] = br.report_bias(frame, shape, bounds, noise, stream.child("bias"), salt, name,
+                                       rows=task.capped_by_default()).to_json()
     return task, plan, extra
 
 

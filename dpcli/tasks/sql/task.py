@@ -88,21 +88,44 @@ class SqlTask:
     command: str = "sql"
     left_out_stays: str | None = free_replay("notes' wording", default=None)
     left_out_chosen: tuple[str, ...] = free_replay("notes' wording", default=())
+    #: The bias report was added by default (:meth:`with_report`), not asked for: dropped where it cannot run.
+    report_defaulted: bool = free_replay("notes' wording", default=False)
 
     @classmethod
     def from_text(cls, text: str, tables: Mapping[str, TableDecl], options: SqlOptions, noise_given: bool = True,
                   defaulted: tuple[str, ...] = (), unit_label: str | None = None,
-                  choose_left_out: bool = False) -> SqlTask:
+                  choose_left_out: bool = False, report_left_out: bool = False) -> SqlTask:
         """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read). With
         ``choose_left_out`` (the CLI's default on polars), the caps in ``defaulted`` are chosen from the data
-        where they bound something (:meth:`with_defaults`)."""
+        where they bound something (:meth:`with_defaults`); with ``report_left_out`` (the CLI's default on
+        polars without ``--report-bias``/``--no-report-bias``), a bias report where it can run
+        (:meth:`with_report`)."""
         options.check()
         chosen = options.auto is not None and options.auto.contributions
         chosen = chosen or (choose_left_out and "max_contributions" in defaulted)
         query = resolve_query(text, tables, sql_auto.DEFAULT_CAP_AUTO if chosen else options.max_contributions)
         used = {s.table for s in scans_of(query.relation)}
         task = cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
-        return task.with_defaults() if choose_left_out else task
+        task = task.with_defaults() if choose_left_out else task
+        return task.with_report() if report_left_out else task
+
+    def with_report(self) -> SqlTask:
+        """A bias report at :data:`dpcli.tasks.bias_report.BIAS_SHARE` of the budget unless one is set, the budget
+        has no ε or ρ, the shares would leave the release less than half, or its noise cannot be drawn (public
+        inputs only; :meth:`for_ledger` drops it where the ledger cannot take its part)."""
+        from dpcli.tasks.bias_report import BIAS_SHARE
+
+        o = self.options
+        if o.bias_share is not None or (o.budget.epsilon is None and o.budget.rho is None):
+            return self
+        if not self.query.groups and not self.capped_by_default():  # no bound in force can cut a row
+            return self
+        try:
+            sql_auto.check_auto(self.query, o.auto, BIAS_SHARE)
+            sql_auto.check_noise(o.auto, BIAS_SHARE, o.budget.epsilon, o.budget.rho)
+        except UsageError:
+            return self
+        return replace(self, options=replace(o, bias_share=BIAS_SHARE), report_defaulted=True)
 
     def with_defaults(self) -> SqlTask:
         """The caps left out (``defaulted``) as ``auto`` at :data:`dpcli.tasks.auto_bounds.AUTO_SHARE` where they
@@ -152,6 +175,8 @@ class SqlTask:
         task = self
         if mode == "approx" and self.options.budget.rho is not None and self.left_out_chosen:
             task = self._left_out_kept("ρ on an approx ledger")  # the choice's zCDP part has no δ to convert at
+        if mode == "approx" and self.options.budget.rho is not None and self.report_defaulted:  # nor the report's
+            task = replace(task, options=replace(task.options, bias_share=None), report_defaulted=False)
         if task.noise_given or mode != "zcdp":
             return task
         budget = replace(task.options.budget, noise="gaussian")
@@ -309,17 +334,27 @@ class SqlTask:
         from dpcli.tasks.sql.describe import sql_notes
 
         chosen = result.metadata.get("auto")
-        cap = self.options.max_contributions
-        counts = any(a.function == "count" and a.cap == cap for a in self.query.aggregates)
+        counts = self.capped_by_default()
         binding = [f for f in self.defaulted
                    if (f == "max_partitions" and self.query.groups) or (f == "max_contributions" and counts)]
         left_out = advice.left_out(self.left_out_chosen, chosen, self.left_out_stays, binding)
+        k = int((chosen or {}).get("max_partitions", self.options.max_partitions))
+        c = int((chosen or {}).get("max_contributions", self.options.max_contributions))
+        bias = advice.bias_report(self.unit_word, result.metadata.get("bias"),
+                                  {"max_partitions": k, "max_contributions": c, "bounds": None})
         if chosen is None:
-            return [*sql_notes(self, plan, result.table), *left_out]
+            return [*sql_notes(self, plan, result.table), *left_out, *bias]
         # the margins of the bounds chosen (released values), not the placeholders planned before
-        task = self.at_bounds(int(chosen.get("max_partitions", self.options.max_partitions)),
-                              int(chosen.get("max_contributions", self.options.max_contributions)))
-        return [*sql_notes(task, task.plan("pure", {}), result.table), *left_out]
+        task = self.at_bounds(k, c)
+        return [*sql_notes(task, task.plan("pure", {}), result.table), *left_out, *bias]
+
+    def capped_by_default(self) -> bool:
+        """Whether an ``ANON_COUNT`` counts at the query's row cap (``--max-contributions``, or ``auto``'s
+        placeholder before the choice), not one of its own: only then does that cap cut rows (sums and means
+        bound each user's partial, not rows)."""
+        cap = self.options.max_contributions
+        return sql_auto.default_counts(self.query) or any(a.function == "count" and a.cap == cap
+                                                          for a in self.query.aggregates)
 
     def per_unit_means(self) -> list[str]:
         """The output columns that average each unit's own mean over units (ANON_AVG, ANON_VAR, ANON_STDDEV:

@@ -30,6 +30,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError, type_text
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks import bias_report as br
 from dpcli.tasks.stream.events import record_exprs
 from dpcli.tasks.stream.plan import StreamPlan, plan_stream
 from dpcli.tasks.stream.query import CLAMP_RANGE, StreamQuery
@@ -159,5 +160,5 @@ def _bias(records: pl.LazyFrame, q: StreamQuery, stream: KeyedStream, name: str)
     assert q.report_bias is not None
     shape = ab.DataShape("__unit", (), "__x" if q.value is not None else None)
     bounds = ab.ChosenBounds(None, q.max_records, (-q.clamp, q.clamp) if q.clamp is not None else None)
-    noise = ab.bias_noise(q.epsilon, None, q.report_bias, len(ab.bias_parts(shape, bounds)))
-    return ab.report_bias(records, shape, bounds, noise, stream, 0, name).to_json()
+    noise = br.bias_noise(q.epsilon, None, q.report_bias)
+    return br.report_bias(records, shape, bounds, noise, stream, 0, name).to_json()

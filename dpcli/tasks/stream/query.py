@@ -18,11 +18,11 @@ from dpcli.tasks.auto_bounds import (
     QUANTILE_SCALE,
     AutoBounds,
     BudgetParts,
-    check_bias,
     check_choice,
     check_share,
     pure_epsilon,
 )
+from dpcli.tasks.bias_report import check_bias
 
 #: Event times (epoch seconds, UTC) that dates can show: 0001-01-01T00:00:00 … 9999-12-31T23:59:59.
 MIN_SECONDS = -62_135_596_800
@@ -124,7 +124,7 @@ class StreamQuery:
             quantiles = int(a.contributions) + int(a.values)
             check_choice(pure_epsilon(self.epsilon, None, a.share, quantiles), scale=QUANTILE_SCALE)
         if self.report_bias is not None:
-            check_bias(self.epsilon, None, self.report_bias, 2)
+            check_bias(self.epsilon, None, self.report_bias)
 
     def _check_value(self) -> None:
         """``--value`` and its clamp together (each missing one named), the clamp within CLAMP_RANGE."""
