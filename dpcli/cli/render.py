@@ -60,8 +60,9 @@ def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: 
 def target_line(target: dict[str, Any]) -> str:
     """``target: count ±50 → epsilon=0.04232 (count ±50)``: what a margin target chose, in one line."""
     parameter = "rho" if "rho" in target else "epsilon"
-    wanted = ", ".join(f"{c} ±{m['target']}" for c, m in target["columns"].items())
-    got = ", ".join(f"{c} ±{m['moe95']:.6g}" for c, m in target["columns"].items())
+    rows = {c: " rows" if c.endswith("_rank") else "" for c in target["columns"]}  # a quantile's rank margin
+    wanted = ", ".join(f"{c} ±{m['target']}{rows[c]}" for c, m in target["columns"].items())
+    got = ", ".join(f"{c} ±{m['moe95']:.6g}{rows[c]}" for c, m in target["columns"].items())
     return (f"  target: {wanted} → {parameter}={target[parameter]}, which gives {got} (the smallest {parameter} "
             f"of {target['digits']} significant digits that does)")
 
@@ -246,10 +247,29 @@ def _num(value: float | str) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+def _rank_text(m: dict[str, Any]) -> str:
+    """``, 95% rank margin ±87.3 rows``: a quantile's error in rank (bounded rows), when the dry run knows it."""
+    rank = m.get("rank_moe95")
+    if rank is None:
+        return ""
+    if isinstance(rank, str):  # it depends on a bound chosen at run time
+        return "".join([f", 95% rank margin {rank}", *_caps_text(m, "rank_", " rows")])
+    return f", 95% rank margin ±{rank:.4g} rows"
+
+
+def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]:
+    """`` (±60 at caps of 1, ±3.9e+06 at the largest caps the choice can make)``: a run-time margin's range."""
+    low, high = m.get(f"{prefix}moe95_at_caps_of_1"), m.get(f"{prefix}moe95_at_largest_caps")
+    shown = [f"±{low:.4g}{unit} at caps of 1"] if low is not None else []
+    if isinstance(high, float | int):
+        shown.append(f"±{high:.4g}{unit} at the largest caps the choice can make")
+    return [f" ({', '.join(shown)})"] if shown else []
+
+
 def _noise_text(m: dict[str, Any]) -> str:
     """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
     if "noise" not in m:
-        return str(m.get("mechanism", "exponential")) + " mechanism"
+        return str(m.get("mechanism", "exponential")) + " mechanism" + _rank_text(m)
     bits = [str(m["noise"]).replace("_", " ")]
     bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items()
              if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1")]

@@ -74,7 +74,8 @@ def parse_quantile(name: str) -> Fraction | None:
     return q
 
 
-def _q_label(q: Fraction) -> str:
+def quantile_label(q: Fraction) -> str:
+    """The name of the p-quantile's output column before its value's: ``median``, ``p90``, ``p99.9``."""
     return "median" if q == Fraction(1, 2) else "p" + fraction_text(q * 100)
 
 
@@ -367,8 +368,10 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             measurements[n] = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95", "part": f"interval {part}",
                                **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
             continue
-        if m.noise is None:
-            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
+        if m.noise is None:  # a quantile: its error is a rank, in bounded rows (public: ε, C and the grid)
+            rank = quantile_rank_margin(m, q.grid) if q.grid is not None and m.em_rate is not None else None
+            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential",
+                               **({"rank_moe95": rank} if rank is not None else {})}
             continue
         # The 95% margin in the units of the output column (sums are released in --value's units).
         margin: float | None = None
@@ -861,8 +864,8 @@ def _aggregate(
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     if q.with_error:  # the interval's releases are in the plan only with --with-error
         lo, hi = _quantile_interval(released, p, mmt.name, totals, qhist, stream)
-        return f"{_q_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
-    return f"{_q_label(p)}_{v}", values, None, ""
+        return f"{quantile_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
+    return f"{quantile_label(p)}_{v}", values, None, ""
 
 
 def _quantile_interval(released: _Released, p: Fraction, name: str, totals: pl.DataFrame, qhist: pl.DataFrame,
@@ -1096,6 +1099,12 @@ def _check_target_bounds(request: auto_bounds.AutoBounds | None, limits: Mapping
     if request.values and "sum" in limits:
         raise UsageError("cannot be met for a sum with --bounds auto (its margin depends on the bounds): target the "
                          "counts only, or give --bounds", field=option)
+    if request.values and "mean" in limits:
+        raise UsageError("cannot be met for a mean with --bounds auto (its margin depends on the bounds): give "
+                         "--bounds", field=option)
+    if request.values and any(n.startswith("q") for n in limits):
+        raise UsageError("cannot be met for a quantile's rank with --bounds auto (its margin depends on the grid the "
+                         "bounds span): give --bounds", field=option)
 
 
 def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any]) -> None:
@@ -1103,6 +1112,11 @@ def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any])
     noise and the threshold; the value limits scale the sums."""
     every = request.partitions or request.contributions
     for name, m in described["calibration"].items():
+        if "rank_moe95" in m and (every or request.values):  # a quantile's: K·C and the grid's points
+            if not request.values:
+                m["rank_moe95_at_caps_of_1"] = m["rank_moe95"]
+            m["rank_moe95"] = auto_bounds.AT_RUN_TIME
+            continue
         valued = name in ("sum", "csum", "csumsq")
         if m.get("mechanism") != "exponential" and (every or valued):
             if not (request.values and valued) and isinstance(m.get("moe95"), (int, float)):
