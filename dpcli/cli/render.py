@@ -163,8 +163,9 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     lines = ["dry run: no data read, nothing charged",
              f"schedule {sc['name']!r} ({sc['scheduler']}, {standing}): {budget} for all its runs, reserved once"
              + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
-    if plan.get("rows"):
-        r = plan["rows"]
+    counts = "units" if plan.get("units") else "rows"
+    if plan.get(counts):
+        r = plan[counts]
         if r.get("each"):
             grown = "; the later runs as stated, run by run"
         elif r["last"] != r["first"]:
@@ -172,8 +173,9 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
                      "(geometric: state each run's size as N1,N2,… if the data grow otherwise)")
         else:
             grown = ""
-        lines.append(f"  sizes stated with --rows (never read from the data): {r['first']:,} at the next run{grown}")
-    lines += _runs_table(plan["runs"])
+        lines.append(f"  sizes stated with --{counts} (never read from the data): {r['first']:,} at the next run"
+                     + grown)
+    lines += _runs_table(plan["runs"], counts)
     lines.append(f"  after run {plan['runs'][-1]['run']} ({spend['runs']} planned): "
                  f"ε used {spend['epsilon_used']:.4g} of {spend['reserved']}"
                  + (f" (size estimates {spend['size_estimates']:.3g})" if spend["size_estimates"] else "")
@@ -190,16 +192,17 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     return lines
 
 
-def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
-    """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size, release, ε, margins."""
+def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
+    """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size (``counts``: rows or units),
+    release, ε, margins."""
     shown = runs if len(runs) <= SHOWN_RUNS + 1 else [*runs[:SHOWN_RUNS], None, runs[-1]]
-    sized = any(r.get("rows") is not None for r in runs)
-    lines = ["     run" + ("        size" if sized else "") + "  release (95% margins)"]
+    sized = any(r.get(counts) is not None for r in runs)
+    lines = ["     run" + (f"{counts:>12}" if sized else "") + "  release (95% margins)"]
     for r in shown:
         if r is None:
             lines.append("    …")
             continue
-        size = f"{r['rows']:>12,}" if sized else ""
+        size = f"{r[counts]:>12,}" if sized else ""
         if r["release"] == "new":
             step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
             what = f"{step}, ε = {_num(r['epsilon'])}" + (f" (ρ = {_num(r['rho'])})" if "rho" in r else "")
