@@ -218,7 +218,8 @@ def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
 
 
 def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
-    """A dry run's threshold (a number, or chosen at run time with the partition bound) and the budget's parts."""
+    """A dry run's threshold (a number, or chosen at run time with the partition bound), the budget's parts and the
+    largest caps ``auto`` can choose."""
     lines = []
     if isinstance(plan.get("threshold"), str):
         lines.append(f"  threshold: {plan['threshold']} (it grows with the partition bound)")
@@ -226,6 +227,8 @@ def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  threshold: groups need at least {plan['threshold']} noisy units")
     if plan.get("parts"):
         lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
+    if plan.get("largest_caps"):
+        lines.append(_largest_caps_line(plan["largest_caps"]))
     return lines
 
 
@@ -250,6 +253,15 @@ def _num(value: float | str) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+def _largest_caps_line(caps: dict[str, Any]) -> str:
+    """``largest caps auto can choose: K 50, C 65,536``: where a dry run's "at the largest caps" margins are."""
+    line = (f"  largest caps auto can choose: --max-partitions {caps['max_partitions']:,}, --max-contributions "
+            f"{caps['max_contributions']:,}")
+    if not caps["sampleable"]:
+        line += " (noise too large to sample there: shown, the most at caps it can sample)"
+    return line
+
+
 def _rank_text(m: dict[str, Any]) -> str:
     """``, 95% rank margin ±87.3 rows``: a quantile's error in rank (bounded rows), when the dry run knows it."""
     rank = m.get("rank_moe95")
@@ -265,7 +277,9 @@ def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]
     low, high = m.get(f"{prefix}moe95_at_caps_of_1"), m.get(f"{prefix}moe95_at_largest_caps")
     shown = [f"±{low:.4g}{unit} at caps of 1"] if low is not None else []
     if isinstance(high, float | int):
-        shown.append(f"±{high:.4g}{unit} at the largest caps the choice can make")
+        shown.append(f"at most ±{high:.4g}{unit} at the largest caps")
+    elif low is not None:
+        shown[-1] += ", more at the caps chosen"
     return [f" ({', '.join(shown)})"] if shown else []
 
 
@@ -275,11 +289,9 @@ def _noise_text(m: dict[str, Any]) -> str:
         return str(m.get("mechanism", "exponential")) + " mechanism" + _rank_text(m)
     bits = [str(m["noise"]).replace("_", " ")]
     bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items()
-             if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1")]
+             if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1", "moe95_at_largest_caps")]
     if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
-        low = m.get("moe95_at_caps_of_1")
-        bits.append(f"95% margin {m['moe95']}" + (f" (±{low:g} at caps of 1, more at the caps chosen)"
-                                                   if low is not None else ""))
+        bits.append(f"95% margin {m['moe95']}" + "".join(_caps_text(m)))
     elif m.get("moe95") is not None:
         bits.append(f"95% margin ±{m['moe95']:g}")
     return ", ".join(bits)

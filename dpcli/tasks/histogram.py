@@ -36,6 +36,7 @@ from dpcli.tasks import (
     PublicList,
     Result,
     auto_bounds,
+    bound_elsewhere,
     free_replay,
     quantile_gaps,
     quantile_interval,
@@ -1107,14 +1108,21 @@ def _check_target_bounds(request: auto_bounds.AutoBounds | None, limits: Mapping
                          "bounds span): give --bounds", field=option)
 
 
-def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any]) -> None:
+def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any],
+                     largest: dict[str, Any] | None = None) -> None:
     """A dry run's margins that depend on a bound chosen at run time: the partition and row bounds scale every
-    noise and the threshold; the value limits scale the sums."""
+    noise and the threshold; the value limits scale the sums. Beside each, its margin at caps of 1 (the least)
+    and, with ``largest`` (:func:`largest_cap_margins`), at the largest caps the choice can make (the most)."""
     every = request.partitions or request.contributions
+    high = largest["moe95"] if largest is not None else {}
+    if largest is not None:
+        described["largest_caps"] = {k: v for k, v in largest.items() if k != "moe95"}
     for name, m in described["calibration"].items():
         if "rank_moe95" in m and (every or request.values):  # a quantile's: K·C and the grid's points
             if not request.values:
                 m["rank_moe95_at_caps_of_1"] = m["rank_moe95"]
+            if name in high:
+                m["rank_moe95_at_largest_caps"] = high[name]
             m["rank_moe95"] = auto_bounds.AT_RUN_TIME
             continue
         valued = name in ("sum", "csum", "csumsq")
@@ -1122,9 +1130,63 @@ def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any])
             if not (request.values and valued) and isinstance(m.get("moe95"), (int, float)):
                 # the plan's placeholders are caps of 1: a lower bound on the margin, which grows with the caps
                 m["moe95_at_caps_of_1"] = m["moe95"]
+                if name in high:
+                    m["moe95_at_largest_caps"] = high[name]
             m.update({k: auto_bounds.AT_RUN_TIME for k in ("scale", "moe95") if k in m})
     if request.partitions and described.get("threshold") is not None:
         described["threshold"] = auto_bounds.AT_RUN_TIME
+
+
+def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction]],
+                        listed: int | None) -> dict[str, Any] | None:
+    """The 95% margins at the largest caps ``auto`` can choose (:func:`auto_bounds.cap_candidates`: public), for
+    a dry run: ``{"max_partitions": K, "max_contributions": C, "sampleable": …, "moe95": {measurement: margin}}``
+    (a quantile's: its rank margin, rows). Every margin grows with K and C, so these are the largest the release
+    can show. Where the noise at (K, C) is too large to sample the release falls back to caps of 1
+    (:func:`_plannable`): ``sampleable`` is then false and each margin is the largest over the caps it can sample
+    (a staircase over the two grids: what can be sampled shrinks as either cap grows). None when the caps are
+    given, or the value limits are ``auto`` too (which caps can be sampled then depends on the limits chosen), or
+    K is chosen from a public list whose length is not known here (``listed`` None: a schedule's plan)."""
+    request = q.auto
+    if request is None or not (request.partitions or request.contributions) or request.values:
+        return None
+    if request.partitions and q.domain == "keys" and listed is None:
+        return None
+    ks, cs = auto_bounds.cap_candidates(request, q.given(), listed if q.domain == "keys" else None)
+    base = q.release_query()
+
+    def margins(k: int, c: int) -> dict[str, float] | None:
+        at = replace(base, max_partitions=k, max_contributions=c)
+        try:
+            described = describe_plan(at, plan_histogram(at, *ledger))
+        except UsageError:  # noise too large to sample at these caps
+            return None
+        out: dict[str, float] = {}
+        for name, m in described["calibration"].items():
+            margin = m.get("rank_moe95", m.get("moe95"))
+            if isinstance(margin, int | float) and not name.startswith("i"):
+                out[name] = float(margin)
+        return out
+
+    top = margins(ks[-1], cs[-1])
+    doc: dict[str, Any] = {"max_partitions": ks[-1], "max_contributions": cs[-1], "sampleable": top is not None}
+    return {**doc, "moe95": top if top is not None else _staircase_most(ks, cs, margins)}
+
+
+def _staircase_most(ks: tuple[int, ...], cs: tuple[int, ...],
+                    margins: Callable[[int, int], dict[str, float] | None]) -> dict[str, float]:
+    """Each margin's largest over the pairs (K, C) of the grids where ``margins`` is not None (the noise can be
+    sampled). What can be sampled shrinks as either cap grows and every margin grows with both, so the largest lie
+    on the frontier: for K from the largest down, the largest C that can be sampled, which can only grow."""
+    best: dict[str, float] = {}
+    j = -1  # the index of the largest C sampleable at the K in hand
+    for k in reversed(ks):
+        found = margins(k, cs[j]) if j >= 0 else None
+        while j + 1 < len(cs) and (up := margins(k, cs[j + 1])) is not None:
+            j, found = j + 1, up
+        for name, margin in (found or {}).items():
+            best[name] = max(best.get(name, 0.0), margin)
+    return best
 
 
 @dataclass(frozen=True)
@@ -1174,6 +1236,7 @@ class HistogramTask:
     choose_left_out: bool = False
     left_out_stays: str | None = free_replay("notes' wording", default=None)
     left_out_chosen: tuple[str, ...] = free_replay("notes' wording", default=())
+    listed: int | None = bound_elsewhere("the public list's digest (its number of groups)", default=None)
 
     def with_defaults(self, mode: str | None) -> HistogramTask:
         """With ``choose_left_out`` (the CLI's default), the bounds left out (``defaulted``: the caps, and
@@ -1217,6 +1280,14 @@ class HistogramTask:
 
         choice = choose(task.query, task.target, mode)
         return replace(task, query=choice.query, target=None, chosen=choice)
+
+    def with_list_groups(self, groups: Callable[[], dict[str, int]]) -> HistogramTask:
+        """For a dry run: the number of groups of the public list (``groups``: counted from the lists, called only
+        when a partition bound is chosen from a list), which caps the K ``auto`` can choose."""
+        q = self.query
+        if q.domain != "keys" or q.auto is None or not q.auto.partitions:
+            return self
+        return replace(self, listed=groups().get("keys"))
 
     def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
         """With a target: the best margins a ledger that refuses the chosen ε could pay (None without)."""
@@ -1290,7 +1361,7 @@ class HistogramTask:
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()
         if self.query.auto is not None and self.query.auto.any:
-            _unknown_margins(self.query.auto, described)
+            _unknown_margins(self.query.auto, described, largest_cap_margins(self.query, plan.ledger, self.listed))
         if self.kept is not None and self.kept.pending.any:
             _unknown_margins(self.kept.pending, described)
         return described
