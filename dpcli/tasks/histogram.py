@@ -1165,7 +1165,7 @@ def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction
         for name, m in described["calibration"].items():
             margin = m.get("rank_moe95", m.get("moe95"))
             if isinstance(margin, int | float) and not name.startswith("i"):
-                out[name] = float(margin)
+                out[name] = margin
         return out
 
     top = margins(ks[-1], cs[-1])
