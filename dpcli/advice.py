@@ -90,7 +90,8 @@ def small_run_epsilon(run_epsilon: float, total_epsilon: float, scheduler: str =
     if not run_epsilon < total_epsilon / 100:
         return None
     hint = ("; if you know how many runs there will be, compare --scheduler fixed, which spends the total evenly "
-            "over them (--dry-run --rows … --runs N shows both)") if scheduler != "fixed" else ""
+            f"over them (--dry-run {'--units' if scheduler == 'bbscheduler' else '--rows'} … --runs N shows both)"
+            ) if scheduler != "fixed" else ""
     return Note(f"this run of the schedule used ε = {run_epsilon:.3g} of its total {total_epsilon:g}: early runs get a "
                 f"small share, so expect much noise until the data has grown{hint}")
 

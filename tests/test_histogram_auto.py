@@ -4,6 +4,7 @@ dpcli.tasks.auto_bounds wired into the one release path (docs/choosing-parameter
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -231,3 +232,66 @@ def test_a_left_out_cap_is_chosen_by_the_cli_and_a_br_ledger_keeps_one_and_says_
     r = cli("--state-dir", br, *args[:-2], "--epsilon", "1")
     assert r.exit_code == 0, r.stderr
     assert "left at 1: dpcli chooses left-out caps from the data, but not with a br ledger" in r.stderr
+
+
+def test_dry_run_shows_the_margins_at_the_largest_caps_auto_can_choose():
+    """Beside "chosen at run time" and the margin at caps of 1 (the least), the margin at the largest K and C the
+    choice can return (the most; public: the grids, K capped by the listed groups): the same margin as a dry run
+    that gives those caps at the release's share of ε (0.85: 0.1 chooses, 0.05 is the bias report's) and no bias
+    report. A quantile's rank margin too."""
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    keys = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,median",
+            "--value", "duration_s", "--bounds", "0:600", "--dry-run", "--json"]
+    doc = json.loads(cli(*keys, "--epsilon", "1").stdout)
+    assert doc["largest_caps"] == {"max_partitions": 50, "max_contributions": 65536, "sampleable": True}
+    given = json.loads(cli(*keys, "--epsilon", "0.85", "--max-partitions", "50", "--max-contributions",
+                           "65536", "--no-report-bias").stdout)["calibration"]
+    rows, rank = doc["calibration"]["rows"], doc["calibration"]["q0.5"]
+    assert rows["moe95"] == "chosen at run time" and rows["moe95_at_largest_caps"] == given["rows"]["moe95"]
+    assert rank["rank_moe95"] == "chosen at run time"
+    assert rank["rank_moe95_at_largest_caps"] == pytest.approx(given["q0.5"]["rank_moe95"], rel=1e-12)
+    assert rank["rank_moe95_at_caps_of_1"] < rank["rank_moe95_at_largest_caps"]
+    text = cli(*keys[:-1], "--epsilon", "1").stdout
+    low, high = rows["moe95_at_caps_of_1"], given["rows"]["moe95"]
+    assert f"(±{low:.4g} at caps of 1, at most ±{high:.4g} at the largest caps)" in text
+    assert "largest caps auto can choose: --max-partitions 50, --max-contributions 65,536\n" in text
+    # without a list K runs to the grid's end; only C chosen: K stays as given
+    found = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-7", "--dry-run", "--json"]
+    assert json.loads(cli(*found, "--epsilon", "1").stdout)["largest_caps"]["max_partitions"] == 65536
+    only_c = json.loads(cli(*found, "--epsilon", "1", "--max-partitions", "3").stdout)["largest_caps"]
+    assert only_c == {"max_partitions": 3, "max_contributions": 65536, "sampleable": True}
+    # with the value limits chosen too, which caps can be sampled depends on them: no largest margin is claimed
+    auto_values = json.loads(cli(*keys[:12], "--bounds", "auto", "--dry-run", "--json", "--epsilon", "1").stdout)
+    assert "largest_caps" not in auto_values and "moe95_at_largest_caps" not in auto_values["calibration"]["rows"]
+    assert entries() == []
+
+
+def test_where_the_largest_caps_cannot_be_sampled_the_most_over_the_caps_that_can_is_shown():
+    """A tiny ε: the noise at (3, 65536) is too large to sample, so the release would fall back to caps of 1 there;
+    the margin shown is the largest over every pair of the grids that can be sampled (the staircase search against
+    a search of every pair), and it lies between the margins at caps of 1 and at the largest caps."""
+    from dpcli.errors import UsageError
+    from dpcli.tasks import auto_bounds
+    from dpcli.tasks import histogram as hist
+
+    q = hist.HistogramQuery(by=("g",), unit="u", aggregations=("count", "sum"), value="x", bounds=(0.0, 600.0),
+                            domain="keys", epsilon=Fraction(1, 10**4),
+                            auto=auto_bounds.AutoBounds(True, True, False))
+    largest = hist.largest_cap_margins(q, ("pure", {}), 3)
+    assert largest is not None and not largest["sampleable"]
+    assert (largest["max_partitions"], largest["max_contributions"]) == (3, 65536)
+    ks, cs = auto_bounds.cap_candidates(q.auto, q.given(), 3)
+    assert ks == (1, 2, 3) and cs[0] == 1 and cs[-1] == 65536
+    best: dict[str, float] = {}
+    for k in ks:
+        for c in cs:
+            at = replace(q.release_query(), max_partitions=k, max_contributions=c)
+            try:
+                described = hist.describe_plan(at, hist.plan_histogram(at, "pure", {}))
+            except UsageError:
+                continue
+            for name in ("rows", "sum"):
+                best[name] = max(best.get(name, 0.0), float(described["calibration"][name]["moe95"]))
+    assert largest["moe95"] == best
+    ones = hist.describe_plan(q.release_query(), hist.plan_histogram(q.release_query(), "pure", {}))["calibration"]
+    assert all(best[n] > ones[n]["moe95"] for n in ("rows", "sum"))

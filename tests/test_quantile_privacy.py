@@ -29,11 +29,11 @@ QUANTILES = [Fraction(1, 10), Fraction(1, 2), Fraction(9, 10)]
 
 
 def _plan_rate(p: Fraction) -> Fraction:
-    q = hist.HistogramQuery(by=("g",), unit="u", aggregations=(hist._q_label(p),), value="x",
+    q = hist.HistogramQuery(by=("g",), unit="u", aggregations=(hist.quantile_label(p),), value="x",
                             bounds=(float(LO), float(HI)), granularity=Fraction(1), max_contributions=C,
                             max_partitions=1, epsilon=EPSILON, domain="keys")
     plan = hist.plan_histogram(q, "approx", {})
-    rate = plan.measurements[hist.quantile_measurement(hist._q_label(p))].em_rate
+    rate = plan.measurements[hist.quantile_measurement(hist.quantile_label(p))].em_rate
     assert rate is not None
     return rate
 
@@ -101,7 +101,7 @@ def _datasets(p: Fraction) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("p", QUANTILES, ids=str)
 def test_sensitivity_is_c_times_the_larger_side(p):
-    assert hist._sensitivity(hist.quantile_measurement(hist._q_label(p)) or "", hist.HistogramQuery(
+    assert hist._sensitivity(hist.quantile_measurement(hist.quantile_label(p)) or "", hist.HistogramQuery(
         by=("g",), unit="u", max_contributions=C)) == C * max(p.numerator, p.denominator - p.numerator)
 
 

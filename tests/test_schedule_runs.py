@@ -52,7 +52,7 @@ def test_a_dry_run_shows_a_new_schedules_runs_before_anything_is_read_or_paid(tm
     init_ledger("pure", "--epsilon", "2")
     keys = tmp_path / "keys.csv"
     keys.write_text("g\n" + "".join(f"p{i}\n" for i in range(50)))
-    r = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", "7000:22000", "--runs", "7", "--json")
+    r = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--units", "7000:22000", "--runs", "7", "--json")
     assert r.exit_code == 0, r.stderr
     plan = json.loads(r.stdout)
     gamma = sch.default_gamma(0.9, 7000, 0.0, 0.05)
@@ -61,8 +61,9 @@ def test_a_dry_run_shows_a_new_schedules_runs_before_anything_is_read_or_paid(tm
     eps0 = sch.bbscheduler_epsilon(0, gamma, Fraction(9, 10), 0.0)
     assert first["release"] == "new" and first["epoch"] == 0 and Fraction(first["epsilon"]) == eps0
     assert first["moe95"] == {"count": mechanisms.laplace(1, eps0).margin95()}
-    assert first["moe95_relative"]["count"] == round(first["moe95"]["count"] / (7000 / 50), 4)
-    assert [r["rows"] for r in plan["runs"]] == [round(7000 * (22000 / 7000) ** (j / 6)) for j in range(7)]
+    assert first["moe95_relative"] == {}  # stated units give no size to a count of rows
+    assert [r["units"] for r in plan["runs"]] == [round(7000 * (22000 / 7000) ** (j / 6)) for j in range(7)]
+    assert plan["rows"] is None
     new = [Fraction(r["epsilon"]) for r in plan["runs"] if r["release"] == "new"]
     assert plan["spend"]["releases"] == pytest.approx(float(sum(new)), abs=1e-6)
     assert plan["spend"]["epsilon_used"] + plan["spend"]["unused"] == pytest.approx(1.0, abs=1e-6)
@@ -70,31 +71,33 @@ def test_a_dry_run_shows_a_new_schedules_runs_before_anything_is_read_or_paid(tm
     assert plan["ledger"] == {"analyst": "default", "accepts": True, "refusal": None}
     assert plan["cost"] == [{"kind": "pure", "mechanism": "schedule/bbscheduler", "epsilon": "1"}]
     assert history() == [] and not (state_dir / "schedules").exists()
-    text = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", "7000:22000", "--runs", "7")
+    text = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--units", "7000:22000", "--runs", "7")
     assert text.exit_code == 0, text.stderr
     assert f"epoch 0, ε = {float(eps0):.4g}; count ±{first['moe95']['count']:,}" in text.stdout
     assert "--scheduler fixed --epsilon 0.1428 spends the total evenly over 7 runs" in text.stdout
     assert "would accept the reservation" in text.stdout
     assert "growing to 22,000 at run 7 by a constant factor per run (geometric" in text.stdout
-    assert plan["rows"]["growth"] == "growing by a constant factor per run (geometric)"
+    assert plan["units"]["growth"] == "growing by a constant factor per run (geometric)"
+    assert "sizes stated with --units (never read from the data): 7,000 at the next run" in text.stdout
+    assert "     run       units  release" in text.stdout
 
 
 def test_a_dry_run_follows_the_sizes_stated_run_by_run(tmp_path):
-    """Real snapshots rarely grow geometrically: --rows N1,N2,… plans each run at its own size (the last stated
+    """Real snapshots rarely grow geometrically: --units N1,N2,… plans each run at its own size (the last stated
     holds after it), so a run whose size barely grew repeats its epoch's release, as the schedule will."""
     init_ledger("pure", "--epsilon", "2")
     keys = tmp_path / "keys.csv"
     keys.write_text("g\n" + "".join(f"p{i}\n" for i in range(50)))
     stated = [7000, 7100, 7150, 15000]
-    r = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", ",".join(map(str, stated)), "--runs", "6",
+    r = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--units", ",".join(map(str, stated)), "--runs", "6",
                   "--json")
     assert r.exit_code == 0, r.stderr
     plan = json.loads(r.stdout)
-    assert [run["rows"] for run in plan["runs"]] == [*stated, 15000, 15000]
-    assert plan["rows"] == {"first": 7000, "last": 15000, "growth": "as stated run by run", "each": stated}
+    assert [run["units"] for run in plan["runs"]] == [*stated, 15000, 15000]
+    assert plan["units"] == {"first": 7000, "last": 15000, "growth": "as stated run by run", "each": stated}
     releases = [run["release"] for run in plan["runs"]]
     assert releases[0] == "new" and releases[3] == "new" and releases[1] != "new" and releases[5] != "new"
-    bad = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--rows", "7000,x", "--runs", "2")
+    bad = scheduled(tmp_path / "not-there.csv", keys, "--dry-run", "--units", "7000,x", "--runs", "2")
     assert bad.exit_code == 2 and "N1,N2,…" in bad.stderr
 
 
@@ -128,7 +131,7 @@ def test_a_dry_run_of_a_bbscheduler_that_ran_uses_its_noisy_start_and_gamma(days
     paths, keys = days
     init_ledger("pure", "--epsilon", "2")
     ran = json.loads(scheduled(paths[1], keys, "--gamma", "0.5", "--json").stdout)["summary"]["schedule"]
-    plan = json.loads(scheduled(paths[1], keys, "--gamma", "0.5", "--dry-run", "--rows", "21000:200000", "--runs",
+    plan = json.loads(scheduled(paths[1], keys, "--gamma", "0.5", "--dry-run", "--units", "21000:200000", "--runs",
                                 "2", "--json").stdout)
     assert plan["schedule"]["units_noisy"] == ran["units_noisy"] and plan["schedule"]["gamma"] == ran["gamma"]
     assert plan["runs"][0]["release"] == "cached"  # 21,000 units: below epoch 1's threshold, noise aside
@@ -171,7 +174,15 @@ def test_a_topk_schedule_plans_its_count_margins(tmp_path):
     (["--rows", "1000"], "--rows states the expected size for a plan"),
     (["--runs", "3"], "--runs says how many runs a dry run plans"),
     (["--dry-run", "--through", "2026-11-05"], "drop --through"),
-    (["--dry-run"], "give --rows N"),
+    (["--dry-run"], "a bbscheduler's epochs follow the privacy units: give --units N"),
+    (["--dry-run", "--rows", "1000"], "--rows counts rows, but a bbscheduler's epochs follow the privacy units: give "
+                                      "--units N"),
+    (["--dry-run", "--units", "1000", "--scheduler", "fixed", "--epsilon", "0.1"],
+     "--units states a bbscheduler's privacy units; --scheduler fixed plans at the rows you state with --rows"),
+    (["--units", "1000"], "--units states the privacy units a bbscheduler's plan follows"),
+    (["--dry-run", "--units", "0"], "--units must lie in [1, 10^12]"),
+    (["--dry-run", "--units", "1:2:3"], "--units must be N, FIRST:LAST or N1,N2,…"),
+    (["--dry-run", "--units", "10", "--rows", "10"], "give one of --rows (rows) and --units (privacy units)"),
     (["--dry-run", "--rows", "0"], "--rows must lie in [1, 10^12]"),
     (["--dry-run", "--rows", "10:x"], "--rows must be N, FIRST:LAST or N1,N2,…"),
     (["--dry-run", "--rows", "1:2:3"], "--rows must be N, FIRST:LAST or N1,N2,…"),
@@ -333,7 +344,7 @@ def test_a_small_run_points_to_fixed_for_a_known_number_of_runs(days):
     r = scheduled(paths[1], keys)  # γ from Algorithm 1 at 20,000 units: epoch 0 gets ε ≈ 0.002 of 1
     assert r.exit_code == 0, r.stderr
     assert "early runs get a small share" in r.stderr and "compare --scheduler fixed" in r.stderr
-    assert "--dry-run --rows … --runs N" in r.stderr
+    assert "--dry-run --units … --runs N" in r.stderr
     note = advice.small_run_epsilon(0.001, 1.0, "fixed")
     assert note is not None and "compare" not in note.text
     assert advice.small_run_epsilon(0.02, 1.0, "bbimprover") is None
@@ -348,7 +359,7 @@ def test_the_issues_schedule_shows_its_first_day_before_paying(tmp_path):
     init_ledger("pure", "--epsilon", "2")
     r = cli("histogram", tmp_path / "views.csv", "--by", "page", "--privacy-unit", "user_id", "--keys", keys,
             "--max-contributions", "8", "--schedule", "pages-daily", "--total-epsilon", "1", "--dry-run",
-            "--rows", "5145", "--runs", "7")
+            "--units", "5145", "--runs", "7")
     assert r.exit_code == 0, r.stderr
     assert "epoch 0, ε = 0.005703; count ±4,202" in r.stdout
     assert "--scheduler fixed --epsilon 0.1428 spends the total evenly over 7 runs: count ±168" in r.stdout

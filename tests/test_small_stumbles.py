@@ -197,7 +197,7 @@ def test_a_state_directory_that_does_not_exist_is_refused_and_not_created(ledger
     """Issue 31's review added the dry runs of a schedule and of a stream, which created it (then exit 77)."""
     typo = tmp_path / "stat"
     schedule = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", SAMPLE / "pages_public.csv",
-                "--schedule", "daily", "--total-epsilon", "1", "--dry-run", "--rows", "1000"]
+                "--schedule", "daily", "--total-epsilon", "1", "--dry-run", "--units", "1000"]
     stream = ["stream-replay", PV, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
               "--trigger-every", "1d", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9", "--dry-run"]
     for args in (HIST, [*HIST, "--dry-run"], ["budget", "show"], ["budget", "history"], ["budget", "verify"],

@@ -353,10 +353,18 @@ def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, d
 # The expected size: a size the user states where a plan needs one (sizes are private: never read).
 RowsOpt = Annotated[
     str | None,
-    typer.Option("--rows", help="--dry-run --schedule: the expected size of the input, N, FIRST:LAST growing "
-                 "geometrically over the runs planned, or N1,N2,… run by run (for bbscheduler: privacy units). "
-                 "--target-relative-moe: N, the expected count of the smallest group the margin must hold for. "
-                 "Stated, never read from the data.",
+    typer.Option("--rows", help="Rows the plan assumes. --dry-run --schedule (fixed, bbimprover): the input's "
+                 "expected rows, N, FIRST:LAST growing geometrically over the runs planned, or N1,N2,… run by run. "
+                 "--target-relative-moe (and histogram's mean targets): N, the bounded rows of the smallest group "
+                 "the margin must hold for. Stated, never read from the data.",
+                 show_default=False),
+]
+# The expected number of privacy units: what a bbscheduler's epochs follow (stated, never read).
+UnitsOpt = Annotated[
+    str | None,
+    typer.Option("--units", help="Privacy units the plan assumes. --dry-run --schedule with bbscheduler: the "
+                 "expected distinct units of the input (its epochs follow them), N, FIRST:LAST growing "
+                 "geometrically over the runs planned, or N1,N2,… run by run. Stated, never read from the data.",
                  show_default=False),
 ]
 #: The largest size --rows takes (a trillion rows).
@@ -364,28 +372,44 @@ MAX_ROWS = 10**12
 
 
 def expected_size(text: str | None, dry_run: bool, scheduled: bool, relative: bool = False,
-                  targeted: bool = False) -> ExpectedSize | None:
+                  targeted: bool = False, units: str | None = None) -> ExpectedSize | None:
     """``--rows N``, ``FIRST:LAST`` or ``N1,N2,…`` (whole numbers in [1, 10^12]): a schedule's dry run plans with
     it, a relative margin target (``relative``) is a fraction of it, and a mean's margin target (``targeted``)
-    holds for groups of at least N rows."""
+    holds for groups of at least N rows. ``--units`` (``units``), in the same forms, states privacy units
+    instead: a bbscheduler's dry run only (:func:`dpcli.release.schedule_plan.plan_schedule` checks the
+    scheduler)."""
     from dpcli.tasks import ExpectedSize
 
+    if text is not None and units is not None:
+        raise UsageError("give one of --rows (rows) and --units (privacy units)")
+    if units is not None:
+        if not (dry_run and scheduled):
+            raise UsageError("--units states the privacy units a bbscheduler's plan follows: use it with "
+                             "--dry-run --schedule")
+        first, last, each = _sizes("--units", units)
+        return ExpectedSize(first, last, each, counts="units")
     if text is None:
         return None
     if not (dry_run and scheduled) and not relative and not targeted:
         raise UsageError("--rows states the expected size for a plan: use it with --dry-run --schedule, with "
                          "--target-relative-moe, or with a mean's --target-moe")
+    first, last, each = _sizes("--rows", text)
+    if each and (relative or targeted):
+        raise UsageError("a margin target takes one size in --rows (N), not one per run")
+    return ExpectedSize(first, last, each)
+
+
+def _sizes(option: str, text: str) -> tuple[int, int, tuple[int, ...]]:
+    """(first, last, each) of ``N``, ``FIRST:LAST`` or ``N1,N2,…`` (one-line usage errors naming ``option``)."""
     listed = "," in text
     parts = text.split(",") if listed else text.split(":")
     if (not listed and len(parts) > 2) or not all(p.strip().isdigit() and len(p.strip()) <= 13 for p in parts):
-        raise UsageError("--rows must be N, FIRST:LAST or N1,N2,… (each run's size) in whole numbers "
+        raise UsageError(f"{option} must be N, FIRST:LAST or N1,N2,… (each run's size) in whole numbers "
                          f"(e.g. 10000:50000), got {text!r}")
     values = [int(p) for p in parts]
     if not all(1 <= v <= MAX_ROWS for v in values):
-        raise UsageError(f"--rows must lie in [1, 10^12], got {text!r}")
-    if listed and (relative or targeted):
-        raise UsageError("a margin target takes one size in --rows (N), not one per run")
-    return ExpectedSize(values[0], values[-1], tuple(values) if listed else ())
+        raise UsageError(f"{option} must lie in [1, 10^12], got {text!r}")
+    return values[0], values[-1], tuple(values) if listed else ()
 
 
 def engine_request(engine: str, master: str | None, remote: str | None, conf: list[str] | None) -> EngineRequest:
@@ -399,13 +423,15 @@ def engine_request(engine: str, master: str | None, remote: str | None, conf: li
 TargetMoeOpt = Annotated[
     str | None,
     typer.Option("--target-moe", help="Choose the smallest ε (ρ for Gaussian noise) whose 95% margins meet this: "
-                 "X for every column, or COLUMN=X,… (count, count_units, sum); instead of --epsilon/--rho.",
+                 "X for every column, or COLUMN=X,… (count, count_units, sum; histogram also mean with --rows N, "
+                 "and a quantile's rank margin in rows as median_rank=R or p90_rank=R); instead of --epsilon/--rho.",
                  show_default=False),
 ]
 TargetRelativeMoeOpt = Annotated[
     str | None,
     typer.Option("--target-relative-moe", help="Like --target-moe, as a fraction R of the count stated with "
-                 "--rows N (margin ⌊R·N⌋): R or COLUMN=R,… (count, count_units).", show_default=False),
+                 "--rows N (margin ⌊R·N⌋): R or COLUMN=R,… (count, count_units; histogram also a quantile's "
+                 "rank, median_rank=R).", show_default=False),
 ]
 
 

@@ -42,6 +42,7 @@ from dpcli.cli._options import (
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
+    UnitsOpt,
     bounds_or_auto,
     cap,
     columns,
@@ -128,6 +129,7 @@ def histogram(
     improver_index: ImproverIndexOpt = None,
     through: ThroughOpt = None,
     rows: RowsOpt = None,
+    units: UnitsOpt = None,
     runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
@@ -168,7 +170,7 @@ def histogram(
                               through, runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
     size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None,
-                         targeted=target_moe is not None)
+                         targeted=target_moe is not None, units=units)
     stays = "--engine spark" if engine != "polars" else "--schedule" if spec is not None else None
     task = HistogramTask(query, noise_given=noise is not None,
                          defaulted=_defaulted(max_contributions, max_partitions, bounds_text),

@@ -60,8 +60,9 @@ def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: 
 def target_line(target: dict[str, Any]) -> str:
     """``target: count ±50 → epsilon=0.04232 (count ±50)``: what a margin target chose, in one line."""
     parameter = "rho" if "rho" in target else "epsilon"
-    wanted = ", ".join(f"{c} ±{m['target']}" for c, m in target["columns"].items())
-    got = ", ".join(f"{c} ±{m['moe95']:.6g}" for c, m in target["columns"].items())
+    rows = {c: " rows" if c.endswith("_rank") else "" for c in target["columns"]}  # a quantile's rank margin
+    wanted = ", ".join(f"{c} ±{m['target']}{rows[c]}" for c, m in target["columns"].items())
+    got = ", ".join(f"{c} ±{m['moe95']:.6g}{rows[c]}" for c, m in target["columns"].items())
     return (f"  target: {wanted} → {parameter}={target[parameter]}, which gives {got} (the smallest {parameter} "
             f"of {target['digits']} significant digits that does)")
 
@@ -162,8 +163,9 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     lines = ["dry run: no data read, nothing charged",
              f"schedule {sc['name']!r} ({sc['scheduler']}, {standing}): {budget} for all its runs, reserved once"
              + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
-    if plan.get("rows"):
-        r = plan["rows"]
+    counts = "units" if plan.get("units") else "rows"
+    if plan.get(counts):
+        r = plan[counts]
         if r.get("each"):
             grown = "; the later runs as stated, run by run"
         elif r["last"] != r["first"]:
@@ -171,8 +173,9 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
                      "(geometric: state each run's size as N1,N2,… if the data grow otherwise)")
         else:
             grown = ""
-        lines.append(f"  sizes stated with --rows (never read from the data): {r['first']:,} at the next run{grown}")
-    lines += _runs_table(plan["runs"])
+        lines.append(f"  sizes stated with --{counts} (never read from the data): {r['first']:,} at the next run"
+                     + grown)
+    lines += _runs_table(plan["runs"], counts)
     lines.append(f"  after run {plan['runs'][-1]['run']} ({spend['runs']} planned): "
                  f"ε used {spend['epsilon_used']:.4g} of {spend['reserved']}"
                  + (f" (size estimates {spend['size_estimates']:.3g})" if spend["size_estimates"] else "")
@@ -189,16 +192,17 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     return lines
 
 
-def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
-    """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size, release, ε, margins."""
+def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
+    """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size (``counts``: rows or units),
+    release, ε, margins."""
     shown = runs if len(runs) <= SHOWN_RUNS + 1 else [*runs[:SHOWN_RUNS], None, runs[-1]]
-    sized = any(r.get("rows") is not None for r in runs)
-    lines = ["     run" + ("        size" if sized else "") + "  release (95% margins)"]
+    sized = any(r.get(counts) is not None for r in runs)
+    lines = ["     run" + (f"{counts:>12}" if sized else "") + "  release (95% margins)"]
     for r in shown:
         if r is None:
             lines.append("    …")
             continue
-        size = f"{r['rows']:>12,}" if sized else ""
+        size = f"{r[counts]:>12,}" if sized else ""
         if r["release"] == "new":
             step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
             what = f"{step}, ε = {_num(r['epsilon'])}" + (f" (ρ = {_num(r['rho'])})" if "rho" in r else "")
@@ -214,7 +218,8 @@ def _runs_table(runs: list[dict[str, Any]]) -> list[str]:
 
 
 def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
-    """A dry run's threshold (a number, or chosen at run time with the partition bound) and the budget's parts."""
+    """A dry run's threshold (a number, or chosen at run time with the partition bound), the budget's parts and the
+    largest caps ``auto`` can choose."""
     lines = []
     if isinstance(plan.get("threshold"), str):
         lines.append(f"  threshold: {plan['threshold']} (it grows with the partition bound)")
@@ -222,6 +227,8 @@ def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  threshold: groups need at least {plan['threshold']} noisy units")
     if plan.get("parts"):
         lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
+    if plan.get("largest_caps"):
+        lines.append(_largest_caps_line(plan["largest_caps"]))
     return lines
 
 
@@ -246,17 +253,45 @@ def _num(value: float | str) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
+def _largest_caps_line(caps: dict[str, Any]) -> str:
+    """``largest caps auto can choose: K 50, C 65,536``: where a dry run's "at the largest caps" margins are."""
+    line = (f"  largest caps auto can choose: --max-partitions {caps['max_partitions']:,}, --max-contributions "
+            f"{caps['max_contributions']:,}")
+    if not caps["sampleable"]:
+        line += " (noise too large to sample there: shown, the most at caps it can sample)"
+    return line
+
+
+def _rank_text(m: dict[str, Any]) -> str:
+    """``, 95% rank margin ±87.3 rows``: a quantile's error in rank (bounded rows), when the dry run knows it."""
+    rank = m.get("rank_moe95")
+    if rank is None:
+        return ""
+    if isinstance(rank, str):  # it depends on a bound chosen at run time
+        return "".join([f", 95% rank margin {rank}", *_caps_text(m, "rank_", " rows")])
+    return f", 95% rank margin ±{rank:.4g} rows"
+
+
+def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]:
+    """`` (±60 at caps of 1, ±3.9e+06 at the largest caps the choice can make)``: a run-time margin's range."""
+    low, high = m.get(f"{prefix}moe95_at_caps_of_1"), m.get(f"{prefix}moe95_at_largest_caps")
+    shown = [f"±{low:.4g}{unit} at caps of 1"] if low is not None else []
+    if isinstance(high, float | int):
+        shown.append(f"at most ±{high:.4g}{unit} at the largest caps")
+    elif low is not None:
+        shown[-1] += ", more at the caps chosen"
+    return [f" ({', '.join(shown)})"] if shown else []
+
+
 def _noise_text(m: dict[str, Any]) -> str:
     """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
     if "noise" not in m:
-        return str(m.get("mechanism", "exponential")) + " mechanism"
+        return str(m.get("mechanism", "exponential")) + " mechanism" + _rank_text(m)
     bits = [str(m["noise"]).replace("_", " ")]
     bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items()
-             if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1")]
+             if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1", "moe95_at_largest_caps")]
     if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
-        low = m.get("moe95_at_caps_of_1")
-        bits.append(f"95% margin {m['moe95']}" + (f" (±{low:g} at caps of 1, more at the caps chosen)"
-                                                   if low is not None else ""))
+        bits.append(f"95% margin {m['moe95']}" + "".join(_caps_text(m)))
     elif m.get("moe95") is not None:
         bits.append(f"95% margin ±{m['moe95']:g}")
     return ", ".join(bits)

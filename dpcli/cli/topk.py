@@ -39,6 +39,7 @@ from dpcli.cli._options import (
     TotalDeltaOpt,
     TotalEpsilonOpt,
     UnitOpt,
+    UnitsOpt,
     cap,
     columns,
     engine_request,
@@ -132,6 +133,7 @@ def topk(
     improver_index: ImproverIndexOpt = None,
     through: ThroughOpt = None,
     rows: RowsOpt = None,
+    units: UnitsOpt = None,
     runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
@@ -166,7 +168,7 @@ def topk(
     options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
                               through, runs)
     spec = schedule_spec(options, whole if schedule else None, dry_run)
-    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None)
+    size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None, units=units)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word(),
                     target=margin_target(target_moe, target_relative_moe, size, spec is not None),
                     epsilon=None if schedule else whole)

@@ -20,7 +20,7 @@ import polars as pl
 
 from dpcli.access import Source
 from dpcli.errors import DataError
-from dpcli.frames import cheap_row_count
+from dpcli.frames import cheap_row_count, collect
 from dpcli.io.inputs import InputTable, open_input, read_group_list, require_columns
 from dpcli.io.opening import EarlyInput
 from dpcli.release.seeds import Reads
@@ -124,6 +124,21 @@ def partition_digest(frame: pl.DataFrame | pl.LazyFrame, columns: tuple[str, ...
     for salt in (0, 1):
         h.update(table.hash_rows(seed=salt).to_numpy().tobytes())
     return "sha256:" + h.hexdigest()
+
+
+def list_groups(needs: Needs, sources: Sources) -> dict[str, int]:
+    """A dry run's count of the groups of each public list (its distinct rows over the columns the release needs,
+    as the release opens it): public, read through the gate; no data read."""
+    out: dict[str, int] = {}
+    for role, wanted in needs.lists.items():
+        source = sources.lists.get(role)
+        if source is None:
+            continue
+        table = open_input(source, text_columns=wanted.columns)
+        out[role] = int(collect(table.frame.select(list(wanted.columns)).unique().select(pl.len()),
+                                f"cannot read {table.name}").item())
+        table.verify_unchanged()
+    return out
 
 
 def check_list_headers(needs: Needs, sources: Sources) -> None:

@@ -27,7 +27,7 @@ from dpcli.errors import BudgetError, DpcliError, InputMissingError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
 from dpcli.io.outputs import check_output_path, render
-from dpcli.release.inputs import Opened, Sources, check_list_headers, open_sources
+from dpcli.release.inputs import Opened, Sources, check_list_headers, list_groups, open_sources
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed, task_material
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
@@ -135,6 +135,10 @@ def plan(task: Task[P], payer: LedgerRef, sources: Sources | None = None) -> Pla
         check_list_headers(task.needs(), sources)
     led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
+    counted = getattr(task, "with_list_groups", None)  # a margin a public list's length bounds (histogram's auto K)
+    if counted is not None and sources is not None:
+        listed = sources
+        task = counted(lambda: list_groups(task.needs(), listed))
     planned = task.plan(led.limits.mode, led.limits.values)
     events = list(planned.events)
     refused = ledger.refusal(led, events)

@@ -4,9 +4,10 @@ For each planned run: the ε of its new release (or that it returns an earlier o
 its ρ in a zcdp ledger, and the 95% margins of its released counts and sums (the task's own calibration at
 that ε), also relative to a group of average size; then the ε the runs use of the reservation, what stays
 unused, what ``--scheduler fixed`` would give over the same runs, and whether the ledger accepts the
-reservation. Sizes are private: dpcli reads none, the plan takes them from ``--rows`` (never read from
-the data), noise aside. Reads the ledger, the public lists (a schedule is named by their fingerprints)
-and the schedule's state if it exists; reads no data, charges and writes nothing.
+reservation. Sizes are private: dpcli reads none, the plan takes them as stated, noise aside: ``--rows``
+(rows) for fixed and bbimprover, ``--units`` (distinct privacy units, which its epochs follow) for
+bbscheduler. Reads the ledger, the public lists (a schedule is named by their fingerprints) and the
+schedule's state if it exists; reads no data, charges and writes nothing.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class _Context:
     led: Ledger
     groups: int | None
     kept: dict[str, Any] | None = None
+    counts: str = "rows"  # what the stated sizes count: rows, or privacy units (bbscheduler)
 
 
 def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: ScheduleSpec,
@@ -78,7 +80,8 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     else:
         state = None
     mode = getattr(scheduled, "scheduled_mode", None) or led.limits.mode
-    ctx = _Context(scheduled, mode, led.limits, led, groups, state.get("auto") if state is not None else None)
+    ctx = _Context(scheduled, mode, led.limits, led, groups, state.get("auto") if state is not None else None,
+                   size.counts if size is not None else "rows")
     progress = _progress(spec, state, size)
     planned = _planned_runs(spec, progress, size, runs)
     description = {"query": query, **_describe(ctx, spec, state, progress, planned, size)}
@@ -109,9 +112,13 @@ def _open_lists(task: SchedulableTask[Any], sources: Sources) -> tuple[dict[str,
 
 def _progress(spec: ScheduleSpec, state: dict[str, Any] | None, size: ExpectedSize | None) -> sch.Progress:
     """Where the schedule stands: nothing yet, or what its state records (public values only: ε, ñ, γ)."""
-    if spec.scheduler == "bbscheduler" and size is None:
-        raise UsageError("a bbscheduler's runs depend on how the data grow: give --rows N (the expected number of "
-                         "privacy units at the next run) or --rows FIRST:LAST (growing over the runs planned)")
+    if spec.scheduler == "bbscheduler" and (size is None or size.counts != "units"):
+        raise UsageError(("--rows counts rows, but " if size is not None else "")
+                         + "a bbscheduler's epochs follow the privacy units: give --units N (the expected distinct "
+                         "units at the next run) or --units FIRST:LAST (growing over the runs planned)")
+    if spec.scheduler != "bbscheduler" and size is not None and size.counts != "rows":
+        raise UsageError(f"--units states a bbscheduler's privacy units; --scheduler {spec.scheduler} plans at the "
+                         "rows you state with --rows")
     if state is None:
         if spec.scheduler != "bbscheduler":
             return sch.Progress()
@@ -162,8 +169,8 @@ def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, p
     return {
         "schedule": {**spec.to_json(), "new": state is None, "runs_so_far": progress.runs,
                      **_scheduler_doc(spec, state, progress)},
-        "rows": None if size is None else {"first": size.first, "last": size.last, "growth": size.growth,
-                                           **({"each": list(size.each)} if size.each else {})},
+        "rows": None if size is None or size.counts != "rows" else _stated(size),
+        "units": None if size is None or size.counts != "units" else _stated(size),
         "groups": ctx.groups,
         "runs": runs,
         "spend": {"runs": len(planned), "epsilon_used": round(used.total, 6), "releases": round(used.releases, 6),
@@ -172,6 +179,12 @@ def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, p
         "fixed_alternative": _fixed_alternative(ctx, spec, planned, size),
         "cost": [reservation_event(spec).to_json()] if state is None else [],
     }
+
+
+def _stated(size: ExpectedSize) -> dict[str, Any]:
+    """The sizes stated (``--rows`` or ``--units``), as the plan shows them."""
+    return {"first": size.first, "last": size.last, "growth": size.growth,
+            **({"each": list(size.each)} if size.each else {})}
 
 
 def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: sch.Progress) -> dict[str, Any]:
@@ -187,7 +200,7 @@ def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: s
 def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> dict[str, Any]:
     """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins; with
     ``auto`` bounds not chosen yet (``kept`` None), the parts of its ε (choosing them, the release)."""
-    doc: dict[str, Any] = {"run": r.run, "rows": r.size}
+    doc: dict[str, Any] = {"run": r.run, ctx.counts: r.size}
     if r.refused is not None:
         return {**doc, "release": "refused", "refused": r.refused}
     if r.epsilon is None:
@@ -202,16 +215,19 @@ def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> d
 
 def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[str, Any] | None) -> dict[str, Any]:
     """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
-    (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. A
-    margin that depends on an ``auto`` bound not chosen yet is "chosen at run time" (no number)."""
+    (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. Stated
+    units (bbscheduler's ``--units``) are spread over the groups for ``count_units`` only (a count of rows
+    has no stated size then). A margin that depends on an ``auto`` bound not chosen yet is "chosen at run
+    time" (no number)."""
     margins, parts = margins_at(ctx.task, ctx.mode, ctx.limits, epsilon, kept)
     doc: dict[str, Any] = {"moe95": margins}
     if parts:
         doc["parts"] = parts
     if size is not None and ctx.groups:
         average = size / ctx.groups
+        columns = COUNT_COLUMNS if ctx.counts == "rows" else ("count_units",)
         doc["moe95_relative"] = {c: round(m / average, 4) for c, m in margins.items()
-                                 if c in COUNT_COLUMNS and not isinstance(m, str)}
+                                 if c in columns and not isinstance(m, str)}
     return doc
 
 

@@ -217,15 +217,23 @@ class SchedulableTask(Task[P], Protocol[P]):
 
 @dataclass(frozen=True)
 class ExpectedSize:
-    """A size the user states for a dry run (``--rows``): sizes are private, so dpcli never reads one from
-    the data, and a plan that needs one (a schedule's epochs, a margin relative to a count) takes it as a
-    public input. ``first`` is the size of the next run; ``last``, of the last run planned, the sizes in
-    between growing geometrically (equal to ``first``: no growth), unless ``each`` states every run's size
-    (the last stated holds for the runs after it)."""
+    """A size the user states for a dry run (``--rows``, or ``--units``): sizes are private, so dpcli never
+    reads one from the data, and a plan that needs one (a schedule's epochs, a margin relative to a count)
+    takes it as a public input. ``first`` is the size of the next run; ``last``, of the last run planned, the
+    sizes in between growing geometrically (equal to ``first``: no growth), unless ``each`` states every run's
+    size (the last stated holds for the runs after it). ``counts`` says what the size counts: ``rows`` (bounded
+    rows: a relative margin's, a schedule's under fixed or bbimprover) or ``units`` (distinct privacy units:
+    what a bbscheduler's epochs follow)."""
 
     first: int
     last: int
     each: tuple[int, ...] = ()
+    counts: str = "rows"
+
+    @property
+    def option(self) -> str:
+        """The option that stated it (``--rows`` or ``--units``)."""
+        return f"--{self.counts}"
 
     @property
     def growth(self) -> str:

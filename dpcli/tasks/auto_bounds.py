@@ -613,6 +613,18 @@ def _count(frame: pl.LazyFrame, name: str) -> int:
 AT_RUN_TIME = "chosen at run time"
 
 
+def cap_candidates(request: AutoBounds, given: ChosenBounds, listed: int | None) -> tuple[tuple[int, ...],
+                                                                                          tuple[int, ...]]:
+    """Every K and every C the choice of ``request`` can return, ascending (public: the grids alone): K among
+    :meth:`ErrorModel.partition_candidates` (capped by a public list's ``listed`` groups), C among the candidates
+    a walk's stop leans to (:func:`leaned`; 1 when :func:`one_row_each` holds); a bound not chosen: as ``given``."""
+    ks = ((ErrorModel(listed, 0.0).partition_candidates() if listed is not None else COUNT_CANDIDATES)
+          if request.partitions else (given.max_partitions or 1,))
+    cs = (tuple(sorted({1, *(leaned(c) for c in COUNT_CANDIDATES)})) if request.contributions
+          else (given.max_contributions,))
+    return ks, cs
+
+
 def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> dict[str, str]:
     """A part's budget for metadata: ``{"epsilon": …}`` or ``{"rho": …}``."""
     if rho is not None:

@@ -76,7 +76,8 @@ def parse_quantile(name: str) -> Fraction | None:
     return q
 
 
-def _q_label(q: Fraction) -> str:
+def quantile_label(q: Fraction) -> str:
+    """The name of the p-quantile's output column before its value's: ``median``, ``p90``, ``p99.9``."""
     return "median" if q == Fraction(1, 2) else "p" + fraction_text(q * 100)
 
 
@@ -374,8 +375,10 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             measurements[n] = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95", "part": f"interval {part}",
                                **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
             continue
-        if m.noise is None:
-            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
+        if m.noise is None:  # a quantile: its error is a rank, in bounded rows (public: ε, C and the grid)
+            rank = quantile_rank_margin(m, q.grid) if q.grid is not None and m.em_rate is not None else None
+            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential",
+                               **({"rank_moe95": rank} if rank is not None else {})}
             continue
         # The 95% margin in the units of the output column (sums are released in --value's units).
         margin: float | None = None
@@ -867,8 +870,8 @@ def _aggregate(
     values = _quantile_values(q, p, mmt.em_rate, totals, qhist, stream.child(mmt.name))
     if q.with_error:  # the interval's releases are in the plan only with --with-error
         lo, hi = _quantile_interval(released, p, mmt.name, totals, qhist, stream)
-        return f"{_q_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
-    return f"{_q_label(p)}_{v}", values, None, ""
+        return f"{quantile_label(p)}_{v}", values, intervals.cover_margin(values, lo, hi), quantile_interval.describe()
+    return f"{quantile_label(p)}_{v}", values, None, ""
 
 
 def _quantile_interval(released: _Released, p: Fraction, name: str, totals: pl.DataFrame, qhist: pl.DataFrame,
@@ -1101,21 +1104,93 @@ def _check_target_bounds(request: auto_bounds.AutoBounds | None, limits: Mapping
     if request.values and "sum" in limits:
         raise UsageError("cannot be met for a sum with --bounds auto (its margin depends on the bounds): target the "
                          "counts only, or give --bounds", field=option)
+    if request.values and "mean" in limits:
+        raise UsageError("cannot be met for a mean with --bounds auto (its margin depends on the bounds): give "
+                         "--bounds", field=option)
+    if request.values and any(n.startswith("q") for n in limits):
+        raise UsageError("cannot be met for a quantile's rank with --bounds auto (its margin depends on the grid the "
+                         "bounds span): give --bounds", field=option)
 
 
-def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any]) -> None:
+def _unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any],
+                     largest: dict[str, Any] | None = None) -> None:
     """A dry run's margins that depend on a bound chosen at run time: the partition and row bounds scale every
-    noise and the threshold; the value limits scale the sums."""
+    noise and the threshold; the value limits scale the sums. Beside each, its margin at caps of 1 (the least)
+    and, with ``largest`` (:func:`largest_cap_margins`), at the largest caps the choice can make (the most)."""
     every = request.partitions or request.contributions
+    high = largest["moe95"] if largest is not None else {}
+    if largest is not None:
+        described["largest_caps"] = {k: v for k, v in largest.items() if k != "moe95"}
     for name, m in described["calibration"].items():
+        if "rank_moe95" in m and (every or request.values):  # a quantile's: K·C and the grid's points
+            if not request.values:
+                m["rank_moe95_at_caps_of_1"] = m["rank_moe95"]
+            if name in high:
+                m["rank_moe95_at_largest_caps"] = high[name]
+            m["rank_moe95"] = auto_bounds.AT_RUN_TIME
+            continue
         valued = name in ("sum", "csum", "csumsq")
         if m.get("mechanism") != "exponential" and (every or valued):
             if not (request.values and valued) and isinstance(m.get("moe95"), (int, float)):
                 # the plan's placeholders are caps of 1: a lower bound on the margin, which grows with the caps
                 m["moe95_at_caps_of_1"] = m["moe95"]
+                if name in high:
+                    m["moe95_at_largest_caps"] = high[name]
             m.update({k: auto_bounds.AT_RUN_TIME for k in ("scale", "moe95") if k in m})
     if request.partitions and described.get("threshold") is not None:
         described["threshold"] = auto_bounds.AT_RUN_TIME
+
+
+def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction]],
+                        listed: int | None) -> dict[str, Any] | None:
+    """The 95% margins at the largest caps ``auto`` can choose (:func:`auto_bounds.cap_candidates`: public), for
+    a dry run: ``{"max_partitions": K, "max_contributions": C, "sampleable": …, "moe95": {measurement: margin}}``
+    (a quantile's: its rank margin, rows). Every margin grows with K and C, so these are the largest the release
+    can show. Where the noise at (K, C) is too large to sample the release falls back to caps of 1
+    (:func:`_plannable`): ``sampleable`` is then false and each margin is the largest over the caps it can sample
+    (a staircase over the two grids: what can be sampled shrinks as either cap grows). None when the caps are
+    given, or the value limits are ``auto`` too (which caps can be sampled then depends on the limits chosen), or
+    K is chosen from a public list whose length is not known here (``listed`` None: a schedule's plan)."""
+    request = q.auto
+    if request is None or not (request.partitions or request.contributions) or request.values:
+        return None
+    if request.partitions and q.domain == "keys" and listed is None:
+        return None
+    ks, cs = auto_bounds.cap_candidates(request, q.given(), listed if q.domain == "keys" else None)
+    base = q.release_query()
+
+    def margins(k: int, c: int) -> dict[str, float] | None:
+        at = replace(base, max_partitions=k, max_contributions=c)
+        try:
+            described = describe_plan(at, plan_histogram(at, *ledger))
+        except UsageError:  # noise too large to sample at these caps
+            return None
+        out: dict[str, float] = {}
+        for name, m in described["calibration"].items():
+            margin = m.get("rank_moe95", m.get("moe95"))
+            if isinstance(margin, int | float) and not name.startswith("i"):
+                out[name] = margin
+        return out
+
+    top = margins(ks[-1], cs[-1])
+    doc: dict[str, Any] = {"max_partitions": ks[-1], "max_contributions": cs[-1], "sampleable": top is not None}
+    return {**doc, "moe95": top if top is not None else _staircase_most(ks, cs, margins)}
+
+
+def _staircase_most(ks: tuple[int, ...], cs: tuple[int, ...],
+                    margins: Callable[[int, int], dict[str, float] | None]) -> dict[str, float]:
+    """Each margin's largest over the pairs (K, C) of the grids where ``margins`` is not None (the noise can be
+    sampled). What can be sampled shrinks as either cap grows and every margin grows with both, so the largest lie
+    on the frontier: for K from the largest down, the largest C that can be sampled, which can only grow."""
+    best: dict[str, float] = {}
+    j = -1  # the index of the largest C sampleable at the K in hand
+    for k in reversed(ks):
+        found = margins(k, cs[j]) if j >= 0 else None
+        while j + 1 < len(cs) and (up := margins(k, cs[j + 1])) is not None:
+            j, found = j + 1, up
+        for name, margin in (found or {}).items():
+            best[name] = max(best.get(name, 0.0), margin)
+    return best
 
 
 @dataclass(frozen=True)
@@ -1168,6 +1243,7 @@ class HistogramTask:
     #: The CLI's default when neither ``--report-bias`` nor ``--no-report-bias`` is given: a bias report at
     #: :data:`bias_report.BIAS_SHARE` wherever the release can pay for one (:meth:`with_defaults`).
     report_bias_left_out: bool = bound_elsewhere("the query's bias_share, which it sets", default=False)
+    listed: int | None = bound_elsewhere("the public list's digest (its number of groups)", default=None)
 
     def with_defaults(self, mode: str | None) -> HistogramTask:
         """The bounds left out chosen from the data where they can be (:meth:`_choose_left_out`), then the bias
@@ -1234,6 +1310,14 @@ class HistogramTask:
 
         choice = choose(task.query, task.target, mode)
         return replace(task, query=choice.query, target=None, chosen=choice)
+
+    def with_list_groups(self, groups: Callable[[], dict[str, int]]) -> HistogramTask:
+        """For a dry run: the number of groups of the public list (``groups``: counted from the lists, called only
+        when a partition bound is chosen from a list), which caps the K ``auto`` can choose."""
+        q = self.query
+        if q.domain != "keys" or q.auto is None or not q.auto.partitions:
+            return self
+        return replace(self, listed=groups().get("keys"))
 
     def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
         """With a target: the best margins a ledger that refuses the chosen ε could pay (None without)."""
@@ -1307,7 +1391,7 @@ class HistogramTask:
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()
         if self.query.auto is not None and self.query.auto.any:
-            _unknown_margins(self.query.auto, described)
+            _unknown_margins(self.query.auto, described, largest_cap_margins(self.query, plan.ledger, self.listed))
         if self.kept is not None and self.kept.pending.any:
             _unknown_margins(self.kept.pending, described)
         return described

@@ -7,10 +7,14 @@ rows N (``--rows N``: public, never read): the released mean is then within the 
 mean with probability at least 95% in every group of at least N bounded rows, whatever its values
 (:func:`_mean_margin`). That is a bound on the mean's error, from public quantities only; the margin
 ``--with-error`` prints beside a released mean is a conservative interval around the released value,
-computed from the released counts, and is usually wider. A variance's error depends on the released
-values and a quantile's error is a rank: naming them is refused. For counts and sums the margin targeted
-is the noise's own exact 95% margin, the one ``--dry-run`` shows (thresholded unit counts are then
-shown with a margin conditional on their selection, which the target does not cover).
+computed from the released counts, and is usually wider. A quantile is served by its rank, named
+``<column>_rank`` (``median_<value>_rank=500``, or ``median_rank=500``): the 95% rank margin in bounded
+rows (:func:`dpcli.tasks.histogram.quantile_rank_margin`), which follows from ε's share, the sensitivity
+C·max(num, den − num) and the grid's points (public: ``--bounds`` and the grid step), whatever the group's
+size; its value margin depends on the data, so naming the quantile's own column is refused. A variance's
+error depends on the released values: refused too. For counts and sums the margin targeted is the noise's
+own exact 95% margin, the one ``--dry-run`` shows (thresholded unit counts are then shown with a margin
+conditional on their selection, which the target does not cover).
 """
 
 from __future__ import annotations
@@ -23,10 +27,19 @@ from typing import Any
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
 from dpcli.tasks import targets
-from dpcli.tasks.histogram import HistogramQuery, parse_quantile, plan_histogram
+from dpcli.tasks.histogram import (
+    HistogramQuery,
+    parse_quantile,
+    plan_histogram,
+    quantile_label,
+    quantile_measurement,
+    quantile_rank_margin,
+)
 
-#: The measurement (and so the noise) behind each served aggregation.
+#: The measurement (and so the noise) behind each served aggregation (a quantile's rank: its own, ``q`` + p).
 SERVED = {"count": "rows", "count-units": "units", "sum": "sum", "mean": "mean"}
+#: How a target names a quantile's rank margin: its output column (or its aggregation) and this suffix.
+RANK_SUFFIX = "_rank"
 
 
 @dataclass(frozen=True)
@@ -52,9 +65,25 @@ def _text(x: Fraction) -> str:
     return str(x.numerator) if x.denominator == 1 else f"{float(x):.6g}"
 
 
+def _quantile_named(column: str, q: HistogramQuery) -> str | None:
+    """The quantile aggregation ``column`` names (``median``/``median_<value>``, ``p90``/``p90_<value>``), or None."""
+    for a in q.aggregations:
+        p = parse_quantile(a)
+        if p is not None and column in (a, quantile_label(p), f"{quantile_label(p)}_{q.value}"):
+            return a
+    return None
+
+
 def _aggregation(column: str, q: HistogramQuery) -> str:
     """The aggregation a target's column names (``count``, ``count_units``, ``sum``/``sum_<value>``, ``mean``/
-    ``mean_<value>``)."""
+    ``mean_<value>``; a quantile's rank: ``rank`` + the quantile, e.g. ``rank:median`` for ``median_<value>_rank``)."""
+    if column.endswith(RANK_SUFFIX):
+        quantile = _quantile_named(column[: -len(RANK_SUFFIX)], q)
+        if quantile is not None:
+            return f"rank:{quantile}"
+    quantile = _quantile_named(column, q)
+    if quantile is not None:
+        return quantile
     name = column.replace("_", "-")
     for value_aggregation in ("sum", "mean"):
         if q.value is not None and column == f"{value_aggregation}_{q.value}":
@@ -64,7 +93,7 @@ def _aggregation(column: str, q: HistogramQuery) -> str:
     return name if name in q.aggregations else column
 
 
-def _refuse_unserved(aggregation: str, target: targets.MarginTarget) -> None:
+def _refuse_unserved(aggregation: str, target: targets.MarginTarget, value: str | None) -> None:
     field = target.field
     if aggregation == "variance":
         raise UsageError("cannot choose ε for variance: its margin depends on the released values; "
@@ -72,9 +101,10 @@ def _refuse_unserved(aggregation: str, target: targets.MarginTarget) -> None:
     if aggregation == "mean" and (target.size is None or target.relative):
         raise UsageError("needs --rows N for a mean (the rows of the smallest group the target must hold for, "
                          "stated, never read from the data), and an absolute target", field=field)
-    if parse_quantile(aggregation) is not None:
-        raise UsageError(f"cannot choose ε for {aggregation}: a quantile's error is a rank, not a value; "
-                         "targets serve count, count-units, sum and mean", field=field)
+    p = parse_quantile(aggregation)
+    if p is not None:
+        raise UsageError(f"cannot choose ε for {aggregation}'s value (its margin in value units depends on the data): "
+                         f"target its rank margin in rows, {quantile_label(p)}_{value}{RANK_SUFFIX}=N", field=field)
 
 
 def column_limits(q: HistogramQuery, target: targets.MarginTarget) -> dict[str, tuple[str, Fraction]]:
@@ -83,13 +113,26 @@ def column_limits(q: HistogramQuery, target: targets.MarginTarget) -> dict[str, 
     for column, value in target.items:
         aggregations = q.aggregations if column is None else (_aggregation(column, q),)
         for a in aggregations:
-            _refuse_unserved(a, target)
+            if a.startswith("rank:"):
+                wanted[a] = target.absolute(value)  # rows: a relative target is a share of the stated rows
+                continue
+            _refuse_unserved(a, target, q.value)
             if target.relative and a == "sum":
                 raise UsageError("is a fraction of an expected count: give sums an absolute --target-moe",
                                  field=target.field)
             wanted[a] = target.absolute(value)
-    return {SERVED[a]: (f"{a}_{q.value}" if a in ("sum", "mean") else a.replace("-", "_"), x)
-            for a, x in wanted.items()}
+    return dict(_limit(a, x, q) for a, x in wanted.items())
+
+
+def _limit(a: str, x: Fraction, q: HistogramQuery) -> tuple[str, tuple[str, Fraction]]:
+    """(measurement, (column, target)) of a served aggregation (``rank:<quantile>``: the quantile's measurement)."""
+    if a.startswith("rank:"):
+        quantile = a.removeprefix("rank:")
+        p = parse_quantile(quantile)
+        measurement = quantile_measurement(quantile)
+        assert p is not None and measurement is not None  # _aggregation names quantiles only
+        return measurement, (f"{quantile_label(p)}_{q.value}{RANK_SUFFIX}", x)
+    return SERVED[a], (f"{a}_{q.value}" if a in ("sum", "mean") else a.replace("-", "_"), x)
 
 
 def _mean_margin(q: HistogramQuery, plan: Any, rows: int) -> Fraction | None:
@@ -112,6 +155,12 @@ def _mean_margin(q: HistogramQuery, plan: Any, rows: int) -> Fraction | None:
     return (m_s + grid.half_width_units * m_n) / (rows - m_n) * grid.granularity
 
 
+def _rank_margin(q: HistogramQuery, plan: Any, name: str) -> float:
+    """A quantile's 95% rank margin (bounded rows) in the planned query: public, whatever the group's size."""
+    assert q.grid is not None  # a quantile reads values: validated queries have bounds
+    return quantile_rank_margin(plan.measurements[name], q.grid)
+
+
 def margins_of(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]],
                rows: int | None = None) -> dict[str, float]:
     """The targeted columns' 95% margins (column units) of the planned query (a mean's: at ``rows``)."""
@@ -123,6 +172,9 @@ def margins_of(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]],
             assert rows is not None  # column_limits refuses a mean's target without --rows
             margin = _mean_margin(q, plan, rows)
             out[name] = float(margin) if margin is not None else float("inf")
+            continue
+        if name.startswith("q"):
+            out[name] = _rank_margin(q, plan, name)
             continue
         noise = plan.measurements[name].noise
         assert noise is not None  # served measurements are noisy counts or sums
@@ -139,6 +191,10 @@ def _meets(q: HistogramQuery, limits: dict[str, tuple[str, Fraction]], rows: int
             assert rows is not None
             bound = _mean_margin(q, plan, rows)
             if bound is None or bound > limit:
+                return False
+            continue
+        if name.startswith("q"):  # a logarithm: compared in floating point, the same way every time
+            if _rank_margin(q, plan, name) > float(limit):
                 return False
             continue
         noise = plan.measurements[name].noise
@@ -193,4 +249,4 @@ def reachable(choice: Choice, pays: Callable[[list[PrivacyEvent]], bool]) -> str
     return f"{wanted}; the most the ledger can pay now, {choice.parameter}={targets.show(best)}, gives {shown}"
 
 
-__all__ = ["SERVED", "Choice", "choose", "column_limits", "margins_of", "reachable"]
+__all__ = ["RANK_SUFFIX", "SERVED", "Choice", "choose", "column_limits", "margins_of", "reachable"]
