@@ -146,7 +146,10 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     notes: list[Note] = []
     if table.height == 0 and query.domain != "keys":
         notes.append(empty_release("groups"))
-    notes += _mostly_noise_columns(query, plan, table)
+    noisy = _mostly_noise_columns(query, plan, table)
+    notes += noisy
+    if query.value is not None and any(n.text.startswith("count is mostly noise") for n in noisy):
+        notes.append(few_values(query.value))
     if "mean" in query.aggregations and table.height:
         notes += mean_near_bounds(f"mean_{query.value}", table[f"mean_{query.value}"].to_list(), *query.bounds)
     if "count" in query.aggregations and query.value is not None:
@@ -158,6 +161,15 @@ def histogram_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] 
     notes += default_caps(unit or query.unit, "max_contributions" in defaulted and counts_rows,
                           "max_partitions" in defaulted)
     return notes
+
+
+def few_values(column: str) -> Note:
+    """The note for a released count of the rows with a value that is mostly noise (decided from the released
+    counts and their public margin only): few rows hold a number in ``column``. In a CSV or NDJSON file every
+    field is read as text and parsed per record, so a column of words (given to ``--value`` by mistake) is read
+    as no value at all, and its release is noise; a Parquet column of text is refused before any charge."""
+    return Note(f"count, the rows with a number in {column}, is mostly noise: few rows hold one (a CSV or NDJSON "
+                f"field is read as text and dropped unless it parses as a number); check that {column} holds numbers")
 
 
 #: A released mean within this fraction of the bounds' width from a bound gets a note (clamping bias).

@@ -21,3 +21,25 @@ def personal_gate():
     previous = access.install(access.Gate(access.Caller("", False)))
     yield
     access.install(previous)
+
+
+@pytest.fixture(autouse=True)
+def seeded_keys(request, monkeypatch):
+    """Every secret key a test's in-process runs create is drawn from a stream fixed by the test's name (the i-th
+    key of the test: sha256(node id, i)), so a test that releases noise gives the same release on every run and
+    a failure is reproducible: no test passes or fails by the luck of its keys. Keys still differ between the
+    state directories of one test and between tests; subprocesses draw real keys."""
+    import hashlib
+    import secrets
+    import types
+
+    from dpcli.state import keys
+
+    drawn = [0]
+
+    def token_bytes(n: int | None = None) -> bytes:
+        drawn[0] += 1
+        digest = hashlib.sha256(f"{request.node.nodeid}\0{drawn[0]}".encode()).digest()
+        return digest[: n or 32]
+
+    monkeypatch.setattr(keys, "secrets", types.SimpleNamespace(token_bytes=token_bytes, token_hex=secrets.token_hex))

@@ -279,7 +279,7 @@ def test_pure_epsilon_under_rho_spends_at_most_the_part(rho, share, parts):
 
 def test_auto_bounds_choices_and_canonical():
     assert ALL.choices == 4 and ab.AutoBounds(partitions=True).choices == 1 and not ab.AutoBounds().any
-    assert ALL.canonical() == {"chosen": ["max_partitions", "max_contributions", "bounds"], "share": "0.1", "v": 1}
+    assert ALL.canonical() == {"chosen": ["max_partitions", "max_contributions", "bounds"], "share": "0.1", "v": ab.AUTO_VERSION}
 
 
 # ---- the bias–variance rule's own steps (issue 38) ---------------------------------------------------------

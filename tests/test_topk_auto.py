@@ -73,7 +73,7 @@ def test_the_auto_share_splits_the_epsilon_and_a_given_tau_keeps_its_seed(data):
     q = replace(q, epsilon_per=tk.epsilon_per_for(Fraction(5), q))
     assert "auto" not in q.canonical() and "report_bias" not in q.canonical()  # seeds of τ given: unchanged
     auto = replace(q, auto=AutoBounds(contributions=True))
-    assert auto.canonical()["auto"] == {"chosen": ["max_contributions"], "share": "0.1", "v": 1}
+    assert auto.canonical()["auto"] == {"chosen": ["max_contributions"], "share": "0.1", "v": 2}
 
 
 def test_dry_run_shows_the_parts_and_no_margin(data):

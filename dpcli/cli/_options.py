@@ -175,7 +175,9 @@ DelimiterOpt = Annotated[
                                                        "(default ',', and tab for a .tsv or .tab file).")
 ]
 OutputOpt = Annotated[
-    str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout.")
+    str | None, typer.Option("--output", "-o", help="Write the result to FILE (atomically) instead of stdout; a "
+                             "name ending in .gz (x.csv.gz, x.json.gz) is written gzip-compressed, the same bytes on "
+                             "every run.")
 ]
 FormatOpt = Annotated[
     str | None, typer.Option("--format", help="Output format: csv, parquet or json (default: from the extension of "

@@ -117,7 +117,7 @@ def histogram(
     ] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
-                           "ledger would accept it; read no data, charge nothing.")
+                           "ledger would accept it; read the schema but no record, charge nothing.")
     ] = False,
     schedule: ScheduleOpt = None,
     scheduler: SchedulerOpt = "bbscheduler",

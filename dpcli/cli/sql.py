@@ -117,7 +117,7 @@ def sql(
     _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
-        show_plan(release.plan(task, ledger), ledger.analyst, as_json)
+        show_plan(release.plan(task, ledger, _sources(task, sources, keys)), ledger.analyst, as_json)
         return
     target = output_target(output, out_format, as_json)
     done = release.run(task, _sources(task, sources, keys), ledger, output=target,

@@ -92,7 +92,7 @@ def stream_replay(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the noise and 95% margins per trigger, the triggers the next run "
                            "executes (with --state), the cost of the next --runs runs and whether the ledger would "
-                           "accept it; read no data, charge nothing.")
+                           "accept it; read the schema but no record, charge nothing.")
     ] = False,
     runs: RunsOpt = None,
     auto_share: AutoShareOpt = None,
@@ -153,7 +153,7 @@ def stream_replay(
     if dry_run:
         from dpcli.release.streams import plan_runs
 
-        show_plan(plan_runs(task, ledger, state_path, runs or 1), ledger.analyst, as_json)
+        show_plan(plan_runs(task, ledger, state_path, runs or 1, release.Sources(source)), ledger.analyst, as_json)
         return
     continuation = (release.Continuation(stream_state=state_path, label=state or "", through=moment)
                     if state_path else None)

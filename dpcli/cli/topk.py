@@ -121,7 +121,7 @@ def topk(
     with_error: Annotated[bool, typer.Option("--with-error", help="Add the 95% margin of the count noise.")] = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the count noise and 95% margin, the cost and whether the ledger "
-                           "would accept it; read no data, charge nothing.")
+                           "would accept it; read the schema but no record, charge nothing.")
     ] = False,
     schedule: ScheduleOpt = None,
     scheduler: SchedulerOpt = "bbscheduler",

@@ -6,7 +6,8 @@ read here through the gate like every input (:func:`dpcli.io.opening.open_binary
 hashing or parsing the records: only a CSV's first line (decompressed as far as needed) or a
 Parquet file's schema. NDJSON declares no columns (None: the query's names are taken as given).
 The release then opens the inputs itself, hashes the bytes it parses, and checks that every
-column the resolved query reads is there.
+column the resolved query reads is there. A dry run checks a data input's schema the same way
+(:func:`declared_schema`: names and, for Parquet, the declared types), without reading a record.
 """
 
 from __future__ import annotations
@@ -46,6 +47,35 @@ def column_names(source: Source, input_format: str | None = None) -> tuple[str, 
             if fmt == "parquet":
                 return tuple(pl.read_parquet_schema(fh).keys())
             return _csv_header(fh, source)
+        except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
+            raise DataError(f"cannot read the columns of {source.name!r} as {fmt}: {withheld(exc)}") from None
+
+
+def declared_schema(source: Source) -> tuple[pl.Schema, str] | None:
+    """The schema of ``source`` as a release would read it, and its format, without reading a record: a
+    Parquet file's or dataset's declared types, a CSV header's names (every column read as text); None when
+    it declares none or cannot be looked at before the release (NDJSON, standard input, a device or a pipe,
+    whose first bytes would be consumed, a URI Spark lists, a file that does not exist yet: a plan may be made
+    before its data)."""
+    if source.location == "-" or not (os.path.isfile(source.location) or os.path.isdir(source.location)):
+        return None
+    if os.path.isdir(source.location):
+        listing = list_dataset(source)  # (through the gate, walked from the directory's descriptor)
+        try:
+            return pl.Schema(pl.read_parquet_schema(listing.handles[0])), "parquet"
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise DataError(f"cannot read the columns of dataset {source.name!r}: {withheld(exc)}") from None
+        finally:
+            listing.close()
+    fmt = input_format_for(source.location, source.format, source.name)
+    if fmt == "ndjson" or (fmt == "parquet" and _compression(source) is not None):
+        return None  # (a compressed Parquet file's footer is at the end of its plaintext)
+    fh, _ = open_binary(source)
+    with fh:
+        try:
+            if fmt == "parquet":
+                return pl.Schema(pl.read_parquet_schema(fh)), fmt
+            return pl.Schema(dict.fromkeys(_csv_header(fh, source), pl.String())), fmt
         except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise DataError(f"cannot read the columns of {source.name!r} as {fmt}: {withheld(exc)}") from None
 

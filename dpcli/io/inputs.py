@@ -558,30 +558,60 @@ def header_is_text(names: Sequence[str]) -> bool:
     return all(len(n) <= 256 and "\ufffd" not in n and n.isprintable() for n in names)
 
 
-def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Schema:
-    """Check that each column exists with a usable type; name the offender otherwise.
+#: Formats whose columns carry declared types: a Parquet file or dataset, Parquet files Spark read. A column's
+#: type there is schema (public, the same for every dataset of that schema); CSV and NDJSON declare none (every
+#: column a query reads is read as text, and parsed per record).
+TYPED_FORMATS = frozenset({"parquet", "spark-parquet"})
 
-    Kinds: ``numeric`` (a numeric type), ``value`` (numeric, or text parsed per record: every value
-    column of a CSV or NDJSON is text, see :func:`open_input`; in a typed format such as Parquet the type
-    is schema, and a text column is refused like any other it cannot aggregate), ``temporal``
-    (timestamps, numbers or text), ``key`` (anything but nested types), ``any``. Only the schema is
-    looked at, before anything is charged.
+
+def require_columns(table: InputTable, columns: dict[str, ColumnKind]) -> pl.Schema:
+    """Check that each column exists with a usable type (:func:`check_schema`); the table's schema.
+
+    Only the schema is looked at (a Parquet footer, a CSV header), before anything is charged.
     """
     try:
         schema = table.frame.collect_schema()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
         raise DataError(f"cannot read {table.name}: {withheld(exc)}") from None
+    delimiter = table.reading.delimiter if table.reading else None
+    check_schema(schema, columns, SchemaOf(table.name, table.format, delimiter))
+    return schema
+
+
+@dataclass(frozen=True)
+class SchemaOf:
+    """Whose schema :func:`check_schema` checks: the name messages use, its format, and a CSV's delimiter."""
+
+    name: str
+    format: str
+    delimiter: str | None = None
+
+    @property
+    def typed(self) -> bool:
+        """Are its column types schema (:data:`TYPED_FORMATS`)?"""
+        return self.format in TYPED_FORMATS
+
+
+def check_schema(schema: pl.Schema, columns: dict[str, ColumnKind], of: SchemaOf) -> None:
+    """Each of ``columns`` must be in ``schema`` with a type its kind can use; name the offender otherwise.
+
+    Kinds: ``numeric`` (a numeric type), ``value`` (a column aggregated: in a typed format such as Parquet
+    a numeric type, since the type is schema and :func:`dpcli.bounding.numeric_value` aggregates no other:
+    text, booleans, dates, times, durations, binary, categorical and nested columns are refused; in CSV
+    and NDJSON, whose columns are read as text, text parsed per record), ``temporal`` (timestamps, numbers
+    or text), ``key`` (anything but nested types), ``any``. The same rule for a release (the opened input's
+    schema) and a dry run (the schema read without the records: :func:`dpcli.io.columns.declared_schema`).
+    In service mode the message names neither the column's type nor any other column.
+    """
     for col, kind in columns.items():
         if col not in schema:
-            raise _missing_column(table, schema, col)
+            raise _missing_column(of, list(schema.names()), col)
         dtype = schema[col]
-        typed = table.format not in ("csv", "ndjson")  # a Parquet column's type is its schema
-        usable, refusal = _COLUMN_KINDS.get("numeric" if kind == "value" and typed else kind, (None, ""))
+        usable, refusal = _COLUMN_KINDS.get("numeric" if kind == "value" and of.typed else kind, (None, ""))
         if usable is not None and not usable(dtype):
             if gate().restricted:  # a service-mode analyst: the column's type is not theirs to read
-                raise DataError(f"column {col!r} of {table.name} cannot be used as asked (a {kind} column)")
-            raise DataError(refusal.format(col=col, type=type_text(dtype), name=table.name))
-    return schema
+                raise DataError(f"column {col!r} of {of.name} cannot be used as asked (a {kind} column)")
+            raise DataError(refusal.format(col=col, type=type_text(dtype), name=of.name))
 
 
 #: Column kind → (is a column of this type usable?, the error otherwise). ``any`` takes every type.
@@ -595,37 +625,36 @@ _COLUMN_KINDS: dict[str, tuple[Callable[[pl.DataType], bool], str]] = {
 }
 
 
-def _missing_column(table: InputTable, schema: pl.Schema, col: str) -> DataError:
+def _missing_column(of: SchemaOf, names: list[str], col: str) -> DataError:
     """The error for a column the input lacks: its other columns named, the closest one suggested, and a
     header that another delimiter would split pointed out, unless the names are binary bytes read as a
     header (never echoed) or private (a service-mode analyst's: nothing about them is said)."""
-    names = list(schema.names())
     restricted = gate().restricted  # a service-mode analyst: no hint from the header (it would pick the message)
-    sep = None if restricted else _splitting_delimiter(table, names)
+    sep = None if restricted else _splitting_delimiter(of, names)
     if not header_is_text(names) and sep is None:
-        return DataError(f"{table.name} does not look like {table.format}: its first line is not a header of "
+        return DataError(f"{of.name} does not look like {of.format}: its first line is not a header of "
                          "column names (Parquet or compressed data? give --input-format, or a .gz/.bz2/.xz "
                          "name)")
     if restricted:
-        return DataError(f"column {col!r} not found in {table.name}")
+        return DataError(f"column {col!r} not found in {of.name}")
     if sep is not None:
         shown = "tab" if sep == "\t" else repr(sep)
-        return DataError(f"{shown} is probably needed: column {col!r} not found in {table.name}, whose header is "
+        return DataError(f"{shown} is probably needed: column {col!r} not found in {of.name}, whose header is "
                          f"one column that {shown} splits into {len(names[0].split(sep))}", field="delimiter")
     known = ", ".join(names[:12])
-    return DataError(f"column {col!r} not found in {table.name}{did_you_mean(col, names)} (columns: {known})")
+    return DataError(f"column {col!r} not found in {of.name}{did_you_mean(col, names)} (columns: {known})")
 
 
 #: Field separators a CSV header read as one column is tried with (:func:`_splitting_delimiter`).
 _LIKELY_DELIMITERS = (";", "\t", "|", ",")
 
 
-def _splitting_delimiter(table: InputTable, names: list[str]) -> str | None:
+def _splitting_delimiter(of: SchemaOf, names: list[str]) -> str | None:
     """The separator that splits a CSV header read as one column into the most columns of text, if another
     one does (a file separated by ';' read with ','). The header is the schema: public in personal mode."""
-    if table.format != "csv" or len(names) != 1:
+    if of.format != "csv" or len(names) != 1:
         return None
-    used = (table.reading.delimiter if table.reading else None) or ","
+    used = of.delimiter or ","
     splits = {sep: parts for sep in _LIKELY_DELIMITERS
               if sep != used and len(parts := names[0].split(sep)) > 1 and header_is_text(parts)}
     return max(splits, key=lambda sep: len(splits[sep])) if splits else None

@@ -1,6 +1,7 @@
 """Outputs: the output format, the checks on an output path, rounding, rendering and the one atomic writer.
 
-CSV, Parquet or JSON to stdout or a file; a file is written to a temporary name in the same
+CSV, Parquet or JSON to stdout or a file (CSV and JSON gzip-compressed for a ``.gz`` name, byte for byte the
+same on every run: :func:`compressed`); a file is written to a temporary name in the same
 directory and renamed (through the gate, :meth:`dpcli.access.Gate.write`), so a failed run
 never leaves a partial file. A device or a pipe (``-o /dev/null``) is written in place, once the whole
 result is rendered. An output path inside the state directory, naming one of the run's
@@ -10,6 +11,7 @@ inputs, or holding one of dpcli's private files is refused before anything is re
 
 from __future__ import annotations
 
+import gzip
 import io
 import math
 import os
@@ -36,22 +38,44 @@ OUTPUT_FORMATS: tuple[str, ...] = ("csv", "parquet", "json", "table")
 _OUTPUT_EXT = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json"}
 
 
+#: Compressed outputs by suffix (after the format's own: ``counts.csv.gz``).
+OUTPUT_COMPRESSION = {".gz": "gzip"}
+#: gzip's compression level for outputs: fixed, so the same release is the same bytes on every run.
+GZIP_LEVEL = 9
+
+
+def output_compression(path: str | None) -> str | None:
+    """``gzip`` for an ``-o`` path whose name ends in ``.gz`` (stdout and other names: None)."""
+    if not path or path == "-":
+        return None
+    return OUTPUT_COMPRESSION.get(Path(path).suffix.lower())
+
+
 def output_format_for(path: str | None, explicit: str | None) -> str:
-    """The output format from ``--format``, else the ``-o`` extension, else CSV (as on stdout in a pipe):
-    for stdout, a name without an extension, and in personal mode a device or a pipe (``/dev/null``,
-    ``/dev/stdout``). An extension dpcli does not write (``.txt``) is refused rather than guessed."""
+    """The output format from ``--format``, else the ``-o`` extension (before a ``.gz``: ``x.csv.gz`` is CSV),
+    else CSV (as on stdout in a pipe): for stdout, a name without an extension, and in personal mode a device
+    or a pipe (``/dev/null``, ``/dev/stdout``). An extension dpcli does not write (``.txt``) is refused rather
+    than guessed, and so is a compressed Parquet name (``.parquet.gz``: Parquet compresses its own pages)."""
+    given, compression = path, output_compression(path)
+    if compression is not None and path is not None:
+        path = str(Path(path).with_suffix(""))
     if explicit:
         if explicit not in OUTPUT_FORMATS:
             raise UsageError(f"unknown output format {explicit!r} (choose from {', '.join(OUTPUT_FORMATS)})")
-        return explicit
+        fmt = explicit
     # (a service-mode analyst's path is not looked at: they write only files in their output directories,
     # and whether a path they typed is a device or a pipe is not theirs to learn before the gate refuses it)
-    if not path or path == "-" or not Path(path).suffix or (not gate().restricted and writes_in_place(path)):
-        return "csv"
-    fmt = _OUTPUT_EXT.get(Path(path).suffix.lower())
-    if fmt is None:
-        raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
-                         field="format")
+    elif not path or path == "-" or not Path(path).suffix or (not gate().restricted and writes_in_place(path)):
+        fmt = "csv"
+    else:
+        found = _OUTPUT_EXT.get(Path(path).suffix.lower())
+        if found is None:
+            raise UsageError(f"is needed: the output format of {path!r} is not clear from its extension",
+                             field="format")
+        fmt = found
+    if compression is not None and fmt not in ("csv", "json"):
+        raise UsageError(f"-o {given!r}: a {fmt} output is not written gzip-compressed (Parquet compresses its "
+                         "own pages); drop .gz from the name")
     return fmt
 
 
@@ -202,8 +226,23 @@ def _rounding(df: pl.DataFrame, column: str, step: float | None) -> pl.Expr | No
     return None
 
 
-def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:
-    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON)."""
+def compressed(data: bytes, compression: str | None) -> bytes:
+    """``data`` as written: as it is, or gzip-compressed byte-deterministically (level :data:`GZIP_LEVEL`, a
+    modification time of 0 and no file name in the header), so a replay writes the bytes the first run wrote
+    and its digest is the one the ledger recorded."""
+    if compression is None:
+        return data
+    if compression != "gzip":
+        raise ValueError(f"unknown output compression {compression!r}")
+    return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def render(df: pl.DataFrame, fmt: str, step: float | None = None, compression: str | None = None) -> bytes:
+    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON), compressed as asked."""
+    return compressed(_serialised(df, fmt, step), compression)
+
+
+def _serialised(df: pl.DataFrame, fmt: str, step: float | None) -> bytes:
     buf = io.BytesIO()
     if fmt != "parquet":
         df = rounded(df, step)
@@ -219,8 +258,9 @@ def render(df: pl.DataFrame, fmt: str, step: float | None = None) -> bytes:
 
 def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None,
                  step: float | None = None) -> None:
-    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`)."""
-    data = render(df, fmt, step)
+    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`; a ``.gz`` name:
+    gzip-compressed, :func:`compressed`)."""
+    data = render(df, fmt, step, output_compression(path))
     if not path or path == "-":
         out = stdout or sys.stdout.buffer
         if fmt == "parquet" and hasattr(out, "isatty") and out.isatty():

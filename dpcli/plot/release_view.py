@@ -16,9 +16,11 @@ recognised by its columns, or by a ``--json`` document's summary, and drawn as a
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -105,9 +107,11 @@ def read_release(path: str, summary_path: str | None = None,
     from dpcli.io.inputs import fingerprint_bytes
     from dpcli.io.opening import open_binary
 
-    suffix = Path(path).suffix.lower()
+    gzipped = Path(path).suffix.lower() == ".gz"  # a .csv.gz or .json.gz dpcli wrote (io.outputs.compressed)
+    suffix = Path(path).with_suffix("").suffix.lower() if gzipped else Path(path).suffix.lower()
     if suffix not in (".parquet", ".pq", ".json", ".csv", ".tsv", ".txt"):
-        raise UsageError(f"cannot tell the format of {path!r} from its extension (.csv, .parquet or .json)")
+        raise UsageError(f"cannot tell the format of {path!r} from its extension (.csv, .parquet or .json, "
+                         "optionally .gz)")
     fh, _ = open_binary(path, "release")
     try:
         with fh:
@@ -115,11 +119,12 @@ def read_release(path: str, summary_path: str | None = None,
     except OSError:
         raise InputMissingError(f"release {path!r} is not readable") from None
     if accept is not None:
-        accept(fingerprint_bytes(data))
+        accept(fingerprint_bytes(data))  # the bytes written (compressed, for a .gz): the digest a ledger recorded
     summary = read_summary(summary_path) if summary_path else {}
     try:
-        table, doc = _parse_release(data, suffix, path)
-    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError) as exc:
+        table, doc = _parse_release(gzip.decompress(data) if gzipped else data, suffix, path)
+    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError, EOFError,
+            zlib.error) as exc:
         raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
     if doc is not None and summary_path is None:
         summary = doc.get("summary") or {}

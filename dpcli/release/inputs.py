@@ -21,7 +21,7 @@ import polars as pl
 from dpcli.access import Source
 from dpcli.errors import DataError
 from dpcli.frames import cheap_row_count, collect
-from dpcli.io.inputs import InputTable, open_input, read_group_list, require_columns
+from dpcli.io.inputs import TYPED_FORMATS, InputTable, open_input, read_group_list, require_columns
 from dpcli.io.opening import EarlyInput
 from dpcli.release.seeds import Reads
 from dpcli.tasks import Frames, Needs
@@ -80,10 +80,13 @@ class Opened:
         """Each list's fingerprint by role (part of a schedule's name: :func:`dpcli.release.schedules.schedule_key`)."""
         return {role: table.fingerprint for role, (table, _) in self.lists.items()}
 
-    def frames(self) -> Frames:
-        """The inputs as a task computes on them."""
-        return Frames(self.data.frame, self.data.name, cheap_row_count(self.data), self.schema,
-                      {role: frame for role, (_, frame) in self.lists.items()})
+    def frames(self, counted: bool = True) -> Frames:
+        """The inputs as a task computes on them; ``counted``: with a Parquet input's row count (from its metadata,
+        but through a collect: a check before the debit reads none, :func:`dpcli.release.path.prepare`)."""
+        typed = {role for role, table in (("data", self.data), *((r, t) for r, (t, _) in self.lists.items()))
+                 if table.format in TYPED_FORMATS}
+        return Frames(self.data.frame, self.data.name, cheap_row_count(self.data) if counted else None, self.schema,
+                      {role: frame for role, (_, frame) in self.lists.items()}, frozenset(typed))
 
 
 def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | None = None,
@@ -141,6 +144,26 @@ def list_groups(needs: Needs, sources: Sources) -> dict[str, int]:
     return out
 
 
+def check_data_schema(needs: Needs, sources: Sources) -> tuple[pl.Schema, str] | None:
+    """A dry run's check of the data's schema (public: a CSV header, a Parquet footer, read through the gate,
+    no record read), by the rule a release applies (:func:`dpcli.io.inputs.check_schema`): a missing column,
+    or a Parquet column of a type the query cannot use (text given to ``--value``), is refused now, as the
+    release would refuse it before its debit. The schema with the format, or None when the data declares
+    none or is not there yet (NDJSON, standard input, a URI, a file still to come:
+    :func:`dpcli.io.columns.declared_schema`)."""
+    from dpcli.io.columns import declared_schema
+    from dpcli.io.inputs import SchemaOf, check_schema, csv_delimiter
+
+    declared = declared_schema(sources.data)
+    if declared is None:
+        return None
+    schema, fmt = declared
+    if needs.check_columns:
+        delimiter = csv_delimiter(sources.data.delimiter, sources.data.location) if fmt == "csv" else None
+        check_schema(schema, dict(needs.columns), SchemaOf(sources.data.name, fmt, delimiter))
+    return declared
+
+
 def check_list_headers(needs: Needs, sources: Sources) -> None:
     """A dry run's check of each public list's header (public: read through the gate, no record read):
     a list without the columns the release needs is refused now, as the release would refuse it."""
@@ -154,3 +177,33 @@ def check_list_headers(needs: Needs, sources: Sources) -> None:
             raise DataError(f"{source.name} lacks column {missing[0]!r} (a list of groups needs: "
                             f"{', '.join(wanted.columns)})")
 
+
+def check_task_inputs(task: object, frames: Frames, planned: object) -> None:
+    """A task's own check of its inputs' schemas (``check_inputs(frames, plan)``, if it has one: ``dpcli sql``'s
+    types from its per-user stage built lazily, ``stream-replay``'s value column, ``tabulate``'s spec columns),
+    before the debit or in a dry run. Its messages follow the service-mode rule themselves (no column type
+    named to an analyst)."""
+    check = getattr(task, "check_inputs", None)
+    if check is not None:
+        check(frames, planned)
+
+
+def declared_frames(needs: Needs, sources: Sources, data: tuple[pl.Schema, str] | None) -> Frames | None:
+    """The inputs as empty frames of their declared schemas (a dry run's: no record read), for
+    :func:`check_task_inputs`; None when one of them declares none (NDJSON, standard input, a file to come)."""
+    from dpcli.io.columns import declared_schema
+
+    if data is None:
+        return None
+    data_schema, fmt = data
+    lists: dict[str, pl.DataFrame | pl.LazyFrame] = {}
+    typed = {"data"} if fmt in TYPED_FORMATS else set()
+    for role, wanted in needs.lists.items():
+        source = sources.lists.get(role)
+        declared = declared_schema(source) if source is not None and not wanted.groups else None
+        if source is not None and not wanted.groups:
+            if declared is None:
+                return None
+            lists[role] = pl.LazyFrame(schema=declared[0])
+            typed |= {role} if declared[1] in TYPED_FORMATS else set()
+    return Frames(pl.LazyFrame(schema=data_schema), sources.data.name, None, data_schema, lists, frozenset(typed))

@@ -26,8 +26,17 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, DpcliError, InputMissingError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
 from dpcli.io.opening import EarlyInput
-from dpcli.io.outputs import check_output_path, render
-from dpcli.release.inputs import Opened, Sources, check_list_headers, list_groups, open_sources
+from dpcli.io.outputs import check_output_path, output_compression, render
+from dpcli.release.inputs import (
+    Opened,
+    Sources,
+    check_data_schema,
+    check_list_headers,
+    check_task_inputs,
+    declared_frames,
+    list_groups,
+    open_sources,
+)
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed, task_material
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
@@ -67,10 +76,11 @@ class Output:
         return bool(self.path) and self.path != "-" and self.format != "table"
 
     def digest(self, table: pl.DataFrame, metadata: dict[str, Any]) -> str | None:
-        """The digest of the file the release is about to be written to (None for standard output)."""
+        """The digest of the file the release is about to be written to (None for standard output): the bytes
+        written, compressed for a ``.gz`` name."""
         if not self.to_file:
             return None
-        return fingerprint_bytes(render(table, self.format, grid_step(metadata)))
+        return fingerprint_bytes(render(table, self.format, grid_step(metadata), output_compression(self.path)))
 
 
 def grid_step(report: dict[str, Any]) -> float | None:
@@ -128,11 +138,11 @@ class Continuation:
 
 def plan(task: Task[P], payer: LedgerRef, sources: Sources | None = None) -> Planned:
     """``--dry-run``: the task's plan against the ledger's mode and limits, its cost and whether the
-    ledger would accept it now. Reads no data (with ``sources``, the public lists' headers: a list that
-    lacks a needed column is refused as the release would refuse it), charges nothing."""
+    ledger would accept it now. Reads no record (with ``sources``, the data's schema and the public lists'
+    headers: a missing column, a Parquet column of a type the query cannot use, or a list that lacks a
+    needed column is refused as the release would refuse it), charges nothing."""
     task.check()
-    if sources is not None:
-        check_list_headers(task.needs(), sources)
+    data = check_dry_run_inputs(task, sources) if sources is not None else None
     led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     task = task.for_ledger(led.limits.mode)
     counted = getattr(task, "with_list_groups", None)  # a margin a public list's length bounds (histogram's auto K)
@@ -140,11 +150,24 @@ def plan(task: Task[P], payer: LedgerRef, sources: Sources | None = None) -> Pla
         listed = sources
         task = counted(lambda: list_groups(task.needs(), listed))
     planned = task.plan(led.limits.mode, led.limits.values)
+    frames = declared_frames(task.needs(), sources, data) if sources and hasattr(task, "check_inputs") else None
+    if frames is not None:  # the task's own check, on the declared schemas (sql's types)
+        check_task_inputs(task, frames, planned)
     events = list(planned.events)
     refused = ledger.refusal(led, events)
     if refused is not None:
         refused = _with_hint(task, refused, payer)
     return Planned(task.describe(planned), events, refused)
+
+
+def check_dry_run_inputs(task: Task[P], sources: Sources) -> tuple[pl.Schema, str] | None:
+    """What a dry run checks of the inputs without reading a record (public: schemas and headers), as the
+    release would check it before its debit: the data's columns and their declared types, the lists' headers.
+    The data's declared schema and format (None: it declares none, or is not there yet)."""
+    needs = task.needs()
+    data = check_data_schema(needs, sources)
+    check_list_headers(needs, sources)
+    return data
 
 
 def _with_hint(task: Task[P], refused: str, payer: LedgerRef) -> str:
@@ -269,6 +292,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
     Nothing before ``before_run`` reads a record: the inputs are opened (their bytes hashed, their
     schema and any public list read) but not parsed."""
     task.check_lists({role: frame for role, (_, frame) in opened.lists.items()})  # public: refused before any debit
+    check_task_inputs(task, opened.frames(counted=False), planned)  # the schemas (sql types): refused before a debit
     seed = release_seed(state_dir, task_material(task), opened.seed_inputs, Calibration(mode, planned), engine,
                         opened.reads)
     if before_run is not None:

@@ -26,7 +26,7 @@ from dpcli.errors import StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import open_input
 from dpcli.release.inputs import Sources
-from dpcli.release.path import LedgerRef, Planned, scheduled_run
+from dpcli.release.path import LedgerRef, Planned, check_dry_run_inputs, scheduled_run
 from dpcli.release.schedules import NOISY_SIZES, ScheduleSpec, check_state, reservation_event
 from dpcli.state import ledger
 from dpcli.state import schedules as store
@@ -70,6 +70,7 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     if not isinstance(scheduled, SchedulableTask):
         raise UsageError(f"{task.command} has no --schedule")
     scheduled.check_schedulable()
+    check_dry_run_inputs(scheduled, sources)  # the data's schema and the lists' headers, as a run checks them
     fingerprints, groups = _open_lists(scheduled, sources)
     query = scheduled.schedule_query(fingerprints)
     key = store.schedule_key(spec.name, query)

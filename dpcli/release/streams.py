@@ -58,7 +58,7 @@ from dpcli.tasks.stream.state import (
 from dpcli.tasks.stream.task import StreamTask
 
 if TYPE_CHECKING:
-    from dpcli.release.inputs import Opened
+    from dpcli.release.inputs import Opened, Sources
     from dpcli.release.path import Busy, Continuation, LedgerRef, Output, Planned, Release
     from dpcli.tasks import Engine
 
@@ -366,12 +366,14 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
     inputs (it is made once, for every run): each run's input, with its reading, is bound by the
     run's digest in the ledger. The last run's input again (a retry) returns its rows again, free, and
     is recorded in the ledger as a replay of that run's step."""
+    from dpcli.release.inputs import check_task_inputs
     from dpcli.release.path import Prepared, charge
     from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 
     # only stream-replay runs against a --state file
     assert isinstance(task, StreamTask) and isinstance(planned, (StreamPlan, PendingPlan))
     assert continuation.stream_state is not None
+    check_task_inputs(task, opened.frames(), planned)  # the value column's type, before the reservation
     payer_ref = payer
     calibration = Calibration(mode, planned)
     table = opened.data
@@ -398,21 +400,28 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
         return replace(done, notes=run.notes)
 
 
-def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int = 1) -> Planned:
+def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int = 1,
+              sources: Sources | None = None) -> Planned:
     """``--dry-run`` of ``stream-replay``, with or without ``--state``: the calibration and the 95% margin
     at each trigger (:func:`dpcli.tasks.stream.plan.margins95_by_trigger`), the triggers the next run
     executes, the cost of each of the next ``runs`` runs and their total, and whether the ledger accepts
-    it. Reads no data and writes nothing (a state file is only read: its public part decides).
+    it. Reads no record and writes nothing (a state file is only read: its public part decides; with
+    ``sources``, the data's schema is checked as a run checks it: :func:`dpcli.release.path.check_dry_run_inputs`).
 
     Without ``--state`` each run over new data is a new release, charged in full; with it the first
     run reserves the stream's whole (ε, δ) and every later run (and trigger) is covered by it.
     """
-    from dpcli.release.path import Planned
+    from dpcli.release.inputs import check_task_inputs, declared_frames
+    from dpcli.release.path import Planned, check_dry_run_inputs
     from dpcli.state.paths import existing_state_dir
 
     task.check()
+    data = check_dry_run_inputs(task, sources) if sources is not None else None
     led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     planned = task.plan(led.limits.mode, led.limits.values)
+    frames = declared_frames(task.needs(), sources, data) if sources is not None else None
+    if frames is not None:
+        check_task_inputs(task, frames, planned)  # the value column's declared type
     events = list(planned.events)
     q = task.query
     moment = _as_utc(task.through)

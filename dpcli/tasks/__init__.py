@@ -5,7 +5,9 @@ which inputs it reads (:meth:`Task.needs`), plans its noise from the ledger's mo
 (:meth:`Task.plan`: the events the release reserves, decided before any data is read), computes
 on the opened frames with its keyed seed (:meth:`Task.run`), and describes the result
 (:meth:`Task.summary`, :meth:`Task.notes`). The release path does the rest, in one order for
-every task: limits → plan once → payable? → open → seed → run → charge.
+every task: limits → plan once → payable? → open → seed → run → charge. A task that checks its inputs'
+schemas itself (beyond :class:`Needs`' column kinds) has ``check_inputs(frames, plan)``, which the release
+path calls after opening and before the debit, and a dry run on the schemas declared (no record read).
 """
 
 from __future__ import annotations
@@ -135,6 +137,9 @@ class Frames:
     rows: int | None
     schema: pl.Schema
     lists: Mapping[str, pl.DataFrame | pl.LazyFrame] = field(default_factory=dict)
+    #: The roles (``data``, a list's) of the inputs whose column types are schema (Parquet: a String column
+    #: is text, never numbers to parse); the others are CSV or NDJSON, whose columns are read as text.
+    typed: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -263,20 +263,30 @@ def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, mo
     ["stream-replay", "--time", "t", "--by", "g", "--privacy-unit", "user", "--window", "1h", "--triggers", "2",
      "--epsilon", "1", "--delta", "1e-6", "--max-contributions", "1"],
 ])
-def test_a_dry_run_never_opens_the_input(tmp_path, monkeypatch, command):
-    """The input is hashed early, while dpcli loads, but never by a run that promises to read no data."""
-    from dpcli.io import opening
+def test_a_dry_run_reads_the_header_and_no_record(tmp_path, monkeypatch, command):
+    """The input is hashed early, while dpcli loads, but never by a run that promises to read no data: a dry run
+    opens it only to read its schema (a CSV's header line, a Parquet footer: public), never to hash or parse it."""
+    import sys
+
+    from dpcli.io import columns, opening
 
     init_ledger()
-    (tmp_path / "d.csv").write_text(data("a"))
+    (tmp_path / "d.csv").write_text("user,g,t\nu1,a,2026-01-01T00:00:00\n")
+    real, opened = opening.open_binary, []
 
-    def refuse(*args, **kwargs):
-        raise AssertionError("the input was opened")
+    def header_only(*args, **kwargs):
+        caller = sys._getframe(1).f_code.co_name
+        if caller != "declared_schema":
+            raise AssertionError(f"the input was opened by {caller}")
+        opened.append(caller)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(opening, "open_binary", refuse)
-    monkeypatch.setattr(inputs, "open_binary", refuse)
+    monkeypatch.setattr(opening, "open_binary", header_only)
+    monkeypatch.setattr(inputs, "open_binary", header_only)
+    monkeypatch.setattr(columns, "open_binary", header_only)
     r = runner.invoke(app, [command[0], str(tmp_path / "d.csv"), *command[1:], "--dry-run"])
     assert r.exit_code == 0, r.stderr
+    assert opened == ["declared_schema"]  # once, for the header (which the dry run checks the columns against)
 
 
 def test_an_early_hash_error_is_one_line_and_no_debit(tmp_path, monkeypatch):

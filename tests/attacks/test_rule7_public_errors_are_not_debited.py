@@ -62,3 +62,58 @@ def test_attack_a_bad_public_input_is_refused_before_the_debit(tmp_path, state_d
     assert r.exit_code in (2, 65) and r.stdout == "", (r.exit_code, r.stderr)
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
     assert _charged(state_dir) == [], f"{name}: refused ({r.stderr.strip()}) and charged"
+
+
+#: Issue 39, item 1: a Parquet column's type is schema, and every case below was charged before it was refused
+#: (or charged and released nothing but noise): a text column summed by stream-replay or sql, a boolean or a
+#: date failing inside the run after the debit. histogram's text ``--value`` is the control (refused since the
+#: issue's first fix).
+_BUDGET = ["--epsilon", "1", "--delta", "1e-6"]
+_STREAM = ["stream-replay", "{p}", "--time", "ts", "--by", "g", "--privacy-unit", "u", "--window", "1d", "--triggers",
+           "1", "--max-contributions", "1", "--bounds", "-9:9", "--through", "2026-11-02", *_BUDGET]
+_SQL = ["--table", "v={p}", "--privacy-unit", "v.u", *_BUDGET]
+TYPED = {
+    "histogram --value of a text column (control)": ["histogram", "{p}", "--by", "g", "--privacy-unit", "u", "--agg",
+                                                      "mean", "--value", "t", "--bounds", "0:10", *_BUDGET],
+    "stream-replay --value of a text column": [*_STREAM, "--value", "t"],
+    "stream-replay --value of a boolean column": [*_STREAM, "--value", "b"],
+    "sql ANON_SUM of a text column": ["sql", "SELECT g, ANON_SUM(t, 0, 9) AS s FROM v GROUP BY g", *_SQL],
+    "sql ANON_VAR of a date column": ["sql", "SELECT g, ANON_VAR(d, 0, 9) AS s FROM v GROUP BY g", *_SQL],
+}
+
+
+@pytest.mark.parametrize("name", list(TYPED))
+def test_attack_a_parquet_columns_declared_type_is_refused_before_the_debit(tmp_path, state_dir, name):
+    import datetime as dt
+
+    import polars as pl
+
+    path = tmp_path / "typed.parquet"
+    pl.DataFrame({"u": [f"u{i}" for i in range(40)], "g": [f"g{i % 3}" for i in range(40)],
+                  "t": [str(i % 9) for i in range(40)], "b": [i % 2 == 0 for i in range(40)],
+                  "d": [dt.date(2026, 11, 1)] * 40, "ts": [dt.datetime(2026, 11, 1, i % 24) for i in range(40)]}
+                 ).write_parquet(path)
+    init_ledger("approx", "--epsilon", "1000", "--delta", "0.5")
+    r = runner.invoke(app, [a.replace("{p}", str(path)) for a in TYPED[name]])
+    assert r.exit_code == 65 and r.stdout == "", (r.exit_code, r.stderr)
+    assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1, r.stderr
+    assert _charged(state_dir) == [], f"{name}: refused ({r.stderr.strip()}) and charged"
+
+
+def test_attack_a_tabulate_spec_column_of_an_unusable_type_is_refused_before_the_debit(tmp_path, state_dir):
+    """Found beside issue 39's item 1: tabulate checked its spec's columns against the schema inside the run, after
+    the debit, so a float age column (the same for every dataset of that schema) cost the whole spec's ε."""
+    import shutil
+
+    import polars as pl
+    from dptest import SAMPLE
+
+    pl.read_parquet(SAMPLE / "persons.parquet").with_columns(pl.col("age").cast(pl.Float64)).write_parquet(
+        tmp_path / "persons.parquet")
+    for name in ("safetab_spec.toml", "blocks.csv"):
+        shutil.copy(SAMPLE / name, tmp_path / name)
+    init_ledger("zcdp", "--rho", "1000", "--delta", "1e-5")
+    spec = str(tmp_path / "safetab_spec.toml")
+    r = runner.invoke(app, ["tabulate", str(tmp_path / "persons.parquet"), "--spec", spec])
+    assert r.exit_code == 65 and "'age' (age) must hold integer codes" in r.stderr, (r.exit_code, r.stderr)
+    assert "charged" not in r.stderr and _charged(state_dir) == [], r.stderr

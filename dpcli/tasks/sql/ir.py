@@ -186,6 +186,28 @@ def relation_canonical(r: Relation) -> Any:
             "aggs": [[n, a.function, expr_canonical(a.arg) if a.arg is not None else None] for n, a in r.aggs]}
 
 
+def column_source(r: Relation, name: str) -> tuple[str, str] | None:
+    """The declared table and its column whose values column ``name`` of ``r`` holds as read (through
+    filters, joins, sub-query columns and keys that name it, and a sub-query's MIN or MAX of it); None
+    when the query computes it."""
+    if isinstance(r, Scan):
+        prefix = r.prefix + "."
+        return (r.table, name[len(prefix):]) if name.startswith(prefix) else None
+    if isinstance(r, Filter):
+        return column_source(r.input, name)
+    if isinstance(r, Join):
+        merged = next(((lcol, rcol) for m, lcol, rcol in r.merged if m == name), (name, name))
+        return column_source(r.left, merged[0]) or column_source(r.right, merged[1])
+    if isinstance(r, Project):
+        expr = dict(r.items).get(name)
+    else:
+        calls = {n: a.arg for n, a in r.aggs if a.function in ("min", "max")}
+        expr = dict(r.keys).get(name) or calls.get(name)
+    if expr is None and name == r.unit:
+        return column_source(r.input, name)  # the unit column, carried
+    return column_source(r.input, expr.name) if isinstance(expr, Col) else None
+
+
 def scans_of(r: Relation) -> list[Scan]:
     """Every table read of ``r``, in the order the query names them."""
     if isinstance(r, Scan):

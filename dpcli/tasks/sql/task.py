@@ -24,7 +24,7 @@ from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
-from dpcli.tasks.sql.ir import ResolvedQuery, scans_of
+from dpcli.tasks.sql.ir import Col, ResolvedQuery, column_source, scans_of
 from dpcli.tasks.sql.measures import Budget, Measure, SqlPlan, measures_of, plan_measures
 from dpcli.tasks.sql.outputs import Noisy, apply_post, output_table
 from dpcli.tasks.sql.resolve import resolve_query
@@ -231,6 +231,39 @@ class SqlTask:
         if frame.select(pl.len()).collect().item() == 0:  # a public list: counting its rows reads nothing private
             raise DataError("the list of groups lists no groups")
 
+    def check_inputs(self, frames: Frames, plan: SqlPlan) -> None:
+        """Refuse, from the tables' schemas alone (before the debit; a dry run on their declared schemas),
+        what the run would refuse once it builds the per-user stage: a column of a type the query cannot
+        use (a date summed, a float or nested GROUP BY key), and an ANON_ function given a column that a
+        typed table (Parquet) declares as text. That type is schema: its values are text, not numbers to
+        parse, and a release would aggregate nothing but noise. In a CSV or NDJSON every column is text and
+        is parsed per record (a value that does not parse is dropped); CAST(col AS DOUBLE) asks for that
+        parse on Parquet text too. A service-mode analyst is told neither the type nor another column."""
+        from dpcli.access import gate
+
+        try:
+            self._check_types(frames, plan)
+        except DataError:
+            if gate().restricted:  # the types of the columns they read are not theirs to read
+                raise DataError("a column the query reads cannot be used as the query asks (by its type)") from None
+            raise
+
+    def _check_types(self, frames: Frames, plan: SqlPlan) -> None:
+        tables = self._frames(frames)
+        per_user_frame(self.query, plan, tables, self.query.group_names)  # builds lazily: reads no record
+        roles = self.roles()
+        for m in (c.measure for c in plan.calibrated):
+            if m.kind == "count" or not isinstance(m.value, Col):
+                continue
+            found = column_source(self.query.relation, m.value.name)
+            if found is None or roles[found[0]] not in frames.typed:
+                continue
+            table, column = found
+            if schema_of(tables[table]).get(column) == pl.String:
+                raise DataError(f"column {column!r} of table {table!r} is text (its declared type) and is "
+                                "aggregated as a number: give a numeric column, or CAST it AS DOUBLE to read "
+                                "its text as numbers")
+
     def needs(self) -> Needs:
         columns, data = self.table_columns(), self.data_table()
         unit = next(t.unit for t in self.tables if t.name == data)
@@ -303,12 +336,14 @@ class SqlTask:
         tables = self.capped_tables(tables, salt)
         name = ", ".join(t.name for t in self.tables)
         task, extra = self, dict[str, Any]()
+        frame, layout = per_user_frame(task.query, plan, tables, task.query.group_names)
+        keys = task._keys(frames, schema_of(frame), layout)
         if self.options.auto is not None or self.options.bias_share is not None:
             from dpcli.tasks.sql.chosen import bounds_chosen
 
-            task, plan, extra = bounds_chosen(self, plan, tables, stream, salt, name)
-        frame, layout = per_user_frame(task.query, plan, tables, task.query.group_names)
-        keys = task._keys(frames, schema_of(frame), layout)
+            listed = keys.height if keys is not None else None
+            task, plan, extra = bounds_chosen(self, plan, tables, stream, salt, name, listed)
+            frame, layout = per_user_frame(task.query, plan, tables, task.query.group_names)
         if engine is not None and engine.sql_totals is not None:
             totals, bins = engine.sql_totals(task, plan, layout, salt, schema_of(frame))
         else:

@@ -62,13 +62,25 @@ class StreamTask:
     def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
         """Nothing in its public lists can refuse this task before it runs (their columns are checked on opening)."""
 
+    def check_inputs(self, frames: Frames, plan: object) -> None:
+        """The value column by the rule of every value column, from the schema alone and before any debit
+        (:func:`dpcli.io.inputs.check_schema`, kind ``value``: in Parquet a numeric type, since its text,
+        booleans or dates would be summed as nothing but noise; in CSV and NDJSON text parsed per record).
+        Checked here rather than as the kind :meth:`needs` gives it (``any``), because that kind enters the
+        release seed: the same replay keeps the seed, and the noise, it had."""
+        from dpcli.io.inputs import SchemaOf, check_schema
+
+        if self.query.value is not None:  # (the column is there: require_columns found it)
+            fmt = "parquet" if "data" in frames.typed else "csv"
+            check_schema(frames.schema, {self.query.value: "value"}, SchemaOf(frames.name, fmt))
+
     def needs(self) -> Needs:
         q = self.query
         # In this order (time, unit, keys, value): the order of the columns read as text is part of how the
         # input was read, and so of the seed.
         columns: dict[str, Any] = {q.time: "temporal", q.unit: "key", **dict.fromkeys(q.keys, "key")}
         if q.value:
-            columns[q.value] = "any"  # numeric or text (parsed per record; unparsable values are dropped)
+            columns[q.value] = "any"  # its type: :meth:`check_inputs` (this kind enters the seed)
         return Needs(columns)
 
     @property
