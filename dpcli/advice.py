@@ -7,7 +7,8 @@ A note naming an option holds its field (``max_contributions``); the CLI spells 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,9 +255,10 @@ def bias_report(unit: str, bias: dict[str, Any] | None, in_force: dict[str, Any]
 
 
 def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: dict[str, Any] | None,
-                       quantiles: dict[str, float]) -> list[Note]:
+                       quantiles: dict[str, float], chosen: Collection[str] = ()) -> list[Note]:
     """Notes where the bias report says the bounds may move a released statistic by more than its margin
-    (``quantiles``: the level of each quantile aggregation, by name).
+    (``quantiles``: the level of each quantile aggregation, by name; ``chosen``: the bounds dpcli chose from the
+    data, by field name, which the note does not ask to leave out).
 
     Counts and sums: rows cut by the caps (a share s of a unit's rows, on average) leave a released total v of
     the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that exceeds the column's
@@ -281,17 +283,23 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: dict[
         typical = _typical(values)
         if column == "count_units" or typical is None or cut <= noise:
             continue
-        short = typical * cut / (1 - cut) if cut < 1 else float("inf")
+        short = typical * cut / (1 - cut) if cut < 1 else math.inf
         if short > margin:
             # the caps to raise: each whose own cut exceeds the margin (else the one that cut more)
             named = [o for o, share in shares.items() if share > noise and (cut >= 1 or typical * share / (1 - cut)
                                                                              > margin)]
             named = named or [max(shares, key=shares.__getitem__)]
-            raise_ = " and ".join(named) + (", or leave them out" if len(named) > 1 else ", or leave it out")
+            given = [o for o in named if o.removeprefix("--").replace("-", "_") not in chosen]
+            raise_ = " and ".join(named)
+            if given:
+                raise_ += (", or leave them out" if len(given) > 1 else ", or leave it out") + " for dpcli to choose"
+            else:  # dpcli chose them: a larger cap cuts less but adds noise, which its choice weighed at this ε
+                raise_ += " (chosen from the data: a larger one cuts less and adds noise)"
+            by = f"about {short:.3g}" if math.isfinite(short) else "most"
             notes.append(Note(
                 f"{column}: the caps cut about {percent_text(cut)} of each {unit}'s rows, so a typical {column} "
-                f"({typical:.3g}) may be short by about {short:.3g} of the raw total, beyond its margin "
-                f"(±{margin:.3g}): raise {raise_} for dpcli to choose"))
+                f"({typical:.3g}) may be short by {by} of the raw total, beyond its margin "
+                f"(±{margin:.3g}): raise {raise_}"))
     below = float(bias.get("share_clamped_below", 0))
     above = float(bias.get("share_clamped_above", 0))
     if query.bounds is None or not (below or above):

@@ -204,6 +204,10 @@ def default_granularity(lo: float, hi: float, steps: int = 1 << 12) -> Fraction:
     return g
 
 
+#: The totals :func:`group_totals` computes per group, beside the group columns (which must not share their names).
+TOTALS_COLUMNS = ("units", "rows", "csum", "csumsq")
+
+
 @dataclass(frozen=True)
 class BoundingSpec:
     """What to bound and how tightly (all caps ≥ 1)."""
@@ -226,6 +230,10 @@ class BoundingSpec:
                 # column named like GRID would become each row's value, unbounding every person.
                 raise UsageError(f"column {column!r}: names starting with {RESERVED_PREFIX!r} are dpcli's own; "
                                  "rename the column")
+        for column in self.by:
+            if column in TOTALS_COLUMNS:  # a group column beside the totals of the same name (found after a debit)
+                raise UsageError(f"group column {column!r} has the name of a total dpcli computes per group "
+                                 f"({', '.join(TOTALS_COLUMNS)}); rename the column")
 
     def stability(self) -> Stability:
         """What these bounds guarantee per group, in the units of each bounded total (:func:`group_totals`).

@@ -120,12 +120,17 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
                name: str) -> dict[str, int]:
     """The exact sums over units of each share (in thousandths, rounded down, at most SCALE per unit in all)
     and SCALE × the number of units."""
-    keys = [shape.unit, *shape.by]
-    columns = list(dict.fromkeys([*keys, *([shape.value] if shape.value else [])]))
-    lf = frame.select([pl.col(c) for c in columns]).filter(pl.col(shape.unit).is_not_null())
+    # The input's columns copied under the report's own names first: a unit, group or value column may be called
+    # anything (``total``, ``__r``, ``below``…), and the same column may be both a group and the value.
+    unit, value = "__bias_unit", "__bias_value"
+    keys = [unit, *(f"__bias_by{i}" for i in range(len(shape.by)))]
+    copies = [pl.col(c).alias(n) for c, n in zip([shape.unit, *shape.by], keys, strict=True)]
+    if shape.value is not None:
+        copies.append(pl.col(shape.value).alias(value))
+    lf = frame.select(copies).filter(pl.col(unit).is_not_null())
     aggs = [pl.len().cast(pl.Int64).alias("__r")]
     if shape.value is not None:
-        x = bounding.numeric_value(pl.col(shape.value), lf.collect_schema()[shape.value])
+        x = bounding.numeric_value(pl.col(value), lf.collect_schema()[value])
         lf = lf.with_columns(x.alias("__x")).filter(pl.col("__x").is_not_null() & ~pl.col("__x").is_nan())
         if bounds.bounds is not None:
             lo, hi = bounds.bounds
@@ -135,7 +140,7 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
     if "max_partitions" in parts:
         assert bounds.max_partitions is not None
         schema = pairs.collect_schema()
-        kept = keep_first(pairs, [shape.unit], [(c, schema[c]) for c in keys], salt, "groups", bounds.max_partitions)
+        kept = keep_first(pairs, [unit], [(c, schema[c]) for c in keys], salt, "groups", bounds.max_partitions)
         pairs = pairs.join(kept.select(keys).with_columns(pl.lit(True).alias("__kept")), on=keys, how="left",
                            nulls_equal=True).with_columns(pl.col("__kept").fill_null(False))
     else:
@@ -148,8 +153,7 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
     if "below" in parts:  # the expected kept rows of each kind under the uniform sample: min(r, C)/r of them
         per_pair += [(kept_rows * pl.col(col) / pl.col("__r")).alias(part) for part, col in (("below", "__lo"),
                                                                                                 ("above", "__hi"))]
-    per_unit = pairs.select(shape.unit, *per_pair).group_by(shape.unit).agg(
-        pl.exclude(shape.unit).sum())
+    per_unit = pairs.select(unit, *per_pair).group_by(unit).agg(pl.exclude(unit).sum())
     # Each unit's shares in thousandths, rounded down, then each capped by what the ones before it left: the
     # unit's four sum to at most SCALE exactly, whatever the float rounding of the ratios (the sensitivity).
     left = pl.lit(SCALE, dtype=pl.Int64)

@@ -1444,10 +1444,11 @@ class HistogramTask:
             plan = plan_histogram(q, *plan.ledger)
         in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
         unit, bias = self.unit_label or q.unit, result.metadata.get("bias")
+        chosen = [f for f in result.metadata.get("auto") or {} if f in in_force]
         levels = {a: float(p) for a in q.aggregations if (p := parse_quantile(a)) is not None}
         return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
                 *advice.left_out(self.left_out_chosen, result.metadata.get("auto"), self.left_out_stays,
                                  [f for f in self.defaulted if f == "max_partitions" or (f == "max_contributions"
                                   and set(q.aggregations) & {"count", "sum", "mean", "variance"})]),
                 *advice.bias_report(unit, bias, in_force), *advice.bias_beyond_margin(q, plan, result.table, unit,
-                                                                                      bias, levels)]
+                                                                                      bias, levels, chosen)]
