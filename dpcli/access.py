@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,8 @@ class IdentitySource:
     user_name: Callable[[int], str | None] = _user_name
     user_home: Callable[[int], Path | None] = _user_home
     user_id: Callable[[str], int | None] = _user_id
+    #: The interpreter this process runs (``sys.executable``, read when asked).
+    interpreter: Callable[[], str] = lambda: sys.executable
 
 
 #: The identity source of this process. Tests replace it (never the environment: an analyst controls that).
@@ -243,6 +246,16 @@ class Gate:
         """Refuse ``what`` unless the caller is an operator (one line, exit 2)."""
         if not self.operator:
             raise UsageError(f"{what} is the operator's: analysts cannot run it in service mode")
+
+    def require_public_interpreter(self, what: str) -> None:
+        """In service mode, refuse ``what`` (an operator's set-up step: ``catalog set``, ``budget init``) when the
+        interpreter that runs dpcli is one other users cannot run: every analyst's ``sudo -u`` would fail
+        with "Permission denied" before Python starts, where nothing could say why (one line, exit 2)."""
+        if not self.service:
+            return
+        refusal = interpreter_refusal(SOURCE.interpreter())
+        if refusal is not None:
+            raise UsageError(f"{what}: {refusal}")
 
     def require_catalog(self) -> Catalog:
         if self.catalog is None:
@@ -644,6 +657,34 @@ class Gate:
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
 _UP_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
+
+
+def interpreter_refusal(executable: str) -> str | None:
+    """Why other users could not run ``executable`` (the interpreter, as ``sys.executable`` names it), or None:
+    the file it resolves to (``os.path.realpath``) must be readable and executable by others (o+rx), and every
+    directory above it, and above the name itself (a venv's ``bin``), searchable by them (o+x). A venv made
+    with a ``python3`` in root's home (pyenv, conda) links to an interpreter no analyst can run."""
+    named = os.path.abspath(executable)
+    resolved = os.path.realpath(named)
+    fix = ("make the venv with an interpreter every user can run (e.g. /usr/bin/python3 -m venv /opt/dpcli; "
+           "README, Service mode, step 2)")
+    prefix = f"other users cannot run dpcli's Python {resolved}"
+    if resolved != named:
+        prefix += f" (what {named} links to)"
+    for directory in dict.fromkeys([*reversed(Path(named).parents), *reversed(Path(resolved).parents)]):
+        if not _others_may(str(directory), stat.S_IXOTH):
+            return f"{prefix}: others may not enter {directory} (o+x); {fix}"
+    if not _others_may(resolved, stat.S_IROTH | stat.S_IXOTH):
+        return f"{prefix}: others may not read and run it (o+rx); {fix}"
+    return None
+
+
+def _others_may(path: str, bits: int) -> bool:
+    """Does ``path`` (followed) exist with every one of ``bits`` set for others?"""
+    try:
+        return os.stat(path).st_mode & bits == bits
+    except OSError:
+        return False
 
 
 def _identity(path: Path | None) -> tuple[int, int] | None:

@@ -190,6 +190,9 @@ class Service:
     """
 
     SERVICE_UID_OFFSET = 40000  # analysts' fake uids: far from any real one
+    #: The interpreter the service-mode runs report (an operator's set-up steps refuse one other users cannot
+    #: run, and this machine's may be in root's home); None: ``sys.executable`` as it is (a test patches it).
+    interpreter: str | None = "/bin/sh"
 
     def __init__(self, tmp_path: Path, monkeypatch: Any, analysts: tuple[str, ...] = ("alice", "bob"),
                  operators: tuple[str, ...] = ("ops",)) -> None:
@@ -247,11 +250,13 @@ class Service:
         environ = dict(env or {})
         if analyst is not None:
             environ.update({"SUDO_UID": str(uids[analyst]), "SUDO_USER": analyst})
-        home, euid, names = self.home, self.euid, self.names
+        import sys
+
+        home, euid, names, interpreter = self.home, self.euid, self.names, self.interpreter
         self.monkeypatch.setattr(access, "SOURCE", access.IdentitySource(
             uid=lambda: euid, euid=lambda: euid, environ=lambda: environ,
             user_name=lambda uid: names.get(uid, "svc"), user_home=lambda uid: home if uid == euid else None,
-            user_id=lambda name: uids.get(name)))
+            user_id=lambda name: uids.get(name), interpreter=lambda: interpreter or sys.executable))
 
 
 #: The golden tests' secret key: with it the same data and command give the same release on every run.

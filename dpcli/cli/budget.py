@@ -51,6 +51,7 @@ def init(
 ) -> None:
     """Create a budget ledger for ANALYST with limits in one accounting mode (the operator's, in service mode)."""
     gate().require_operator("budget init")
+    gate().require_public_interpreter("budget init")
     s = settings(ctx)
     analyst = resolve_analyst(analyst, ctx)
     if mode not in bud.MODES:

@@ -27,6 +27,7 @@ def set_catalog(
     from dpcli.state.paths import ensure_state_dir
 
     gate().require_operator("catalog set")
+    gate().require_public_interpreter("catalog set")
     if file == "-":
         data = sys.stdin.buffer.read()
     else:
