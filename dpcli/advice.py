@@ -7,6 +7,7 @@ A note naming an option holds its field (``max_contributions``); the CLI spells 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -217,14 +218,22 @@ def _noisy_columns(query: Any, plan: Any, table: Any) -> list[tuple[str, list[An
     return out
 
 
+#: Why a topk release's counts need not fall with its ranks (its notes, when they do not, and its plots' captions).
+TOPK_ORDER = "ranks and counts carry separate noise: a count may top the one above it"
+
+
 def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (), unit: str | None = None) -> list[Note]:
-    """Notes for a top-k release: mostly-noise counts, a row cap left at 1 with ``count = rows``
-    (``unit``: how notes name the privacy unit; default: its column)."""
+    """Notes for a top-k release: mostly-noise counts, counts out of rank order (the ranks are chosen with noise
+    of their own: :data:`TOPK_ORDER`), a row cap left at 1 with ``count = rows`` (``unit``: how notes name the
+    privacy unit; default: its column). Every one is read from the released table and public inputs."""
     notes: list[Note] = []
     if "count" in table.columns and plan.count_noise is not None and table.height:
         note = mostly_noise("count", table["count"].to_list(), plan.count_noise.margin95())
         if note:
             notes.append(note)
+        counts = table.sort("rank")["count"].to_list() if "rank" in table.columns else []
+        if any(b > a for a, b in itertools.pairwise(counts)):
+            notes.append(Note(f"counts out of rank order: {TOPK_ORDER}"))
     if query.count == "rows" and "max_contributions" in set(defaulted):
         notes += default_caps(unit or query.unit, True, False)
     return notes

@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 from dptest import init_ledger, runner
 
+from dpcli.advice import TOPK_ORDER
 from dpcli.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,8 +78,11 @@ def test_every_release_is_recognised_and_drawn_as_text(releases, kind, ext):
     assert r.exit_code == 0, r.stderr
     lines = r.stdout.splitlines()
     assert all(len(line) <= 72 for line in lines), lines
-    assert "95% margins" in lines[-1] and "ε = " in lines[-1]
+    caption = lines[-2] if kind == "topk" else lines[-1]
+    assert "±: 95% margins of the noise" in caption and "ε = " in caption, caption
     assert "±" in r.stdout  # every release here was made --with-error
+    if kind == "topk":  # issue 39 item 15: the counts need not fall with the ranks, said under the chart
+        assert lines[-1] == TOPK_ORDER
 
 
 def test_the_text_bar_chart_is_sorted_scaled_and_marks_the_threshold():
@@ -93,7 +97,30 @@ def test_the_text_bar_chart_is_sorted_scaled_and_marks_the_threshold():
     lengths = [line.count("█") for line in bars]
     assert lengths == sorted(lengths, reverse=True) and lengths[-1] < lengths[0]
     assert len(bars[0].rstrip()) <= 60 and any("┆ threshold 33" in line for line in lines)
-    assert lines[-1] == "histogram · ε = 1, δ = 1e-07 · 95% margins of the noise"
+    assert lines[-1] == "histogram · ε = 1, δ = 1e-07 · ±: 95% margins of the noise"
+
+
+@pytest.mark.parametrize("kind", ["stream-replay", "tabulate"])
+def test_a_caption_says_nothing_of_margins_a_release_does_not_have(releases, kind, tmp_path):
+    """Issue 39 item 14: a stream (or tabulate) file without margin columns was captioned "95% margins of the
+    noise"; the caption now names only what is drawn around the values, and nothing when nothing is."""
+    table = pl.read_parquet(releases[f"{kind}.parquet"])
+    bare = tmp_path / f"{kind}.csv"
+    table.drop([c for c in table.columns if c.endswith("moe95")]).write_csv(bare)
+    r = _plot(str(bare), "--width", "100")
+    assert r.exit_code == 0, r.stderr
+    assert "±" not in r.stdout and "margin" not in r.stdout.splitlines()[-1], r.stdout
+    with_margins = _plot(str(releases[f"{kind}.csv"]), "--width", "100")
+    assert with_margins.stdout.splitlines()[-1].endswith("±: 95% margins of the noise")
+    from dpcli.plot.figure import release_figure
+    from dpcli.plot.release_view import read_release
+
+    pytest.importorskip("matplotlib")
+    texts = [t.get_text() for t in release_figure(read_release(str(bare))).axes[0].texts]
+    assert not any("margin" in t for t in texts), texts
+    drawn = [t.get_text() for t in release_figure(read_release(str(releases[f"{kind}.csv"]))).axes[0].texts]
+    word = "bands" if kind == "stream-replay" else "error bars"
+    assert any(t.endswith(f"{word}: 95% margins of the noise") for t in drawn), drawn
 
 
 def test_the_text_pyramid_uses_one_scale_for_both_sexes():

@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> None:
 
     Library warnings are silenced (their text is foreign: it may quote a record or a path), so is what
     native code writes to stderr in a process of its own (:func:`dpcli.errors.quiet_native_stderr`), and in
-    service mode shell completion is refused before typer would install or print it.
+    service mode shell completion is refused before typer would install or print it; elsewhere
+    ``--install-completion`` first says what it adds to which files, and asks on a terminal
+    (:mod:`dpcli.cli._completion`).
 
     In a process of its own (``argv`` None: the console script, ``python -m dpcli``) two start-up
     costs are avoided, neither of which changes what a command computes. numpy's OpenBLAS starts no
@@ -157,6 +159,9 @@ def main(argv: list[str] | None = None) -> None:
     args = hoist_root_options(args, _value_options)
     if _completion_asked(args):
         _refuse_completion_in_service_mode()
+        from dpcli.cli._completion import confirm_install
+
+        args = confirm_install(args)
     if not {"-q", "--quiet"} & set(args):
         for note in notes:
             print(note, file=sys.stderr)

@@ -94,11 +94,24 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
         else:
             fig = _pyramid_figure(plt, view, group, level)
         ax = fig.axes[0]
-        ax.set_title(ax.get_title(), pad=16)
-        drawn = view.kind not in ("histogram", "topk") or bars(view, value, top)[2] is not None
-        ax.text(0.5, 1.01, view.caption(drawn), transform=ax.transAxes, ha="center", va="bottom", fontsize=7.5,
+        caption = view.caption(_marks(view, value, top, keys, totals, level))
+        ax.set_title(ax.get_title(), pad=16 + 10 * caption.count("\n"))  # above every line of the caption
+        ax.text(0.5, 1.01, caption, transform=ax.transAxes, ha="center", va="bottom", fontsize=7.5,
                 color="#555555")
     return fig
+
+
+def _marks(view: ReleaseView, value: str | None, top: int | None, keys: list[str] | None, totals: bool,
+           level: str | None) -> str | None:
+    """What the figure draws around its values (error bars, a stream's bands), None when it draws nothing."""
+    if view.kind in ("histogram", "topk"):
+        return "error bars" if bars(view, value, top)[2] is not None else None
+    if view.kind == "stream-replay":
+        lines = stream_lines(view, value, keys, top if top is not None else 5)["lines"].values()
+        return "bands" if all(line[2] is not None for line in lines) else None
+    if totals:
+        return "error bars" if level_totals(view, level, top if top is not None else 20)[3] is not None else None
+    return "error bars" if view.margin_of("count") is not None else None
 
 
 def _empty_figure(plt: Any, view: ReleaseView) -> Any:

@@ -29,6 +29,7 @@ from typing import Any, Literal, TypedDict
 
 import polars as pl
 
+from dpcli.advice import TOPK_ORDER
 from dpcli.core.exact import fraction_text
 from dpcli.errors import DataError, InputMissingError, UsageError
 
@@ -58,8 +59,10 @@ class ReleaseView:
                 return name
         return None
 
-    def caption(self, margins: bool = True) -> str:
-        """The privacy parameters, from the summary ("not recorded" without one), and what the error bars are."""
+    def caption(self, marks: str | None) -> str:
+        """The privacy parameters, from the summary ("not recorded" without one), what the drawn ``marks`` are
+        (``"error bars"``, ``"bands"``, ``"±"``; None: nothing drawn around the values, and nothing said), and
+        for topk, on a line of its own, that the counts shown need not fall with the ranks."""
         s = self.summary
         cost = s.get("cost") or []
         totals: dict[str, Fraction] = {}  # a release's parts (bounds chosen, bias report) are one charge: summed
@@ -70,9 +73,10 @@ class ReleaseView:
         parts = [f"{sym} = {_short(fraction_text(total))}" for sym, total in totals.items()]
         if not parts and s.get("epsilon") is not None:
             parts.append(f"ε = {_short(s['epsilon'])}")
-        what = ", ".join(parts) if parts else "ε, δ not recorded (give --summary)"
-        bars = "95% margins of the noise" if margins else "no margins (rerun with --with-error, or give --summary)"
-        return f"{self.kind} · {what} · {bars}"
+        pieces = [self.kind, ", ".join(parts) if parts else "ε, δ not recorded (give --summary)"]
+        if marks is not None:
+            pieces.append(f"{marks}: 95% margins of the noise")
+        return " · ".join(pieces) + (f"\n{TOPK_ORDER}" if self.kind == "topk" else "")
 
     @property
     def empty(self) -> bool:

@@ -57,7 +57,6 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
 
     if view.empty:
         return view.empty_text()
-    has_margins = True
     if view.kind in ("histogram", "topk"):
         labels, values, margins = bars(view, value, top if top is not None else 20)
         has_margins = margins is not None
@@ -67,16 +66,19 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
     elif view.kind == "stream-replay":
         data = stream_lines(view, value, keys, top if top is not None else 5)
         body = [_stream_line(label, *line) for label, line in data["lines"].items()]
+        has_margins = all(line[2] is not None for line in data["lines"].values())
         title = f"{data['value']} per trigger, by {', '.join(view.keys)}"
     elif totals:
         chosen, labels, values, margins = level_totals(view, level, top if top is not None else 20)
         title = f"released totals at {chosen}"
         body = bar_chart(labels, values, margins, width)
+        has_margins = margins is not None
     else:
         p = pyramid(view, group, level)
         title = f"{p['group']} at {p['level']}: count by sex and age"
         body = _pyramid_lines(p, width)
-    return "\n".join([title, *body, view.caption(has_margins)])
+        has_margins = view.margin_of("count") is not None
+    return "\n".join([title, *body, view.caption("±" if has_margins else None)])
 
 
 def _stream_line(label: str, times: list[str], vals: list[float], margins: list[float] | None, _: object) -> str:
