@@ -33,7 +33,7 @@ import pwd
 import stat
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -177,7 +177,9 @@ class Source:
 
     ``name`` is what messages, summaries and ledger lines show (a catalog name, or the path as
     given); ``location`` is the path, directory or URI read. ``entry`` is the catalog entry the name
-    resolved to (it enters the release seed), None for a path given directly.
+    resolved to (it enters the release seed), None for a path given directly. ``public`` marks a public
+    list (never a data input): given as a pipe (``--keys <(…)``) it is read whole, its format told by its
+    first bytes when its name does not tell (:func:`dpcli.io.inputs.open_input`).
     """
 
     name: str
@@ -187,6 +189,7 @@ class Source:
     compression: str | None = None
     privacy_unit: str | None = None
     entry: dict[str, object] | None = None
+    public: bool = False
 
     @property
     def unit(self) -> str:
@@ -216,6 +219,9 @@ class Gate:
     #: inputs :func:`dpcli.io.outputs.check_output_path` was given): :meth:`write` never replaces one, nor
     #: writes below one.
     protected: set[tuple[int, int]] = field(default_factory=set)
+    #: What this run read from pipes (a public list, a query file: :func:`dpcli.io.opening.read_pipe`), by path:
+    #: a pipe is read once, and a list opened again (a table's header, then its rows) is read from these bytes.
+    pipes: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def service(self) -> bool:
@@ -278,11 +284,11 @@ class Gate:
         """A public file (a list of groups, a block list) named by ``option``: a catalog public name,
         standard input, or (personal mode) a path."""
         if argument == "-":
-            return Source("<stdin>", "-")
+            return Source("<stdin>", "-", public=True)
         entry = self._entry("public", argument, option)
         if entry is None:
-            return Source(argument, argument)
-        return self._resolved(argument, entry)
+            return Source(argument, argument, public=True)
+        return replace(self._resolved(argument, entry), public=True)
 
     def _entry(self, section: str, argument: str, option: str | None = None) -> Entry | None:
         """The catalog entry ``argument`` names in ``section`` (if the caller may use it); None for a

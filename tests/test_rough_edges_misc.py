@@ -7,7 +7,10 @@ order; ``--install-completion`` shows what it adds and asks first.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from dptest import PV, SAMPLE, Service, cli
+from dptest import PAGES, PV, SAMPLE, Service, cli
 
 # --- 2. a service whose Python lies in root's home ---------------------------------------------------------------
 
@@ -129,7 +132,7 @@ def test_the_rank_order_note_follows_the_released_counts(tmp_path, epsilon):
     assert r.exit_code == 0, r.stderr
     counts = [int(line.split(",")[-1]) for line in r.stdout.splitlines()[1:]]
     assert len(counts) == 10
-    out_of_order = any(b > a for a, b in zip(counts, counts[1:], strict=False))
+    out_of_order = any(b > a for a, b in itertools.pairwise(counts))
     assert ("counts out of rank order" in r.stderr) == out_of_order, (counts, r.stderr)
     if epsilon == "0.005":  # count noise of scale 3 / 0.005 = 600 rows against gaps of ~300-800 rows between
         assert out_of_order  # ranks 5-10: all nine in order would be a rare draw (the keys are fixed: conftest)
@@ -143,7 +146,6 @@ def test_install_completion_names_every_file_it_then_writes(tmp_path, monkeypatc
     """Not on a terminal (a script asked for it): the files are named on stderr, then typer writes exactly
     those (the description is held to the pinned typer's installer here)."""
     import shellingham
-
     from dptest import console
 
     monkeypatch.setattr(shellingham, "detect_shell", lambda *a, **k: (shell, f"/bin/{shell}"))
@@ -179,3 +181,59 @@ def test_on_a_terminal_install_completion_asks_and_yes_skips_the_question(tmp_pa
     never = confirm_install(["--install-completion", "--yes"], ask=lambda q: pytest.fail("asked"), terminal=True)
     assert never == ["--install-completion"]  # --yes answered, and typer never sees it
     assert confirm_install(["histogram", "--yes"]) == ["histogram", "--yes"]  # only with --install-completion
+
+
+# --- 9b. a public list given as a pipe -----------------------------------------------------------------------------
+
+
+def _bash(state: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by bash (process substitution), with ``dpcli`` this checkout's console script."""
+    dpcli = f"{shlex.quote(sys.executable)} -m dpcli --state-dir {shlex.quote(str(state))}"
+    return subprocess.run(["bash", "-c", script.replace("DPCLI", dpcli)], capture_output=True, text=True,
+                          timeout=300, cwd=str(SAMPLE.parent))
+
+
+QUERY = (f"topk {PV} --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 --delta 1e-8 --count rows "
+         "--max-contributions 3")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="process substitution needs bash")
+def test_a_public_list_given_as_a_pipe_is_read_as_its_file_would_be(tmp_path):
+    """``--keys <(printf …)`` said "--input-format is needed: /dev/fd/63". A public list's bytes are public, so a
+    pipe's first bytes may tell its format; it is read whole once, and its release is the file's (a replay)."""
+    from dptest import init_ledger
+
+    state = tmp_path / "state"
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5", state_dir=state)
+    by_file = _bash(state, f"DPCLI {QUERY} --keys {PAGES}")
+    assert by_file.returncode == 0, by_file.stderr
+    by_pipe = _bash(state, f"DPCLI {QUERY} --keys <(cat {PAGES})")
+    assert by_pipe.returncode == 0, by_pipe.stderr
+    assert by_pipe.stdout == by_file.stdout and by_pipe.stdout.count("\n") == 6
+    plan = _bash(state, f"DPCLI {QUERY} --keys <(printf 'country\\nUS\\n') --dry-run")
+    assert plan.returncode == 65 and "page" in plan.stderr and plan.stderr.count("\n") == 1, plan.stderr
+    packed = _bash(state, f"DPCLI {QUERY} --keys <(gzip -c {PAGES})")
+    assert packed.returncode == 2 and "decompress them in the pipe" in packed.stderr, packed.stderr
+    data = _bash(state, f"DPCLI topk <(cat {PV}) --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 "
+                        "--delta 1e-8")
+    assert data.returncode == 66 and "pipe data in with '-'" in data.stderr, data.stderr  # never sniffed
+    history = json.loads(_bash(state, "DPCLI budget history --json").stdout)
+    assert [e.get("replay_of") is not None for e in history] == [False, True]  # the pipe's run replayed the
+    # file's (the same bytes: the same seed), and the refusals charged nothing
+
+
+def test_a_fifo_named_like_a_csv_is_read_once(tmp_path):
+    from dptest import init_ledger
+
+    state = tmp_path / "state"
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5", state_dir=state)
+    fifo = tmp_path / "keys.csv"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(Path(PAGES).read_bytes()))
+    writer.start()
+    try:
+        r = cli("--state-dir", state, *QUERY.split(), "--keys", fifo)
+    finally:
+        writer.join(timeout=30)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.count("\n") == 6

@@ -10,6 +10,8 @@ is then 0 except with probability 2·e^(−1/b) per value; the largest b here is
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import polars as pl
@@ -266,6 +268,15 @@ def test_the_query_file_option(tmp_path):
     assert a.to_dicts() == b.to_dicts()
     both = cli("sql", PAPER, "-f", query, *TABLES, *EXACT)
     assert both.exit_code == 2 and "one of them" in both.stderr
+    fifo = tmp_path / "q.fifo"  # -f <(…) (issue 39 item 9b): a query is public text, read whole from the pipe
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(PAPER))
+    writer.start()
+    try:
+        piped = released(cli("sql", "-f", fifo, *TABLES, *EXACT, "--delta", "1e-6", "--json"))
+    finally:
+        writer.join(timeout=30)
+    assert piped.to_dicts() == b.to_dicts()
 
 
 # ---- dry run ---------------------------------------------------------------------------------------

@@ -56,4 +56,4 @@ def block_list_source(spec: Any) -> Source | None:
         return None
     if g.service or (g.catalog is not None and g.catalog.entry("public", spec.blocks) is not None):
         return g.public(spec.blocks, "geography.blocks")
-    return Source(spec.blocks, str(spec.blocks_file))
+    return Source(spec.blocks, str(spec.blocks_file), public=True)

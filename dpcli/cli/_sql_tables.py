@@ -10,7 +10,7 @@ FILE must itself be a catalog name. A table declared but not named by the query 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dpcli.access import Source, gate
 from dpcli.errors import DataError, UsageError
@@ -81,8 +81,7 @@ def _declared(name: str, declared: Declared, delimiter: str | None) -> tuple[Sou
     location, private = declared.tables[name]
     if not private:
         source = gate().public(location, "--public-table")
-        return Source(source.name, source.location, source.format, source.delimiter or delimiter,
-                      source.compression, None, source.entry), None
+        return replace(source, delimiter=source.delimiter or delimiter, privacy_unit=None), None
     source = gate().dataset(location)
     unit = declared.units.get(name)
     if source.entry is not None:

@@ -202,10 +202,12 @@ def _read_query_file(path: str) -> str:
     import sys
 
     from dpcli.errors import InputMissingError, os_reason
-    from dpcli.io.opening import open_binary, refuse_private
+    from dpcli.io.opening import is_pipe, open_binary, read_pipe, refuse_private
 
     if path == "-":
         data = sys.stdin.buffer.read()
+    elif is_pipe(path):  # -f <(…): a query is public text, read whole from the pipe
+        data = read_pipe(path, "query file", limit=1 << 20)
     else:
         fh, _ = open_binary(path, "query file")
         try:

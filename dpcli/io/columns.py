@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import zlib
+from dataclasses import replace
 from typing import IO, cast
 
 import polars as pl
 
 from dpcli.access import Source
 from dpcli.errors import DataError, UsageError, withheld
-from dpcli.io.inputs import _suffixes, csv_delimiter, input_format_for, list_dataset
-from dpcli.io.opening import open_binary, refuse_private
+from dpcli.io.inputs import _suffixes, csv_delimiter, input_format_for, list_dataset, pipe_reading, public_pipe
+from dpcli.io.opening import open_binary, read_pipe, refuse_private
 
 #: The longest header line read (bytes).
 MAX_HEADER_BYTES = 1 << 24
@@ -38,6 +40,8 @@ def column_names(source: Source, input_format: str | None = None) -> tuple[str, 
                          "standard input")
     if os.path.isdir(source.location):
         return _dataset_columns(source)
+    if public_pipe(source):
+        return _pipe_columns(source)
     fmt = input_format_for(source.location, source.format or input_format, source.name)
     if fmt == "ndjson":
         return None
@@ -49,6 +53,23 @@ def column_names(source: Source, input_format: str | None = None) -> tuple[str, 
             return _csv_header(fh, source)
         except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
             raise DataError(f"cannot read the columns of {source.name!r} as {fmt}: {withheld(exc)}") from None
+
+
+def _pipe_columns(source: Source) -> tuple[str, ...] | None:
+    """A public table given as a pipe: its bytes read whole (kept for the release: :func:`dpcli.io.opening.read_pipe`),
+    its format told by its name or first bytes (:func:`dpcli.io.inputs.pipe_reading`)."""
+    data = read_pipe(source.location, "input file")
+    if not data.strip():
+        raise DataError(f"table {source.name!r} is empty")
+    fmt = pipe_reading(source, data).format
+    if fmt == "ndjson":
+        return None
+    try:
+        if fmt == "parquet":
+            return tuple(pl.read_parquet_schema(io.BytesIO(data)).keys())
+        return _csv_header(io.BytesIO(data), replace(source, compression="none"))
+    except (pl.exceptions.PolarsError, OSError, ValueError, EOFError) as exc:
+        raise DataError(f"cannot read the columns of {source.name!r} as {fmt}: {withheld(exc)}") from None
 
 
 def declared_schema(source: Source) -> tuple[pl.Schema, str] | None:

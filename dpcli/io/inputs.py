@@ -31,7 +31,7 @@ import sys
 import weakref
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -52,7 +52,9 @@ from dpcli.io.opening import (
     EarlyInput,
     FileIdentity,
     fingerprint_fileobj,
+    is_pipe,
     open_binary,
+    read_pipe,
     refuse_private,
 )
 
@@ -329,6 +331,11 @@ def open_input(
     delimiter = source.delimiter or delimiter
     if path != "-" and os.path.isdir(path):
         return open_dataset(source, input_format)
+    if public_pipe(source):
+        return _open_public_pipe(source, input_format, text_columns, delimiter)
+    if path != "-" and not source.public and source.entry is None and is_pipe(path):
+        raise InputMissingError(f"input file {name!r} is a pipe: pipe data in with '-' (and --input-format unless "
+                                "it is CSV)")
     fmt = input_format_for(path, input_format, name)
     if fmt == "ndjson" and not text_columns:
         raise UsageError(NDJSON_NEEDS_COLUMNS)
@@ -359,13 +366,60 @@ def _open_stdin(stdin: IO[bytes], reading: Reading) -> InputTable:
     if not data:
         raise DataError("standard input is empty")
     refuse_private(data[:32], "standard input", "-")
+    return _open_bytes(data, reading, "<stdin>", "standard input")
+
+
+def _open_bytes(data: bytes, reading: Reading, name: str, shown: str) -> InputTable:
+    """Bytes held in memory (standard input, a pipe), hashed and parsed as ``reading`` says."""
     fingerprint = fingerprint_bytes(data)
     try:
         frame = _parse(data, reading)
         frame.collect_schema()
-    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        raise DataError(f"cannot parse standard input as {reading.format}: {withheld(exc)}") from None
-    return InputTable(frame=frame, fingerprint=fingerprint, name="<stdin>", format=reading.format, reading=reading)
+    except (pl.exceptions.PolarsError, OSError, ValueError, EOFError, lzma.LZMAError, zlib.error) as exc:
+        raise DataError(f"cannot parse {shown} as {reading.format}: {withheld(exc)}") from None
+    return InputTable(frame=frame, fingerprint=fingerprint, name=name, format=reading.format, reading=reading)
+
+
+def public_pipe(source: Source) -> bool:
+    """Is ``source`` a public list given as a pipe (``--keys <(…)``, a FIFO)? Read whole then, its format told by
+    its first bytes (:func:`pipe_reading`). Never a data input, whose first record must not choose its parser,
+    nor a catalog entry (the operator's locations are files)."""
+    return source.public and source.entry is None and source.location != "-" and is_pipe(source.location)
+
+
+#: How compressed bytes begin (a pipe's compression is not told by its name).
+_COMPRESSED_MAGIC = (b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+
+
+def pipe_reading(source: Source, data: bytes, delimiter: str | None = None,
+                 text_columns: tuple[str, ...] = ()) -> Reading:
+    """How a public pipe's bytes are read: as its name says (a FIFO named ``keys.csv``), else by its first bytes:
+    Parquet's magic ``PAR1``, a JSON object (``{``) for NDJSON, else CSV. A list is public, so letting its bytes
+    choose its parser tells nothing private. Compressed bytes are refused (decompress them in the pipe)."""
+    suffix, compression = _suffixes(source.location)
+    fmt = source.format or _INPUT_EXT.get(suffix)
+    if fmt is None:
+        if data.startswith(_COMPRESSED_MAGIC):
+            raise UsageError(f"{source.name!r} is a pipe of compressed bytes: decompress them in the pipe "
+                             "(zcat, bzcat, xzcat), or give the list as a file named .gz, .bz2 or .xz")
+        head = data[:64].lstrip(b"\xef\xbb\xbf \t\r\n")
+        fmt = "parquet" if data.startswith(b"PAR1") else "ndjson" if head.startswith(b"{") else "csv"
+        compression = None
+    return Reading.of(fmt, compression, csv_delimiter(delimiter, source.location), text_columns)
+
+
+def _open_public_pipe(source: Source, input_format: str | None, text_columns: tuple[str, ...],
+                      delimiter: str | None) -> InputTable:
+    """A public list given as a pipe: read whole (once a run: :func:`dpcli.io.opening.read_pipe`), its format
+    told by its name or its first bytes (:func:`pipe_reading`), hashed and parsed from those bytes."""
+    data = read_pipe(source.location, "input file")
+    if not data:
+        raise DataError(f"input file {source.name!r} is empty")
+    given = replace(source, format=source.format or input_format) if input_format else source
+    reading = pipe_reading(given, data, delimiter, text_columns)
+    if reading.format == "ndjson" and not text_columns:
+        raise UsageError(NDJSON_NEEDS_COLUMNS)
+    return replace(_open_bytes(data, reading, source.name, repr(source.name)), location=source.location)
 
 
 def _open_file(source: Source, reading: Reading, early: EarlyInput | None) -> InputTable:

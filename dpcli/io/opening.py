@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import select
 import stat
 import threading
 import weakref
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from dpcli.access import Source
-from dpcli.errors import DpcliError, InputMissingError, os_reason
+from dpcli.errors import DpcliError, InputMissingError, UsageError, os_reason
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,55 @@ def open_binary(path: str | Source, what: str = "input file") -> tuple[IO[bytes]
         os.close(fd)
         raise
     return fh, FileIdentity.of(st)
+
+
+#: The most bytes read from a pipe (it is held in memory): a public list or a query file larger than this is a file.
+PIPE_LIMIT = 1 << 30
+
+
+def is_pipe(path: str) -> bool:
+    """Is ``path`` a pipe or FIFO (``<(…)``'s ``/dev/fd/63``, a ``mkfifo`` name)? (Followed; False when absent.)"""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def read_pipe(path: str, what: str, limit: int = PIPE_LIMIT) -> bytes:
+    """The bytes of the pipe ``path`` (through the gate, as :func:`open_binary` opens a file), read to its end
+    once per run: read again, the same bytes (:attr:`dpcli.access.Gate.pipes`). For public inputs only (a list,
+    a query file: never a data input, which is read from a file or ``-``). A pipe with no writer yet is waited
+    for; one of more than ``limit`` bytes, or one that begins like a key, ledger or state file, is refused."""
+    from dpcli.access import gate
+
+    g = gate()
+    if path in g.pipes:
+        return g.pipes[path]
+    try:
+        fd = g.open(path, what, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise InputMissingError(f"{what} {path!r} is not readable ({os_reason(exc)})") from None
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise InputMissingError(f"{what} {path!r} is not a regular file or a pipe")
+        poller = select.poll()  # (a FIFO no writer has opened yet reads as its end: wait for one)
+        poller.register(fd, select.POLLIN | select.POLLHUP)
+        poller.poll()
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise UsageError(f"{what} {path!r}: a pipe of more than {limit >> 20} MiB; write it to a file first")
+    except OSError as exc:
+        raise InputMissingError(f"{what} {path!r} is not readable ({os_reason(exc)})") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    refuse_private(data[:32], what, path)
+    g.pipes[path] = data
+    return data
 
 
 #: Bytes read and hashed at a time. Large, because a hashing thread takes the interpreter lock

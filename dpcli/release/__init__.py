@@ -62,6 +62,6 @@ def release_histogram(
 
     if (keys is None) == (query.domain == "keys"):
         raise UsageError("a public list of groups is given exactly when the query's domain is 'keys'", field="keys")
-    lists = {"keys": Source(keys, keys)} if keys is not None else {}
+    lists = {"keys": Source(keys, keys, public=True)} if keys is not None else {}
     return run(HistogramTask(query), Sources(Source(source, source, input_format), lists),
                LedgerRef(state_dir, analyst, lock_timeout))
