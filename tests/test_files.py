@@ -169,7 +169,7 @@ def test_fifos_are_refused_without_blocking_and_empty_directories_hold_no_data(t
         inputs.open_input(str(tmp_path))
     fifo = tmp_path / "pipe.csv"
     os.mkfifo(fifo)
-    with pytest.raises(InputMissingError, match="not a regular file"):
+    with pytest.raises(InputMissingError, match="is a pipe: pipe data in with '-'"):
         inputs.open_input(str(fifo))  # no writer: a blocking open would hang here
 
 

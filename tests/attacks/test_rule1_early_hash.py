@@ -382,7 +382,7 @@ def test_no_ledger_is_exit_77_in_one_line_whatever_the_input(tmp_path, state_dir
 
 @pytest.mark.parametrize("name, code, words", [
     ("missing.csv", 66, "does not exist"),
-    ("f.csv", 66, "not a regular file"),
+    ("f.csv", 66, "is a pipe: pipe data in with '-'"),
     ("e.csv", 65, "is empty"),
     ("dir", 66, "holds no data files"),
 ])
