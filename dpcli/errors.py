@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     BUDGET = 77  # privacy budget refused
     STATE = 78  # corrupt, tampered, insecure or newer-version state
     INTERRUPTED = 130  # SIGINT
+    TERMINATED = 143  # SIGTERM (128 + 15, what a shell shows for a process SIGTERM ended)
     CLOSED_PIPE = 141  # standard output closed by its reader (``| head``): no message, as a shell tool
 
 

@@ -28,7 +28,9 @@ _EXIT_MEANING = {
     ExitCode.LOCK_TIMEOUT: "ledger lock not acquired in time (safe to retry)",
     ExitCode.BUDGET: "privacy budget refused (or no ledger for the analyst)",
     ExitCode.STATE: "corrupt, tampered, insecure or newer-version state",
-    ExitCode.INTERRUPTED: "interrupted (a run that had begun reading is charged; its rerun is free)",
+    ExitCode.INTERRUPTED: "interrupted by SIGINT: one line says what the run charged and wrote (a run that had "
+                          "begun reading is charged; its rerun is free)",
+    ExitCode.TERMINATED: "ended by SIGTERM: the same line and guarantees as 130",
     ExitCode.CLOSED_PIPE: "standard output closed by its reader (| head): a normal end, no message",
 }
 

@@ -140,6 +140,15 @@ OUTPUT_NOTES = ("is mostly noise", "groups released: no group", "released mean(s
                 "of the kept values were clamped to")
 
 
+def released_nothing(r: Any) -> bool:
+    """A failed run's stdout holds no release: nothing, or (under ``--json``) only the JSON error object that
+    repeats its last stderr line and its exit code (issue 39, item 10)."""
+    if r.stdout == "":
+        return True
+    last = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""
+    return bool(json.loads(r.stdout) == {"error": last, "exit": r.exit_code})
+
+
 def without_output_notes(stderr: str) -> str:
     """``stderr`` without the notes computed from the released values (all other lines kept)."""
     return "".join(ln for ln in stderr.splitlines(keepends=True) if not any(n in ln for n in OUTPUT_NOTES))

@@ -4,12 +4,15 @@ in a pipe (issue 17, "the first hour").
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 from dptest import PAGES, PV, cli, init_ledger
 
 
 def notes(stderr: str) -> list[str]:
-    return [ln for ln in stderr.splitlines() if ln.startswith("dpcli: note:")]
+    """The notes, without the job each names outside a terminal (`` [histogram]``)."""
+    return [re.sub(r" \[[^\]]*\]$", "", ln) for ln in stderr.splitlines() if ln.startswith("dpcli: note:")]
 
 
 def test_left_out_caps_are_chosen_and_say_so_in_plain_words_even_in_a_pipe():

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, Protocol, TypeGuard,
 import typer
 
 from dpcli.errors import DpcliError, ExitCode, UsageError, is_native_panic
+from dpcli.state import progress
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class Settings:
     analyst: str
     verbosity: int  # <0 quiet, 0 default, >0 verbose
     lock_timeout: float
+    job: str = ""  # the running command and its output or input (:func:`job_label`), for notes in logs
 
     @property
     def loud(self) -> bool:
@@ -74,7 +76,14 @@ def notice(ctx_or_settings: Any, message: str) -> None:
     caps): printed on a terminal, in pipes and under cron alike; only -q silences it."""
     s = ctx_or_settings if isinstance(ctx_or_settings, Settings) else settings(ctx_or_settings)
     if s.loud:
-        typer.echo(f"dpcli: note: {one_line(message)}", err=True)
+        typer.echo(f"dpcli: note: {one_line(message)}{job_suffix(s)}", err=True)
+
+
+def job_suffix(s: Settings) -> str:
+    """Nothing on a terminal; elsewhere (a cron log, ``make -s``) the job the note is about,
+    `` [histogram -o daily.csv]``, so that a log of many runs says whose note each is (and
+    ``grep 'dpcli: note:'`` still finds every note)."""
+    return f" [{s.job}]" if s.job and not sys.stderr.isatty() else ""
 
 
 def unit_word() -> str | None:
@@ -197,14 +206,16 @@ def safe_traceback(exc: BaseException) -> str:
 
 
 def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
-    """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1."""
+    """Map :class:`DpcliError` to its exit code with a one-line message; bugs exit 1.
+
+    Every ending that is not a success writes its one line on stderr and, when the command was given
+    ``--json``, the same line as a JSON object on stdout (:func:`fail`). An interruption (SIGINT, or
+    SIGTERM through :func:`dpcli.cli.app.main`'s handler) says what the run made durable before it
+    stopped (:func:`interrupted_line`)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        # typer hands commands its vendored click's Context, which is not a typer.Context
-        # instance: recognise it by what it does.
-        ctx = next((a for a in (*args, *kwargs.values()) if _is_context(a)), None)
-        verbose = ctx is not None and settings(ctx).verbosity > 0
+        verbose, as_json = _begin((*args, *kwargs.values()), kwargs)
         try:
             return func(*args, **kwargs)
         except typer.Exit:
@@ -212,32 +223,78 @@ def handles_errors(func: Callable[P, R]) -> Callable[P, R]:
         except DpcliError as exc:
             if verbose:
                 sys.stderr.write(safe_traceback(exc))
-            typer.echo(f"dpcli: error: {error_line(exc)}", err=True)
-            raise typer.Exit(int(exc.exit_code)) from None
+            fail(f"dpcli: error: {error_line(exc)}", int(exc.exit_code), as_json)
         except BrokenPipeError:  # the reader closed standard output (| head): a normal end, said by the code only
             _drop_stdout()
             raise typer.Exit(int(ExitCode.CLOSED_PIPE)) from None
-        except KeyboardInterrupt:
-            # the same words whatever the run had reached (where it stopped is not for this line to say)
-            typer.echo("dpcli: interrupted (a run that had begun reading its data is charged, and its rerun on the "
-                       "same input is free: see dpcli budget history)", err=True)
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+        except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM (Terminated)
+            code = ExitCode.TERMINATED if isinstance(exc, Terminated) else ExitCode.INTERRUPTED
+            fail(interrupted_line(code, progress.snapshot()), int(code), as_json)
         except Exception as exc:  # noqa: BLE001 (a bug: say so, keep the one-line contract, never the foreign text)
-            _internal(exc, verbose)
+            _internal(exc, verbose, as_json)
         except BaseException as exc:  # pyo3's PanicException (polars panicked) is not an Exception
             if not is_native_panic(exc):
                 raise
-            _internal(exc, verbose)
+            _internal(exc, verbose, as_json)
 
     return wrapper
 
 
-def _internal(exc: BaseException, verbose: bool) -> NoReturn:
+def _begin(values: tuple[Any, ...], params: dict[str, Any]) -> tuple[bool, bool]:
+    """A command starts: its job named in the settings, a fresh record of what it makes durable; whether it
+    was given -v and --json."""
+    # typer hands commands its vendored click's Context, which is not a typer.Context
+    # instance: recognise it by what it does.
+    ctx = next((a for a in values if _is_context(a)), None)
+    if ctx is not None:
+        settings(ctx).job = job_label(str(getattr(ctx, "command_path", "")), params)
+    progress.start()
+    return ctx is not None and settings(ctx).verbosity > 0, params.get("as_json") is True
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by :func:`dpcli.cli.app.main`'s handler: a KeyboardInterrupt, so
+    every clean-up that SIGINT runs (temporary files removed, locks released) runs for it too."""
+
+
+def fail(line: str, code: int, as_json: bool) -> NoReturn:
+    """End with ``code``: ``line`` on stderr and, under ``--json``, ``{"error": line, "exit": code}`` on stdout
+    (a wrapper that parses stdout gets an object for every ending, never nothing)."""
+    typer.echo(line, err=True)
+    if as_json:
+        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+            typer.echo(json.dumps({"error": line, "exit": code}))
+    raise typer.Exit(code) from None
+
+
+def interrupted_line(code: ExitCode, done: progress.Done) -> str:
+    """What an interrupted run says: which signal, and what it made durable before it stopped.
+
+    Both facts are public (README, "Threat model"): the ledger entries it appended are what
+    ``dpcli budget history`` shows, the files it wrote are there to see. Neither depends on a record:
+    a run debits before it reads its first one, and writes only once it has its release."""
+    signal_name = "SIGTERM" if code == ExitCode.TERMINATED else "SIGINT"
+    charged = (f"charged ledger {', '.join(map(repr, done.charged))} (it had begun reading its data; its rerun on "
+               "the same input is free: see dpcli budget history)" if done.charged else "charged nothing")
+    written = f"wrote {', '.join(done.written)}" if done.written else "wrote nothing"
+    return f"dpcli: interrupted by {signal_name}: this run {charged} and {written}"
+
+
+def job_label(command_path: str, params: dict[str, Any]) -> str:
+    """Which job a note belongs to, for logs: the command, and its output if it has one (``-o``)."""
+    command = command_path.removeprefix("dpcli").strip()
+    output = params.get("output")
+    if isinstance(output, (str, Path)) and str(output) not in ("", "-"):
+        return f"{command} -o {one_line(str(output))}"
+    return command
+
+
+def _internal(exc: BaseException, verbose: bool, as_json: bool) -> NoReturn:
     """A bug (or a native library's panic): its type and dpcli's frame only, exit 1."""
     if verbose:
         sys.stderr.write(safe_traceback(exc))
-    typer.echo(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", err=True)
-    raise typer.Exit(int(ExitCode.INTERNAL)) from None
+    fail(f"dpcli: internal error (please report): {type(exc).__name__} at {_where(exc)}", int(ExitCode.INTERNAL),
+         as_json)
 
 
 def _drop_stdout() -> None:

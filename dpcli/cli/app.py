@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -19,8 +21,9 @@ from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
 from dpcli.cli._aliases import expand_aliases, hoist_root_options
-from dpcli.cli._common import Settings, handles_errors
-from dpcli.errors import quiet_native_stderr
+from dpcli.cli._common import Settings, Terminated, handles_errors, interrupted_line, one_line
+from dpcli.errors import ExitCode, quiet_native_stderr
+from dpcli.state import progress
 from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
@@ -165,11 +168,54 @@ def main(argv: list[str] | None = None) -> None:
     if not {"-q", "--quiet"} & set(args):
         for note in notes:
             print(note, file=sys.stderr)
+    if own_process:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
-        app(args=args, prog_name="dpcli")
+        if _json_asked(args):
+            _run_with_json_errors(args)
+        else:
+            app(args=args, prog_name="dpcli")
+    except SystemExit as end:
+        if end.code == ExitCode.INTERRUPTED and _TERMINATED:  # SIGTERM before (or after) a command's own handler
+            print(interrupted_line(ExitCode.TERMINATED, progress.snapshot()), file=sys.stderr)
+            raise SystemExit(int(ExitCode.TERMINATED)) from None
+        raise
     finally:
         if own_process:
             gc.freeze()
+
+
+_TERMINATED: list[int] = []  # the SIGTERM received (at most one is acted on)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM (cron's timeout, systemd, ``kill``) ends a run as SIGINT does, with its own code and words
+    (:class:`dpcli.cli._common.Terminated`); a second one while the first is cleaned up is ignored."""
+    if _TERMINATED:
+        return
+    _TERMINATED.append(signum)
+    raise Terminated
+
+
+def _json_asked(args: list[str]) -> bool:
+    """``--json`` among the options (before a ``--`` that ends them)."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
+
+
+def _run_with_json_errors(args: list[str]) -> None:
+    """Run a ``--json`` command so that a usage error typer finds before the command starts (an unknown
+    option, a bad value) also ends with one line on stderr and a JSON error object on stdout
+    (:func:`dpcli.cli._common.fail`); the command's own endings are :func:`handles_errors`'."""
+    try:
+        code = app(args=args, prog_name="dpcli", standalone_mode=False)
+    except typer.TyperException as exc:
+        line = f"dpcli: error: {one_line(exc.format_message())}"
+        code = exc.exit_code
+        print(line, file=sys.stderr)
+        print(json.dumps({"error": line, "exit": code}))
+    except typer.Abort:  # end of input at a prompt
+        code = int(ExitCode.INTERNAL)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 def _value_options(path: tuple[str, ...]) -> frozenset[str]:

@@ -18,6 +18,7 @@ from dpcli.errors import UsageError
 from dpcli.io.outputs import output_format_for, rounded, write_output
 from dpcli.release.inputs import Sources
 from dpcli.release.path import LedgerRef, Output, Planned, Release, cost_text, grid_step, plan
+from dpcli.state import progress
 
 if TYPE_CHECKING:
     from dpcli.release.schedules import ScheduleSpec
@@ -304,9 +305,11 @@ def write_release(s: Settings, release: Release, output: Output, as_json: bool) 
     table = release.table
     if as_json and not (output.path and output.path != "-"):
         emit_json({"result": json.loads(rounded(table, step).write_json()), "summary": release.report})
+        progress.written("standard output")
     else:
         if output.format == "table":
             typer.echo(table_text(table, step))
+            progress.written("standard output")
         else:
             write_output(table, output.path, output.format, step=step)
         if as_json:

@@ -695,8 +695,15 @@ def _missing_column(of: SchemaOf, names: list[str], col: str) -> DataError:
         shown = "tab" if sep == "\t" else repr(sep)
         return DataError(f"{shown} is probably needed: column {col!r} not found in {of.name}, whose header is "
                          f"one column that {shown} splits into {len(names[0].split(sep))}", field="delimiter")
-    known = ", ".join(names[:12])
-    return DataError(f"column {col!r} not found in {of.name}{did_you_mean(col, names)} (columns: {known})")
+    return DataError(f"column {col!r} not found in {of.name}{did_you_mean(col, names)} "
+                     f"(columns: {listed(names)})")
+
+
+def listed(names: Sequence[str], shown: int = 12) -> str:
+    """``names`` joined by commas, the first ``shown`` of them and then how many more there are
+    (``a, b, … and 7 more``): a long header in one line, saying it is cut."""
+    head = ", ".join(names[:shown])
+    return head if len(names) <= shown else f"{head}, … and {len(names) - shown} more"
 
 
 #: Field separators a CSV header read as one column is tried with (:func:`_splitting_delimiter`).

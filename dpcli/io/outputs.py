@@ -31,6 +31,7 @@ from dpcli.errors import (
 from dpcli.io.opening import (
     is_private_file,
 )
+from dpcli.state import progress
 from dpcli.state.atomic import writes_in_place
 
 OutputFormat = Literal["csv", "parquet", "json", "table"]
@@ -267,5 +268,7 @@ def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes]
             raise OutputError("refusing to write Parquet to a terminal; use -o FILE or --format csv")
         out.write(data)
         out.flush()
+        progress.written("standard output")
         return
     gate().write(path, data)
+    progress.written(path)

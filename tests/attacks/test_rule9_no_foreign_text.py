@@ -36,7 +36,10 @@ ALLOWED = {
     ("cli/_common.py", "safe_traceback(exc)"): "the boundary itself: prints only DpcliError messages",
     ("cli/_common.py", "error_line(exc)"): "a DpcliError: dpcli wrote its message",
     ("cli/_common.py", "_where(exc)"): "the file and line of dpcli's own code, never the message",
-    ("cli/_common.py", "_internal(exc, verbose)"): "the boundary itself: safe_traceback and _where only",
+    ("cli/_common.py", "_internal(exc, verbose, as_json)"): "the boundary itself: safe_traceback and _where only",
+    ("cli/app.py", "end.code"): "a SystemExit's status, a number",
+    ("cli/app.py", "exc.format_message"): "typer's own usage error about the command line as typed (typer prints "
+                                            "the same text itself without --json)",
     ("cli/_common.py", "is_native_panic(exc)"): "the exception's type name only",
     ("io/opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
     ("cli/tabulate.py", "str(exc)"): "a DpcliError (no ledger): dpcli wrote its message",

@@ -16,6 +16,7 @@ from typing import Any
 from dpcli.core.accounting import budget as bud
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError
+from dpcli.state import progress
 from dpcli.state.ledger.document import (
     document_of,
     ledger_of,
@@ -260,6 +261,8 @@ def _record(root: Path, led: Ledger, cache: MarkTotals, added: list[dict[str, An
     """Write ``added`` durably (append, or rewrite a schema-2 or old-key file whole), then the mark; new totals."""
     new_events = [PrivacyEvent.from_json(ev) for e in added for ev in e["events"]]
     spent = led.accountant.spend(new_events, base=cache.spent)
+    if new_events:  # said before the first byte: an interruption from here on may leave it charged
+        progress.charged(led.analyst)
     tail = led.tail
     if tail is None or tail.version != SCHEMA_VERSION or not tail.current_key:
         doc = document_of(led, [*led.entries, *added])
