@@ -32,7 +32,7 @@ class Settings:
     analyst: str
     verbosity: int  # <0 quiet, 0 default, >0 verbose
     lock_timeout: float
-    job: str = ""  # the running command and its output or input (:func:`job_label`), for notes in logs
+    job: str = ""  # the running command and its -o output (:func:`job_label`), for the notes in a log
 
     @property
     def loud(self) -> bool:
