@@ -127,3 +127,77 @@ def test_no_insecure_randomness_in_package():
     for path in (ROOT / "dpcli").rglob("*.py"):
         text = path.read_text()
         assert "import random" not in text and "np.random" not in text and "numpy.random" not in text, path
+
+
+def module_level_imports(path: Path, text: str | None = None) -> set[str]:
+    """The ``dpcli`` modules that importing ``path`` imports at once, as its code names them: its imports outside
+    function bodies and ``if TYPE_CHECKING:`` blocks; ``from P import m`` of a submodule counts as ``P.m``, and as
+    ``P`` only when it also takes a name ``P`` defines or re-exports (the packages Python loads on the way are not
+    named: a package ``__init__`` that imports its own modules is no circle unless one of them imports from it)."""
+    tree = ast.parse(path.read_text() if text is None else text)
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dpcli"):
+            submodules = {f"{node.module}.{a.name}" for a in node.names} & modules
+            found.update(submodules)
+            if len(submodules) < len(node.names):  # a name P defines (or re-exports), not only P's modules
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("dpcli"))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found & modules
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of two or more modules in ``graph`` (Tarjan's algorithm), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = [stack.pop()]
+            while part[-1] != v:
+                part.append(stack.pop())
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(circles)
+
+
+def test_no_import_circle_at_module_level():
+    """Issue 40: no two modules import each other, directly or round a longer loop, when they load (imports
+    inside functions, which run later, are not loading; a package's ``__init__`` counts as a module)."""
+    graph = {module_name(p): module_level_imports(p) - {module_name(p)} for p in PACKAGE.rglob("*.py")}
+    assert import_circles(graph) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [["a", "b", "c"]]
+    # and a re-export taken back: dpcli.tasks's __init__ imports histogram, which imports Task from dpcli.tasks
+    code = "from dpcli.tasks import Task\nfrom dpcli.tasks import topk\n"
+    assert module_level_imports(PACKAGE / "tasks" / "histogram.py", code) == {"dpcli.tasks", "dpcli.tasks.topk"}
