@@ -257,14 +257,29 @@ class Terminated(KeyboardInterrupt):
     every clean-up that SIGINT runs (temporary files removed, locks released) runs for it too."""
 
 
+#: How the last :func:`fail` ended: its line, its code and whether its JSON object was written (for
+#: :func:`dpcli.cli.app.main`, which writes the object of an ending the root callback's handler could not tell
+#: was under ``--json``).
+ENDING: list[tuple[str, int, bool]] = []
+
+
 def fail(line: str, code: int, as_json: bool) -> NoReturn:
     """End with ``code``: ``line`` on stderr and, under ``--json``, ``{"error": line, "exit": code}`` on stdout
     (a wrapper that parses stdout gets an object for every ending, never nothing)."""
     typer.echo(line, err=True)
+    ENDING[:] = [(line, code, False)]
     if as_json:
-        with contextlib.suppress(BrokenPipeError, OSError, ValueError):
-            typer.echo(json.dumps({"error": line, "exit": code}))
+        json_error(line, code)
     raise typer.Exit(code) from None
+
+
+def json_error(line: str, code: int) -> None:
+    """``{"error": line, "exit": code}`` on stdout (nothing if it is closed), once per ending."""
+    if ENDING and ENDING[0][2]:
+        return
+    with contextlib.suppress(BrokenPipeError, OSError, ValueError):
+        typer.echo(json.dumps({"error": line, "exit": code}))
+        ENDING[:] = [(line, code, True)]
 
 
 def interrupted_line(code: ExitCode, done: progress.Done) -> str:

@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -21,7 +21,7 @@ from dpcli.cli import stream_replay as stream_replay_cli
 from dpcli.cli import tabulate as tabulate_cli
 from dpcli.cli import topk as topk_cli
 from dpcli.cli._aliases import expand_aliases, hoist_root_options
-from dpcli.cli._common import Settings, Terminated, handles_errors, interrupted_line, one_line
+from dpcli.cli._common import ENDING, Settings, Terminated, handles_errors, interrupted_line, json_error, one_line
 from dpcli.errors import ExitCode, quiet_native_stderr
 from dpcli.state import progress
 from dpcli.state.paths import default_state_dir, validate_analyst
@@ -170,19 +170,29 @@ def main(argv: list[str] | None = None) -> None:
             print(note, file=sys.stderr)
     if own_process:
         signal.signal(signal.SIGTERM, _terminate)
+    as_json = _json_asked(args)
     try:
-        if _json_asked(args):
+        if as_json:
             _run_with_json_errors(args)
         else:
             app(args=args, prog_name="dpcli")
     except SystemExit as end:
         if end.code == ExitCode.INTERRUPTED and _TERMINATED:  # SIGTERM before (or after) a command's own handler
-            print(interrupted_line(ExitCode.TERMINATED, progress.snapshot()), file=sys.stderr)
-            raise SystemExit(int(ExitCode.TERMINATED)) from None
+            _terminated_outside(as_json)
         raise
     finally:
         if own_process:
             gc.freeze()
+
+
+def _terminated_outside(as_json: bool) -> NoReturn:
+    """End a run SIGTERM stopped outside its command's handler as that handler would: 143, the interrupted line,
+    and under ``--json`` its object."""
+    line = interrupted_line(ExitCode.TERMINATED, progress.snapshot())
+    print(line, file=sys.stderr)
+    if as_json:
+        json_error(line, int(ExitCode.TERMINATED))
+    raise SystemExit(int(ExitCode.TERMINATED)) from None
 
 
 _TERMINATED: list[int] = []  # the SIGTERM received (at most one is acted on)
@@ -206,6 +216,7 @@ def _run_with_json_errors(args: list[str]) -> None:
     """Run a ``--json`` command so that a usage error typer finds before the command starts (an unknown
     option, a bad value) also ends with one line on stderr and a JSON error object on stdout
     (:func:`dpcli.cli._common.fail`); the command's own endings are :func:`handles_errors`'."""
+    ENDING.clear()
     try:
         code = app(args=args, prog_name="dpcli", standalone_mode=False)
     except typer.TyperException as exc:
@@ -215,6 +226,8 @@ def _run_with_json_errors(args: list[str]) -> None:
         print(json.dumps({"error": line, "exit": code}))
     except typer.Abort:  # end of input at a prompt
         code = int(ExitCode.INTERNAL)
+    if ENDING and code == ENDING[0][1] != 0:  # an ending the root callback's handler met (it sees no --json)
+        json_error(ENDING[0][0], ENDING[0][1])
     sys.exit(code if isinstance(code, int) else 0)
 
 
