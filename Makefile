@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy accuracy-data clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy bench-tabulate accuracy-data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -175,6 +175,15 @@ bench-accuracy: $(ACCURACY_DATA)/flights.parquet $(STAMP) $(if $(filter dpcli,$(
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python -m bench.accuracy.run --dpcli "$(DPCLI)" --draws $(DRAWS) \
 	    --venvs $(ACCURACY_VENVS) --data $(ACCURACY_DATA) $(if $(ONLY),--only $(ONLY))
 
+# Issue 41: tabulate (sample_data/safetab_spec.toml) against a plain polars pipeline computing the same exact
+# counts, 5 interleaved runs at each size (section 18 of bench/results.md; ~5 min at 1M and 10M, the
+# persons generated once into TABULATE_DATA). TABULATE_PERSONS=1000000,10000000,30000000 for the memory figure.
+TABULATE_PERSONS ?= 1000000,10000000
+TABULATE_DATA ?= .bench-tabulate-data
+
+bench-tabulate: $(STAMP)
+	$(BIN)/python bench/bench_tabulate.py --persons $(TABULATE_PERSONS) --data $(TABULATE_DATA) --collects
+
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
@@ -194,4 +203,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .venv-snsql .venv-accuracy .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers .venv-snsql .venv-accuracy .bench-tabulate-data .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -14,7 +14,7 @@ wait4). Workloads (issue 9):
 3. ``dpcli topk`` with d̄ = 1000 vs plain polars top-1000 of distinct users;
 4. ``dpcli stream-replay`` over the 1M-row file in 96 triggers (15 min each):
    events per second;
-5. ``dpcli tabulate`` on 1M persons × 7 levels (``bench/bench_tabulate.py``);
+5. ``dpcli tabulate`` on 1M persons × 7 levels (``bench/bench_tabulate.py``, against its plain polars reference);
 6. with ``--big``: a 50M-row file, peak memory against 2 GiB.
 
 Usage: python bench/harness.py [--sizes 1000000,10000000] [--runs 3] [--peers PYTHON] [--big] [--out FILE]

@@ -13,6 +13,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpcli.core.display import parameter_text
+
 
 @dataclass(frozen=True)
 class Note:
@@ -66,7 +68,8 @@ def left_out(chosen: Sequence[str], auto: dict[str, Any] | None, stays: str | No
     flags = {"max_partitions": "--max-partitions", "max_contributions": "--max-contributions", "bounds": "--bounds"}
     if chosen and auto is not None:
         shown = ", ".join(f"{flags[f]} {_chosen_value(auto, f)}" for f in chosen if f in auto)
-        spent = f"ε = {auto['epsilon']}" if "epsilon" in auto else f"ρ = {auto['rho']}" if "rho" in auto else "a share"
+        spent = (f"ε = {parameter_text(auto['epsilon'], 'up')}" if "epsilon" in auto
+                 else f"ρ = {parameter_text(auto['rho'], 'up')}" if "rho" in auto else "a share")
         return [Note(f"left out, so chosen from the data with {spent} of the budget: {shown}; give them to spend the "
                      "whole budget on the release")]
     if stays and defaulted:
@@ -94,8 +97,9 @@ def small_run_epsilon(run_epsilon: float, total_epsilon: float, scheduler: str =
     hint = ("; if you know how many runs there will be, compare --scheduler fixed, which spends the total evenly "
             f"over them (--dry-run {'--units' if scheduler == 'bbscheduler' else '--rows'} … --runs N shows both)"
             ) if scheduler != "fixed" else ""
-    return Note(f"this run of the schedule used ε = {run_epsilon:.3g} of its total {total_epsilon:g}: early runs get a "
-                f"small share, so expect much noise until the data has grown{hint}")
+    return Note(f"this run of the schedule used ε = {parameter_text(run_epsilon, 'up')} of its total "
+                f"{parameter_text(total_epsilon, 'up')}: early runs get a small share, so expect much noise until "
+                f"the data has grown{hint}")
 
 
 def schedule_backfill(label: dict[str, Any]) -> Note | None:

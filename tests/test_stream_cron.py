@@ -24,6 +24,7 @@ from dptest import cli, init_ledger
 from dpcli.errors import OutputError
 from dpcli.io.outputs import render
 from dpcli.tasks import stream_replay as sr
+from dpcli.tasks.stream.algorithm import TIME_COLUMNS
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 ARGS = ["--time", "ts", "--by", "page", "--privacy-unit", "user", "--window", "7d", "--trigger-every", "1d",
@@ -92,7 +93,7 @@ def test_cron_runs_publish_one_full_replay_minus_late_events(tmp_path, monkeypat
     full = sr.run_stream(full_input.select(pl.col("t").alias("ts"), "user", "page").lazy(), QUERY,
                          sr.plan_stream(QUERY), bytes.fromhex(body["seed"]),
                          (START + timedelta(seconds=times[-1])).replace(tzinfo=None))
-    expected = set(render(full.table, "csv").decode().splitlines()[1:])
+    expected = set(render(full.table, "csv", times=TIME_COLUMNS).decode().splitlines()[1:])
     assert len(expected) > 40 and published == expected
     history = json.loads(cli("budget", "history", "--json").stdout)
     assert sum(1 for e in history if e["events"]) == 1  # the stream's reservation, once
@@ -129,7 +130,7 @@ def test_a_retry_returns_the_published_rows_and_a_correction_is_refused(tmp_path
         again = cli(*_stream(day2, "--state", state, "--through", through, "-o", out))
         assert again.exit_code == 0 and out.read_bytes() == published, again.stderr
         assert "a retry, returning the rows that run released (free)" in again.stderr
-    assert "the triggers after 2026-11-02T00:00:00 run with the next new input" in again.stderr
+    assert "the triggers after 2026-11-02T00:00:00Z run with the next new input" in again.stderr
     history = json.loads(cli("budget", "history", "--json").stdout)
     assert len(history) == entries + 3 and all(e["replay_of"] == history[entries - 1]["seq"]
                                                for e in history[entries:])
@@ -138,7 +139,7 @@ def test_a_retry_returns_the_published_rows_and_a_correction_is_refused(tmp_path
     before = state.read_bytes()
     r = cli(*_stream(corrected, "--state", state, "--through", "2026-11-02T05:30:00Z", "-o", out))
     assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "already ran up to 2026-11-02T05:30:00+00:00 with another input: a late correction is a new release, " \
+    assert "already ran up to 2026-11-02T05:30:00Z with another input: a late correction is a new release, " \
            "not a rewrite (feed only events not fed before, with a later --through" in r.stderr
     assert out.read_bytes() == published and state.read_bytes() == before
     assert len(json.loads(cli("budget", "history", "--json").stdout)) == entries + 3  # no debit, no entry
@@ -146,7 +147,7 @@ def test_a_retry_returns_the_published_rows_and_a_correction_is_refused(tmp_path
     assert cli(*_stream(day3, "--state", state, "--through", "2026-11-02T08:30:00Z")).exit_code == 0
     kept = pl.read_parquet(base64.b64decode(json.loads(state.read_text())["body"]["stream"]["kept"]))
     refed = cli(*_stream(day2, "--state", state, "--through", "2026-11-02T09:00:00Z"))  # an older input again
-    assert refed.exit_code == 0 and "this input was fed at run 2 (up to 2026-11-02T05:30:00+00:00)" in refed.stderr
+    assert refed.exit_code == 0 and "this input was fed at run 2 (up to 2026-11-02T05:30:00Z)" in refed.stderr
     again = json.loads(state.read_text())["body"]["stream"]["kept"]
     assert pl.read_parquet(base64.b64decode(again)).equals(kept)  # its events are not kept twice
     from dpcli.errors import UsageError
@@ -166,11 +167,11 @@ def test_zero_row_runs_say_why_unless_quiet(tmp_path):
     evening = _day(tmp_path / "e.csv", 1, range(9, 20), range(300, 600))
     r = cli(*_stream(morning, "--state", state, "--through", "2026-11-01T09:00:00Z"))
     assert r.exit_code == 0 and r.stdout.count("\n") == 1, r.stderr
-    assert "0 rows: no key was released by the triggers up to 2026-11-01T00:00:00" in r.stderr
+    assert "0 rows: no key was released by the triggers up to 2026-11-01T00:00:00Z" in r.stderr
     assert "events of later triggers are kept in the state" in r.stderr
     r = cli(*_stream(evening, "--state", state, "--through", "2026-11-01T20:00:00Z"))
     assert r.exit_code == 0 and r.stdout.count("\n") == 1
-    assert "0 rows: no trigger has ended since the last run (the next ends at 2026-11-02T00:00:00)" in r.stderr
+    assert "0 rows: no trigger has ended since the last run (the next ends at 2026-11-02T00:00:00Z)" in r.stderr
     quiet = cli("-q", *_stream(evening, "--state", state, "--through", "2026-11-01T21:00:00Z"))
     assert quiet.exit_code == 0 and quiet.stderr == ""
     empty = tmp_path / "none.csv"
@@ -194,7 +195,7 @@ def test_budget_show_lists_the_stream_and_history_its_retries(tmp_path):
                                                "delta": "0.000000001", "detail": {"C": "2", "triggers": "7"}}],
                                  "runs": 1, "retries": 1}]
     text = cli("budget", "show").stdout
-    assert "stream       daily.stream (entry #1): 1 run(s), 1 retry, epsilon=8, delta=0.000000001 reserved" in text
+    assert "stream       daily.stream (entry #1): 1 run(s), 1 retry, epsilon=8, delta=1e-09 reserved" in text
     step = next(e for e in json.loads(cli("budget", "history", "--json").stdout) if e["step"] and not e["replay_of"])
     assert f"replay of #{step['seq']}" in cli("budget", "history").stdout.splitlines()[-1]
 
@@ -225,7 +226,7 @@ def test_dry_run_shows_the_next_runs_costs_margins_and_the_ledgers_answer(tmp_pa
     assert after["stream"]["spend"] == {"epsilon": "0", "delta": "0"} and after["ledger"]["accepts"]
     assert after["stream"]["triggers"]["count"] == 2 and after["stream"]["triggers"]["new_input_accepted"]
     text = cli(*_stream(day, "--dry-run", "--state", state, "--through", "2026-11-01T11:00:00Z")).stdout
-    assert "triggers: none due until 2026-11-02T00:00:00" in text and "only its input again (a retry)" in text
+    assert "triggers: none due until 2026-11-02T00:00:00Z" in text and "only its input again (a retry)" in text
     assert cli(*_stream(day, "--runs", "2")).exit_code == 2
 
 

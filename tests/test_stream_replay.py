@@ -162,7 +162,7 @@ def test_cli_runs_charges_replays_and_drops_bad_records(tmp_path):
     out = tmp_path / "o.csv"
     r = runner.invoke(app, ["-v", args[0], str(bad), *args[2:], "-o", str(out), "--through", "2026-11-03"])
     assert r.exit_code == 0 and out.exists(), r.stderr
-    assert "unparse" not in r.stderr and "null" not in r.stderr and "triggers run through 2026-11-03T00:00:00" in r.stderr
+    assert "unparse" not in r.stderr and "null" not in r.stderr and "triggers run through 2026-11-03T00:00:00Z" in r.stderr
     assert len(json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)) == 3
     r = runner.invoke(app, [*args[:10], "--trigger-every", "7h", *args[12:]])
     assert r.exit_code == 2 and "does not divide" in r.stderr
@@ -304,7 +304,7 @@ def test_cli_state_refuses_mismatch_corruption_and_open_permissions(tmp_path):
     empty = tmp_path / "empty.csv"
     empty.write_text("ts,user,page\n")
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-01"])
-    assert r.exit_code == 2 and "already ran up to 2026-11-01T12:00:00+00:00 with another input" in r.stderr
+    assert r.exit_code == 2 and "already ran up to 2026-11-01T12:00:00Z with another input" in r.stderr
     r = runner.invoke(app, ["stream-replay", str(empty), *args, "--state", str(state), "--through", "2026-11-03"])
     assert r.exit_code == 0, r.stderr
     assert json.loads(state.read_text())["body"]["stream"]["windows"] == []  # the first window is complete

@@ -26,7 +26,7 @@ def test_dry_run_prints_the_threshold_and_its_calibration():
     # ε_sel = 1/4, K̄ = 4: discrete Laplace of scale 16; T = 1 + the least m with P[Z ≥ m] ≤ 1 − (1 − 10⁻⁶)^(1/4)
     assert "a group needs a noisy count of at least 234 distinct units, each unit counted in at most 4 groups" \
         in r.stdout
-    assert "topk/threshold (epsilon=0.25, delta=0.000001) + topk/knowngumb (epsilon=0.75)" in r.stdout
+    assert "topk/threshold (epsilon=0.25, delta=1e-06) + topk/knowngumb (epsilon=0.75)" in r.stdout
     doc = json.loads(_topk("--epsilon", "1", "--delta", "1e-6", "--dry-run", "--json").stdout)
     assert doc["selection"]["threshold"] == 234 and doc["selection"]["max_partitions"] == 4
     assert doc["selection"]["scale"] == "16" and doc["query"]["selection"] == "threshold"

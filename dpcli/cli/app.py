@@ -37,7 +37,9 @@ app = typer.Typer(
     help=(
         "Differentially private statistics from CSV/Parquet files, with a local "
         "privacy-budget ledger. Data goes to stdout or -o; messages to stderr. Global options may also "
-        "follow the command."
+        "follow the command. One number format everywhere: integers as integers (never -0), ε, δ and ρ in text "
+        "to 4 significant digits (spent and charged rounded up, remaining down; --json exact), the times dpcli "
+        "computes in ISO 8601 UTC with Z."
     ),
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish and PowerShell

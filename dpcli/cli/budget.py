@@ -15,6 +15,7 @@ from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, 
 from dpcli.cli._options import positive, probability
 from dpcli.core.accounting import budget as bud
 from dpcli.core.accounting import composition as acc
+from dpcli.core.display import figure_text, parameter_text, parameters_text
 from dpcli.core.exact import float_up, fraction_text
 from dpcli.errors import UsageError
 from dpcli.state import keys, ledger
@@ -128,7 +129,8 @@ def show(
                                  "'dpcli[plot]'); '-' draws it as text.")
     ] = None,
 ) -> None:
-    """Spent and remaining budget, and the overall (ε, δ) guarantee so far."""
+    """Spent and remaining budget, and the overall (ε, δ) guarantee so far (ε, δ and ρ to 4 significant digits:
+    spent and the guarantee rounded up, remaining down; --json exact)."""
     if plot not in (None, "-"):
         from dpcli.plot.figure import check_target
 
@@ -160,14 +162,18 @@ def _plot_spending(led: ledger.Ledger, data: dict[str, Any], plot: str) -> None:
 
 
 def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
-    """``budget show`` for people: limits, spend, guarantee, schedules (and a chart on a terminal)."""
+    """``budget show`` for people: limits, spend, guarantee, schedules (and a chart on a terminal). ε, δ and ρ
+    to 4 significant digits (:func:`dpcli.core.display.parameter_text`): what is spent, reserved and the
+    guarantee rounded up, what remains (and a long limit) down; ``--json`` has them exact."""
+    guarantee = data["guarantee"]
     lines = [
         f"analyst      {data['analyst']}",
         f"mode         {data['mode']}",
-        "limits       " + ", ".join(f"{k}={_readable(v)}" for k, v in data["limits"].items() if k != "mode"),
-        "spent        " + ", ".join(f"{k}={_readable(v)}" for k, v in data["spent"].items()),
-        "remaining    " + ", ".join(f"{k}={_readable(v)}" for k, v in data["remaining"].items()),
-        f"guarantee    (ε, δ) = ({data['guarantee']['epsilon']:.6g}, {data['guarantee']['delta']:.3g})",
+        "limits       " + parameters_text({k: v for k, v in data["limits"].items() if k != "mode"}, "down"),
+        "spent        " + parameters_text(data["spent"], "up"),
+        "remaining    " + parameters_text(data["remaining"], "down"),
+        f"guarantee    (ε, δ) = ({parameter_text(guarantee['epsilon'], 'up')}, "
+        f"{parameter_text(guarantee['delta'], 'up')})",
         f"releases     {data['releases']} charged, {data['replays']} free replays",
     ]
     if led.refresh_days:
@@ -178,10 +184,11 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
         lines.append(
             f"schedule     {sc['name']} ({sc['scheduler']}, {sc['command']}): {sc['runs']} run(s) released{epochs}"
             f"{answered}, "
-            f"ε spent {sc['epsilon_spent']} of {sc['epsilon_reserved']} reserved"
+            f"ε spent {parameter_text(sc['epsilon_spent'], 'up')} of {parameter_text(sc['epsilon_reserved'], 'up')} "
+            "reserved"
         )
     for st in data["streams"]:
-        reserved = "; ".join(", ".join(f"{k}={_readable(v)}" for k, v in ev.items() if k in ("epsilon", "delta", "rho"))
+        reserved = "; ".join(parameters_text({k: v for k, v in ev.items() if k in ("epsilon", "delta", "rho")}, "up")
                              for ev in st["reserved"])
         retries = f", {st['retries']} retr{'y' if st['retries'] == 1 else 'ies'}" if st["retries"] else ""
         lines.append(f"stream       {st['name'] or 'reserved'} (entry #{st['entry']}): {st['runs']} run(s){retries}, "
@@ -198,8 +205,9 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
 @app.command("history")
 @handles_errors
 def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = False) -> None:
-    """Every ledger entry: time, command, cost, seed id (a release's completion shown on its debit's line; a
-    stream's or schedule's run marked as begun shown only while it has not ended, or if the mark was charged)."""
+    """Every ledger entry: time (ISO 8601, UTC), command, cost (ε, δ and ρ rounded up to 4 significant digits;
+    --json exact), seed id (a release's completion shown on its debit's line; a stream's or schedule's run marked
+    as begun shown only while it has not ended, or if the mark was charged)."""
     led = ledger.read_ledger(settings(ctx).state_dir, resolve_analyst(analyst, ctx))
     done = ledger.completions(led)
     quiet = led.ended_marks()
@@ -224,9 +232,10 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
     if as_json:
         emit_json(rows)
         return
-    for r in rows:
+    for r in rows:  # each charge's ε, δ and ρ rounded up to 4 significant digits (--json: exact)
         cost = "; ".join(
-            ",".join(f"{k}={v}" for k, v in ev.items() if k not in ("kind", "detail")) for ev in r["events"]
+            ",".join(f"{k}={figure_text(k, v, 'up')}" for k, v in ev.items() if k not in ("kind", "detail"))
+            for ev in r["events"]
         )
         if r.get("completed_by", 0) is None:
             tag = f"{cost}, charged; no output recorded (run stopped, or still running)"
@@ -411,12 +420,3 @@ def _schedule_summaries(led: ledger.Ledger) -> list[dict[str, Any]]:
     from dpcli.state import schedules
 
     return schedules.summaries(led.path.parent.parent, led.analyst)
-
-
-def _readable(value: Any) -> str:
-    """An exact ledger figure for people: ``37/30`` reads ``1.23333 (37/30)``; decimals stay as they are."""
-    text = str(value)
-    num, slash, den = text.partition("/")
-    if not slash or not (num.lstrip("-").isdigit() and den.isdigit()):
-        return text
-    return f"{int(num) / int(den):.6g} ({text})"

@@ -14,8 +14,9 @@ import polars as pl
 import typer
 
 from dpcli.cli._common import Settings, emit_json, notice, render_note
+from dpcli.core.display import parameter_text, parameters_text
 from dpcli.errors import UsageError
-from dpcli.io.outputs import output_format_for, rounded, write_output
+from dpcli.io.outputs import output_format_for, shown, write_output
 from dpcli.release.inputs import Sources
 from dpcli.release.path import LedgerRef, Output, Planned, Release, cost_text, grid_step, plan
 from dpcli.state import progress
@@ -120,7 +121,7 @@ def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
     triggers = stream["triggers"]
     rho = (plan["key_selection"]["rho_total"], plan["perturbation"]["rho_total"])
     lines.append(f"  per trigger: no cost of its own, the stream's (ε, δ) covers every trigger (as zCDP: key "
-                 f"selection ρ = {rho[0]:.4g}, perturbation ρ = {rho[1]:.4g})")
+                 f"selection ρ = {parameter_text(rho[0], 'up')}, perturbation ρ = {parameter_text(rho[1], 'up')})")
     if stream["state"] is None:
         lines.append(f"  triggers: every one ending at or before {triggers['through']}; each run over new data is a "
                      "new release (with --state the first run pays for all)")
@@ -141,14 +142,14 @@ def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
     for run in stream["runs"]:
         lines.append(f"  run {run['run']}: " + (_cost_of(run["cost"]) or "covered, nothing more to pay"))
     if stream["spend"] is not None:
-        lines.append(f"  spend over {len(stream['runs'])} run(s): "
-                     + ", ".join(f"{k}={v}" for k, v in stream["spend"].items()))
+        lines.append(f"  spend over {len(stream['runs'])} run(s): " + parameters_text(stream["spend"], "up"))
     return lines
 
 
 def _cost_of(events: list[dict[str, Any]]) -> str:
-    """``epsilon=6, delta=1/1000000000`` from a cost as JSON (several events joined by ``+``)."""
-    return " + ".join(", ".join(f"{k}={v}" for k, v in e.items() if k in ("epsilon", "delta", "rho")) for e in events)
+    """``epsilon=6, delta=1e-09`` from a cost as JSON (several events joined by ``+``), rounded up."""
+    return " + ".join(parameters_text({k: v for k, v in e.items() if k in ("epsilon", "delta", "rho")}, "up")
+                      for e in events)
 
 
 #: A schedule's dry run shows this many of its first runs, then its last.
@@ -160,7 +161,8 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     the ε they use of the reservation, the fixed alternative, and the ledger's answer."""
     sc, spend = plan["schedule"], plan["spend"]
     standing = "new" if sc["new"] else f"{sc['runs_so_far']} run(s) so far"
-    budget = f"ε = {sc['total_epsilon']}" + (f", δ = {sc['total_delta']}" if sc["total_delta"] != "0" else "")
+    budget = f"ε = {parameter_text(sc['total_epsilon'], 'up')}" + (
+        f", δ = {parameter_text(sc['total_delta'], 'up')}" if sc["total_delta"] != "0" else "")
     lines = ["dry run: no data read, nothing charged",
              f"schedule {sc['name']!r} ({sc['scheduler']}, {standing}): {budget} for all its runs, reserved once"
              + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
@@ -178,9 +180,10 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
                      + grown)
     lines += _runs_table(plan["runs"], counts)
     lines.append(f"  after run {plan['runs'][-1]['run']} ({spend['runs']} planned): "
-                 f"ε used {spend['epsilon_used']:.4g} of {spend['reserved']}"
-                 + (f" (size estimates {spend['size_estimates']:.3g})" if spend["size_estimates"] else "")
-                 + f"; unused {spend['unused']:.4g}")
+                 f"ε used {parameter_text(spend['epsilon_used'], 'up')} of {parameter_text(spend['reserved'], 'up')}"
+                 + (f" (size estimates {parameter_text(spend['size_estimates'], 'up')})"
+                    if spend["size_estimates"] else "")
+                 + f"; unused {parameter_text(spend['unused'], 'down')}")
     alt = plan.get("fixed_alternative")
     if alt:
         lines.append(f"  known number of runs? --scheduler fixed --epsilon {alt['epsilon']} spends the total evenly "
@@ -206,7 +209,8 @@ def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
         size = f"{r[counts]:>12,}" if sized else ""
         if r["release"] == "new":
             step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
-            what = f"{step}, ε = {_num(r['epsilon'])}" + (f" (ρ = {_num(r['rho'])})" if "rho" in r else "")
+            what = f"{step}, ε = {parameter_text(r['epsilon'], 'up')}" + (
+                f" (ρ = {parameter_text(r['rho'], 'up')})" if "rho" in r else "")
             if r.get("parts"):  # the run that chooses the auto bounds, from its own ε
                 what += " (" + ", ".join(f"{part} {budget}" for part, budget in r["parts"].items()) + ")"
             what += "; " + _margins_text(r)
@@ -304,14 +308,14 @@ def write_release(s: Settings, release: Release, output: Output, as_json: bool) 
     step = grid_step(release.report)
     table = release.table
     if as_json and not (output.path and output.path != "-"):
-        emit_json({"result": json.loads(rounded(table, step).write_json()), "summary": release.report})
+        emit_json({"result": json.loads(shown(table, step, release.times).write_json()), "summary": release.report})
         progress.written("standard output")
     else:
         if output.format == "table":
-            typer.echo(table_text(table, step))
+            typer.echo(table_text(table, step, release.times))
             progress.written("standard output")
         else:
-            write_output(table, output.path, output.format, step=step)
+            write_output(table, output.path, output.format, step=step, times=release.times)
         if as_json:
             emit_json(release.report)
         elif s.chatty:
@@ -329,18 +333,19 @@ def _width_needed(shown: pl.DataFrame) -> int:
     return sum(max([len(c), *(len(_cell(v)) for v in shown[c].to_list())]) + 3 for c in shown.columns)
 
 
-def table_text(table: pl.DataFrame, step: float | None = None) -> str:
-    """The result as a readable table (rich), floats rounded as in CSV; empty results say so."""
+def table_text(table: pl.DataFrame, step: float | None = None, times: tuple[str, ...] = ()) -> str:
+    """The result as a readable table (rich), its numbers and times as in CSV (:func:`dpcli.io.outputs.shown`);
+    empty results say so."""
     from rich.console import Console
     from rich.table import Table
 
-    shown = rounded(table, step)
+    view_of = shown(table, step, times)
     view = Table(show_edge=False, header_style="bold")
-    for column, dtype in shown.schema.items():
+    for column, dtype in view_of.schema.items():
         view.add_column(column, justify="right" if dtype.is_numeric() else "left")
-    for row in shown.iter_rows():
+    for row in view_of.iter_rows():
         view.add_row(*(_cell(v) for v in row))
-    console = Console(width=max(_width_needed(shown), Console().width), highlight=False)
+    console = Console(width=max(_width_needed(view_of), Console().width), highlight=False)
     with console.capture() as captured:
-        console.print(view if shown.height else f"(no rows; columns: {', '.join(shown.columns)})")
+        console.print(view if view_of.height else f"(no rows; columns: {', '.join(view_of.columns)})")
     return captured.get().rstrip("\n")

@@ -114,6 +114,9 @@ def stream_replay(
     their window's noisy cumulative count (and sum), under one (ε, δ)
     user-level guarantee for the whole output stream.
 
+    The window_start and trigger_time columns are UTC: ISO 8601 with Z in
+    CSV, JSON and tables (2026-11-01T06:00:00Z), datetimes in Parquet.
+
     Windows are aligned to the epoch; a run executes every trigger ending at
     or before --through (default: now), whatever the data, and ignores events
     after it. Records with a missing or unparsable time, a null unit or a

@@ -1,4 +1,5 @@
-"""Outputs: the output format, the checks on an output path, rounding, rendering and the one atomic writer.
+"""Outputs: the output format, the checks on an output path, the one number format of text outputs
+(:func:`shown`), rendering and the one atomic writer.
 
 CSV, Parquet or JSON to stdout or a file (CSV and JSON gzip-compressed for a ``.gz`` name, byte for byte the
 same on every run: :func:`compressed`); a file is written to a temporary name in the same
@@ -17,13 +18,14 @@ import math
 import os
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import IO, Literal, TypeGuard
 
 import polars as pl
 
 from dpcli.access import gate, inside
+from dpcli.core.display import UTC_FORMAT
 from dpcli.errors import (
     OutputError,
     UsageError,
@@ -206,6 +208,56 @@ def rounded(df: pl.DataFrame, step: float | None = None) -> pl.DataFrame:
     return df.with_columns(exprs) if exprs else df
 
 
+def shown(df: pl.DataFrame, step: float | None = None, times: Collection[str] = ()) -> pl.DataFrame:
+    """A result as every text output shows it (CSV, JSON, tables; Parquet keeps the table as computed): the
+    one number format of all commands (issue 39 item 8).
+
+    * floats rounded to what their noise and grid justify (:func:`rounded`);
+    * a margin of an integer column (``count_moe95`` of ``count``) whose rounded values are all whole is an
+      integer column: ``1704``, never ``1704.0``, as a count is;
+    * never ``-0.0``: a float that rounds to zero is ``0.0``;
+    * ``times``: columns of moments dpcli computed (naive datetimes in UTC: a stream's ``window_start`` and
+      ``trigger_time``) as ISO 8601 text in UTC with ``Z`` (:data:`dpcli.core.display.UTC_FORMAT`).
+      Datetime columns taken from the data (a group key) keep their own type and format.
+
+    Post-processing of released values: it changes no value and no guarantee.
+    """
+    df = rounded(df, step)
+    exprs = [_no_negative_zero(c) for c, dtype in df.schema.items() if dtype.is_float()]
+    df = df.with_columns(exprs) if exprs else df
+    whole = [pl.col(c).cast(pl.Int64) for c, dtype in df.schema.items() if dtype.is_float() and _counts(df, c)]
+    df = df.with_columns(whole) if whole else df
+    stamps = [_utc_text(c, df.schema[c]) for c in times if c in df.columns and df.schema[c] == pl.Datetime]
+    return df.with_columns(stamps) if stamps else df
+
+
+def _no_negative_zero(column: str) -> pl.Expr:
+    """``column`` with ``-0.0`` replaced by ``0.0`` (NaN and nulls as they are)."""
+    return pl.when(pl.col(column) == 0).then(pl.lit(0.0, dtype=pl.Float64)).otherwise(pl.col(column)).alias(column)
+
+
+def _counts(df: pl.DataFrame, column: str) -> bool:
+    """Is float ``column`` the margin of an integer column, with every value whole (and finite)?"""
+    of = column.removesuffix("_moe95")
+    if of == column or of not in df.columns or not df.schema[of].is_integer():
+        return False
+    values = df[column].drop_nulls()
+    if not values.len():
+        return True
+    if not (values.is_finite().all() and (values == values.round(0)).all()):
+        return False
+    largest = values.abs().max()
+    return isinstance(largest, float | int) and largest < 2.0**53  # (beyond, a float is no exact integer)
+
+
+def _utc_text(column: str, dtype: pl.DataType) -> pl.Expr:
+    """A datetime column dpcli computed, as ISO 8601 text in UTC with ``Z`` (naive: already UTC)."""
+    moment = pl.col(column)
+    zoned = getattr(dtype, "time_zone", None) is not None
+    utc = moment.dt.convert_time_zone("UTC") if zoned else moment.dt.replace_time_zone("UTC")
+    return utc.dt.strftime(UTC_FORMAT).alias(column)
+
+
 def _positive(x: object) -> TypeGuard[float]:
     """A positive finite number (a median of an empty or all-null column is None)."""
     return isinstance(x, (int, float)) and math.isfinite(x) and x > 0
@@ -238,15 +290,17 @@ def compressed(data: bytes, compression: str | None) -> bytes:
     return gzip.compress(data, compresslevel=GZIP_LEVEL, mtime=0)
 
 
-def render(df: pl.DataFrame, fmt: str, step: float | None = None, compression: str | None = None) -> bytes:
-    """Serialise a result table (floats rounded by :func:`rounded` in CSV and JSON), compressed as asked."""
-    return compressed(_serialised(df, fmt, step), compression)
+def render(df: pl.DataFrame, fmt: str, step: float | None = None, compression: str | None = None,
+           times: Collection[str] = ()) -> bytes:
+    """Serialise a result table (CSV and JSON as :func:`shown` shows it; Parquet as computed), compressed as
+    asked."""
+    return compressed(_serialised(df, fmt, step, times), compression)
 
 
-def _serialised(df: pl.DataFrame, fmt: str, step: float | None) -> bytes:
+def _serialised(df: pl.DataFrame, fmt: str, step: float | None, times: Collection[str]) -> bytes:
     buf = io.BytesIO()
     if fmt != "parquet":
-        df = rounded(df, step)
+        df = shown(df, step, times)
     if fmt == "csv":
         df.write_csv(buf)
     elif fmt == "parquet":
@@ -258,10 +312,10 @@ def _serialised(df: pl.DataFrame, fmt: str, step: float | None) -> bytes:
 
 
 def write_output(df: pl.DataFrame, path: str | None, fmt: str, stdout: IO[bytes] | None = None,
-                 step: float | None = None) -> None:
-    """Write a result to stdout or atomically to ``path`` (``step``: see :func:`rounded`; a ``.gz`` name:
-    gzip-compressed, :func:`compressed`)."""
-    data = render(df, fmt, step, output_compression(path))
+                 step: float | None = None, times: Collection[str] = ()) -> None:
+    """Write a result to stdout or atomically to ``path`` (``step`` and ``times``: see :func:`shown`; a ``.gz``
+    name: gzip-compressed, :func:`compressed`)."""
+    data = render(df, fmt, step, output_compression(path), times)
     if not path or path == "-":
         out = stdout or sys.stdout.buffer
         if fmt == "parquet" and hasattr(out, "isatty") and out.isatty():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dpcli.core.display import PARAMETERS, Rounding, figure_text, parameter_text
 from dpcli.plot.budget_view import BudgetTimeline
 
 if TYPE_CHECKING:  # polars is imported only to draw a release, never for the budget
@@ -109,6 +110,12 @@ def _pyramid_lines(p: Pyramid, width: int) -> list[str]:
     return lines
 
 
+def _spent(key: str, value: float, rounding: Rounding) -> str:
+    """A spend or its limit: ε, δ and ρ as :func:`dpcli.core.display.parameter_text` shows them (spent up, the
+    limit down), a br ledger's units and calls as whole numbers."""
+    return figure_text(key, value, rounding) if key in PARAMETERS else f"{value:.4g}"
+
+
 def budget_text(tl: BudgetTimeline, width: int) -> str:
     """The spend so far against each limit (one bar per quantity), and a sparkline of its growth."""
     lines = [f"budget of {tl.analyst} ({tl.mode} ledger): spent so far, against the limit"]
@@ -123,10 +130,11 @@ def budget_text(tl: BudgetTimeline, width: int) -> str:
     bar_w = max(width - label_w - 28, 10)
     for key, value, top in zip(labels, values, tops, strict=True):
         frac = value / top if top else 0.0
-        lines.append(f"{key:<{label_w}} {bar(value, top, bar_w):<{bar_w}} {value:.4g} of {top:.4g} ({frac:.0%})")
+        lines.append(f"{key:<{label_w}} {bar(value, top, bar_w):<{bar_w}} {_spent(key, value, 'up')} of "
+                     f"{_spent(key, top, 'down')} ({frac:.0%})")
         lines.append(f"{'':<{label_w}} {_sparkline(tl.spent[key])} over {len(tl.times)} entries")
     if tl.reserved:
-        lines.append(f"schedules reserve ε {tl.reserved:.4g} of this period")
+        lines.append(f"schedules reserve ε {parameter_text(tl.reserved, 'up')} of this period")
     if tl.periods:
         lines.append(f"refresh periods began: {', '.join(t.date().isoformat() for t in tl.periods)}")
     return "\n".join(lines)

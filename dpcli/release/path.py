@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
+from dpcli.core.display import parameters_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError, DpcliError, InputMissingError
 from dpcli.io.inputs import InputTable, csv_delimiter, fingerprint_bytes, verify_unchanged
@@ -75,12 +76,13 @@ class Output:
     def to_file(self) -> bool:
         return bool(self.path) and self.path != "-" and self.format != "table"
 
-    def digest(self, table: pl.DataFrame, metadata: dict[str, Any]) -> str | None:
+    def digest(self, table: pl.DataFrame, metadata: dict[str, Any], times: tuple[str, ...] = ()) -> str | None:
         """The digest of the file the release is about to be written to (None for standard output): the bytes
-        written, compressed for a ``.gz`` name."""
+        written, compressed for a ``.gz`` name (``times``: :attr:`Release.times`)."""
         if not self.to_file:
             return None
-        return fingerprint_bytes(render(table, self.format, grid_step(metadata), output_compression(self.path)))
+        return fingerprint_bytes(render(table, self.format, grid_step(metadata), output_compression(self.path),
+                                        times))
 
 
 def grid_step(report: dict[str, Any]) -> float | None:
@@ -103,17 +105,20 @@ class Prepared:
     table: pl.DataFrame
     metadata: dict[str, Any]
     actual: list[PrivacyEvent] | None = None  # what it really cost, if less than ``events`` (topk's ⊥)
+    times: tuple[str, ...] = ()  # columns of moments dpcli computed (:attr:`dpcli.tasks.Result.times`)
 
 
 @dataclass(frozen=True)
 class Release:
     """A charged release: the noisy table, the report of what was charged and what is left, one line
-    for people, and the notes that change how to read it."""
+    for people, the notes that change how to read it, and the table's columns of moments dpcli computed
+    (shown as ISO 8601 with ``Z``: :func:`dpcli.io.outputs.shown`)."""
 
     table: pl.DataFrame
     report: dict[str, Any]
     summary: str
     notes: tuple[Note, ...] = ()
+    times: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,16 +229,17 @@ def run(
     try:
         prepared = prepare(task, planned, led.limits.mode, opened, payer.state_dir, bounder, busy, before_run=debit)
         result_line = task.summary(opened.data.name, prepared.result)
-        done = charge(payer, task.command, prepared.prepared, result_line, inputs=opened.tables,
-                      output_digest=output.digest(prepared.prepared.table, prepared.prepared.metadata)
-                      if output else None, completes=None if paid[0].replay else paid[0].seq)
+        made = prepared.prepared
+        done = charge(payer, task.command, made, result_line, inputs=opened.tables,
+                      output_digest=output.digest(made.table, made.metadata, made.times) if output else None,
+                      completes=None if paid[0].replay else paid[0].seq)
     except DpcliError as exc:
         if paid:  # it failed once reading had begun: say what it cost (a public fact: it reached the debit)
             same_bytes = bounder is None and not isinstance(exc, InputMissingError)  # Spark, a changed file: new
             exc.detail += "; the run is charged (it had begun reading)" + (
                 ", and a rerun on the same input is a free replay" if same_bytes else "")
         raise
-    return Release(done.table, done.report, done.summary, tuple(task.notes(planned, prepared.result)))
+    return replace(done, notes=tuple(task.notes(planned, prepared.result)))
 
 
 def _schedulable(task: Task[P]) -> SchedulableTask[P]:
@@ -299,7 +305,8 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
         before_run(seed, list(planned.events))
     with busy(f"computing the {task.command} release of {opened.data.name}"):
         result = task.run(opened.frames(), planned, seed.seed, engine)
-    return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual))
+    return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual,
+                                     result.times))
 
 
 def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, payer: LedgerRef, limits: Limits,
@@ -334,7 +341,7 @@ def _scheduled(task: SchedulableTask[P], opened: Opened, engine: Engine | None, 
              advice.schedule_backfill(label), advice.schedule_repeat(label),
              advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
              advice.improver_counts_runs(label.get("made_with_index"))]
-    return Release(done.table, done.report, done.summary, tuple(n for n in notes if n is not None))
+    return replace(done, notes=tuple(n for n in notes if n is not None))
 
 
 def scheduled_run(task: SchedulableTask[P], epsilon: Fraction, kept: dict[str, Any] | None) -> SchedulableTask[P]:
@@ -399,9 +406,10 @@ def charge(
     }
     if receipt.reserved:
         report["reserved"] = [e.to_json() for e in receipt.reserved]
-    remaining = ", ".join(f"{k}={v}" for k, v in report["ledger"]["remaining"].items())
+    remaining = parameters_text(report["ledger"]["remaining"], "down")  # (the report keeps them exact)
     return Release(prepared.table, report,
-                   f"{summary_line}; {_cost_line(receipt, step, charged)}; remaining {remaining}")
+                   f"{summary_line}; {_cost_line(receipt, step, charged)}; remaining {remaining}",
+                   times=prepared.times)
 
 
 def _cost_line(receipt: ledger.Receipt, step: ledger.Step | None, charged: list[PrivacyEvent]) -> str:
@@ -416,9 +424,10 @@ def _cost_line(receipt: ledger.Receipt, step: ledger.Step | None, charged: list[
 
 
 def cost_text(events: list[PrivacyEvent]) -> str:
-    """``mechanism (epsilon=…, delta=…) + …``: a release's cost in one line."""
+    """``mechanism (epsilon=…, delta=…) + …``: a release's cost in one line, its ε, δ and ρ rounded up to 4
+    significant digits (:func:`dpcli.core.display.parameters_text`)."""
     parts = []
     for e in events:
-        bits = [f"{k}={v}" for k, v in e.to_json().items() if k in ("epsilon", "delta", "rho", "units", "calls")]
-        parts.append(f"{e.mechanism} ({', '.join(bits)})")
+        figures = {k: v for k, v in e.to_json().items() if k in ("epsilon", "delta", "rho", "units", "calls")}
+        parts.append(f"{e.mechanism} ({parameters_text(figures, 'up')})")
     return " + ".join(parts)

@@ -35,13 +35,14 @@ import polars as pl
 
 from dpcli.advice import Note
 from dpcli.core.accounting.budget import ChargeRefused
+from dpcli.core.display import utc_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import NOISE_VERSION
 from dpcli.errors import StateError, UsageError
 from dpcli.release.seeds import plan_material
 from dpcli.state import documents, ledger
 from dpcli.tasks.stream import notes as notes_of
-from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
+from dpcli.tasks.stream.algorithm import TIME_COLUMNS, StreamState, naive_utc, trigger_through
 from dpcli.tasks.stream.auto import StreamChoice, choose, chosen_line, resolve
 from dpcli.tasks.stream.events import EventsEngine
 from dpcli.tasks.stream.plan import PendingPlan, StreamPlan
@@ -195,7 +196,7 @@ def _refuse_rewrite(last: dict[str, Any] | None, moment: datetime, q: StreamQuer
         return
     end = _last_end(last, q)
     if moment <= end:
-        raise UsageError(f"{label} already ran up to {end.isoformat()} with another input: a late correction is a "
+        raise UsageError(f"{label} already ran up to {utc_text(end)} with another input: a late correction is a "
                          "new release, not a rewrite (feed only events not fed before, with a later --through; or "
                          "start a new --state file)")
 
@@ -219,8 +220,14 @@ def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuer
         notes.append(notes_of.empty_run(int(last["through"]), last.get("from"), q.step, kept=True))
     step = ledger.Step(reservation=body["reservation"], start=body["step"] - 1, digest=recorded, label=label)
     return StateRun(path, cached, {**last["metadata"], "retry": True}, repeat=True,
-                    run_id=f"{body['seed_id']}/{last['metadata']['through']}",
+                    run_id=_run_id(body, int(last["through"]), q),
                     reservation=f"stream:{body['reservation']}", step=step, notes=tuple(notes))
+
+
+def _run_id(body: dict[str, Any], through: int, q: StreamQuery) -> str:
+    """The seed id a run is recorded under: the stream's, and the end of the last trigger it ran as naive ISO
+    text (an identifier, kept as it always was: not a time shown to people, which :func:`utc_text` writes)."""
+    return f"{body['seed_id']}/{naive_utc(through * q.step).isoformat()}"
 
 
 def _as_utc(moment: datetime | None) -> datetime:
@@ -347,7 +354,7 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     if first is not None and q.max_records > 0:
         notes = (*notes, *notes_of.records_used_up(through - first + 1, q.max_records))
     return StateRun(path, release.table, metadata, repeat=False,
-                    run_id=f"{body['seed_id']}/{release.metadata['through']}",
+                    run_id=_run_id(body, through, q),
                     reservation=f"stream:{body['reservation']}", step=step,
                     new_body={**state_body(body, stream, last), "step": body["step"] + 1,
                               **({"first_through": first} if first is not None else {}),
@@ -392,10 +399,11 @@ def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer:
         else:
             line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
                     f"triggers run through {run.metadata['through']}{chosen_line(run.metadata)}")
-        prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata)
+        prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata,
+                            times=TIME_COLUMNS)
         done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
                       before_output=None if run.repeat else run.save,
-                      output_digest=output.digest(rows, run.metadata) if output is not None else None,
+                      output_digest=output.digest(rows, run.metadata, TIME_COLUMNS) if output is not None else None,
                       reserved=run.reserved)
         return replace(done, notes=run.notes)
 
@@ -429,7 +437,7 @@ def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int 
     body: dict[str, Any] = {}
     if state is None:
         costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
-        standing: dict[str, Any] = {"state": None, "triggers": {"through": naive_utc(through * q.step).isoformat()}}
+        standing: dict[str, Any] = {"state": None, "triggers": {"through": utc_text(naive_utc(through * q.step))}}
     else:
         body, _ = _open_body(state, q, payer.analyst, None, payer.state_dir, payer.lock_timeout, None)
         covered, refusal = _covered(led, body, events, f"state file {state}")
@@ -468,15 +476,15 @@ def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent
 def _next_triggers(body: dict[str, Any], moment: datetime, q: StreamQuery) -> dict[str, Any]:
     """The triggers the next run would execute (public: its ``--through`` and the last run's)."""
     through = trigger_through(moment, q.step)
-    out: dict[str, Any] = {"through": naive_utc(through * q.step).isoformat(),
-                           "next": naive_utc((through + 1) * q.step).isoformat()}
+    out: dict[str, Any] = {"through": utc_text(naive_utc(through * q.step)),
+                           "next": utc_text(naive_utc((through + 1) * q.step))}
     watermark = (body.get("stream") or {}).get("watermark")
     if watermark is not None:
-        out.update(after=naive_utc(watermark * q.step).isoformat(), count=max(0, through - watermark))
+        out.update(after=utc_text(naive_utc(watermark * q.step)), count=max(0, through - watermark))
     last = body.get("last")
     if last:
         end = _last_end(last, q)
-        out.update(last_run_end=end.isoformat(), new_input_accepted=moment > end)
+        out.update(last_run_end=utc_text(end), new_input_accepted=moment > end)
     return out
 
 

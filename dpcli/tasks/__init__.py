@@ -150,6 +150,9 @@ class Result:
     table: pl.DataFrame
     metadata: dict[str, Any]
     actual: list[PrivacyEvent] | None = None
+    #: Columns of moments the task computed (naive datetimes in UTC), which text outputs show as ISO 8601 with
+    #: ``Z`` (:func:`dpcli.io.outputs.shown`); datetime columns from the data are not among them.
+    times: tuple[str, ...] = ()
 
 
 class Plan(Protocol):

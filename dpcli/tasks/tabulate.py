@@ -22,7 +22,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import DataError, type_text
+from dpcli.errors import DataError, type_text, withheld
 from dpcli.frames import collect
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
 from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
@@ -250,20 +250,6 @@ class TabulateRelease:
     metadata: dict[str, Any]
 
 
-def _in_ranges(expr: pl.Expr, ranges: tuple[tuple[int, int], ...]) -> pl.Expr:
-    cond = pl.lit(False)
-    for lo, hi in ranges:
-        cond = cond | expr.is_between(lo, hi)
-    return cond
-
-
-def _membership(it: Iteration) -> pl.Expr:
-    if it.kind == "ethnicity":
-        return _in_ranges(pl.col("__eth"), it.ranges)
-    inside = pl.col("__race").list.eval(_in_ranges(pl.element(), it.ranges))
-    return inside.list.all() if it.alone else inside.list.any()
-
-
 def _codes(expr: pl.Expr, dtype: pl.DataType | DataTypeClass) -> pl.Expr:
     """Integer codes from an integer or text column; anything unparsable becomes null (dropped later)."""
     if dtype.is_integer():
@@ -426,6 +412,70 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
     return [*inner, f"{edges[-1]}+"]
 
 
+#: Bits per word of a race signature (Int64 words, the sign bit unused).
+_WORD = 63
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class _Atoms:
+    """The classes of codes a spec's iterations cannot tell apart ("atoms"), from the spec alone.
+
+    Every range ``lo-hi`` of an iteration starts an atom at ``lo`` and one at ``hi + 1``: atom k ≥ 1
+    holds the codes in ``[bounds[k-1], bounds[k])``, atom 0 those below ``bounds[0]``. Every code of
+    an atom is in the same ranges as the atom's representative, so whether a record belongs to an
+    iteration is a function of its atoms: for race, the *set* of its codes' atoms (alone: all in the
+    iteration's atoms; in combination: one of them), for ethnicity its code's atom.
+    """
+
+    bounds: tuple[int, ...]
+
+    @classmethod
+    def of(cls, iterations: list[Iteration]) -> _Atoms:
+        edges = {b for it in iterations for lo, hi in it.ranges for b in (lo, hi + 1)}
+        return cls(tuple(sorted(b for b in edges if b <= _INT64_MAX)))  # no Int64 code reaches a larger one
+
+    def __len__(self) -> int:
+        return len(self.bounds) + 1
+
+    def index(self, code: pl.Expr) -> pl.Expr:
+        """The atom of an Int64 code: how many bounds are ≤ it."""
+        return pl.sum_horizontal([(code >= b).cast(pl.Int64) for b in self.bounds]) if self.bounds else pl.lit(0)
+
+    def of_iteration(self, it: Iteration) -> list[int]:
+        """The atoms whose codes are in ``it``'s ranges (decided on each atom's representative)."""
+        reps = [self.bounds[0] - 1 if self.bounds else 0, *self.bounds]
+        return [k for k, c in enumerate(reps) if any(lo <= c <= hi for lo, hi in it.ranges)]
+
+    def words(self) -> int:
+        return -(-len(self) // _WORD)
+
+
+def _race_words(atoms: _Atoms) -> list[pl.Expr]:
+    """A record's race signature: the set of its codes' atoms as bit masks, ``_WORD`` atoms a word."""
+    codes = pl.col("__race").list.eval(atoms.index(pl.element())).list.unique()
+    out = []
+    for w in range(atoms.words()):
+        lo = w * _WORD
+        # (`pow` runs on every atom, the `when` only picks: its exponent is kept in range.)
+        bit = pl.when(pl.element().is_between(lo, lo + _WORD - 1)).then(
+            pl.lit(2, dtype=pl.Int64).pow((pl.element() - lo).clip(0, _WORD - 1))).otherwise(pl.lit(0, dtype=pl.Int64))
+        out.append(codes.list.eval(bit).list.sum().cast(pl.Int64).alias(f"__race_w{w}"))
+    return out
+
+
+def _atom_membership(it: Iteration, race: _Atoms, eth: _Atoms) -> pl.Expr:
+    """Whether the records of a signature (``__eth_atom``, ``__race_w*``) are in iteration ``it``."""
+    if it.kind == "ethnicity":
+        return pl.col("__eth_atom").is_in(eth.of_iteration(it))
+    inside = set(race.of_iteration(it))
+    masks = [sum(1 << (k - w * _WORD) for k in inside if k // _WORD == w) for w in range(race.words())]
+    words = [pl.col(f"__race_w{w}") for w in range(race.words())]
+    if it.alone:  # every atom of the record in the iteration's
+        return pl.all_horizontal([(c & (_INT64_MAX ^ m)) == 0 for c, m in zip(words, masks, strict=True)])
+    return pl.any_horizontal([(c & m) != 0 for c, m in zip(words, masks, strict=True)])
+
+
 #: A level → its bounded counts: one row per (``geo_id``, ``iteration``, ``__sex``, ``__a0``, ``__a1``,
 #: ``__a2``) with persons, ``n`` (Int64) of them. See :data:`CountsEngine`.
 LevelCounts = Callable[[Level], pl.DataFrame]
@@ -466,46 +516,68 @@ def run_tabulate(
 
 
 def level_counts(frame: pl.LazyFrame, spec: Spec, blocks_df: pl.DataFrame, name: str) -> LevelCounts:
-    """The polars :data:`LevelCounts`: records parsed, filtered, joined with the blocks and matched
-    to iterations once; each level then caps memberships at its stability and counts."""
-    persons = _prepare(frame, spec, name).filter(_usable(spec))
-    # An inner join with the public block list drops records whose block is not on it (and adds
-    # the area columns non-nested geography levels use); block ids are unique there, so no record
-    # is duplicated.
-    areas = [g.column for g in spec.geo_levels.values() if g.column]
-    persons = persons.join(
-        blocks_df.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
-        on="__block", how="inner",
-    )
-    persons_df = collect(persons, f"cannot read {name}")
-    # Which iterations each person belongs to, once per iteration level (codes in sorted order).
-    persons_lf = persons_df.lazy().with_columns(
-        _age_bin(spec.age_bins[0]).alias("__a0"), _age_bin(spec.age_bins[1]).alias("__a1"),
-        _age_bin(spec.age_bins[2]).alias("__a2"),
-        *[
-            pl.concat_list([pl.when(_membership(it)).then(pl.lit(it.code)) for it in its]).list.drop_nulls().alias(
-                f"__its_{name}"
-            )
-            for name, its in spec.iterations.items()
-        ],
-    ).drop("__race", "__eth")
-    persons_lf = collect(persons_lf, "matching characteristic iterations").lazy()
+    """The polars :data:`LevelCounts`, in three queries: one pass over the records, then every level.
 
-    def counts(level: Level) -> pl.DataFrame:
-        lf = persons_lf.with_columns(pl.col(f"__its_{level.iterations}").alias("__its"),
-                                     _geo_expr(spec, level).alias("geo_id"))
+    The pass parses and filters the records and counts them by geography (the block id cut to the
+    longest prefix a level uses, and the area columns), sex, age bins and the atoms of their codes
+    (:class:`_Atoms`), which decide every iteration they match: a table of cells no larger than the
+    records (much smaller at census scale). The iterations are matched once per distinct signature;
+    on the first call, the cells' memberships (stability enforced, as per record: a record's
+    memberships are its signature's) are counted once per (iterations, stability) of the levels,
+    and every level's counts follow from those in one :func:`polars.collect_all`."""
+    race = _Atoms.of([it for its in spec.iterations.values() for it in its if it.kind == "race"])
+    eth = _Atoms.of([it for its in spec.iterations.values() for it in its if it.kind == "ethnicity"])
+    signature = ["__eth_atom", *[f"__race_w{w}" for w in range(race.words())]]
+    # An inner join with the public block list drops the records whose block is not on it (and adds
+    # the area columns non-nested geography levels use); block ids are unique there, so no record is
+    # duplicated. Cells keep the block id cut to the longest prefix a level uses, and the areas.
+    areas = [f"__area_{a}" for a in sorted({g.column for g in spec.geo_levels.values() if g.column})]
+    longest = max((g.prefix or 0 for g in spec.geo_levels.values()), default=0)
+    public = blocks_df.lazy().select(pl.col("block").alias("__block"), *[pl.col(a[7:]).alias(a) for a in areas])
+    persons = _prepare(frame, spec, name).filter(_usable(spec)).join(public, on="__block", how="inner").select(
+        pl.col("__block").str.slice(0, longest), *areas, "__sex",
+        *[_age_bin(edges).alias(f"__a{i}") for i, edges in enumerate(spec.age_bins)],
+        eth.index(pl.col("__eth")).alias("__eth_atom"), *_race_words(race),
+    )
+    cells = collect(persons.group_by(["__block", *areas, "__sex", "__a0", "__a1", "__a2", *signature])
+                    .agg(pl.len().cast(pl.Int64).alias("n")), f"cannot read {name}")
+    # Which iterations each signature belongs to, once per iteration level (codes in the spec's order).
+    signatures = cells.select(signature).unique().lazy().with_columns(
+        pl.concat_list([pl.when(_atom_membership(it, race, eth)).then(pl.lit(it.code)) for it in its])
+        .list.drop_nulls().alias(f"__its_{its_name}")
+        for its_name, its in spec.iterations.items()
+    )
+
+    def by_area(iterations: str, stability: int) -> pl.LazyFrame:
+        """The cells' memberships, bounded, counted by the cells' geography (the finest the levels use)."""
+        its = signatures.select(*signature, pl.col(f"__its_{iterations}").alias("__its"))
         # Stability, enforced: each record keeps its first s iterations of this level (in code order:
         # `__its` lists them as the spec sorts them), so it is in at most s population groups, which
-        # is exactly what the level's per-group budget ρ_i/s is calibrated for. Nothing counts the
-        # truncated.
-        bounded = bounding.cap_memberships(lf, "__its", level.stability)
-        assert bounded.stability.max_groups == level.stability and bounded.stability.linf("count") == 1
-        rows = (bounded.frame.filter(pl.col("geo_id").is_not_null()).explode("__its")
-                .filter(pl.col("__its").is_not_null()))
-        return collect(
-            rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.len().alias("n")),
-            "counting population groups",
-        ).rename({"__its": "iteration"})
+        # is exactly what the level's per-group budget ρ_i/s is calibrated for. A record's memberships
+        # are its signature's, so capping the signatures caps every record. Nothing counts the truncated.
+        bounded = bounding.cap_memberships(its, "__its", stability)
+        assert bounded.stability.max_groups == stability and bounded.stability.linf("count") == 1
+        rows = cells.lazy().join(bounded.frame, on=signature, how="inner").explode("__its").filter(
+            pl.col("__its").is_not_null())
+        return rows.group_by(["__block", *areas, "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.col("n").sum())
+
+    def one_level(level: Level, by_geo: pl.DataFrame) -> pl.LazyFrame:
+        rows = by_geo.lazy().with_columns(_geo_expr(spec, level).alias("geo_id")).filter(pl.col("geo_id").is_not_null())
+        return rows.group_by(["geo_id", "__its", "__sex", "__a0", "__a1", "__a2"]).agg(pl.col("n").sum()).rename(
+            {"__its": "iteration"})
+
+    done: dict[int, pl.DataFrame] = {}
+
+    def counts(level: Level) -> pl.DataFrame:
+        if not done:  # every level on the first call: by area once per (iterations, stability), then each level
+            keys = list(dict.fromkeys((lv.iterations, lv.stability) for lv in spec.levels))
+            try:
+                by_geo = dict(zip(keys, pl.collect_all([by_area(*k) for k in keys]), strict=True))
+                tables = pl.collect_all([one_level(lv, by_geo[lv.iterations, lv.stability]) for lv in spec.levels])
+            except pl.exceptions.PolarsError as exc:
+                raise DataError(f"counting population groups: {withheld(exc)}") from None
+            done.update({lv.index: t for lv, t in zip(spec.levels, tables, strict=True)})
+        return done[level.index]
 
     return counts
 

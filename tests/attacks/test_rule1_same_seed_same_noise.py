@@ -66,7 +66,8 @@ def _read(stdout: str, args: list[str], out: Path | None, by: list[str]) -> tupl
         table = pl.read_csv(stdout.encode(), infer_schema=False)
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for row in table.iter_rows(named=True):
-        key = tuple(str(row[c]).replace(" ", "T").removesuffix(".000000") for c in by)  # times as CSV writes them
+        # a stream's times as text outputs write them (ISO 8601, UTC with Z) and as Parquet keeps them (naive UTC)
+        key = tuple(str(row[c]).replace(" ", "T").removesuffix(".000000").removesuffix("Z") for c in by)
         rows[key] = {c: _number(v) for c, v in row.items() if c not in by}
     return seed, rows
 

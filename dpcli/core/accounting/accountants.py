@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from dpcli.core.accounting import composition as acc
 from dpcli.core.accounting.budget import ChargeRefused, Limits, Spend
+from dpcli.core.display import parameter_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_at_least, fraction_text
 
@@ -95,7 +96,8 @@ class Accountant:
             return None
         left = max(self.limits[name] - spent, Fraction(0))
         unset = f" (the ledger's {symbol} limit is 0)" if self.limits[name] == 0 else ""
-        return f"{symbol} left is {fraction_text(left)}{unset}; this query needs {fraction_text(need)}"
+        return (f"{symbol} left is {parameter_text(left, 'down')}{unset}; this query needs "
+                f"{parameter_text(need, 'up')}")
 
 
 def _br_as_approx(ev: PrivacyEvent) -> PrivacyEvent:
@@ -217,7 +219,7 @@ class RdpAccountant(Accountant):
         before, _ = self.guarantee(spent)
         return (
             f"the ledger's (ε, δ) = ({fraction_text(self.limits['epsilon'])}, {fraction_text(self.limits['delta'])}) "
-            f"would be exceeded: ε would reach {eps:.4g} (now {before:.4g})"
+            f"would be exceeded: ε would reach {parameter_text(eps, 'up')} (now {parameter_text(before, 'up')})"
         )
 
     def guarantee(self, spend: Spend, report_delta: float | None = None) -> tuple[float, float]:

@@ -58,7 +58,7 @@ def _count(agg: AnonAgg, n: Noisy) -> Column:
         assert n.plan.threshold is not None
         lo, hi = intervals.selected_interval(noise, values, n.plan.threshold)
         return values, intervals.cover_margin(values, lo, hi).astype(np.int64)
-    return values, float(noise.margin95())
+    return values, int(noise.margin95())  # an integer, as the count is (and as histogram's count margins are)
 
 
 def _sum(agg: AnonAgg, n: Noisy) -> Column:

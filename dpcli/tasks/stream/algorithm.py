@@ -44,6 +44,7 @@ import polars as pl
 
 from dpcli.core import tree
 from dpcli.core.arrays import sorted_unique
+from dpcli.core.display import utc_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks.stream.batches import KnownKeys, WindowBatches, window_batches
@@ -51,6 +52,10 @@ from dpcli.tasks.stream.plan import StreamPlan
 from dpcli.tasks.stream.query import MAX_SECONDS, MIN_SECONDS, StreamQuery
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The release table's columns of moments dpcli computes (naive datetimes in UTC): each row's window and trigger.
+#: Text outputs show them as ISO 8601 with ``Z`` (:func:`dpcli.io.outputs.shown`); the key columns keep the data's.
+TIME_COLUMNS = ("window_start", "trigger_time")
 
 Key = tuple[Any, ...]
 
@@ -437,7 +442,7 @@ class StreamState:
     def check_through(self, through: int) -> None:
         """Refuse to run up to a trigger before the watermark (public: the ``through`` of an earlier run)."""
         if self.watermark is not None and through < self.watermark:
-            raise UsageError(f"the state has already run the triggers up to {self.time_of(self.watermark).isoformat()}")
+            raise UsageError(f"the state has already run the triggers up to {utc_text(self.time_of(self.watermark))}")
 
     def advance(self, events: pl.DataFrame, through: int) -> list[tuple[Any, ...]]:
         """Run every trigger after the watermark up to global trigger ``through`` on ``events``.

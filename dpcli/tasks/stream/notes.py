@@ -7,15 +7,17 @@ and the ``through`` of the stream's earlier runs), the query, and the number of 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from dpcli.advice import Note
+from dpcli.core.display import utc_text
 from dpcli.tasks.stream.algorithm import naive_utc
 
 
 def _time(g: int, step: int) -> str:
     """The end of global trigger ``g`` (ISO 8601, UTC)."""
-    return naive_utc(g * step).isoformat()
+    return utc_text(naive_utc(g * step))
 
 
 def empty_run(through: int, previous: int | None, step: int, *, kept: bool) -> Note:
@@ -65,7 +67,9 @@ def records_used_up(triggers: int, max_records: int) -> list[Note]:
 
 
 def fed_before(run: int, until: str) -> Note:
-    """The input is one an earlier run was fed: its events are not fed again (this run only runs the triggers
-    due). The same header-only file of two quiet days is this too."""
-    return Note(f"this input was fed at run {run} (up to {until}): its events are not counted again, this run only "
-                "runs the triggers due (a late correction is a new release: feed only events not fed before)")
+    """The input is one an earlier run was fed (``until``: that run's ``--through``, as the state records it):
+    its events are not fed again (this run only runs the triggers due). The same header-only file of two quiet
+    days is this too."""
+    return Note(f"this input was fed at run {run} (up to {utc_text(datetime.fromisoformat(until))}): its events are "
+                "not counted again, this run only runs the triggers due (a late correction is a new release: feed only "
+                "events not fed before)")

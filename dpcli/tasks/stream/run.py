@@ -8,6 +8,7 @@ from typing import Any
 
 import polars as pl
 
+from dpcli.core.display import utc_text
 from dpcli.tasks.stream.algorithm import StreamState
 from dpcli.tasks.stream.events import EventsEngine, prepare_events, record_columns, with_kept
 from dpcli.tasks.stream.plan import StreamPlan
@@ -25,7 +26,7 @@ class StreamRelease:
 def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[str, Any]:
     """The public summary: the released row count (post-processing of noisy output), the public
     ``through`` time and the calibration. Nothing computed from the data without noise."""
-    return {"releases": table.height, "through": through.isoformat(), **plan.summary}
+    return {"releases": table.height, "through": utc_text(through), **plan.summary}
 
 
 def run_stream(frame: pl.LazyFrame, q: StreamQuery, plan: StreamPlan, seed: bytes,

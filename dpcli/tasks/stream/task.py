@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result, free_replay
-from dpcli.tasks.stream.algorithm import trigger_through
+from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
 from dpcli.tasks.stream.plan import (
@@ -120,7 +120,7 @@ class StreamTask:
         released = run_stream(frames.data, q, plan, seed, moment, name=frames.name,
                               engine=engine.stream_events if engine else None)
         return Result(self.margins(released.table, plan, q), {"command": "stream-replay", **released.metadata,
-                                                               **extra})
+                                                               **extra}, times=TIME_COLUMNS)
 
     def margins(self, table: Any, plan: StreamPlan, query: StreamQuery | None = None) -> Any:
         """``table`` with its 95% margins when asked for (post-processing of released values); ``query``: the

@@ -1,0 +1,105 @@
+"""Issue 39 item 8 changed how releases are written (one number and time format), never what is released.
+
+``tests/golden_prev/`` holds each golden file that the change re-recorded, as it was before (recorded at
+commit 5691f01, copied here so the test needs no git history). Both versions are parsed and every value
+compared exactly: each command's output as JSON, numbers as exact decimals (``32`` is ``32.0``), strings
+equal once every ISO 8601 timestamp in them is read as the moment it names (a naive one is UTC, so
+``2026-11-01 00:00:00`` is ``2026-11-01T00:00:00Z``); text outputs and the commands themselves unchanged.
+A golden file re-recorded for a change of format gets its previous copy here; a change of values (a seed,
+a calibration) is no format change and re-records ``tests/golden`` alone (see tests/test_golden.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+GOLDEN = Path(__file__).parent / "golden"
+PREVIOUS = Path(__file__).parent / "golden_prev"
+
+#: An ISO 8601 moment as dpcli wrote one before or after the change: ``T`` or a space, an optional fraction,
+#: and ``Z``, an offset or nothing (naive: UTC).
+_MOMENT = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:Z|[+-]\d{2}:?\d{2})?")
+
+
+def _instant(match: re.Match[str]) -> str:
+    moment = datetime.fromisoformat(match.group(0).replace(" ", "T"))
+    utc = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return f"<moment {utc.isoformat()}>"
+
+
+def _values(text: str) -> Any:
+    """A command's output as values: JSON with exact decimal numbers and timestamps read as moments, or text."""
+    try:
+        doc = json.loads(text, parse_float=Decimal, parse_int=Decimal)
+    except ValueError:
+        return _MOMENT.sub(_instant, text)
+    return _moments(doc)
+
+
+def _moments(doc: Any) -> Any:
+    if isinstance(doc, dict):
+        return {k: _moments(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_moments(v) for v in doc]
+    if isinstance(doc, str):
+        return _MOMENT.sub(_instant, doc)
+    return doc
+
+
+def _runs(text: str) -> list[tuple[str, Any]]:
+    """(command, its output as values) for every ``$ dpcli …`` block of a golden file."""
+    blocks = re.split(r"^(\$ dpcli .*)$", text, flags=re.MULTILINE)
+    assert blocks[0] == "", "a golden file starts with a command"
+    return [(blocks[i], _values(blocks[i + 1])) for i in range(1, len(blocks), 2)]
+
+
+def _mismatch(old: Any, new: Any, where: str = "") -> str | None:
+    """Where ``old`` and ``new`` differ as values (None: nowhere); a number's type (int or float) is format."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        if list(old) != list(new):
+            return f"{where}: keys {list(old)} != {list(new)}"
+        return next((m for k in old if (m := _mismatch(old[k], new[k], f"{where}.{k}"))), None)
+    if isinstance(old, list) and isinstance(new, list):
+        if len(old) != len(new):
+            return f"{where}: {len(old)} items != {len(new)}"
+        pairs = enumerate(zip(old, new, strict=True))
+        return next((m for i, (a, b) in pairs if (m := _mismatch(a, b, f"{where}[{i}]"))), None)
+    if type(old) is not type(new) or old != new:
+        return f"{where}: {old!r} != {new!r}"
+    return None
+
+
+CHANGED = sorted(p.name for p in PREVIOUS.glob("*.txt"))
+
+
+def test_the_previous_copies_are_of_golden_files():
+    assert CHANGED, "tests/golden_prev holds the golden files issue 39 item 8 re-recorded"
+    assert all((GOLDEN / name).exists() for name in CHANGED)
+
+
+@pytest.mark.parametrize("name", CHANGED)
+def test_a_golden_release_changed_only_in_format(name):
+    old, new = _runs((PREVIOUS / name).read_text()), _runs((GOLDEN / name).read_text())
+    assert [c for c, _ in old] == [c for c, _ in new], f"{name}: the commands differ"
+    assert (PREVIOUS / name).read_text() != (GOLDEN / name).read_text(), f"{name} did not change: drop its copy"
+    for (command, before), (_, after) in zip(old, new, strict=True):
+        assert _mismatch(before, after) is None, f"{name}, {command}: {_mismatch(before, after)}"
+
+
+def test_the_comparison_catches_a_changed_value_and_a_moved_moment():
+    """The check can fail: a count one apart, a margin shown as 70 where 70.5 was, a moment an hour later,
+    a naive moment read as UTC (equal), and an integer printed as a float (equal) are told apart as they should."""
+    run = '$ dpcli x\n{{"count": {c}, "m": {m}, "t": "{t}"}}\n'
+    base = _runs(run.format(c=140, m=70.5, t="2026-11-01 00:00:00"))
+    assert _mismatch(base, _runs(run.format(c=140.0, m=70.5, t="2026-11-01T00:00:00Z"))) is None
+    assert _mismatch(base, _runs(run.format(c=141, m=70.5, t="2026-11-01T00:00:00Z")))
+    assert _mismatch(base, _runs(run.format(c=140, m=70, t="2026-11-01T00:00:00Z")))
+    assert _mismatch(base, _runs(run.format(c=140, m=70.5, t="2026-11-01T01:00:00Z")))
+    assert _mismatch(base, _runs(run.format(c=140, m=70.5, t="2026-11-01T00:00:00+01:00")))
