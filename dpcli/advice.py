@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpcli.core.display import parameter_text
+from dpcli.core.display import parameter_text, quantity_text
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,8 @@ def mostly_noise(column: str, values: Sequence[Any], margin: float) -> Note | No
     typical = _typical(values)
     if typical is None or margin <= typical:
         return None
-    return Note(f"{column} is mostly noise: its 95% margin (±{margin:.3g}) exceeds the typical released value "
-                f"({typical:.3g}); a larger ε, or fewer and coarser groups, help")
+    return Note(f"{column} is mostly noise: its 95% margin (±{quantity_text(margin)}) exceeds the typical released "
+                f"value ({quantity_text(typical)}); a larger ε, or fewer and coarser groups, help")
 
 
 def default_caps(unit: str, rows: bool, groups: bool) -> list[Note]:
@@ -308,11 +308,11 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: dict[
                 raise_ += (", or leave them out" if len(given) > 1 else ", or leave it out") + " for dpcli to choose"
             else:  # dpcli chose them: a larger cap cuts less but adds noise, which its choice weighed at this ε
                 raise_ += " (chosen from the data: a larger one cuts less and adds noise)"
-            by = f"about {short:.3g}" if math.isfinite(short) else "most"
+            by = f"about {quantity_text(short)}" if math.isfinite(short) else "most"
             notes.append(Note(
                 f"{column}: the caps cut about {percent_text(cut)} of each {unit}'s rows, so a typical {column} "
-                f"({typical:.3g}) may be short by {by} of the raw total, beyond its margin "
-                f"(±{margin:.3g}): raise {raise_}"))
+                f"({quantity_text(typical)}) may be short by {by} of the raw total, beyond its margin "
+                f"(±{quantity_text(margin)}): raise {raise_}"))
     below = float(bias.get("share_clamped_below", 0))
     above = float(bias.get("share_clamped_above", 0))
     if query.bounds is None or not (below or above):

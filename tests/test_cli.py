@@ -205,3 +205,15 @@ def test_budget_compose_refuses_an_option_its_mode_does_not_use(tmp_path):
              "--json")
     assert ok.exit_code == 0 and json.loads(ok.stdout)["delta"] == pytest.approx(1.4e-6)
     assert cli("budget", "compose", "--mode", "pure", "--epsilon", "1", "--rho", "0.1").exit_code == 2
+
+
+@pytest.mark.parametrize(("command", "usage"), [
+    (["histogram"], "[OPTIONS] {INPUT}"), (["sql"], "[OPTIONS] [QUERY]"), (["tabulate"], "[OPTIONS] [PERSONS]"),
+    (["budget", "show"], "[OPTIONS] [ANALYST]"), (["budget", "init"], "[OPTIONS] {ANALYST}"),
+    (["plot"], "[OPTIONS] {RELEASE}"), (["catalog", "set"], "[OPTIONS] {FILE}")])
+def test_usage_lines_name_arguments_as_their_help_does(command, usage):
+    """Issue 39 item 11: the usage line read '{input}'; arguments are named in capitals, as in the Arguments
+    section, braces (required) and brackets (optional) as README's Commands section explains."""
+    first = cli(*command, "--help").stdout.splitlines()[0]
+    assert first == f"Usage: dpcli {' '.join(command)} {usage}", first
+    assert "a required argument is\nin braces" in (ROOT / "README.md").read_text()

@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 from dptest import PAGES, PV, cli, init_ledger
 
-from dpcli.core.display import parameter_text, utc_text
+from dpcli.core.display import parameter_text, quantity_text, utc_text
 from dpcli.io.outputs import shown
 from dpcli.tasks import Result
 from dpcli.tasks.histogram import HistogramTask
@@ -172,3 +172,21 @@ def test_a_schedules_spend_is_rounded_up_in_budget_show():
     line = next(line for line in cli("budget", "show").stdout.splitlines() if line.startswith("schedule"))
     assert f"ε spent {parameter_text(sc['epsilon_spent'], 'up')} of 1 reserved" in line
     assert Fraction(parameter_text(sc["epsilon_spent"], "up")) >= Fraction(sc["epsilon_spent"])
+
+
+@pytest.mark.parametrize(("value", "text"), [(2683.4, "2,683"), (-1e6, "-1,000,000"), (227.6, "227.6"),
+                                             (0.123456, "0.1235"), (-0.0, "0"), (-0.00001, "-1e-05"), ("3/8", "0.375"),
+                                             (float("inf"), "inf")])
+def test_quantities_in_sentences_have_one_format(value, text):
+    """Notes, dry runs and plots print a quantity one way (they printed 2.68e+03, 2,683 and 2.68e+03)."""
+    assert quantity_text(value) == text
+
+
+def test_budget_compose_prints_4_digits_rounded_up_and_json_exact():
+    r = cli("budget", "compose", "--mode", "rdp", "--epsilon", "0.1", "--count", "14", "--delta", "1e-7")
+    assert r.exit_code == 0 and "epsilon = 1.4, delta = 1e-07" in r.stdout and "pure_epsilon = 1.4\n" in r.stdout
+    r = cli("budget", "compose", "--mode", "zcdp", "--rho", "0.0123456", "--delta", "1e-7")
+    doc = json.loads(cli("budget", "compose", "--mode", "zcdp", "--rho", "0.0123456", "--delta", "1e-7",
+                         "--json").stdout)
+    assert f"epsilon = {parameter_text(doc['epsilon'], 'up')}," in r.stdout and len(str(doc["epsilon"])) > 8
+    assert float(parameter_text(doc["epsilon"], "up")) >= doc["epsilon"]  # a guarantee is never understated

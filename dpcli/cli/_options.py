@@ -164,7 +164,8 @@ def columns(option: str, text: str) -> tuple[str, ...]:
 InputArg = Annotated[
     str,
     typer.Argument(help="Input file (CSV, Parquet or NDJSON, optionally .gz/.bz2/.xz; '-' reads CSV from stdin), "
-                   "or a directory of Parquet files (never a free replay).", show_default=False),
+                   "or a directory of Parquet files (never a free replay).", show_default=False,
+                   metavar="INPUT"),
 ]
 InputFormatOpt = Annotated[
     str | None, typer.Option("--input-format", help="Input format: csv, parquet or ndjson (default: from the "

@@ -25,14 +25,15 @@ from dpcli.state.paths import ensure_state_dir
 app = typer.Typer(help="Privacy-budget ledgers, composition calculator and the secret key.", no_args_is_help=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")]
-AnalystArg = Annotated[str | None, typer.Argument(help="Analyst name (default: --analyst / DPCLI_ANALYST).")]
+AnalystArg = Annotated[str | None, typer.Argument(help="Analyst name (default: --analyst / DPCLI_ANALYST).",
+                                                                  metavar="ANALYST")]
 
 
 @app.command("init")
 @handles_errors
 def init(
     ctx: typer.Context,
-    analyst: Annotated[str, typer.Argument(help="Analyst whose ledger to create.")],
+    analyst: Annotated[str, typer.Argument(help="Analyst whose ledger to create.", metavar="ANALYST")],
     mode: Annotated[str, typer.Option("--mode", help="Accounting mode: pure, approx, zcdp, rdp or br.")] = "pure",
     epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε limit (pure, approx, rdp).")] = None,
     delta: Annotated[str | None, typer.Option("--delta", help="δ limit (approx, zcdp, rdp); per-call δ in br.")] = None,
@@ -304,7 +305,10 @@ def compose(
     if as_json:
         emit_json(out)
     else:
-        typer.echo(", ".join(f"{k} = {v:.6g}" if isinstance(v, float) else f"{k} = {v}" for k, v in out.items()))
+        # a composed ε or δ is a guarantee: rounded up, as what is spent (--json keeps it exact), from 12 digits
+        # (the float composition's own accuracy: 14 × 0.1 is 1.4, not 1.4000000000000001 rounded up to 1.401)
+        typer.echo(", ".join(f"{k} = {parameter_text(float(f'{v:.12g}'), 'up')}" if isinstance(v, float)
+                             else f"{k} = {figure_text(k, v, 'up')}" for k, v in out.items()))
 
 
 @dataclass(frozen=True)

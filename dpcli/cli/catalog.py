@@ -19,7 +19,8 @@ app = typer.Typer(help="The operator's catalog (service mode): datasets, public 
 @handles_errors
 def set_catalog(
     ctx: typer.Context,
-    file: Annotated[str, typer.Argument(help="The catalog as TOML ('-' reads it from stdin).", show_default=False)],
+    file: Annotated[str, typer.Argument(help="The catalog as TOML ('-' reads it from stdin).", show_default=False,
+                                               metavar="FILE")],
 ) -> None:
     """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
     from dpcli.catalog import check_outputs, read_toml, seal_paths, write_catalog

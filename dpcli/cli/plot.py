@@ -29,7 +29,8 @@ def terminal_width(width: int | None) -> int:
 @handles_errors
 def plot(
     ctx: typer.Context,
-    release: Annotated[str, typer.Argument(help="A release dpcli wrote (CSV, Parquet or JSON).", show_default=False)],
+    release: Annotated[str, typer.Argument(help="A release dpcli wrote (CSV, Parquet or JSON).", show_default=False,
+                                                  metavar="RELEASE")],
     output: Annotated[
         str | None, typer.Option("--output", "-o", help="Draw to FILE.png or FILE.svg (needs 'dpcli[plot]'); "
                                  "without it, a chart is drawn as text.")

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import sys
-from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import typer
 
 from dpcli.cli._common import Settings, emit_json, notice, render_note
-from dpcli.core.display import parameter_text, parameters_text
+from dpcli.core.display import parameter_text, parameters_text, quantity_text
 from dpcli.errors import UsageError
 from dpcli.io.outputs import output_format_for, shown, write_output
 from dpcli.release.inputs import Sources
@@ -245,17 +244,11 @@ def _margins_text(doc: dict[str, Any]) -> str:
         if isinstance(margin, str):  # "chosen at run time": it depends on an auto bound not chosen yet
             bits.append(f"{column} {margin}")
             continue
-        bit = f"{column} ±{_num(margin)}"
+        bit = f"{column} ±{quantity_text(margin)}"
         if column in relative:
-            bit += f" ({relative[column]:.3g}× an average group's count)"
+            bit += f" ({quantity_text(relative[column])}× an average group's count)"
         bits.append(bit)
     return ", ".join(bits) or "no margin"
-
-
-def _num(value: float | str) -> str:
-    """A number for people: whole with thousands separators from 1,000 on, else 4 significant digits."""
-    x = float(Fraction(value)) if isinstance(value, str) else float(value)
-    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
 
 
 def _largest_caps_line(caps: dict[str, Any]) -> str:

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 @handles_errors
 def sql(
     ctx: typer.Context,
-    query: Annotated[str | None, typer.Argument(help="The query (or -f FILE).", show_default=False)] = None,
+    query: Annotated[str | None, typer.Argument(help="The query (or -f FILE).", show_default=False,
+                                                metavar="QUERY")] = None,
     file: Annotated[str | None, typer.Option("--file", "-f", help="Read the query from FILE ('-': standard "
                                              "input).")] = None,
     table: Annotated[list[str] | None, typer.Option("--table", help="A private table NAME=FILE (repeatable); in "

@@ -44,7 +44,7 @@ def tabulate(
     input: Annotated[
         str | None,
         typer.Argument(help="Person file (CSV/Parquet/NDJSON, '-' for CSV on stdin); not read with --dry-run.",
-                       show_default=False),
+                       show_default=False, metavar="PERSONS"),
     ] = None,
     spec_path: Annotated[str, typer.Option("--spec", help="The tabulation spec (TOML).", show_default=False)] = "",
     delta: Annotated[

@@ -106,6 +106,17 @@ def _decimal_text(d: Decimal) -> str:
     return f"{'-' if sign else ''}{mantissa}e{d.adjusted():+03d}"
 
 
+def quantity_text(value: float | str) -> str:
+    """A released or noisy quantity in a sentence for people (a note's typical value and margin, a dry run's
+    margins, a plot's labels): whole with thousands separators from 1,000 on (``2,683``), else 4 significant
+    digits (``228``, ``0.1235``), never ``-0``; a string is read as an exact fraction (``"3/8"``)."""
+    x = float(Fraction(value)) if isinstance(value, str) else float(value)
+    if not math.isfinite(x):
+        return str(x)
+    text = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+    return text.removeprefix("-") if float(text.replace(",", "")) == 0 else text
+
+
 def utc_text(moment: datetime) -> str:
     """A moment dpcli computed, as ISO 8601 in UTC with ``Z``: ``2013-01-02T00:00:00Z`` (a naive moment is
     UTC). Fractional seconds only when they are not zero, in milliseconds or microseconds as needed

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dpcli.core.display import PARAMETERS, Rounding, figure_text, parameter_text
+from dpcli.core.display import PARAMETERS, Rounding, figure_text, parameter_text, quantity_text
 from dpcli.plot.budget_view import BudgetTimeline
 
 if TYPE_CHECKING:  # polars is imported only to draw a release, never for the budget
@@ -24,10 +24,6 @@ def bar(value: float, scale: float, width: int) -> str:
     return "█" * (eighths // 8) + (_EIGHTHS[eighths % 8] if eighths % 8 else "")
 
 
-def _number(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 or float(x).is_integer() else f"{x:.3g}"
-
-
 def bar_chart(labels: list[str], values: list[float], margins: list[float] | None, width: int,
               threshold: float | None = None, scale: float | None = None) -> list[str]:
     """One line per label: the label, a bar, the value and its ± margin; a threshold marker line.
@@ -41,13 +37,14 @@ def bar_chart(labels: list[str], values: list[float], margins: list[float] | Non
              zip(labels, values, texts, strict=True)]
     if threshold is not None and top > 0:
         pos = min(round(threshold / top * bar_w), bar_w - 1)
-        lines.append(f"{'':<{label_w}} {' ' * pos}┆ threshold {_number(threshold)}")
+        lines.append(f"{'':<{label_w}} {' ' * pos}┆ threshold {quantity_text(threshold)}")
     return lines
 
 
 def _value_texts(values: list[float], margins: list[float] | None) -> list[str]:
     """Each value as a number, with its ± margin when there are margins."""
-    return [_number(v) + (f" ±{_number(m)}" if margins else "") for v, m in zip(values, margins or values, strict=True)]
+    return [quantity_text(v) + (f" ±{quantity_text(m)}" if margins else "")
+            for v, m in zip(values, margins or values, strict=True)]
 
 
 def release_text(view: ReleaseView, width: int, value: str | None = None, top: int | None = None,
@@ -84,8 +81,8 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
 
 def _stream_line(label: str, times: list[str], vals: list[float], margins: list[float] | None, _: object) -> str:
     """A key's released values as a sparkline, and its last value (± margin) and trigger time."""
-    return (f"{label}: " + _sparkline(vals) + f"  last {_number(vals[-1])}"
-            + (f" ±{_number(margins[-1])}" if margins else "") + f" at {times[-1]}")
+    return (f"{label}: " + _sparkline(vals) + f"  last {quantity_text(vals[-1])}"
+            + (f" ±{quantity_text(margins[-1])}" if margins else "") + f" at {times[-1]}")
 
 
 def _sparkline(values: list[float]) -> str:
@@ -100,7 +97,7 @@ def _pyramid_lines(p: Pyramid, width: int) -> list[str]:
 
     if not p["ages"]:
         value, margin = released_total(p)
-        return [f"total {_number(value)}" + (f" ±{_number(margin)}" if margin is not None else "")
+        return [f"total {quantity_text(value)}" + (f" ±{quantity_text(margin)}" if margin is not None else "")
                 + " (only the total was released for this group)"]
     lines = []
     scale = max((v for v, _ in p["cells"].values()), default=0.0)  # one scale for every sex
