@@ -6,7 +6,8 @@ value, summary field or ledger line for the same key, query and data.
 Re-recorded for seed material v2 (issue 29: the seed binds each input's reading
 and the calibration), which changed every seed, so every noisy value and seed
 id, and nothing else; and for v3 (issue 37: the seed binds what each release
-reads of its inputs), likewise: ``seed-v2.json`` keeps the digest of each v2
+reads of its inputs), likewise, and for v4 (issue 38: the versions of the rules
+that choose bounds and report what they cut): ``seed-v2.json`` keeps the digest of each v2
 file, and :func:`test_golden_release_under_its_v2_seed` shows the v2 bytes come
 back when the v2 seed is forced. The
 recorded documents live in ``tests/golden/``; after a deliberate change of

@@ -1,12 +1,14 @@
 """Issue 39 item 8 changed how releases are written (one number and time format), never what is released.
 
 ``tests/golden_prev/`` holds each golden file that the change re-recorded, as it was before (recorded at
-commit 5691f01, budget.txt at 12592bd, copied here so the test needs no git history). Both versions are parsed
-and every value compared exactly (``budget compose``'s text line: rounded up to 4 digits, :func:`_composed`): each command's output as JSON, numbers as exact decimals (``32`` is ``32.0``), strings
-equal once every ISO 8601 timestamp in them is read as the moment it names (a naive one is UTC, so
-``2026-11-01 00:00:00`` is ``2026-11-01T00:00:00Z``); text outputs and the commands themselves unchanged.
-A golden file re-recorded for a change of format gets its previous copy here; a change of values (a seed,
-a calibration) is no format change and re-records ``tests/golden`` alone (see tests/test_golden.py).
+commit 5691f01, budget.txt at 12592bd, copied here so the test needs no git history). Each is compared with
+today's output of the same commands under the seed material it was recorded with (3; :func:`seed_material_v3`),
+both parsed and every value compared exactly: each command's output as JSON, numbers as exact decimals (``32``
+is ``32.0``), strings equal once every ISO 8601 timestamp in them is read as the moment it names (a naive one
+is UTC, so ``2026-11-01 00:00:00`` is ``2026-11-01T00:00:00Z``); text outputs and the commands themselves
+unchanged (``budget compose``'s text line: its figures rounded up to 4 digits, :func:`_composed`). A golden
+file re-recorded for a change of format gets its previous copy here; a change of values (a seed, a
+calibration) is no format change and re-records ``tests/golden`` alone (see tests/test_golden.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_golden import _release_text
+
+from dpcli.release import seeds
 
 GOLDEN = Path(__file__).parent / "golden"
 PREVIOUS = Path(__file__).parent / "golden_prev"
@@ -84,11 +89,26 @@ def test_the_previous_copies_are_of_golden_files():
     assert all((GOLDEN / name).exists() for name in CHANGED)
 
 
+def seed_material_v3(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """The seed material as version 3 built it (when the previous copies were recorded): version 4 (issue 38) added
+    ``rules`` and nothing else."""
+    material = SEED_MATERIAL(*args, **kwargs)
+    del material["rules"]
+    return {**material, "material": 3}
+
+
+SEED_MATERIAL = seeds.seed_material
+
+
 @pytest.mark.parametrize("name", CHANGED)
-def test_a_golden_release_changed_only_in_format(name):
-    old, new = _runs((PREVIOUS / name).read_text()), _runs((GOLDEN / name).read_text())
+def test_a_golden_release_changed_only_in_format(name, tmp_path, state_dir, monkeypatch):
+    """The previous copy against today's release of the same commands under the seed the copy was recorded with
+    (material 3: a later change of seed material changes every noisy value, which is no change of format)."""
+    monkeypatch.setattr(seeds, "seed_material", seed_material_v3)
+    text = _release_text(name.removesuffix(".txt"), tmp_path, state_dir, monkeypatch)
+    old, new = _runs((PREVIOUS / name).read_text()), _runs(text)
     assert [c for c, _ in old] == [c for c, _ in new], f"{name}: the commands differ"
-    assert (PREVIOUS / name).read_text() != (GOLDEN / name).read_text(), f"{name} did not change: drop its copy"
+    assert (PREVIOUS / name).read_text() != text, f"{name} did not change: drop its copy"
     for (command, before), (_, after) in zip(old, new, strict=True):
         if command.startswith("$ dpcli budget compose") and "--json" not in command:
             before, after = _composed(before, after)

@@ -23,7 +23,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core.prf import NOISE_VERSION, canonical_json, derive_seed, seed_id
 from dpcli.state import keys
-from dpcli.tasks import Engine
+from dpcli.tasks import Engine, auto_bounds, bias_report
 
 
 @dataclass(frozen=True)
@@ -42,8 +42,9 @@ class ReleaseSeed:
 #: column became which group, for every format, Parquet too) and a digest of each public list as the
 #: release uses it (the cast, deduplicated, sorted partition table), and the resolved task whole,
 #: by construction (:func:`task_material`: every field but the free-replay ones, instead of each
-#: task's hand-picked query). A new version gives every release fresh noise (and a charge) once.
-SEED_MATERIAL_VERSION = 3
+#: task's hand-picked query). 4 (issue 38): the versions of the rules that choose bounds and report what they
+#: cut (:func:`rule_versions`). A new version gives every release fresh noise (and a charge) once.
+SEED_MATERIAL_VERSION = 4
 
 
 class SeedInput(Protocol):
@@ -148,15 +149,27 @@ class Reads:
         return {"needs": plan_material(self.needs), "partitions": dict(self.partitions)}
 
 
+def rule_versions() -> dict[str, str]:
+    """The versions of the rules a release may run besides its mechanisms, bound into every seed whether it runs
+    them or not (so no rule can change while its releases keep their seeds and their free replays): the choice
+    of bounds left out or ``auto`` (its grids and levels, :data:`dpcli.tasks.auto_bounds.AUTO_VERSION`, and the
+    bias–variance rule, :data:`dpcli.tasks.auto_bounds.BIAS_VARIANCE_RULE`) and the bias report
+    (:data:`dpcli.tasks.bias_report.RULE`). A rule changed without its version changed is the one way left to
+    give two different releases one seed: each version sits beside the code it names."""
+    return {"auto": str(auto_bounds.AUTO_VERSION), "choice": auto_bounds.BIAS_VARIANCE_RULE,
+            "bias report": bias_report.RULE}
+
+
 def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
                   engine: Engine | None = None, reads: Reads | None = None) -> dict[str, Any]:
     """Everything that shapes a release, as the data its seed is derived from (every command's seed).
 
-    ``{"material": 3, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
+    ``{"material": 4, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
     "reads": {"needs", "partitions"} | None, "calibration": {"mode", "plan"},
-    "engine": "polars …; bounding …; noise v2[; tag]"}``. A run is a free replay of another exactly
-    when all of it is equal. ``reads`` is None only for seeds that read no input as a release does
-    (a stream state's seed, made once for every run: each run's input is bound by its step digest).
+    "engine": "polars …; bounding …; noise v2[; tag]", "rules": {"auto", "choice", "bias report"}}``. A run is
+    a free replay of another exactly when all of it is equal. ``reads`` is None only for seeds that read no input
+    as a release does (a stream state's seed, made once for every run: each run's input is bound by its step
+    digest).
     """
     return {
         "material": SEED_MATERIAL_VERSION,
@@ -165,6 +178,7 @@ def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibr
         "reads": reads.seed_material() if reads is not None else None,
         "calibration": calibration.seed_material(),
         "engine": engine_versions(engine),
+        "rules": rule_versions(),
     }
 
 

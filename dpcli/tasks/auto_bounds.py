@@ -293,9 +293,10 @@ class ErrorModel:
         return max(1, math.floor(self.groups * self.noise * before / max(held, 1.0)))
 
 
-#: The version of the bias–variance rule, bound into histogram's seed: a release chosen by another rule (quantiles,
-#: or an earlier bias–variance rule) is another release, never a free replay with different bytes. 2: one entry per
-#: unit with the allowance scaled by noisy entries per unit (1: entries per unit unscaled). 3 (issue 38): the walks
+#: The version of the bias–variance rule, bound into every seed (:func:`dpcli.release.seeds.rule_versions`): a
+#: release chosen by another rule (quantiles, or an earlier bias–variance rule) is another release, never a free
+#: replay with different bytes. 2: one entry per unit with the allowance scaled by noisy entries per unit (1:
+#: entries per unit unscaled). 3 (issue 38): the walks
 #: weighted over the sizes, a count walk's slack of two scales, K never above the groups, caps of 1 when the units
 #: with more than one row are noisily few, value walks from 0, C and the limits leaning outward. 4: K uncapped
 #: without a public list; under ρ the weighted parts split ρ by their squares.

@@ -47,7 +47,8 @@ from dpcli.tasks.auto_bounds import ChosenBounds, DataShape, sampleable
 BIAS_SHARE = Fraction(1, 20)
 #: Each unit's shares are counted in thousandths (rounded down): the report's resolution.
 SCALE = 1000
-#: The report's version, bound by the seed (its sums and noise shape the output).
+#: The report's version, bound into every seed (:func:`dpcli.release.seeds.rule_versions`: its sums and noise shape
+#: the output). Change it with the report.
 RULE = "unit shares 1"
 #: The shares, in the order they are counted, by the bound that made them: rows in groups beyond K, rows
 #: beyond C, kept values below the low limit, kept values above the high limit.
