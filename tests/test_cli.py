@@ -217,3 +217,27 @@ def test_usage_lines_name_arguments_as_their_help_does(command, usage):
     first = cli(*command, "--help").stdout.splitlines()[0]
     assert first == f"Usage: dpcli {' '.join(command)} {usage}", first
     assert "a required argument is\nin braces" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("argv", [
+    ["histogram", "--help"], ["topk", "--help"], ["sql", "--help"], ["tabulate", "--help"], ["plot", "--help"],
+    ["stream-replay", "--help"], ["budget", "--help"], ["budget", "show", "--help"], ["catalog", "set", "--help"],
+    ["histogram", "--bogus"], ["histogram"], ["budget", "shw"], ["histogram", PV, "--by", "page", "--epsilon", "x"],
+    ["histogram", PV, "--json", "--by"]])
+def test_a_run_of_one_command_parses_prints_and_refuses_as_the_whole_app(argv):
+    """Issue 41 item 4: a run builds only the command it names (dpcli.cli.app.build_app); its help, usage errors
+    and exit codes must be those of the app with every command (the CLI runner's, the man pages')."""
+    from typer.testing import CliRunner
+
+    from dpcli.cli.app import app, app_for, build_app
+
+    assert app_for(list(argv)) is build_app(argv[0]) and app_for(["--help"]) is app
+    one, whole = (CliRunner().invoke(a, argv, prog_name="dpcli") for a in (build_app(argv[0]), app))
+    assert (one.exit_code, one.stdout, one.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
+    assert list(typer_commands(build_app(argv[0]))) == [argv[0]]
+
+
+def typer_commands(app):
+    import typer.main
+
+    return typer.main.get_command(app).commands

@@ -51,7 +51,7 @@ RENAMED_VALUES: dict[tuple[str, ...], dict[tuple[str, str], str]] = {
 }
 
 
-def _command_path(argv: Sequence[str]) -> tuple[tuple[str, ...], int]:
+def command_path(argv: Sequence[str]) -> tuple[tuple[str, ...], int]:
     """The command path (``("budget", "compose")``) and the index of the first token after it."""
     path: list[str] = []
     i = 0
@@ -114,7 +114,7 @@ def expand_aliases(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     ``dpcli tabulate plan --spec S`` becomes ``dpcli tabulate --dry-run --spec S``.
     """
     args = list(argv)
-    path, start = _command_path(args)
+    path, start = command_path(args)
     out = args[:start]
     rewriter = _Rewriter(RENAMED.get(path, {}), REWRITTEN.get(path, {}), RENAMED_VALUES.get(path, {}))
     if path == ("tabulate",) and start < len(args) and args[start] == "plan":
@@ -153,7 +153,7 @@ def hoist_root_options(argv: Sequence[str],
     after ``--`` moves. No command shares a name with a root option (``tests/test_small_stumbles.py``).
     """
     args = list(argv)
-    path, start = _command_path(args)
+    path, start = command_path(args)
     tail = args[start:args.index("--") if "--" in args[start:] else len(args)]
     if not path or not any(_root_option(t) for t in tail):
         return args
