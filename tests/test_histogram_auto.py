@@ -13,6 +13,8 @@ import pytest
 from dptest import PAGES, PV, cli, init_ledger, use_fixed_key
 from dptest import history as entries
 
+from dpcli.core.display import quantity_text
+
 UNITS = 3000
 
 
@@ -253,7 +255,7 @@ def test_dry_run_shows_the_margins_at_the_largest_caps_auto_can_choose():
     assert rank["rank_moe95_at_caps_of_1"] < rank["rank_moe95_at_largest_caps"]
     text = cli(*keys[:-1], "--epsilon", "1").stdout
     low, high = rows["moe95_at_caps_of_1"], given["rows"]["moe95"]
-    assert f"(±{low:.4g} at caps of 1, at most ±{high:.4g} at the largest caps)" in text
+    assert f"(±{quantity_text(low)} at caps of 1, at most ±{quantity_text(high)} at the largest caps)" in text
     assert "largest caps auto can choose: --max-partitions 50, --max-contributions 65,536\n" in text
     # without a list K runs to the grid's end; only C chosen: K stays as given
     found = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-7", "--dry-run", "--json"]

@@ -86,7 +86,7 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     for name, m in (plan.get("calibration") or {}).items():
         lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
     for column, margin in (plan.get("moe95") or {}).items():
-        lines.append(f"  {column}: 95% margin ±{margin:.4g} (normal approximation, worst trigger)")
+        lines.append(f"  {column}: 95% margin ±{quantity_text(margin)} (normal approximation, worst trigger)")
     if plan.get("count_noise"):
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
     if plan.get("selection"):  # topk without a list: its threshold, or UnkGumb's ⊥ offset
@@ -111,8 +111,8 @@ def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
     lines = []
     for column, margins in (plan.get("moe95_by_trigger") or {}).items():
         shown = sorted({1, (len(margins) + 1) // 2, len(margins)})
-        lines.append(f"  {column}: 95% margin " + ", ".join(f"±{margins[t - 1]:.4g} at trigger {t}" for t in shown)
-                     + f" of {len(margins)}")
+        each = ", ".join(f"±{quantity_text(margins[t - 1])} at trigger {t}" for t in shown)
+        lines.append(f"  {column}: 95% margin {each} of {len(margins)}")
     lines += [f"  {column}: 95% margin chosen at run time (it depends on a bound chosen from the data)"
               for column in plan.get("moe95_chosen_at_run_time") or ()]
     if plan.get("parts"):
@@ -267,15 +267,15 @@ def _rank_text(m: dict[str, Any]) -> str:
         return ""
     if isinstance(rank, str):  # it depends on a bound chosen at run time
         return "".join([f", 95% rank margin {rank}", *_caps_text(m, "rank_", " rows")])
-    return f", 95% rank margin ±{rank:.4g} rows"
+    return f", 95% rank margin ±{quantity_text(rank)} rows"
 
 
 def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]:
-    """`` (±60 at caps of 1, ±3.9e+06 at the largest caps the choice can make)``: a run-time margin's range."""
+    """`` (±60 at caps of 1, at most ±3,900,000 at the largest caps)``: a run-time margin's range."""
     low, high = m.get(f"{prefix}moe95_at_caps_of_1"), m.get(f"{prefix}moe95_at_largest_caps")
-    shown = [f"±{low:.4g}{unit} at caps of 1"] if low is not None else []
+    shown = [f"±{quantity_text(low)}{unit} at caps of 1"] if low is not None else []
     if isinstance(high, float | int):
-        shown.append(f"at most ±{high:.4g}{unit} at the largest caps")
+        shown.append(f"at most ±{quantity_text(high)}{unit} at the largest caps")
     elif low is not None:
         shown[-1] += ", more at the caps chosen"
     return [f" ({', '.join(shown)})"] if shown else []
@@ -291,7 +291,7 @@ def _noise_text(m: dict[str, Any]) -> str:
     if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
         bits.append(f"95% margin {m['moe95']}" + "".join(_caps_text(m)))
     elif m.get("moe95") is not None:
-        bits.append(f"95% margin ±{m['moe95']:g}")
+        bits.append(f"95% margin ±{quantity_text(m['moe95'])}")
     return ", ".join(bits)
 
 

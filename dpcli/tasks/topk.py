@@ -43,6 +43,7 @@ import polars as pl
 from dpcli import bounding
 from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
+from dpcli.core.display import parameter_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
@@ -331,8 +332,9 @@ def plan_topk(q: TopKQuery, ledger_mode: str, limits: dict[str, Fraction]) -> To
     eps, delta = _br_budget(q, limits) if ledger_mode == "br" else _given_budget(q)
     if q.method == "unkgumb" and delta < sel.unknown_min_delta(q.groups_considered):
         raise UsageError(
-            f"δ = {float(delta):.3g} is below what UnkGumb represents with d̄ = {q.groups_considered} "
-            f"(≥ {float(sel.unknown_min_delta(q.groups_considered)):.3g}); use a larger δ or a smaller --dbar"
+            f"δ = {parameter_text(delta, 'down')} is below what UnkGumb represents with d̄ = {q.groups_considered} "
+            f"(≥ {parameter_text(sel.unknown_min_delta(q.groups_considered), 'up')}); use a larger δ or a smaller "
+            "--dbar"
         )
     parts = q.parts
     if parts.release != 1 and ledger_mode == "br":

@@ -32,6 +32,7 @@ import polars as pl
 
 from dpcli import bounding
 from dpcli.core import mechanisms as mech
+from dpcli.core.display import parameter_text
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
@@ -112,7 +113,8 @@ def selection_lines(selection: dict[str, Any]) -> list[str]:
     if selection.get("method") == "threshold":
         return [f"  selection: a group needs a noisy count of at least {selection['threshold']:,} distinct units, "
                 f"each unit counted in at most {selection['max_partitions']} groups (discrete Laplace scale "
-                f"{selection['scale']}; epsilon {selection['epsilon']}, delta {selection['delta']}); then KnownGumb "
+                f"{selection['scale']}; epsilon {parameter_text(selection['epsilon'], 'up')}, delta "
+                f"{parameter_text(selection['delta'], 'up')}); then KnownGumb "
                 "ranks the selected groups (fewer than k selected: fewer released)"]
     if selection.get("method") == "unkgumb":
         return [f"  selection: UnkGumb's ⊥ threshold is the (k̄+1)-th largest count ({selection['counts']}) plus "
