@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, overload
 import typer
 
 from dpcli.core.exact import to_fraction
+from dpcli.core.ranges import ANY_POSITIVE, POSITIVE_RANGES, PROBABILITY_RANGE, Range
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
@@ -26,52 +27,6 @@ if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
 
 #: Longest accepted spelling of a number (longer texts are refused before parsing).
 MAX_NUMBER_TEXT = 100
-
-
-@dataclass(frozen=True)
-class Range:
-    """The closed interval of values a numeric option accepts (0 is handled separately for δ)."""
-
-    lo: Fraction
-    hi: Fraction
-    lo_text: str
-    hi_text: str
-
-    def check(self, option: str, value: Fraction, text: str, zero_ok: bool = False) -> Fraction:
-        """``value`` if it lies in the range (or is 0 and ``zero_ok``), else a one-line usage error."""
-        if (zero_ok and value == 0) or self.lo <= value <= self.hi:
-            return value
-        zero = " or 0" if zero_ok else ""
-        raise UsageError(
-            f"{option} must be in [{self.lo_text}, {self.hi_text}]{zero} "
-            f"(the range dpcli's samplers and accounting honour), got {text.strip()}"
-        )
-
-
-def _range(lo: str, hi: str) -> Range:
-    return Range(to_fraction(lo), to_fraction(hi), lo, hi)
-
-
-#: ε of a release or a ledger (--epsilon, --epsilon-per, --total-epsilon): below 1e-12 the
-#: noise scale leaves the exact samplers' range; above 1e6 nothing is protected anyway.
-EPSILON_RANGE = _range("1e-12", "1e6")
-#: ρ (zCDP) of a release or a ledger: ε ≈ √ρ for small ρ and ≈ ρ for large ρ.
-RHO_RANGE = _range("1e-24", "1e12")
-#: δ-like probabilities (--delta, --delta-per, --delta-prime, --total-delta, --report-delta, --beta):
-#: δ above 1/2 protects nothing, and δ below 1e-100 is far smaller than any float accounting resolves.
-PROBABILITY_RANGE = _range("1e-100", "0.5")
-#: Any other positive number (e.g. --granularity): a finite double, not subnormal.
-ANY_POSITIVE = _range("1e-300", "1e300")
-
-#: Ranges of the positive options, by flag (others get :data:`ANY_POSITIVE`).
-POSITIVE_RANGES: dict[str, Range] = {
-    "--epsilon": EPSILON_RANGE,
-    "--epsilon-per": EPSILON_RANGE,
-    "--total-epsilon": EPSILON_RANGE,
-    "--rho": RHO_RANGE,
-    "--gamma": _range("0.001", "0.999"),  # bbscheduler's growth factor: about ln(growth)/γ epochs
-    "--improver-c": _range("1e-6", "0.5"),  # and < 1/4 for a new schedule (schedule_spec)
-}
 
 
 @overload
@@ -270,7 +225,7 @@ class ScheduleOptions:
 def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_run: bool = False) -> ScheduleSpec | None:
     """The schedule the options describe, checked (None when ``--schedule`` is absent)."""
     from dpcli.core import schedules as sch
-    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.release.schedules import ScheduleSpec, check_scheduler
 
     o = options
     if o.name is None:
@@ -280,13 +235,9 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
         raise UsageError("--through names a run's snapshot, and a dry run reads none: drop --through")
     if not dry_run and o.runs is not None:
         raise UsageError("--runs says how many runs a dry run plans: add --dry-run")
-    if o.scheduler not in sch.SCHEDULERS:
-        raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {o.scheduler!r}")
+    check_scheduler(o.scheduler)  # before the totals are parsed, as always (the spec checks the rest)
     total, delta, gamma, beta = _schedule_budget(o)
-    c = _improver_c(o)
-    _check_scheduler_options(o, run_epsilon, delta)
-    if delta:
-        _check_cdp_total(total, delta)
+    c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
     defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
     return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
                         index=o.improver_index or "runs", defaulted=defaulted)
@@ -309,48 +260,7 @@ def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction |
     total = positive("--total-epsilon", o.total_epsilon, required=True)
     delta = probability("--total-delta", o.total_delta) or Fraction(0)
     gamma = positive("--gamma", o.gamma)
-    if gamma is not None and not gamma < 1:
-        raise UsageError("--gamma must be in (0, 1)")
     return total, delta, gamma, probability("--beta", o.beta, allow_zero=False)
-
-
-def _check_cdp_total(total: Fraction, delta: Fraction) -> None:
-    """A schedule composed with CDP: its total ε must be within what δ allows."""
-    from dpcli.core import schedules as sch
-
-    try:
-        sch.check_cdp_total(float(total), float(delta))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _improver_c(o: ScheduleOptions) -> Fraction:
-    """``--improver-c`` (default 0.1), in (0, 1/4); ``--improver-index`` runs or rows; both bbimprover's only."""
-    from dpcli.core import schedules as sch
-
-    c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
-    if c >= Fraction(1, 4) or float(c) >= 0.25:  # stored as a float: 0.2499…9 would be 0.25
-        raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
-                         "no longer improves as the data grows")
-    if o.improver_index is not None and o.improver_index not in sch.IMPROVER_INDEXES:
-        raise UsageError(f"--improver-index must be runs or rows, got {o.improver_index!r}")
-    if (o.improver_c is not None or o.improver_index is not None) and o.scheduler != "bbimprover":
-        raise UsageError("--improver-c and --improver-index apply to --scheduler bbimprover")
-    return c
-
-
-def _check_scheduler_options(o: ScheduleOptions, run_epsilon: Fraction | None, delta: Fraction) -> None:
-    """Each scheduler's own rules: fixed spends --epsilon per pure run; the others set each run's ε;
-    bbimprover composes with CDP (a δ)."""
-    if o.scheduler == "fixed":
-        if run_epsilon is None:
-            raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
-        if delta:
-            raise UsageError("--scheduler fixed composes pure runs: drop --total-delta")
-    elif run_epsilon is not None:
-        raise UsageError(f"--scheduler {o.scheduler} sets each run's ε itself; drop --epsilon")
-    if o.scheduler == "bbimprover" and not delta:
-        raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
 
 
 # The expected size: a size the user states where a plan needs one (sizes are private: never read).

@@ -32,6 +32,7 @@ from dpcli.core import schedules as sch
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
+from dpcli.core.ranges import POSITIVE_RANGES, PROBABILITY_RANGE
 from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import InputTable
@@ -49,9 +50,17 @@ RunRelease = Callable[[Fraction, dict[str, Any] | None, BeforeRun], Prepared]
 OutputDigest = Callable[[pl.DataFrame, dict[str, Any]], str | None]
 
 
+def check_scheduler(name: str) -> None:
+    """A scheduler dpcli has (the first rule of :class:`ScheduleSpec`, which the CLI meets before the others)."""
+    if name not in sch.SCHEDULERS:
+        raise UsageError(f"--scheduler must be one of {', '.join(sch.SCHEDULERS)}, got {name!r}")
+
+
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """A schedule's fixed parameters (validated)."""
+    """A schedule's fixed parameters. It refuses (:class:`dpcli.errors.UsageError`, exit 2) what no schedule can
+    be, in the words the CLI's refusals use, so a library caller of :func:`dpcli.release.run` meets the same rules
+    as ``--schedule`` (:meth:`check`); the CLI only turns its options into these values."""
 
     name: str
     scheduler: str
@@ -62,8 +71,57 @@ class ScheduleSpec:
     c: float
     run_epsilon: Fraction | None  # fixed only
     index: str = "runs"  # bbimprover: what t counts (runs or rows)
-    #: Options left at their defaults, which an existing schedule replaces by its own (c, index).
-    defaulted: frozenset[str] = frozenset()
+    #: Options left at their defaults, which an existing schedule replaces by its own (c, index): by default both
+    #: (a caller that gives c or the index says so by leaving it out of this set, as the CLI does).
+    defaulted: frozenset[str] = frozenset({"c", "index"})
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Each rule, in the order the CLI met them: the scheduler's name; the totals (ε, and δ: 0 for pure) in the
+        ranges of :mod:`dpcli.core.ranges`, γ and β in theirs; bbimprover's c in (0, 1/4) (Theorem 13; 1/4 kept
+        from a dpcli 0.2 state) and its index, neither given to another scheduler; fixed spends ``run_epsilon``
+        per pure run, the others set each run's ε, and bbimprover composes with CDP (a δ); with a δ, the total
+        ε within what CDP allows (:func:`sch.check_cdp_total`)."""
+        check_scheduler(self.scheduler)
+        self._check_values()
+        self._check_improver()
+        self._check_scheduler_budget()
+
+    def _check_values(self) -> None:
+        total = self.total_epsilon
+        POSITIVE_RANGES["--total-epsilon"].check("--total-epsilon", total, fraction_text(total))
+        PROBABILITY_RANGE.check("--total-delta", self.total_delta, fraction_text(self.total_delta), zero_ok=True)
+        if self.gamma is not None:
+            POSITIVE_RANGES["--gamma"].check("--gamma", self.gamma, fraction_text(self.gamma))
+        PROBABILITY_RANGE.check("--beta", Fraction(self.beta), repr(self.beta))
+
+    def _check_improver(self) -> None:
+        # A c given must be below 1/4; dpcli 0.2 made bbimprovers with c = 1/4, and their states keep it (``as_in``)
+        if not 0 < self.c < 0.25 and ("c" not in self.defaulted or not 0 < self.c <= 0.25):  # 0.2499…9 is 0.25
+            raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
+                             "no longer improves as the data grows")
+        if self.index not in sch.IMPROVER_INDEXES:
+            raise UsageError(f"--improver-index must be runs or rows, got {self.index!r}")
+        if self.scheduler != "bbimprover" and {"c", "index"} - self.defaulted:  # given, not stored (``as_in``)
+            raise UsageError("--improver-c and --improver-index apply to --scheduler bbimprover")
+
+    def _check_scheduler_budget(self) -> None:
+        if self.scheduler == "fixed":
+            if self.run_epsilon is None:
+                raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
+            if self.total_delta:
+                raise UsageError("--scheduler fixed composes pure runs: drop --total-delta")
+        elif self.run_epsilon is not None:
+            raise UsageError(f"--scheduler {self.scheduler} sets each run's ε itself; drop --epsilon")
+        if self.scheduler == "bbimprover" and not self.total_delta:
+            raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
+        if self.total_delta:
+            try:
+                sch.check_cdp_total(float(self.total_epsilon), float(self.total_delta))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
 
     def to_json(self) -> dict[str, Any]:
         doc = {
