@@ -48,7 +48,7 @@ ALLOWED = {
                                        "target's refusal adds the best reachable margin to it)",
     ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
-    ("cli/_options.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
+    ("release/schedules.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate_spec.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
     ("tasks/sql/parse.py", "_where(exc)"): "only the integers of sqlglot's structured line and column are kept",
