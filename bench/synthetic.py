@@ -8,9 +8,9 @@
   sets its length, e.g. 100,000 s so that 1,000 triggers have whole-second lengths);
 * a value column uniform on 0..99 (for sums).
 
-``--second`` and ``--pages`` are two more, independent generators (:func:`write_second`,
-:func:`write_pages`). numpy's seeded generator is used here to make *data*; it never touches a release.
-Usage: python bench/synthetic.py OUT.parquet ROWS [--keys N] [--seed S] [--second | --pages]
+``--second``, ``--pages`` and ``--heavy`` are three more, independent generators (:func:`write_second`,
+:func:`write_pages`, :func:`write_heavy`). numpy's seeded generator is used here to make *data*; it never touches a release.
+Usage: python bench/synthetic.py OUT.parquet ROWS [--keys N] [--seed S] [--second | --pages | --heavy]
 """
 
 from __future__ import annotations
@@ -110,6 +110,26 @@ def write_pages(path: str, rows: int, seed: int = 30, n_pages: int = 10**6, n_us
     pl.DataFrame({"user_id": users, "key": pages}).write_parquet(path, row_group_size=1_000_000)
 
 
+def write_heavy(path: str, rows: int, seed: int = 41) -> None:
+    """A fourth, independent generator (issue 41, item 6: top-k over a million keys with heavy-tailed users):
+
+    * ``rows // 10`` users, each with a record count drawn from P(n) ∝ (n + 1.656)^-2.2 on [1, 10^5] (mean 10.0;
+      36% of users have one record, the largest about 10^5 at 10M rows);
+    * each record's key from P(r) ∝ (r + 1000)^-1.4 over as many keys as users (ranks 1..users);
+    * user ids and key ids are random permutations (no id carries its size or popularity), rows shuffled.
+
+    Columns ``user_id`` and ``key`` (Int64), as the harness's other files; seeded.
+    """
+    rng = np.random.default_rng(seed)
+    n_users = max(rows // 10, 1)
+    counts = zipf_mandelbrot(rng, 10**5, 1.656, 2.2, n_users)
+    users = np.repeat(rng.permutation(n_users).astype(np.int64), counts)
+    key_ids = rng.permutation(n_users).astype(np.int64)
+    keys = key_ids[zipf_mandelbrot(rng, n_users, 1000.0, 1.4, users.size) - 1]
+    order = rng.permutation(users.size)
+    pl.DataFrame({"user_id": users[order], "key": keys[order]}).write_parquet(path, row_group_size=1_000_000)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -119,8 +139,12 @@ def main() -> None:
     ap.add_argument("--second", action="store_true", help="the second generator (write_second)")
     ap.add_argument("--pages", action="store_true",
                     help="the third generator (write_pages): ~1M pages, heavy-tailed users")
+    ap.add_argument("--heavy", action="store_true",
+                    help="the fourth generator (write_heavy): heavy-tailed users over ~1M keys (issue 41)")
     a = ap.parse_args()
-    if a.second:
+    if a.heavy:
+        write_heavy(a.out, a.rows)
+    elif a.second:
         write_second(a.out, a.rows)
     elif a.pages:
         write_pages(a.out, a.rows)

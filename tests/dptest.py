@@ -174,7 +174,7 @@ def safe_tmp() -> Path:
     import shutil
     import tempfile
 
-    from dpcli.io.beneath import trusted_uids, unsafe_component
+    from dpcli.access.walk import trusted_uids, unsafe_component
 
     for base in (ROOT / ".test-tmp", Path.home() / ".cache" / "dpcli-tests"):
         try:

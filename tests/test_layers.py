@@ -201,3 +201,20 @@ def test_the_circle_check_sees_a_circle():
     # and a re-export taken back: dpcli.tasks's __init__ imports histogram, which imports Task from dpcli.tasks
     code = "from dpcli.tasks import Task\nfrom dpcli.tasks import topk\n"
     assert module_level_imports(PACKAGE / "tasks" / "histogram.py", code) == {"dpcli.tasks", "dpcli.tasks.topk"}
+
+
+def test_the_gate_imports_the_catalog_never_the_reverse():
+    """Issue 40, item 6: in ``access/`` the gate (``__init__``) imports the catalog and the walk, the catalog only
+    the walk, the walk neither (at run time or inside functions: every import counts here)."""
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((PACKAGE / "access" / name).read_text())
+        found = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        found |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                  for a in n.names}
+        return {m for m in found if m.startswith("dpcli.access")}
+
+    assert imported("walk.py") == set()
+    assert imported("catalog.py") <= {"dpcli.access.walk"} | {f"dpcli.access.walk.{n}" for n in dir(
+        __import__("dpcli.access.walk", fromlist=["*"]))}
+    assert any(m.startswith("dpcli.access.catalog") for m in imported("__init__.py"))

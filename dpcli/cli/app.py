@@ -22,9 +22,9 @@ from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
     from dpcli.access import Caller
-    from dpcli.catalog import Catalog
+    from dpcli.access.catalog import Catalog
 
-CATALOG_FILE = "catalog.json"  # dpcli.catalog.CATALOG_FILE, without importing it for every command
+CATALOG_FILE = "catalog.json"  # dpcli.access.catalog.CATALOG_FILE, without importing it for every command
 
 #: The root's settings (every app :func:`build_app` makes has them).
 _SETTINGS: dict[str, Any] = {
@@ -168,7 +168,7 @@ def _state_and_ledger(caller: Caller, state_dir: Path | None, analyst: str | Non
 
 
 def _catalog(root_dir: Path) -> Catalog | None:
-    from dpcli.catalog import read_catalog
+    from dpcli.access.catalog import read_catalog
 
     return read_catalog(root_dir)
 

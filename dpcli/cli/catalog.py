@@ -23,7 +23,7 @@ def set_catalog(
                                                metavar="FILE")],
 ) -> None:
     """Install FILE as the catalog (the operator's): checked, sealed with the key, kept in the state directory."""
-    from dpcli.catalog import check_outputs, read_toml, seal_paths, write_catalog
+    from dpcli.access.catalog import check_outputs, read_toml, seal_paths, write_catalog
     from dpcli.io.opening import open_binary
     from dpcli.state.paths import ensure_state_dir
 

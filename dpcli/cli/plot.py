@@ -90,7 +90,8 @@ def _written_by_dpcli(ctx: typer.Context, release: str, summary: str | None) -> 
     """Service mode: a check that the file is a release dpcli wrote for this analyst (its digest is in
     their ledger), after refusing any path outside their output directories; None in personal mode
     and for an operator."""
-    from dpcli.access import gate, inside
+    from dpcli.access import gate
+    from dpcli.access.walk import inside
 
     g = gate()
     if not g.restricted:

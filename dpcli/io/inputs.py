@@ -38,6 +38,7 @@ from typing import IO, Any, Literal
 import polars as pl
 
 from dpcli.access import Source, gate
+from dpcli.access.walk import Below, Found, files_below
 from dpcli.errors import (
     DataError,
     InputMissingError,
@@ -46,7 +47,6 @@ from dpcli.errors import (
     type_text,
     withheld,
 )
-from dpcli.io.beneath import Below, Found, files_below
 from dpcli.io.ndjson import NDJSON_NEEDS_COLUMNS, scan_ndjson
 from dpcli.io.opening import (
     EarlyInput,
@@ -460,7 +460,7 @@ _OPEN_FILES_WANTED = 1 << 16
 
 class DatasetListing:
     """A dataset directory opened once (through the gate, :meth:`dpcli.access.Gate.open_directory`) and
-    walked from that descriptor (:func:`dpcli.io.beneath.files_below`): no symlink anywhere below, and in
+    walked from that descriptor (:func:`dpcli.access.walk.files_below`): no symlink anywhere below, and in
     service mode every sub-directory and file owned and writable by root and the service account only.
     Its data files are held open (``handles``, sorted by their path below the directory): they, never
     their paths, are what is read. Descriptors are closed with the listing (or by :meth:`close`)."""

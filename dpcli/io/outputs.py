@@ -24,7 +24,8 @@ from typing import IO, Literal, TypeGuard
 
 import polars as pl
 
-from dpcli.access import gate, inside
+from dpcli.access import gate
+from dpcli.access.walk import inside
 from dpcli.core.display import UTC_FORMAT
 from dpcli.errors import (
     OutputError,

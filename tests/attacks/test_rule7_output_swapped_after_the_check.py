@@ -5,7 +5,7 @@ FIXED (h-walk): see the fix at the end of this docstring. Low severity: it needs
 else to control a directory on the path of an output the operator names (a shared report folder).
 
 For a service-mode analyst the write goes through the output directory opened without following
-symlinks (:mod:`dpcli.io.beneath`). For everyone else :meth:`dpcli.access.Gate.check_write` resolves
+symlinks (:mod:`dpcli.access.walk`). For everyone else :meth:`dpcli.access.Gate.check_write` resolves
 the path (not in the state directory, not an input) before the data is read and again in
 :meth:`dpcli.access.Gate.write`, which then opens ``path.parent`` *by path*, following symlinks
 (:func:`dpcli.state.atomic.atomic_write_bytes`). Whoever can rename a directory on that path and

@@ -16,8 +16,8 @@ but rule 8 ("never reads for the analyst what the analyst could not read") is br
 withholds from them.
 
 Fixed (h-walk): the dataset directory opened at use is walked from its descriptor, one name at a time
-without following symlinks (:func:`dpcli.io.beneath.files_below`); a symlink anywhere below is refused
-(in personal mode too), in service mode so is every sub-directory or file :func:`dpcli.io.beneath.unsafe_stat`
+without following symlinks (:func:`dpcli.access.walk.files_below`); a symlink anywhere below is refused
+(in personal mode too), in service mode so is every sub-directory or file :func:`dpcli.access.walk.unsafe_stat`
 refuses, and polars is given the files opened in the walk, never their paths
 (:class:`dpcli.io.inputs.DatasetListing`). ``catalog set`` walks each dataset directory the same way.
 """

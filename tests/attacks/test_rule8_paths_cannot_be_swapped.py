@@ -113,7 +113,7 @@ def test_the_catalog_stores_resolved_paths_and_pins_output_directories(svc):
 
 
 def test_a_catalog_sealed_before_still_opens_and_is_checked_at_each_use(svc):
-    from dpcli.catalog import read_toml, write_catalog
+    from dpcli.access.catalog import read_toml, write_catalog
 
     write_catalog(svc.state, read_toml(svc.catalog_toml.encode()))  # no resolved paths, no pins
     run = ("histogram", "visits", "--by", "page", "--epsilon", "1", "--delta", "1e-6", "--keys", "pages")

@@ -9,7 +9,7 @@ Two modes, decided by the process and never by an option:
 * **Service mode.** Analysts run dpcli as a service account that owns the state directory
   (``sudo -u dpcli dpcli …`` under a sudo rule that allows only dpcli). They cannot read the
   data, the key or the state; they name datasets, public lists, Spark endpoints and stream
-  states by their names in the operator's catalog (:mod:`dpcli.catalog`), write only into the
+  states by their names in the operator's catalog (:mod:`dpcli.access.catalog`), write only into the
   output directories the catalog gives them, and dpcli opens nothing else with its rights.
 
 :func:`whoami` reads the identity once, from the system: the process's real and effective user
@@ -23,7 +23,7 @@ and :meth:`Gate.write`, the plot and state-file openers) call :func:`gate`, so a
 takes a path passes the same check. In service mode a read is allowed for a :class:`Source` the
 gate resolved from a catalog name (never for a path the analyst typed, whatever its text), and
 files in the analyst's output directories are read and written through the directory, opened
-without following symlinks (:mod:`dpcli.io.beneath`): what the check saw is what is opened.
+without following symlinks (:mod:`dpcli.access.walk`): what the check saw is what is opened.
 """
 
 from __future__ import annotations
@@ -37,11 +37,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dpcli.access.walk import (
+    SWAPPED,
+    Escape,
+    inside,
+    open_dir_below,
+    open_nofollow,
+    trusted_uids,
+    unsafe_component,
+    unsafe_stat,
+)
 from dpcli.errors import UsageError
-from dpcli.io.beneath import SWAPPED, Escape, open_dir_below, open_nofollow, trusted_uids, unsafe_component, unsafe_stat
 
 if TYPE_CHECKING:
-    from dpcli.catalog import Catalog, Entry, OutputEntry
+    from dpcli.access.catalog import Catalog, Entry, OutputEntry
 
 #: Environment variables that configure dpcli; in service mode every one of them is refused.
 ENV_PREFIXES = ("DPCLI_", "_DPCLI_")
@@ -347,7 +356,7 @@ class Gate:
         """Open ``path`` for reading once :meth:`check_read` allows it; ``OSError`` as the OS raises it.
 
         A release in an output directory (service mode) is opened from that directory, one name at a
-        time without following symlinks (:mod:`dpcli.io.beneath`): one swapped for a symlink after the
+        time without following symlinks (:mod:`dpcli.access.walk`): one swapped for a symlink after the
         check is refused like any path outside, whether or not what it points to exists.
         """
         self.check_read(path, what)
@@ -368,9 +377,9 @@ class Gate:
             os.close(directory)
 
     def _open_location(self, source: Source, what: str, flags: int) -> int:
-        """Open a catalog location (service mode) as :func:`dpcli.catalog.seal_paths` stored it: no component
+        """Open a catalog location (service mode) as :func:`dpcli.access.catalog.seal_paths` stored it: no component
         renamable or writable by anyone but root and the service account, no symlink anywhere on the path
-        (:func:`dpcli.io.beneath.open_nofollow`), and the file opened owned and writable by them only (its
+        (:func:`dpcli.access.walk.open_nofollow`), and the file opened owned and writable by them only (its
         ``fstat``). A catalog sealed before paths were resolved is checked so at every use (its location
         resolved then). Refused in one line (exit 2): the operator's names the path and the fix."""
         location = source.location
@@ -401,13 +410,13 @@ class Gate:
         if self.restricted:
             return (f"{what}: its catalog location is no longer safe from renames (a symlink, or a directory or file "
                     "others can write, on its path); ask the operator")
-        from dpcli.catalog import PATH_FIX
+        from dpcli.access.catalog import PATH_FIX
 
         return f"{what}: {component} is {why}: {PATH_FIX}"
 
     def open_directory(self, source: Source, what: str) -> tuple[int, frozenset[int] | None]:
         """A dataset directory opened as :meth:`open` opens a file (in service mode a catalog location as
-        sealed, checked on its descriptor), for a walk from that descriptor (:func:`dpcli.io.beneath.files_below`);
+        sealed, checked on its descriptor), for a walk from that descriptor (:func:`dpcli.access.walk.files_below`);
         and who may own what lies below it: root and the service account for a catalog location in service
         mode (checked as the location was), None (not checked: only symlinks are refused) otherwise."""
         fd = self.open(source, what, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
@@ -416,7 +425,7 @@ class Gate:
 
     def below_refusal(self, what: str, source: Source, why: str) -> UsageError:
         """The one line (exit 2) refusing what lies below a dataset directory (``why``: a symlink, or what
-        :func:`dpcli.io.beneath.unsafe_stat` said). Names below a dataset can be data (hive partitions): they
+        :func:`dpcli.access.walk.unsafe_stat` said). Names below a dataset can be data (hive partitions): they
         are never quoted; the operator is given the directory and a ``find`` that lists what is refused, an
         analyst neither (the location is private)."""
         if self.restricted:
@@ -479,7 +488,7 @@ class Gate:
         when the system refuses); in personal mode a device or a pipe is written in place
         (:func:`dpcli.state.atomic.writes_in_place`). For a service-mode analyst the file is written
         through its directory, opened from their output directory without following symlinks
-        (:mod:`dpcli.io.beneath`), so a directory swapped for a symlink after the check cannot lead the
+        (:mod:`dpcli.access.walk`), so a directory swapped for a symlink after the check cannot lead the
         write elsewhere (exit 2); for everyone else through its directory opened once and checked on that
         descriptor (:meth:`_checked_parent`: never the state directory, an input, or below an input
         dataset; exit 73)."""
@@ -748,27 +757,6 @@ def _is_name(text: str) -> bool:
     except UsageError:
         return False
     return True
-
-
-def inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:
-    """Is ``path`` (resolved: symlinks, ``..``) ``directory`` or below it? (By resolved text and,
-    for existing ancestors, by device and inode, so a bind mount or second name is caught.)"""
-    real = Path(os.path.realpath(path))
-    root = Path(os.path.realpath(directory))
-    if real == root or root in real.parents:
-        return True
-    try:
-        root_st = os.stat(root)
-    except OSError:
-        return False
-    for ancestor in (real, *real.parents):
-        try:
-            st = os.stat(ancestor)
-        except OSError:
-            continue
-        if (st.st_dev, st.st_ino) == (root_st.st_dev, root_st.st_ino):
-            return True
-    return False
 
 
 #: The gate of this process: personal mode with no state directory until the CLI installs one.

@@ -271,7 +271,7 @@ def check_outputs(catalog: Catalog, state_dir: Path) -> None:
     """Refuse an output directory that holds the state directory, lies in it, or holds a dataset's or
     public list's location (exit 2 names the key): analysts write there (and, if the operator lets
     them, plant symlinks), so ``-o`` could replace the data, or a list swapped for a link to it be read."""
-    from dpcli.access import inside
+    from dpcli.access.walk import inside
 
     for i, out in enumerate(catalog.outputs):
         where, directory = f"outputs[{i}].directory", out["directory"]
@@ -351,8 +351,8 @@ PATH_FIX = ("a path is only as safe as whoever can rename its ancestors: keep it
 def _sealed_location(where: str, location: str, trusted: frozenset[int]) -> str:
     """``location`` resolved (symlinks, ``..``), every component of it checked: none may be renamed,
     replaced or written by anyone but ``trusted`` (exit 2 names the component and the fix)."""
+    from dpcli.access.walk import unsafe_component
     from dpcli.errors import os_reason
-    from dpcli.io.beneath import unsafe_component
 
     resolved = os.path.realpath(location)
     try:
@@ -370,11 +370,11 @@ def _sealed_location(where: str, location: str, trusted: frozenset[int]) -> str:
 
 
 def _sealed_below(where: str, resolved: str, trusted: frozenset[int]) -> None:
-    """A dataset directory's contents checked as they will be at every use (:func:`dpcli.io.beneath.files_below`:
+    """A dataset directory's contents checked as they will be at every use (:func:`dpcli.access.walk.files_below`:
     no symlink below it, every sub-directory and file owned and writable by ``trusted`` only); names below it
     are data and never quoted: the refusal gives a ``find`` that lists them. A file location passes."""
+    from dpcli.access.walk import Below, files_below
     from dpcli.errors import os_reason
-    from dpcli.io.beneath import Below, files_below
     from dpcli.io.inputs import HIDDEN_PREFIXES
 
     try:
@@ -400,9 +400,9 @@ def seal_paths(catalog: Catalog, state_dir: Path, service: bool = True) -> Catal
     ``catalog set``): datasets' and public lists' locations, the output directories (each pinned by
     its device and inode: at use the directory opened must be that one) and the state directory.
     No component of any of them may be renamable or writable by anyone but root and the service
-    account (:func:`dpcli.io.beneath.unsafe_component`); data files are never pinned (operators
+    account (:func:`dpcli.access.walk.unsafe_component`); data files are never pinned (operators
     replace them). A URI is left as it is (Spark reads it)."""
-    from dpcli.io.beneath import trusted_uids
+    from dpcli.access.walk import trusted_uids
 
     trusted = trusted_uids()
     with contextlib.suppress(OSError):

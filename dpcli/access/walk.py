@@ -258,3 +258,24 @@ def _check(st: os.stat_result, relative: PurePosixPath, trusted: frozenset[int] 
     why = unsafe_stat(st, trusted) if trusted is not None else None
     if why is not None:
         raise Below(relative, why)
+
+
+def inside(path: str | os.PathLike[str], directory: str | os.PathLike[str]) -> bool:
+    """Is ``path`` (resolved: symlinks, ``..``) ``directory`` or below it? (By resolved text and,
+    for existing ancestors, by device and inode, so a bind mount or second name is caught.)"""
+    real = Path(os.path.realpath(path))
+    root = Path(os.path.realpath(directory))
+    if real == root or root in real.parents:
+        return True
+    try:
+        root_st = os.stat(root)
+    except OSError:
+        return False
+    for ancestor in (real, *real.parents):
+        try:
+            st = os.stat(ancestor)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == (root_st.st_dev, root_st.st_ino):
+            return True
+    return False
