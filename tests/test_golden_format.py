@@ -1,12 +1,12 @@
 """Issue 39 item 8 changed how releases are written (one number and time format), never what is released.
 
 ``tests/golden_prev/`` holds each golden file that the change re-recorded, as it was before (recorded at
-commit 5691f01, budget.txt at 12592bd, copied here so the test needs no git history). Each is compared with
+commit 5691f01, budget.txt at 12592bd, tabulate.txt at cedd5cc, copied here so the test needs no git history). Each is compared with
 today's output of the same commands under the seed material it was recorded with (3; :func:`seed_material_v3`),
 both parsed and every value compared exactly: each command's output as JSON, numbers as exact decimals (``32``
 is ``32.0``), strings equal once every ISO 8601 timestamp in them is read as the moment it names (a naive one
 is UTC, so ``2026-11-01 00:00:00`` is ``2026-11-01T00:00:00Z``); text outputs and the commands themselves
-unchanged (``budget compose``'s text line: its figures rounded up to 4 digits, :func:`_composed`). A golden
+unchanged (``budget compose``'s and tabulate's plan: figures rounded up to 4 digits, :func:`_figures`). A golden
 file re-recorded for a change of format gets its previous copy here; a change of values (a seed, a
 calibration) is no format change and re-records ``tests/golden`` alone (see tests/test_golden.py).
 """
@@ -110,26 +110,33 @@ def test_a_golden_release_changed_only_in_format(name, tmp_path, state_dir, monk
     assert [c for c, _ in old] == [c for c, _ in new], f"{name}: the commands differ"
     assert (PREVIOUS / name).read_text() != text, f"{name} did not change: drop its copy"
     for (command, before), (_, after) in zip(old, new, strict=True):
-        if command.startswith("$ dpcli budget compose") and "--json" not in command:
-            before, after = _composed(before, after)
+        if command.startswith(FIGURES) and "--json" not in command:
+            before, after = _figures(before, after)
         assert _mismatch(before, after) is None, f"{name}, {command}: {_mismatch(before, after)}"
 
 
-def _composed(old: str, new: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``budget compose``'s text line, ``mode = br, epsilon = 34.8812, …``, as figures: it printed 6 significant
-    digits rounded to nearest and now prints 4 rounded up (a guarantee is never understated). So each new figure
-    is at least the old one and within one step of its 4th significant digit above it (``7e-09`` was
-    7.000000000006e-09, now ``7.001e-09``); the pairs compare as "within" once that holds, as they are if not."""
-    def figures(text: str) -> dict[str, str]:
-        return dict(pair.split(" = ") for pair in text.strip().split(", "))
+#: Text outputs whose figures (ε, δ, ρ) went from rounded to nearest to 4 significant digits rounded up.
+FIGURES = ("$ dpcli budget compose", "$ dpcli tabulate --dry-run")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
-    before, after = figures(old), figures(new)
-    for k, v in before.items():
-        if k != "mode" and k in after:
-            a, b = Decimal(v), Decimal(after[k])
-            if a <= b <= a + Decimal(1).scaleb(b.adjusted() - 3):
-                before[k] = after[k] = "within"
-    return before, after
+
+def _figures(old: str, new: str) -> tuple[Any, Any]:
+    """A text whose figures were rounded to nearest (``budget compose``: 6 digits; tabulate's plan: 3) and now to 4
+    significant digits rounded up (a cost or a guarantee is never understated): the words (and the table's
+    columns, spacing aside) must be equal, and each new figure at least the old one less half its last digit and
+    at most the old one plus half its last digit plus one step of its own 4th digit (``7e-09`` was
+    7.000000000006e-09, now ``7.001e-09``; ``3.85`` was 3.8517, now ``3.852``). Equal pairs compare as equal."""
+    def words(text: str) -> str:
+        return " ".join(_NUMBER.sub("#", text).split())
+
+    if words(old) != words(new):
+        return words(old), words(new)
+    for a, b in zip(_NUMBER.findall(old), _NUMBER.findall(new), strict=True):
+        x, y = Decimal(a), Decimal(b)
+        half = Decimal(5).scaleb(x.as_tuple().exponent - 1) if x else Decimal(0)  # type: ignore[operator]
+        if not x - half <= y <= x + half + Decimal(1).scaleb(y.adjusted() - 3):
+            return a, b
+    return "same figures", "same figures"
 
 
 def test_the_comparison_catches_a_changed_value_and_a_moved_moment():
@@ -142,3 +149,11 @@ def test_the_comparison_catches_a_changed_value_and_a_moved_moment():
     assert _mismatch(base, _runs(run.format(c=140, m=70, t="2026-11-01T00:00:00Z")))
     assert _mismatch(base, _runs(run.format(c=140, m=70.5, t="2026-11-01T01:00:00Z")))
     assert _mismatch(base, _runs(run.format(c=140, m=70.5, t="2026-11-01T00:00:00+01:00")))
+
+
+def test_the_figures_check_catches_a_figure_rounded_down_or_moved():
+    assert _figures("ε = 15.3  (α = 7.36)", "ε = 15.32  (α = 7.36)") == ("same figures", "same figures")
+    assert _figures("delta = 7e-09", "delta = 7.001e-09") == ("same figures", "same figures")
+    assert _figures("ε = 15.3", "ε = 15.24") != ("same figures", "same figures")  # below the old figure's rounding
+    assert _figures("ε = 15.3", "ε = 15.4") != ("same figures", "same figures")  # beyond it
+    assert _figures("ε step 2  3.85", "ρ step 2  3.852") != ("same figures", "same figures")  # other words

@@ -240,7 +240,7 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
     c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
     defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
     return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
-                        index=o.improver_index or "runs", defaulted=defaulted)
+                        index=o.improver_index if o.improver_index is not None else "runs", defaulted=defaulted)
 
 
 def _refuse_schedule_options(o: ScheduleOptions) -> None:

@@ -91,8 +91,9 @@ def __getattr__(name: str) -> Any:
 
 def app_for(args: list[str]) -> typer.Typer:
     """The app a run with these arguments needs: the one command they name, or every command."""
-    path, _ = command_path(args)
-    if path and path[0] in COMMANDS and not _completion_asked(args):
+    path, start = command_path(args)
+    root_help = any(a in ("--help", "-h") for a in args[:start - len(path)])  # the root's help lists every command
+    if path and path[0] in COMMANDS and not root_help and not _completion_asked(args):
         return build_app(path[0])
     return full_app()
 

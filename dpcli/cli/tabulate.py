@@ -29,6 +29,7 @@ from dpcli.cli._options import (
     probability,
 )
 from dpcli.cli._sources import block_list_source
+from dpcli.core.display import parameter_text
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
@@ -139,23 +140,30 @@ def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:
 
 
 def _plan_text(p: PlanDocument) -> str:
-    """The dry run for people: Table 4, Table 2, and the ledger's verdict. Their ε and ρ have three significant
-    digits, as paper 003 prints these tables (tests compare them with its figures); ``--json`` is exact."""
+    """The dry run for people: Table 4, Table 2, and the ledger's verdict. Their ε, δ and ρ have 4 significant
+    digits, rounded up (what the release costs: the ledger's line beside them says the same); ``--json`` is
+    exact."""
     geo, dg = p.get("geometric"), p.get("discrete_gaussian")
-    lines = [f"γ = {p['gamma']}, δ = {p['delta']:g} (spec noise: {p['noise']})", "",
+    lines = [f"γ = {p['gamma']}, δ = {_up(p['delta'])} (spec noise: {p['noise']})", "",
              f"{'population group level':<26}{'MOE':>6}  {'ε step 2':>9}{'ε total':>9}  {'ρ step 2':>9}{'ρ total':>9}",
              *_level_lines(geo, dg), ""]
     if geo:
-        lines.append(f"geometric, pure DP:             ε = {geo['pure_epsilon']:.3g}")
-        lines.append(f"geometric, RDP (eq. 39-40):     ε = {geo['rdp_epsilon']:.3g}  (α = {geo['rdp_alpha']:g})")
+        lines.append(f"geometric, pure DP:             ε = {_up(geo['pure_epsilon'])}")
+        lines.append(f"geometric, RDP (eq. 39-40):     ε = {_up(geo['rdp_epsilon'])}  (α = {geo['rdp_alpha']:g})")
     if dg:
-        lines.append(f"discrete Gaussian, zCDP analytic:  ε = {dg['zcdp_analytic_epsilon']:.3g}  (ρ = {dg['rho']:.4g})")
-        lines.append(f"discrete Gaussian, zCDP numerical: ε = {dg['zcdp_numerical_epsilon']:.3g}  (α = "
+        lines.append(f"discrete Gaussian, zCDP analytic:  ε = {_up(dg['zcdp_analytic_epsilon'])}  "
+                     f"(ρ = {_up(dg['rho'])})")
+        lines.append(f"discrete Gaussian, zCDP numerical: ε = {_up(dg['zcdp_numerical_epsilon'])}  (α = "
                      f"{dg['zcdp_numerical_alpha']:g})")
     led = p["ledger"]
     lines.append(f"ledger {led['analyst']!r}: " + ("would accept this release" if led["accepts"]
                                                    else f"would refuse it: {led['refusal']}"))
     return "\n".join(lines)
+
+
+def _up(value: float) -> str:
+    """An ε, δ or ρ of the plan as text for people: 4 significant digits, rounded up (a cost)."""
+    return parameter_text(float(f"{value:.12g}"), "up")
 
 
 def _level_lines(geo: GeometricTotals | None, dg: GaussianTotals | None) -> list[str]:
@@ -168,6 +176,6 @@ def _level_line(g: GeometricLevel | None, d: GaussianLevel | None) -> str:
     row = g or d
     assert row is not None  # a level of at least one noise
     moe = f"{row['moe']:g}" if row["moe"] is not None else "-"
-    eps = f"{g['epsilon_step2']:>9.3g}{g['epsilon_total']:>9.3g}" if g else f"{'':>18}"
-    rho = f"{d['rho_step2']:>9.3g}{d['rho_total']:>9.3g}" if d else ""
+    eps = f"{_up(g['epsilon_step2']):>9}{_up(g['epsilon_total']):>9}" if g else f"{'':>18}"
+    rho = f"{_up(d['rho_step2']):>9}{_up(d['rho_total']):>9}" if d else ""
     return f"{row['level']:<26}{moe:>6}  {eps}  {rho}"

@@ -80,8 +80,8 @@ class ScheduleSpec:
 
     def check(self) -> None:
         """Each rule, in the order the CLI met them: the scheduler's name; the totals (ε, and δ: 0 for pure) in the
-        ranges of :mod:`dpcli.core.ranges`, γ and β in theirs; bbimprover's c in (0, 1/4) (Theorem 13; 1/4 kept
-        from a dpcli 0.2 state) and its index, neither given to another scheduler; fixed spends ``run_epsilon``
+        ranges of :mod:`dpcli.core.ranges`, γ and β in theirs; bbimprover's c in (0, 1/4) (Theorem 13; up to 1/2
+        kept from a dpcli 0.2 state) and its index, neither given to another scheduler; fixed spends ``run_epsilon``
         per pure run, the others set each run's ε, and bbimprover composes with CDP (a δ); with a δ, the total
         ε within what CDP allows (:func:`sch.check_cdp_total`)."""
         check_scheduler(self.scheduler)
@@ -98,8 +98,9 @@ class ScheduleSpec:
         PROBABILITY_RANGE.check("--beta", Fraction(self.beta), repr(self.beta))
 
     def _check_improver(self) -> None:
-        # A c given must be below 1/4; dpcli 0.2 made bbimprovers with c = 1/4, and their states keep it (``as_in``)
-        if not 0 < self.c < 0.25 and ("c" not in self.defaulted or not 0 < self.c <= 0.25):  # 0.2499…9 is 0.25
+        # A c given must be below 1/4; dpcli 0.2 made bbimprovers with c in (0, 1/2] (its default 1/4), and their
+        # states keep it (``as_in`` takes a defaulted c from the state: the run notes Theorem 13's bound)
+        if not 0 < self.c < 0.25 and ("c" not in self.defaulted or not 0 < self.c <= 0.5):  # 0.2499…9 is 0.25
             raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
                              "no longer improves as the data grows")
         if self.index not in sch.IMPROVER_INDEXES:

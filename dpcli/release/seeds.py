@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -149,15 +152,71 @@ class Reads:
         return {"needs": plan_material(self.needs), "partitions": dict(self.partitions)}
 
 
-def rule_versions() -> dict[str, str]:
-    """The versions of the rules a release may run besides its mechanisms, bound into every seed whether it runs
-    them or not (so no rule can change while its releases keep their seeds and their free replays): the choice
-    of bounds left out or ``auto`` (its grids and levels, :data:`dpcli.tasks.auto_bounds.AUTO_VERSION`, and the
-    bias–variance rule, :data:`dpcli.tasks.auto_bounds.BIAS_VARIANCE_RULE`) and the bias report
-    (:data:`dpcli.tasks.bias_report.RULE`). A rule changed without its version changed is the one way left to
-    give two different releases one seed: each version sits beside the code it names."""
+#: The modules whose module-level constants are rules a release of each command runs besides its mechanisms: the
+#: choice of bounds (grids, levels, weights, slacks, the lean), the bias report, quantiles (their grid, the widening
+#: of chosen limits, gap sampling's chunks, the interval's split), topk's selection, sql's and a stream's choices,
+#: the targets' search, tabulate's spec rules. A command not listed binds all of them.
+_SHARED = ("auto_bounds", "bias_report", "quantile_gaps", "targets")
+RULE_MODULES: dict[str, tuple[str, ...]] = {
+    "histogram": (*_SHARED, "histogram", "quantile_interval"),
+    "topk": (*_SHARED, "topk", "topk_threshold", "topk_target"),
+    "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.measures"),
+    "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),
+    "tabulate": ("tabulate", "tabulate_spec"),
+}
+
+
+def rule_versions(command: str | None = None) -> dict[str, str]:
+    """The rules a release may run besides its mechanisms, bound into every seed whether it runs them or not (so no
+    rule can change while its releases keep their seeds and their free replays).
+
+    By version (the choice of bounds, :data:`dpcli.tasks.auto_bounds.AUTO_VERSION` and
+    :data:`dpcli.tasks.auto_bounds.BIAS_VARIANCE_RULE`, and the bias report, :data:`dpcli.tasks.bias_report.RULE`)
+    and by construction: ``constants`` is a digest of every module-level constant (an UPPER_CASE name holding a
+    number, a text, a fraction, or a tuple or mapping of them) of ``command``'s :data:`RULE_MODULES`, read when
+    the seed is made, so a constant changed (a widening of quantile limits, a weight, a share) changes the seeds
+    even where nobody bumped a version (the review of seed material 4 found one that shaped releases and entered
+    no seed: ``histogram.QUANTILE_WIDEN_STEPS``)."""
     return {"auto": str(auto_bounds.AUTO_VERSION), "choice": auto_bounds.BIAS_VARIANCE_RULE,
-            "bias report": bias_report.RULE}
+            "bias report": bias_report.RULE, "constants": _constants_digest(command)}
+
+
+def _constants_digest(command: str | None) -> str:
+    names = RULE_MODULES.get(command or "") or sorted({n for ns in RULE_MODULES.values() for n in ns})
+    found = {}
+    for name in names:
+        module = importlib.import_module(f"dpcli.tasks.{name}")
+        found[name] = {k: _constant(v) for k, v in sorted(vars(module).items()) if _CONSTANT.fullmatch(k)
+                       and _is_plain(v)}
+    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()[:32]
+
+
+_CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str, Fraction)):
+        return True
+    if isinstance(value, (tuple, list, frozenset)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False
+
+
+def _constant(value: Any) -> Any:
+    """A constant as JSON: exact (a float by its repr, a fraction as n/d), sets sorted."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, Fraction):
+        return f"{value.numerator}/{value.denominator}"
+    if isinstance(value, frozenset):
+        return sorted(repr(v) for v in value)
+    if isinstance(value, (tuple, list)):
+        return [_constant(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _constant(v) for k, v in value.items()}
+    return value
 
 
 def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibration: Calibration,
@@ -166,7 +225,8 @@ def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibr
 
     ``{"material": 4, "query": …, "inputs": {role: {"fingerprint", "reading", ["origin"]}},
     "reads": {"needs", "partitions"} | None, "calibration": {"mode", "plan"},
-    "engine": "polars …; bounding …; noise v2[; tag]", "rules": {"auto", "choice", "bias report"}}``. A run is
+    "engine": "polars …; bounding …; noise v2[; tag]", "rules": {"auto", "choice", "bias report", "constants"}}``.
+    A run is
     a free replay of another exactly when all of it is equal. ``reads`` is None only for seeds that read no input
     as a release does (a stream state's seed, made once for every run: each run's input is bound by its step
     digest).
@@ -178,7 +238,7 @@ def seed_material(query: dict[str, Any], inputs: Mapping[str, SeedInput], calibr
         "reads": reads.seed_material() if reads is not None else None,
         "calibration": calibration.seed_material(),
         "engine": engine_versions(engine),
-        "rules": rule_versions(),
+        "rules": rule_versions(query.get("command")),
     }
 
 
