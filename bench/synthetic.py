@@ -116,7 +116,8 @@ def write_heavy(path: str, rows: int, seed: int = 41) -> None:
     * ``rows // 10`` users, each with a record count drawn from P(n) ∝ (n + 1.656)^-2.2 on [1, 10^5] (mean 10.0;
       36% of users have one record, the largest about 10^5 at 10M rows);
     * each record's key from P(r) ∝ (r + 1000)^-1.4 over as many keys as users (ranks 1..users);
-    * user ids and key ids are random permutations (no id carries its size or popularity), rows shuffled.
+    * user ids and key ids are random permutations (no id carries its size or popularity), rows shuffled;
+    * cut to ``rows`` records when the counts add up to more (a uniform sample of the records).
 
     Columns ``user_id`` and ``key`` (Int64), as the harness's other files; seeded.
     """
@@ -124,6 +125,8 @@ def write_heavy(path: str, rows: int, seed: int = 41) -> None:
     n_users = max(rows // 10, 1)
     counts = zipf_mandelbrot(rng, 10**5, 1.656, 2.2, n_users)
     users = np.repeat(rng.permutation(n_users).astype(np.int64), counts)
+    if users.size > rows:  # exactly ``rows`` records (at most): a uniform sample of them, as events_with_rows cuts
+        users = users[np.sort(rng.permutation(users.size)[:rows])]
     key_ids = rng.permutation(n_users).astype(np.int64)
     keys = key_ids[zipf_mandelbrot(rng, n_users, 1000.0, 1.4, users.size) - 1]
     order = rng.permutation(users.size)
