@@ -182,13 +182,16 @@ def rule_versions(command: str | None = None) -> dict[str, str]:
 
 
 def _constants_digest(command: str | None) -> str:
+    """The digest of the constants of ``command``'s rule modules by name (where a constant lives does not enter it:
+    a refactor that moves one between these modules keeps every seed; one name holding two values keeps both)."""
     names = RULE_MODULES.get(command or "") or sorted({n for ns in RULE_MODULES.values() for n in ns})
-    found = {}
+    found: dict[str, set[str]] = {}
     for name in names:
-        module = importlib.import_module(f"dpcli.tasks.{name}")
-        found[name] = {k: _constant(v) for k, v in sorted(vars(module).items()) if _CONSTANT.fullmatch(k)
-                       and _is_plain(v)}
-    return hashlib.sha256(json.dumps(found, sort_keys=True).encode()).hexdigest()[:32]
+        for k, v in vars(importlib.import_module(f"dpcli.tasks.{name}")).items():
+            if _CONSTANT.fullmatch(k) and _is_plain(v):
+                found.setdefault(k, set()).add(json.dumps(_constant(v), sort_keys=True))
+    text = json.dumps({k: sorted(v) for k, v in sorted(found.items())})
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 _CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
