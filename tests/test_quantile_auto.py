@@ -1,9 +1,10 @@
 """``auto`` bounds for a release of quantiles only (issue 38: it exited with an internal error, the bias–variance
-model looking for a noisy count): the rule aims at the quantile's rank error (histogram._quantile_model_noise)."""
+model looking for a noisy count): the rule aims at the quantile's rank error (histogram.quantile_model_noise)."""
 
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import numpy as np
 import polars as pl
@@ -57,9 +58,9 @@ def test_a_quantile_only_query_chooses_its_bounds(incomes, extra):
 
 def test_the_model_noise_scales_with_the_far_side_of_the_quantile():
     q = hist.HistogramQuery(by=("g",), unit="u", aggregations=("median",), value="v", bounds=(0.0, 100.0),
-                            epsilon=hist.Fraction(1), domain="keys")
+                            epsilon=Fraction(1), domain="keys")
     q99 = hist.HistogramQuery(by=("g",), unit="u", aggregations=("p99",), value="v", bounds=(0.0, 100.0),
-                              epsilon=hist.Fraction(1), domain="keys")
-    m = hist._quantile_model_noise(hist.plan_histogram(q, "approx", {}), q.grid)
-    m99 = hist._quantile_model_noise(hist.plan_histogram(q99, "approx", {}), q99.grid)
+                              epsilon=Fraction(1), domain="keys")
+    m = hist.quantile_model_noise(hist.plan_histogram(q, "approx", {}), q.grid)
+    m99 = hist.quantile_model_noise(hist.plan_histogram(q99, "approx", {}), q99.grid)
     assert m > 0 and m99 < m / 10  # p99: 2·0.01 of its margin (its margin is itself larger than the median's)

@@ -101,7 +101,7 @@ def _datasets(p: Fraction) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("p", QUANTILES, ids=str)
 def test_sensitivity_is_c_times_the_larger_side(p):
-    assert hist._sensitivity(hist.quantile_measurement(hist.quantile_label(p)) or "", hist.HistogramQuery(
+    assert hist.measurement_sensitivity(hist.quantile_measurement(hist.quantile_label(p)) or "", hist.HistogramQuery(
         by=("g",), unit="u", max_contributions=C)) == C * max(p.numerator, p.denominator - p.numerator)
 
 

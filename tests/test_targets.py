@@ -14,7 +14,7 @@ from dptest import history as entries
 from dpcli.errors import UsageError
 from dpcli.tasks import targets
 from dpcli.tasks.histogram import HistogramQuery
-from dpcli.tasks.histogram_target import choose, margins_of
+from dpcli.tasks.histogram.target import choose, margins_of
 
 KEYS = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES]
 FOUND = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "5",

@@ -158,7 +158,8 @@ class Reads:
 #: the targets' search, tabulate's spec rules. A command not listed binds all of them.
 _SHARED = ("auto_bounds", "bias_report", "quantile_gaps", "targets")
 RULE_MODULES: dict[str, tuple[str, ...]] = {
-    "histogram": (*_SHARED, "histogram", "quantile_interval"),
+    "histogram": (*_SHARED, "histogram.query", "histogram.plan", "histogram.run", "histogram.auto",
+                  "quantile_interval"),
     "topk": (*_SHARED, "topk", "topk_threshold", "topk_target"),
     "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.measures"),
     "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),

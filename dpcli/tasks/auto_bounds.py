@@ -160,7 +160,7 @@ class ChosenBounds:
     bounds: tuple[float, float] | None
     chosen: tuple[str, ...] = ()
     #: The chosen bounds made the release's noise too large to sample (a tiny ε): placeholders are in force instead
-    #: (:func:`dpcli.tasks.histogram._plannable`), decided from the chosen (released) values alone.
+    #: (:func:`dpcli.tasks.histogram.auto.plannable`), decided from the chosen (released) values alone.
     reduced: bool = False
 
     def to_json(self) -> dict[str, Any]:

@@ -106,8 +106,9 @@ def test_sql_defaults_with_rho_on_an_approx_ledger_are_not_refused(tmp_path, mon
 def _quantile_material(monkeypatch, steps: int):
     from dpcli.release import seeds
     from dpcli.tasks import histogram as h
+    from dpcli.tasks.histogram import query
 
-    monkeypatch.setattr(h, "QUANTILE_STEPS", steps)
+    monkeypatch.setattr(query, "QUANTILE_STEPS", steps)  # where the query's default grid reads it
     q = h.HistogramQuery(by=("page",), unit="user_id", aggregations=("median",), value="duration_s",
                          bounds=(0.0, 600.0), max_partitions=2, max_contributions=2, epsilon=Fraction(1),
                          domain="keys")

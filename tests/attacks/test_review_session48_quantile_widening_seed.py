@@ -1,7 +1,7 @@
 """Review session 48, item 1 (rule 1: the seed binds everything that shapes the output).
 
 A quantile-only histogram with ``--bounds auto`` widens the chosen limits by
-``dpcli.tasks.histogram.QUANTILE_WIDEN_STEPS`` candidates before it clamps the values the exponential mechanism
+``dpcli.tasks.histogram.auto.QUANTILE_WIDEN_STEPS`` candidates before it clamps the values the exponential mechanism
 reads. That constant is a rule that shapes the release (the limits in force, the grid, every median), but it is in
 no version :func:`dpcli.release.seeds.rule_versions` binds (not AUTO_VERSION, not BIAS_VARIANCE_RULE, not
 bias_report.RULE). An upgrade that changes it gives a rerun the old seed: recorded as a free replay of the first
@@ -14,7 +14,7 @@ import json
 
 from dptest import PV, cli, history, init_ledger
 
-from dpcli.tasks import histogram
+from dpcli.tasks.histogram import auto as histogram  # where the widening is used
 
 QUANTILES = ("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--value", "duration_s", "--agg",
              "median", "--bounds", "auto", "--epsilon", "1", "--delta", "1e-6", "--json")

@@ -83,16 +83,17 @@ def test_bounds_whose_noise_cannot_be_sampled_fall_back_instead_of_failing(tmp_p
 def test_only_the_caps_fall_back_when_the_chosen_limits_can_be_sampled():
     from fractions import Fraction
 
-    from dpcli.tasks.histogram import HistogramQuery, _plannable, plan_histogram
+    from dpcli.tasks.histogram import HistogramQuery, plan_histogram
+    from dpcli.tasks.histogram.auto import plannable
 
     q = HistogramQuery(by=("g",), unit="u", aggregations=("count", "sum"), value="v", epsilon=Fraction(1, 1000),
                        delta=Fraction(1, 10**6), auto=auto_bounds.AutoBounds(True, True, True))
     plan = plan_histogram(q, "approx", {})
     top = auto_bounds.COUNT_CANDIDATES[-1]
-    _, _, in_force = _plannable(q, plan, auto_bounds.ChosenBounds(top, top, (-1.0, 1.0)))
+    _, _, in_force = plannable(q, plan, auto_bounds.ChosenBounds(top, top, (-1.0, 1.0)))
     assert (in_force.max_partitions, in_force.max_contributions, in_force.bounds, in_force.reduced) == (
         1, 1, (-1.0, 1.0), True)
-    _, _, kept = _plannable(q, plan, auto_bounds.ChosenBounds(4, 2, (-1.0, 1.0)))
+    _, _, kept = plannable(q, plan, auto_bounds.ChosenBounds(4, 2, (-1.0, 1.0)))
     assert (kept.max_partitions, kept.max_contributions, kept.reduced) == (4, 2, False)
 
 

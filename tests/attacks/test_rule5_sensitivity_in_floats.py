@@ -130,9 +130,9 @@ def _one_row_never_moves_an_aggregate_beyond_its_sensitivity(data: st.DataObject
     spec = bounding.BoundingSpec("user", ("g",), 1, 1, value="x", grid=vg)
     before, after = _totals(base, spec), _totals([*base, ("new", "a", x)], spec)
     for name in MEASUREMENTS:
-        sens = hist._sensitivity(name, q)
-        t0 = int(hist._true_values(before, name, vg)[0])
-        t1 = int(hist._true_values(after, name, vg)[0])
+        sens = hist.measurement_sensitivity(name, q)
+        t0 = int(hist.true_values(before, name, vg)[0])
+        t1 = int(hist.true_values(after, name, vg)[0])
         note(f"{name}: {t0} → {t1}, sensitivity {sens}, grid {vg}")
         assert abs(t1 - t0) <= sens
         assert abs(t0) <= 2 * sens  # each base row is within the bound too

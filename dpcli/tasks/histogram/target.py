@@ -27,14 +27,8 @@ from typing import Any
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
 from dpcli.tasks import targets
-from dpcli.tasks.histogram import (
-    HistogramQuery,
-    parse_quantile,
-    plan_histogram,
-    quantile_label,
-    quantile_measurement,
-    quantile_rank_margin,
-)
+from dpcli.tasks.histogram.plan import plan_histogram, quantile_rank_margin
+from dpcli.tasks.histogram.query import HistogramQuery, parse_quantile, quantile_label, quantile_measurement
 
 #: The measurement (and so the noise) behind each served aggregation (a quantile's rank: its own, ``q`` + p).
 SERVED = {"count": "rows", "count-units": "units", "sum": "sum", "mean": "mean"}
