@@ -90,7 +90,7 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     if plan.get("count_noise"):
         lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
     if plan.get("selection"):  # topk without a list: its threshold, or UnkGumb's ⊥ offset
-        from dpcli.tasks.topk_threshold import selection_lines
+        from dpcli.tasks.topk.threshold import selection_lines
 
         lines += selection_lines(plan["selection"])
     lines += _threshold_and_parts(plan)

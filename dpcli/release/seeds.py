@@ -160,7 +160,7 @@ _SHARED = ("auto_bounds", "bias_report", "quantile_gaps", "targets")
 RULE_MODULES: dict[str, tuple[str, ...]] = {
     "histogram": (*_SHARED, "histogram.query", "histogram.plan", "histogram.run", "histogram.auto",
                   "quantile_interval"),
-    "topk": (*_SHARED, "topk", "topk_threshold", "topk_target"),
+    "topk": (*_SHARED, "topk.query", "topk.plan", "topk.run", "topk.auto", "topk.threshold", "topk.target"),
     "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.measures"),
     "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),
     "tabulate": ("tabulate", "tabulate_spec"),

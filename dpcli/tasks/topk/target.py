@@ -13,7 +13,8 @@ from typing import Any
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import UsageError
 from dpcli.tasks import targets
-from dpcli.tasks.topk import TopKQuery, epsilon_per_for, plan_topk
+from dpcli.tasks.topk.plan import epsilon_per_for, plan_topk
+from dpcli.tasks.topk.query import TopKQuery
 
 
 @dataclass(frozen=True)

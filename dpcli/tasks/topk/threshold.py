@@ -39,7 +39,7 @@ from dpcli.errors import UsageError
 from dpcli.tasks.auto_bounds import sampleable
 
 if TYPE_CHECKING:
-    from dpcli.tasks.topk import TopKQuery
+    from dpcli.tasks.topk.query import TopKQuery
 
 
 @dataclass(frozen=True)
