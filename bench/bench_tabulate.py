@@ -117,7 +117,7 @@ def check_reference(persons: Path, spec_path: Path) -> None:
 
     from dpcli.io.inputs import open_input
     from dpcli.tasks import tabulate as tab
-    from dpcli.tasks.tabulate_spec import load_spec
+    from dpcli.tasks.tabulate.query import load_spec
 
     spec = load_spec(str(spec_path))
     blocks = tab.read_blocks(spec, open_input(str(spec.blocks_file), text_columns=tuple(tab.block_columns(spec))).frame)

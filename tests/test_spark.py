@@ -418,7 +418,7 @@ def test_spark_tabulate_counts_equal_polars(spark, tmp_path):
     from dpcli.spark.bounding import read_input
     from dpcli.spark.tabulate import level_counts as spark_counts
     from dpcli.tasks import tabulate as tab
-    from dpcli.tasks.tabulate_spec import read_spec
+    from dpcli.tasks.tabulate.query import read_spec
 
     spec, _ = read_spec(SPEC)
     blocks = tab.read_blocks(spec, open_input(str(spec.blocks_file), text_columns=("block", "aiannh")).frame)

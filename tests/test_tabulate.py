@@ -18,7 +18,8 @@ from dpcli.cli.app import app
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks import tabulate as tab
-from dpcli.tasks.tabulate_spec import load_spec, parse_spec
+from dpcli.tasks.tabulate import run as tab_run
+from dpcli.tasks.tabulate.query import load_spec, parse_spec
 
 SAMPLE_SPEC = Path(__file__).resolve().parent.parent / "sample_data" / "safetab_spec.toml"
 
@@ -31,7 +32,7 @@ def test_plan_reproduces_table_4():
     evidently computed with ln 20 ≈ 2.99 and ρ = 1.96²/2 / MOE² (not 1.92), and the step-2 column
     is 0.9 × the *rounded* total (e.g. 0.531 = 0.9 × 0.59, while 0.9 × 0.5874 = 0.5287): so step 2
     is checked against 0.9 × our total, and the printed step 2 against 0.9 × the printed total."""
-    p = tab.plan(load_spec(str(SAMPLE_SPEC)))
+    p = tab.plan_document(load_spec(str(SAMPLE_SPEC)))
     eps_total = [4.27, 4.27, 2.49, 2.49, 0.59, 0.59, 0.59]
     rho_total = [0.534, 0.534, 0.159, 0.159, 0.008, 0.008, 0.008]
     eps_step2 = [3.84, 3.84, 2.24, 2.24, 0.531, 0.531, 0.531]
@@ -50,7 +51,7 @@ def test_plan_reproduces_table_2_except_rdp():
     """Pure 15.3, zCDP analytic 12.8 and numerical 12.2 (δ = 1e-10) as printed. The RDP row
     prints 13.2, but eq. 39-40 as printed give 13.57 (α = 7.36); with the exact discrete Laplace
     curve, the Table 4 values or a wider α grid it is 13.5-14.2, never 13.2: we report 13.6."""
-    p = tab.plan(load_spec(str(SAMPLE_SPEC)), 1e-10)
+    p = tab.plan_document(load_spec(str(SAMPLE_SPEC)), 1e-10)
     assert round(p["geometric"]["pure_epsilon"], 1) == 15.3
     assert round(p["discrete_gaussian"]["zcdp_analytic_epsilon"], 1) == 12.8
     assert round(p["discrete_gaussian"]["zcdp_numerical_epsilon"], 1) == 12.2
@@ -250,7 +251,7 @@ def test_extreme_spec_numbers_are_spec_errors_not_crashes(edit, key):
     import tomllib
     from pathlib import Path
 
-    from dpcli.tasks.tabulate_spec import SpecError, parse_spec
+    from dpcli.tasks.tabulate.query import SpecError, parse_spec
 
     raw = tomllib.loads((Path(__file__).parent.parent / "sample_data" / "safetab_spec.toml").read_text())
     if "epsilon" in key:
@@ -285,13 +286,13 @@ def _reference_counts(frame: pl.LazyFrame, spec: object, blocks: pl.DataFrame, l
         return inside.list.all() if it.alone else inside.list.any()  # type: ignore[attr-defined]
 
     areas = [g.column for g in spec.geo_levels.values() if g.column]  # type: ignore[attr-defined]
-    persons = tab._prepare(frame, spec, "x").filter(tab._usable(spec)).join(  # type: ignore[arg-type]
+    persons = tab_run._prepare(frame, spec, "x").filter(tab_run._usable(spec)).join(  # type: ignore[arg-type]
         blocks.lazy().select([pl.col("block").alias("__block"), *[pl.col(a).alias(f"__area_{a}") for a in areas]]),
         on="__block", how="inner")
     its = spec.iterations[level.iterations]  # type: ignore[attr-defined]
     return persons.with_columns(
-        *[tab._age_bin(edges).alias(f"__a{i}") for i, edges in enumerate(spec.age_bins)],  # type: ignore[attr-defined]
-        tab._geo_expr(spec, level).alias("geo_id"),  # type: ignore[arg-type]
+        *[tab_run._age_bin(edges).alias(f"__a{i}") for i, edges in enumerate(spec.age_bins)],  # type: ignore[attr-defined]
+        tab_run._geo_expr(spec, level).alias("geo_id"),  # type: ignore[arg-type]
         pl.concat_list([pl.when(member(it).fill_null(False)).then(pl.lit(it.code)) for it in its]).list.drop_nulls()
         .list.head(level.stability).alias("iteration"),  # type: ignore[attr-defined]
     ).filter(pl.col("geo_id").is_not_null()).explode("iteration").filter(pl.col("iteration").is_not_null()).group_by(

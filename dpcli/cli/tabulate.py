@@ -80,7 +80,7 @@ def tabulate(
     from dpcli.cli.render import output_target, write_release
     from dpcli.release.seeds import DocumentInput
     from dpcli.tasks import tabulate as tab
-    from dpcli.tasks.tabulate_spec import read_spec
+    from dpcli.tasks.tabulate.query import read_spec
 
     if not spec_path:
         raise UsageError("--spec is required (the tabulation spec, TOML)")
@@ -117,7 +117,7 @@ def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None
     from dpcli.tasks import tabulate as tab
 
     d = probability("--delta", delta, allow_zero=False)
-    result = tab.plan(spec, float(d))
+    result = tab.plan_document(spec, float(d))
     result["ledger"] = _would_accept(ctx, tab.events(spec))
     if as_json:
         emit_json(result)

@@ -163,7 +163,7 @@ RULE_MODULES: dict[str, tuple[str, ...]] = {
     "topk": (*_SHARED, "topk.query", "topk.plan", "topk.run", "topk.auto", "topk.threshold", "topk.target"),
     "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.measures"),
     "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),
-    "tabulate": ("tabulate", "tabulate_spec"),
+    "tabulate": ("tabulate.query", "tabulate.plan", "tabulate.run"),
 }
 
 

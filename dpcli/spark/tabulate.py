@@ -23,7 +23,7 @@ import polars as pl
 
 from dpcli.errors import DataError, type_text
 from dpcli.tasks.tabulate import COUNT_SCHEMA, LevelCounts
-from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
+from dpcli.tasks.tabulate.query import Iteration, Level, Spec
 
 #: Unicode White_Space, as Rust's ``char::is_whitespace`` (polars' ``strip_chars``) has it.
 _WHITE = "[\\t\\n\\u000B\\f\\r \\u0085\\u00A0\\u1680\\u2000-\\u200A\\u2028\\u2029\\u202F\\u205F\\u3000]"

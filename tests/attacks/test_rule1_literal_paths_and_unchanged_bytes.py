@@ -227,7 +227,7 @@ def test_tabulate_block_list_rewritten_in_place_is_refused(tmp_path, monkeypatch
 
 def test_spec_fingerprint_is_of_the_parsed_bytes(tmp_path):
     """The spec enters the seed by the hash of the very bytes parsed (read once)."""
-    from dpcli.tasks.tabulate_spec import read_spec
+    from dpcli.tasks.tabulate.query import read_spec
 
     spec_path, _ = _tabulate_setup(tmp_path, "blocks.csv")
     raw = spec_path.read_bytes()

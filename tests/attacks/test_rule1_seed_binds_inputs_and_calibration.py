@@ -272,7 +272,7 @@ def test_what_of_a_plan_stays_out_of_the_seed_is_listed():
     from dpcli.tasks.histogram import HistogramPlan, NoisyStatistic
     from dpcli.tasks.stream.plan import StreamPlan
     from dpcli.tasks.tabulate import TabulatePlan
-    from dpcli.tasks.tabulate_spec import Level
+    from dpcli.tasks.tabulate.query import Level
     from dpcli.tasks.topk import TopKPlan
 
     classes = (HistogramPlan, NoisyStatistic, TopKPlan, StreamPlan, TabulatePlan, Level, Noise, PrivacyEvent)

@@ -50,7 +50,7 @@ ALLOWED = {
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("release/schedules.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
-    ("tasks/tabulate_spec.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
+    ("tasks/tabulate/query.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
     ("tasks/sql/parse.py", "_where(exc)"): "only the integers of sqlglot's structured line and column are kept",
     ("access/catalog.py", "below.why"): "as in io/inputs.py: 'a symlink' or unsafe_stat's owner and mode",
     ("io/inputs.py", "below.why"): "dpcli.access.walk.Below's reason, dpcli's own: 'a symlink' or unsafe_stat's "

@@ -29,7 +29,7 @@ from dpcli.tasks import histogram as hist
 from dpcli.tasks import stream_replay as sr
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks import topk
-from dpcli.tasks.tabulate_spec import load_spec
+from dpcli.tasks.tabulate.query import load_spec
 
 PAIRS = [pytest.param(25, id="fast"), pytest.param(1000, marks=pytest.mark.audit, id="full")]
 

@@ -32,7 +32,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.tasks import histogram as hist
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks import topk
-from dpcli.tasks.tabulate_spec import load_spec
+from dpcli.tasks.tabulate.query import load_spec
 
 pytestmark = pytest.mark.audit
 

@@ -31,7 +31,7 @@ from tabulate_specs import spec_toml
 from dpcli.core.prf import KeyedStream
 from tabulate_specs import block_frame
 from dpcli.tasks import tabulate as tab
-from dpcli.tasks.tabulate_spec import load_spec
+from dpcli.tasks.tabulate.query import load_spec
 
 BASE = 2  # x: persons per block under D
 
@@ -83,8 +83,10 @@ def test_tabulate_never_beats_its_epsilon_and_a_broken_one_is_caught(tmp_path, m
     over five seeds its two-sample test caught the broken variant only twice, at 4·10⁴ five times
     out of five (the ε lower bound separated them every time at both sizes)."""
     ok, ok_violations = _audit(tmp_path, blocks, gamma, f"ok/{gamma}")
-    noise_for = tab._noise_for
-    monkeypatch.setattr(tab, "_noise_for", lambda noise, param: noise_for(noise, param * Fraction(6, 5)))
+    noise_for = tab.noise_for
+    from dpcli.tasks.tabulate import run as tab_run  # where the release draws its noise
+
+    monkeypatch.setattr(tab_run, "noise_for", lambda noise, param: noise_for(noise, param * Fraction(6, 5)))
     bad, bad_violations = _audit(tmp_path, blocks, gamma, f"bad/{gamma}")
     print(f"ε lower bound {ok:.3f} (claim 1), broken {bad:.3f}; two-sample violations {len(ok_violations)} "
           f"(broken: {len(bad_violations)})")

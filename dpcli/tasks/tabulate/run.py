@@ -1,247 +1,29 @@
-"""SafeTab-style adaptive tabulation of population groups (``dpcli tabulate``, paper 003).
-
-Per level of the spec: each person counts in at most ``stability`` groups (bounded here), a noisy
-total per group (step 1), then Sex × Age cells at the granularity that total allows (step 2).
-The algorithm, its calibration from margins of error and its accounting are in ``docs/tabulate.md``.
+"""A tabulation computed: the persons prepared and counted into cells of atoms in a few polars queries
+(:func:`level_counts`), then each level's totals and Sex × Age marginals with their noise and the adaptive choice
+of the marginals (:func:`run_tabulate`).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from dpcli import bounding
 from dpcli.core import mechanisms as mech
-from dpcli.core.accounting import composition as acc
-from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text, withheld
 from dpcli.frames import collect
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
-from dpcli.tasks.tabulate_spec import Iteration, Level, Spec
+from dpcli.tasks.tabulate.plan import TabulatePlan, noise_for, plan_tabulate
+from dpcli.tasks.tabulate.query import Iteration, Level, Spec
 
 if TYPE_CHECKING:
     from polars.datatypes import DataTypeClass  # a list's item type may be a class (pl.List(pl.Int64).inner)
-
-#: α grid of SafeTab App. F (1.01, 1.02, …, 10.00).
-SAFETAB_ORDERS = np.round(np.arange(1.01, 10.0001, 0.01), 2)
-
-
-# ---- planning (no data) ------------------------------------------------------------------------
-
-
-def base_from_moe(moe: float, noise: str, calibration: str = "paper") -> float:
-    """The step-2 per-cell parameter (ε or ρ) for a 95% MOE target.
-
-    ``paper``: eq. 38, ε = ln 20/(⌊MOE⌋ + 1) (geometric), or eq. 37, ρ = 1.92/⌊MOE⌋²
-    (discrete Gaussian), as SafeTab prints them. Eq. 38 comes from eq. 35-36,
-    which take a floor where the tail bound needs a ceiling: at MOE 6 the exact
-    P[|Z| > 6] is 0.0605, so the interval covers 94%, not 95%.
-    ``exact``: the smallest parameter (least budget) whose *exact* noise
-    distribution has P[|Z| > ⌊MOE⌋] ≤ 0.05, found by bisection on the exact tail.
-    """
-    m = math.floor(moe)
-    if calibration == "paper":
-        if noise == "geometric":
-            return math.log(20.0) / (m + 1)
-        return 1.92 / (m * m)
-
-    def covered(param: float) -> bool:
-        noise_q = _noise_for(noise, Fraction(param))
-        return 2.0 * noise_q.tail(m + 1) <= 0.05
-
-    lo, hi = 1e-9, 50.0
-    for _ in range(80):
-        mid = math.sqrt(lo * hi)
-        if covered(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-@dataclass(frozen=True)
-class LevelBudget:
-    """A level's parameters: per-cell step-2 value, the level's step-2 and total (× s, ÷ (1 − γ))."""
-
-    level: Level
-    base: float  # per population group, step 2 (ε or ρ of one NoisyCount)
-    step2: float  # aggregated over the level: base · s
-    total: float  # the level's input ρ_i: step2 / (1 − γ)
-
-    @property
-    def charged(self) -> Fraction:
-        """The level's ρ_i as an exact decimal: the spec's value, or the MOE-derived one rounded *up*
-        to 12 decimals (slightly less noise than the formula, charged exactly as used)."""
-        if self.level.budget is not None:
-            return self.level.budget
-        return Fraction(math.ceil(self.total * 10**12), 10**12)
-
-    @property
-    def per_group(self) -> Fraction:
-        """ρ_i/s: what each population group's TabulatePopulationGroup call gets (Alg. 1, line 11)."""
-        return self.charged / self.level.stability
-
-
-def level_budgets(spec: Spec, noise: str) -> list[LevelBudget]:
-    """Per-level parameters for ``noise`` (levels given as budgets only convert for the spec's own noise)."""
-    out = []
-    g = float(spec.gamma)
-    for lv in spec.levels:
-        s = lv.stability
-        if lv.moe is not None:
-            base = base_from_moe(lv.moe, noise, spec.moe_calibration)
-            total = base * s / (1.0 - g)
-        else:
-            if noise != spec.noise:
-                continue
-            assert lv.budget is not None  # a level has a MOE or a budget (tabulate_spec)
-            total = float(lv.budget)
-            base = total * (1.0 - g) / s
-        out.append(LevelBudget(lv, base, base * s, total))
-    return out
-
-
-@dataclass(frozen=True)
-class TabulatePlan:
-    """A tabulation's calibration, from its spec alone: what :func:`run_tabulate` draws its noise
-    with, exactly. The noise family, γ (the step-1 share), the thresholds θ1 < θ2 < θ3 that choose
-    each group's branch, the levels, and each level's ρ_i/s (or ε_i/s) per population group, as
-    charged. It enters the release seed (:class:`dpcli.release.Calibration`)."""
-
-    noise: str
-    gamma: Fraction
-    thresholds: tuple[int, int, int]
-    levels: tuple[Level, ...]
-    per_group: tuple[Fraction, ...]  # one per level, in order: :attr:`LevelBudget.per_group`
-    #: What a run costs (:func:`events`): a function of the fields above, so not part of the seed's material.
-    events: list[PrivacyEvent] = field(default_factory=list, compare=False)
-
-
-def plan_tabulate(spec: Spec) -> TabulatePlan:
-    """The calibration of ``spec``'s release (no data read)."""
-    budgets = level_budgets(spec, spec.noise)  # every level has a budget in the spec's own noise
-    return TabulatePlan(spec.noise, spec.gamma, spec.thresholds, tuple(b.level for b in budgets),
-                        tuple(b.per_group for b in budgets), events(spec))
-
-
-def geometric_rdp_total(budgets: list[LevelBudget], gamma: float, delta: float) -> tuple[float, float]:
-    """Eq. 39–40: f(α) = Σ_i s·max[τ(α, γρ_i/s) + τ(α, (1−γ)ρ_i/s), τ(α, ρ_i/s)], minimised over α ∈ {1.01…10}."""
-    a = SAFETAB_ORDERS
-    f = np.zeros(a.size)
-    for b in budgets:
-        s, r = b.level.stability, b.total
-        two = acc.geometric_rdp(gamma * r / s, a) + acc.geometric_rdp((1 - gamma) * r / s, a)
-        f += s * np.maximum(two, acc.geometric_rdp(r / s, a))
-    return acc.rdp_to_approx(f, delta, a)
-
-
-class GeometricLevel(TypedDict):
-    """One level of Table 4 under geometric noise."""
-
-    level: str
-    moe: float | None
-    stability: int
-    epsilon_base: float
-    epsilon_step2: float
-    epsilon_total: float
-
-
-class GaussianLevel(TypedDict):
-    """One level of Table 4 under discrete Gaussian noise."""
-
-    level: str
-    moe: float | None
-    stability: int
-    rho_base: float
-    rho_step2: float
-    rho_total: float
-
-
-class GeometricTotals(TypedDict):
-    """Table 2 under geometric noise: the levels, and the total ε under pure DP and under RDP."""
-
-    levels: list[GeometricLevel]
-    pure_epsilon: float
-    rdp_epsilon: float
-    rdp_alpha: float
-
-
-class GaussianTotals(TypedDict):
-    """Table 2 under discrete Gaussian noise: the levels, the total ρ and its (ε, δ) conversions."""
-
-    levels: list[GaussianLevel]
-    rho: float
-    zcdp_analytic_epsilon: float
-    zcdp_numerical_epsilon: float
-    zcdp_numerical_alpha: float
-
-
-class PlanDocument(TypedDict):
-    """``dpcli tabulate --dry-run``'s document (each noise whose levels can all be converted; the CLI adds
-    ``ledger``: whether the analyst's ledger would accept the spec's cost)."""
-
-    noise: str
-    gamma: float
-    delta: float
-    moe_calibration: str
-    geometric: NotRequired[GeometricTotals]
-    discrete_gaussian: NotRequired[GaussianTotals]
-    ledger: NotRequired[dict[str, Any]]
-
-
-def plan(spec: Spec, delta: float = 1e-10) -> PlanDocument:
-    """Table 4 (per-level parameters) and Table 2 (total loss under each analysis) for a spec."""
-    out: PlanDocument = {"noise": spec.noise, "gamma": float(spec.gamma), "delta": delta,
-                         "moe_calibration": spec.moe_calibration}
-    geo = level_budgets(spec, "geometric")
-    dg = level_budgets(spec, "discrete-gaussian")
-    if geo:
-        eps_rdp, alpha = geometric_rdp_total(geo, float(spec.gamma), delta)
-        out["geometric"] = {
-            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
-                        "epsilon_base": b.base, "epsilon_step2": b.step2, "epsilon_total": b.total} for b in geo],
-            "pure_epsilon": sum(b.total for b in geo),
-            "rdp_epsilon": eps_rdp,
-            "rdp_alpha": alpha,
-        }
-    if dg:
-        rho = sum(b.total for b in dg)
-        numerical, alpha = acc.rdp_to_approx(acc.zcdp_rdp(rho, SAFETAB_ORDERS), delta, SAFETAB_ORDERS)
-        out["discrete_gaussian"] = {
-            "levels": [{"level": b.level.name, "moe": b.level.moe, "stability": b.level.stability,
-                        "rho_base": b.base, "rho_step2": b.step2, "rho_total": b.total} for b in dg],
-            "rho": rho,
-            "zcdp_analytic_epsilon": acc.zcdp_to_approx_analytic(rho, delta),
-            "zcdp_numerical_epsilon": numerical,
-            "zcdp_numerical_alpha": alpha,
-        }
-    return out
-
-
-def events(spec: Spec) -> list[PrivacyEvent]:
-    """What a run costs: Σ ε_i (pure) or Σ ρ_i (zCDP), as exact decimals rounded up."""
-    total = sum((b.charged for b in level_budgets(spec, spec.noise)), Fraction(0))
-    if spec.noise == "geometric":
-        return [PrivacyEvent("pure", "tabulate/geometric", epsilon=total)]
-    return [PrivacyEvent("zcdp", "tabulate/discrete-gaussian", rho=total)]
-
-
-def _noise_for(noise: str, param: Fraction) -> mech.Noise:
-    """BaseGeometric(ε = param) or BaseDiscreteGaussian(ρ = param) for a sensitivity-1 count."""
-    if noise == "geometric":
-        return mech.laplace(1, param)
-    return mech.gaussian(1, param)
-
-
-# ---- running ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -414,6 +196,8 @@ def _bin_labels(edges: tuple[int, ...]) -> list[str]:
 
 #: Bits per word of a race signature (Int64 words, the sign bit unused).
 _WORD = 63
+
+
 _INT64_MAX = 2**63 - 1
 
 
@@ -479,9 +263,12 @@ def _atom_membership(it: Iteration, race: _Atoms, eth: _Atoms) -> pl.Expr:
 #: A level → its bounded counts: one row per (``geo_id``, ``iteration``, ``__sex``, ``__a0``, ``__a1``,
 #: ``__a2``) with persons, ``n`` (Int64) of them. See :data:`CountsEngine`.
 LevelCounts = Callable[[Level], pl.DataFrame]
+
+
 #: (spec, the public block list) → :data:`LevelCounts`, on some engine (polars here, or Spark:
 #: :func:`dpcli.spark.tabulate.level_counts`); everything after the counts runs on the driver.
 CountsEngine = Callable[[Spec, pl.DataFrame], LevelCounts]
+
 
 #: The columns and types of a level's counts, on every engine.
 COUNT_SCHEMA = {"geo_id": pl.String, "iteration": pl.String, "__sex": pl.String, "__a0": pl.Int64,
@@ -595,7 +382,7 @@ def _tabulate_level(
     level's ρ_i/s); ``spec`` gives the shape (iterations, age bins, sexes)."""
     totals = _level_totals(counts, blocks, spec, level)
     branch = _branches(totals, plan, level, per_group, stream)
-    cell_noise = _noise_for(plan.noise, (1 - plan.gamma) * per_group)
+    cell_noise = noise_for(plan.noise, (1 - plan.gamma) * per_group)
     out_rows = _total_rows(totals, branch, plan, per_group, stream, with_error)
     out_rows += _marginal_rows(counts, totals, branch, spec, cell_noise, stream, with_error)
     result = pl.concat(out_rows, how="diagonal") if out_rows else None
@@ -636,7 +423,7 @@ def _branches(totals: pl.DataFrame, plan: TabulatePlan, level: Level, per_group:
     thresholds θ1 < θ2 < θ3 (0: total, 1-3: coarse to fine cells), or −1 for a TotalOnly group."""
     total_only = totals["__total_only"].to_numpy() | level.total_only
     true = totals["true"].to_numpy().astype(np.int64)
-    step1 = true + _noise_for(plan.noise, plan.gamma * per_group).sample(stream.child("step1"), totals.height)
+    step1 = true + noise_for(plan.noise, plan.gamma * per_group).sample(stream.child("step1"), totals.height)
     th1, th2, th3 = plan.thresholds
     branch = np.where(step1 < th1, 0, np.where(step1 < th2, 1, np.where(step1 < th3, 2, 3)))
     return np.where(total_only, -1, branch)
@@ -650,7 +437,7 @@ def _total_rows(totals: pl.DataFrame, branch: np.ndarray, plan: TabulatePlan, pe
                               ("total", branch == 0, (1 - plan.gamma) * per_group)):
         if not mask.any():
             continue
-        noise = _noise_for(plan.noise, param)
+        noise = noise_for(plan.noise, param)
         sel = totals.filter(pl.Series(mask))
         values = sel["true"].to_numpy() + noise.sample(stream.child(kind), sel.height)
         df = sel.select("geo_id", "iteration").with_columns(
@@ -691,60 +478,3 @@ def _marginal_rows(counts: pl.DataFrame, totals: pl.DataFrame, branch: np.ndarra
             df = df.with_columns(pl.lit(cell_noise.margin95()).alias("moe95"))
         out_rows.append(df)
     return out_rows
-
-
-__all__ = ["TabulatePlan", "base_from_moe", "events", "level_budgets", "plan", "plan_tabulate", "run_tabulate"]
-
-
-@dataclass(frozen=True)
-class TabulateTask:
-    """``dpcli tabulate`` as a :class:`dpcli.tasks.Task`: the spec (its bytes, as a seed input ``spec``:
-    ``document``) and whether cells carry margins."""
-
-    spec: Spec
-    document: Any  # the spec's bytes as they enter the seed (:class:`dpcli.release.seeds.DocumentInput`)
-    with_error: bool = free_replay("--with-error", default=False)
-    command: str = "tabulate"
-
-    def for_ledger(self, mode: str) -> TabulateTask:
-        return self
-
-    def check(self) -> None:
-        """The spec was checked when it was read (:func:`dpcli.tasks.tabulate_spec.read_spec`)."""
-
-    def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
-        """Nothing in its public lists can refuse this task before it runs (their columns are checked on opening)."""
-
-    def check_inputs(self, frames: Frames, plan: TabulatePlan) -> None:
-        """The spec's columns against the data's schema (:func:`check_columns`), before the debit: a missing
-        column or an unusable type (a float age) is the same for every dataset of that schema."""
-        check_columns(frames.schema, self.spec, frames.name)
-
-    def needs(self) -> Needs:
-        c = self.spec.columns
-        columns: dict[str, Any] = {c[k]: "any" for k in ("block", "race", "ethnicity", "sex", "age")}
-        blocks = PublicList(tuple(block_columns(self.spec)), cast_to_data=False,
-                            missing="the spec needs geography.blocks: the public list of blocks groups are "
-                                    "enumerated from")
-        return Needs(columns, {"blocks": blocks}, check_columns=False, documents={"spec": self.document})
-
-    def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TabulatePlan:
-        return plan_tabulate(self.spec)
-
-    def describe(self, plan: TabulatePlan) -> dict[str, Any]:
-        return {"noise": plan.noise, "levels": [lv.name for lv in plan.levels]}
-
-    def run(self, frames: Frames, plan: TabulatePlan, seed: bytes, engine: Engine | None) -> Result:
-        blocks = frames.lists["blocks"]
-        released = run_tabulate(frames.data, self.spec, KeyedStream(seed, "tabulate"), self.with_error,
-                                blocks=blocks.lazy(), name=frames.name,
-                                engine=engine.tabulate_counts if engine else None, plan=plan)
-        # The summary holds public values (spec, levels, groups enumerated from the public block list,
-        # noise scales) and functions of the noisy output (branches, rows): no count of records.
-        return Result(released.table, {"command": "tabulate", "noise": self.spec.noise, **released.metadata})
-
-    def summary(self, name: str, result: Result) -> str:
-        return f"tabulate {name}: {result.metadata['rows']} cell(s) over {len(self.spec.levels)} level(s)"
-
-    def notes(self, plan: TabulatePlan, result: Result) -> list[Any]:
-        return []
