@@ -10,7 +10,7 @@ Compared on the final histogram of the day (the last released value of each
 key; 0 for a key never released) against the true, unbounded count per key,
 over every key with at least one record:
 
-* **DP-SQLP**: ``dpcli.tasks.stream_replay.run_stream`` (the library behind
+* **DP-SQLP**: ``dpcli.tasks.stream.run_stream`` (the library behind
   ``dpcli stream-replay``), with its exact discrete noise;
 * **Baseline 1** (repeated one-shot query): at each of the T triggers a
   one-shot Gaussian query on all data so far, so the budget is split T ways;
@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import synthetic
 
 from dpcli.core.accounting import composition as acc
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 EPS, DELTA, C, SPAN = 6.0, 1e-9, 32, 100_000
 

@@ -10,7 +10,7 @@ from fractions import Fraction
 import polars as pl
 
 from dpcli.core import tree
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 
 def run(every, triggers, C, eps, mu=0, window=86400):

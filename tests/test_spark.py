@@ -506,7 +506,7 @@ def test_spark_stream_events_equal_polars(spark, tmp_path, summed):
     Spark are polars' events, for a whole replay, a middle slice and a later run with used records."""
     from dpcli.spark.bounding import read_input
     from dpcli.spark.stream import bounded_events
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     q = sr.StreamQuery(time="ts", keys=("page",), unit="user_id", window=7 * 86400, triggers=7, max_records=3,
                        epsilon=Fraction(1), delta=Fraction(1, 10**9), value="duration_s" if summed else None,
@@ -527,7 +527,7 @@ def test_spark_stream_drops_nan_units_like_polars(spark, tmp_path):
     escapes the per-unit cap (tests/attacks/test_attack_stream_engine.py has the polars side)."""
     from dpcli.spark.bounding import read_input
     from dpcli.spark.stream import bounded_events
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     n = 400
     frame = pl.DataFrame({"ts": [1_793_500_000 + 97 * i for i in range(n)],
@@ -567,7 +567,7 @@ def test_spark_stream_replay_and_state_runs_release_polars_bytes(spark, tmp_path
 
     from dpcli.spark.bounding import read_input
     from dpcli.spark.stream import events_engine
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     q = sr.StreamQuery(time="ts", keys=("page",), unit="user_id", window=7 * 86400, triggers=7, max_records=8,
                        epsilon=Fraction(6), delta=Fraction(1, 10**9), value="duration_s", clamp=300.0)

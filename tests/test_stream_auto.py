@@ -11,7 +11,7 @@ import pytest
 from dptest import cli, history, init_ledger, stream
 
 from dpcli.tasks import auto_bounds as ab
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 from dpcli.tasks.stream.auto import choose
 from dpcli.tasks.stream.plan import plan_pending
 

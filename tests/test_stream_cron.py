@@ -23,7 +23,7 @@ from dptest import cli, init_ledger
 
 from dpcli.errors import OutputError
 from dpcli.io.outputs import render
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS
 
 START = datetime(2026, 11, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ from dptest import cli, init_ledger, runner, stream
 from dpcli.cli.app import app
 from dpcli.core import tree
 from dpcli.errors import UsageError
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 
 def seed(i):

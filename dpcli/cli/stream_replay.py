@@ -41,7 +41,7 @@ from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
 
 @handles_errors
@@ -173,7 +173,7 @@ def _query(
 ) -> sr.StreamQuery:
     """The query the options describe (window and trigger spacing as durations)."""
     from dpcli.cli._times import parse_duration
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     size = parse_duration(window)
     if (triggers is None) == (trigger_every is None):

@@ -14,7 +14,7 @@ from fractions import Fraction
 import polars as pl
 import stream_reference
 
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 _PLANS: dict = {}
 

@@ -28,7 +28,7 @@ from dptest import cli, init_ledger, released_nothing, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 
 import dpcli.state.documents as documents
-import dpcli.tasks.stream_replay as sr
+import dpcli.tasks.stream as sr
 from dpcli.cli.app import app
 from dpcli.state import ledger
 

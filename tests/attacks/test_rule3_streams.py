@@ -17,7 +17,7 @@ import pytest
 from stream_engine_checks import _plan, _query, _seed
 from stream_reports import BASE, NEWCOMER, THROUGH, _differs, _rows, _run
 
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 
 @pytest.mark.parametrize("when", ["2026-11-01T03:00:00", "2026-11-06T21:00:00"], ids=["inside", "latest"])

@@ -31,7 +31,7 @@ from stream_engine_checks import _incremental_equals_replay, _plan, _query, _rep
 
 from dpcli.cli.app import app
 from dpcli.errors import UsageError
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 from dpcli.tasks.stream.algorithm import key_label
 
 # -- confirmed, fixed ---------------------------------------------------------------------------------

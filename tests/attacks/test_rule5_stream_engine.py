@@ -29,7 +29,7 @@ import pytest
 import stream_reference
 from stream_engine_checks import _incremental_equals_replay, _plan, _query, _replay_equals_reference, _roundtrip, _seed
 
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 
 def test_nan_units_are_no_units_and_cannot_escape_the_cap():
@@ -198,7 +198,7 @@ def test_suffix_maxima_release_what_the_scan_released():
 
     import stream_reference
 
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     rows = [(t * 100 + j, f"u{t}-{j}-{k}", f"k{k}", 1.0) for t in range(10) for k in range(12)
             for j in range(3 * k)]  # key k: 3k new units per trigger

@@ -198,7 +198,7 @@ def test_a_malformed_state_names_no_stored_value():
     import pytest
 
     from dpcli.errors import StateError
-    from dpcli.tasks import stream_replay as sr
+    from dpcli.tasks import stream as sr
 
     q = sr.StreamQuery(time="ts", keys=("key",), unit="user", window=1000, triggers=10, max_records=3,
                        epsilon=Fraction(6), delta=Fraction(1, 10**9))

@@ -26,7 +26,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core import selection as sel
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import histogram as hist
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 from dpcli.tasks import tabulate as tab
 from dpcli.tasks import topk
 from dpcli.tasks.tabulate.query import load_spec

@@ -18,7 +18,7 @@ import pytest
 from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_violations
 from scipy import stats
 
-from dpcli.tasks import stream_replay as sr
+from dpcli.tasks import stream as sr
 
 
 def _events(keys: int, units_per_key: int, records_per_unit: int = 1) -> pl.LazyFrame:
