@@ -190,7 +190,7 @@ def test_text_is_read_as_its_first_characters_on_spark(spark):
     from dpcli.spark.sql import relation
     from dpcli.tasks.sql.compile import compile_relation, needed_columns
     from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
-    from dpcli.tasks.sql.resolve import resolve_query
+    from dpcli.tasks.sql.query import resolve_query
 
     long = "é" * (MAX_TEXT_LENGTH + 5)
     rows = [("u1", long), ("u2", "ab")]

@@ -13,7 +13,7 @@ from dptest import SAMPLE, cli, init_ledger, use_fixed_key
 
 from dpcli.tasks import quantile_interval as qi
 from dpcli.tasks.sql.ir import AnonAgg, Col
-from dpcli.tasks.sql.measures import Budget, IntervalCalibrated, measures_of, plan_measures
+from dpcli.tasks.sql.plan import Budget, IntervalCalibrated, measures_of, plan_measures
 
 ORDER, EMPLOYEE = SAMPLE / "order.csv", SAMPLE / "employee.csv"
 QUERY = "SELECT dept, ANON_MEDIAN(amount, 0, 1024) med FROM Employee JOIN Order USING(uid) GROUP BY dept"

@@ -161,7 +161,7 @@ RULE_MODULES: dict[str, tuple[str, ...]] = {
     "histogram": (*_SHARED, "histogram.query", "histogram.plan", "histogram.run", "histogram.auto",
                   "quantile_interval"),
     "topk": (*_SHARED, "topk.query", "topk.plan", "topk.run", "topk.auto", "topk.threshold", "topk.target"),
-    "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.measures"),
+    "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.plan"),
     "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),
     "tabulate": ("tabulate.query", "tabulate.plan", "tabulate.run"),
 }

@@ -24,11 +24,11 @@ from dpcli.spark.sql_exprs import Compiler, as_number, col, numeric_value_column
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.ir import AggCall, Aggregate, Col, Filter, Join, Project, Relation, Scan
 from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
-from dpcli.tasks.sql.measures import Measure
+from dpcli.tasks.sql.plan import Measure
 
 if TYPE_CHECKING:
     from dpcli.io.inputs import InputTable
-    from dpcli.tasks.sql.measures import SqlPlan
+    from dpcli.tasks.sql.plan import SqlPlan
     from dpcli.tasks.sql.run import Layout
     from dpcli.tasks.sql.task import SqlTask
 

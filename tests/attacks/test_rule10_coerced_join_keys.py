@@ -11,7 +11,7 @@ import polars as pl
 
 from dpcli.tasks.sql.compile import compile_relation, needed_columns
 from dpcli.tasks.sql.fanout import MAX_FANOUT, fanout
-from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.query import resolve_query
 from dpcli.tasks.sql.scope import TableDecl
 
 

@@ -33,7 +33,7 @@ from dpcli.errors import UsageError
 from dpcli.tasks.sql.compile import compile_relation, needed_columns
 from dpcli.tasks.sql.lengths import MAX_COMPUTED_TEXT_LENGTH, MAX_TEXT_LENGTH
 from dpcli.tasks.sql.rules import RULES
-from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.query import resolve_query
 from dpcli.tasks.sql.scope import TableDecl
 
 #: Doublings: 8 bytes × 2^30 = 8 GiB for the one record, under a 2 GiB address-space limit (safe to run).

@@ -21,7 +21,7 @@ from report_diff import run_cli
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import MAX_FANOUT, fanout
 from dpcli.tasks.sql.ir import scans_of
-from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.query import resolve_query
 from dpcli.tasks.sql.scope import TableDecl
 
 SETUP = (("budget", "init", "default", "--mode", "approx", "--epsilon", "10", "--delta", "1e-3"),)

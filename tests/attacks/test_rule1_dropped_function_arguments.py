@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from dpcli.errors import UsageError
-from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.query import resolve_query
 from dpcli.tasks.sql.scope import TableDecl
 
 TABLES = {"t": TableDecl("t", "user", ("user", "g", "x"))}

@@ -1,15 +1,15 @@
 """``dpcli sql``: paper 002's DP SQL over files, on the one release path.
 
 The query text is parsed by sqlglot (:mod:`.parse`) and resolved into a typed plan
-(:mod:`.ir`, :mod:`.relations`, :mod:`.resolve`) under the ownership rules of paper 002's Table 4.3
+(:mod:`.ir`, :mod:`.relations`, :mod:`.query`) under the ownership rules of paper 002's Table 4.3
 (:mod:`.rules`) before any data is read; the plan is compiled into polars lazy frames
 (:mod:`.compile`, :mod:`.typed`), aggregated per user and bounded (:mod:`.run`), calibrated like
-``histogram`` (:mod:`.measures`) and released (:mod:`.outputs`) by :class:`.task.SqlTask`.
+``histogram`` (:mod:`.plan`) and released (:mod:`.outputs`) by :class:`.task.SqlTask`.
 """
 
 from __future__ import annotations
 
-from dpcli.tasks.sql.measures import Budget, SqlPlan
+from dpcli.tasks.sql.plan import Budget, SqlPlan
 from dpcli.tasks.sql.scope import TableDecl
 from dpcli.tasks.sql.task import SqlOptions, SqlTask
 

@@ -22,7 +22,7 @@ from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks import bias_report as br
 from dpcli.tasks.auto_bounds import AutoBounds, BudgetParts, check_share
 from dpcli.tasks.sql.ir import AnonAgg, ResolvedQuery
-from dpcli.tasks.sql.measures import Budget
+from dpcli.tasks.sql.plan import Budget
 
 #: The cap an ``ANON_COUNT`` without its own is resolved at when C is chosen from the data (caps are ≥ 1).
 DEFAULT_CAP_AUTO = 0

@@ -14,7 +14,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks import bias_report as br
-from dpcli.tasks.sql.measures import SqlPlan
+from dpcli.tasks.sql.plan import SqlPlan
 from dpcli.tasks.sql.run import per_user_frame
 
 if TYPE_CHECKING:

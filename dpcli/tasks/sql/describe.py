@@ -12,7 +12,7 @@ import polars as pl
 
 from dpcli.core.exact import fraction_text
 from dpcli.tasks.sql.ir import AnonAgg
-from dpcli.tasks.sql.measures import Measure, SqlPlan, measures_for
+from dpcli.tasks.sql.plan import Measure, SqlPlan, measures_for
 
 if TYPE_CHECKING:
     from dpcli.advice import Note

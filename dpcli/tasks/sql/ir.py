@@ -1,6 +1,6 @@
 """The resolved plan of a ``dpcli sql`` query: typed, validated, and independent of how it was spelt.
 
-The resolver (:mod:`dpcli.tasks.sql.resolve`) turns sqlglot's syntax tree into these frozen
+The resolver (:mod:`dpcli.tasks.sql.query`) turns sqlglot's syntax tree into these frozen
 objects before any data is read; the compiler (:mod:`dpcli.tasks.sql.compile`) turns them into
 polars lazy frames, and the Spark engine into Spark SQL. Nothing else of the query text survives:
 aliases, letter case, quoting and the ``WITH ANONYMIZATION`` marker are gone, so two spellings of

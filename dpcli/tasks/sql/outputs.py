@@ -25,7 +25,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError
 from dpcli.tasks import quantile_interval
 from dpcli.tasks.sql.ir import AnonAgg, PostStep, ResolvedQuery
-from dpcli.tasks.sql.measures import IntervalCalibrated, SqlPlan, measures_for
+from dpcli.tasks.sql.plan import IntervalCalibrated, SqlPlan, measures_for
 from dpcli.tasks.sql.run import UNITS, Layout, ntile_interval, ntile_values
 from dpcli.tasks.sql.typed import Compiler
 

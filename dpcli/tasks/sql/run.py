@@ -2,7 +2,7 @@
 
 1. The relation (:mod:`dpcli.tasks.sql.compile`) with its group keys and aggregated values.
 2. Per-user partial aggregation per partition (paper 002, "Per-user aggregation"): one row per
-   (unit, partition) with each measurement's partial, clamped (:mod:`dpcli.tasks.sql.measures`).
+   (unit, partition) with each measurement's partial, clamped (:mod:`dpcli.tasks.sql.plan`).
 3. At most K partitions per user, chosen by the keyed order of selection v3
    (:func:`dpcli.bounding.keyed_order.keep_first`, the same as ``histogram``'s).
 4. Per partition, the sums of the partials and the count of users; then ``histogram``'s steps:
@@ -29,7 +29,7 @@ from dpcli.frames import collect
 from dpcli.tasks import quantile_gaps, quantile_interval
 from dpcli.tasks.sql.compile import compile_relation, group_key_check, needed_columns
 from dpcli.tasks.sql.ir import Expr, ResolvedQuery, expr_canonical
-from dpcli.tasks.sql.measures import Measure, SqlPlan
+from dpcli.tasks.sql.plan import Measure, SqlPlan
 from dpcli.tasks.sql.typed import Compiler, numeric_value_column, schema_of
 
 #: The root label of a sql release's keyed streams (its children: ``bounding-salt`` and each measurement's key).
@@ -128,7 +128,7 @@ def basics(m: Measure, v: str | None) -> Basics:
 
 
 def partial_expr(m: Measure, v: str | None) -> pl.Expr:
-    """The partial of one user in one partition for measurement ``m`` (see :mod:`.measures`), from its
+    """The partial of one user in one partition for measurement ``m`` (see :mod:`.plan`), from its
     :func:`basics`: one row per (user, partition)."""
     if m.kind in ("rows", "count"):
         n = pl.col("__dp_len") if m.kind == "rows" else pl.col(f"__dp_cnt{v}")

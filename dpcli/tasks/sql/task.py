@@ -25,9 +25,9 @@ from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
 from dpcli.tasks.sql.ir import Col, ResolvedQuery, column_source, scans_of
-from dpcli.tasks.sql.measures import Budget, Measure, SqlPlan, measures_of, plan_measures
 from dpcli.tasks.sql.outputs import Noisy, apply_post, output_table
-from dpcli.tasks.sql.resolve import resolve_query
+from dpcli.tasks.sql.plan import Budget, Measure, SqlPlan, measures_of, plan_measures
+from dpcli.tasks.sql.query import resolve_query
 from dpcli.tasks.sql.run import (
     STREAM_LABEL,
     Layout,
