@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dpcli.core.exact import fraction_text
+from dpcli.tasks.auto_bounds import AT_RUN_TIME
 from dpcli.tasks.sql.ir import AnonAgg
 from dpcli.tasks.sql.plan import Measure, SqlPlan, measures_for
 
@@ -61,6 +62,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     operator's (rule 8). Margins that depend on a bound chosen from the data (``auto``: every margin and the
     threshold with K, the default-cap counts' with C) are "chosen at run time", with no number."""
     chosen = _chosen_at_run_time(task)
+    largest = _largest_cap_margins(task, plan) if chosen is not None else {}
     task = task.at_bounds(task.options.max_partitions, task.options.max_contributions)  # auto: the placeholders
     serves = _users_of(task)
     calibration: dict[str, Any] = {}
@@ -79,7 +81,12 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
             entry["moe95"] = c.noise.margin95() * scale if m.kind in ("units", "rows", "count", "sum") else None
         if chosen is not None and (not chosen or m.key in chosen):
             entry.pop("scale", None)
-            entry.update(moe95=None, margin="chosen at run time")
+            low = entry.get("moe95")
+            entry.update(moe95=AT_RUN_TIME)
+            if isinstance(low, float | int):  # at the placeholders: caps of 1 where they are chosen
+                entry["moe95_at_caps_of_1"] = low
+                if isinstance(high := largest.get(i), float | int):
+                    entry["moe95_at_largest_caps"] = high
         calibration[f"m{i}"] = entry
     described = {
         "tables": {t.name: "private" if t.private else "public" for t in task.tables},
@@ -91,6 +98,30 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
         "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events], "calibration": calibration,
     }
     return {**described, **_auto_parts(task, chosen)}
+
+
+def _largest_cap_margins(task: SqlTask, plan: SqlPlan) -> dict[int, float]:
+    """Each measurement's 95% margin (by its place in the plan) at the largest caps ``auto`` can choose
+    (:func:`dpcli.tasks.auto_bounds.cap_candidates`: public grids; K among every candidate, a query's groups are
+    not counted in a dry run): the most the release can show. Empty where the noise at those caps cannot be
+    sampled (the release would fall back to caps of 1; the dry run then says "more at the caps chosen")."""
+    from dpcli.errors import UsageError
+    from dpcli.tasks.auto_bounds import ChosenBounds, cap_candidates
+
+    o = task.options
+    assert o.auto is not None
+    ks, cs = cap_candidates(o.auto, ChosenBounds(o.max_partitions, o.max_contributions, None), None)
+    at = task.at_bounds(ks[-1], cs[-1])
+    try:
+        replanned = at.plan(*plan.ledger)
+    except UsageError:  # too large to sample at these caps
+        return {}
+    out: dict[int, float] = {}
+    for i, c in enumerate(replanned.calibrated):
+        if c.noise is not None and c.measure.kind in ("units", "rows", "count", "sum"):
+            scale = float(c.measure.grid.granularity) if c.measure.kind == "sum" else 1.0
+            out[i] = c.noise.margin95() * scale
+    return out
 
 
 def _chosen_at_run_time(task: SqlTask) -> set[str] | None:

@@ -27,7 +27,7 @@ follows ``histogram``'s (docs/histogram.md): discrete Laplace with ℓ1 = K·Δ,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -149,6 +149,10 @@ class SqlPlan:
     max_partitions: int
     threshold: int | None = None
     split: str = ""
+    #: The ledger's (mode, limits) the plan was made for, so a dry run can plan the release again at other caps (its
+    #: margins at the largest caps ``auto`` can choose). Not compared, so not seed material of its own: the seed's
+    #: calibration binds the mode.
+    ledger: tuple[str, dict[str, Fraction]] = field(default=("pure", {}), compare=False)
 
     def get(self, key: str) -> Calibrated:
         return next(c for c in self.calibrated if c.measure.key == key)

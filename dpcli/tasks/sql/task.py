@@ -285,7 +285,7 @@ class SqlTask:
                                 mode, o.with_error)
         extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
         sql_auto.check_noise(o.auto, o.bias_share, o.budget.epsilon, o.budget.rho)
-        return replace(planned, events=planned.events + tuple(extra)) if extra else planned
+        return replace(planned, events=planned.events + tuple(extra), ledger=(mode, dict(limits)))
 
     def at_bounds(self, max_partitions: int, max_contributions: int) -> SqlTask:
         """The same release with these bounds in force (counts at the default cap capped at ``max_contributions``)."""
