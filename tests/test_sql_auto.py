@@ -160,3 +160,4 @@ def test_the_dry_run_shows_the_margins_at_caps_of_1_and_at_the_largest_caps_as_h
     text = cli("sql", "SELECT country, ANON_COUNT(*) AS n FROM pv GROUP BY country", "--table", f"pv={PV}",
                "--privacy-unit", "pv.user_id", *common[:-1]).stdout
     assert "95% margin chosen at run time (±7 at caps of 1, at most ±30,274,287,394 at the largest caps)" in text
+    assert "each user_id's count clamped to [0, C]" in text  # C chosen with K too (it read [0, 1])

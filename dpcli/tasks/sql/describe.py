@@ -62,6 +62,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     operator's (rule 8). Margins that depend on a bound chosen from the data (``auto``: every margin and the
     threshold with K, the default-cap counts' with C) are "chosen at run time", with no number."""
     chosen = _chosen_at_run_time(task)
+    capped_by_c = _capped_by_c(task)  # their clamp is [0, C] whether or not K is chosen too
     largest = _largest_cap_margins(task, plan) if chosen is not None else {}
     task = task.at_bounds(task.options.max_partitions, task.options.max_contributions)  # auto: the placeholders
     serves = _users_of(task)
@@ -70,7 +71,7 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
         m = c.measure
         columns = ", ".join(serves.get(m.key, [])) or "threshold"
         what = _what(m, task.unit_word)
-        if chosen and m.key in chosen:  # a count at the default cap, C chosen from the data
+        if m.key in capped_by_c:  # a count at the default cap, C chosen from the data
             what = what.replace(f"[0, {m.cap}]", "[0, C]")
         entry: dict[str, Any] = {"column": f"{columns}: {what}", "share": c.share}
         if c.noise is None:
@@ -127,14 +128,21 @@ def _largest_cap_margins(task: SqlTask, plan: SqlPlan) -> dict[int, float]:
 def _chosen_at_run_time(task: SqlTask) -> set[str] | None:
     """The measurements whose noise depends on a bound chosen from the data: None (no ``auto``), empty (K is
     chosen: all of them), or the keys of the counts at the default cap (C is chosen)."""
-    from dataclasses import replace
-
-    from dpcli.tasks.sql.auto import DEFAULT_CAP_AUTO
-
     auto = task.options.auto
     if auto is None:
         return None
     if auto.partitions:
+        return set()
+    return _capped_by_c(task)
+
+
+def _capped_by_c(task: SqlTask) -> set[str]:
+    """The keys of the counts at the default cap, whose cap C is chosen from the data (with ``auto`` C)."""
+    from dataclasses import replace
+
+    from dpcli.tasks.sql.auto import DEFAULT_CAP_AUTO
+
+    if task.options.auto is None or not task.options.auto.contributions:
         return set()
     cap = task.options.max_contributions
     return {m.key for a in task.query.aggregates if a.function == "count" and a.cap == DEFAULT_CAP_AUTO
