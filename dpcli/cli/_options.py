@@ -224,13 +224,13 @@ class ScheduleOptions:
 
 def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_run: bool = False) -> ScheduleSpec | None:
     """The schedule the options describe, checked (None when ``--schedule`` is absent)."""
-    from dpcli.core import schedules as sch
-    from dpcli.release.schedules import ScheduleSpec, check_scheduler
-
     o = options
     if o.name is None:
         _refuse_schedule_options(o)
         return None
+    from dpcli.core import schedules as sch  # only for a schedule (a plain run does not load them)
+    from dpcli.release.schedules import ScheduleSpec, check_scheduler
+
     if dry_run and o.through is not None:
         raise UsageError("--through names a run's snapshot, and a dry run reads none: drop --through")
     if not dry_run and o.runs is not None:
