@@ -18,6 +18,7 @@ from dptest import init_ledger, released_nothing, runner, stream
 
 from dpcli.cli.app import app
 from dpcli.core import schedules as sch
+from dpcli.core.display import parameter_text
 from dpcli.core.exact import fraction_text
 
 # ---- arithmetic --------------------------------------------------------------------------------
@@ -177,7 +178,8 @@ def test_bbscheduler_reserves_once_runs_epochs_and_caches(growing, state_dir):
     assert [bool(e["events"]) for e in entries] == [True, False, False, False]
     assert entries[0]["events"][0]["epsilon"] == "1" and all(e["covered_by"] == 1 for e in entries[1:])
     assert [e["summary"] for e in entries[1:]] == [
-        f"histogram: epoch {i} of schedule 'daily' (ε = {fraction_text(_epoch_epsilon(i))})" for i in (0, 1, 3)]
+        f"histogram: epoch {i} of schedule 'daily' (ε = {parameter_text(_epoch_epsilon(i), 'up')})"
+        for i in (0, 1, 3)]  # 4 significant digits, rounded up (issue 39 item 8: it printed 0.004813147610117)
     show = json.loads(runner.invoke(app, ["budget", "show", "--json"]).stdout)
     sc = show["schedules"][0]
     assert sc["runs"] == 3 and sc["epochs"] == [0, 1, 3] and sc["epsilon_reserved"] == "1" and "last_size" not in sc

@@ -29,6 +29,7 @@ from typing import Any
 import polars as pl
 
 from dpcli.core import schedules as sch
+from dpcli.core.display import parameter_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
@@ -467,7 +468,7 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
                         {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
     through = f" through {entry['through']}" if "through" in entry else ""
     line = (f"{call.command}: {_where(spec, state, entry)} of schedule {spec.name!r}{through} "
-            f"(ε = {fraction_text(plan.epsilon)}){_auto_text(prepared.metadata.get('auto'))}")
+            f"(ε = {parameter_text(plan.epsilon, 'up')}){_auto_text(prepared.metadata.get('auto'))}")
     digest = output_digest(labelled.table, labelled.metadata) if output_digest is not None else None
     return charge(LedgerRef(call.state_dir, call.analyst, call.lock_timeout), call.command, labelled, line,
                   step=record, before_output=lambda: store.save(call.directory, state["key"], state, prepared.table),
