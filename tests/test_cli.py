@@ -241,3 +241,42 @@ def typer_commands(app):
     import typer.main
 
     return typer.main.get_command(app).commands
+
+
+def test_engine_spark_without_pyspark_is_one_line_before_any_charge(monkeypatch):
+    """--engine spark where pyspark is not installed was an internal error (a ModuleNotFoundError, exit 1) from
+    where the release first imported it; now the engine check refuses it with the install line (exit 2)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-4")
+    for extra, install in (((), "dpcli[spark]"), (("--remote", "sc://localhost:15002"), "dpcli[spark-connect]")):
+        r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-partitions", "1",
+                "--max-contributions", "1", "--epsilon", "1", "--delta", "1e-6", "--engine", "spark", *extra)
+        assert r.exit_code == 2 and r.stderr == f"dpcli: error: --engine spark needs pyspark: pip install '{install}'\n"
+    from dptest import history
+
+    assert history() == []
+
+
+def test_the_engine_options_are_declared_once_and_reach_the_command_as_one_value():
+    """Issue 40, item 5 (the engine group): --engine, --master, --remote and --spark-conf are declared once
+    (cli/_options.engine_options) and each command gets their EngineRequest; help lists them where they were."""
+    from dpcli.cli._groups import engine_options
+
+    seen = []
+
+    @engine_options
+    def command(a: int, engine: object = None, b: int = 0) -> None:
+        seen.append((a, engine, b))
+
+    import inspect
+
+    assert list(inspect.signature(command).parameters) == ["a", "engine", "master", "remote", "spark_conf", "b"]
+    command(1, engine="spark", master="local[2]", remote=None, spark_conf=["k=v"], b=2)
+    (a, request, b), = seen
+    assert (a, b) == (1, 2) and (request.engine, request.master, request.remote, request.conf) == (
+        "spark", "local[2]", None, ("k=v",))
+    help_text = cli("topk", "--help").stdout
+    assert help_text.index("--delimiter") < help_text.index("--engine") < help_text.index("--spark-conf")

@@ -325,11 +325,11 @@ def _sizes(option: str, text: str) -> tuple[int, int, tuple[int, ...]]:
     return values[0], values[-1], tuple(values) if listed else ()
 
 
-def engine_request(engine: str, master: str | None, remote: str | None, conf: list[str] | None) -> EngineRequest:
+def engine_request(engine: str, master: str | None, remote: str | None, spark_conf: list[str] | None) -> EngineRequest:
     """The ``--engine`` option group (checked by the release path before any data is read)."""
     from dpcli.spark.engine import EngineRequest
 
-    return EngineRequest(engine, master, remote, tuple(conf or ()))
+    return EngineRequest(engine, master, remote, tuple(spark_conf or ()))
 
 
 # Margin targets: dpcli chooses ε (or ρ) from the accuracy needed (dpcli.tasks.targets).

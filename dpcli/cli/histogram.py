@@ -2,51 +2,39 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
+from dpcli.cli._groups import ENGINE_GIVEN, SCHEDULE_GIVEN, engine_options, schedule_options
 from dpcli.cli._options import (
     AutoShareOpt,
-    BetaOpt,
     BiasShareOpt,
     BoundOptions,
     DelimiterOpt,
     DeltaOpt,
-    EngineOpt,
     EpsilonOpt,
     FormatOpt,
-    GammaOpt,
-    ImproverCOpt,
-    ImproverIndexOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
     LeftOutContributionsOpt,
     LeftOutPartitionsOpt,
-    MasterOpt,
     OutputOpt,
-    RemoteOpt,
     ReportBiasOpt,
     RowsOpt,
     RunsOpt,
-    ScheduleOpt,
     ScheduleOptions,
-    SchedulerOpt,
-    SparkConfOpt,
     TargetMoeOpt,
     TargetRelativeMoeOpt,
-    ThroughOpt,
-    TotalDeltaOpt,
-    TotalEpsilonOpt,
     UnitOpt,
     UnitsOpt,
     bounds_or_auto,
     cap,
     columns,
-    engine_request,
     expected_size,
     margin_target,
     positive,
@@ -58,10 +46,15 @@ from dpcli.cli._options import (
 from dpcli.cli._sources import data_source, public_source
 from dpcli.io.opening import hash_early
 
+if TYPE_CHECKING:
+    from dpcli.spark.engine import EngineRequest
+
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
+@engine_options
+@schedule_options
 def histogram(
     ctx: typer.Context,
     input: InputArg,
@@ -119,24 +112,13 @@ def histogram(
         bool, typer.Option("--dry-run", help="Show each measurement's noise and 95% margin, the cost and whether the "
                            "ledger would accept it; read the schema but no record, charge nothing.")
     ] = False,
-    schedule: ScheduleOpt = None,
-    scheduler: SchedulerOpt = "bbscheduler",
-    total_epsilon: TotalEpsilonOpt = None,
-    total_delta: TotalDeltaOpt = None,
-    gamma: GammaOpt = None,
-    beta: BetaOpt = "0.05",
-    improver_c: ImproverCOpt = None,
-    improver_index: ImproverIndexOpt = None,
-    through: ThroughOpt = None,
+    schedule: ScheduleOptions = SCHEDULE_GIVEN,  # --schedule … --through (schedule_options)
     rows: RowsOpt = None,
     units: UnitsOpt = None,
     runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
-    engine: EngineOpt = "polars",
-    master: MasterOpt = None,
-    remote: RemoteOpt = None,
-    spark_conf: SparkConfOpt = None,
+    engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -149,7 +131,7 @@ def histogram(
     when enough units support them.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
@@ -165,13 +147,12 @@ def histogram(
         rho=positive("--rho", rho),
         noise=noise or "laplace", domain="keys" if keys else selection,
         max_groups=max_groups, with_error=with_error, auto=caps.auto_bounds(), bias_share=caps.bias)
-    caps.check_engine(engine)
-    options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
-                              through, runs)
+    caps.check_engine(engine.engine)
+    options = replace(schedule, runs=runs)
     spec = schedule_spec(options, query.epsilon, dry_run)
     size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None,
                          targeted=target_moe is not None, units=units)
-    stays = "--engine spark" if engine != "polars" else "--schedule" if spec is not None else None
+    stays = "--engine spark" if engine.engine != "polars" else "--schedule" if spec is not None else None
     task = HistogramTask(query, noise_given=noise is not None,
                          defaulted=_defaulted(max_contributions, max_partitions, bounds_text),
                          unit_label=unit_word(), target=margin_target(target_moe, target_relative_moe, size,
@@ -185,7 +166,7 @@ def histogram(
         return
     target = output_target(output, out_format, as_json)
     continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
-    done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
+    done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)
 

@@ -9,23 +9,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
+from dpcli.cli._groups import ENGINE_GIVEN, engine_options
 from dpcli.cli._options import (
     AutoShareOpt,
     BiasShareOpt,
     BoundOptions,
     DelimiterOpt,
     DeltaOpt,
-    EngineOpt,
     EpsilonOpt,
     FormatOpt,
     JsonOpt,
-    MasterOpt,
     OutputOpt,
-    RemoteOpt,
     ReportBiasOpt,
-    SparkConfOpt,
     cap,
-    engine_request,
     positive,
     probability,
     share,
@@ -35,12 +31,14 @@ from dpcli.errors import UsageError
 if TYPE_CHECKING:
     from dpcli.access import Source
     from dpcli.release import Sources
+    from dpcli.spark.engine import EngineRequest
     from dpcli.tasks.sql import Budget, SqlOptions, SqlTask
 
 # The library (polars, numpy, sqlglot) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
+@engine_options
 def sql(
     ctx: typer.Context,
     query: Annotated[str | None, typer.Argument(help="The query (or -f FILE).", show_default=False,
@@ -87,10 +85,7 @@ def sql(
                            "read only the tables' column names (and the public tables joined), charge "
                            "nothing.")] = False,
     delimiter: DelimiterOpt = None,
-    engine: EngineOpt = "polars",
-    master: MasterOpt = None,
-    remote: RemoteOpt = None,
-    spark_conf: SparkConfOpt = None,
+    engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -109,12 +104,12 @@ def sql(
     budget = Budget(positive("--epsilon", epsilon), probability("--delta", delta) or Fraction(0),
                     positive("--rho", rho), noise or "laplace")
     options = _options(budget, (max_partitions, max_contributions, auto_share), (report_bias, bias_share),
-                       keys is not None, with_error, engine, max_rows_per_table)
+                       keys is not None, with_error, engine.engine, max_rows_per_table)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
-                          delimiter, options, noise is not None, defaulted, engine == "polars",
-                          report_bias is None and engine == "polars")
+                          delimiter, options, noise is not None, defaulted, engine.engine == "polars",
+                          report_bias is None and engine.engine == "polars")
     _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
@@ -122,7 +117,7 @@ def sql(
         return
     target = output_target(output, out_format, as_json)
     done = release.run(task, _sources(task, sources, keys), ledger, output=target,
-                       engine=engine_request(engine, master, remote, spark_conf) if engine != "polars" else None,
+                       engine=engine if engine.engine != "polars" else None,
                        busy=busy(ctx))
     write_release(settings(ctx), done, target, as_json)
 

@@ -9,29 +9,25 @@ import typer
 
 from dpcli.access import gate
 from dpcli.cli._common import busy, handles_errors, payer, settings
+from dpcli.cli._groups import ENGINE_GIVEN, engine_options
 from dpcli.cli._options import (
     AutoShareOpt,
     BiasShareOpt,
     BoundOptions,
     DelimiterOpt,
     DeltaOpt,
-    EngineOpt,
     EpsilonOpt,
     FormatOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
-    MasterOpt,
     OutputOpt,
-    RemoteOpt,
     ReportBiasOpt,
     RunsOpt,
-    SparkConfOpt,
     UnitOpt,
     bounds_or_auto,
     cap,
     columns,
-    engine_request,
     positive,
     probability,
     share,
@@ -40,11 +36,15 @@ from dpcli.cli._sources import data_source
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
-if TYPE_CHECKING:  # the library is imported inside the command: `dpcli --help` stays fast
+if TYPE_CHECKING:
+    from dpcli.spark.engine import (
+        EngineRequest,  # the library is imported inside the command: `dpcli --help` stays fast
+    )
     from dpcli.tasks import stream as sr
 
 
 @handles_errors
+@engine_options
 def stream_replay(
     ctx: typer.Context,
     input: InputArg,
@@ -100,10 +100,7 @@ def stream_replay(
     bias_share: BiasShareOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
-    engine: EngineOpt = "polars",
-    master: MasterOpt = None,
-    remote: RemoteOpt = None,
-    spark_conf: SparkConfOpt = None,
+    engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -132,7 +129,7 @@ def stream_replay(
     later --through (a correction is a new release, not a rewrite).
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli._times import parse_moment
     from dpcli.cli.render import output_target, show_plan, write_release
@@ -142,7 +139,7 @@ def stream_replay(
 
     query = _with_auto(_query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon,
                               delta, value, bounds_text, mu), max_contributions, bounds_text, auto_share,
-                       report_bias, bias_share, engine)
+                       report_bias, bias_share, engine.engine)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
     if moment is not None:
@@ -162,7 +159,7 @@ def stream_replay(
                     if state_path else None)
     target = output_target(output, out_format, as_json)
     done = release.run(task, release.Sources(source), ledger, output=target,
-                       engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx),
+                       engine=engine, early=early, busy=busy(ctx),
                        continuation=continuation)
     write_release(settings(ctx), done, target, as_json)
 

@@ -15,17 +15,13 @@ from dpcli.cli._common import (
     resolve_analyst,
     settings,
 )
+from dpcli.cli._groups import ENGINE_GIVEN, engine_options
 from dpcli.cli._options import (
     DelimiterOpt,
-    EngineOpt,
     FormatOpt,
     InputFormatOpt,
     JsonOpt,
-    MasterOpt,
     OutputOpt,
-    RemoteOpt,
-    SparkConfOpt,
-    engine_request,
     probability,
 )
 from dpcli.cli._sources import block_list_source
@@ -34,12 +30,14 @@ from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:
+    from dpcli.spark.engine import EngineRequest
     from dpcli.tasks.tabulate import GaussianLevel, GaussianTotals, GeometricLevel, GeometricTotals, PlanDocument
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
+@engine_options
 def tabulate(
     ctx: typer.Context,
     input: Annotated[
@@ -60,10 +58,7 @@ def tabulate(
     ] = False,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
-    engine: EngineOpt = "polars",
-    master: MasterOpt = None,
-    remote: RemoteOpt = None,
-    spark_conf: SparkConfOpt = None,
+    engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -75,7 +70,7 @@ def tabulate(
     zCDP, without reading data or charging.
     """
     source = gate().dataset(input) if input is not None else None
-    early = hash_early(source, read=not dry_run and engine == "polars")
+    early = hash_early(source, read=not dry_run and engine.engine == "polars")
     from dpcli import release
     from dpcli.cli.render import output_target, write_release
     from dpcli.release.seeds import DocumentInput
@@ -94,7 +89,7 @@ def tabulate(
     sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
     target = output_target(output, out_format, as_json)
     done = release.run(task, sources, payer(ctx), output=target,
-                       engine=engine_request(engine, master, remote, spark_conf), early=early, busy=busy(ctx))
+                       engine=engine, early=early, busy=busy(ctx))
     write_release(settings(ctx), done, target, as_json)
 
 

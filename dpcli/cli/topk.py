@@ -2,47 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
+from dpcli.cli._groups import ENGINE_GIVEN, SCHEDULE_GIVEN, engine_options, schedule_options
 from dpcli.cli._options import (
     AutoShareOpt,
-    BetaOpt,
     BiasShareOpt,
     BoundOptions,
     DelimiterOpt,
     DeltaOpt,
-    EngineOpt,
     FormatOpt,
-    GammaOpt,
-    ImproverCOpt,
-    ImproverIndexOpt,
     InputArg,
     InputFormatOpt,
     JsonOpt,
-    MasterOpt,
     OutputOpt,
-    RemoteOpt,
     ReportBiasOpt,
     RowsOpt,
     RunsOpt,
-    ScheduleOpt,
     ScheduleOptions,
-    SchedulerOpt,
-    SparkConfOpt,
     TargetMoeOpt,
     TargetRelativeMoeOpt,
-    ThroughOpt,
-    TotalDeltaOpt,
-    TotalEpsilonOpt,
     UnitOpt,
     UnitsOpt,
     cap,
     columns,
-    engine_request,
     expected_size,
     margin_target,
     positive,
@@ -56,12 +44,15 @@ from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:
+    from dpcli.spark.engine import EngineRequest
     from dpcli.tasks.auto_bounds import AutoBounds
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
 
 
 @handles_errors
+@engine_options
+@schedule_options
 def topk(
     ctx: typer.Context,
     input: InputArg,
@@ -123,24 +114,13 @@ def topk(
         bool, typer.Option("--dry-run", help="Show the count noise and 95% margin, the cost and whether the ledger "
                            "would accept it; read the schema but no record, charge nothing.")
     ] = False,
-    schedule: ScheduleOpt = None,
-    scheduler: SchedulerOpt = "bbscheduler",
-    total_epsilon: TotalEpsilonOpt = None,
-    total_delta: TotalDeltaOpt = None,
-    gamma: GammaOpt = None,
-    beta: BetaOpt = "0.05",
-    improver_c: ImproverCOpt = None,
-    improver_index: ImproverIndexOpt = None,
-    through: ThroughOpt = None,
+    schedule: ScheduleOptions = SCHEDULE_GIVEN,  # --schedule … --through (schedule_options)
     rows: RowsOpt = None,
     units: UnitsOpt = None,
     runs: RunsOpt = None,
     input_format: InputFormatOpt = None,
     delimiter: DelimiterOpt = None,
-    engine: EngineOpt = "polars",
-    master: MasterOpt = None,
-    remote: RemoteOpt = None,
-    spark_conf: SparkConfOpt = None,
+    engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
     output: OutputOpt = None,
     out_format: FormatOpt = None,
     as_json: JsonOpt = False,
@@ -152,26 +132,25 @@ def topk(
     the list may end early (⊥) when the remaining groups are too rare.
     """
     source = data_source(input, privacy_unit, input_format, delimiter)
-    early = hash_early(source, read=not dry_run and engine == "polars")  # hashed while the rest loads
+    early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_dry_run, write_release
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
     whole, per_step = _epsilons(epsilon, epsilon_per)
-    tau, auto, bias = _bounds(max_contributions, auto_share, report_bias, bias_share, engine)
+    tau, auto, bias = _bounds(max_contributions, auto_share, report_bias, bias_share, engine.engine)
     query = TopKQuery(
         by=columns("--by", by), unit=source.unit, k=k, count=count, max_contributions=tau,
         known_domain=keys is not None, dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
         delta=probability("--delta", delta) or Fraction(0), with_error=with_error, auto=auto, bias_share=bias,
         selection=selection, max_partitions=max_partitions, selection_share=positive("--selection-share",
                                                                                     selection_share))
-    options = ScheduleOptions(schedule, scheduler, total_epsilon, total_delta, gamma, beta, improver_c, improver_index,
-                              through, runs)
-    spec = schedule_spec(options, whole if schedule else None, dry_run)
+    options = replace(schedule, runs=runs)
+    spec = schedule_spec(options, whole if schedule.name else None, dry_run)
     size = expected_size(rows, dry_run, spec is not None, relative=target_relative_moe is not None, units=units)
     task = TopKTask(query, ("max_contributions",) if max_contributions is None else (), unit_word(),
                     target=margin_target(target_moe, target_relative_moe, size, spec is not None),
-                    epsilon=None if schedule else whole)
+                    epsilon=None if schedule.name else whole)
     ledger = payer(ctx)
     sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
     if dry_run:
@@ -179,7 +158,7 @@ def topk(
         return
     target = output_target(output, out_format, as_json)
     continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
-    done = release.run(task, sources, ledger, output=target, engine=engine_request(engine, master, remote, spark_conf),
+    done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)
 

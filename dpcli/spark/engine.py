@@ -61,11 +61,22 @@ def check_engine(request: EngineRequest, data: Source) -> SparkChoice | None:
         return None
     if engine != "spark":
         raise UsageError(f"--engine must be polars or spark, got {engine!r}")
+    _check_installed(remote)
     _check_remote(master, remote, conf)
     fmt = _spark_format(data, scheme)
     if scheme is None:
         _check_local_path(data.location, data.name)
     return SparkChoice(fmt, master, remote, tuple(conf or ()), scheme is not None)
+
+
+def _check_installed(remote: str | None) -> None:
+    """``--engine spark`` without pyspark installed: the session's own refusal, before anything is read or charged
+    (it was an internal error, a ModuleNotFoundError where the release first imported pyspark)."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        extra = "dpcli[spark-connect]" if remote is not None else "dpcli[spark]"
+        raise UsageError(f"--engine spark needs pyspark: pip install '{extra}'")
 
 
 def _check_remote(master: str | None, remote: str | None, conf: list[str] | None) -> None:
