@@ -175,7 +175,7 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
         "remaining    " + parameters_text(data["remaining"], "down"),
         f"guarantee    (ε, δ) = ({parameter_text(guarantee['epsilon'], 'up')}, "
         f"{parameter_text(guarantee['delta'], 'up')})",
-        f"releases     {data['releases']} charged, {data['replays']} free replays",
+        f"releases     {data['releases']} charged, {data['replays']} free replay{'' if data['replays'] == 1 else 's'}",
     ]
     if led.refresh_days:
         lines.append(f"refresh      every {led.refresh_days} days (current period {led.period(utc_now())})")

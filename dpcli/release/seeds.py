@@ -46,7 +46,8 @@ class ReleaseSeed:
 #: release uses it (the cast, deduplicated, sorted partition table), and the resolved task whole,
 #: by construction (:func:`task_material`: every field but the free-replay ones, instead of each
 #: task's hand-picked query). 4 (issue 38): the versions of the rules that choose bounds and report what they
-#: cut (:func:`rule_versions`). A new version gives every release fresh noise (and a charge) once.
+#: cut, and a digest of the constants of the command's rule modules (:func:`rule_versions`). A new version gives
+#: every release fresh noise (and a charge) once.
 SEED_MATERIAL_VERSION = 4
 
 
