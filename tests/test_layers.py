@@ -240,3 +240,11 @@ def test_no_module_over_500_lines_but_the_listed_ones():
     over = {name: n for name, n in long.items() if n > 500}
     assert set(over) <= set(LONG_MODULES), f"over 500 lines: {sorted(set(over) - set(LONG_MODULES))}"
     assert all(n <= LONG_MODULES[name] for name, n in over.items()), over  # the listed ones may not grow
+
+
+def test_every_module_path_the_docs_name_exists():
+    """A moved module leaves no stale path in the docs (``dpcli/catalog.py`` and ``dpcli/state/ledger.py`` did)."""
+    named = set()
+    for doc in [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        named |= set(re.findall(r"`(dpcli/[a-z_/]+(?:\.py|/))`", doc.read_text()))
+    assert named and not [p for p in sorted(named) if not (ROOT / p).exists()]
