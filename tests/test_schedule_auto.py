@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from dptest import cli, init_ledger, use_fixed_key
 
-from dpcli.release.path import scheduled_run
+from dpcli.release.schedules import scheduled_run
 from dpcli.release.seeds import task_material
 from dpcli.state import schedules as store
 from dpcli.tasks.auto_bounds import AT_RUN_TIME, AutoBounds

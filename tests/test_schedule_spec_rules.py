@@ -1,4 +1,4 @@
-"""Issue 40, item 3: a schedule's rules live with :class:`dpcli.release.schedules.ScheduleSpec`. A library caller who
+"""Issue 40, item 3: a schedule's rules live with :class:`dpcli.core.schedules.ScheduleSpec`. A library caller who
 builds a spec meets each rule the CLI meets, in the same words; the CLI only turns ``--schedule``'s options into
 values (and keeps the rules about the options themselves: ``--through`` and ``--runs`` against ``--dry-run``)."""
 
@@ -10,7 +10,7 @@ import pytest
 from dptest import PV, cli
 
 from dpcli.errors import UsageError
-from dpcli.release.schedules import ScheduleSpec
+from dpcli.core.schedules import ScheduleSpec
 
 BASE = dict(name="s", scheduler="bbscheduler", total_epsilon=Fraction(1), total_delta=Fraction(0), gamma=None,
             beta=0.05, c=0.1, run_epsilon=None)

@@ -21,7 +21,7 @@ from dpcli.state.paths import default_state_dir, validate_analyst
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
-    from dpcli.release.path import LedgerRef
+    from dpcli.release.steps import LedgerRef
 
 
 @dataclass
@@ -337,7 +337,7 @@ def resolve_analyst(name: str | None, ctx: typer.Context) -> str:
 def payer(ctx: typer.Context, analyst: str | None = None) -> LedgerRef:
     """The ledger a command charges: the caller's (or ``analyst``'s, see :func:`resolve_analyst`) in the
     state directory, with the global lock timeout."""
-    from dpcli.release.path import LedgerRef
+    from dpcli.release.steps import LedgerRef
 
     s = settings(ctx)
     return LedgerRef(s.state_dir, resolve_analyst(analyst, ctx), s.lock_timeout)

@@ -1,6 +1,6 @@
 """The options commands share: their declarations (one name per idea, docs/vocabulary.md), the
 parsing of numbers into exact values with one-line errors, and the option groups a command turns
-into library values (``--schedule …`` → :class:`dpcli.release.schedules.ScheduleSpec`, ``--engine …``
+into library values (``--schedule …`` → :class:`dpcli.core.schedules.ScheduleSpec`, ``--engine …``
 → :class:`dpcli.spark.engine.EngineRequest`)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dpcli.errors import UsageError
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
     from datetime import datetime
 
-    from dpcli.release.schedules import ScheduleSpec
+    from dpcli.core.schedules import ScheduleSpec
     from dpcli.spark.engine import EngineRequest
     from dpcli.tasks import ExpectedSize
     from dpcli.tasks.auto_bounds import AutoBounds
@@ -229,7 +229,7 @@ def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_ru
         _refuse_schedule_options(o)
         return None
     from dpcli.core import schedules as sch  # only for a schedule (a plain run does not load them)
-    from dpcli.release.schedules import ScheduleSpec, check_scheduler
+    from dpcli.core.schedules import ScheduleSpec, check_scheduler
 
     if dry_run and o.through is not None:
         raise UsageError("--through names a run's snapshot, and a dry run reads none: drop --through")

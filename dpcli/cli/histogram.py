@@ -133,7 +133,7 @@ def histogram(
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
-    from dpcli.cli.render import output_target, show_dry_run, write_release
+    from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
     caps = BoundOptions(cap("--max-partitions", max_partitions), cap("--max-contributions", max_contributions),
@@ -161,11 +161,11 @@ def histogram(
                          report_bias_left_out=report_bias is None and stays is None)
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
+    continuation = release.Scheduled(spec, None if dry_run else schedule_through(options), size) if spec else None
     if dry_run:
-        show_dry_run(task, sources, ledger, spec, size, runs, as_json)
+        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst, as_json)
         return
     target = output_target(output, out_format, as_json)
-    continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
     done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)

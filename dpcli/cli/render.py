@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 import typer
@@ -16,13 +16,8 @@ from dpcli.cli._common import Settings, emit_json, notice, render_note
 from dpcli.core.display import parameter_text, parameters_text, quantity_text
 from dpcli.errors import UsageError
 from dpcli.io.outputs import output_format_for, shown, write_output
-from dpcli.release.inputs import Sources
-from dpcli.release.path import LedgerRef, Output, Planned, Release, cost_text, grid_step, plan
+from dpcli.release.steps import Output, Planned, Release, cost_text, grid_step
 from dpcli.state import progress
-
-if TYPE_CHECKING:
-    from dpcli.release.schedules import ScheduleSpec
-    from dpcli.tasks import ExpectedSize, Task
 
 
 def output_target(output: str | None, out_format: str | None, as_json: bool) -> Output:
@@ -43,19 +38,6 @@ def _refuse_conflicts(fmt: str, out_format: str | None, to_stdout: bool, as_json
         raise UsageError("--json without -o prints one JSON document; drop --format or write the data with -o FILE")
     if fmt == "table" and not to_stdout:
         raise UsageError("--format table is for reading on a terminal; write files as csv, parquet or json")
-
-
-def show_dry_run(task: Task[Any], sources: Sources, payer: LedgerRef, schedule: ScheduleSpec | None,
-                 size: ExpectedSize | None, runs: int | None, as_json: bool) -> None:
-    """``--dry-run`` of ``histogram`` or ``topk``: the release's plan, or with ``--schedule`` its next runs'
-    (:func:`dpcli.release.schedule_plan.plan_schedule`, imported only then)."""
-    if schedule is None:
-        planned = plan(task, payer, sources)
-    else:
-        from dpcli.release.schedule_plan import DEFAULT_RUNS, plan_schedule
-
-        planned = plan_schedule(task, sources, payer, schedule, size, runs or DEFAULT_RUNS)
-    show_plan(planned, payer.analyst, as_json)
 
 
 def target_line(target: dict[str, Any]) -> str:
@@ -105,7 +87,7 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
 
 
 def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
-    """A stream-replay dry run (:func:`dpcli.release.streams.plan_runs`): margins over a window's triggers,
+    """A stream-replay dry run (:meth:`dpcli.release.stream_runs.StreamRuns.plan`): margins over a window's triggers,
     the state, the triggers the next run executes and the runs' costs."""
     stream = plan["stream"]
     lines = []

@@ -150,13 +150,11 @@ def stream_replay(
     if state_path is not None and not gate().service:  # never a private file or an input, read (dry run) or written
         check_path_is_not_protected(state_path, ledger.state_dir, (source.location,), what="--state file",
                                     state_file=True)
+    continuation = release.StreamRuns(state_path, label=state or "", through=moment)
     if dry_run:
-        from dpcli.release.streams import plan_runs
-
-        show_plan(plan_runs(task, ledger, state_path, runs or 1, release.Sources(source)), ledger.analyst, as_json)
+        show_plan(release.plan(task, ledger, release.Sources(source), continuation=continuation, runs=runs),
+                  ledger.analyst, as_json)
         return
-    continuation = (release.Continuation(stream_state=state_path, label=state or "", through=moment)
-                    if state_path else None)
     target = output_target(output, out_format, as_json)
     done = release.run(task, release.Sources(source), ledger, output=target,
                        engine=engine, early=early, busy=busy(ctx),

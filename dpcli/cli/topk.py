@@ -134,7 +134,7 @@ def topk(
     source = data_source(input, privacy_unit, input_format, delimiter)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
-    from dpcli.cli.render import output_target, show_dry_run, write_release
+    from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
     whole, per_step = _epsilons(epsilon, epsilon_per)
@@ -153,11 +153,11 @@ def topk(
                     epsilon=None if schedule.name else whole)
     ledger = payer(ctx)
     sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
+    continuation = release.Scheduled(spec, None if dry_run else schedule_through(options), size) if spec else None
     if dry_run:
-        show_dry_run(task, sources, ledger, spec, size, runs, as_json)
+        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst, as_json)
         return
     target = output_target(output, out_format, as_json)
-    continuation = release.Continuation(schedule=spec, through=schedule_through(options)) if spec else None
     done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, as_json)

@@ -2,7 +2,7 @@
 
 Each :class:`Range` is closed, refused in one line that names the option and the range (exit 2). The CLI parses an
 option's text and checks it here (:func:`dpcli.cli._options.positive`); a spec built by a library caller checks
-its values against the same ranges (:class:`dpcli.release.schedules.ScheduleSpec`), so both refuse alike.
+its values against the same ranges (:class:`dpcli.core.schedules.ScheduleSpec`), so both refuse alike.
 """
 
 from __future__ import annotations

@@ -51,12 +51,15 @@ the formula gives), so any number of epochs stays within the total.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
-from dpcli.core.exact import floor_fraction
+from dpcli.core.exact import floor_fraction, fraction_text
 from dpcli.core.prf import KeyedStream
+from dpcli.core.ranges import POSITIVE_RANGES, PROBABILITY_RANGE
 from dpcli.core.samplers import discrete_laplace
+from dpcli.errors import UsageError
 
 SCHEDULERS = ("bbscheduler", "bbimprover", "fixed")
 #: What BBImprover's t counts: the run's number (``runs``) or the snapshot's rows (``rows``, Algorithm 2
@@ -340,3 +343,114 @@ class Used:
     @property
     def total(self) -> float:
         return self.releases + self.sizes
+
+
+def check_scheduler(name: str) -> None:
+    """A scheduler dpcli has (the first rule of :class:`ScheduleSpec`, which the CLI meets before the others)."""
+    if name not in SCHEDULERS:
+        raise UsageError(f"--scheduler must be one of {', '.join(SCHEDULERS)}, got {name!r}")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """A schedule's fixed parameters. It refuses (:class:`dpcli.errors.UsageError`, exit 2) what no schedule can
+    be, in the words the CLI's refusals use, so a library caller of :func:`dpcli.release.run` meets the same rules
+    as ``--schedule`` (:meth:`check`); the CLI only turns its options into these values."""
+
+    name: str
+    scheduler: str
+    total_epsilon: Fraction
+    total_delta: Fraction
+    gamma: Fraction | None
+    beta: float
+    c: float
+    run_epsilon: Fraction | None  # fixed only
+    index: str = "runs"  # bbimprover: what t counts (runs or rows)
+    #: Options left at their defaults, which an existing schedule replaces by its own (c, index): by default both
+    #: (a caller that gives c or the index says so by leaving it out of this set, as the CLI does).
+    defaulted: frozenset[str] = frozenset({"c", "index"})
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Each rule, in the order the CLI met them: the scheduler's name; the totals (ε, and δ: 0 for pure) in the
+        ranges of :mod:`dpcli.core.ranges`, γ and β in theirs; bbimprover's c in (0, 1/4) (Theorem 13; up to 1/2
+        kept from a dpcli 0.2 state) and its index, neither given to another scheduler; fixed spends ``run_epsilon``
+        per pure run, the others set each run's ε, and bbimprover composes with CDP (a δ); with a δ, the total
+        ε within what CDP allows (:func:`check_cdp_total`)."""
+        check_scheduler(self.scheduler)
+        self._check_values()
+        self._check_improver()
+        self._check_scheduler_budget()
+
+    def _check_values(self) -> None:
+        total = self.total_epsilon
+        POSITIVE_RANGES["--total-epsilon"].check("--total-epsilon", total, fraction_text(total))
+        PROBABILITY_RANGE.check("--total-delta", self.total_delta, fraction_text(self.total_delta), zero_ok=True)
+        if self.gamma is not None:
+            POSITIVE_RANGES["--gamma"].check("--gamma", self.gamma, fraction_text(self.gamma))
+        PROBABILITY_RANGE.check("--beta", Fraction(self.beta), repr(self.beta))
+
+    def _check_improver(self) -> None:
+        # A c given must be below 1/4; dpcli 0.2 made bbimprovers with c in (0, 1/2] (its default 1/4), and their
+        # states keep it (``as_in`` takes a defaulted c from the state: the run notes Theorem 13's bound)
+        if not 0 < self.c < 0.25 and ("c" not in self.defaulted or not 0 < self.c <= 0.5):  # 0.2499…9 is 0.25
+            raise UsageError("--improver-c must be in (0, 1/4): from c = 1/4 on, Theorem 13's error bound "
+                             "no longer improves as the data grows")
+        if self.index not in IMPROVER_INDEXES:
+            raise UsageError(f"--improver-index must be runs or rows, got {self.index!r}")
+        if self.scheduler != "bbimprover" and {"c", "index"} - self.defaulted:  # given, not stored (``as_in``)
+            raise UsageError("--improver-c and --improver-index apply to --scheduler bbimprover")
+
+    def _check_scheduler_budget(self) -> None:
+        if self.scheduler == "fixed":
+            if self.run_epsilon is None:
+                raise UsageError("--scheduler fixed spends --epsilon per run; give --epsilon")
+            if self.total_delta:
+                raise UsageError("--scheduler fixed composes pure runs: drop --total-delta")
+        elif self.run_epsilon is not None:
+            raise UsageError(f"--scheduler {self.scheduler} sets each run's ε itself; drop --epsilon")
+        if self.scheduler == "bbimprover" and not self.total_delta:
+            raise UsageError("--scheduler bbimprover composes with CDP: give --total-delta in (0, 1)")
+        if self.total_delta:
+            try:
+                check_cdp_total(float(self.total_epsilon), float(self.total_delta))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {
+            "name": self.name,
+            "scheduler": self.scheduler,
+            "total_epsilon": fraction_text(self.total_epsilon),
+            "total_delta": fraction_text(self.total_delta),
+            "gamma": fraction_text(self.gamma) if self.gamma is not None else None,
+            "beta": self.beta,
+            "c": self.c,
+            "run_epsilon": fraction_text(self.run_epsilon) if self.run_epsilon is not None else None,
+        }
+        if self.scheduler == "bbimprover":
+            doc["index"] = self.index
+        return doc
+
+    def as_in(self, stored: dict[str, Any]) -> ScheduleSpec:
+        """This spec with the defaulted options replaced by an existing schedule's values.
+
+        The migration rule: a schedule keeps the c and index it was made with. A state written
+        before the ``runs`` index existed has no ``index``: it counts rows. Options given on the
+        command line are kept, and must match the stored ones (else "other settings", exit 2).
+        """
+        spec = self
+        if "c" in self.defaulted and "c" in stored:
+            spec = replace(spec, c=float(stored["c"]))
+        if "index" in self.defaulted and self.scheduler == "bbimprover" and stored.get("scheduler") == "bbimprover":
+            spec = replace(spec, index=stored.get("index", "rows"))
+        return spec
+
+
+def stored_spec(stored: dict[str, Any]) -> dict[str, Any]:
+    """A state's spec as :meth:`ScheduleSpec.to_json` writes it today (a pre-0.3 bbimprover counts rows)."""
+    if stored.get("scheduler") == "bbimprover" and "index" not in stored:
+        return {**stored, "index": "rows"}
+    return stored

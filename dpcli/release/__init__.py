@@ -1,10 +1,15 @@
 """The release path, the only way a release happens (:func:`run`), and its library forms.
 
-* :mod:`~dpcli.release.path`: limits → plan once → payable? → open → seed → run → charge;
+* :mod:`~dpcli.release.path`: check → the ledger's defaults → admit → open → run, and the dry run, for every
+  continuation of a release (:class:`Continuation`, in :mod:`~dpcli.release.steps` with the steps they share:
+  seed and run the task, charge);
+* :mod:`~dpcli.release.plain`: one release (:class:`OneRelease`, the default);
+* :mod:`~dpcli.release.scheduled`: a run of a ``--schedule`` over growing snapshots (:class:`Scheduled`; its
+  state in :mod:`~dpcli.release.schedules`, its dry run in :mod:`~dpcli.release.schedule_plan`);
+* :mod:`~dpcli.release.stream_runs`: a run of a stream, kept in a ``--state`` file or not (:class:`StreamRuns`;
+  the state in :mod:`~dpcli.release.streams`);
 * :mod:`~dpcli.release.seeds`: the seed material, built in one place for every command;
-* :mod:`~dpcli.release.inputs`: a task's inputs, opened once and checked;
-* :mod:`~dpcli.release.schedules`: runs of a ``--schedule`` over growing snapshots;
-* :mod:`~dpcli.release.streams`: runs of a stream kept in a ``--state`` file.
+* :mod:`~dpcli.release.inputs`: a task's inputs, opened once and checked.
 
 Library use (no CLI involved)::
 
@@ -18,29 +23,33 @@ Library use (no CLI involved)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dpcli.access import Source
 from dpcli.errors import UsageError
 from dpcli.release.inputs import Sources
-from dpcli.release.path import (
-    Continuation,
-    LedgerRef,
-    Output,
-    Planned,
-    Prepared,
-    Release,
-    charge,
-    cost_text,
-    plan,
-    run,
-)
+from dpcli.release.path import plan, run
+from dpcli.release.plain import OneRelease
+from dpcli.release.steps import Continuation, LedgerRef, Output, Planned, Prepared, Release, charge, cost_text
 
 if TYPE_CHECKING:
+    from dpcli.release.scheduled import Scheduled
+    from dpcli.release.stream_runs import StreamRuns
     from dpcli.tasks.histogram import HistogramQuery
 
-__all__ = ["Continuation", "LedgerRef", "Output", "Planned", "Prepared", "Release", "Sources", "charge", "cost_text",
-           "plan", "release_histogram", "run"]
+__all__ = ["Continuation", "LedgerRef", "OneRelease", "Output", "Planned", "Prepared", "Release", "Scheduled",
+           "Sources", "StreamRuns", "charge", "cost_text", "plan", "release_histogram", "run"]
+
+#: The continuations loaded when first named (a run without ``--schedule`` or ``--state`` never imports them).
+_LAZY = {"Scheduled": "dpcli.release.scheduled", "StreamRuns": "dpcli.release.stream_runs"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def release_histogram(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -25,6 +25,9 @@ from dpcli.io.inputs import TYPED_FORMATS, InputTable, open_input, read_group_li
 from dpcli.io.opening import EarlyInput
 from dpcli.release.seeds import Reads
 from dpcli.tasks import Frames, Needs
+
+if TYPE_CHECKING:
+    from dpcli.tasks import P, Task
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class Opened:
 
     def frames(self, counted: bool = True) -> Frames:
         """The inputs as a task computes on them; ``counted``: with a Parquet input's row count (from its metadata,
-        but through a collect: a check before the debit reads none, :func:`dpcli.release.path.prepare`)."""
+        but through a collect: a check before the debit reads none, :func:`dpcli.release.steps.prepare`)."""
         typed = {role for role, table in (("data", self.data), *((r, t) for r, (t, _) in self.lists.items()))
                  if table.format in TYPED_FORMATS}
         return Frames(self.data.frame, self.data.name, cheap_row_count(self.data) if counted else None, self.schema,
@@ -178,14 +181,12 @@ def check_list_headers(needs: Needs, sources: Sources) -> None:
                             f"{', '.join(wanted.columns)})")
 
 
-def check_task_inputs(task: object, frames: Frames, planned: object) -> None:
-    """A task's own check of its inputs' schemas (``check_inputs(frames, plan)``, if it has one: ``dpcli sql``'s
-    types from its per-user stage built lazily, ``stream-replay``'s value column, ``tabulate``'s spec columns),
-    before the debit or in a dry run. Its messages follow the service-mode rule themselves (no column type
-    named to an analyst)."""
-    check = getattr(task, "check_inputs", None)
-    if check is not None:
-        check(frames, planned)
+def check_task_inputs(task: Task[P], frames: Frames, planned: P) -> None:
+    """A task's own check of its inputs' schemas (:meth:`dpcli.tasks.Task.check_inputs`: ``dpcli sql``'s types
+    from its per-user stage built lazily, ``stream-replay``'s value column, ``tabulate``'s spec columns), before
+    the debit or in a dry run. Its messages follow the service-mode rule themselves (no column type named to an
+    analyst)."""
+    task.check_inputs(frames, planned)
 
 
 def declared_frames(needs: Needs, sources: Sources, data: tuple[pl.Schema, str] | None) -> Frames | None:

@@ -22,12 +22,13 @@ import polars as pl
 from dpcli.core import schedules as sch
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
+from dpcli.core.schedules import ScheduleSpec
 from dpcli.errors import StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import open_input
 from dpcli.release.inputs import Sources
-from dpcli.release.path import LedgerRef, Planned, check_dry_run_inputs, scheduled_run
-from dpcli.release.schedules import NOISY_SIZES, ScheduleSpec, check_state, reservation_event
+from dpcli.release.schedules import NOISY_SIZES, check_state, reservation_event, scheduled_run
+from dpcli.release.steps import LedgerRef, Planned, check_dry_run_inputs
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.state.paths import existing_state_dir
@@ -64,7 +65,6 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
     docstring); the description is public (options, stated sizes, the state's public values)."""
     from dpcli.tasks import SchedulableTask
 
-    task.check()
     led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
     scheduled = task.for_ledger(led.limits.mode)  # as a run does: the ledger's defaults, then the schedule's rules
     if not isinstance(scheduled, SchedulableTask):
@@ -80,7 +80,7 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
         check_state(state, spec, payer.analyst, f"schedule {spec.name!r}")
     else:
         state = None
-    mode = getattr(scheduled, "scheduled_mode", None) or led.limits.mode
+    mode = scheduled.schedule_mode(led.limits.mode)
     ctx = _Context(scheduled, mode, led.limits, led, groups, state.get("auto") if state is not None else None,
                    size.counts if size is not None else "rows")
     progress = _progress(spec, state, size)
@@ -235,7 +235,7 @@ def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[
 def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction,
                kept: dict[str, Any] | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
     """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``), at the
-    ``auto`` bounds ``kept`` (:func:`dpcli.release.path.scheduled_run`), and the parts of the run's ε (None: the
+    ``auto`` bounds ``kept`` (:func:`dpcli.release.schedules.scheduled_run`), and the parts of the run's ε (None: the
     release spends it all)."""
     run_task = scheduled_run(task, epsilon, kept)
     description = run_task.describe(run_task.plan(mode, limits.values))

@@ -16,8 +16,8 @@ kept events included, free). A forked, rolled back or foreign copy is refused
 events are never fed twice. Order: a new stream's state (step 0) on disk and
 its whole (ε, δ) reserved in the ledger, before any record is read; compute in
 memory; then the caller records the run as a step of the reservation, saves the
-state (:meth:`StateRun.save`) and writes the output. ``--dry-run``:
-:func:`plan_runs`.
+state (:meth:`StateRun.save`) and writes the output: :mod:`dpcli.release.stream_runs`, which plans
+the runs too (``--dry-run``).
 """
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 import polars as pl
 
 from dpcli.advice import Note
-from dpcli.core.accounting.budget import ChargeRefused
 from dpcli.core.display import utc_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import NOISE_VERSION
@@ -42,8 +41,8 @@ from dpcli.errors import StateError, UsageError
 from dpcli.release.seeds import plan_material
 from dpcli.state import documents, ledger
 from dpcli.tasks.stream import notes as notes_of
-from dpcli.tasks.stream.algorithm import TIME_COLUMNS, StreamState, naive_utc, trigger_through
-from dpcli.tasks.stream.auto import StreamChoice, choose, chosen_line, resolve
+from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
+from dpcli.tasks.stream.auto import StreamChoice, choose, resolve
 from dpcli.tasks.stream.events import EventsEngine
 from dpcli.tasks.stream.plan import PendingPlan, StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
@@ -56,12 +55,9 @@ from dpcli.tasks.stream.state import (
     new_state_body,
     state_body,
 )
-from dpcli.tasks.stream.task import StreamTask
 
 if TYPE_CHECKING:
-    from dpcli.release.inputs import Opened, Sources
-    from dpcli.release.path import Busy, Continuation, LedgerRef, Output, Planned, Release
-    from dpcli.tasks import Engine
+    pass
 
 
 class Seed(Protocol):
@@ -116,7 +112,7 @@ class StateRun:
         documents.write(self.path, STATE_KIND, self.new_body)
 
 
-def _open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str] | None, state_dir: Path,
+def open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str] | None, state_dir: Path,
                lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed] | None) -> tuple[dict[str, Any], bool]:
     """The checked body of the state file, or a fresh one (step 0, not yet on disk): (body, fresh).
 
@@ -181,7 +177,7 @@ def _is_retry(last: dict[str, Any] | None, data: StateInput, label: str) -> Type
     return True
 
 
-def _last_end(last: dict[str, Any], q: StreamQuery) -> datetime:
+def last_end(last: dict[str, Any], q: StreamQuery) -> datetime:
     """Where the last run ended: its ``--through`` (or now), or for a run of dpcli before issue 31 the end
     of its last trigger."""
     if "until" in last:
@@ -194,7 +190,7 @@ def _refuse_rewrite(last: dict[str, Any] | None, moment: datetime, q: StreamQuer
     rewrite a run already released (public: the two ``--through`` moments)."""
     if not last:
         return
-    end = _last_end(last, q)
+    end = last_end(last, q)
     if moment <= end:
         raise UsageError(f"{label} already ran up to {utc_text(end)} with another input: a late correction is a "
                          "new release, not a rewrite (feed only events not fed before, with a later --through; or "
@@ -230,7 +226,7 @@ def _run_id(body: dict[str, Any], through: int, q: StreamQuery) -> str:
     return f"{body['seed_id']}/{naive_utc(through * q.step).isoformat()}"
 
 
-def _as_utc(moment: datetime | None) -> datetime:
+def as_utc(moment: datetime | None) -> datetime:
     """``--through`` (naive: UTC), or now."""
     if moment is None:
         return datetime.now(UTC)
@@ -255,12 +251,12 @@ def state_run(
     (called before a new stream's reservation is debited). With ``auto`` bounds (or ``--report-bias``) the first run
     chooses them on its input and the state keeps the choice (``auto``) for every later run (:func:`_chosen`).
     """
-    moment = _as_utc(through)
+    moment = as_utc(through)
     last_trigger = trigger_through(moment, q.step)
     key_schema = key_schema_of(data.frame.collect_schema(), q)
     label = f"state file {path}"
     with documents.locked(path, lock_timeout):
-        body, fresh = _open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
+        body, fresh = open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
         last = body.get("last")
         if _is_retry(last, data, label):
             run_q, run_plan = _chosen(body, q, plan, data)
@@ -361,137 +357,3 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
                               "fed": {**(body.get("fed") or {}),
                                       data.fingerprint: {"run": body["step"] + 1, "until": moment.isoformat()}}},
                     notes=notes)
-
-
-def run_stream_state(task: object, opened: Opened, engine: Engine | None, payer: LedgerRef, mode: str,
-                     planned: object, continuation: Continuation, output: Output | None, busy: Busy) -> Release:
-    """One cron run of ``stream-replay --state`` (the release path's persisted form): lock the state, run
-    the new triggers, charge the run as a step of the stream's reservation, save the state.
-
-    ``task`` and ``planned``: a :class:`StreamTask` and its :class:`StreamPlan` (the only task a state
-    file runs). A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
-    inputs (it is made once, for every run): each run's input, with its reading, is bound by the
-    run's digest in the ledger. The last run's input again (a retry) returns its rows again, free, and
-    is recorded in the ledger as a replay of that run's step."""
-    from dpcli.release.inputs import check_task_inputs
-    from dpcli.release.path import Prepared, charge
-    from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
-
-    # only stream-replay runs against a --state file
-    assert isinstance(task, StreamTask) and isinstance(planned, (StreamPlan, PendingPlan))
-    assert continuation.stream_state is not None
-    check_task_inputs(task, opened.frames(), planned)  # the value column's type, before the reservation
-    payer_ref = payer
-    calibration = Calibration(mode, planned)
-    table = opened.data
-    data = StateInput(table.frame, table.fingerprint, table.name, engine.stream_events if engine else None,
-                      reading=table.reading_material())
-    label = continuation.label or str(continuation.stream_state)
-    with state_run(continuation.stream_state, task.query, planned, data, analyst=payer_ref.analyst,
-                   state_dir=payer_ref.state_dir, lock_timeout=payer_ref.lock_timeout,
-                   new_seed=lambda material: release_seed(payer_ref.state_dir, material, {}, calibration),
-                   through=continuation.through,
-                   busy=lambda: busy(f"feeding {table.name} to {label}"), unchanged=table.verify_unchanged) as run:
-        assert run.plan is not None
-        rows = task.margins(run.table, run.plan, run.query)
-        if run.repeat:
-            line = f"stream-replay of {table.name} into {label}: a retry of the last run, its rows again"
-        else:
-            line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
-                    f"triggers run through {run.metadata['through']}{chosen_line(run.metadata)}")
-        prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata,
-                            times=TIME_COLUMNS)
-        done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
-                      before_output=None if run.repeat else run.save,
-                      output_digest=output.digest(rows, run.metadata, TIME_COLUMNS) if output is not None else None,
-                      reserved=run.reserved)
-        return replace(done, notes=run.notes)
-
-
-def plan_runs(task: StreamTask, payer: LedgerRef, state: Path | None, runs: int = 1,
-              sources: Sources | None = None) -> Planned:
-    """``--dry-run`` of ``stream-replay``, with or without ``--state``: the calibration and the 95% margin
-    at each trigger (:func:`dpcli.tasks.stream.plan.margins95_by_trigger`), the triggers the next run
-    executes, the cost of each of the next ``runs`` runs and their total, and whether the ledger accepts
-    it. Reads no record and writes nothing (a state file is only read: its public part decides; with
-    ``sources``, the data's schema is checked as a run checks it: :func:`dpcli.release.path.check_dry_run_inputs`).
-
-    Without ``--state`` each run over new data is a new release, charged in full; with it the first
-    run reserves the stream's whole (ε, δ) and every later run (and trigger) is covered by it.
-    """
-    from dpcli.release.inputs import check_task_inputs, declared_frames
-    from dpcli.release.path import Planned, check_dry_run_inputs
-    from dpcli.state.paths import existing_state_dir
-
-    task.check()
-    data = check_dry_run_inputs(task, sources) if sources is not None else None
-    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
-    planned = task.plan(led.limits.mode, led.limits.values)
-    frames = declared_frames(task.needs(), sources, data) if sources is not None else None
-    if frames is not None:
-        check_task_inputs(task, frames, planned)  # the value column's declared type
-    events = list(planned.events)
-    q = task.query
-    moment = _as_utc(task.through)
-    through = trigger_through(moment, q.step)
-    body: dict[str, Any] = {}
-    if state is None:
-        costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
-        standing: dict[str, Any] = {"state": None, "triggers": {"through": utc_text(naive_utc(through * q.step))}}
-    else:
-        body, _ = _open_body(state, q, payer.analyst, None, payer.state_dir, payer.lock_timeout, None)
-        covered, refusal = _covered(led, body, events, f"state file {state}")
-        costs = [[] if covered is not None else events] + [[] for _ in range(runs - 1)]
-        standing = {"state": str(state), "runs_recorded": body["step"], "covered_by": covered,
-                    "triggers": _next_triggers(body, moment, q)}
-    standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
-                    spend=_total(led, costs))
-    described = task.describe(planned)
-    if "auto" in body:  # the stream's bounds were chosen: its margins are known
-        run_q, run_plan = resolve(q, planned.events, StreamChoice.from_json(body["auto"]))
-        described = {**replace(task, query=run_q).describe(run_plan), "auto": body["auto"]}
-    return Planned({**described, "stream": standing}, costs[0], refusal)
-
-
-def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],
-             label: str) -> tuple[int | None, str | None]:
-    """A dry run's view of a state file against the ledger: (the entry of the reservation that covers
-    its next run, or None if that run reserves; why the ledger would refuse the run, or None)."""
-    entry = led.reservation(body["reservation"]) if body.get("reservation") else None
-    if entry is None:
-        if body["step"]:
-            return None, (f"{label} is not recorded in analyst {led.analyst!r}'s ledger (state from another "
-                          "ledger, or the ledger restored from an older backup)")
-        return None, ledger.refusal(led, events)
-    recorded = len(led.steps(entry["seq"]))
-    if recorded != body["step"]:
-        return None, (f"{label} is at run {body['step']} but the ledger recorded {recorded}: an older copy, or "
-                      "a ledger restored from an older backup; use the newest copies")
-    if entry.get("period", 0) != led.period(datetime.now(UTC)):
-        return None, f"analyst {led.analyst!r}: the reservation of {label} is not in this ledger period"
-    seq: int = entry["seq"]
-    return seq, None
-
-
-def _next_triggers(body: dict[str, Any], moment: datetime, q: StreamQuery) -> dict[str, Any]:
-    """The triggers the next run would execute (public: its ``--through`` and the last run's)."""
-    through = trigger_through(moment, q.step)
-    out: dict[str, Any] = {"through": utc_text(naive_utc(through * q.step)),
-                           "next": utc_text(naive_utc((through + 1) * q.step))}
-    watermark = (body.get("stream") or {}).get("watermark")
-    if watermark is not None:
-        out.update(after=utc_text(naive_utc(watermark * q.step)), count=max(0, through - watermark))
-    last = body.get("last")
-    if last:
-        end = _last_end(last, q)
-        out.update(last_run_end=utc_text(end), new_input_accepted=moment > end)
-    return out
-
-
-def _total(led: ledger.Ledger, costs: list[list[PrivacyEvent]]) -> dict[str, Any] | None:
-    """What the runs would spend together in the ledger's terms (None when its mode cannot pay them: the
-    ledger's refusal says why)."""
-    try:
-        return led.accountant.spent_json(led.accountant.spend([e for c in costs for e in c]))
-    except ChargeRefused:
-        return None

@@ -5,17 +5,20 @@ which inputs it reads (:meth:`Task.needs`), plans its noise from the ledger's mo
 (:meth:`Task.plan`: the events the release reserves, decided before any data is read), computes
 on the opened frames with its keyed seed (:meth:`Task.run`), and describes the result
 (:meth:`Task.summary`, :meth:`Task.notes`). The release path does the rest, in one order for
-every task: limits → plan once → payable? → open → seed → run → charge. A task that checks its inputs'
-schemas itself (beyond :class:`Needs`' column kinds) has ``check_inputs(frames, plan)``, which the release
-path calls after opening and before the debit, and a dry run on the schemas declared (no record read).
+every task: limits → plan once → payable? → open → seed → run → charge. A task's optional capabilities are
+declared in :class:`Task` with what a task without them does (:class:`TaskDefaults`, which every task
+inherits): ``check_inputs(frames, plan)``, its own check of its inputs' schemas beyond :class:`Needs`'
+column kinds (after opening and before the debit, and in a dry run on the schemas declared: no record
+read); ``with_list_groups``, a dry run's count of a public list's groups; ``budget_hint``, what a refused
+margin target could have within the ledger's budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     import polars as pl
@@ -205,6 +208,36 @@ class Task(Protocol[P]):
         """Notes that change how to read the release, from public inputs and the noisy output only."""
         ...
 
+    def check_inputs(self, frames: Frames, plan: P) -> None:
+        """Refuse (one line) what the inputs' schemas alone show the query cannot use, before the debit and in a
+        dry run on the declared schemas (``dpcli sql``'s types, ``stream-replay``'s value column, ``tabulate``'s
+        spec columns); its messages follow the service-mode rule themselves (no column type named to an analyst)."""
+        ...
+
+    def with_list_groups(self, groups: Callable[[], dict[str, int]]) -> Task[P]:
+        """For a dry run: the task knowing how many groups each public list holds (``groups``, called only if the
+        plan needs it: histogram's ``auto`` K never exceeds the listed groups)."""
+        ...
+
+    def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
+        """With a margin target the ledger refuses: the best margins a cost ``pays`` accepts could give (None:
+        nothing to say)."""
+        ...
+
+
+class TaskDefaults:
+    """What a task without one of :class:`Task`'s optional capabilities does (every task inherits it): no check
+    of its own on the schemas, no use for a list's size in a dry run, no hint when refused."""
+
+    def check_inputs(self, frames: Frames, plan: Any) -> None:
+        return None
+
+    def with_list_groups(self, groups: Callable[[], dict[str, int]]) -> Self:
+        return self
+
+    def budget_hint(self, pays: Callable[[list[PrivacyEvent]], bool]) -> str | None:
+        return None
+
 
 @runtime_checkable
 class SchedulableTask(Task[P], Protocol[P]):
@@ -220,6 +253,14 @@ class SchedulableTask(Task[P], Protocol[P]):
 
     def schedule_query(self, lists: Mapping[str, str]) -> dict[str, Any]:
         """What names a schedule besides its name (the query without its ε, the public lists' fingerprints)."""
+        ...
+
+    def schedule_mode(self, ledger_mode: str) -> str:
+        """The accounting mode each run is planned in (top-k: pure, its runs' cost; a histogram: the ledger's)."""
+        ...
+
+    def keeping(self, chosen: Mapping[str, Any]) -> SchedulableTask[P]:
+        """A later run at the ``auto`` bounds the schedule's first run chose (its state keeps them)."""
         ...
 
 

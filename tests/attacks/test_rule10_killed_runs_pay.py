@@ -95,7 +95,7 @@ def test_attack_a_run_killed_at_its_first_read_has_paid_and_its_rerun_is_free(tm
 def test_the_probe_sees_a_run_that_debits_only_after_reading(tmp_path, monkeypatch, state_dir):
     """The probe itself can fail: with the debit moved back after the run (as before issue 37), the first
     collect finds no charge on disk."""
-    from dpcli.release import path as release_path
+    from dpcli.release import plain as release_path
 
     init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
     original = release_path.prepare

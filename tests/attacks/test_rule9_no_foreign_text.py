@@ -44,11 +44,11 @@ ALLOWED = {
     ("io/opening.py", "self._error = exc"): "kept to be re-raised in the taking thread, never printed",
     ("cli/tabulate.py", "str(exc)"): "a DpcliError (no ledger): dpcli wrote its message",
     ("state/ledger/charges.py", "str(exc)"): "a BudgetError: dpcli wrote its message",
-    ("release/path.py", "exc.detail"): "a BudgetError from ledger.charge: dpcli wrote its message (a margin "
+    ("release/plain.py", "exc.detail"): "a BudgetError from ledger.charge: dpcli wrote its message (a margin "
                                        "target's refusal adds the best reachable margin to it)",
     ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
-    ("release/schedules.py", "str(exc)"): "core.schedules.check_cdp_total's ValueError about public parameters",
+    ("core/schedules.py", "str(exc)"): "check_cdp_total's ValueError about public parameters (ScheduleSpec)",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate/query.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
     ("tasks/sql/parse.py", "_where(exc)"): "only the integers of sqlglot's structured line and column are kept",

@@ -21,6 +21,7 @@ from dpcli.tasks import (
     Needs,
     PublicList,
     Result,
+    TaskDefaults,
     auto_bounds,
     bias_report,
     bound_elsewhere,
@@ -70,7 +71,7 @@ def _left_out_stays(task: HistogramTask, mode: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class HistogramTask:
+class HistogramTask(TaskDefaults):
     """``dpcli histogram`` as a :class:`dpcli.tasks.Task`.
 
     ``noise_given``: whether the query's noise was chosen (else a zcdp ledger gets Gaussian noise:
@@ -198,6 +199,10 @@ class HistogramTask:
                        max_contributions=in_force.max_contributions,
                        bounds=in_force.bounds or ((0.0, 1.0) if q.auto.values else q.bounds))
         return replace(self, query=kept, kept=KeptBounds(dict(chosen), pending))
+
+    def schedule_mode(self, ledger_mode: str) -> str:
+        """Each run of a schedule is planned in the ledger's mode."""
+        return ledger_mode
 
     def check_schedulable(self) -> None:
         """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run). ``auto``

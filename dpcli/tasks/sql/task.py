@@ -19,7 +19,7 @@ import polars as pl
 from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
 from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
@@ -76,7 +76,7 @@ class SqlOptions:
 
 
 @dataclass(frozen=True)
-class SqlTask:
+class SqlTask(TaskDefaults):
     """One ``dpcli sql`` release (see the module docstring). ``defaulted``: the caps left at their defaults."""
 
     query: ResolvedQuery

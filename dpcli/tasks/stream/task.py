@@ -10,7 +10,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
-from dpcli.tasks import Engine, Frames, Needs, Result, free_replay
+from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, free_replay
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class StreamTask:
+class StreamTask(TaskDefaults):
     """A replay of every trigger ending at or before ``through`` (None: now); ``with_error`` adds the
     95% margins (post-processing: not part of the seed)."""
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from dpcli.core.prf import KeyedStream
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
 from dpcli.tasks.tabulate.plan import TabulatePlan, plan_tabulate
 from dpcli.tasks.tabulate.query import Spec
 from dpcli.tasks.tabulate.run import block_columns, check_columns, run_tabulate
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class TabulateTask:
+class TabulateTask(TaskDefaults):
     """``dpcli tabulate`` as a :class:`dpcli.tasks.Task`: the spec (its bytes, as a seed input ``spec``:
     ``document``) and whether cells carry margins."""
 

@@ -12,8 +12,8 @@ import polars as pl
 
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
-from dpcli.errors import UsageError
-from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, free_replay
+from dpcli.errors import StateError, UsageError
+from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
 from dpcli.tasks.topk.auto import bounds_chosen
 from dpcli.tasks.topk.plan import TopKPlan, describe_plan, epsilon_per_for, plan_topk
 from dpcli.tasks.topk.query import TopKQuery
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class TopKTask:
+class TopKTask(TaskDefaults):
     """``dpcli topk`` as a :class:`dpcli.tasks.Task` (``defaulted`` and ``unit_label``: for :meth:`notes`;
     ``target``: a count margin target that :meth:`for_ledger` turns into ε_per, ``chosen`` what it chose)."""
 
@@ -70,6 +70,14 @@ class TopKTask:
         """The same query at a schedule run's whole ε (split over its selections and counts as for --epsilon)."""
         q = self.query
         return replace(self, query=replace(q, epsilon_per=epsilon_per_for(epsilon, q)))
+
+    def schedule_mode(self, ledger_mode: str) -> str:
+        """Each run of a schedule is planned in :attr:`scheduled_mode` (pure: top-k's accounting per run)."""
+        return self.scheduled_mode
+
+    def keeping(self, chosen: Mapping[str, Any]) -> TopKTask:
+        """Top-k chooses no bounds from the data, so a schedule's state keeps none for it."""
+        raise StateError("a top-k schedule's state holds chosen bounds, which top-k never chooses: a damaged state")
 
     def check_schedulable(self) -> None:
         """Refuse a query no schedule can run (each run's ε comes from the schedule: planned per run)."""
