@@ -376,3 +376,26 @@ def test_avg_var_and_stddev_say_they_average_per_person_means_and_have_margins()
     plain = cli("sql", "SELECT dept, ANON_SUM(amount, 0, 1000) AS s FROM Employee JOIN Order USING (uid) "
                 "GROUP BY dept", *TABLES, "--epsilon", "1", "--delta", "1e-6", "--json")
     assert "per_unit_means" not in json.loads(plain.stdout)["summary"] and "averaged first" not in plain.stderr
+
+
+def test_the_query_is_parsed_once(monkeypatch):
+    """Issue 40, item 3: the command parses the query once (its tables name the declarations, then the same tree
+    is resolved over them), as a release and as a dry run."""
+    from dpcli.tasks.sql import parse, query
+
+    calls = []
+    original = parse.parse_query
+
+    def counted(text: str):  # type: ignore[no-untyped-def]
+        calls.append(text)
+        return original(text)
+
+    monkeypatch.setattr(parse, "parse_query", counted)
+    monkeypatch.setattr(query, "parse_query", counted)
+    q = "SELECT dept, ANON_COUNT(*, 5) c FROM Employee JOIN Order USING (uid) GROUP BY dept"
+    init_ledger("approx", "--epsilon", "10", "--delta", "0.1")
+    for extra in (["--dry-run"], []):
+        calls.clear()
+        r = cli("sql", q, *TABLES, "--epsilon", "1", "--delta", "1e-6", "--max-partitions", "2", *extra, "--json")
+        assert r.exit_code == 0, r.stderr
+        assert calls == [q], extra

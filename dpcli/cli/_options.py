@@ -17,9 +17,7 @@ from dpcli.core.ranges import ANY_POSITIVE, POSITIVE_RANGES, PROBABILITY_RANGE, 
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:  # the library is imported when a command runs, not for --help
-    from datetime import datetime
-
-    from dpcli.core.schedules import ScheduleSpec
+    from dpcli.cli._groups import ChoiceOptions
     from dpcli.spark.engine import EngineRequest
     from dpcli.tasks import ExpectedSize
     from dpcli.tasks.auto_bounds import AutoBounds
@@ -146,6 +144,8 @@ JsonOpt = Annotated[
         help="Machine-readable summary: on stdout with -o FILE; without -o, result and summary as one JSON document.",
     ),
 ]
+
+
 UnitOpt = Annotated[
     str | None, typer.Option("--privacy-unit", help="Column identifying the privacy unit (e.g. user_id); a catalog "
                              "dataset's is the operator's.", show_default=False)
@@ -203,64 +203,6 @@ RunsOpt = Annotated[
     typer.Option("--runs", help="With --dry-run: how many of the next runs to plan (--schedule: default 30, a month "
                  "of daily runs; stream-replay: default 1).", min=1, max=100_000, show_default=False),
 ]
-
-
-@dataclass(frozen=True)
-class ScheduleOptions:
-    """The ``--schedule`` option group, as typed (:func:`schedule_spec` parses it; ``through`` is a run's,
-    :func:`schedule_through`; ``runs``, a dry run's: how many runs it plans, None for the default)."""
-
-    name: str | None
-    scheduler: str = "bbscheduler"
-    total_epsilon: str | None = None
-    total_delta: str | None = None
-    gamma: str | None = None
-    beta: str = "0.05"
-    improver_c: str | None = None
-    improver_index: str | None = None
-    through: str | None = None
-    runs: int | None = None
-
-
-def schedule_spec(options: ScheduleOptions, run_epsilon: Fraction | None, dry_run: bool = False) -> ScheduleSpec | None:
-    """The schedule the options describe, checked (None when ``--schedule`` is absent)."""
-    o = options
-    if o.name is None:
-        _refuse_schedule_options(o)
-        return None
-    from dpcli.core import schedules as sch  # only for a schedule (a plain run does not load them)
-    from dpcli.core.schedules import ScheduleSpec, check_scheduler
-
-    if dry_run and o.through is not None:
-        raise UsageError("--through names a run's snapshot, and a dry run reads none: drop --through")
-    if not dry_run and o.runs is not None:
-        raise UsageError("--runs says how many runs a dry run plans: add --dry-run")
-    check_scheduler(o.scheduler)  # before the totals are parsed, as always (the spec checks the rest)
-    total, delta, gamma, beta = _schedule_budget(o)
-    c = positive("--improver-c", o.improver_c) if o.improver_c is not None else Fraction(str(sch.DEFAULT_IMPROVER_C))
-    defaulted = frozenset(name for name, value in (("c", o.improver_c), ("index", o.improver_index)) if value is None)
-    return ScheduleSpec(o.name, o.scheduler, total, delta, gamma, float(beta), float(c), run_epsilon,
-                        index=o.improver_index if o.improver_index is not None else "runs", defaulted=defaulted)
-
-
-def _refuse_schedule_options(o: ScheduleOptions) -> None:
-    if o.total_epsilon or o.total_delta or o.gamma or o.through or o.runs:
-        raise UsageError("--total-epsilon, --total-delta, --gamma, --through and --runs need --schedule NAME")
-
-
-def schedule_through(options: ScheduleOptions) -> datetime | None:
-    """``--through``: the public moment a scheduled run's snapshot holds data through (None when absent)."""
-    from dpcli.cli._times import parse_moment
-
-    return None if options.through is None else parse_moment(options.through)
-
-
-def _schedule_budget(o: ScheduleOptions) -> tuple[Fraction, Fraction, Fraction | None, Fraction]:
-    """(total ε, total δ (0: pure), bbscheduler's γ if given, β) of a schedule."""
-    total = positive("--total-epsilon", o.total_epsilon, required=True)
-    delta = probability("--total-delta", o.total_delta) or Fraction(0)
-    gamma = positive("--gamma", o.gamma)
-    return total, delta, gamma, probability("--beta", o.beta, allow_zero=False)
 
 
 # The expected size: a size the user states where a plan needs one (sizes are private: never read).
@@ -450,6 +392,13 @@ class BoundOptions:
     auto_share: Fraction | None = None
     report_bias: bool | None = False  # None: neither --report-bias nor --no-report-bias (the command's default)
     bias_share: Fraction | None = None
+
+    @classmethod
+    def given(cls, partitions: int | Literal["auto"] | None, contributions: int | Literal["auto"] | None,
+              values: tuple[float, float] | Literal["auto"] | None, choice: ChoiceOptions) -> BoundOptions:
+        """The bounds as parsed (caps and value bounds, parsed first) with the shares of ``choice`` parsed now."""
+        return cls(partitions, contributions, values, share("--auto-share", choice.auto_share), choice.report_bias,
+                   share("--bias-share", choice.bias_share))
 
     @property
     def max_partitions(self) -> int:

@@ -9,25 +9,33 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
-from dpcli.cli._groups import ENGINE_GIVEN, SCHEDULE_GIVEN, engine_options, schedule_options
+from dpcli.cli._groups import (
+    CHOICE_GIVEN,
+    ENGINE_GIVEN,
+    INPUT_GIVEN,
+    OUTPUT_GIVEN,
+    SCHEDULE_GIVEN,
+    ChoiceOptions,
+    InputOptions,
+    OutputOptions,
+    ScheduleOptions,
+    choice_options,
+    engine_options,
+    input_options,
+    output_options,
+    schedule_options,
+    schedule_spec,
+    schedule_through,
+)
 from dpcli.cli._options import (
-    AutoShareOpt,
-    BiasShareOpt,
     BoundOptions,
-    DelimiterOpt,
     DeltaOpt,
     EpsilonOpt,
-    FormatOpt,
     InputArg,
-    InputFormatOpt,
-    JsonOpt,
     LeftOutContributionsOpt,
     LeftOutPartitionsOpt,
-    OutputOpt,
-    ReportBiasOpt,
     RowsOpt,
     RunsOpt,
-    ScheduleOptions,
     TargetMoeOpt,
     TargetRelativeMoeOpt,
     UnitOpt,
@@ -39,9 +47,6 @@ from dpcli.cli._options import (
     margin_target,
     positive,
     probability,
-    schedule_spec,
-    schedule_through,
-    share,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.io.opening import hash_early
@@ -53,6 +58,9 @@ if TYPE_CHECKING:
 
 
 @handles_errors
+@output_options
+@choice_options
+@input_options
 @engine_options
 @schedule_options
 def histogram(
@@ -80,9 +88,7 @@ def histogram(
     ] = None,
     max_partitions: LeftOutPartitionsOpt = None,
     max_contributions: LeftOutContributionsOpt = None,
-    auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = None,
-    bias_share: BiasShareOpt = None,
+    choice: ChoiceOptions = CHOICE_GIVEN,  # --auto-share, --report-bias, --bias-share (choice_options)
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
@@ -116,12 +122,9 @@ def histogram(
     rows: RowsOpt = None,
     units: UnitsOpt = None,
     runs: RunsOpt = None,
-    input_format: InputFormatOpt = None,
-    delimiter: DelimiterOpt = None,
+    reading: InputOptions = INPUT_GIVEN,  # --input-format, --delimiter (input_options)
     engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
-    output: OutputOpt = None,
-    out_format: FormatOpt = None,
-    as_json: JsonOpt = False,
+    out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
     """Differentially private group-by: counts, sums, means, variances and quantiles per group.
 
@@ -130,15 +133,14 @@ def histogram(
     Without --keys, groups are discovered from the data and only released
     when enough units support them.
     """
-    source = data_source(input, privacy_unit, input_format, delimiter)
+    source = data_source(input, privacy_unit, reading.input_format, reading.delimiter)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.tasks.histogram import HistogramQuery, HistogramTask
 
-    caps = BoundOptions(cap("--max-partitions", max_partitions), cap("--max-contributions", max_contributions),
-                        bounds_or_auto("--bounds", bounds_text), share("--auto-share", auto_share),
-                        report_bias, share("--bias-share", bias_share))
+    caps = BoundOptions.given(cap("--max-partitions", max_partitions), cap("--max-contributions", max_contributions),
+                              bounds_or_auto("--bounds", bounds_text), choice)
     query = HistogramQuery(
         by=columns("--by", by), unit=source.unit, aggregations=columns("--agg", agg),
         value=value, bounds=caps.value_bounds, granularity=positive("--granularity", granularity),
@@ -158,17 +160,18 @@ def histogram(
                          unit_label=unit_word(), target=margin_target(target_moe, target_relative_moe, size,
                                                                       spec is not None),
                          choose_left_out=stays is None, left_out_stays=stays,
-                         report_bias_left_out=report_bias is None and stays is None)
+                         report_bias_left_out=choice.report_bias is None and stays is None)
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
     continuation = release.Scheduled(spec, None if dry_run else schedule_through(options), size) if spec else None
     if dry_run:
-        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst, as_json)
+        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst,
+                  out.as_json)
         return
-    target = output_target(output, out_format, as_json)
+    target = output_target(out)
     done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
-    write_release(settings(ctx), done, target, as_json)
+    write_release(settings(ctx), done, target, out.as_json)
 
 
 def _defaulted(max_contributions: str | None, max_partitions: str | None, bounds: str | None) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import typer
@@ -19,11 +19,15 @@ from dpcli.io.outputs import output_format_for, shown, write_output
 from dpcli.release.steps import Output, Planned, Release, cost_text, grid_step
 from dpcli.state import progress
 
+if TYPE_CHECKING:
+    from dpcli.cli._groups import OutputOptions
 
-def output_target(output: str | None, out_format: str | None, as_json: bool) -> Output:
+
+def output_target(out: OutputOptions) -> Output:
     """Where and how the release goes (``-o``, ``--format``, ``--json``): a table for a person on a
     terminal, CSV in pipes and files unless the extension or ``--format`` says otherwise. The path
     itself is checked by the release path before any data is read."""
+    output, out_format, as_json = out.output, out.out_format, out.as_json
     to_stdout = not output or output == "-"
     if out_format is None and to_stdout and not as_json and sys.stdout.isatty():
         out_format = "table"  # a person is reading: a table; pipes and files get CSV

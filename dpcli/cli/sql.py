@@ -9,22 +9,24 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
-from dpcli.cli._groups import ENGINE_GIVEN, engine_options
+from dpcli.cli._groups import (
+    CHOICE_GIVEN,
+    ENGINE_GIVEN,
+    OUTPUT_GIVEN,
+    ChoiceOptions,
+    OutputOptions,
+    choice_options,
+    engine_options,
+    output_options,
+)
 from dpcli.cli._options import (
-    AutoShareOpt,
-    BiasShareOpt,
     BoundOptions,
     DelimiterOpt,
     DeltaOpt,
     EpsilonOpt,
-    FormatOpt,
-    JsonOpt,
-    OutputOpt,
-    ReportBiasOpt,
     cap,
     positive,
     probability,
-    share,
 )
 from dpcli.errors import UsageError
 
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 
 
 @handles_errors
+@output_options
+@choice_options
 @engine_options
 def sql(
     ctx: typer.Context,
@@ -66,9 +70,7 @@ def sql(
         str | None, typer.Option("--max-rows-per-table", metavar="N", help="At most this many rows per unit of each "
                                  "private table (chosen at random), before its WHERE and any join: the work per unit "
                                  "is bounded. [default: 10000]", show_default=False)] = None,
-    auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = None,
-    bias_share: BiasShareOpt = None,
+    choice: ChoiceOptions = CHOICE_GIVEN,  # --auto-share, --report-bias, --bias-share (choice_options)
     epsilon: EpsilonOpt = None,
     delta: DeltaOpt = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ (zCDP) for Gaussian noise, instead of ε/δ.")] = None,
@@ -86,9 +88,7 @@ def sql(
                            "nothing.")] = False,
     delimiter: DelimiterOpt = None,
     engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
-    output: OutputOpt = None,
-    out_format: FormatOpt = None,
-    as_json: JsonOpt = False,
+    out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
     """Differentially private SQL: ANON_ aggregates over private tables, joins with public ones.
 
@@ -103,35 +103,34 @@ def sql(
 
     budget = Budget(positive("--epsilon", epsilon), probability("--delta", delta) or Fraction(0),
                     positive("--rho", rho), noise or "laplace")
-    options = _options(budget, (max_partitions, max_contributions, auto_share), (report_bias, bias_share),
+    options = _options(budget, (max_partitions, max_contributions), choice,
                        keys is not None, with_error, engine.engine, max_rows_per_table)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
     task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
                           delimiter, options, noise is not None, defaulted, engine.engine == "polars",
-                          report_bias is None and engine.engine == "polars")
+                          choice.report_bias is None and engine.engine == "polars")
     _check_fanout(task, sources)
     ledger = payer(ctx)
     if dry_run:
-        show_plan(release.plan(task, ledger, _sources(task, sources, keys)), ledger.analyst, as_json)
+        show_plan(release.plan(task, ledger, _sources(task, sources, keys)), ledger.analyst, out.as_json)
         return
-    target = output_target(output, out_format, as_json)
+    target = output_target(out)
     done = release.run(task, _sources(task, sources, keys), ledger, output=target,
                        engine=engine if engine.engine != "polars" else None,
                        busy=busy(ctx))
-    write_release(settings(ctx), done, target, as_json)
+    write_release(settings(ctx), done, target, out.as_json)
 
 
-def _options(budget: Budget, caps: tuple[str | None, str | None, str | None], bias: tuple[bool | None, str | None],
-             keys: bool, with_error: bool, engine: str, max_rows: str | None = None) -> SqlOptions:
+def _options(budget: Budget, caps: tuple[str | None, str | None], choice: ChoiceOptions, keys: bool, with_error: bool,
+             engine: str, max_rows: str | None = None) -> SqlOptions:
     """The release's options: ``--max-partitions``/``--max-contributions`` ``N|auto`` and the shares
     (:class:`dpcli.cli._options.BoundOptions`; an auto cap is a placeholder of 1 until chosen)."""
     from dpcli.tasks.sql import SqlOptions
     from dpcli.tasks.sql.task import DEFAULT_MAX_ROWS_PER_TABLE
 
     rows = _max_rows(max_rows) if max_rows is not None else DEFAULT_MAX_ROWS_PER_TABLE
-    options = BoundOptions(cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1]), None,
-                           share("--auto-share", caps[2]), bias[0], share("--bias-share", bias[1]))
+    options = BoundOptions.given(cap("--max-partitions", caps[0]), cap("--max-contributions", caps[1]), None, choice)
     options.check_engine(engine)
     return SqlOptions(budget, options.max_partitions, options.max_contributions, keys, with_error,
                       options.auto_bounds(), options.bias, rows)
@@ -154,8 +153,9 @@ def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delim
     from dpcli.tasks.sql.parse import parse_query, table_names
 
     declared = parse_declarations(*declarations)
-    decls, sources = resolve_tables(table_names(parse_query(text)), declared, delimiter)
-    task = SqlTask.from_text(text, decls, options, noise_given, defaulted, unit_word(), choose_left_out,
+    parsed = parse_query(text)  # once: its tables name the declarations, then it is resolved over them
+    decls, sources = resolve_tables(table_names(parsed), declared, delimiter)
+    task = SqlTask.from_text(parsed, decls, options, noise_given, defaulted, unit_word(), choose_left_out,
                              report_left_out)
     if not choose_left_out and defaulted:
         task = replace(task, left_out_stays="--engine spark")

@@ -9,20 +9,24 @@ import typer
 
 from dpcli.access import gate
 from dpcli.cli._common import busy, handles_errors, payer, settings
-from dpcli.cli._groups import ENGINE_GIVEN, engine_options
+from dpcli.cli._groups import (
+    CHOICE_GIVEN,
+    ENGINE_GIVEN,
+    INPUT_GIVEN,
+    OUTPUT_GIVEN,
+    ChoiceOptions,
+    InputOptions,
+    OutputOptions,
+    choice_options,
+    engine_options,
+    input_options,
+    output_options,
+)
 from dpcli.cli._options import (
-    AutoShareOpt,
-    BiasShareOpt,
     BoundOptions,
-    DelimiterOpt,
     DeltaOpt,
     EpsilonOpt,
-    FormatOpt,
     InputArg,
-    InputFormatOpt,
-    JsonOpt,
-    OutputOpt,
-    ReportBiasOpt,
     RunsOpt,
     UnitOpt,
     bounds_or_auto,
@@ -30,7 +34,6 @@ from dpcli.cli._options import (
     columns,
     positive,
     probability,
-    share,
 )
 from dpcli.cli._sources import data_source
 from dpcli.errors import UsageError
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 
 
 @handles_errors
+@output_options
+@choice_options
+@input_options
 @engine_options
 def stream_replay(
     ctx: typer.Context,
@@ -95,15 +101,10 @@ def stream_replay(
                            "accept it; read the schema but no record, charge nothing.")
     ] = False,
     runs: RunsOpt = None,
-    auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = None,
-    bias_share: BiasShareOpt = None,
-    input_format: InputFormatOpt = None,
-    delimiter: DelimiterOpt = None,
+    choice: ChoiceOptions = CHOICE_GIVEN,  # --auto-share, --report-bias, --bias-share (choice_options)
+    reading: InputOptions = INPUT_GIVEN,  # --input-format, --delimiter (input_options)
     engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
-    output: OutputOpt = None,
-    out_format: FormatOpt = None,
-    as_json: JsonOpt = False,
+    out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
     """Replay a file of events as micro-batches and emit continual DP histograms (DP-SQLP).
 
@@ -128,7 +129,7 @@ def stream_replay(
     is a retry: the rows it released then, free. Another input must come with a
     later --through (a correction is a new release, not a rewrite).
     """
-    source = data_source(input, privacy_unit, input_format, delimiter)
+    source = data_source(input, privacy_unit, reading.input_format, reading.delimiter)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli._times import parse_moment
@@ -138,8 +139,7 @@ def stream_replay(
     from dpcli.tasks.stream.task import StreamTask
 
     query = _with_auto(_query(time, by, source.unit, window, triggers, trigger_every, max_contributions, epsilon,
-                              delta, value, bounds_text, mu), max_contributions, bounds_text, auto_share,
-                       report_bias, bias_share, engine.engine)
+                              delta, value, bounds_text, mu), max_contributions, bounds_text, choice, engine.engine)
     moment = parse_moment(through) if through is not None else None
     task, ledger = StreamTask(query, moment, with_error), payer(ctx)
     if moment is not None:
@@ -153,13 +153,13 @@ def stream_replay(
     continuation = release.StreamRuns(state_path, label=state or "", through=moment)
     if dry_run:
         show_plan(release.plan(task, ledger, release.Sources(source), continuation=continuation, runs=runs),
-                  ledger.analyst, as_json)
+                  ledger.analyst, out.as_json)
         return
-    target = output_target(output, out_format, as_json)
+    target = output_target(out)
     done = release.run(task, release.Sources(source), ledger, output=target,
                        engine=engine, early=early, busy=busy(ctx),
                        continuation=continuation)
-    write_release(settings(ctx), done, target, as_json)
+    write_release(settings(ctx), done, target, out.as_json)
 
 
 def _query(
@@ -197,13 +197,13 @@ def _records_cap(text: str) -> int:
     return 0 if c == "auto" or c is None else c
 
 
-def _with_auto(q: sr.StreamQuery, max_contributions: str, bounds_text: str | None, auto_share: str | None,
-               report_bias: bool | None, bias_share: str | None, engine: str) -> sr.StreamQuery:
+def _with_auto(q: sr.StreamQuery, max_contributions: str, bounds_text: str | None, choice: ChoiceOptions,
+               engine: str) -> sr.StreamQuery:
     """``q`` with the bounds left to dpcli (``auto``: C and L), the share choosing them and the bias report's
     share (:class:`dpcli.cli._options.BoundOptions`)."""
     from dataclasses import replace
 
-    options = BoundOptions(None, cap("--max-contributions", max_contributions), bounds_or_auto("--bounds", bounds_text),
-                           share("--auto-share", auto_share), report_bias, share("--bias-share", bias_share))
+    options = BoundOptions.given(None, cap("--max-contributions", max_contributions),
+                                 bounds_or_auto("--bounds", bounds_text), choice)
     options.check_engine(engine)
     return replace(q, auto=options.auto_bounds(), report_bias=options.bias)

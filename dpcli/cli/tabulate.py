@@ -15,13 +15,17 @@ from dpcli.cli._common import (
     resolve_analyst,
     settings,
 )
-from dpcli.cli._groups import ENGINE_GIVEN, engine_options
+from dpcli.cli._groups import (
+    ENGINE_GIVEN,
+    INPUT_GIVEN,
+    OUTPUT_GIVEN,
+    InputOptions,
+    OutputOptions,
+    engine_options,
+    input_options,
+    output_options,
+)
 from dpcli.cli._options import (
-    DelimiterOpt,
-    FormatOpt,
-    InputFormatOpt,
-    JsonOpt,
-    OutputOpt,
     probability,
 )
 from dpcli.cli._sources import block_list_source
@@ -37,6 +41,8 @@ if TYPE_CHECKING:
 
 
 @handles_errors
+@output_options
+@input_options
 @engine_options
 def tabulate(
     ctx: typer.Context,
@@ -56,12 +62,9 @@ def tabulate(
         bool, typer.Option("--dry-run", help="The plan: per-level parameters (MOE targets → ε or ρ) and total privacy "
                            "loss under pure DP, RDP and zCDP; read no data, charge nothing.")
     ] = False,
-    input_format: InputFormatOpt = None,
-    delimiter: DelimiterOpt = None,
+    reading: InputOptions = INPUT_GIVEN,  # --input-format, --delimiter (input_options)
     engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
-    output: OutputOpt = None,
-    out_format: FormatOpt = None,
-    as_json: JsonOpt = False,
+    out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
     """Noisy totals and adaptive Sex × Age marginals for every population group of a spec.
 
@@ -81,16 +84,16 @@ def tabulate(
         raise UsageError("--spec is required (the tabulation spec, TOML)")
     spec, spec_fingerprint = read_spec(spec_path)
     if dry_run:
-        _show_plan(ctx, spec, delta, as_json)
+        _show_plan(ctx, spec, delta, out.as_json)
         return
-    source = _person_source(source, input_format, delimiter)
+    source = _person_source(source, reading.input_format, reading.delimiter)
     blocks = block_list_source(spec)
     task = tab.TabulateTask(spec, DocumentInput(spec_fingerprint, "toml"), with_error)
     sources = release.Sources(source, {"blocks": blocks} if blocks else {}, read_before=(spec_path,))
-    target = output_target(output, out_format, as_json)
+    target = output_target(out)
     done = release.run(task, sources, payer(ctx), output=target,
                        engine=engine, early=early, busy=busy(ctx))
-    write_release(settings(ctx), done, target, as_json)
+    write_release(settings(ctx), done, target, out.as_json)
 
 
 def _person_source(source: Source | None, input_format: str | None, delimiter: str | None) -> Source:

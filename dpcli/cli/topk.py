@@ -9,22 +9,30 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 
 from dpcli.cli._common import busy, handles_errors, payer, settings, unit_word
-from dpcli.cli._groups import ENGINE_GIVEN, SCHEDULE_GIVEN, engine_options, schedule_options
+from dpcli.cli._groups import (
+    CHOICE_GIVEN,
+    ENGINE_GIVEN,
+    INPUT_GIVEN,
+    OUTPUT_GIVEN,
+    SCHEDULE_GIVEN,
+    ChoiceOptions,
+    InputOptions,
+    OutputOptions,
+    ScheduleOptions,
+    choice_options,
+    engine_options,
+    input_options,
+    output_options,
+    schedule_options,
+    schedule_spec,
+    schedule_through,
+)
 from dpcli.cli._options import (
-    AutoShareOpt,
-    BiasShareOpt,
     BoundOptions,
-    DelimiterOpt,
     DeltaOpt,
-    FormatOpt,
     InputArg,
-    InputFormatOpt,
-    JsonOpt,
-    OutputOpt,
-    ReportBiasOpt,
     RowsOpt,
     RunsOpt,
-    ScheduleOptions,
     TargetMoeOpt,
     TargetRelativeMoeOpt,
     UnitOpt,
@@ -35,9 +43,6 @@ from dpcli.cli._options import (
     margin_target,
     positive,
     probability,
-    schedule_spec,
-    schedule_through,
-    share,
 )
 from dpcli.cli._sources import data_source, public_source
 from dpcli.errors import UsageError
@@ -51,6 +56,9 @@ if TYPE_CHECKING:
 
 
 @handles_errors
+@output_options
+@choice_options
+@input_options
 @engine_options
 @schedule_options
 def topk(
@@ -68,9 +76,7 @@ def topk(
         typer.Option("--max-contributions", metavar="N|auto", help="τ: rows per unit per group counted with --count "
                      "rows, or auto: chosen privately from the data. [default: 1]", show_default=False),
     ] = None,
-    auto_share: AutoShareOpt = None,
-    report_bias: ReportBiasOpt = None,
-    bias_share: BiasShareOpt = None,
+    choice: ChoiceOptions = CHOICE_GIVEN,  # --auto-share, --report-bias, --bias-share (choice_options)
     keys: Annotated[
         str | None, typer.Option("--keys", help="Public list of candidate groups (known domain, KnownGumb).")
     ] = None,
@@ -118,12 +124,9 @@ def topk(
     rows: RowsOpt = None,
     units: UnitsOpt = None,
     runs: RunsOpt = None,
-    input_format: InputFormatOpt = None,
-    delimiter: DelimiterOpt = None,
+    reading: InputOptions = INPUT_GIVEN,  # --input-format, --delimiter (input_options)
     engine: EngineRequest = ENGINE_GIVEN,  # --engine, --master, --remote, --spark-conf (engine_options)
-    output: OutputOpt = None,
-    out_format: FormatOpt = None,
-    as_json: JsonOpt = False,
+    out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
     """The k most frequent groups with noisy counts, protecting each privacy unit as a whole.
 
@@ -131,14 +134,14 @@ def topk(
     --keys the list always has k rows; otherwise groups are discovered and
     the list may end early (⊥) when the remaining groups are too rare.
     """
-    source = data_source(input, privacy_unit, input_format, delimiter)
+    source = data_source(input, privacy_unit, reading.input_format, reading.delimiter)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")  # hashed while the rest loads
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.tasks.topk import TopKQuery, TopKTask
 
     whole, per_step = _epsilons(epsilon, epsilon_per)
-    tau, auto, bias = _bounds(max_contributions, auto_share, report_bias, bias_share, engine.engine)
+    tau, auto, bias = _bounds(max_contributions, choice, engine.engine)
     query = TopKQuery(
         by=columns("--by", by), unit=source.unit, k=k, count=count, max_contributions=tau,
         known_domain=keys is not None, dbar=max_groups, with_counts=not no_counts, epsilon_per=per_step,
@@ -155,12 +158,13 @@ def topk(
     sources = release.Sources(source, {"domain": public_source(keys, "--keys")} if keys else {})
     continuation = release.Scheduled(spec, None if dry_run else schedule_through(options), size) if spec else None
     if dry_run:
-        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst, as_json)
+        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst,
+                  out.as_json)
         return
-    target = output_target(output, out_format, as_json)
+    target = output_target(out)
     done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
-    write_release(settings(ctx), done, target, as_json)
+    write_release(settings(ctx), done, target, out.as_json)
 
 
 def _epsilons(epsilon: str | None, epsilon_per: str | None) -> tuple[Fraction | None, Fraction | None]:
@@ -172,13 +176,11 @@ def _epsilons(epsilon: str | None, epsilon_per: str | None) -> tuple[Fraction | 
     return positive("--epsilon", epsilon), positive("--epsilon-per", epsilon_per)
 
 
-def _bounds(text: str | None, auto_share: str | None, report_bias: bool | None, bias_share: str | None, engine: str
-            ) -> tuple[int, AutoBounds | None, Fraction | None]:
+def _bounds(text: str | None, choice: ChoiceOptions, engine: str) -> tuple[int, AutoBounds | None, Fraction | None]:
     """(τ, the auto request, the bias report's share) from ``--max-contributions N|auto`` and the shares
     (:class:`dpcli.cli._options.BoundOptions`: τ is topk's only bound)."""
     tau = _tau(text)
-    options = BoundOptions(None, "auto" if tau == "auto" else None, None, share("--auto-share", auto_share),
-                           report_bias, share("--bias-share", bias_share))
+    options = BoundOptions.given(None, "auto" if tau == "auto" else None, None, choice)
     options.check_engine(engine)
     return (1 if tau == "auto" else tau), options.auto_bounds(), options.bias
 

@@ -28,10 +28,11 @@ from dpcli.tasks.sql.scope import TableDecl, identifier
 OUTER_CLAUSES = frozenset({"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "with_"})
 
 
-def resolve_query(text: str, tables: Mapping[str, TableDecl], default_cap: int = 1) -> ResolvedQuery:
-    """Parse and resolve a ``dpcli sql`` query over ``tables`` (``default_cap``: ANON_COUNT's cap U
-    when the query gives none); refusals are usage errors naming the rule and the clause."""
-    select = parse_query(text)
+def resolve_query(text: str | exp.Select, tables: Mapping[str, TableDecl], default_cap: int = 1) -> ResolvedQuery:
+    """Parse (unless ``text`` is already :func:`dpcli.tasks.sql.parse.parse_query`'s tree: the query is parsed once)
+    and resolve a ``dpcli sql`` query over ``tables`` (``default_cap``: ANON_COUNT's cap U when the query gives
+    none); refusals are usage errors naming the rule and the clause."""
+    select = parse_query(text) if isinstance(text, str) else text
     _check_outer_clauses(select)
     resolver = Resolver(tables)
     resolver.with_clause(select)

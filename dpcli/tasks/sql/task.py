@@ -40,6 +40,8 @@ from dpcli.tasks.sql.scope import TableDecl
 from dpcli.tasks.sql.typed import schema_of
 
 if TYPE_CHECKING:
+    from sqlglot import exp
+
     from dpcli.advice import Note
 
 #: ``--max-rows-per-table``'s default: at most this many rows per unit of each private table, before any join
@@ -92,10 +94,11 @@ class SqlTask(TaskDefaults):
     report_defaulted: bool = free_replay("notes' wording", default=False)
 
     @classmethod
-    def from_text(cls, text: str, tables: Mapping[str, TableDecl], options: SqlOptions, noise_given: bool = True,
-                  defaulted: tuple[str, ...] = (), unit_label: str | None = None,
+    def from_text(cls, text: str | exp.Select, tables: Mapping[str, TableDecl], options: SqlOptions,
+                  noise_given: bool = True, defaulted: tuple[str, ...] = (), unit_label: str | None = None,
                   choose_left_out: bool = False, report_left_out: bool = False) -> SqlTask:
-        """Resolve ``text`` over ``tables`` (refusals are usage errors, before anything is read). With
+        """Resolve ``text`` (or its tree, parsed once: :func:`dpcli.tasks.sql.parse.parse_query`) over ``tables``
+        (refusals are usage errors, before anything is read). With
         ``choose_left_out`` (the CLI's default on polars), the caps in ``defaulted`` are chosen from the data
         where they bound something (:meth:`with_defaults`); with ``report_left_out`` (the CLI's default on
         polars without ``--report-bias``/``--no-report-bias``), a bias report where it can run
