@@ -13,7 +13,7 @@ from dpcli.errors import (
 )
 
 if TYPE_CHECKING:
-    from dpcli.io.inputs import InputTable
+    from dpcli.io.tables import InputTable
 
 
 def collect(frame: pl.LazyFrame, what: str, streaming: bool = True) -> pl.DataFrame:

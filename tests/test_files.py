@@ -14,6 +14,8 @@ from dptest import PAGES, SAMPLE, cli, history, init_ledger
 
 from dpcli.errors import DataError, InputMissingError, OutputError, UsageError
 from dpcli.io import inputs, outputs
+from dpcli.io import schemas
+from dpcli.io import tables
 
 
 def test_formats_and_fingerprint(tmp_path):
@@ -46,7 +48,7 @@ def test_compressed_inputs_are_hashed_as_stored_and_parsed_decompressed(tmp_path
     f.write_bytes(packed)
     t = inputs.open_input(str(f), delimiter=";")
     assert t.frame.collect()["x"].to_list() == ["1", "2"]  # a CSV's columns are text (nothing inferred)
-    assert t.fingerprint == inputs.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
+    assert t.fingerprint == tables.fingerprint_bytes(packed)  # the bytes on disk, which are the bytes parsed
     f.write_bytes(packed[: len(packed) // 2])  # a truncated archive: one line, no traceback
     with pytest.raises(DataError, match="does not parse"):
         inputs.open_input(str(f), delimiter=";")
@@ -75,9 +77,9 @@ def test_errors(tmp_path):
     pl.DataFrame({"u": ["a"], "x": ["text"]}).write_csv(tmp_path / "t.csv")
     t = inputs.open_input(str(tmp_path / "t.csv"))
     with pytest.raises(DataError, match="'nope' not found"):
-        inputs.require_columns(t, {"nope": "any"})
+        schemas.require_columns(t, {"nope": "any"})
     with pytest.raises(DataError, match="must be numeric"):
-        inputs.require_columns(t, {"x": "numeric"})
+        schemas.require_columns(t, {"x": "numeric"})
     with pytest.raises(UsageError):
         inputs.open_input(str(tmp_path / "t.xyz"))
 
@@ -107,7 +109,7 @@ def test_fingerprint_is_of_the_bytes_and_stdin_parquet_reads(tmp_path):
         raw = (tmp_path / name).read_bytes()
         cols = ("u", "x") if name.endswith("ndjson") else ()
         t = inputs.open_input(str(tmp_path / name), text_columns=cols)
-        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == inputs.fingerprint_bytes(raw)
+        assert t.fingerprint == "sha256:" + hashlib.sha256(raw).hexdigest() == tables.fingerprint_bytes(raw)
         s = inputs.open_input("-", name.split(".")[1], stdin=io.BytesIO(raw), text_columns=cols)
         assert s.fingerprint == t.fingerprint and s.frame.collect().equals(t.frame.collect())
         t.verify_unchanged()
@@ -143,7 +145,7 @@ def test_every_scan_reads_the_open_file_not_the_path(tmp_path, monkeypatch):
 
     monkeypatch.setattr(inputs, "after_fingerprint_hook", swap)
     t = inputs.open_input(str(tmp_path / "cur.parquet"))
-    assert t.fingerprint == inputs.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
+    assert t.fingerprint == tables.fingerprint_bytes((tmp_path / "a.parquet").read_bytes())
     for _ in range(2):
         assert t.frame.select(pl.col("x").sum()).collect(engine="streaming").item() == 4950
         parts = [t.frame.filter(pl.col("u").hash(7) % 3 == b).select(pl.len()).collect().item() for b in range(3)]
@@ -161,7 +163,7 @@ def test_rewrite_in_place_is_caught_by_verify_unchanged(tmp_path):
     with pytest.raises(InputMissingError, match="changed while it was read; rerun"):
         t.verify_unchanged()
     with pytest.raises(InputMissingError):
-        inputs.verify_unchanged(None, t)
+        tables.verify_unchanged(None, t)
 
 
 def test_fifos_are_refused_without_blocking_and_empty_directories_hold_no_data(tmp_path):
@@ -320,7 +322,7 @@ def test_ndjson_key_names_are_read_exactly(tmp_path, name):
         assert f"column {name!r} cannot be read from NDJSON" in str(exc)
         for content in (b"", b"{}\n", raw):  # the name alone decides
             with pytest.raises(DataError, match="cannot be read from NDJSON"):
-                inputs._parse(content, inputs.Reading.of("ndjson", text_columns=(name,)))
+                inputs._parse(content, tables.Reading.of("ndjson", text_columns=(name,)))
         assert "\\" in name  # only a name with a backslash and other special characters is refused
         return
     assert rows == [("v",), ("1",), (None,)]
@@ -328,10 +330,10 @@ def test_ndjson_key_names_are_read_exactly(tmp_path, name):
 
 def test_ndjson_key_names_refused_are_few():
     for name in ("a\\b", "\\", "a\\'", 'x\\"'):
-        inputs._parse(b"", inputs.Reading.of("ndjson", text_columns=(name,)))  # dot notation spells these
+        inputs._parse(b"", tables.Reading.of("ndjson", text_columns=(name,)))  # dot notation spells these
     for name in ("a\\ b", "'\\a", "a.\\", "\\[0]"):
         with pytest.raises(DataError, match="cannot be read from NDJSON"):
-            inputs._parse(b"", inputs.Reading.of("ndjson", text_columns=(name,)))
+            inputs._parse(b"", tables.Reading.of("ndjson", text_columns=(name,)))
 
 
 def test_ndjson_needs_the_columns_a_query_reads(tmp_path):
@@ -357,13 +359,13 @@ def test_ndjson_scan_stays_lazy_and_reads_the_open_file(tmp_path):
 def test_group_lists_read_as_text_match_text_exactly_and_cast_to_declared_types(tmp_path):
     (tmp_path / "keys.csv").write_text("g\n01\n1\n10\n")
     keys = inputs.open_input(str(tmp_path / "keys.csv"), text_columns=("g",))
-    text = inputs.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
+    text = schemas.read_group_list(keys, ("g",), pl.Schema({"g": pl.String}))
     assert text["g"].to_list() == ["01", "1", "10"]  # text order; "01" and "1" are two groups
-    ints = inputs.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
+    ints = schemas.read_group_list(keys, ("g",), pl.Schema({"g": pl.Int64}))  # a Parquet input's declared type
     assert ints["g"].to_list() == [1, 10]
     (tmp_path / "bad.csv").write_text("g\n1\nzz\n")
     with pytest.raises(DataError, match="do not match the data's column types"):
-        inputs.read_group_list(inputs.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
+        schemas.read_group_list(inputs.open_input(str(tmp_path / "bad.csv"), text_columns=("g",)), ("g",),
                                pl.Schema({"g": pl.Int64}))
 
 
@@ -373,13 +375,13 @@ def test_value_kind_accepts_numbers_and_text_only_where_text_is_the_format(tmp_p
     p = tmp_path / "d.parquet"
     pl.DataFrame({"n": [1.5], "t": ["2"], "b": [True]}).write_parquet(p)
     t = inputs.open_input(str(p))
-    inputs.require_columns(t, {"n": "value"})
+    schemas.require_columns(t, {"n": "value"})
     for column in ("t", "b"):
         with pytest.raises(DataError, match=f"'{column}' must be numeric"):
-            inputs.require_columns(t, {column: "value"})
+            schemas.require_columns(t, {column: "value"})
     c = tmp_path / "d.csv"
     c.write_text("n,t\n1.5,2\n")
-    inputs.require_columns(inputs.open_input(str(c)), {"n": "value", "t": "value"})
+    schemas.require_columns(inputs.open_input(str(c)), {"n": "value", "t": "value"})
 
 
 def _dataset(root: Path, parts: int = 3) -> Path:

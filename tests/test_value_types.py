@@ -22,7 +22,7 @@ from dptest import Service, cli, history, init_ledger
 
 import dpcli
 from dpcli.errors import DataError
-from dpcli.io.inputs import SchemaOf, check_schema
+from dpcli.io.schemas import SchemaOf, check_schema
 
 ROWS = 60
 

@@ -375,7 +375,7 @@ def _sealed_below(where: str, resolved: str, trusted: frozenset[int]) -> None:
     are data and never quoted: the refusal gives a ``find`` that lists them. A file location passes."""
     from dpcli.access.walk import Below, files_below
     from dpcli.errors import os_reason
-    from dpcli.io.inputs import HIDDEN_PREFIXES
+    from dpcli.io.datasets import HIDDEN_PREFIXES
 
     try:
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC | os.O_NOFOLLOW)

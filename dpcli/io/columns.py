@@ -25,7 +25,8 @@ import polars as pl
 
 from dpcli.access import Source
 from dpcli.errors import DataError, UsageError, withheld
-from dpcli.io.inputs import _suffixes, csv_delimiter, input_format_for, list_dataset, pipe_reading, public_pipe
+from dpcli.io.datasets import list_dataset
+from dpcli.io.inputs import _suffixes, csv_delimiter, input_format_for, pipe_reading, public_pipe
 from dpcli.io.opening import open_binary, read_pipe, refuse_private
 
 #: The longest header line read (bytes).

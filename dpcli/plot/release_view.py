@@ -108,8 +108,8 @@ def read_release(path: str, summary_path: str | None = None,
     there) and parsed from the bytes read; ``accept``, if given, is called with their fingerprint
     first and may refuse them (service mode: only releases a ledger recorded).
     """
-    from dpcli.io.inputs import fingerprint_bytes
     from dpcli.io.opening import open_binary
+    from dpcli.io.tables import fingerprint_bytes
 
     gzipped = Path(path).suffix.lower() == ".gz"  # a .csv.gz or .json.gz dpcli wrote (io.outputs.compressed)
     suffix = Path(path).with_suffix("").suffix.lower() if gzipped else Path(path).suffix.lower()

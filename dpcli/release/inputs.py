@@ -21,8 +21,10 @@ import polars as pl
 from dpcli.access import Source
 from dpcli.errors import DataError
 from dpcli.frames import cheap_row_count, collect
-from dpcli.io.inputs import TYPED_FORMATS, InputTable, open_input, read_group_list, require_columns
+from dpcli.io.inputs import open_input
 from dpcli.io.opening import EarlyInput
+from dpcli.io.schemas import TYPED_FORMATS, read_group_list, require_columns
+from dpcli.io.tables import InputTable
 from dpcli.release.seeds import Reads
 from dpcli.tasks import Frames, Needs
 
@@ -149,13 +151,14 @@ def list_groups(needs: Needs, sources: Sources) -> dict[str, int]:
 
 def check_data_schema(needs: Needs, sources: Sources) -> tuple[pl.Schema, str] | None:
     """A dry run's check of the data's schema (public: a CSV header, a Parquet footer, read through the gate,
-    no record read), by the rule a release applies (:func:`dpcli.io.inputs.check_schema`): a missing column,
+    no record read), by the rule a release applies (:func:`dpcli.io.schemas.check_schema`): a missing column,
     or a Parquet column of a type the query cannot use (text given to ``--value``), is refused now, as the
     release would refuse it before its debit. The schema with the format, or None when the data declares
     none or is not there yet (NDJSON, standard input, a URI, a file still to come:
     :func:`dpcli.io.columns.declared_schema`)."""
     from dpcli.io.columns import declared_schema
-    from dpcli.io.inputs import SchemaOf, check_schema, csv_delimiter
+    from dpcli.io.inputs import csv_delimiter
+    from dpcli.io.schemas import SchemaOf, check_schema
 
     declared = declared_schema(sources.data)
     if declared is None:

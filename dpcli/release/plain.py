@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import BudgetError, DpcliError, InputMissingError
-from dpcli.io.inputs import verify_unchanged
+from dpcli.io.tables import verify_unchanged
 from dpcli.release.inputs import check_task_inputs, declared_frames, list_groups
 from dpcli.release.steps import Admitted, Planned, charge, check_dry_run_inputs, prepare, with_hint
 from dpcli.state import ledger

@@ -36,7 +36,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.core.schedules import ScheduleSpec
 from dpcli.errors import BudgetError, DataError, StateError, UsageError
 from dpcli.frames import collect
-from dpcli.io.inputs import InputTable
+from dpcli.io.tables import InputTable
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 from dpcli.release.steps import BeforeRun, LedgerRef, Prepared, Release, charge
 from dpcli.state import ledger

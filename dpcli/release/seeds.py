@@ -52,7 +52,7 @@ SEED_MATERIAL_VERSION = 4
 
 
 class SeedInput(Protocol):
-    """An input as it enters a seed (:class:`dpcli.io.inputs.InputTable`, :class:`DocumentInput`)."""
+    """An input as it enters a seed (:class:`dpcli.io.tables.InputTable`, :class:`DocumentInput`)."""
 
     def seed_material(self) -> dict[str, Any]: ...
 

@@ -20,8 +20,8 @@ import polars as pl
 
 from dpcli.core.display import parameters_text
 from dpcli.core.events import PrivacyEvent
-from dpcli.io.inputs import InputTable, fingerprint_bytes, verify_unchanged
 from dpcli.io.outputs import output_compression, render
+from dpcli.io.tables import InputTable, fingerprint_bytes, verify_unchanged
 from dpcli.release.inputs import Opened, Sources, check_data_schema, check_list_headers, check_task_inputs
 from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed, task_material
 from dpcli.state import ledger

@@ -74,7 +74,7 @@ class Seed(Protocol):
 class StateInput:
     """The input a run feeds to the stream: its frame, its content fingerprint, its name (for messages),
     the engine that bounds its events (None: polars) and how its bytes were read
-    (:meth:`dpcli.io.inputs.InputTable.reading_material`; None only for states' older runs)."""
+    (:meth:`dpcli.io.tables.InputTable.reading_material`; None only for states' older runs)."""
 
     frame: pl.LazyFrame
     fingerprint: str

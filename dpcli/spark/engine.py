@@ -13,7 +13,7 @@ from dpcli.errors import SparkStopped, UsageError
 
 if TYPE_CHECKING:
     from dpcli.access import Source
-    from dpcli.io.inputs import InputTable
+    from dpcli.io.tables import InputTable
     from dpcli.tasks import Engine
 
 
@@ -101,7 +101,7 @@ def _spark_format(data: Source, scheme: str | None) -> str:
         check_uri(source)
         name = source.rstrip("/").rsplit("/", 1)[-1]
         fmt = input_format_for(source, input_format, data.name) if input_format or "." in name else "parquet"
-    elif Path(source).is_dir():  # a dataset directory: its Parquet files (dpcli.io.inputs.open_dataset)
+    elif Path(source).is_dir():  # a dataset directory: its Parquet files (dpcli.io.datasets.open_dataset)
         fmt = "parquet"
     else:
         fmt = input_format_for(source, input_format, data.name)

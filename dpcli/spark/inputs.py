@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from dpcli.errors import DataError, InputMissingError, UsageError
-from dpcli.io.inputs import InputTable
+from dpcli.io.tables import InputTable
 
 #: The storage schemes ``--engine spark`` takes a URI for (Hadoop file systems Spark ships or clusters add).
 SCHEMES = frozenset({"file", "hdfs", "viewfs", "s3a", "s3", "gs", "abfs", "abfss", "wasb", "wasbs", "oss"})

@@ -27,7 +27,7 @@ from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 from dpcli.tasks.sql.plan import Measure
 
 if TYPE_CHECKING:
-    from dpcli.io.inputs import InputTable
+    from dpcli.io.tables import InputTable
     from dpcli.tasks.sql.plan import SqlPlan
     from dpcli.tasks.sql.run import Layout
     from dpcli.tasks.sql.task import SqlTask

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from dpcli.advice import Note
     from dpcli.bounding import TotalsEngine
     from dpcli.core.events import PrivacyEvent
-    from dpcli.io.inputs import ColumnKind
+    from dpcli.io.schemas import ColumnKind
 
 
 #: What a release may change and stay a free replay (the same seed, the same noise), in one place: each

@@ -26,7 +26,7 @@ from dptest import one_group_csv as data
 from tabulate_specs import spec_toml
 
 from dpcli.cli.app import app
-from dpcli.io import inputs
+from dpcli.io import inputs, tables
 
 
 class Run:
@@ -232,7 +232,7 @@ def test_spec_fingerprint_is_of_the_parsed_bytes(tmp_path):
     spec_path, _ = _tabulate_setup(tmp_path, "blocks.csv")
     raw = spec_path.read_bytes()
     spec, fingerprint = read_spec(str(spec_path))
-    assert fingerprint == inputs.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
+    assert fingerprint == tables.fingerprint_bytes(raw) and spec.levels[0].geography == "state"
 
 
 def test_scheduled_run_on_a_file_rewritten_while_read_saves_nothing(tmp_path, monkeypatch):

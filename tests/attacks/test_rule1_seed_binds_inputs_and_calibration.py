@@ -35,6 +35,7 @@ from service_checks import QUERY
 from dpcli.cli.app import app
 from dpcli.core.prf import canonical_json
 from dpcli.io import inputs
+from dpcli.io import tables
 from dpcli.release import seeds as release
 
 
@@ -135,7 +136,7 @@ def test_a_compressed_name_is_another_reading(tmp_path, keys):
     assert_free_replay(first, histogram(gz, keys))
     assert_two_releases(first, histogram(hard_link(gz, "d.csv"), keys))
     table = inputs.open_input(str(gz), text_columns=("user", "g"))
-    assert table.reading == inputs.Reading("csv", ".gz", ",", ("user", "g"))
+    assert table.reading == tables.Reading("csv", ".gz", ",", ("user", "g"))
 
 
 # ---- attack 2: same seed, other calibration -----------------------------------------------------
@@ -247,16 +248,16 @@ def test_a_catalog_origin_enters_the_seed(tmp_path, state_dir):
     plain = inputs.open_input(str(path))
     entry = {"dataset": "views", "location": str(path), "format": "csv", "delimiter": ",", "compression": "",
              "privacy_unit": "user"}
-    named = inputs.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views", format="csv",
+    named = tables.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views", format="csv",
                              reading=plain.reading, origin=entry)
     assert named.seed_material() == {**plain.seed_material(), "origin": entry}
     calibration = release.Calibration("pure", {"scale": 1})
 
-    def seed(table: inputs.InputTable) -> str:
+    def seed(table: tables.InputTable) -> str:
         return release.release_seed(state_dir, {"q": 1}, {"data": table}, calibration).id
 
     assert seed(plain) == seed(plain) != seed(named)
-    assert seed(named) != seed(inputs.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views",
+    assert seed(named) != seed(tables.InputTable(frame=plain.frame, fingerprint=plain.fingerprint, name="views",
                                                 format="csv", reading=plain.reading,
                                                 origin={**entry, "privacy_unit": "household"}))
 

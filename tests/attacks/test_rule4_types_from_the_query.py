@@ -36,6 +36,7 @@ from tabulate_specs import write_spec
 
 from dpcli.cli.app import app
 from dpcli.io import inputs
+from dpcli.io import schemas
 
 USERS = 12  # units per group in D: (user, g, x) with g in 1, 2, 9, 10 and x an integer
 
@@ -330,4 +331,4 @@ def test_binary_data_read_as_csv_is_never_echoed_as_a_header(tmp_path, how):
         r = runner.invoke(app, ["histogram", str(misnamed), *args, "--delta", "1e-9"])
     assert r.exit_code == 65 and "does not look like csv" in r.stderr
     assert "SECRET" not in r.stderr and "PAR1" not in r.stderr and r.stderr.count("\n") == 1
-    assert not inputs.header_is_text(["PAR1\x15\x04"]) and inputs.header_is_text(["user_id", "page views"])
+    assert not schemas.header_is_text(["PAR1\x15\x04"]) and schemas.header_is_text(["user_id", "page views"])

@@ -6,7 +6,7 @@ FIXED (h-walk): see the fix at the end of this docstring.
 and at use the directory is opened without following symlinks and its owner and mode checked
 (:meth:`dpcli.access.Gate._open_location`). But the files of a dataset are then listed with
 ``Path.rglob`` and ``is_file()`` (which follows symlinks) and opened by path by polars
-(:func:`dpcli.io.inputs.open_dataset`): nothing below the directory is checked. A partition
+(:func:`dpcli.io.datasets.open_dataset`): nothing below the directory is checked. A partition
 sub-directory that someone else can write (an ETL account's ``year=2026/``, group-writable for a team:
 common for partitioned data, and nothing in the seal or in README's set-up forbids it) lets them plant
 ``x.parquet -> /any/file/the/service/account/reads.parquet``: the service account then reads another
@@ -19,7 +19,7 @@ Fixed (h-walk): the dataset directory opened at use is walked from its descripto
 without following symlinks (:func:`dpcli.access.walk.files_below`); a symlink anywhere below is refused
 (in personal mode too), in service mode so is every sub-directory or file :func:`dpcli.access.walk.unsafe_stat`
 refuses, and polars is given the files opened in the walk, never their paths
-(:class:`dpcli.io.inputs.DatasetListing`). ``catalog set`` walks each dataset directory the same way.
+(:class:`dpcli.io.datasets.DatasetListing`). ``catalog set`` walks each dataset directory the same way.
 """
 
 from __future__ import annotations
@@ -112,12 +112,12 @@ def test_a_dataset_is_read_through_the_descriptors_of_its_walk(tmp_path):
     (the open file is), and the change is refused before the charge. A symlink below is refused here too."""
     from dpcli.access import Source
     from dpcli.errors import InputMissingError, UsageError
-    from dpcli.io import inputs
+    from dpcli.io import datasets
 
     ds = tmp_path / "ds"
     (ds / "d=1").mkdir(parents=True)
     pl.DataFrame({"u": ["a", "b"]}).write_parquet(ds / "d=1" / "p.parquet")
-    table = inputs.open_dataset(str(ds))
+    table = datasets.open_dataset(str(ds))
     pl.DataFrame({"u": ["x", "y", "z"]}).write_parquet(tmp_path / "new.parquet")
     os.replace(tmp_path / "new.parquet", ds / "d=1" / "p.parquet")
     assert table.frame.collect()["u"].to_list() == ["a", "b"]
@@ -125,7 +125,7 @@ def test_a_dataset_is_read_through_the_descriptors_of_its_walk(tmp_path):
         table.verify_unchanged()
     os.symlink(ds / "d=1" / "p.parquet", ds / "q.parquet")
     with pytest.raises(UsageError, match="a symlink lies below") as err:
-        inputs.open_dataset(Source("ds", str(ds)))
+        datasets.open_dataset(Source("ds", str(ds)))
     assert f"find {ds} -type l" in str(err.value) and "q.parquet" not in str(err.value)
 
 

@@ -53,7 +53,7 @@ ALLOWED = {
     ("tasks/tabulate/query.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",
     ("tasks/sql/parse.py", "_where(exc)"): "only the integers of sqlglot's structured line and column are kept",
     ("access/catalog.py", "below.why"): "as in io/inputs.py: 'a symlink' or unsafe_stat's owner and mode",
-    ("io/inputs.py", "below.why"): "dpcli.access.walk.Below's reason, dpcli's own: 'a symlink' or unsafe_stat's "
+    ("io/datasets.py", "below.why"): "dpcli.access.walk.Below's reason, dpcli's own: 'a symlink' or unsafe_stat's "
                                     "owner and mode (never the name below the dataset)",
 }
 

@@ -64,11 +64,11 @@ class StreamTask(TaskDefaults):
 
     def check_inputs(self, frames: Frames, plan: object) -> None:
         """The value column by the rule of every value column, from the schema alone and before any debit
-        (:func:`dpcli.io.inputs.check_schema`, kind ``value``: in Parquet a numeric type, since its text,
+        (:func:`dpcli.io.schemas.check_schema`, kind ``value``: in Parquet a numeric type, since its text,
         booleans or dates would be summed as nothing but noise; in CSV and NDJSON text parsed per record).
         Checked here rather than as the kind :meth:`needs` gives it (``any``), because that kind enters the
         release seed: the same replay keeps the seed, and the noise, it had."""
-        from dpcli.io.inputs import SchemaOf, check_schema
+        from dpcli.io.schemas import SchemaOf, check_schema
 
         if self.query.value is not None:  # (the column is there: require_columns found it)
             fmt = "parquet" if "data" in frames.typed else "csv"

@@ -17,8 +17,8 @@ from typing import Any
 
 from dpcli.core.exact import to_fraction
 from dpcli.errors import InputMissingError, UsageError, os_reason
-from dpcli.io.inputs import fingerprint_bytes
 from dpcli.io.opening import open_binary, refuse_private
+from dpcli.io.tables import fingerprint_bytes
 from dpcli.tasks import bound_elsewhere
 
 NOISES = ("geometric", "discrete-gaussian")

@@ -79,7 +79,7 @@ def check_columns(schema: pl.Schema, spec: Spec, name: str) -> pl.DataType:
     for key, col in c.items():
         if col not in schema:
             from dpcli.access import gate
-            from dpcli.io.inputs import did_you_mean
+            from dpcli.io.schemas import did_you_mean
 
             hint = "" if gate().restricted else did_you_mean(col, schema.names())  # names private to an analyst
             raise DataError(f"column {col!r} (columns.{key} of the spec) not found in {name}{hint}")
