@@ -66,6 +66,8 @@ def test_only_a_stream_runs_against_a_state_file(data, state_dir, tmp_path):
     sources = release.Sources(Source(str(path), str(path)), {"keys": Source(str(keys), str(keys), public=True)})
     with pytest.raises(UsageError, match="does not run against a --state file"):
         release.run(task, sources, _payer(state_dir), continuation=release.StreamRuns(tmp_path / "s.json"))
+    with pytest.raises(UsageError, match="does not run against a --state file"):  # nor is it planned so
+        release.plan(task, _payer(state_dir), sources, continuation=release.StreamRuns(tmp_path / "s.json"))
     # without a state file a stream's continuation is one release: the same release as the default's
     done = release.run(task, sources, _payer(state_dir), continuation=release.StreamRuns())
     again = release.run(task, sources, _payer(state_dir))

@@ -163,12 +163,13 @@ def histogram(
                          report_bias_left_out=choice.report_bias is None and stays is None)
     ledger = payer(ctx)
     sources = release.Sources(source, {"keys": public_source(keys, "--keys")} if keys else {})
-    continuation = release.Scheduled(spec, None if dry_run else schedule_through(options), size) if spec else None
-    if dry_run:
-        show_plan(release.plan(task, ledger, sources, continuation=continuation, runs=runs), ledger.analyst,
-                  out.as_json)
+    if dry_run:  # (a dry run reads no snapshot: no --through)
+        planned = release.plan(task, ledger, sources, runs=runs,
+                               continuation=release.Scheduled(spec, None, size) if spec else None)
+        show_plan(planned, ledger.analyst, out.as_json)
         return
-    target = output_target(out)
+    target = output_target(out)  # refused before --through is parsed, as always
+    continuation = release.Scheduled(spec, schedule_through(options)) if spec else None
     done = release.run(task, sources, ledger, output=target, engine=engine,
                        early=early, busy=busy(ctx), continuation=continuation)
     write_release(settings(ctx), done, target, out.as_json)

@@ -162,9 +162,16 @@ def check_dry_run_inputs(task: Task[P], sources: Sources) -> tuple[pl.Schema, st
 
 def with_hint(task: Task[P], refused: str, payer: LedgerRef) -> str:
     """A refusal, with what the task could do within the ledger's budget if it says (a margin target's
-    best reachable margin: :meth:`dpcli.tasks.Task.budget_hint`)."""
-    led = ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout)
-    hint = task.budget_hint(lambda events: ledger.refusal(led, events) is None)
+    best reachable margin: :meth:`dpcli.tasks.Task.budget_hint`). The ledger is read again only if the task asks
+    (a task without a hint adds no wait on the ledger's lock to its refusal)."""
+    read: list[ledger.Ledger] = []
+
+    def pays(events: list[PrivacyEvent]) -> bool:
+        if not read:
+            read.append(ledger.read_ledger(existing_state_dir(payer.state_dir), payer.analyst, payer.lock_timeout))
+        return ledger.refusal(read[0], events) is None
+
+    hint = task.budget_hint(pays)
     return f"{refused}; {hint}" if hint else refused
 
 

@@ -111,6 +111,8 @@ class StreamRuns:
         run reserves the stream's whole (ε, δ) and every later run (and trigger) is covered by it.
         """
         if not isinstance(task, StreamTask):
+            if self.state is not None:  # as a run refuses it (:meth:`admit`)
+                raise UsageError(f"{task.command} does not run against a --state file")
             return OneRelease().plan(task, payer, sources, None)
         state, runs = self.state, runs or 1
         data = check_dry_run_inputs(task, sources) if sources is not None else None
