@@ -11,9 +11,12 @@ import itertools
 import math
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpcli.core.display import parameter_text, quantity_text
+
+if TYPE_CHECKING:
+    from dpcli.core.schedules import ScheduleLabel
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ def small_run_epsilon(run_epsilon: float, total_epsilon: float, scheduler: str =
                 f"the data has grown{hint}")
 
 
-def schedule_backfill(label: dict[str, Any]) -> Note | None:
+def schedule_backfill(label: ScheduleLabel) -> Note | None:
     """A bbscheduler backfill answered with the release in force at its moment (made on an earlier snapshot)."""
     if "in_force_through" not in label:
         return None
@@ -112,7 +115,7 @@ def schedule_backfill(label: dict[str, Any]) -> Note | None:
                 "snapshot, so this is that release again (free)")
 
 
-def schedule_repeat(label: dict[str, Any]) -> Note | None:
+def schedule_repeat(label: ScheduleLabel) -> Note | None:
     """A schedule's call answered with a release it made before (free): the output is that release's, byte for
     byte, so a reader comparing files should not read it as a new measurement."""
     if not label.get("cached") or "in_force_through" in label:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypedDict
 
 from dpcli.core.exact import floor_fraction, fraction_text
 from dpcli.core.prf import KeyedStream
@@ -454,3 +454,29 @@ def stored_spec(stored: dict[str, Any]) -> dict[str, Any]:
     if stored.get("scheduler") == "bbimprover" and "index" not in stored:
         return {**stored, "index": "rows"}
     return stored
+
+
+class ScheduleLabel(TypedDict, total=False):
+    """The ``schedule`` part of a scheduled run's report (``--json``'s ``schedule``), as the release path, the notes
+    and the renderer read it by name: public parameters and noisy estimates only."""
+
+    name: str
+    scheduler: str
+    cached: bool  # the call was answered with a release the schedule made before (free)
+    run_epsilon: str  # the ε of the release, exact (a fraction's text)
+    runs: int  # runs the schedule has made
+    epsilon_spent: str
+    epsilon_reserved: str
+    run: int  # fixed and bbimprover: the run's number
+    index: str  # bbimprover: what t counts (runs)
+    c: float  # bbimprover's c
+    made_with_index: str  # a bbimprover made counting rows (it counts runs now)
+    epoch: int  # bbscheduler's epoch
+    gamma: str
+    units_noisy: int  # the noisy count of distinct units the epoch was decided on
+    size_epsilon_spent: str
+    alpha: float  # bbscheduler's (α_i, β_i) accuracy from the noisy start
+    beta: float
+    replay_of_run: int  # the same input as an earlier call: that run's release
+    in_force_through: str | None  # a backfill: the moment asked, answered by the release in force then
+    made_through: str | None

@@ -59,9 +59,9 @@ class OneRelease:
             prepared = prepare(task, planned, admitted.limits.mode, opened, payer.state_dir, engine, busy,
                                before_run=debit)
             result_line = task.summary(opened.data.name, prepared.result)
-            made = prepared.prepared
-            done = charge(payer, task.command, made, result_line, inputs=opened.tables,
-                          output_digest=output.digest(made.table, made.metadata, made.times) if output else None,
+            done = charge(payer, task.command, prepared, result_line, inputs=opened.tables,
+                          output_digest=(output.digest(prepared.table, prepared.metadata, prepared.times) if output
+                                         else None),
                           completes=None if paid[0].replay else paid[0].seq)
         except DpcliError as exc:
             if paid:  # it failed once reading had begun: say what it cost (a public fact: it reached the debit)

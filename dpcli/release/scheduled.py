@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpcli import advice
-from dpcli.core.schedules import ScheduleSpec
+from dpcli.core.schedules import ScheduleLabel, ScheduleSpec
 from dpcli.errors import UsageError
 from dpcli.release import schedules
 from dpcli.release.schedule_plan import DEFAULT_RUNS, plan_schedule
@@ -58,13 +58,13 @@ class Scheduled:
         def run_at(epsilon: Fraction, kept: dict[str, Any] | None, before_run: BeforeRun) -> Prepared:
             run_task = schedules.scheduled_run(task, epsilon, kept)
             return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
-                           busy, before_run).prepared
+                           busy, before_run)
 
         query = task.schedule_query(opened.fingerprints)
         digest = output.digest if output is not None else None
         done = schedules.run_scheduled(payer.state_dir, payer.analyst, task.command, self.spec, query, opened.data,
                                        run_at, payer.lock_timeout, digest, self.through)
-        label = done.report["schedule"]
+        label: ScheduleLabel = done.report["schedule"]
         run_eps = Fraction(label["run_epsilon"])
         auto = done.report.get("auto")
         kept = schedules.chosen_bounds(auto) if auto and auto.get("kept") else None
@@ -72,7 +72,7 @@ class Scheduled:
         notes = [*run_task.notes(run_task.plan(mode, limits.values), Result(done.table, done.report)),
                  advice.small_run_epsilon(float(run_eps), float(self.spec.total_epsilon), self.spec.scheduler),
                  advice.schedule_backfill(label), advice.schedule_repeat(label),
-                 advice.improver_c_without_gain(label["scheduler"], float(label.get("c", 0))),
+                 advice.improver_c_without_gain(label["scheduler"], label.get("c", 0.0)),
                  advice.improver_counts_runs(label.get("made_with_index"))]
         return replace(done, notes=tuple(n for n in notes if n is not None))
 

@@ -41,6 +41,7 @@ from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
 from dpcli.release.steps import BeforeRun, LedgerRef, Prepared, Release, charge
 from dpcli.state import ledger
 from dpcli.state import schedules as store
+from dpcli.tasks import Result
 from dpcli.tasks.auto_bounds import chosen_text
 
 if TYPE_CHECKING:
@@ -356,8 +357,8 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
     table.verify_unchanged()  # the run read the bytes it hashed (else exit 66: no run recorded or saved)
     runs.append(entry)  # in memory; saved once the ledger has recorded the run
     state.update(plan.state)
-    labelled = Prepared(seed, prepared.events, prepared.table,
-                        {**prepared.metadata, "schedule": _label(spec, state, entry, cached=False)})
+    label = _label(spec, state, entry, cached=False)
+    labelled = Prepared(seed, prepared.events, Result(prepared.table, {**prepared.metadata, "schedule": label}))
     through = f" through {entry['through']}" if "through" in entry else ""
     line = (f"{call.command}: {_where(spec, state, entry)} of schedule {spec.name!r}{through} "
             f"(ε = {parameter_text(plan.epsilon, 'up')}){_auto_text(prepared.metadata.get('auto'))}")
@@ -560,10 +561,10 @@ def _spent(runs: list[dict[str, Any]]) -> tuple[Fraction, Fraction]:
     return releases, sum((Fraction(r.get("size_epsilon", 0)) for r in runs), Fraction(0))
 
 
-def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cached: bool) -> dict[str, Any]:
+def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cached: bool) -> sch.ScheduleLabel:
     """The ``schedule`` part of a run's summary: public parameters and noisy estimates only."""
     releases, sizes = _spent(state["runs"])
-    label: dict[str, Any] = {
+    label: sch.ScheduleLabel = {
         "name": spec.name,
         "scheduler": spec.scheduler,
         "cached": cached,
@@ -585,9 +586,9 @@ def _label(spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], cache
 
 def _bbscheduler_label(
     spec: ScheduleSpec, state: dict[str, Any], run: dict[str, Any], sizes: Fraction,
-) -> dict[str, Any]:
+) -> sch.ScheduleLabel:
     """Epoch, γ, the noisy unit count the epoch was decided on, and (α_i, β_i) from the noisy start."""
-    label: dict[str, Any] = {"epoch": run["epoch"], "gamma": state["gamma"]}
+    label: sch.ScheduleLabel = {"epoch": run["epoch"], "gamma": state["gamma"]}
     if state.get("sizes") != NOISY_SIZES:  # made by an older dpcli: its sizes were exact, none is shown
         return label
     label.update({"units_noisy": run["units_noisy"], "size_epsilon_spent": fraction_text(sizes)})

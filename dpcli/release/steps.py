@@ -75,7 +75,8 @@ def grid_step(report: dict[str, Any]) -> float | None:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A release computed in memory, not yet charged: its seed, cost, table and public metadata.
+    """A task's :class:`~dpcli.tasks.Result` seeded and costed, not yet charged: its seed, the events it reserves,
+    and the result (its table, public metadata, what it really cost if less, its columns of moments).
 
     Its table must not leave the process before :func:`charge` has debited it (only a charged
     :class:`Release` is ever handed out).
@@ -83,10 +84,25 @@ class Prepared:
 
     seed: ReleaseSeed
     events: list[PrivacyEvent]
-    table: pl.DataFrame
-    metadata: dict[str, Any]
-    actual: list[PrivacyEvent] | None = None  # what it really cost, if less than ``events`` (topk's ⊥)
-    times: tuple[str, ...] = ()  # columns of moments dpcli computed (:attr:`dpcli.tasks.Result.times`)
+    result: Result
+
+    @property
+    def table(self) -> pl.DataFrame:
+        return self.result.table
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.result.metadata
+
+    @property
+    def actual(self) -> list[PrivacyEvent] | None:
+        """What it really cost, if less than :attr:`events` (topk's ⊥)."""
+        return self.result.actual
+
+    @property
+    def times(self) -> tuple[str, ...]:
+        """Columns of moments dpcli computed (:attr:`dpcli.tasks.Result.times`)."""
+        return self.result.times
 
 
 @dataclass(frozen=True)
@@ -175,21 +191,13 @@ def with_hint(task: Task[P], refused: str, payer: LedgerRef) -> str:
     return f"{refused}; {hint}" if hint else refused
 
 
-@dataclass(frozen=True)
-class Computed:
-    """A task's result and the uncharged release made of it."""
-
-    result: Result
-    prepared: Prepared
-
-
 #: ``before_run(seed, events)``: called once the seed is known and before the task reads its first record
 #: (the debit of :func:`run`; a schedule's check of its run's cost).
 BeforeRun = Callable[[ReleaseSeed, list[PrivacyEvent]], None]
 
 
 def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Path, engine: Engine | None,
-            busy: Busy = lambda what: nullcontext(), before_run: BeforeRun | None = None) -> Computed:
+            busy: Busy = lambda what: nullcontext(), before_run: BeforeRun | None = None) -> Prepared:
     """Seed and run ``task`` on the opened inputs: the release in memory, not yet recorded as done.
 
     Nothing before ``before_run`` reads a record: the inputs are opened (their bytes hashed, their
@@ -202,8 +210,7 @@ def prepare(task: Task[P], planned: P, mode: str, opened: Opened, state_dir: Pat
         before_run(seed, list(planned.events))
     with busy(f"computing the {task.command} release of {opened.data.name}"):
         result = task.run(opened.frames(), planned, seed.seed, engine)
-    return Computed(result, Prepared(seed, list(planned.events), result.table, result.metadata, result.actual,
-                                     result.times))
+    return Prepared(seed, list(planned.events), result)
 
 
 

@@ -22,6 +22,7 @@ from dpcli.release.steps import Admitted, Planned, Prepared, charge, check_dry_r
 from dpcli.release.streams import StateInput, as_utc, last_end, open_body, state_run
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
+from dpcli.tasks import Result
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, naive_utc, trigger_through
 from dpcli.tasks.stream.auto import StreamChoice, chosen_line, resolve
 from dpcli.tasks.stream.query import StreamQuery
@@ -92,8 +93,8 @@ class StreamRuns:
             else:
                 line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
                         f"triggers run through {run.metadata['through']}{chosen_line(run.metadata)}")
-            prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events), rows, run.metadata,
-                                times=TIME_COLUMNS)
+            prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events),
+                                Result(rows, run.metadata, times=TIME_COLUMNS))
             done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
                           before_output=None if run.repeat else run.save,
                           output_digest=output.digest(rows, run.metadata, TIME_COLUMNS) if output is not None else None,
