@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from dpcli.access import gate
+from dpcli.cli import budget_plan
 from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings
 from dpcli.cli._options import positive, probability
 from dpcli.core.accounting import budget as bud
@@ -393,6 +394,10 @@ def _compose_rdp(o: _Composition) -> dict[str, Any]:
 _COMPOSERS: dict[str, Callable[[_Composition], dict[str, Any]]] = {
     "br": _compose_br, "zcdp": _compose_zcdp, "pure": _compose_pure, "approx": _compose_approx, "rdp": _compose_rdp,
 }
+
+
+#: ``budget plan -- COMMAND ARGS``: how many more such releases fit (:mod:`dpcli.cli.budget_plan`).
+app.command("plan")(budget_plan.plan)
 
 
 @app.command("key")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -54,9 +55,22 @@ def target_line(target: dict[str, Any]) -> str:
             f"of {target['digits']} significant digits that does)")
 
 
+#: Set by ``dpcli budget plan`` while it runs a command's dry run: the plan is handed here instead of printed.
+PLAN_CAPTURE: ContextVar[list[Planned] | None] = ContextVar("plan_capture", default=None)
+
+
 def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     """``--dry-run``: the calibration (each measurement's noise and 95% margin in output units), the
-    cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json``."""
+    cost and whether the analyst's ledger would accept it now; text, or JSON with ``--json`` (or, inside
+    ``budget plan``, handed to :data:`PLAN_CAPTURE`)."""
+    captured = PLAN_CAPTURE.get()
+    if captured is not None:
+        captured.append(planned)
+    else:
+        _print_plan(planned, analyst, as_json)
+
+
+def _print_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     plan = planned.description
     refused = planned.refusal
     doc = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}

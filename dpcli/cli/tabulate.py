@@ -112,11 +112,18 @@ def _person_source(source: Source | None, input_format: str | None, delimiter: s
 def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None:
     """``--dry-run``: Table 4 (per-level parameters) and Table 2 (total loss under each analysis), and
     whether the ledger would accept the spec's cost now."""
+    from dpcli.cli.render import PLAN_CAPTURE
     from dpcli.tasks import tabulate as tab
 
     d = probability("--delta", delta, allow_zero=False)
     result = tab.plan_document(spec, float(d))
     result["ledger"] = _would_accept(ctx, tab.events(spec))
+    captured = PLAN_CAPTURE.get()
+    if captured is not None:  # inside budget plan
+        from dpcli.release.steps import Planned
+
+        captured.append(Planned(dict(result), list(tab.events(spec)), result["ledger"]["refusal"]))
+        return
     if as_json:
         emit_json(result)
     else:

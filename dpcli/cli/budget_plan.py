@@ -1,0 +1,213 @@
+"""``dpcli budget plan -- COMMAND ARGS``: how many more releases like one fit the ledger, and with ``--runs N``
+what each may spend for N more (issue 42, item 3).
+
+The release is the command line after ``--``, planned by that command's own dry run (its options, checks and
+refusals are the command's: nothing is read but schemas and public lists, nothing is charged); the counts are the
+ledger's (:mod:`dpcli.state.ledger.planning`), in its mode and refresh period.
+"""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings
+from dpcli.core.display import parameter_text, quantity_text, utc_text
+from dpcli.core.exact import fraction_text
+from dpcli.errors import UsageError
+from dpcli.state import ledger
+from dpcli.state.ledger.format import utc_now
+from dpcli.state.ledger.planning import (
+    MAX_COUNTED,
+    Fit,
+    largest_budget,
+    refresh_period,
+    releases_that_fit,
+    smallest_searched,
+)
+
+if TYPE_CHECKING:
+    from dpcli.core.events import PrivacyEvent
+    from dpcli.release.steps import Planned
+
+#: The commands a plan can count (those that release).
+PLANNED = ("histogram", "topk", "tabulate", "sql", "stream-replay")
+#: The options ``--runs`` scales, the first the command line gives (a release's whole ε; top-k's ε per step; ρ).
+BUDGET_OPTIONS = ("--epsilon", "--epsilon-per", "--rho")
+
+
+@handles_errors
+def plan(
+    ctx: typer.Context,
+    command: Annotated[
+        list[str] | None,
+        typer.Argument(help="The release, after --: a histogram, topk, tabulate, sql or stream-replay command line "
+                            "as you would run it (without 'dpcli').", metavar="-- COMMAND [ARGS]...",
+                       show_default=False),
+    ] = None,
+    runs: Annotated[
+        int | None, typer.Option("--runs", min=1, max=MAX_COUNTED, help="Plan N more releases: the largest "
+                                 "--epsilon (or --epsilon-per, --rho) of the command at which N fit, and its "
+                                 "margins.", show_default=False)
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+) -> None:
+    """How many more releases like this one the ledger accepts (now, and in a fresh refresh period), or with
+    --runs N what each may spend for N more. Plans with the command's own dry run: reads no record, charges
+    nothing. A free replay of an earlier identical release costs nothing; the counts are of new releases."""
+    if not command or command[0] not in PLANNED:
+        raise UsageError("give the release after --, e.g. dpcli budget plan -- histogram DATA --by COL ... "
+                         f"(one of {', '.join(PLANNED)})")
+    name, args = command[0], list(command[1:])
+    planned = _dry_run(ctx, name, args, as_json)
+    s = settings(ctx)
+    analyst = resolve_analyst(None, ctx)
+    led = ledger.read_ledger(s.state_dir, analyst, s.lock_timeout)
+    now = utc_now()
+    spent = led.spend(now)
+    doc: dict[str, Any] = {"analyst": analyst, "mode": led.limits.mode, "command": name,
+                           "cost": [e.to_json() for e in planned.events],
+                           "fit": _fit_json(releases_that_fit(led, planned.events, spent))}
+    period = refresh_period(led, planned.events, now)
+    if period is not None:
+        doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(period.fresh)}
+    if runs is not None:
+        doc["runs"] = _runs(ctx, led, spent, name, args, runs, as_json)
+    if as_json:
+        emit_json(doc)
+    else:
+        typer.echo("\n".join(_lines(doc)))
+
+
+def _dry_run(ctx: typer.Context, name: str, args: list[str], as_json: bool) -> Planned:
+    """The command's dry run of ``args``, its plan handed back (:data:`dpcli.cli.render.PLAN_CAPTURE`) instead of
+    printed. Its refusals are its own: a bad option ends the plan as it would end the command."""
+    from dpcli.cli.render import PLAN_CAPTURE
+
+    command = _commands(name)
+    captured: list[Planned] = []
+    token = PLAN_CAPTURE.set(captured)
+    try:  # the command itself, under this run's settings (state directory, analyst, gate: the root's, not anew)
+        command.main(args=[*args, "--dry-run", *(["--json"] if as_json else [])], prog_name=f"dpcli {name}",
+                     obj=settings(ctx), standalone_mode=True)
+    except SystemExit as end:
+        if end.code not in (0, None):
+            raise
+    finally:
+        PLAN_CAPTURE.reset(token)
+    if len(captured) != 1:
+        raise UsageError(f"{name} planned no release for these options (see: dpcli {name} --help)")
+    return captured[0]
+
+
+@functools.cache
+def _commands(name: str) -> Any:
+    """The command ``name`` as typer builds it, without the root's callback (which would read the global options
+    again: the plan's ``--state-dir`` and ``--analyst`` are the command's)."""
+    from dpcli.cli.app import build_app
+
+    return typer.main.get_command(build_app(name)).commands[name]  # type: ignore[attr-defined]
+
+
+def _budget_option(args: list[str]) -> tuple[str, Fraction]:
+    """The command line's budget option and its value (the first of :data:`BUDGET_OPTIONS` it gives)."""
+    from dpcli.cli._options import positive
+
+    for option in BUDGET_OPTIONS:
+        for i, arg in enumerate(args):
+            if arg == option and i + 1 < len(args):
+                return option, positive(option, args[i + 1], required=True)
+            if arg.startswith(option + "="):
+                return option, positive(option, arg.split("=", 1)[1], required=True)
+    raise UsageError(f"--runs scales the release's budget: give the command's {' or '.join(BUDGET_OPTIONS)}")
+
+
+def _with_budget(args: list[str], option: str, value: Fraction) -> list[str]:
+    """``args`` with ``option``'s value replaced by ``value``."""
+    out, skip = [], False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg == option and i + 1 < len(args):
+            out += [option, fraction_text(value)]
+            skip = True
+        elif arg.startswith(option + "="):
+            out.append(f"{option}={fraction_text(value)}")
+        else:
+            out.append(arg)
+    return out
+
+
+def _runs(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: list[str], runs: int,
+          as_json: bool) -> dict[str, Any]:
+    """``--runs N``: the largest budget (4 significant digits, rounded down) at which N more fit, its cost and
+    the margins its dry run states."""
+    option, given = _budget_option(args)
+
+    def events_at(value: Fraction) -> list[PrivacyEvent]:
+        return _dry_run(ctx, name, _with_budget(args, option, value), as_json).events
+
+    best = largest_budget(led, spent, runs, given, events_at)
+    out: dict[str, Any] = {"runs": runs, "option": option, "value": None if best is None else fraction_text(best)}
+    if best is None:  # why not even the smallest value searched fits
+        smallest = smallest_searched(given)
+        fit = releases_that_fit(led, events_at(smallest), spent)
+        out.update(smallest=fraction_text(smallest), fits_at_smallest=_fit_json(fit))
+    else:
+        at = _dry_run(ctx, name, _with_budget(args, option, best), as_json)
+        out.update(cost=[e.to_json() for e in at.events], moe95=_margins(at.description))
+    return out
+
+
+def _margins(description: dict[str, Any]) -> dict[str, Any]:
+    """The 95% margins a dry run states, by column (where the command states them in output units)."""
+    found: dict[str, Any] = {}
+    for key, m in (description.get("calibration") or {}).items():
+        if isinstance(m, dict) and "moe95" in m:
+            found[m.get("column", key)] = m["moe95"]
+    found.update(description.get("moe95") or {})
+    return found
+
+
+def _fit_json(fit: Fit) -> dict[str, Any]:
+    return {"count": fit.count, "at_least": fit.at_least, "next_refused": fit.refusal}
+
+
+def _count_text(fit: dict[str, Any]) -> str:
+    if fit["count"] is None:
+        return "any number (it costs nothing more: covered by a reservation)"
+    return f"at least {fit['count']:,}" if fit["at_least"] else f"{fit['count']:,}"
+
+
+def _lines(doc: dict[str, Any]) -> list[str]:
+    """The plan for people (ε, δ and ρ to 4 significant digits, as every figure dpcli prints)."""
+    from dpcli.core.events import PrivacyEvent
+    from dpcli.release.steps import cost_text
+
+    cost = cost_text([PrivacyEvent.from_json(e) for e in doc["cost"]]) or "nothing"
+    lines = [f"budget plan for analyst {doc['analyst']!r} ({doc['mode']} ledger): one {doc['command']} release "
+             f"costs {cost}",
+             f"  fits now: {_count_text(doc['fit'])} more like it"]
+    if doc["fit"]["next_refused"]:
+        lines.append(f"  the next would be refused: {doc['fit']['next_refused']}")
+    if "period" in doc:
+        lines.append(f"  the ledger refreshes: this period ends {doc['period']['ends']}; a fresh period fits "
+                     f"{_count_text(doc['period']['fresh'])}")
+    if "runs" in doc:
+        r = doc["runs"]
+        if r["value"] is None:
+            at = r["fits_at_smallest"]
+            lines.append(f"  {r['runs']:,} more: no {r['option']} lets them fit now (at {r['option']} "
+                         f"{parameter_text(Fraction(r['smallest']), 'down')}, {_count_text(at)} fit"
+                         + (f"; then: {at['next_refused']})" if at["next_refused"] else ")"))
+        else:
+            shown = {c: m for c, m in r["moe95"].items() if isinstance(m, (int, float))}
+            margins = ", ".join(f"{c} ±{quantity_text(m)}" for c, m in shown.items())
+            lines.append(f"  {r['runs']:,} more: {r['option']} {parameter_text(Fraction(r['value']), 'down')} each "
+                         f"(the largest of 4 significant digits that fits)" + (f", 95% margins {margins}" if margins
+                                                                               else ""))
+    lines.append("  nothing read, nothing charged; a free replay of an earlier identical release costs nothing")
+    return lines
