@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sql": ("dpcli.cli.sql", "sql"),
     "stream-replay": ("dpcli.cli.stream_replay", "stream_replay"),
     "plot": ("dpcli.cli.plot", "plot"),
+    "diff": ("dpcli.cli.diff", "diff"),
     "budget": ("dpcli.cli.budget", "app"),
     "catalog": ("dpcli.cli.catalog", "app"),
 }
