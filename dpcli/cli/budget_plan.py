@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dpcli.cli._common import emit_json, handles_errors, resolve_analyst, settings
+from dpcli.cli._common import emit_json, fail, handles_errors, one_line, resolve_analyst, settings
 from dpcli.core.display import parameter_text, quantity_text, utc_text
 from dpcli.core.exact import fraction_text
 from dpcli.errors import UsageError
@@ -70,10 +70,14 @@ def plan(
     spent = led.spend(now)
     doc: dict[str, Any] = {"analyst": analyst, "mode": led.limits.mode, "command": name,
                            "cost": [e.to_json() for e in planned.events],
-                           "fit": _fit_json(releases_that_fit(led, planned.events, spent))}
+                           "fit": _fit_json(_fit_now(led, planned, spent))}
     period = refresh_period(led, planned.events, now)
     if period is not None:
-        doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(period.fresh)}
+        fresh = period.fresh
+        if not planned.events:  # covered by a reservation, which holds in its own period only
+            fresh = Fit(0, refusal="a reservation holds in the period it was made in: in the next, its runs are "
+                                   "refused")
+        doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(fresh)}
     if runs is not None:
         doc["runs"] = _runs(ctx, led, spent, name, args, runs, as_json)
     if as_json:
@@ -90,14 +94,18 @@ def _dry_run(ctx: typer.Context, name: str, args: list[str], as_json: bool) -> P
     command = _commands(name)
     captured: list[Planned] = []
     token = PLAN_CAPTURE.set(captured)
-    try:  # the command itself, under this run's settings (state directory, analyst, gate: the root's, not anew)
-        command.main(args=[*args, "--dry-run", *(["--json"] if as_json else [])], prog_name=f"dpcli {name}",
-                     obj=settings(ctx), standalone_mode=True)
-    except SystemExit as end:
-        if end.code not in (0, None):
-            raise
+    try:  # the command itself, under this run's settings (state directory, analyst, gate: the root's, not anew);
+        # the flags go first, so no option of the command line can take --dry-run as its value
+        code = command.main(args=["--dry-run", *(["--json"] if as_json else []), *args], prog_name=f"dpcli {name}",
+                            obj=settings(ctx), standalone_mode=False)
+    except typer.TyperException as exc:  # a usage error found before the command started: one line, as the root's
+        fail(f"dpcli: error: {one_line(exc.format_message())}", exc.exit_code, as_json)
     finally:
         PLAN_CAPTURE.reset(token)
+    if isinstance(code, int) and code != 0:
+        raise typer.Exit(code)  # the command's own ending (its line, and its JSON object with --json)
+    if not captured and any(a in ("--help", "-h") for a in args):
+        raise typer.Exit(0)  # the command's help, asked for
     if len(captured) != 1:
         raise UsageError(f"{name} planned no release for these options (see: dpcli {name} --help)")
     return captured[0]
@@ -110,6 +118,15 @@ def _commands(name: str) -> Any:
     from dpcli.cli.app import build_app
 
     return typer.main.get_command(build_app(name)).commands[name]  # type: ignore[attr-defined]
+
+
+def _fit_now(led: ledger.Ledger, planned: Planned, spent: Any) -> Fit:
+    """The count now; 0 when the dry run refuses for a reason the balance does not show (a stream's state from an
+    older backup, a schedule's reservation missing): the command's refusal is the plan's."""
+    fit = releases_that_fit(led, planned.events, spent)
+    if planned.refusal is not None and fit.count != 0:
+        return Fit(0, refusal=planned.refusal)
+    return fit
 
 
 def _budget_option(args: list[str]) -> tuple[str, Fraction]:

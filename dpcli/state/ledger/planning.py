@@ -47,9 +47,16 @@ def _costs_nothing(need: Spend) -> bool:
     return not (need.epsilon or need.delta or need.rho or need.units or need.calls or any(need.rdp_curve))
 
 
-def releases_that_fit(led: Ledger, events: list[PrivacyEvent], spent: Spend) -> Fit:
+#: An RDP ledger's counts up to this many are checked charge by charge, as the ledger adds its curves (floating
+#: sums that the scaled curves may round differently at the boundary); a larger count is given one lower, as "at
+#: least" (never more than the ledger accepts), so a plan's work stays bounded whatever fits.
+SEQUENTIAL_LIMIT = 1_000
+
+
+def releases_that_fit(led: Ledger, events: list[PrivacyEvent], spent: Spend, enough: int | None = None) -> Fit:
     """How many more releases costing ``events`` the ledger ``led`` accepts after ``spent`` (its spend now, or a
-    fresh period's ``Spend()``), and why the one after them would be refused."""
+    fresh period's ``Spend()``), and why the one after them would be refused; with ``enough``, counting stops there
+    (``Fit(enough, at_least=True)``: that many fit, perhaps more)."""
     accountant = led.accountant
     try:
         need = accountant.spend(events)
@@ -57,26 +64,37 @@ def releases_that_fit(led: Ledger, events: list[PrivacyEvent], spent: Spend) -> 
         return Fit(0, refusal=f"analyst {led.analyst!r} ({led.limits.mode} ledger): {exc}")
     if _costs_nothing(need):
         return Fit(None)
+    cap = min(MAX_COUNTED, enough) if enough is not None else MAX_COUNTED
 
     def fits_after(k: int) -> bool:  # one more fits after k more (scaled: exact but for RDP's float curves)
         return accountant.fits(_add(spent, _scaled(need, k)), need) is None
 
     if not fits_after(0):
         return Fit(0, refusal=accountant.fits(spent, need))
+    count, at_least = _largest(fits_after, cap)
+    if led.limits.mode != "rdp":  # sums of fractions (and integers): k charges are exactly k times one
+        return Fit(count, at_least, None if at_least else accountant.fits(_add(spent, _scaled(need, count)), need))
+    if count > SEQUENTIAL_LIMIT:
+        return Fit(count - 1, at_least=True)
+    count, total = _sequential_count(led, events, spent, need, count, cap)
+    if at_least and count == cap:
+        return Fit(count, at_least=True)
+    return Fit(count, refusal=accountant.fits(total, need))
+
+
+def _largest(fits_after: Callable[[int], bool], cap: int) -> tuple[int, bool]:
+    """(the count k + 1 for the largest k with ``fits_after(k)``, or ``cap``; whether it reached ``cap``), by
+    doubling then bisection (``fits_after(0)`` holds)."""
     lo, hi = 0, 1  # fits_after(lo), and hi unknown
-    while hi <= MAX_COUNTED and fits_after(hi):
+    while hi < cap and fits_after(hi):
         lo, hi = hi, hi * 2
-    if hi > MAX_COUNTED and fits_after(MAX_COUNTED - 1):
-        return Fit(MAX_COUNTED, at_least=True)
-    hi = min(hi, MAX_COUNTED - 1)
+    if hi >= cap and fits_after(cap - 1):
+        return cap, True
+    hi = min(hi, cap - 1)
     while hi - lo > 1:  # fits_after(lo), not fits_after(hi)
         mid = (lo + hi) // 2
         lo, hi = (mid, hi) if fits_after(mid) else (lo, mid)
-    count = lo + 1
-    if led.limits.mode != "rdp":  # sums of fractions (and integers): k charges are exactly k times one
-        return Fit(count, refusal=accountant.fits(_add(spent, _scaled(need, count)), need))
-    count = _sequential_count(led, events, spent, need, count)  # the curves as the ledger adds them, one at a time
-    return Fit(count, refusal=accountant.fits(_sequential(led, events, spent, count), need))
+    return lo + 1, False
 
 
 def _add(a: Spend, b: Spend) -> Spend:
@@ -96,16 +114,21 @@ def _sequential(led: Ledger, events: list[PrivacyEvent], spent: Spend, k: int) -
     return total
 
 
-def _sequential_count(led: Ledger, events: list[PrivacyEvent], spent: Spend, need: Spend, guess: int) -> int:
+def _sequential_count(led: Ledger, events: list[PrivacyEvent], spent: Spend, need: Spend,
+                      guess: int, upto: int) -> tuple[int, Spend]:
     """The count the ledger reaches charging one at a time, from ``guess`` (found on scaled curves, which may round
-    differently at the boundary)."""
+    differently at the boundary), at most ``upto``, and the running total after that many: composed once, then
+    stepped."""
     accountant = led.accountant
     count = guess
+    total = _sequential(led, events, spent, count)
     while count > 0 and accountant.fits(_sequential(led, events, spent, count - 1), need) is not None:
-        count -= 1
-    while count < MAX_COUNTED and accountant.fits(_sequential(led, events, spent, count), need) is None:
+        count -= 1  # (rare: one step at the boundary)
+        total = _sequential(led, events, spent, count)
+    while count < min(upto, guess + SEQUENTIAL_LIMIT) and accountant.fits(total, need) is None:
         count += 1
-    return count
+        total = accountant.spend(events, total)
+    return count, total
 
 
 @dataclass(frozen=True)
@@ -138,7 +161,7 @@ def largest_budget(led: Ledger, spent: Spend, runs: int, start: Fraction,
     ``runs`` releases spend beyond the ledger's, whatever their ε)."""
 
     def fits(b: Fraction) -> bool:
-        fit = releases_that_fit(led, events_at(b), spent)
+        fit = releases_that_fit(led, events_at(b), spent, enough=runs)
         return fit.count is None or fit.count >= runs
 
     floor = max(smallest_searched(start), SMALLEST_BUDGET)
