@@ -38,7 +38,8 @@ ALLOWED = {
     ("cli/_common.py", "_where(exc)"): "the file and line of dpcli's own code, never the message",
     ("cli/_common.py", "_internal(exc, verbose, as_json)"): "the boundary itself: safe_traceback and _where only",
     ("cli/app.py", "end.code"): "a SystemExit's status, a number",
-    ("cli/budget_plan.py", "end.code"): "the planned command's SystemExit status, a number (its own message printed)",
+    ("cli/budget_plan.py", "exc.format_message"): "typer's own usage error about the planned command line as typed "
+                                                 "(as cli/app.py's)",
     ("state/ledger/planning.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("cli/app.py", "exc.format_message"): "typer's own usage error about the command line as typed (typer prints "
                                             "the same text itself without --json)",
