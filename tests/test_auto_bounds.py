@@ -315,6 +315,28 @@ def test_one_row_per_unit_gives_caps_of_one_and_event_data_does_not():
         assert (c.max_partitions, c.max_contributions) != (1, 1)
 
 
+def test_units_in_one_group_each_give_k_of_one_and_units_in_many_do_not():
+    # Event data whose units each sit in one group (as a plane in its carrier): 400 units, 6 rows each. The
+    # one-group check's count is 0 against allowed + the K walk's slack (1 + ⌈3/(ε·4/2)⌉ = 31 at ε = 1/20, its
+    # noise 1/ε = 20: 1.5 scales), so it says no with probability e^−1.5/2 ≈ 11% and the walk, run then, stops at
+    # 1 but for its own 6% (its threshold beating the first query by three scales): K ≠ 1 with probability about
+    # 0.7%; over 200 fixed keys at most 5 (binomial(200, 0.0066): P[≥ 6] ≈ 0.4%; fixed keys, so a fixed count),
+    # where the walk alone (K ≠ 1 with probability e^−3.1·5.1/4 ≈ 5.7%) gives at most 5 with probability 2% (these
+    # keys give 6 with the check held at no). Units in 3 groups
+    # each: the count is 400, about 18 scales above the threshold, and K is never 1.
+    one = pl.DataFrame({"user": np.repeat(np.arange(400), 6), "g": np.repeat(np.arange(400) % 5, 6),
+                        "x": np.ones(2400)})
+    many = pl.DataFrame({"user": np.repeat(np.arange(400), 6), "g": np.tile([0, 0, 1, 1, 2, 2], 400),
+                         "x": np.ones(2400)})
+    model, eps, both = ab.ErrorModel(5, 0.1), Fraction(1, 20), ab.AutoBounds(partitions=True, contributions=True)
+    ks = [ab.choose_bounds(one.lazy(), SHAPE, both, GIVEN, eps, stream(f"g1-{i}"), SALT, model=model).max_partitions
+          for i in range(200)]
+    assert sum(k != 1 for k in ks) <= 5, ks
+    for i in range(10):
+        c = ab.choose_bounds(many.lazy(), SHAPE, both, GIVEN, eps, stream(f"g3-{i}"), SALT, model=model)
+        assert c.max_partitions != 1
+
+
 def test_a_chosen_row_bound_leans_up_and_one_stays_one():
     assert [ab.leaned(c) for c in (1, 2, 3, 8, 22, 26, 32, 304)] == [1, 2, 4, 11, 26, 32, 45, 362]
     assert all(ab.leaned(c) in ab.COUNT_CANDIDATES and ab.leaned(c) >= c for c in ab.COUNT_CANDIDATES)

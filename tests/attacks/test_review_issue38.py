@@ -35,6 +35,7 @@ def _record_auto_epsilons(monkeypatch) -> list[Fraction]:
     wrap("first_within", 3)  # (above, allowed, sensitivity, epsilon, …): one AboveThreshold, ε-DP
     wrap("first_reaching", 2)  # (at_most, level, epsilon, …)
     wrap("one_row_each", 3)  # (lf, shape, allowed, epsilon, …)
+    wrap("one_group_each", 3)  # (lf, shape, allowed, epsilon, …)
     wrap("_noisy_count", 2)  # (frame, sensitivity, epsilon, …)
     wrap("noisy_groups", 3)  # (frame, shape, at_least, epsilon, …)
     return spent
@@ -47,7 +48,7 @@ def _record_auto_epsilons(monkeypatch) -> list[Fraction]:
 def test_auto_bounds_under_rho_charges_what_its_weighted_walks_spend(tmp_path, monkeypatch, extra):
     """Finding 1 (HIGH): under --rho the choice of bounds is charged ρ·share, split into `model_parts` equal
     parts as ε_part = √(2ρ·share/parts); but the walks then run at WALK_WEIGHT·ε_part (4×) and
-    VALUE_WEIGHT·ε_part (8×), the one-row check at 2×. An ε-DP mechanism is ε²/2-zCDP, so a walk at w·ε_part
+    VALUE_WEIGHT·ε_part (then 8×), the one-row check at 2×. An ε-DP mechanism is ε²/2-zCDP, so a walk at w·ε_part
     spends w²·ρ_part, not w·ρ_part: the weights compose linearly in ε, quadratically in ρ. Here the choice spends
     Σ ε_i²/2 ≈ 3–6× the ρ the ledger is charged for it."""
     monkeypatch.setenv("DPCLI_STATE_DIR", str(tmp_path / "state"))

@@ -160,11 +160,12 @@ def test_a_large_bound_chosen_at_a_small_epsilon_never_fails_the_sizes_read_afte
     # Every walk pushed to its last candidate: K stops at the 2 groups listed (K never exceeds them), C at 65,536.
     # At ε = 5e-9 the release's noise at K·C = 131,072 would need a scale of about 2.9e13, beyond the sampler's
     # 2^44: the chosen caps fall back (reduced) instead of failing after the choice (before: exit 1, ValueError,
-    # nothing charged). The one-row check is held at "no" so that C is walked.
+    # nothing charged). The one-row and one-group checks are held at "no" so that K and C are walked.
     data, keys = _spread(tmp_path, 2)
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     with mock.patch.object(auto_bounds, "first_within", _to_the_top), \
-            mock.patch.object(auto_bounds, "one_row_each", lambda *args, **kwargs: False):
+            mock.patch.object(auto_bounds, "one_row_each", lambda *args, **kwargs: False), \
+            mock.patch.object(auto_bounds, "one_group_each", lambda *args, **kwargs: False):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "u", "--keys", keys, "--max-partitions", "auto",
                 "--max-contributions", "auto", "--epsilon", "5e-9", "--json")
     assert r.exit_code == 0, r.stderr

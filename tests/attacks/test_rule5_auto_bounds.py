@@ -121,6 +121,7 @@ SPREAD = pl.DataFrame({"u": ["x"] * 40, "g": [f"g{i % 8}" for i in range(40)], "
 
 SPENT: list[Fraction] = []  # the ε of every mechanism the last _model_fed ran, in parts (ε_part = 1)
 CHECKED: list[int] = []  # the true count the one-row check read
+GROUP_CHECKED: list[int] = []  # the true count the one-group check read (units in more than one group)
 
 
 def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBounds,
@@ -129,10 +130,11 @@ def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBoun
     sizes: list[tuple[str, int, int]] = []
     SPENT.clear()
     CHECKED.clear()
+    GROUP_CHECKED.clear()
 
     def walk(above: np.ndarray, allowed: int, sensitivity: int, epsilon: Fraction, s: object, *how: object) -> int:
         walks.append((np.asarray(above, dtype=np.int64).copy(), sensitivity))
-        assert epsilon in (ab.WALK_WEIGHT, ab.VALUE_WEIGHT)  # a walk's weight of parts
+        assert epsilon in (ab.WALK_WEIGHT, ab.CONTRIBUTIONS_WEIGHT, ab.VALUE_WEIGHT)  # a walk's weight of parts
         SPENT.append(epsilon)
         return FIRST_WITHIN(above, allowed, sensitivity, epsilon, s, *how)  # type: ignore[arg-type]
 
@@ -152,9 +154,19 @@ def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBoun
         assert epsilon == ab.CHECK_WEIGHT
         return False
 
+    def group_check(lf: pl.LazyFrame, shape: ab.DataShape, allowed: int, epsilon: Fraction, s: object,
+                    name: str = "") -> bool:
+        """The one-group check's input (units in more than one group: sensitivity 1), answered "no" alike."""
+        per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("d"))
+        GROUP_CHECKED.append(ab._count(per_unit.filter(pl.col("d") > 1), name))
+        SPENT.append(epsilon)
+        assert epsilon == ab.GROUP_CHECK_WEIGHT
+        return False
+
     monkeypatch.setattr(ab, "first_within", walk)
     monkeypatch.setattr(ab, "_noisy_count", size)
     monkeypatch.setattr(ab, "one_row_each", check)
+    monkeypatch.setattr(ab, "one_group_each", group_check)
     ab.choose_bounds(frame.lazy(), ab.DataShape("u", ("g",), "v"), request, given, Fraction(1), stream(0), 12345,
                      model=MODEL)
     return walks, sizes
@@ -166,10 +178,12 @@ def test_one_unit_moves_each_input_of_the_bias_variance_choice_within_its_sensit
     request, given = REQUESTS[choice]
     other = pl.concat([BASE, SPREAD if neighbour == "spread" else NEIGHBOURS[neighbour]])
     walks, sizes = _model_fed(BASE, request, given, monkeypatch)
-    spent, checked = sum(SPENT), list(CHECKED)
+    spent, checked, group_checked = sum(SPENT), list(CHECKED), list(GROUP_CHECKED)
     walks2, sizes2 = _model_fed(other, request, given, monkeypatch)
     assert len(checked) == len(CHECKED) == int(request.partitions or request.contributions)
     assert all(0 <= b - a <= 1 for a, b in zip(checked, CHECKED, strict=True)), (checked, CHECKED)  # Δ = 1
+    assert len(group_checked) == len(GROUP_CHECKED) == int(request.partitions)
+    assert all(0 <= b - a <= 1 for a, b in zip(group_checked, GROUP_CHECKED, strict=True)), group_checked  # Δ = 1
     assert len(walks) == len(walks2) == request.choices
     for (a, da), (b, db) in zip(walks, walks2, strict=True):
         assert da == db == 1
