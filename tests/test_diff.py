@@ -99,7 +99,7 @@ def test_a_replay_differs_by_exactly_zero(tmp_path, state_dir):
     again = _release(tmp_path, "old", _rows(2000), "--epsilon", "1")  # the same release: a free replay
     doc = json.loads(cli("diff", old, again, "--json").stdout)
     assert doc["summary"]["shared_noise"] and all(v == 0 for v in doc["summary"]["diff_moe95"].values())
-    assert {r["changed"] for r in doc["result"]} == {"not shown to change"}
+    assert {r["changed"] for r in doc["result"]} == {"unchanged"}  # the same noise and values: exactly unchanged
 
 
 def test_at_least_calls_small_differences_unchanged(tmp_path, state_dir):
@@ -127,3 +127,19 @@ def test_what_cannot_be_matched_is_refused_65(case, tmp_path, state_dir):
         other.write_text('{"result": [{"a": 1}]}')
     r = cli("diff", old, other)
     assert r.exit_code == 65 and r.stdout == "" and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_a_summary_of_another_run_is_refused(tmp_path, state_dir):
+    """A CSV written with --with-error states its margins: the summary of another run (another ε) gives other
+    margins, and is refused (65) instead of calibrating the difference wrongly; the file's own summary works."""
+    init_ledger("pure", "--epsilon", "10")
+    one = _release(tmp_path, "one", _rows(500), "--epsilon", "1", "--with-error")
+    other = _release(tmp_path, "other", _rows(500), "--epsilon", "0.5", "--with-error")
+    csv = tmp_path / "one.csv"
+    pl.DataFrame(json.loads(one.read_text())["result"]).write_csv(csv)
+    wrong = cli("diff", csv, other, "--old-summary", other)
+    assert wrong.exit_code == 65 and "not its summary" in wrong.stderr, wrong.stderr
+    right = cli("diff", csv, other, "--old-summary", one, "--json")
+    assert right.exit_code == 0, right.stderr
+    row = json.loads(right.stdout)["result"][0]
+    assert isinstance(row["count_diff_moe95"], int) and 0 <= row["p"] <= 1

@@ -68,18 +68,22 @@ def plan(
     led = ledger.read_ledger(s.state_dir, analyst, s.lock_timeout)
     now = utc_now()
     spent = led.spend(now)
+    stream = (planned.description.get("stream") or {}) if name == "stream-replay" else {}
+    reserves = bool(stream.get("state")) and bool(planned.events)  # a new state: its first run reserves them all
     doc: dict[str, Any] = {"analyst": analyst, "mode": led.limits.mode, "command": name,
-                           "cost": [e.to_json() for e in planned.events],
+                           "cost": [e.to_json() for e in planned.events], "unit": "stream" if reserves else "release",
                            "fit": _fit_json(_fit_now(led, planned, spent))}
     period = refresh_period(led, planned.events, now)
     if period is not None:
         fresh = period.fresh
         if not planned.events:  # covered by a reservation, which holds in its own period only
-            fresh = Fit(0, refusal="a reservation holds in the period it was made in: in the next, its runs are "
-                                   "refused")
+            fresh = Fit(0, refusal="a reservation does not carry over to the next period: a new --state file reserves "
+                                   "again there")
         doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(fresh)}
     if runs is not None:
-        doc["runs"] = _runs(ctx, led, spent, name, args, runs, as_json)
+        doc["runs"] = (_covered_runs(args, runs) if not planned.events else
+                       _runs(ctx, led, spent, name, args, 1 if reserves else runs, as_json) | {"runs": runs})
+        doc["runs"]["within"] = "the current period" if period is not None else "the ledger"
     if as_json:
         emit_json(doc)
     else:
@@ -179,6 +183,12 @@ def _runs(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: l
     return out
 
 
+def _covered_runs(args: list[str], runs: int) -> dict[str, Any]:
+    """``--runs`` of a stream whose runs its state's reservation covers: any number, at the budget it has."""
+    option, given = _budget_option(args)
+    return {"runs": runs, "option": option, "value": fraction_text(given), "covered": True}
+
+
 def _margins(description: dict[str, Any]) -> dict[str, Any]:
     """The 95% margins a dry run states, by column (where the command states them in output units)."""
     found: dict[str, Any] = {}
@@ -193,10 +203,11 @@ def _fit_json(fit: Fit) -> dict[str, Any]:
     return {"count": fit.count, "at_least": fit.at_least, "next_refused": fit.refusal}
 
 
-def _count_text(fit: dict[str, Any]) -> str:
+def _count_text(fit: dict[str, Any], unit: str = "release") -> str:
     if fit["count"] is None:
-        return "any number (it costs nothing more: covered by a reservation)"
-    return f"at least {fit['count']:,}" if fit["at_least"] else f"{fit['count']:,}"
+        return "any number of runs (covered by the state's reservation: they cost nothing more)"
+    count = f"at least {fit['count']:,}" if fit["at_least"] else f"{fit['count']:,}"
+    return f"{count} more {unit}{'' if fit['count'] == 1 and not fit['at_least'] else 's'} like it"
 
 
 def _lines(doc: dict[str, Any]) -> list[str]:
@@ -205,26 +216,36 @@ def _lines(doc: dict[str, Any]) -> list[str]:
     from dpcli.release.steps import cost_text
 
     cost = cost_text([PrivacyEvent.from_json(e) for e in doc["cost"]]) or "nothing"
-    lines = [f"budget plan for analyst {doc['analyst']!r} ({doc['mode']} ledger): one {doc['command']} release "
+    unit = doc["unit"]
+    what = ("stream (its first run reserves the whole stream; later runs are covered)" if unit == "stream"
+            else "release")
+    lines = [f"budget plan for analyst {doc['analyst']!r} ({doc['mode']} ledger): one {doc['command']} {what} "
              f"costs {cost}",
-             f"  fits now: {_count_text(doc['fit'])} more like it"]
+             f"  fits now: {_count_text(doc['fit'], unit)}"]
     if doc["fit"]["next_refused"]:
         lines.append(f"  the next would be refused: {doc['fit']['next_refused']}")
     if "period" in doc:
-        lines.append(f"  the ledger refreshes: this period ends {doc['period']['ends']}; a fresh period fits "
-                     f"{_count_text(doc['period']['fresh'])}")
+        fresh = doc["period"]["fresh"]
+        said = _count_text(fresh, unit) if fresh["count"] else f"none: {fresh['next_refused']}"
+        lines.append(f"  the ledger refreshes: this period ends {doc['period']['ends']}; a fresh period fits {said}")
     if "runs" in doc:
-        r = doc["runs"]
-        if r["value"] is None:
-            at = r["fits_at_smallest"]
-            lines.append(f"  {r['runs']:,} more: no {r['option']} lets them fit now (at {r['option']} "
-                         f"{parameter_text(Fraction(r['smallest']), 'down')}, {_count_text(at)} fit"
-                         + (f"; then: {at['next_refused']})" if at["next_refused"] else ")"))
-        else:
-            shown = {c: m for c, m in r["moe95"].items() if isinstance(m, (int, float))}
-            margins = ", ".join(f"{c} ±{quantity_text(m)}" for c, m in shown.items())
-            lines.append(f"  {r['runs']:,} more: {r['option']} {parameter_text(Fraction(r['value']), 'down')} each "
-                         f"(the largest of 4 significant digits that fits)" + (f", 95% margins {margins}" if margins
-                                                                               else ""))
+        lines.append(_runs_line(doc["runs"], unit))
     lines.append("  nothing read, nothing charged; a free replay of an earlier identical release costs nothing")
     return lines
+
+
+def _runs_line(r: dict[str, Any], unit: str) -> str:
+    """``--runs N``'s answer in one line."""
+    head = f"  {r['runs']:,} more runs within {r['within']}"
+    if r.get("covered"):
+        return f"{head}: covered by the state's reservation, at {r['option']} {r['value']} (nothing more to pay)"
+    if r["value"] is None:
+        at = r["fits_at_smallest"]
+        return (f"{head}: no {r['option']} lets them fit (at {r['option']} "
+                f"{parameter_text(Fraction(r['smallest']), 'down')}: {_count_text(at, unit)}"
+                + (f"; then: {at['next_refused']})" if at["next_refused"] else ")"))
+    shown = {c: m for c, m in r["moe95"].items() if isinstance(m, (int, float))}
+    margins = "; ".join(f"{c} ±{quantity_text(m)}" for c, m in shown.items())
+    each = "for the stream (one reservation covers its runs)" if unit == "stream" else "each"
+    return (f"{head}: {r['option']} {parameter_text(Fraction(r['value']), 'down')} {each} (the largest of 4 "
+            "significant digits that fits)" + (f"; 95% margins: {margins}" if margins else ""))

@@ -61,9 +61,12 @@ def calibration(view: ReleaseView) -> dict[str, Calibrated]:
     """Each compared column of a histogram release and its noise, from its summary (refused, exit 65, when the
     summary does not say)."""
     s = view.summary
+    if not s:
+        raise DataError(f"{view.name!r} has no summary: give it with --old-summary/--new-summary FILE (the --json "
+                        "output of the run that wrote it), or diff the runs' --json documents")
     if view.kind != "histogram" or s.get("command") != "histogram":
-        raise DataError(f"{view.name!r}: dpcli diff compares histogram releases with their --json summary "
-                        f"(this is {s.get('command') or view.kind!r}, or its summary is missing)")
+        raise DataError(f"{view.name!r}: dpcli diff compares histogram releases; its summary is of "
+                        f"{s.get('command')!r}")
     measurements = s.get("measurements")
     if not isinstance(measurements, dict):
         raise DataError(f"{view.name!r}: its summary has no measurements (give the release's --json summary)")
@@ -73,7 +76,28 @@ def calibration(view: ReleaseView) -> dict[str, Calibrated]:
         column = _column(view, name)
         if column is not None:
             out[column] = Calibrated(column, _noise(view.name, m), grid if name == "sum" else Fraction(1))
+    _check_margins(view, out)
     return out
+
+
+def _check_margins(view: ReleaseView, calibrated: dict[str, Calibrated]) -> None:
+    """A file written with --with-error carries each column's margin: it must be the one its summary's noise gives
+    (a summary of another run is refused, exit 65), and the summary's group count the file's."""
+    groups = view.summary.get("groups")
+    if isinstance(groups, int) and groups != view.table.height:
+        raise DataError(f"{view.name!r} holds {view.table.height} groups, its summary {groups}: not its summary")
+    if view.summary.get("threshold") is not None:
+        return  # a thresholded release's margins are given its selection: they vary by group
+    for column, c in calibrated.items():
+        shown = f"{column}_moe95"
+        if shown in view.table.columns and view.table.height:
+            stated = view.table[shown].drop_nulls().cast(pl.Float64)
+            expected = float(Noise(c.noise.kind, c.noise.param / SCALE_SLACK).margin95() * c.step)
+            off = (stated - expected).abs().max()
+            slack = max(1.0, 0.005 * expected) + float(c.step)  # the scale's 6 digits, the file's rounding
+            if stated.len() and isinstance(off, float) and off > slack:
+                raise DataError(f"{view.name!r}: its {shown} ({stated[0]:g}) is not the margin its summary's noise "
+                                f"gives ({expected:g}): not its summary")
 
 
 def _column(view: ReleaseView, measurement: str) -> str | None:
@@ -116,12 +140,20 @@ def diff(old: ReleaseView, new: ReleaseView, fdr: float = 0.05, at_least: float 
     changed = []
     for i, row in enumerate(p_values):
         hits = [next(flagged) for _ in row]
-        changed.append(_verdict(out, columns, i, any(hits), tost[i] if tost else False))
-    table = out.with_columns(*(pl.lit(margins[c]).alias(f"{c}_diff_moe95") for c in columns),
+        exact_zero = shared and bool(row) and all(r == 1.0 for r in row)  # the same noise, the same values
+        changed.append(_verdict(out, columns, i, any(hits), exact_zero or (tost[i] if tost else False)))
+    smallest = [min(row) if row else None for row in p_values]
+    table = out.with_columns(*(_margin_column(margins[c], a[c]).alias(f"{c}_diff_moe95") for c in columns),
+                             pl.Series("p", smallest, dtype=pl.Float64).round(6),
                              pl.Series("changed", changed, dtype=pl.String))
-    ordered = [*keys, *[f"{c}{s}" for c in columns for s in ("_old", "_new", "_diff", "_diff_moe95")], "changed"]
+    ordered = [*keys, *[f"{c}{s}" for c in columns for s in ("_old", "_new", "_diff", "_diff_moe95")], "p", "changed"]
     table = table.select(ordered).sort(keys, nulls_last=True)
     return Diff(table, _summary(old, new, table, columns, margins, shared, fdr, at_least, a, b))
+
+
+def _margin_column(margin: float, c: Calibrated) -> pl.Expr:
+    """A margin as the released column's type: an integer for counts (and integer grids)."""
+    return pl.lit(int(margin)) if c.step.denominator == 1 else pl.lit(margin)
 
 
 def _margin(a: Calibrated, b: Calibrated, shared: bool) -> float:
