@@ -81,8 +81,13 @@ def plan(
                                    "again there")
         doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(fresh)}
     if runs is not None:
-        doc["runs"] = (_covered_runs(args, runs) if not planned.events else
-                       _runs(ctx, led, spent, name, args, 1 if reserves else runs, as_json) | {"runs": runs})
+        fixed = bool(stream.get("state")) and bool(stream.get("runs_recorded"))  # the state fixes its budget
+        if planned.refusal is not None and (fixed or not planned.events):
+            doc["runs"] = {"runs": runs, "value": None, "refused": planned.refusal}
+        elif fixed or not planned.events:
+            doc["runs"] = _covered_runs(args, runs)
+        else:
+            doc["runs"] = _runs(ctx, led, spent, name, args, 1 if reserves else runs, as_json) | {"runs": runs}
         doc["runs"]["within"] = "the current period" if period is not None else "the ledger"
     if as_json:
         emit_json(doc)
@@ -237,6 +242,8 @@ def _lines(doc: dict[str, Any]) -> list[str]:
 def _runs_line(r: dict[str, Any], unit: str) -> str:
     """``--runs N``'s answer in one line."""
     head = f"  {r['runs']:,} more runs within {r['within']}"
+    if r.get("refused"):
+        return f"{head}: none, as the command refuses: {r['refused']}"
     if r.get("covered"):
         return f"{head}: covered by the state's reservation, at {r['option']} {r['value']} (nothing more to pay)"
     if r["value"] is None:

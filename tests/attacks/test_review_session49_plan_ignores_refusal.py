@@ -58,6 +58,10 @@ def test_a_restored_stream_state_plans_zero_more(tmp_path, state_dir):
     assert plan.exit_code == 0, plan.stderr
     fit = json.loads(plan.stdout)["fit"]
     assert fit["count"] == 0 and fit["next_refused"], fit  # BUG: the plan counts several more
+    runs = cli("budget", "plan", "--json", "--runs", "30", "--", *release)
+    assert runs.exit_code == 0, runs.stderr
+    planned = json.loads(runs.stdout)["runs"]
+    assert planned["value"] is None and planned["refused"]  # not "covered": the command refuses its runs
 
 
 def test_a_reserved_stream_is_not_any_number_in_a_fresh_period(tmp_path, state_dir):
