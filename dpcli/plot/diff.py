@@ -127,6 +127,8 @@ def diff(old: ReleaseView, new: ReleaseView, fdr: float = 0.05, at_least: float 
     if old.keys != new.keys or sorted(a) != sorted(b):
         raise DataError(f"{old.name!r} and {new.name!r} are not releases of one query shape (groups "
                         f"{list(old.keys)} / {list(new.keys)}, columns {sorted(a)} / {sorted(b)})")
+    if any(a[c].step != b[c].step for c in a):
+        raise DataError(f"{old.name!r} and {new.name!r} released their sums on different grids (--granularity)")
     shared = bool(old.summary.get("seed_id")) and old.summary.get("seed_id") == new.summary.get("seed_id")
     keys = list(old.keys)
     columns = sorted(a)
