@@ -143,3 +143,16 @@ def test_a_summary_of_another_run_is_refused(tmp_path, state_dir):
     assert right.exit_code == 0, right.stderr
     row = json.loads(right.stdout)["result"][0]
     assert isinstance(row["count_diff_moe95"], int) and 0 <= row["p"] <= 1
+
+
+def test_two_gaussian_releases_margin_is_that_of_their_difference(tmp_path, state_dir):
+    """zCDP releases (discrete Gaussian noise): the difference's margin is 1.96·√(σ₁² + σ₂²) (exact convolution at
+    these σ, within 1 of the normal figure), and the file's own margins match its summary (no refusal)."""
+    init_ledger("zcdp", "--rho", "1", "--delta", "1e-6")
+    old = _release(tmp_path, "old", _rows(4000), "--rho", "0.01", "--with-error")
+    new = _release(tmp_path, "new", _rows(4000), "--rho", "0.02", "--with-error")
+    r = cli("diff", old, new, "--json")
+    assert r.exit_code == 0, r.stderr
+    sig = [float(json.loads(p.read_text())["summary"]["measurements"]["rows"]["sigma"]) for p in (old, new)]
+    margin = json.loads(r.stdout)["result"][0]["count_diff_moe95"]
+    assert abs(margin - 1.959964 * math.sqrt(sig[0] ** 2 + sig[1] ** 2)) <= 1.5, (margin, sig)

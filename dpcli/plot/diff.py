@@ -92,7 +92,8 @@ def _check_margins(view: ReleaseView, calibrated: dict[str, Calibrated]) -> None
         shown = f"{column}_moe95"
         if shown in view.table.columns and view.table.height:
             stated = view.table[shown].drop_nulls().cast(pl.Float64)
-            expected = float(Noise(c.noise.kind, c.noise.param / SCALE_SLACK).margin95() * c.step)
+            unslacked = c.noise.param / (SCALE_SLACK if c.noise.kind == "laplace" else SCALE_SLACK**2)
+            expected = float(Noise(c.noise.kind, unslacked).margin95() * c.step)
             off = (stated - expected).abs().max()
             slack = max(1.0, 0.005 * expected) + float(c.step)  # the scale's 6 digits, the file's rounding
             if stated.len() and isinstance(off, float) and off > slack:
