@@ -15,7 +15,11 @@ in the machine's speed hits both alike), median of ``--runs`` runs after one war
    about 0.94M pages with Zipf–Mandelbrot popularity, log-normal user activity) against the
    harness's ``PLAIN_TOPK`` (distinct users per page, top 1000). Target ≤ 1.3×.
 
-4. ``topk`` as in 3, on 10M rows of the fourth generator (``synthetic.py --heavy``, issue 41 item 6: users'
+4. ``histogram``, the issue 41 item 4 figure: ``dpcli histogram tiny.csv --by country --privacy-unit user_id
+   --epsilon 0.001 --delta 1e-9 -o out.csv`` on 2,000 rows (500 users, 7 countries, :func:`tiny_csv`), default
+   caps (so ``auto`` and the bias report run too), against ``python -c "import polars, numpy"``. Target ≤ 1.5×.
+
+5. ``topk`` as in 3, on 10M rows of the fourth generator (``synthetic.py --heavy``, issue 41 item 6: users'
    record counts P(n) ∝ (n + 1.656)^-2.2 on [1, 10^5], one user per ten rows, keys P(r) ∝ (r + 1000)^-1.4 over
    as many keys as users, ids permuted, rows shuffled) against the same ``PLAIN_TOPK``. Target ≤ 1.3×.
 
@@ -25,7 +29,7 @@ shared machine, but the targets are on wall time. ``--before DPCLI`` interleaves
 console script as a third command (e.g. the previous commit's, in its own venv), so before and
 after are measured in the same run. Bytecode caching is on (as after an install).
 
-Usage: python bench/bench_small.py [--runs 9] [--before PATH/TO/dpcli] [--data DIR] [--only 3m,2k,topk,heavy]
+Usage: python bench/bench_small.py [--runs 9] [--before PATH/TO/dpcli] [--data DIR] [--only 3m,2k,tiny,topk,heavy]
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ sys.path.insert(0, str(HERE))
 from harness import PLAIN_HIST, PLAIN_TOPK  # noqa: E402
 
 IMPORTS = "import polars, numpy"
-TARGETS = {"3m": 1.3, "2k": 1.5, "topk": 1.3, "heavy": 1.3}
+TARGETS = {"3m": 1.3, "2k": 1.5, "tiny": 1.5, "topk": 1.3, "heavy": 1.3}
 
 
 def run_once(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -83,6 +87,11 @@ class Dpcli:
         return [self.script, "histogram", str(path), "--by", "key", "--privacy-unit", "user_id",
                 "--max-partitions", "32", "--epsilon", self.fresh_eps(), "--delta", "1e-9"]
 
+    def tiny(self, path: Path, out: Path) -> list[str]:
+        eps = f"0.001{self.fresh_eps()[2:]}"  # 0.001 and a fresh tail: a new release every run
+        return [self.script, "histogram", str(path), "--by", "country", "--privacy-unit", "user_id",
+                "--epsilon", eps, "--delta", "1e-9", "-o", str(out)]
+
     def topk(self, path: Path) -> list[str]:
         return [self.script, "topk", str(path), "--by", "key", "-k", "100", "--max-groups", "1000",
                 "--privacy-unit", "user_id", "--epsilon-per", self.fresh_eps(), "--delta", "1e-9"]
@@ -103,6 +112,20 @@ def interleave(cmds: dict[str, Command], runs: int) -> dict[str, list[tuple[floa
     return out
 
 
+def tiny_csv(directory: Path) -> Path:
+    """2,000 rows of (user_id, country): 500 users, 7 countries, uniform, seed 0 (issue 41 item 4)."""
+    path = directory / "tiny.csv"
+    if not path.exists():
+        import numpy as np
+        import polars as pl
+
+        rng = np.random.default_rng(0)
+        countries = np.array(["BR", "DE", "FR", "GB", "IN", "JP", "US"])
+        pl.DataFrame({"user_id": rng.integers(0, 500, 2000),
+                      "country": countries[rng.integers(0, 7, 2000)]}).write_csv(path)
+    return path
+
+
 def data(directory: Path, name: str, args: list[str]) -> Path:
     path = directory / name
     if not path.exists():
@@ -115,7 +138,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--before", default=None, help="another dpcli console script, measured interleaved as 'before'")
     ap.add_argument("--data", default=None, help="directory for the data files (kept between runs)")
-    ap.add_argument("--only", default="3m,2k,topk")
+    ap.add_argument("--only", default="3m,2k,tiny,topk")
     a = ap.parse_args()
     unset = ("PYTHONDONTWRITEBYTECODE", "DPCLI_STATE_DIR", "DPCLI_ANALYST")
     env = {k: v for k, v in os.environ.items() if k not in unset}
@@ -133,6 +156,10 @@ def main() -> None:
         if "2k" in only:
             p2 = data(directory, "events_2000.parquet", ["2000", "--seed", "0"])
             workloads["2k"] = ("histogram, 2,000 rows", [python, "-c", IMPORTS], lambda d: d.histogram(p2))
+        if "tiny" in only:
+            pc, out = tiny_csv(directory), Path(tmp) / "out.csv"
+            workloads["tiny"] = ("histogram tiny.csv, 2,000 rows, ε 0.001, -o", [python, "-c", IMPORTS],
+                                 lambda d: d.tiny(pc, out))
         if "topk" in only:
             pt = data(directory, "pages_10000000.parquet", ["10000000", "--pages"])
             workloads["topk"] = ("topk, 10M rows, ~0.94M pages", [python, "-c", PLAIN_TOPK, str(pt)],
