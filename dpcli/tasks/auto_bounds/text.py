@@ -1,5 +1,5 @@
 """How a release names the bounds :mod:`dpcli.tasks.auto_bounds` chose and the budget that chose them (text and
-metadata only: nothing here reads data). Split from that module (re-exported there, where callers import them)."""
+metadata only: nothing here reads data; re-exported by the package)."""
 
 from __future__ import annotations
 
