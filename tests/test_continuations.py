@@ -112,6 +112,7 @@ def test_the_library_dry_run_of_a_stream_is_the_clis(tmp_path, state_dir):
 
 #: What only the release path may name: the continuations' modules (but the values the CLI renders) and their internals.
 INTERNAL_MODULES = {"dpcli.release.plain", "dpcli.release.scheduled", "dpcli.release.schedules",
+                    "dpcli.release.schedule_runs", "dpcli.release.schedule_state",
                     "dpcli.release.schedule_plan", "dpcli.release.streams", "dpcli.release.stream_runs",
                     "dpcli.release.path", "dpcli.release.steps"}
 INTERNAL_NAMES = {"run_scheduled", "plan_schedule", "state_run", "prepare", "OneRelease", "show_dry_run"}

@@ -27,7 +27,9 @@ from dpcli.errors import StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import open_input
 from dpcli.release.inputs import Sources
-from dpcli.release.schedules import NOISY_SIZES, check_state, reservation_event, scheduled_run
+from dpcli.release.schedule_runs import NOISY_SIZES
+from dpcli.release.schedule_state import check_state, reservation_event
+from dpcli.release.schedules import scheduled_run
 from dpcli.release.steps import LedgerRef, Planned, check_dry_run_inputs
 from dpcli.state import ledger
 from dpcli.state import schedules as store
