@@ -24,7 +24,7 @@ from dpcli.core.schedules import ScheduleSpec
 from dpcli.errors import BudgetError, StateError
 from dpcli.frames import collect
 from dpcli.io.tables import InputTable
-from dpcli.release.seeds import Calibration, release_seed
+from dpcli.release.seeds import schedule_sizes_seed
 
 #: What a bbscheduler state made since issue 29 records in ``sizes``: its sizes are noisy unit counts.
 #: A state without it (dpcli before issue 29) decided epochs on exact row counts and cannot go on.
@@ -49,7 +49,7 @@ class Sizes:
     only when a noisy estimate needs it, and the keyed stream that noise comes from.
 
     The stream's seed is ``HMAC(key, schedule key + reservation id + the snapshot (its bytes and how
-    they were read) + the schedule's spec)``:
+    they were read) + the schedule's spec)`` (:func:`dpcli.release.seeds.schedule_sizes_seed`):
     the same snapshot gets the same noise within a schedule (asking again reveals nothing new), a
     new snapshot or a new schedule fresh noise."""
 
@@ -75,11 +75,7 @@ class Sizes:
     @property
     def stream(self) -> KeyedStream:
         if self._stream is None:
-            material = {"command": "schedule-sizes", "v": 1, "schedule": self._state["key"],
-                        "reservation": self._state["reservation"]}
-            # The calibration is the schedule's spec: its ε and γ set every size noise's scale.
-            calibration = Calibration("schedule", {"spec": self._state["spec"], "gamma": self._state.get("gamma")})
-            seed = release_seed(self._state_dir, material, {"data": self._table}, calibration)
+            seed = schedule_sizes_seed(self._state_dir, self._state, self._table)
             self._stream = KeyedStream(seed.seed, "schedule-sizes")
         return self._stream
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +21,23 @@ class StreamRelease:
 
     table: pl.DataFrame
     metadata: dict[str, Any]
+
+
+@dataclass
+class StreamFeed:
+    """A run of a stream kept in a ``--state`` file, as its task runs it (:meth:`.task.StreamTask.run`): the
+    stream as its state holds it (``stream``: its seed, trees, kept events; advanced in place by the run), the
+    run's public moment (``through``), the name the run's metadata gives the state (``state``), whether an earlier
+    run was fed this input (``fed_before``: its events were counted then, so it feeds none and only runs the
+    triggers due), the metadata of the bounds the stream chose (``chosen``, kept by its state), and, once run,
+    what it released before any margin (``released``: what the state keeps for a retry)."""
+
+    stream: StreamState
+    through: datetime
+    state: str
+    fed_before: bool = False
+    chosen: dict[str, Any] = field(default_factory=dict)
+    released: StreamRelease | None = None
 
 
 def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[str, Any]:
