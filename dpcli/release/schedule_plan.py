@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from dpcli.core.accounting.budget import Limits
     from dpcli.state.ledger.model import Ledger
     from dpcli.tasks import ExpectedSize, P, SchedulableTask, Task
+    from dpcli.tasks.reports import AutoReport
 
 #: Runs a dry run plans when ``--runs`` is left out: a month of daily runs.
 DEFAULT_RUNS = 30
@@ -57,7 +58,7 @@ class _Context:
     limits: Limits
     led: Ledger
     groups: int | None
-    kept: dict[str, Any] | None = None
+    kept: AutoReport | None = None
     counts: str = "rows"  # what the stated sizes count: rows, or privacy units (bbscheduler)
 
 
@@ -200,7 +201,7 @@ def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: s
     return {}
 
 
-def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> dict[str, Any]:
+def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: AutoReport | None) -> dict[str, Any]:
     """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins; with
     ``auto`` bounds not chosen yet (``kept`` None), the parts of its ε (choosing them, the release)."""
     doc: dict[str, Any] = {"run": r.run, ctx.counts: r.size}
@@ -216,7 +217,7 @@ def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> d
     return {**doc, **_margins_doc(ctx, r.epsilon, r.size, kept)}
 
 
-def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[str, Any] | None) -> dict[str, Any]:
+def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: AutoReport | None) -> dict[str, Any]:
     """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
     (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. Stated
     units (bbscheduler's ``--units``) are spread over the groups for ``count_units`` only (a count of rows
@@ -235,7 +236,7 @@ def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[
 
 
 def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction,
-               kept: dict[str, Any] | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
+               kept: AutoReport | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
     """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``), at the
     ``auto`` bounds ``kept`` (:func:`dpcli.release.schedules.scheduled_run`), and the parts of the run's ε (None: the
     release spends it all)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -49,6 +49,7 @@ from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.tasks import Result
 from dpcli.tasks.auto_bounds import chosen_text
+from dpcli.tasks.reports import AutoReport, Report
 
 if TYPE_CHECKING:
     from dpcli.tasks import P, SchedulableTask
@@ -56,9 +57,9 @@ if TYPE_CHECKING:
 #: A run's black box: (ε for this run, the ``auto`` bounds the schedule's first run chose and its state keeps, or
 #: None before they are chosen, a check of the run's seed and cost before it reads a record) → the release
 #: computed at that ε, at those bounds (not yet recorded).
-RunRelease = Callable[[Fraction, dict[str, Any] | None, BeforeRun], Prepared]
+RunRelease = Callable[[Fraction, AutoReport | None, BeforeRun], Prepared]
 #: (released table, report) → the digest of the file it is about to be written to (None: stdout).
-OutputDigest = Callable[[pl.DataFrame, dict[str, Any]], str | None]
+OutputDigest = Callable[[pl.DataFrame, Report], str | None]
 
 
 @dataclass(frozen=True)
@@ -181,11 +182,12 @@ def _check_run_cost(events: list[PrivacyEvent], epsilon: Fraction) -> None:
         raise UsageError("a schedule's runs must be pure ε-DP releases (histogram --keys, topk --domain)")
 
 
-def chosen_bounds(auto: dict[str, Any]) -> dict[str, Any]:
+def chosen_bounds(auto: AutoReport) -> AutoReport:
     """What a schedule keeps of the ``auto`` bounds its first run chose (its metadata's ``"auto"``): the chosen
     values, released like the rest of that run, without the budget of the choice. Every later run gives them
     as its bounds (issue 33: a schedule chooses once, from its first run's ε, and keeps its choice)."""
-    return {k: v for k, v in auto.items() if k in ("max_partitions", "max_contributions", "bounds")}
+    kept = {k: v for k, v in auto.items() if k in ("max_partitions", "max_contributions", "bounds")}
+    return cast(AutoReport, kept)  # (a part of ``auto``, in its order)
 
 
 def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
@@ -217,7 +219,9 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
     runs.append(entry)  # in memory; saved once the ledger has recorded the run
     state.update(plan.state)
     label = run_label(spec, state, entry, cached=False)
-    labelled = Prepared(seed, prepared.events, Result(prepared.table, {**prepared.metadata, "schedule": label}))
+    report = prepared.metadata.copy()
+    report["schedule"] = label
+    labelled = Prepared(seed, prepared.events, Result(prepared.table, report))
     through = f" through {entry['through']}" if "through" in entry else ""
     line = (f"{call.command}: {run_name(spec, state, entry)} of schedule {spec.name!r}{through} "
             f"(ε = {parameter_text(plan.epsilon, 'up')}){_auto_text(prepared.metadata.get('auto'))}")
@@ -227,7 +231,7 @@ def _record(call: _Call, table: InputTable, prepared: Prepared, plan: Plan,
                   output_digest=digest, reserved=reserved)
 
 
-def _auto_text(auto: dict[str, Any] | None) -> str:
+def _auto_text(auto: AutoReport | None) -> str:
     """A run's line names its ``auto`` bounds: chosen now (the first run), or kept from the first run."""
     text = chosen_text(auto)
     return f"{text} (kept from its first run)" if text and auto and auto.get("kept") else text
@@ -254,7 +258,8 @@ def _again(call: _Call, again: Again, fingerprint: str, through: datetime | None
         label["replay_of_run"] = again.run
     elif again.kind == "in force":
         label.update({"in_force_through": moment, "made_through": run.get("through")})
-    report = {**run["metadata"], "schedule": label, "charged": False, "seed_id": run["seed_id"]}
+    # the report the state kept, as the run's task wrote it (JSON: typed by the command it names)
+    report = cast(Report, {**run["metadata"], "schedule": label, "charged": False, "seed_id": run["seed_id"]})
     where = run_name(spec, state, run)
     summary = {"replay": f"the release of {where} again, for the same input (free)",
                "cached": f"cached release of {where} (free)",
@@ -262,7 +267,7 @@ def _again(call: _Call, again: Again, fingerprint: str, through: datetime | None
     return Release(cached, report, f"{call.command}: {summary}")
 
 
-def scheduled_run(task: SchedulableTask[P], epsilon: Fraction, kept: dict[str, Any] | None) -> SchedulableTask[P]:
+def scheduled_run(task: SchedulableTask[P], epsilon: Fraction, kept: AutoReport | None) -> SchedulableTask[P]:
     """The task of one run of a schedule: at the run's ε and, once the schedule's first run has chosen its
     ``auto`` bounds (``kept``, from the schedule's state), at those bounds
     (:meth:`dpcli.tasks.SchedulableTask.keeping`)."""

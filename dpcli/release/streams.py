@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import polars as pl
 
@@ -41,6 +41,7 @@ from dpcli.errors import StateError, UsageError
 from dpcli.release.seeds import Calibration, stream_seed
 from dpcli.state import documents, ledger
 from dpcli.tasks import Result
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream import notes as notes_of
 from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
 from dpcli.tasks.stream.auto import StreamChoice, choose, resolve
@@ -84,7 +85,7 @@ class StateRun:
 
     path: Path
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: StreamReport
     repeat: bool
     run_id: str = ""
     reservation: str = ""
@@ -205,7 +206,8 @@ def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuer
     if not cached.height:
         notes.append(notes_of.empty_run(int(last["through"]), last.get("from"), q.step, kept=True))
     step = ledger.Step(reservation=body["reservation"], start=body["step"] - 1, digest=recorded, label=label)
-    return StateRun(path, cached, {**last["metadata"], "retry": True}, repeat=True,
+    report = cast(StreamReport, {**last["metadata"], "retry": True})  # the report the state kept (JSON)
+    return StateRun(path, cached, report, repeat=True,
                     run_id=_run_id(body, int(last["through"]), q),
                     reservation=f"stream:{body['reservation']}", step=step, notes=tuple(notes))
 
@@ -358,6 +360,7 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     through = stream.trigger_through(moment)
     create = _reservation(path, body, tuple(stream.plan.events)) if body["step"] == 0 else None
     metadata = result.metadata
+    assert metadata["command"] == "stream-replay"
     last = {"input": data.fingerprint, "through": through, "noise": NOISE_VERSION, "metadata": metadata,
             "release": _parquet_text(release.table), "until": moment.isoformat(), "from": previous}
     if data.reading is not None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dpcli.bounding import TotalsEngine
     from dpcli.core.events import PrivacyEvent
     from dpcli.io.schemas import ColumnKind
+    from dpcli.tasks.reports import AutoReport, Report
 
 
 #: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
@@ -147,11 +148,12 @@ class Frames:
 
 @dataclass(frozen=True)
 class Result:
-    """A task's release, computed in memory: the noisy table, its public metadata, and what it
-    actually cost when that is less than what was reserved (topk's ⊥ in a br ledger)."""
+    """A task's release, computed in memory: the noisy table, its public report (:mod:`dpcli.tasks.reports`: one
+    typed report per task, read by name), and what it actually cost when that is less than what was reserved
+    (topk's ⊥ in a br ledger)."""
 
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: Report
     actual: list[PrivacyEvent] | None = None
     #: Columns of moments the task computed (naive datetimes in UTC), which text outputs show as ISO 8601 with
     #: ``Z`` (:func:`dpcli.io.outputs.shown`); datetime columns from the data are not among them.
@@ -259,7 +261,7 @@ class SchedulableTask(Task[P], Protocol[P]):
         """The accounting mode each run is planned in (top-k: pure, its runs' cost; a histogram: the ledger's)."""
         ...
 
-    def keeping(self, chosen: Mapping[str, Any]) -> SchedulableTask[P]:
+    def keeping(self, chosen: AutoReport) -> SchedulableTask[P]:
         """A later run at the ``auto`` bounds the schedule's first run chose (its state keeps them)."""
         ...
 

@@ -5,6 +5,7 @@ each part's ε). Public inputs only: nothing here reads data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -13,6 +14,7 @@ from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import fraction_text
 from dpcli.errors import UsageError
+from dpcli.tasks.reports import AutoReport
 
 #: The word that asks dpcli to choose a bound.
 AUTO = "auto"
@@ -112,10 +114,10 @@ class ChosenBounds:
     #: (:func:`dpcli.tasks.histogram.auto.plannable`), decided from the chosen (released) values alone.
     reduced: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> AutoReport:
         """The bounds in force where chosen, as released (noisy quantities), and whether they were reduced."""
-        out: dict[str, Any] = {"reduced": True} if self.reduced else {}
-        if "max_partitions" in self.chosen:
+        out: AutoReport = {"reduced": True} if self.reduced else {}
+        if "max_partitions" in self.chosen and self.max_partitions is not None:  # (a chosen K is a number)
             out["max_partitions"] = self.max_partitions
         if "max_contributions" in self.chosen:
             out["max_contributions"] = self.max_contributions
@@ -133,7 +135,7 @@ class DataShape:
     value: str | None = None
 
 
-def chosen_of(chosen: dict[str, Any] | None, given: ChosenBounds) -> ChosenBounds:
+def chosen_of(chosen: Mapping[str, Any] | None, given: ChosenBounds) -> ChosenBounds:
     """The bounds in force from a release's metadata (``auto``) and the ones given."""
     chosen = chosen or {}
     bounds = chosen.get("bounds")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import polars as pl
 
 from dpcli.core.display import utc_text
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import StreamState
 from dpcli.tasks.stream.events import EventsEngine, prepare_events, record_columns, with_kept
 from dpcli.tasks.stream.plan import StreamPlan
@@ -20,7 +20,7 @@ class StreamRelease:
     """The released rows (long format) and the public summary."""
 
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: StreamReport
 
 
 @dataclass
@@ -36,11 +36,11 @@ class StreamFeed:
     through: datetime
     state: str
     fed_before: bool = False
-    chosen: dict[str, Any] = field(default_factory=dict)
+    chosen: StreamReport = field(default_factory=lambda: StreamReport())
     released: StreamRelease | None = None
 
 
-def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[str, Any]:
+def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> StreamReport:
     """The public summary: the released row count (post-processing of noisy output), the public
     ``through`` time and the calibration. Nothing computed from the data without noise."""
     return {"releases": table.height, "through": utc_text(through), **plan.summary}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, bound_elsewhere, free_replay
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
@@ -117,7 +118,7 @@ class StreamTask(TaskDefaults):
             assert isinstance(plan, StreamPlan) and seed == self.feed.stream.seed  # (at the stream's kept bounds)
             return self._advance(self.feed, frames, plan, engine)
         q, moment = self.query, self.through or datetime.now(UTC)
-        extra: dict[str, Any] = {}
+        extra: StreamReport = {}
         if self.chooses:
             if engine is not None:
                 raise UsageError("auto bounds and --report-bias are chosen by the polars engine only")
@@ -127,8 +128,8 @@ class StreamTask(TaskDefaults):
         assert isinstance(plan, StreamPlan)
         released = run_stream(frames.data, q, plan, seed, moment, name=frames.name,
                               engine=engine.stream_events if engine else None)
-        return Result(self.margins(released.table, plan, q), {"command": "stream-replay", **released.metadata,
-                                                               **extra}, times=TIME_COLUMNS)
+        report: StreamReport = {"command": "stream-replay", **released.metadata, **extra}
+        return Result(self.margins(released.table, plan, q), report, times=TIME_COLUMNS)
 
     def _advance(self, feed: StreamFeed, frames: Frames, plan: StreamPlan, engine: Engine | None) -> Result:
         """One run of a stream kept in a state file: the events of this run's input (none if fed before) and those
@@ -139,8 +140,8 @@ class StreamTask(TaskDefaults):
                                   name=frames.name, engine=None if fed or engine is None else engine.stream_events)
         released.metadata.update(feed.chosen)
         feed.released = released
-        return Result(self.margins(released.table, plan), {"command": "stream-replay", "state": feed.state,
-                                                           **released.metadata}, times=TIME_COLUMNS)
+        report: StreamReport = {"command": "stream-replay", "state": feed.state, **released.metadata}
+        return Result(self.margins(released.table, plan), report, times=TIME_COLUMNS)
 
     def margins(self, table: Any, plan: StreamPlan, query: StreamQuery | None = None) -> Any:
         """``table`` with its 95% margins when asked for (post-processing of released values); ``query``: the
@@ -148,12 +149,16 @@ class StreamTask(TaskDefaults):
         return with_margins(table, query or self.query, plan) if self.with_error else table
 
     def summary(self, name: str, result: Result) -> str:
-        return (f"stream-replay of {name}: {result.metadata['releases']} release row(s), "
-                f"triggers run through {result.metadata['through']}{chosen_line(result.metadata)}")
+        report = result.metadata
+        assert report["command"] == "stream-replay"
+        return (f"stream-replay of {name}: {report['releases']} release row(s), "
+                f"triggers run through {report['through']}{chosen_line(report)}")
 
     def notes(self, plan: StreamPlan | PendingPlan, result: Result) -> list[Any]:
         """Why nothing was released, when nothing was (public: the triggers run and the released row count)."""
-        if result.metadata["releases"]:
+        report = result.metadata
+        assert report["command"] == "stream-replay"
+        if report["releases"]:
             return []
-        through = trigger_through(datetime.fromisoformat(result.metadata["through"]), self.query.step)
+        through = trigger_through(datetime.fromisoformat(report["through"]), self.query.step)
         return [empty_run(through, None, self.query.step, kept=False)]
