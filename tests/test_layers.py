@@ -253,6 +253,21 @@ def test_every_task_package_has_the_same_shape():
                 ("histogram", "topk", "tabulate", "stream")], "a task's module outside its package"
 
 
+def test_task_packages_share_only_through_the_modules_below_them():
+    """Issue 40, item 1: what several tasks share (auto bounds, targets, budget splits such as ``gaussian_budget``,
+    reports) lies in ``tasks/`` below the task packages; no task package imports another's (sql took
+    ``gaussian_budget`` from histogram), at run time or inside a function."""
+    tasks = ("histogram", "topk", "tabulate", "sql", "stream")
+    crossing = []
+    for task in tasks:
+        for path in sorted((PACKAGE / "tasks" / task).glob("*.py")):
+            for line, target in runtime_imports(path):
+                parts = target.split(".")
+                if len(parts) > 2 and parts[1] == "tasks" and parts[2] in tasks and parts[2] != task:
+                    crossing.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert crossing == []
+
+
 def test_no_module_over_500_lines():
     """Issue 40's limit, with no exception left (access/__init__, tasks/auto_bounds and release/schedules were
     the last ones over it, split along their seams)."""
