@@ -84,6 +84,7 @@ def exact_disjoint(df: pl.DataFrame, epsilon: float) -> None:
     from abovethreshold_exact import first_within_pmf
 
     from dpcli.tasks import auto_bounds as ab
+    from dpcli.tasks.auto_bounds import choose
 
     shape = ab.DataShape("u", ("g",), "v")
     parts = ab.model_parts(ab.AutoBounds(True, True, True), True)
@@ -91,8 +92,8 @@ def exact_disjoint(df: pl.DataFrame, epsilon: float) -> None:
     noise = 2 / (epsilon * (1 - float(ab.AUTO_SHARE)))  # count and sum at half the release's ε each
     smallest = float(df["v"].min())  # type: ignore[arg-type]
     for k, c in ((1, 4), (2, 8), (4, 32)):
-        rows = ab._kept_values(df.lazy(), shape, ab.ChosenBounds(k, c, None), 7)
-        at_most, _ = ab._value_counts(ab._value_entries(rows, shape, 7), "heavy")
+        rows = choose._kept_values(df.lazy(), shape, ab.ChosenBounds(k, c, None), 7)
+        at_most, _ = choose._value_counts(choose._value_entries(rows, shape, 7), "heavy")
         held = rows.select(pl.len()).collect().item() / UNITS
         allowed = min(ab.ErrorModel(GROUPS, noise).allowed(k * c, held), UNITS // 8)
         p = first_within_pmf(at_most[-1] - at_most[ab.ZERO:-1], allowed, 1, walk, ab.VALUE_SLACK)

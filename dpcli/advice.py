@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +64,7 @@ def default_caps(unit: str, rows: bool, groups: bool) -> list[Note]:
     return notes
 
 
-def left_out(chosen: Sequence[str], auto: dict[str, Any] | None, stays: str | None,
+def left_out(chosen: Sequence[str], auto: Mapping[str, Any] | None, stays: str | None,
              defaulted: Sequence[str]) -> list[Note]:
     """What became of the bounds a command left out: chosen from the data (``chosen``, at ``auto``'s share: the
     values chosen are released), or kept at caps of 1 (``stays``: the public reason ``auto`` cannot run)."""
@@ -81,7 +81,7 @@ def left_out(chosen: Sequence[str], auto: dict[str, Any] | None, stays: str | No
     return []
 
 
-def _chosen_value(auto: dict[str, Any], field: str) -> str:
+def _chosen_value(auto: Mapping[str, Any], field: str) -> str:
     value = auto[field]
     return f"{value[0]:g}:{value[1]:g}" if isinstance(value, (list, tuple)) else str(value)
 
@@ -246,7 +246,7 @@ def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
     return notes
 
 
-def bias_report(unit: str, bias: dict[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
+def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
     """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy average shares of each unit's rows
     that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they were used
     (``max_partitions``, ``max_contributions``, ``bounds``). A report of an older kind (counts of units, as
@@ -270,7 +270,7 @@ def bias_report(unit: str, bias: dict[str, Any] | None, in_force: dict[str, Any]
                  f"95%, over about {bias['units']:,} {unit}s): " + "; ".join(parts))]
 
 
-def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: dict[str, Any] | None,
+def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mapping[str, Any] | None,
                        quantiles: dict[str, float], chosen: Collection[str] = ()) -> list[Note]:
     """Notes where the bias report says the bounds may move a released statistic by more than its margin
     (``quantiles``: the level of each quantile aggregation, by name; ``chosen``: the bounds dpcli chose from the

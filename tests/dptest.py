@@ -254,6 +254,7 @@ class Service:
 
     def _identity(self, analyst: str | None, env: dict[str, str] | None = None) -> None:
         from dpcli import access
+        from dpcli.access import identity
 
         uids = {n: u for u, n in self.names.items()}
         environ = dict(env or {})
@@ -262,7 +263,7 @@ class Service:
         import sys
 
         home, euid, names, interpreter = self.home, self.euid, self.names, self.interpreter
-        self.monkeypatch.setattr(access, "SOURCE", access.IdentitySource(
+        self.monkeypatch.setattr(identity, "SOURCE", access.IdentitySource(
             uid=lambda: euid, euid=lambda: euid, environ=lambda: environ,
             user_name=lambda uid: names.get(uid, "svc"), user_home=lambda uid: home if uid == euid else None,
             user_id=lambda name: uids.get(name), interpreter=lambda: interpreter or sys.executable))

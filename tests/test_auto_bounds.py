@@ -25,6 +25,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks.auto_bounds import choose
 
 KEY = b"\x11" * 32
 SALT = 20240533
@@ -154,7 +155,7 @@ class Recorder:
             self.inputs.append(np.asarray(at_most).copy())
             return real(at_most, level, epsilon, s)
 
-        monkeypatch.setattr(ab, "first_reaching", recorded)
+        monkeypatch.setattr(choose, "first_reaching", recorded)
 
 
 def test_order_is_partitions_then_contributions_then_values_with_one_entry_per_unit(data, monkeypatch):
@@ -162,10 +163,10 @@ def test_order_is_partitions_then_contributions_then_values_with_one_entry_per_u
     the rows bound's entries come from the groups the chosen K keeps, the values from the rows K and C keep."""
     frame, _, _, _ = data
     seen: list[tuple[str, int | None, int | None]] = []
-    real_pairs, real_values = ab._pairs, ab._kept_values
-    monkeypatch.setattr(ab, "_pairs", lambda lf, shape, k, salt: (seen.append(("pairs", k, None)),
+    real_pairs, real_values = choose._pairs, choose._kept_values
+    monkeypatch.setattr(choose, "_pairs", lambda lf, shape, k, salt: (seen.append(("pairs", k, None)),
                                                                   real_pairs(lf, shape, k, salt))[1])
-    monkeypatch.setattr(ab, "_kept_values", lambda lf, shape, b, salt: (
+    monkeypatch.setattr(choose, "_kept_values", lambda lf, shape, b, salt: (
         seen.append(("values", b.max_partitions, b.max_contributions)), real_values(lf, shape, b, salt))[1])
     rec = Recorder(monkeypatch)
     chosen = ab.choose_bounds(frame.lazy(), SHAPE, ALL, GIVEN, Fraction(2), stream("order"), SALT)

@@ -112,6 +112,7 @@ def test_the_library_dry_run_of_a_stream_is_the_clis(tmp_path, state_dir):
 
 #: What only the release path may name: the continuations' modules (but the values the CLI renders) and their internals.
 INTERNAL_MODULES = {"dpcli.release.plain", "dpcli.release.scheduled", "dpcli.release.schedules",
+                    "dpcli.release.schedule_runs", "dpcli.release.schedule_state",
                     "dpcli.release.schedule_plan", "dpcli.release.streams", "dpcli.release.stream_runs",
                     "dpcli.release.path", "dpcli.release.steps"}
 INTERNAL_NAMES = {"run_scheduled", "plan_schedule", "state_run", "prepare", "OneRelease", "show_dry_run"}
@@ -147,3 +148,62 @@ def test_the_check_sees_a_cli_that_plans_a_schedule_itself():
             "    return streams.state_run(task)\n")
     assert internals_named(code) == ["dpcli.release.schedule_plan.DEFAULT_RUNS",
                                      "dpcli.release.schedule_plan.plan_schedule", "streams.state_run"]
+
+
+def test_a_stream_state_run_is_computed_by_its_task_with_the_seed_its_state_keeps(tmp_path, state_dir, monkeypatch):
+    """Issue 40, item 2: a ``--state`` run is computed by ``Task.run`` as every release is (the task fed the stream
+    its state holds), with the stream's seed, made once (``seeds.stream_seed``) and kept in the state file; a retry
+    of the last run computes nothing (its rows again, from the state)."""
+    from dpcli.release import seeds, streams
+    from dpcli.state import documents
+    from dpcli.tasks.stream.state import STATE_KIND
+
+    init_ledger("approx", "--epsilon", "50", "--delta", "1e-5")
+    calls: list[tuple[bool, bytes]] = []
+    made: list[seeds.ReleaseSeed] = []
+    real_run, real_seed = StreamTask.run, seeds.stream_seed
+
+    def run(self, frames, plan, seed, engine):
+        calls.append((self.feed is not None, seed))
+        return real_run(self, frames, plan, seed, engine)
+
+    def stream_seed(*args):
+        made.append(real_seed(*args))
+        return made[-1]
+
+    monkeypatch.setattr(StreamTask, "run", run)
+    monkeypatch.setattr(streams, "stream_seed", stream_seed)
+    state = tmp_path / "s.state"
+    args = ["--time", "ts", "--by", "g", "--privacy-unit", "user", "--window", "2d", "--trigger-every", "1d",
+            "--epsilon", "8", "--delta", "1e-6", "--max-contributions", "2", "--state", state]
+    days = []
+    for day in (1, 2):
+        days.append(tmp_path / f"day{day}.csv")
+        pl.DataFrame({"ts": [f"2026-11-0{day}T0{i % 9}:00:00" for i in range(60)],
+                      "user": [f"u{i}" for i in range(60)], "g": ["ab"[i % 2] for i in range(60)]}).write_csv(days[-1])
+        r = cli("stream-replay", days[-1], *args, "--through", f"2026-11-0{day + 1}", "--json")
+        assert r.exit_code == 0, r.stderr
+    body = documents.read(state, STATE_KIND)
+    assert len(made) == 1 and made[0].seed.hex() == body["seed"] and made[0].id == body["seed_id"]
+    assert calls == [(True, made[0].seed)] * 2
+    r = cli("stream-replay", days[-1], *args, "--through", "2026-11-03", "--json")  # the last run again: a retry
+    assert r.exit_code == 0 and json.loads(r.stdout)["summary"]["retry"] is True, r.stderr
+    assert len(calls) == 2
+
+
+def test_every_seed_is_made_in_seeds_py():
+    """Issue 40, item 2: every seed is built in one place. Only ``release/seeds.py`` derives one (``derive_seed``)
+    and gives it its material (``release_seed``: the release's, by ``steps.prepare`` from the task's material; a
+    stream state's, ``stream_seed``, and a schedule's size noise's, ``schedule_sizes_seed``)."""
+    import ast
+
+    wanted = ("derive_seed", "release_seed", "stream_seed", "schedule_sizes_seed")
+    callers: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "dpcli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in wanted:
+                    callers.setdefault(name, set()).add(path.relative_to(ROOT / "dpcli").as_posix())
+    assert callers == {"derive_seed": {"release/seeds.py"}, "release_seed": {"release/seeds.py", "release/steps.py"},
+                       "stream_seed": {"release/streams.py"}, "schedule_sizes_seed": {"release/schedule_runs.py"}}

@@ -334,7 +334,7 @@ def test_the_crossing_test_passes_as_often_as_its_noise_says(gap):
 
 def test_a_new_schedule_never_looks_at_the_size_unless_it_is_a_bbscheduler(snapshots, monkeypatch):
     """bbimprover counts runs and fixed runs on a new snapshot: neither counts units (so no size can leak)."""
-    from dpcli.release import schedules as scheduling
+    from dpcli.release import schedule_runs as scheduling
 
     paths, keys = snapshots
     init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
@@ -397,7 +397,7 @@ def test_states_written_before_noisy_sizes_still_open(legacy, state_dir):
 def test_a_bbscheduler_made_before_noisy_sizes_returns_its_last_release_only(legacy, state_dir):
     """Its epochs were decided on exact row counts: its last release is still served (free), a new snapshot is
     refused with the migration step, before anything is counted or charged."""
-    from dpcli.release import schedules as scheduling
+    from dpcli.release import schedule_runs as scheduling
 
     before = ledger_entries()
     r = _legacy(legacy, "snap2", "daily", "--gamma", "0.1")

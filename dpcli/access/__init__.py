@@ -12,10 +12,8 @@ Two modes, decided by the process and never by an option:
   states by their names in the operator's catalog (:mod:`dpcli.access.catalog`), write only into the
   output directories the catalog gives them, and dpcli opens nothing else with its rights.
 
-:func:`whoami` reads the identity once, from the system: the process's real and effective user
-ids, and ``SUDO_USER``/``SUDO_UID`` (set by sudo itself under its environment reset), which are
-trusted only when the process runs as the owner of the service state directory. Tests replace
-:data:`SOURCE`; nothing in the environment can.
+:func:`whoami` reads the identity once, from the system (:mod:`dpcli.access.identity`: the caller,
+their mode, what only the operator may choose).
 
 :class:`Gate` is what every command asks before it opens or writes a path: the few entry points
 (:func:`dpcli.io.opening.open_binary` through :meth:`Gate.open`, :func:`dpcli.io.outputs.check_output_path`
@@ -23,161 +21,40 @@ and :meth:`Gate.write`, the plot and state-file openers) call :func:`gate`, so a
 takes a path passes the same check. In service mode a read is allowed for a :class:`Source` the
 gate resolved from a catalog name (never for a path the analyst typed, whatever its text), and
 files in the analyst's output directories are read and written through the directory, opened
-without following symlinks (:mod:`dpcli.access.walk`): what the check saw is what is opened.
+without following symlinks (:mod:`dpcli.access.walk`): what the check saw is what is opened. The
+operator's locations are opened as the catalog sealed them (:mod:`dpcli.access.locations`), and every
+other output through its directory opened once and checked on that descriptor (:mod:`dpcli.access.writes`).
 """
 
 from __future__ import annotations
 
 import os
-import pwd
 import stat
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dpcli.access.walk import (
-    SWAPPED,
-    Escape,
-    inside,
-    open_dir_below,
-    open_nofollow,
-    trusted_uids,
-    unsafe_component,
-    unsafe_stat,
+from dpcli.access import identity
+from dpcli.access.identity import (
+    ENV_PREFIXES,
+    Caller,
+    IdentitySource,
+    interpreter_refusal,
+    service_refusals,
+    service_state_dir,
+    whoami,
 )
+from dpcli.access.locations import open_location, open_output_dir, open_output_root, output_root, outside_refusal
+from dpcli.access.walk import SWAPPED, inside, trusted_uids
+from dpcli.access.writes import checked_parent, write_through
 from dpcli.errors import UsageError
 
 if TYPE_CHECKING:
-    from dpcli.access.catalog import Catalog, Entry, OutputEntry
+    from dpcli.access.catalog import Catalog, Entry
 
-#: Environment variables that configure dpcli; in service mode every one of them is refused.
-ENV_PREFIXES = ("DPCLI_", "_DPCLI_")
-
-
-def _user_name(uid: int) -> str | None:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return None
-
-
-def _user_home(uid: int) -> Path | None:
-    try:
-        return Path(pwd.getpwuid(uid).pw_dir)
-    except KeyError:
-        return None
-
-
-def _user_id(name: str) -> int | None:
-    try:
-        return pwd.getpwnam(name).pw_uid
-    except KeyError:
-        return None
-
-
-@dataclass(frozen=True)
-class IdentitySource:
-    """Where identity comes from: the process's user ids, its environment and the user database."""
-
-    uid: Callable[[], int] = os.getuid
-    euid: Callable[[], int] = os.geteuid
-    environ: Callable[[], Mapping[str, str]] = lambda: os.environ
-    user_name: Callable[[int], str | None] = _user_name
-    user_home: Callable[[int], Path | None] = _user_home
-    user_id: Callable[[str], int | None] = _user_id
-    #: The interpreter this process runs (``sys.executable``, read when asked).
-    interpreter: Callable[[], str] = lambda: sys.executable
-
-
-#: The identity source of this process. Tests replace it (never the environment: an analyst controls that).
-SOURCE = IdentitySource()
-
-
-def service_state_dir(source: IdentitySource, uid: int) -> Path | None:
-    """The service account's state directory: ``~/.local/share/dpcli`` of its home in the user
-    database (never ``$HOME`` or ``$XDG_DATA_HOME``, which the caller may set)."""
-    home = source.user_home(uid)
-    return None if home is None else home / ".local" / "share" / "dpcli"
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who invoked dpcli, and in which mode.
-
-    ``name`` is the user on whose behalf dpcli runs: in service mode the invoking analyst (their
-    ledger is the one charged), in personal mode the real user. ``state_dir`` is the service
-    account's fixed state directory (service mode only). ``root`` marks a caller that is the
-    super-user: in service mode an operator by definition (they could become the account anyway).
-    """
-
-    name: str
-    service: bool
-    state_dir: Path | None = None
-    root: bool = False
-
-
-def _owned_dir(path: Path | None, uid: int) -> bool:
-    try:
-        st = os.stat(path) if path is not None else None
-    except OSError:
-        return False
-    return st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == uid
-
-
-def whoami(source: IdentitySource | None = None) -> Caller:
-    """The caller, read once from the system.
-
-    Service mode when the process runs *on behalf of another user*: a set-user-id process (real
-    uid ≠ effective uid: the real user invoked it), or sudo (``SUDO_UID`` ≠ the effective uid;
-    ``SUDO_USER`` names the invoker), as the owner of its service state directory. Run so by anyone
-    but root, a process whose account owns no such directory is refused (not set up yet, or moved
-    away): it would otherwise run in personal mode with the account's rights, for a user who does
-    not own them. Otherwise personal mode, as the real user: a ``SUDO_USER`` is never believed by a
-    process that does not own a service state directory.
-    """
-    src = source or SOURCE
-    euid, uid = src.euid(), src.uid()
-    invoker, invoker_name = _invoker(src, uid, euid)
-    if invoker is not None:
-        directory = service_state_dir(src, euid)
-        if _owned_dir(directory, euid):
-            if not invoker_name:
-                raise UsageError("service mode: the invoking user has no name in the user database")
-            return Caller(invoker_name, True, directory, root=invoker == 0)
-        if invoker != 0:  # root sets the service up this way (README: sudo -u dpcli dpcli catalog set)
-            raise UsageError("service mode: dpcli runs for you as an account that has no dpcli state directory "
-                             "of its own (not set up, or moved away); ask the operator")
-    name = src.user_name(uid) or str(uid)
-    return Caller(name, False, root=uid == 0)
-
-
-def _invoker(src: IdentitySource, uid: int, euid: int) -> tuple[int | None, str | None]:
-    """The user this process runs on behalf of (uid and name), if any: the real user of a
-    set-user-id process, or sudo's invoker (``SUDO_UID``, named by ``SUDO_USER``)."""
-    if uid != euid:
-        return uid, src.user_name(uid)
-    env = src.environ()
-    if env.get("SUDO_UID", "").isdigit() and int(env["SUDO_UID"]) != euid:
-        invoker = int(env["SUDO_UID"])
-        return invoker, env.get("SUDO_USER") or src.user_name(invoker)
-    return None, None
-
-
-def service_refusals(caller: Caller, state_dir_option: bool, analyst_option: bool,
-                     environ: Mapping[str, str]) -> None:
-    """Refuse, in service mode, what only the operator may choose: the state directory, the ledger
-    (``--analyst``) and every ``DPCLI_*`` variable of the caller's environment."""
-    if not caller.service:
-        return
-    if state_dir_option:
-        raise UsageError("--state-dir: in service mode the state directory is the operator's; drop it")
-    if analyst_option:
-        raise UsageError("--analyst: in service mode your ledger is the one of the user who ran dpcli; drop it")
-    for name in sorted(environ):
-        if name.startswith(ENV_PREFIXES):
-            raise UsageError(f"{name} is set: in service mode dpcli takes no settings from the environment; unset it")
+__all__ = ["ENV_PREFIXES", "Caller", "Gate", "IdentitySource", "Source", "gate", "install", "interpreter_refusal",
+           "service_refusals", "service_state_dir", "whoami"]
 
 
 @dataclass(frozen=True)
@@ -268,7 +145,7 @@ class Gate:
         with "Permission denied" before Python starts, where nothing could say why (one line, exit 2)."""
         if not self.service:
             return
-        refusal = interpreter_refusal(SOURCE.interpreter())
+        refusal = interpreter_refusal(identity.SOURCE.interpreter())
         if refusal is not None:
             raise UsageError(f"{what}: {refusal}")
 
@@ -377,42 +254,11 @@ class Gate:
             os.close(directory)
 
     def _open_location(self, source: Source, what: str, flags: int) -> int:
-        """Open a catalog location (service mode) as :func:`dpcli.access.catalog.seal_paths` stored it: no component
-        renamable or writable by anyone but root and the service account, no symlink anywhere on the path
-        (:func:`dpcli.access.walk.open_nofollow`), and the file opened owned and writable by them only (its
-        ``fstat``). A catalog sealed before paths were resolved is checked so at every use (its location
-        resolved then). Refused in one line (exit 2): the operator's names the path and the fix."""
-        location = source.location
-        if location not in self.sealed:
-            location = os.path.realpath(location)  # (an older catalog: resolved now, checked the same way)
-        trusted = trusted_uids()
-        try:
-            bad = unsafe_component(location, trusted)
-        except FileNotFoundError:
-            bad = None  # (reported by the open below, as a missing input)
-        if bad is None:
-            try:
-                fd = open_nofollow(location, flags)
-            except OSError as exc:
-                if exc.errno not in SWAPPED:
-                    raise
-                bad = (location, "a symlink, or below one")
-            else:
-                why = unsafe_stat(os.fstat(fd), trusted)
-                if why is None:
-                    return fd
-                os.close(fd)
-                bad = (location, why)
-        raise UsageError(self._unsafe(f"{what} {source.name!r}", *bad))
-
-    def _unsafe(self, what: str, component: str, why: str) -> str:
-        """The one line refusing an unsafe catalog path: to an analyst without the path (it is private)."""
-        if self.restricted:
-            return (f"{what}: its catalog location is no longer safe from renames (a symlink, or a directory or file "
-                    "others can write, on its path); ask the operator")
-        from dpcli.access.catalog import PATH_FIX
-
-        return f"{what}: {component} is {why}: {PATH_FIX}"
+        """Open a catalog location (service mode) as :func:`dpcli.access.catalog.seal_paths` stored it
+        (:func:`dpcli.access.locations.open_location`: nothing on its path renamable by others, no symlink, the
+        file owned and writable by root and the service account only); refused in one line (exit 2)."""
+        return open_location(source.location, source.location in self.sealed, flags, f"{what} {source.name!r}",
+                             self.restricted)
 
     def open_directory(self, source: Source, what: str) -> tuple[int, frozenset[int] | None]:
         """A dataset directory opened as :meth:`open` opens a file (in service mode a catalog location as
@@ -474,10 +320,10 @@ class Gate:
         if path in ("", "-"):
             return
         if self.restricted:
-            roots = [o for o in self.require_catalog().output_entries(self.analyst) if inside(path, _root(o))]
+            roots = [o for o in self.require_catalog().output_entries(self.analyst) if inside(path, output_root(o))]
             if not roots:
-                raise UsageError(_outside(what))
-            os.close(self._output_root_fd(roots[0]))  # (refused now, before any data is read, if swapped)
+                raise UsageError(outside_refusal(what))
+            os.close(open_output_root(roots[0]))  # (refused now, before any data is read, if swapped)
         if self.state_dir is not None and inside(path, self.state_dir):
             from dpcli.errors import OutputError
 
@@ -490,7 +336,7 @@ class Gate:
         through its directory, opened from their output directory without following symlinks
         (:mod:`dpcli.access.walk`), so a directory swapped for a symlink after the check cannot lead the
         write elsewhere (exit 2); for everyone else through its directory opened once and checked on that
-        descriptor (:meth:`_checked_parent`: never the state directory, an input, or below an input
+        descriptor (:func:`dpcli.access.writes.checked_parent`: never the state directory, an input, or below an input
         dataset; exit 73)."""
         from dpcli.errors import OutputError, os_reason
         from dpcli.state.atomic import atomic_write_at, writes_in_place
@@ -499,12 +345,12 @@ class Gate:
         target = Path(path)
         try:
             if not self.restricted and writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
-                self._write_through(target, data, what)
+                write_through(target, data, what, self.state_dir, self.protected)
                 return
             if not self.restricted:
-                directory = self._checked_parent(target, what)
+                directory = checked_parent(target, what, self.state_dir, self.protected)
             else:
-                directory = self._output_dir_fd(os.path.realpath(target.parent), _outside(what))
+                directory = self._output_dir_fd(os.path.realpath(target.parent), outside_refusal(what))
             try:
                 atomic_write_at(directory, target.name, data, mode)
             finally:
@@ -512,118 +358,11 @@ class Gate:
         except OSError as exc:
             raise OutputError(f"cannot write {path!r}: {os_reason(exc)}") from None
 
-    def _checked_parent(self, target: Path, what: str) -> int:
-        """The directory of an output that is not an analyst's (operators, personal mode), opened once (by
-        path: symlinks followed, as the caller may) and checked on that descriptor: not in the state
-        directory nor below an input dataset (its ancestors, by device and inode, through ``..``), and the
-        name in it no input and none of dpcli's private files (:class:`OutputError`, exit 73). The write
-        is then made relative to it, so a directory on the path swapped after :meth:`check_write` cannot
-        lead it elsewhere."""
-        fd = os.open(target.parent, _DIR_FLAGS)
-        try:
-            self._refuse_below_protected(fd, str(target), what)
-            self._refuse_protected_entry(fd, target.name, str(target), what)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _write_through(self, target: Path, data: bytes, what: str) -> None:
-        """A device or a pipe (:func:`dpcli.state.atomic.writes_in_place`) written in place, through its directory
-        opened once and checked as :meth:`_checked_parent` checks it. In ``/dev`` or a process's descriptors
-        (what the descriptor's directory is now, not its path) the name is followed (``/dev/stdout``), and a
-        regular file it leads to must be none of the run's inputs; anywhere else the name is not followed and
-        must still be no regular file (one swapped in since the check is refused, never appended to)."""
-        from dpcli.errors import OutputError
-        from dpcli.state.atomic import in_stream_dir, write_in_place_at
-
-        directory = os.open(target.parent, _DIR_FLAGS)
-        try:
-            self._refuse_below_protected(directory, str(target), what)
-            stream = in_stream_dir(directory, target.parent)
-
-            def check(st: os.stat_result) -> None:
-                if stat.S_ISREG(st.st_mode) and (not stream or (st.st_dev, st.st_ino) in self.protected):
-                    raise OutputError(f"{what} {str(target)!r} is a regular file now (a device or a pipe when "
-                                      "checked): write it elsewhere")
-
-            write_in_place_at(directory, target.name, data, follow=stream, check=check)
-        finally:
-            os.close(directory)
-
-    def _refuse_below_protected(self, fd: int, path: str, what: str) -> None:
-        """Refuse when the open directory ``fd`` is, or lies below, the state directory or an input dataset."""
-        from dpcli.errors import OutputError
-
-        state = _identity(self.state_dir)
-        for key in _ancestry(fd):
-            if key == state:
-                raise OutputError(f"{what} {path!r} lies inside the state directory; write it elsewhere")
-            if key in self.protected:
-                raise OutputError(f"{what} {path!r} lies inside one of the run's input datasets; write it elsewhere")
-
-    def _refuse_protected_entry(self, fd: int, name: str, path: str, what: str) -> None:
-        """Refuse when the entry ``name`` of the open directory ``fd`` (not followed: it is what is replaced)
-        is one of the run's inputs, or a key, ledger or state file."""
-        from dpcli.errors import OutputError
-        from dpcli.io.opening import is_private_file
-
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return
-        if (st.st_dev, st.st_ino) in self.protected:
-            raise OutputError(f"{what} {path!r} is one of the run's inputs; write it elsewhere")
-        if not stat.S_ISREG(st.st_mode):
-            return
-        try:
-            entry = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-        except OSError:
-            return  # (one dpcli cannot read is none of its private files, which it reads: replaced as before)
-        try:
-            head = os.pread(entry, 32, 0)
-        finally:
-            os.close(entry)
-        if is_private_file(head):
-            raise OutputError(f"{what} {path!r} is one of dpcli's private files (a key, ledger or state); "
-                              "write it elsewhere")
-
     def _output_dir_fd(self, directory: str, refusal: str) -> int:
         """``directory`` (resolved) opened from the output directory of this analyst it lies in; the
         ``refusal`` (exit 2) if it lies in none, or no longer does."""
-        for out in self.require_catalog().output_entries(self.analyst) if self.restricted else []:
-            if inside(directory, _root(out)):
-                root = self._output_root_fd(out)
-                try:
-                    return open_dir_below(root, directory)
-                except Escape:
-                    break
-                finally:
-                    os.close(root)
-        raise UsageError(refusal)
-
-    def _output_root_fd(self, out: OutputEntry) -> int:
-        """The output directory ``out`` opened from ``/`` without following any symlink, and checked to be
-        the directory pinned (device, inode) when the catalog was sealed, owned and writable by root and
-        the service account only; else refused in one line (exit 2). (An older catalog without a pin: its
-        directory resolved and every component checked, at each use.)"""
-        root = _root(out)
-        if "resolved" not in out:
-            root = os.path.realpath(root)
-        trusted = trusted_uids()
-        refusal = (f"output directory {out['directory']}: no longer the one the catalog was sealed with (renamed, "
-                   "replaced, or on a path others can write); ask the operator")
-        try:
-            if "pin" not in out and unsafe_component(root, trusted) is not None:
-                raise UsageError(refusal)
-            fd = open_nofollow(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC)
-        except OSError:
-            raise UsageError(refusal) from None
-        st = os.fstat(fd)
-        if ("pin" in out and [st.st_dev, st.st_ino] != out["pin"]) or unsafe_stat(st, trusted) is not None:
-            os.close(fd)
-            raise UsageError(refusal)
-        return fd
+        outputs = self.require_catalog().output_entries(self.analyst) if self.restricted else []
+        return open_output_dir(outputs, directory, refusal)
 
     def output_dirs(self) -> list[str]:
         """The directories this caller may write into (service mode); empty in personal mode."""
@@ -668,79 +407,6 @@ class Gate:
         folder = self.state_dir / "streams" / self.analyst
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         return folder / f"{argument}.stream"
-
-
-_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
-_UP_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
-
-
-def interpreter_refusal(executable: str) -> str | None:
-    """Why other users could not run ``executable`` (the interpreter, as ``sys.executable`` names it), or None:
-    the file it resolves to (``os.path.realpath``) must be readable and executable by others (o+rx), and every
-    directory above it, and above the name itself (a venv's ``bin``), searchable by them (o+x). A venv made
-    with a ``python3`` in root's home (pyenv, conda) links to an interpreter no analyst can run."""
-    named = os.path.abspath(executable)
-    resolved = os.path.realpath(named)
-    fix = ("make the venv with an interpreter every user can run (e.g. /usr/bin/python3 -m venv /opt/dpcli; "
-           "README, Service mode, step 2)")
-    prefix = f"other users cannot run dpcli's Python {resolved}"
-    if resolved != named:
-        prefix += f" (what {named} links to)"
-    for directory in dict.fromkeys([*reversed(Path(named).parents), *reversed(Path(resolved).parents)]):
-        if not _others_may(str(directory), stat.S_IXOTH):
-            return f"{prefix}: others may not enter {directory} (o+x); {fix}"
-    if not _others_may(resolved, stat.S_IROTH | stat.S_IXOTH):
-        return f"{prefix}: others may not read and run it (o+rx); {fix}"
-    return None
-
-
-def _others_may(path: str, bits: int) -> bool:
-    """Does ``path`` (followed) exist with every one of ``bits`` set for others?"""
-    try:
-        return os.stat(path).st_mode & bits == bits
-    except OSError:
-        return False
-
-
-def _identity(path: Path | None) -> tuple[int, int] | None:
-    """(device, inode) of ``path`` (followed), None if there is none."""
-    try:
-        st = os.stat(path) if path is not None else None
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino) if st is not None else None
-
-
-def _ancestry(fd: int) -> list[tuple[int, int]]:
-    """(device, inode) of the open directory ``fd`` and of each of its ancestors up to ``/``, found through
-    ``..`` from the descriptor (never by path), as they are now; a ``..`` that cannot be opened ends it."""
-    chain: list[tuple[int, int]] = []
-    current = os.dup(fd)
-    try:
-        while True:
-            st = os.fstat(current)
-            key = (st.st_dev, st.st_ino)
-            if key in chain:
-                return chain
-            chain.append(key)
-            try:
-                up = os.open("..", _UP_FLAGS, dir_fd=current)
-            except OSError:
-                return chain
-            os.close(current)
-            current = up
-    finally:
-        os.close(current)
-
-
-def _root(out: OutputEntry) -> str:
-    """Where an output directory lies: as resolved at ``catalog set`` (older catalogs: as given)."""
-    return out.get("resolved", out["directory"])
-
-
-def _outside(what: str) -> str:
-    """The refusal of a path outside the analyst's output directories (or led out of them by a symlink)."""
-    return f"{what}: in service mode you write only into your output directories (see: dpcli catalog show)"
 
 
 def _shown(path: str | Source) -> str:

@@ -147,9 +147,10 @@ def start(state_dir: Path | None, analyst: str | None, verbosity: int, lock_time
     directory, the invoking user's ledger); ``--state-dir``, ``--analyst`` and ``DPCLI_*`` are refused.
     """
     from dpcli import access
+    from dpcli.access import identity
 
     caller = access.whoami()
-    access.service_refusals(caller, state_dir is not None, analyst is not None, access.SOURCE.environ())
+    access.service_refusals(caller, state_dir is not None, analyst is not None, identity.SOURCE.environ())
     root_dir, name = _state_and_ledger(caller, state_dir, analyst)
     access.install(access.Gate(caller, root_dir))  # until the catalog is read: no one but root is an operator
     catalog = _catalog(root_dir) if caller.service or (root_dir / CATALOG_FILE).exists() else None

@@ -27,7 +27,9 @@ from dpcli.errors import StateError, UsageError
 from dpcli.frames import collect
 from dpcli.io.inputs import open_input
 from dpcli.release.inputs import Sources
-from dpcli.release.schedules import NOISY_SIZES, check_state, reservation_event, scheduled_run
+from dpcli.release.schedule_runs import NOISY_SIZES
+from dpcli.release.schedule_state import check_state, reservation_event
+from dpcli.release.schedules import scheduled_run
 from dpcli.release.steps import LedgerRef, Planned, check_dry_run_inputs
 from dpcli.state import ledger
 from dpcli.state import schedules as store
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from dpcli.core.accounting.budget import Limits
     from dpcli.state.ledger.model import Ledger
     from dpcli.tasks import ExpectedSize, P, SchedulableTask, Task
+    from dpcli.tasks.reports import AutoReport
 
 #: Runs a dry run plans when ``--runs`` is left out: a month of daily runs.
 DEFAULT_RUNS = 30
@@ -55,7 +58,7 @@ class _Context:
     limits: Limits
     led: Ledger
     groups: int | None
-    kept: dict[str, Any] | None = None
+    kept: AutoReport | None = None
     counts: str = "rows"  # what the stated sizes count: rows, or privacy units (bbscheduler)
 
 
@@ -198,7 +201,7 @@ def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: s
     return {}
 
 
-def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> dict[str, Any]:
+def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: AutoReport | None) -> dict[str, Any]:
     """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins; with
     ``auto`` bounds not chosen yet (``kept`` None), the parts of its ε (choosing them, the release)."""
     doc: dict[str, Any] = {"run": r.run, ctx.counts: r.size}
@@ -214,7 +217,7 @@ def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: dict[str, Any] | None) -> d
     return {**doc, **_margins_doc(ctx, r.epsilon, r.size, kept)}
 
 
-def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[str, Any] | None) -> dict[str, Any]:
+def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: AutoReport | None) -> dict[str, Any]:
     """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
     (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. Stated
     units (bbscheduler's ``--units``) are spread over the groups for ``count_units`` only (a count of rows
@@ -233,7 +236,7 @@ def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: dict[
 
 
 def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: Fraction,
-               kept: dict[str, Any] | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
+               kept: AutoReport | None = None) -> tuple[dict[str, float | str], dict[str, str] | None]:
     """Each released column's 95% margin at a run's ε, from the task's own calibration (``describe``), at the
     ``auto`` bounds ``kept`` (:func:`dpcli.release.schedules.scheduled_run`), and the parts of the run's ε (None: the
     release spends it all)."""

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dpcli.release.steps import BeforeRun, Busy, LedgerRef, Output, Planned, Prepared, Release
     from dpcli.state import ledger
     from dpcli.tasks import Engine, Task
+    from dpcli.tasks.reports import AutoReport
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Scheduled:
         assert isinstance(task, SchedulableTask)  # (admitted)
         mode = task.schedule_mode(limits.mode)
 
-        def run_at(epsilon: Fraction, kept: dict[str, Any] | None, before_run: BeforeRun) -> Prepared:
+        def run_at(epsilon: Fraction, kept: AutoReport | None, before_run: BeforeRun) -> Prepared:
             run_task = schedules.scheduled_run(task, epsilon, kept)
             return prepare(run_task, run_task.plan(mode, limits.values), mode, opened, payer.state_dir, engine,
                            busy, before_run)

@@ -1,4 +1,6 @@
-"""The release seed: ``HMAC(key, seed material)``, the material built in one place for every command.
+"""The release seed: ``HMAC(key, seed material)``, the material built in one place for every command (and for the
+seeds a release's continuation keeps: a stream state's, :func:`stream_seed`, and a schedule's size noise,
+:func:`schedule_sizes_seed`).
 
 The material (:func:`seed_material`) binds everything that shapes an output: the query, each
 input's bytes with how they were read, the calibration (the accounting mode and the plan: noise
@@ -253,3 +255,21 @@ def release_seed(root: Path, query: dict[str, Any], inputs: Mapping[str, SeedInp
     seed = derive_seed(keys.load_or_create_key(root), seed_material(query, inputs, calibration, engine, reads))
     qid = "q:" + hashlib.sha256(canonical_json(query)).hexdigest()[:16]
     return ReleaseSeed(seed, seed_id(seed), qid)
+
+
+def stream_seed(root: Path, query: Any, reservation: str, calibration: Calibration) -> ReleaseSeed:
+    """A stream's seed, made once when its ``--state`` file is created and kept in it for every run: the stream's
+    query (:func:`plan_material`) and a fresh reservation id, with the calibration and no input (each run's input,
+    with its reading, is bound by the run's step digest in the ledger: :mod:`dpcli.release.streams`)."""
+    material = {"command": "stream-replay", "query": plan_material(query), "reservation": reservation}
+    return release_seed(root, material, {}, calibration)
+
+
+def schedule_sizes_seed(root: Path, state: Mapping[str, Any], snapshot: SeedInput) -> ReleaseSeed:
+    """The seed of a ``--schedule``'s size noise (bbscheduler's noisy unit counts) on one snapshot: the schedule's
+    key and reservation, the snapshot (its bytes and how they were read) and, as the calibration, the schedule's
+    spec and γ (they set every size noise's scale). The same snapshot gets the same noise within a schedule
+    (asking again reveals nothing new), a new snapshot or a new schedule fresh noise."""
+    material = {"command": "schedule-sizes", "v": 1, "schedule": state["key"], "reservation": state["reservation"]}
+    calibration = Calibration("schedule", {"spec": state["spec"], "gamma": state.get("gamma")})
+    return release_seed(root, material, {"data": snapshot}, calibration)

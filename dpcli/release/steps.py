@@ -10,7 +10,7 @@ runs them with the steps here: :func:`prepare` seeds a task and runs it (:meth:`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from dpcli.advice import Note
     from dpcli.core.accounting.budget import Limits
     from dpcli.tasks import Engine, P, Result, Task
+    from dpcli.tasks.reports import Report
 
 #: ``busy(what)``: a context to run long work in (the CLI's spinner on a terminal; nothing in the library).
 Busy = Callable[[str], AbstractContextManager[Any]]
@@ -57,7 +58,7 @@ class Output:
     def to_file(self) -> bool:
         return bool(self.path) and self.path != "-" and self.format != "table"
 
-    def digest(self, table: pl.DataFrame, metadata: dict[str, Any], times: tuple[str, ...] = ()) -> str | None:
+    def digest(self, table: pl.DataFrame, metadata: Report, times: tuple[str, ...] = ()) -> str | None:
         """The digest of the file the release is about to be written to (None for standard output): the bytes
         written, compressed for a ``.gz`` name (``times``: :attr:`Release.times`)."""
         if not self.to_file:
@@ -66,7 +67,7 @@ class Output:
                                         times))
 
 
-def grid_step(report: dict[str, Any]) -> float | None:
+def grid_step(report: Mapping[str, Any]) -> float | None:
     """The grid released values were snapped to (it sets how floats are rounded in text outputs)."""
     from fractions import Fraction
 
@@ -91,7 +92,8 @@ class Prepared:
         return self.result.table
 
     @property
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> Report:
+        """The task's report (:mod:`dpcli.tasks.reports`)."""
         return self.result.metadata
 
     @property
@@ -112,7 +114,7 @@ class Release:
     (shown as ISO 8601 with ``Z``: :func:`dpcli.io.outputs.shown`)."""
 
     table: pl.DataFrame
-    report: dict[str, Any]
+    report: Report
     summary: str
     notes: tuple[Note, ...] = ()
     times: tuple[str, ...] = ()
@@ -256,13 +258,13 @@ def charge(
     if before_output is not None:
         before_output()
     charged = prepared.actual if prepared.actual is not None and completes is None else prepared.events
-    report = {
-        **prepared.metadata,
+    report = prepared.metadata.copy()  # the task's report and what the charge says of it (reports.ReportBase)
+    report.update({
         "cost": [] if step else [e.to_json() for e in charged],
         "charged": not receipt.replay and (step is None or bool(receipt.reserved)),
         "seed_id": prepared.seed.id,
         "ledger": {**receipt.to_json(), "remaining": receipt.remaining},
-    }
+    })
     if receipt.reserved:
         report["reserved"] = [e.to_json() for e in receipt.reserved]
     remaining = parameters_text(report["ledger"]["remaining"], "down")  # (the report keeps them exact)

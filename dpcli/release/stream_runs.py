@@ -17,9 +17,9 @@ from dpcli.core.display import utc_text
 from dpcli.errors import UsageError
 from dpcli.release.inputs import check_task_inputs, declared_frames
 from dpcli.release.plain import OneRelease
-from dpcli.release.seeds import Calibration, ReleaseSeed, release_seed
+from dpcli.release.seeds import Calibration, ReleaseSeed
 from dpcli.release.steps import Admitted, Planned, Prepared, charge, check_dry_run_inputs
-from dpcli.release.streams import StateInput, as_utc, last_end, open_body, state_run
+from dpcli.release.streams import NewRun, StateInput, as_utc, last_end, open_body, state_run
 from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
 from dpcli.tasks import Result
@@ -66,36 +66,38 @@ class StreamRuns:
     def _state_run(self, admitted: Admitted, state: Path, opened: Opened, engine: Engine | None, payer: LedgerRef,
                    output: Output | None, busy: Busy) -> Release:
         """One cron run of ``stream-replay --state`` (the release path's persisted form): lock the state, run
-        the new triggers, charge the run as a step of the stream's reservation, save the state.
+        the new triggers through the task (:meth:`dpcli.tasks.Task.run`, fed the stream its state holds), charge
+        the run as a step of the stream's reservation, save the state.
 
-        A new stream's seed binds its query, a fresh reservation id and the calibration; it has no
-        inputs (it is made once, for every run): each run's input, with its reading, is bound by the
-        run's digest in the ledger. The last run's input again (a retry) returns its rows again, free, and
-        is recorded in the ledger as a replay of that run's step."""
+        A new stream's seed binds its query, a fresh reservation id and the calibration
+        (:func:`dpcli.release.seeds.stream_seed`); it has no inputs (it is made once, for every run): each run's
+        input, with its reading, is bound by the run's digest in the ledger. The last run's input again (a retry)
+        returns its rows again, free, and is recorded in the ledger as a replay of that run's step."""
         task, planned = admitted.task, admitted.planned
         assert isinstance(task, StreamTask)  # (admitted)
-        check_task_inputs(task, opened.frames(), planned)  # the value column's type, before the reservation
-        payer_ref = payer
-        calibration = Calibration(admitted.limits.mode, planned)
+        frames = opened.frames()
+        check_task_inputs(task, frames, planned)  # the value column's type, before the reservation
         table = opened.data
         data = StateInput(table.frame, table.fingerprint, table.name, engine.stream_events if engine else None,
                           reading=table.reading_material())
         label = self.label or str(state)
-        with state_run(state, task.query, planned, data, analyst=payer_ref.analyst,
-                       state_dir=payer_ref.state_dir, lock_timeout=payer_ref.lock_timeout,
-                       new_seed=lambda material: release_seed(payer_ref.state_dir, material, {}, calibration),
-                       through=self.through,
-                       busy=lambda: busy(f"feeding {table.name} to {label}"), unchanged=table.verify_unchanged) as run:
-            assert run.plan is not None
-            rows = task.margins(run.table, run.plan, run.query)
-            if run.repeat:
-                line = f"stream-replay of {table.name} into {label}: a retry of the last run, its rows again"
-            else:
+        with state_run(state, task, planned, data, analyst=payer.analyst, state_dir=payer.state_dir,
+                       lock_timeout=payer.lock_timeout, calibration=Calibration(admitted.limits.mode, planned),
+                       through=self.through, unchanged=table.verify_unchanged) as begun:
+            if isinstance(begun, NewRun):
+                with busy(f"feeding {table.name} to {label}"):
+                    run = begun.finish(begun.task.run(frames, begun.plan, begun.seed, engine))
+                rows = run.table
                 line = (f"stream-replay of {table.name} into {label}: {run.metadata['releases']} release row(s), "
                         f"triggers run through {run.metadata['through']}{chosen_line(run.metadata)}")
+            else:
+                run = begun
+                assert run.plan is not None
+                rows = task.margins(run.table, run.plan, run.query)
+                line = f"stream-replay of {table.name} into {label}: a retry of the last run, its rows again"
             prepared = Prepared(ReleaseSeed(b"", run.run_id, run.reservation), list(planned.events),
                                 Result(rows, run.metadata, times=TIME_COLUMNS))
-            done = charge(payer_ref, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
+            done = charge(payer, "stream-replay --state", prepared, line, step=run.step, inputs=(table,),
                           before_output=None if run.repeat else run.save,
                           output_digest=output.digest(rows, run.metadata, TIME_COLUMNS) if output is not None else None,
                           reserved=run.reserved)

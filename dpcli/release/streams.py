@@ -25,11 +25,11 @@ import base64
 import io
 import secrets
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import polars as pl
 
@@ -38,15 +38,17 @@ from dpcli.core.display import utc_text
 from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import NOISE_VERSION
 from dpcli.errors import StateError, UsageError
-from dpcli.release.seeds import plan_material
+from dpcli.release.seeds import Calibration, stream_seed
 from dpcli.state import documents, ledger
+from dpcli.tasks import Result
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream import notes as notes_of
 from dpcli.tasks.stream.algorithm import StreamState, naive_utc, trigger_through
 from dpcli.tasks.stream.auto import StreamChoice, choose, resolve
 from dpcli.tasks.stream.events import EventsEngine
 from dpcli.tasks.stream.plan import PendingPlan, StreamPlan
 from dpcli.tasks.stream.query import StreamQuery
-from dpcli.tasks.stream.run import StreamRelease, advance_stream
+from dpcli.tasks.stream.run import StreamFeed, StreamRelease
 from dpcli.tasks.stream.state import (
     STATE_KIND,
     check_state_body,
@@ -55,19 +57,7 @@ from dpcli.tasks.stream.state import (
     new_state_body,
     state_body,
 )
-
-if TYPE_CHECKING:
-    pass
-
-
-class Seed(Protocol):
-    """A derived release seed and its public id (:class:`dpcli.release.ReleaseSeed`)."""
-
-    @property
-    def seed(self) -> bytes: ...
-
-    @property
-    def id(self) -> str: ...
+from dpcli.tasks.stream.task import StreamTask
 
 
 @dataclass(frozen=True)
@@ -95,7 +85,7 @@ class StateRun:
 
     path: Path
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: StreamReport
     repeat: bool
     run_id: str = ""
     reservation: str = ""
@@ -113,11 +103,12 @@ class StateRun:
 
 
 def open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, str] | None, state_dir: Path,
-               lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed] | None) -> tuple[dict[str, Any], bool]:
+              lock_timeout: float, calibration: Calibration | None) -> tuple[dict[str, Any], bool]:
     """The checked body of the state file, or a fresh one (step 0, not yet on disk): (body, fresh).
 
-    ``key_schema`` None (a dry run: no data read) skips the check of the column types;
-    ``new_seed`` None (a dry run) makes a fresh body without a seed."""
+    A fresh stream's seed is made here, once for every run (:func:`dpcli.release.seeds.stream_seed`: its query, a
+    fresh reservation id and ``calibration``). ``key_schema`` None (a dry run: no data read) skips the check of
+    the column types; ``calibration`` None (a dry run) makes a fresh body without a seed."""
     label = f"state file {path}"
     body = documents.read(path, STATE_KIND)
     if body is not None:
@@ -128,10 +119,10 @@ def open_body(path: Path, q: StreamQuery, analyst: str, key_schema: dict[str, st
         if not isinstance(body.get("reservation"), str) or not isinstance(body.get("step"), int):
             raise StateError(f"{label} was written by an older dpcli (not bound to the ledger); start a new one")
         return body, False
-    if new_seed is None:
+    if calibration is None:
         return {"step": 0, "last": None, "stream": None}, True
     rid = secrets.token_hex(12)
-    seed = new_seed({"command": "stream-replay", "query": plan_material(q), "reservation": rid})
+    seed = stream_seed(state_dir, q, rid, calibration)
     body = new_state_body(q, analyst, seed.seed, seed.id, key_schema or {},
                           datetime.now(UTC).isoformat(timespec="seconds"))
     body.update(reservation=rid, step=0, ledger_id=ledger.read_ledger(state_dir, analyst, lock_timeout).ledger_id)
@@ -215,7 +206,8 @@ def _retry(path: Path, body: dict[str, Any], last: dict[str, Any], q: StreamQuer
     if not cached.height:
         notes.append(notes_of.empty_run(int(last["through"]), last.get("from"), q.step, kept=True))
     step = ledger.Step(reservation=body["reservation"], start=body["step"] - 1, digest=recorded, label=label)
-    return StateRun(path, cached, {**last["metadata"], "retry": True}, repeat=True,
+    report = cast(StreamReport, {**last["metadata"], "retry": True})  # the report the state kept (JSON)
+    return StateRun(path, cached, report, repeat=True,
                     run_id=_run_id(body, int(last["through"]), q),
                     reservation=f"stream:{body['reservation']}", step=step, notes=tuple(notes))
 
@@ -233,30 +225,65 @@ def as_utc(moment: datetime | None) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+@dataclass
+class NewRun:
+    """A new run of the stream, begun but not computed: its first run reserved and its start marked in the ledger,
+    its bounds chosen (by the run that has none yet), the stream loaded from its state. :attr:`task` is the run's
+    task (the stream's query at its kept bounds, fed the stream: :class:`dpcli.tasks.stream.run.StreamFeed`),
+    :attr:`plan` its calibration and :attr:`seed` the stream's; the caller runs it
+    (:meth:`dpcli.tasks.Task.run`), and :meth:`finish` makes what it released the run to charge."""
+
+    path: Path
+    body: dict[str, Any]
+    data: StateInput
+    task: StreamTask
+    plan: StreamPlan
+    previous: int | None  # the stream's watermark before this run
+    reserved: tuple[PrivacyEvent, ...]
+    choosing: bool  # this run chooses the stream's bounds
+    fed: dict[str, Any] | None  # the earlier run fed this input, if one was
+
+    @property
+    def seed(self) -> bytes:
+        return bytes.fromhex(self.body["seed"])
+
+    def finish(self, result: Result) -> StateRun:
+        """The run to charge: ``result`` (the task's, on this run's input), the ledger step that records it and the
+        state to save once it is charged."""
+        feed = self.task.feed
+        assert feed is not None and feed.released is not None  # (the task ran)
+        run = replace(_new_run(self.path, self.body, feed.stream, feed.released, result, self.data, feed.through,
+                               self.previous), query=self.task.query, plan=self.plan, reserved=self.reserved)
+        if self.choosing:
+            run = replace(run, notes=(*run.notes, notes_of.chosen_for_stream(feed.released.metadata)))
+        fed = self.fed
+        return replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
+
+
 @contextmanager
 def state_run(
-    path: Path, q: StreamQuery, plan: StreamPlan | PendingPlan, data: StateInput, *, analyst: str, state_dir: Path,
-    lock_timeout: float, new_seed: Callable[[dict[str, Any]], Seed], through: datetime | None = None,
-    busy: Callable[[], AbstractContextManager[Any]] = nullcontext, unchanged: Callable[[], None] = lambda: None,
-) -> Iterator[StateRun]:
-    """Lock the state file at ``path``, check it (or start a new stream) and run the new triggers.
+    path: Path, task: StreamTask, plan: StreamPlan | PendingPlan, data: StateInput, *, analyst: str,
+    state_dir: Path, lock_timeout: float, calibration: Calibration, through: datetime | None = None,
+    unchanged: Callable[[], None] = lambda: None,
+) -> Iterator[StateRun | NewRun]:
+    """Lock the state file at ``path``, check it (or start a new stream) and begin the run.
 
-    Yields the :class:`StateRun` while the lock is held (the caller charges and writes inside the
-    ``with``). The input holds the events not fed before: they and the events the state kept run
-    in every trigger up to ``through`` (default now, public), and those of later triggers are kept.
-    The last run's input again is a retry (its rows, free); another input must end after it
-    (:func:`_refuse_rewrite`). ``new_seed(material)`` derives a new stream's seed from the query and
-    a fresh reservation id (the caller adds the calibration: :func:`dpcli.release.release_seed`);
-    ``busy()`` wraps the computation (a spinner); ``unchanged()`` refuses an input changed since it was hashed
-    (called before a new stream's reservation is debited). With ``auto`` bounds (or ``--report-bias``) the first run
-    chooses them on its input and the state keeps the choice (``auto``) for every later run (:func:`_chosen`).
+    Yields, while the lock is held (the caller runs, charges and writes inside the ``with``), a retry's
+    :class:`StateRun` or a :class:`NewRun` to compute. The input holds the events not fed before: they and the
+    events the state kept run in every trigger up to ``through`` (default now, public), and those of later
+    triggers are kept. The last run's input again is a retry (its rows, free); another input must end after it
+    (:func:`_refuse_rewrite`). A new stream's seed binds its query, a fresh reservation id and ``calibration``
+    (:func:`open_body`); ``unchanged()`` refuses an input changed since it was hashed (called before a new
+    stream's reservation is debited). With ``auto`` bounds (or ``--report-bias``) the first run chooses them on
+    its input and the state keeps the choice (``auto``) for every later run (:func:`_chosen`).
     """
+    q = task.query
     moment = as_utc(through)
     last_trigger = trigger_through(moment, q.step)
     key_schema = key_schema_of(data.frame.collect_schema(), q)
     label = f"state file {path}"
     with documents.locked(path, lock_timeout):
-        body, fresh = open_body(path, q, analyst, key_schema, state_dir, lock_timeout, new_seed)
+        body, fresh = open_body(path, q, analyst, key_schema, state_dir, lock_timeout, calibration)
         last = body.get("last")
         if _is_retry(last, data, label):
             run_q, run_plan = _chosen(body, q, plan, data)
@@ -269,18 +296,11 @@ def state_run(
         choosing = q.auto is not None and "auto" not in body  # this run chooses the stream's bounds
         run_q, run_plan = _chosen(body, q, plan, data)
         stream = load_state(body, run_q, run_plan)
-        previous = stream.watermark
-        fed = _fed_before(body, data)
-        with busy():  # an input fed before adds no event: its run only runs the triggers due
-            release = advance_stream(data.frame.head(0) if fed else data.frame, stream, moment, keep=True,
-                                     name=data.name, engine=None if fed else data.engine)
-        if "auto" in body:
-            release.metadata.update(StreamChoice.from_json(body["auto"]).metadata(q))
-        run = replace(_new_run(path, body, stream, release, data, moment, previous), query=run_q, plan=run_plan,
-                      reserved=reserved)
-        if choosing:
-            run = replace(run, notes=(*run.notes, notes_of.chosen_for_stream(release.metadata)))
-        yield replace(run, notes=(notes_of.fed_before(fed["run"], fed["until"]), *run.notes)) if fed else run
+        fed = _fed_before(body, data)  # an input fed before adds no event: its run only runs the triggers due
+        chosen = StreamChoice.from_json(body["auto"]).metadata(q) if "auto" in body else {}
+        feed = StreamFeed(stream, moment, str(path), fed_before=fed is not None, chosen=chosen)
+        yield NewRun(path, body, data, replace(task, query=run_q, feed=feed), run_plan, stream.watermark, reserved,
+                     choosing, fed)
 
 
 def _reservation(path: Path, body: dict[str, Any], events: tuple[PrivacyEvent, ...]) -> ledger.Reservation:
@@ -330,15 +350,17 @@ def _chosen(body: dict[str, Any], q: StreamQuery, plan: StreamPlan | PendingPlan
     return resolve(q, plan.events, StreamChoice.from_json(body["auto"]))
 
 
-def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: StreamRelease, data: StateInput,
-             moment: datetime, previous: int | None) -> StateRun:
-    """A run's new rows, the ledger step that records it (reserving the stream's budget on its first run)
-    and the state to save once it is charged."""
+def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: StreamRelease, result: Result,
+             data: StateInput, moment: datetime, previous: int | None) -> StateRun:
+    """A run's new rows (``result``: the task's, margins included; the state keeps ``release``, the rows before
+    them, for a retry), the ledger step that records it (reserving the stream's budget on its first run) and the
+    state to save once it is charged."""
     label = f"state file {path}"
     q = stream.q
     through = stream.trigger_through(moment)
     create = _reservation(path, body, tuple(stream.plan.events)) if body["step"] == 0 else None
-    metadata = {"command": "stream-replay", "state": str(path), **release.metadata}
+    metadata = result.metadata
+    assert metadata["command"] == "stream-replay"
     last = {"input": data.fingerprint, "through": through, "noise": NOISE_VERSION, "metadata": metadata,
             "release": _parquet_text(release.table), "until": moment.isoformat(), "from": previous}
     if data.reading is not None:
@@ -349,7 +371,7 @@ def _new_run(path: Path, body: dict[str, Any], stream: StreamState, release: Str
     first = body.get("first_through", through if body["step"] == 0 else None)
     if first is not None and q.max_records > 0:
         notes = (*notes, *notes_of.records_used_up(through - first + 1, q.max_records))
-    return StateRun(path, release.table, metadata, repeat=False,
+    return StateRun(path, result.table, metadata, repeat=False,
                     run_id=_run_id(body, through, q),
                     reservation=f"stream:{body['reservation']}", step=step,
                     new_body={**state_body(body, stream, last), "step": body["step"] + 1,

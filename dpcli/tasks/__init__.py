@@ -24,9 +24,16 @@ if TYPE_CHECKING:
     import polars as pl
 
     from dpcli.advice import Note
-    from dpcli.bounding import TotalsEngine
+    from dpcli.bounding import BoundingSpec, TotalsEngine
     from dpcli.core.events import PrivacyEvent
     from dpcli.io.schemas import ColumnKind
+    from dpcli.tasks.reports import AutoReport, Report
+    from dpcli.tasks.sql.plan import SqlPlan
+    from dpcli.tasks.sql.run import Layout
+    from dpcli.tasks.sql.task import SqlTask
+    from dpcli.tasks.stream.query import StreamQuery
+    from dpcli.tasks.tabulate.query import Spec
+    from dpcli.tasks.tabulate.run import LevelCounts
 
 
 #: What a release may change and stay a free replay (the same seed, the same noise), in one place: each
@@ -54,7 +61,11 @@ FREE_REPLAY: tuple[str, ...] = (
 )
 
 
-def free_replay(*labels: str, default: Any) -> Any:
+#: A field's type (:func:`free_replay`, :func:`bound_elsewhere`: the field is typed as its default is).
+F = TypeVar("F")
+
+
+def free_replay(*labels: str, default: F) -> F:
     """A dataclass field that acts only after the noise, left out of the release seed: ``labels`` are the
     :data:`FREE_REPLAY` entries it holds (refused if one is not listed)."""
     unknown = [label for label in labels if label not in FREE_REPLAY]
@@ -63,11 +74,49 @@ def free_replay(*labels: str, default: Any) -> Any:
     return field(default=default, metadata={"free_replay": labels})
 
 
-def bound_elsewhere(by: str, default: Any) -> Any:
+def bound_elsewhere(by: str, default: F) -> F:
     """A dataclass field that acts before the noise only through what another part of the seed material
     binds by content (``by`` says which): left out of the task's material, so the seed does not depend on
     it twice, nor on where files lie (a spec's directory locates its block list, bound by its digest)."""
     return field(default=default, metadata={"bound_elsewhere": by})
+
+
+class QuantileCounts(Protocol):
+    """``histogram``'s quantile counts on another engine: (the bounding spec, the salt) → per group the grid offset
+    ``__x`` of each bounded value and ``__n`` of them (:func:`dpcli.spark.bounding.quantile_counts`)."""
+
+    def __call__(self, spec: BoundingSpec, salt: int, /) -> pl.DataFrame: ...
+
+
+class TabulateCounts(Protocol):
+    """``tabulate``'s counts on another engine: (the spec, the public block list) → each level's bounded counts
+    (:data:`dpcli.tasks.tabulate.run.CountsEngine`; :func:`dpcli.spark.tabulate.level_counts`)."""
+
+    def __call__(self, spec: Spec, blocks: pl.DataFrame, /) -> LevelCounts: ...
+
+
+class StreamEvents(Protocol):
+    """``stream-replay``'s bounded events on another engine: (query, through, after, each unit's records used so far,
+    the unit column's type) → the events :func:`dpcli.tasks.stream.events.prepare_events` gives
+    (:data:`dpcli.tasks.stream.events.EventsEngine`; :func:`dpcli.spark.stream.events_engine`)."""
+
+    def __call__(self, q: StreamQuery, through: int | None, after: int | None, used: Mapping[Any, int] | None,
+                 unit_type: pl.DataType, /) -> pl.DataFrame: ...
+
+
+class SqlTotals(Protocol):
+    """``sql``'s data pass on another engine: (the task, its plan, the per-user layout, the salt, the per-user frame's
+    schema) → the bounded totals and the NTILE bins (:func:`dpcli.spark.sql.sql_engine`)."""
+
+    def __call__(self, task: SqlTask, plan: SqlPlan, layout: Layout, salt: int, schema: pl.Schema,
+                 /) -> tuple[pl.DataFrame, dict[str, pl.DataFrame]]: ...
+
+
+class Precheck(Protocol):
+    """What an engine refuses from the input's schema alone (``task`` → None, or a one-line error): called before the
+    seed and the debit, so a query the engine cannot run costs nothing."""
+
+    def __call__(self, task: Task[Any], /) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -85,17 +134,13 @@ class Engine:
 
     totals: TotalsEngine
     seed_tag: str = ""
-    #: ``histogram``'s quantile counts on this engine ((spec, salt) → ``__x`` (grid offset)/``__n`` per group).
-    quantile_counts: Any = None
-    #: ``tabulate``'s counts on this engine (:data:`dpcli.tasks.tabulate.CountsEngine`).
-    tabulate_counts: Any = None
-    #: ``stream-replay``'s bounded events on this engine (:data:`dpcli.tasks.stream.events.EventsEngine`).
-    stream_events: Any = None
-    #: ``sql``'s bounded totals on this engine ((task, plan, salt) → (totals, NTILE bins): :mod:`dpcli.spark.sql`).
-    sql_totals: Any = None
-    #: Refusals this engine makes from the input's schema alone ((task) → None; raises a one-line error):
-    #: called before the seed and the debit, so a query the engine cannot run costs nothing.
-    precheck: Any = None
+    #: One data pass per task (None: the task's own, on polars): :class:`QuantileCounts`, :class:`TabulateCounts`,
+    #: :class:`StreamEvents`, :class:`SqlTotals`; and the engine's refusals before the debit (:class:`Precheck`).
+    quantile_counts: QuantileCounts | None = None
+    tabulate_counts: TabulateCounts | None = None
+    stream_events: StreamEvents | None = None
+    sql_totals: SqlTotals | None = None
+    precheck: Precheck | None = None
 
 
 @dataclass(frozen=True)
@@ -147,11 +192,12 @@ class Frames:
 
 @dataclass(frozen=True)
 class Result:
-    """A task's release, computed in memory: the noisy table, its public metadata, and what it
-    actually cost when that is less than what was reserved (topk's ⊥ in a br ledger)."""
+    """A task's release, computed in memory: the noisy table, its public report (:mod:`dpcli.tasks.reports`: one
+    typed report per task, read by name), and what it actually cost when that is less than what was reserved
+    (topk's ⊥ in a br ledger)."""
 
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: Report
     actual: list[PrivacyEvent] | None = None
     #: Columns of moments the task computed (naive datetimes in UTC), which text outputs show as ISO 8601 with
     #: ``Z`` (:func:`dpcli.io.outputs.shown`); datetime columns from the data are not among them.
@@ -259,7 +305,7 @@ class SchedulableTask(Task[P], Protocol[P]):
         """The accounting mode each run is planned in (top-k: pure, its runs' cost; a histogram: the ledger's)."""
         ...
 
-    def keeping(self, chosen: Mapping[str, Any]) -> SchedulableTask[P]:
+    def keeping(self, chosen: AutoReport) -> SchedulableTask[P]:
         """A later run at the ``auto`` bounds the schedule's first run chose (its state keeps them)."""
         ...
 

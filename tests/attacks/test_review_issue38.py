@@ -14,6 +14,7 @@ import pytest
 from dptest import SAMPLE, cli, init_ledger
 
 from dpcli.tasks import auto_bounds
+from dpcli.tasks.auto_bounds import choose
 
 PV = str(SAMPLE / "page_views.csv")
 
@@ -24,13 +25,16 @@ def _record_auto_epsilons(monkeypatch) -> list[Fraction]:
     spent: list[Fraction] = []
 
     def wrap(name: str, position: int):
-        original = getattr(auto_bounds, name)
+        original = getattr(choose, name)
 
         def recorded(*args, **kwargs):
             spent.append(Fraction(args[position]))
             return original(*args, **kwargs)
 
-        monkeypatch.setattr(auto_bounds, name, recorded)
+        # where the choice calls it, and where a task does (``auto_bounds.noisy_groups``)
+        for module in (choose, auto_bounds):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, recorded)
 
     wrap("first_within", 3)  # (above, allowed, sensitivity, epsilon, …): one AboveThreshold, ε-DP
     wrap("first_reaching", 2)  # (at_most, level, epsilon, …)

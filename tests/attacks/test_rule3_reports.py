@@ -146,6 +146,7 @@ def test_histogram_bias_variance_internal_sizes_are_never_printed(tmp_path, stat
     from dptest import cli, init_ledger
 
     from dpcli.tasks import auto_bounds
+    from dpcli.tasks.auto_bounds import choose
 
     data, out = tmp_path / "d.csv", tmp_path / "out.csv"
     data.write_text(csv_text(BASE.with_columns(v=pl.lit(2.5))))
@@ -166,8 +167,8 @@ def test_histogram_bias_variance_internal_sizes_are_never_printed(tmp_path, stat
         return False
 
     with mock.patch.object(auto_bounds, "noisy_groups", noisy_groups), \
-            mock.patch.object(auto_bounds, "_noisy_count", noisy_count), \
-            mock.patch.object(auto_bounds, "one_row_each", one_row_each):
+            mock.patch.object(choose, "_noisy_count", noisy_count), \
+            mock.patch.object(choose, "one_row_each", one_row_each):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "user", "--agg", "count,sum", "--value", "v",
                 "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--epsilon", "1",
                 "--delta", "1e-6", "--json", "-o", out)

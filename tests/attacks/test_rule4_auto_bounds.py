@@ -25,6 +25,7 @@ from dptest import cli, init_ledger
 from dptest import history as entries
 
 from dpcli.tasks import auto_bounds
+from dpcli.tasks.auto_bounds import choose
 
 
 def _spread(tmp_path, groups: int) -> tuple[str, str]:
@@ -163,9 +164,9 @@ def test_a_large_bound_chosen_at_a_small_epsilon_never_fails_the_sizes_read_afte
     # nothing charged). The one-row and one-group checks are held at "no" so that K and C are walked.
     data, keys = _spread(tmp_path, 2)
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    with mock.patch.object(auto_bounds, "first_within", _to_the_top), \
-            mock.patch.object(auto_bounds, "one_row_each", lambda *args, **kwargs: False), \
-            mock.patch.object(auto_bounds, "one_group_each", lambda *args, **kwargs: False):
+    with mock.patch.object(choose, "first_within", _to_the_top), \
+            mock.patch.object(choose, "one_row_each", lambda *args, **kwargs: False), \
+            mock.patch.object(choose, "one_group_each", lambda *args, **kwargs: False):
         r = cli("histogram", data, "--by", "g", "--privacy-unit", "u", "--keys", keys, "--max-partitions", "auto",
                 "--max-contributions", "auto", "--epsilon", "5e-9", "--json")
     assert r.exit_code == 0, r.stderr

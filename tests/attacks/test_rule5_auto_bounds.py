@@ -22,6 +22,7 @@ import pytest
 from dptest import stream
 
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks.auto_bounds import choose
 
 BASE = pl.DataFrame({"u": [f"u{i}" for i in range(200) for _ in range(3)],
                      "g": [f"g{(i + j) % 5}" for i in range(200) for j in range(3)],
@@ -61,7 +62,7 @@ def _fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBounds, mo
         seen.append(np.asarray(at_most, dtype=np.int64).copy())
         return FIRST_REACHING(at_most, level, epsilon, s)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ab, "first_reaching", record)
+    monkeypatch.setattr(choose, "first_reaching", record)
     ab.choose_bounds(frame.lazy(), ab.DataShape("u", ("g",), "v"), request, given, Fraction(1), stream(0), 12345)
     return seen
 
@@ -139,7 +140,7 @@ def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBoun
         return FIRST_WITHIN(above, allowed, sensitivity, epsilon, s, *how)  # type: ignore[arg-type]
 
     def size(frame: pl.LazyFrame, sensitivity: int, epsilon: Fraction, s: object, name: str) -> int:
-        true = ab._count(frame, name)
+        true = choose._count(frame, name)
         sizes.append(("units" if not sizes else "pairs" if request.contributions else "rows", true, sensitivity))
         assert epsilon == Fraction(1)
         SPENT.append(epsilon)
@@ -149,7 +150,7 @@ def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBoun
               name: str = "") -> bool:
         """The one-row check's input (units with more than one row: sensitivity 1), answered "no" on D and D′ alike
         so that the walks run on both."""
-        CHECKED.append(ab._count(lf.group_by(shape.unit).len().filter(pl.col("len") > 1), name))
+        CHECKED.append(choose._count(lf.group_by(shape.unit).len().filter(pl.col("len") > 1), name))
         SPENT.append(epsilon)
         assert epsilon == ab.CHECK_WEIGHT
         return False
@@ -158,15 +159,15 @@ def _model_fed(frame: pl.DataFrame, request: ab.AutoBounds, given: ab.ChosenBoun
                     name: str = "") -> bool:
         """The one-group check's input (units in more than one group: sensitivity 1), answered "no" alike."""
         per_unit = lf.group_by(shape.unit).agg(pl.struct(list(shape.by)).n_unique().alias("d"))
-        GROUP_CHECKED.append(ab._count(per_unit.filter(pl.col("d") > 1), name))
+        GROUP_CHECKED.append(choose._count(per_unit.filter(pl.col("d") > 1), name))
         SPENT.append(epsilon)
         assert epsilon == ab.GROUP_CHECK_WEIGHT
         return False
 
-    monkeypatch.setattr(ab, "first_within", walk)
-    monkeypatch.setattr(ab, "_noisy_count", size)
-    monkeypatch.setattr(ab, "one_row_each", check)
-    monkeypatch.setattr(ab, "one_group_each", group_check)
+    monkeypatch.setattr(choose, "first_within", walk)
+    monkeypatch.setattr(choose, "_noisy_count", size)
+    monkeypatch.setattr(choose, "one_row_each", check)
+    monkeypatch.setattr(choose, "one_group_each", group_check)
     ab.choose_bounds(frame.lazy(), ab.DataShape("u", ("g",), "v"), request, given, Fraction(1), stream(0), 12345,
                      model=MODEL)
     return walks, sizes
@@ -204,13 +205,13 @@ def test_noisy_groups_counts_each_unit_in_one_group(at_least, neighbour, monkeyp
     """BASE has 200 units over 5 groups (about 40 each with one group per unit): one unit more, however many groups
     it is in, crosses the threshold in one group at most."""
     seen: list[int] = []
-    count = ab._count
+    count = choose._count
 
     def record(frame: pl.LazyFrame, name: str) -> int:
         seen.append(count(frame, name))
         return seen[-1]
 
-    monkeypatch.setattr(ab, "_count", record)
+    monkeypatch.setattr(choose, "_count", record)
     other = pl.concat([BASE, SPREAD if neighbour == "spread" else NEIGHBOURS[neighbour]])
     for frame in (BASE, other):
         ab.noisy_groups(frame.lazy(), ab.DataShape("u", ("g",), "v"), at_least, Fraction(1), stream(0), 12345)

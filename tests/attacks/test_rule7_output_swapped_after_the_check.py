@@ -15,7 +15,7 @@ the run's inputs (rule 7: outputs never overwrite state or inputs). Here the swa
 the last check (the window a racing loop hits).
 
 Fixed (h-walk): :meth:`dpcli.access.Gate.write` opens the output's directory once after the last check
-and checks that descriptor (:meth:`dpcli.access.Gate._checked_parent`: it and its ancestors through ``..``
+and checks that descriptor (:func:`dpcli.access.writes.checked_parent`: it and its ancestors through ``..``
 are not the state directory or an input dataset, the name replaced is no input and no private file, by
 device and inode), then writes relative to it (:func:`dpcli.state.atomic.atomic_write_at`); a device or a
 pipe written in place goes through the same checked directory.

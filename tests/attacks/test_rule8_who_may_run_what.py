@@ -109,12 +109,13 @@ def test_attack_sudo_without_the_service_state_directory_is_no_personal_mode(tmp
 def test_root_through_sudo_still_sets_the_service_up(tmp_path, monkeypatch):
     """README step 4: root runs ``sudo -H -u dpcli dpcli catalog set``; there is no state directory yet."""
     from dpcli import access
+    from dpcli.access import identity
     from dpcli.cli.app import app
 
     svc = Service(tmp_path, monkeypatch)
     (svc.home / "c.toml").write_text(svc.catalog_toml)
     euid, home = svc.euid, svc.home
-    monkeypatch.setattr(access, "SOURCE", access.IdentitySource(
+    monkeypatch.setattr(identity, "SOURCE", access.IdentitySource(
         uid=lambda: euid, euid=lambda: euid, environ=lambda: {"SUDO_UID": "0", "SUDO_USER": "root"},
         user_name=lambda uid: "root" if uid == 0 else "svc", user_home=lambda uid: home))
     monkeypatch.setenv("DPCLI_STATE_DIR", str(svc.state))  # sudo -H: the account's home, so this directory
@@ -125,9 +126,10 @@ def test_root_through_sudo_still_sets_the_service_up(tmp_path, monkeypatch):
 
 def test_resists_a_sudo_user_without_a_sudo_uid(svc):
     from dpcli import access
+    from dpcli.access import identity
 
     svc.owner("--version")
-    src = access.SOURCE
+    src = identity.SOURCE
     for env in ({"SUDO_USER": "alice"}, {"SUDO_UID": "not-a-number", "SUDO_USER": "alice"}):
         caller = access.whoami(access.IdentitySource(uid=src.uid, euid=src.euid, environ=lambda env=env: env,
                                                      user_name=src.user_name, user_home=src.user_home))
@@ -136,6 +138,7 @@ def test_resists_a_sudo_user_without_a_sudo_uid(svc):
 
 def test_resists_sudo_to_oneself_and_unnamed_or_invalid_users(svc, monkeypatch):
     from dpcli import access
+    from dpcli.access import identity
     from dpcli.cli.app import app
     from dpcli.errors import UsageError
 
@@ -149,7 +152,7 @@ def test_resists_sudo_to_oneself_and_unnamed_or_invalid_users(svc, monkeypatch):
     with pytest.raises(UsageError):  # set-user-id by a uid without a name in the user database
         access.whoami(source({}, uid=euid + 4242))
     svc.run("alice", "--version")
-    monkeypatch.setattr(access, "SOURCE", source({"SUDO_UID": "40000", "SUDO_USER": "alice$"}))
+    monkeypatch.setattr(identity, "SOURCE", source({"SUDO_UID": "40000", "SUDO_USER": "alice$"}))
     r = runner.invoke(app, ["budget", "show"])  # a user name that is no valid ledger name
     assert r.exit_code == 2 and "invalid analyst name" in _one_line(r)
 

@@ -33,6 +33,7 @@ from auditstats import clopper_pearson, threshold_epsilon_bound, two_sample_viol
 from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import auto_bounds as ab
+from dpcli.tasks.auto_bounds import choose
 
 pytestmark = pytest.mark.audit
 
@@ -186,7 +187,7 @@ def vectors(frame: pl.DataFrame, k: int, c: int) -> dict[str, np.ndarray]:
         return forced.get(name, 0)
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(ab, "first_reaching", record)
+        m.setattr(choose, "first_reaching", record)
         ab.choose_bounds(frame.lazy(), SHAPE, ALL, GIVEN, Fraction(1), KeyedStream(KEY, "v"), SALT)
     return seen
 

@@ -25,6 +25,7 @@ from dpcli.tasks import (
 from dpcli.tasks.histogram.plan import HistogramPlan, choice_epsilon, plan_histogram, quantile_rank_margin
 from dpcli.tasks.histogram.query import HistogramQuery, parse_quantile
 from dpcli.tasks.histogram.run import bounding_salt
+from dpcli.tasks.reports import HistogramReport
 
 if TYPE_CHECKING:
     pass
@@ -134,9 +135,9 @@ def quantile_model_noise(unit: HistogramPlan, grid: bounding.ValueGrid) -> float
 
 
 def parts_metadata(q: HistogramQuery, frames: Frames, in_force: auto_bounds.ChosenBounds,
-                    stream: KeyedStream) -> dict[str, Any]:
+                    stream: KeyedStream) -> HistogramReport:
     """The released bounds chosen from the data and the bias report (both noisy, both public)."""
-    out: dict[str, Any] = {}
+    out: HistogramReport = {}
     if q.auto is not None and q.auto.any:
         out["auto"] = {**in_force.to_json(), **auto_bounds.budget_json(q.epsilon, q.rho, q.auto.share)}
     if q.bias_share is not None:

@@ -15,7 +15,7 @@ from dpcli.core import intervals
 from dpcli.core import mechanisms as mech
 from dpcli.core.accounting import composition as acc
 from dpcli.core.events import PrivacyEvent
-from dpcli.core.exact import floor_parameter, fraction_text
+from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import (
@@ -24,6 +24,7 @@ from dpcli.tasks import (
     quantile_gaps,
     quantile_interval,
 )
+from dpcli.tasks.budgets import gaussian_budget
 from dpcli.tasks.histogram.query import HistogramQuery, measurement_names, parse_quantile
 
 if TYPE_CHECKING:
@@ -238,24 +239,6 @@ def _interval_parts(name: str, c: int, end_rate: Fraction, count: mech.Noise,
     return {f"i{name}:n": NoisyStatistic(f"i{name}:n", c, count, share=share),
             f"i{name}:lo": NoisyStatistic(f"i{name}:lo", c, em_rate=end_rate, share=share),
             f"i{name}:hi": NoisyStatistic(f"i{name}:hi", c, em_rate=end_rate, share=share)}
-
-
-def gaussian_budget(epsilon: Fraction | None, rho: Fraction | None, delta: Fraction,
-                    discovered: bool) -> tuple[Fraction, Fraction, Fraction]:
-    """(ρ, the δ of the (ε, δ) conversion, the δ of the selection) of a release with Gaussian noise: ``--rho`` as
-    given, or the ρ whose conversion at δ (half of it when groups are ``discovered``: the other half is the
-    selection's) gives ``--epsilon`` (histogram and sql)."""
-    if rho is not None:
-        if epsilon is not None:
-            raise UsageError("and an ε calibrate the same Gaussian noise: give one of them", field="rho")
-        return rho, delta, delta
-    if epsilon is None or not 0 < delta < 1:
-        raise UsageError("Gaussian noise needs --rho, or --epsilon with --delta in (0, 1)")
-    conversion = delta / 2 if discovered else delta
-    found = floor_parameter(acc.rho_for_epsilon(float(epsilon), float(conversion)))
-    if found <= 0:
-        raise UsageError(f"{fraction_text(epsilon)} is too small for Gaussian noise at this δ", field="epsilon")
-    return found, conversion, delta - conversion
 
 
 def _checked(make: Callable[[Fraction | int, Fraction], mech.Noise], sensitivity: Fraction | int,

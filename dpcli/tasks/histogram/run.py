@@ -25,6 +25,7 @@ from dpcli.tasks import (
 )
 from dpcli.tasks.histogram.plan import HistogramPlan
 from dpcli.tasks.histogram.query import QUANTILE_OFFSET, HistogramQuery, parse_quantile, quantile_label
+from dpcli.tasks.reports import HistogramReport
 
 if TYPE_CHECKING:
     pass
@@ -36,7 +37,7 @@ class HistogramRelease:
 
     table: pl.DataFrame
     groups_released: int
-    metadata: dict[str, Any]
+    metadata: HistogramReport
 
 
 # An algorithm kernel, kept whole (about 70 lines): bounding, selection and the noise draws happen
@@ -89,7 +90,7 @@ def run_histogram(  # noqa: C901 (an algorithm kernel: see above)
         )
         totals = totals.sort(list(q.by), nulls_last=True)
     noisy: dict[str, np.ndarray] = {}
-    meta: dict[str, Any] = {}
+    meta: HistogramReport = {}
     if q.domain == "threshold":
         units_noise = plan.measurements["units"].noise
         assert units_noise is not None and plan.threshold is not None

@@ -38,6 +38,7 @@ from dpcli.tasks.histogram.plan import (
 )
 from dpcli.tasks.histogram.query import HistogramQuery, parse_quantile
 from dpcli.tasks.histogram.run import run_histogram
+from dpcli.tasks.reports import AutoReport, HistogramReport
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
@@ -50,7 +51,7 @@ class KeptBounds:
     """The ``auto`` bounds a schedule's first run chose, as its later runs give them (``chosen``: released
     values, as in the first run's ``"auto"``), and those not chosen yet (``pending``: a dry run's later runs)."""
 
-    chosen: dict[str, Any]
+    chosen: AutoReport
     pending: auto_bounds.AutoBounds
 
 
@@ -183,7 +184,7 @@ class HistogramTask(TaskDefaults):
         """The same query at a schedule run's ε."""
         return replace(self, query=replace(self.query, epsilon=epsilon))
 
-    def keeping(self, chosen: Mapping[str, Any]) -> HistogramTask:
+    def keeping(self, chosen: AutoReport) -> HistogramTask:
         """A later run of a schedule whose first run chose its ``auto`` bounds: ``chosen`` (the schedule's state
         keeps them) given as bounds, no part choosing them (the run's whole ε goes to the release), and the
         release's metadata saying they were kept. In a dry run, bounds not chosen yet are missing from
@@ -194,11 +195,11 @@ class HistogramTask(TaskDefaults):
         pending = auto_bounds.AutoBounds(q.auto.partitions and "max_partitions" not in chosen,
                                          q.auto.contributions and "max_contributions" not in chosen,
                                          q.auto.values and "bounds" not in chosen)
-        in_force = auto_bounds.chosen_of(dict(chosen), q.given())
+        in_force = auto_bounds.chosen_of(chosen, q.given())
         kept = replace(q, auto=None, max_partitions=in_force.max_partitions or 1,
                        max_contributions=in_force.max_contributions,
                        bounds=in_force.bounds or ((0.0, 1.0) if q.auto.values else q.bounds))
-        return replace(self, query=kept, kept=KeptBounds(dict(chosen), pending))
+        return replace(self, query=kept, kept=KeptBounds(chosen.copy(), pending))
 
     def schedule_mode(self, ledger_mode: str) -> str:
         """Each run of a schedule is planned in the ledger's mode."""
@@ -265,7 +266,7 @@ class HistogramTask(TaskDefaults):
                                  keys if isinstance(keys, pl.DataFrame) else None, name=frames.name, rows=frames.rows,
                                  engine=engine.totals if engine else None,
                                  quantile_engine=engine.quantile_counts if engine else None)
-        metadata = {
+        metadata: HistogramReport = {
             "command": "histogram",
             "groups": released.groups_released,
             "aggregations": list(q.aggregations),
@@ -280,30 +281,33 @@ class HistogramTask(TaskDefaults):
         if self.chosen is not None:
             metadata["target"] = self.chosen.to_json()
         if in_force is not None:
-            metadata.update(parts_metadata(q, frames, in_force, stream))
+            metadata = {**metadata, **parts_metadata(q, frames, in_force, stream)}
         if self.kept is not None:
             metadata["auto"] = {**self.kept.chosen, "kept": True}
         return Result(released.table, metadata)
 
     def summary(self, name: str, result: Result) -> str:
-        line = f"histogram of {name}: {result.metadata['groups']} group(s) released"
-        if result.metadata.get("threshold") is not None:
-            line += f" (threshold {result.metadata['threshold']} noisy units)"
-        return line + auto_bounds.chosen_text(result.metadata.get("auto"))
+        report = result.metadata
+        assert report["command"] == "histogram"
+        line = f"histogram of {name}: {report['groups']} group(s) released"
+        if report.get("threshold") is not None:
+            line += f" (threshold {report['threshold']} noisy units)"
+        return line + auto_bounds.chosen_text(report.get("auto"))
 
     def notes(self, plan: HistogramPlan, result: Result) -> list[Note]:
         from dpcli import advice
 
-        q = self.query
+        q, report = self.query, result.metadata
+        assert report["command"] == "histogram"
         if plan.parts is not None:  # the notes read the release as it ran: at the bounds in force, and its plan
-            q = q.release_query(auto_bounds.chosen_of(result.metadata.get("auto"), q.given()))
+            q = q.release_query(auto_bounds.chosen_of(report.get("auto"), q.given()))
             plan = plan_histogram(q, *plan.ledger)
         in_force = {"max_partitions": q.max_partitions, "max_contributions": q.max_contributions, "bounds": q.bounds}
-        unit, bias = self.unit_label or q.unit, result.metadata.get("bias")
-        chosen = [f for f in result.metadata.get("auto") or {} if f in in_force]
+        unit, bias = self.unit_label or q.unit, report.get("bias")
+        chosen = [f for f in report.get("auto") or {} if f in in_force]
         levels = {a: float(p) for a in q.aggregations if (p := parse_quantile(a)) is not None}
         return [*advice.histogram_notes(q, plan, result.table, self.defaulted, self.unit_label),
-                *advice.left_out(self.left_out_chosen, result.metadata.get("auto"), self.left_out_stays,
+                *advice.left_out(self.left_out_chosen, report.get("auto"), self.left_out_stays,
                                  [f for f in self.defaulted if f == "max_partitions" or (f == "max_contributions"
                                   and set(q.aggregations) & {"count", "sum", "mean", "variance"})]),
                 *advice.bias_report(unit, bias, in_force), *advice.bias_beyond_margin(q, plan, result.table, unit,

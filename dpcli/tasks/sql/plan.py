@@ -39,7 +39,7 @@ from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import quantile_interval as qi
-from dpcli.tasks.histogram import gaussian_budget
+from dpcli.tasks.budgets import gaussian_budget
 from dpcli.tasks.quantile_gaps import QUANTILE_SAMPLER
 from dpcli.tasks.sql.ir import AnonAgg, Expr, expr_canonical
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import polars as pl
 
@@ -21,6 +21,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
 from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
+from dpcli.tasks.reports import SqlReport
 from dpcli.tasks.sql import auto as sql_auto
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
@@ -356,14 +357,16 @@ class SqlTask(TaskDefaults):
         released = Noisy(totals, noisy, bins, layout, plan, stream, task.options.max_contributions)
         table, margins = output_table(task.query, released, task.options.with_error)
         table = apply_post(table, task.query.post)
-        return Result(table, {**task._metadata(plan, table, margins), **extra})
+        return Result(table, cast(SqlReport, {**task._metadata(plan, table, margins), **extra}))
 
     def summary(self, name: str, result: Result) -> str:
-        line = f"sql over {', '.join(result.metadata['tables'])}: {result.metadata['groups']} row(s) released"
-        if result.metadata.get("threshold") is not None:
-            line += f" (threshold {result.metadata['threshold']} noisy units)"
-        if "auto" in result.metadata:
-            line += "; chosen: " + ", ".join(f"{k} {v}" for k, v in result.metadata["auto"].items()
+        report = result.metadata
+        assert report["command"] == "sql"
+        line = f"sql over {', '.join(report['tables'])}: {report['groups']} row(s) released"
+        if report.get("threshold") is not None:
+            line += f" (threshold {report['threshold']} noisy units)"
+        if "auto" in report:
+            line += "; chosen: " + ", ".join(f"{k} {v}" for k, v in report["auto"].items()
                                              if k in ("max_partitions", "max_contributions"))
         return line
 
@@ -371,14 +374,16 @@ class SqlTask(TaskDefaults):
         from dpcli import advice
         from dpcli.tasks.sql.describe import sql_notes
 
-        chosen = result.metadata.get("auto")
+        report = result.metadata
+        assert report["command"] == "sql"
+        chosen = report.get("auto")
         counts = self.capped_by_default()
         binding = [f for f in self.defaulted
                    if (f == "max_partitions" and self.query.groups) or (f == "max_contributions" and counts)]
         left_out = advice.left_out(self.left_out_chosen, chosen, self.left_out_stays, binding)
         k = int((chosen or {}).get("max_partitions", self.options.max_partitions))
         c = int((chosen or {}).get("max_contributions", self.options.max_contributions))
-        bias = advice.bias_report(self.unit_word, result.metadata.get("bias"),
+        bias = advice.bias_report(self.unit_word, report.get("bias"),
                                   {"max_partitions": k, "max_contributions": c, "bounds": None})
         if chosen is None:
             return [*sql_notes(self, plan, result.table), *left_out, *bias]

@@ -6,8 +6,8 @@
 * :mod:`.algorithm`: the windows, their keys' trees and triggers (Alg. 2-4);
 * :mod:`.run`: a whole replay, or one incremental advance of a persisted stream;
 * :mod:`.state`: the JSON codec of a stream's state and the ``--state`` document body;
-* :mod:`.task`: a whole replay as a :class:`dpcli.tasks.Task` (runs against a ``--state`` file:
-  :mod:`dpcli.release.streams`).
+* :mod:`.task`: a whole replay, or one run of a stream its ``--state`` file holds, as a :class:`dpcli.tasks.Task`
+  (the state file itself: :mod:`dpcli.release.streams`).
 
 This file re-exports the public names (its modules never import it). The CLI and :mod:`dpcli.release.streams` call
 the functions through it (tests replace :func:`plan_stream` here).
@@ -42,7 +42,7 @@ from dpcli.tasks.stream.query import (
     MIN_SECONDS,
     StreamQuery,
 )
-from dpcli.tasks.stream.run import StreamRelease, advance_stream, run_stream
+from dpcli.tasks.stream.run import StreamFeed, StreamRelease, advance_stream, run_stream
 from dpcli.tasks.stream.state import (
     STATE_KIND,
     check_state_body,
@@ -56,7 +56,7 @@ from dpcli.tasks.stream.state import (
 
 __all__ = [
     "CLAMP_RANGE", "ISO_LAYOUTS", "MAX_EPSILON", "MAX_MU", "MAX_RECORDS", "MAX_SECONDS", "MAX_TRIGGERS",
-    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState", "StreamPlan", "StreamQuery",
+    "MAX_WINDOW_DAYS", "MIN_DELTA", "MIN_SECONDS", "STATE_KIND", "KeyState", "StreamFeed", "StreamPlan", "StreamQuery",
     "StreamRelease", "StreamState", "WindowRun", "advance_stream", "bounded_events", "check_state_body",
     "decode_state", "encode_state", "event_seconds", "key_schema_of", "load_state", "margins95",
     "margins95_by_trigger", "naive_utc",

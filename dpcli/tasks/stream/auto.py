@@ -31,6 +31,7 @@ from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, UsageError, type_text
 from dpcli.tasks import auto_bounds as ab
 from dpcli.tasks import bias_report as br
+from dpcli.tasks.reports import AutoReport, StreamReport
 from dpcli.tasks.stream.events import record_exprs
 from dpcli.tasks.stream.plan import StreamPlan, plan_stream
 from dpcli.tasks.stream.query import CLAMP_RANGE, StreamQuery
@@ -71,18 +72,28 @@ class StreamChoice:
         return cls(doc.get("max_contributions"), float(bounds[1]) if bounds else None, doc.get("bias"),
                    bool(doc.get("reduced", False)))
 
-    def metadata(self, q: StreamQuery) -> dict[str, Any]:
+    def chosen(self) -> AutoReport:
+        """The chosen bounds as a report's ``auto`` shows them (:meth:`to_json` without the bias report)."""
+        out: AutoReport = {}
+        if self.max_records is not None:
+            out["max_contributions"] = self.max_records
+        if self.clamp is not None:
+            out["bounds"] = [-self.clamp, self.clamp]
+        if self.reduced:
+            out["reduced"] = True
+        return out
+
+    def metadata(self, q: StreamQuery) -> StreamReport:
         """The result's ``auto`` and ``bias`` parts (released values and the budget that released them)."""
-        out: dict[str, Any] = {}
-        chosen = {k: v for k, v in self.to_json().items() if k != "bias"}
+        out: StreamReport = {}
         if q.auto is not None:
-            out["auto"] = {**chosen, "epsilon": fraction_text(q.epsilon * q.parts.auto)}
+            out["auto"] = {**self.chosen(), "epsilon": fraction_text(q.epsilon * q.parts.auto)}
         if self.bias is not None:
             out["bias"] = self.bias
         return out
 
 
-def chosen_line(metadata: dict[str, Any]) -> str:
+def chosen_line(metadata: StreamReport) -> str:
     """``; chosen: max_contributions 13, bounds -0.7071:0.7071`` from a result's metadata (empty without auto)."""
     auto = metadata.get("auto") or {}
     bits = [f"max_contributions {auto['max_contributions']}"] if "max_contributions" in auto else []

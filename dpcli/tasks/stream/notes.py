@@ -8,10 +8,10 @@ and the ``through`` of the stream's earlier runs), the query, and the number of 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from dpcli.advice import Note
 from dpcli.core.display import utc_text
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import naive_utc
 
 
@@ -42,7 +42,7 @@ def retry(recorded: int, through: int, step: int) -> Note:
 
 
 
-def chosen_for_stream(metadata: dict[str, Any]) -> Note:
+def chosen_for_stream(metadata: StreamReport) -> Note:
     """The run that chose a persisted stream's ``auto`` bounds (released values): they hold for every later run,
     though only this run's records were read to choose them."""
     auto = metadata.get("auto") or {}

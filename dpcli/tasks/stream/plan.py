@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import polars as pl
@@ -26,6 +25,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import floor_parameter, fraction_text
 from dpcli.core.samplers import effective_sigma2
 from dpcli.errors import UsageError
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.query import StreamQuery
 
 #: The discrete Gaussian proposes from a discrete Laplace with scale ⌊σ⌋ + 1 ≤ 2^44 (the samplers' limit).
@@ -42,7 +42,7 @@ class StreamPlan:
     sigma2_sum: Fraction | None
     thresholds: dict[int, np.ndarray] = field(default_factory=dict, compare=False, hash=False)
     events: tuple[PrivacyEvent, ...] = ()
-    summary: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    summary: StreamReport = field(default_factory=lambda: StreamReport(), compare=False, hash=False)
 
     def selection_threshold(self, n: int, horizon: int) -> np.ndarray:
         """Selection thresholds τ(i) of a tree over n leaves, i = 1 … n (cached; see
@@ -101,7 +101,7 @@ def plan_stream(q: StreamQuery) -> StreamPlan:
     events = (PrivacyEvent("approx", "stream-replay/dp-sqlp", epsilon=release_epsilon, delta=q.delta,
                            detail={"C": str(q.max_records), "triggers": str(q.triggers)}),
               *q.parts.events("stream-replay", q.epsilon, None))
-    summary: dict[str, Any] = {
+    summary: StreamReport = {
         "key_selection": {"epsilon": eps_k, "delta": delta_k, "rho_total": float(rho_k), "rounds": q.max_records,
                           "beta": beta, "sigma": math.sqrt(float(sigma2_select))},
         "perturbation": {"epsilon": eps_m, "delta": delta_m, "rho_total": float(rho_m),
@@ -133,7 +133,7 @@ class PendingPlan:
     them (``summary``; ``moe95_by_trigger`` of the columns whose margin depends on no chosen bound)."""
 
     events: tuple[PrivacyEvent, ...]
-    summary: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    summary: StreamReport = field(default_factory=lambda: StreamReport(), compare=False, hash=False)
     moe95_by_trigger: dict[str, list[float]] = field(default_factory=dict, compare=False, hash=False)
     chosen_at_run_time: tuple[str, ...] = field(default=(), compare=False, hash=False)
 
@@ -150,7 +150,8 @@ def plan_pending(q: StreamQuery) -> PendingPlan:
     dp_sqlp = at.events[0]
     if q.auto.contributions:
         dp_sqlp = replace(dp_sqlp, detail={**dp_sqlp.detail, "C": "auto"})
-    summary = {k: dict(v) if isinstance(v, dict) else v for k, v in at.summary.items()}
+    summary: StreamReport = {**at.summary, "key_selection": dict(at.summary["key_selection"]),
+                                  "perturbation": dict(at.summary["perturbation"])}
     if q.auto.contributions:
         summary["key_selection"].update(rounds=None, beta=None, sigma=None)
         summary["perturbation"]["sigma_count"] = None

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import polars as pl
 
 from dpcli.core.display import utc_text
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import StreamState
 from dpcli.tasks.stream.events import EventsEngine, prepare_events, record_columns, with_kept
 from dpcli.tasks.stream.plan import StreamPlan
@@ -20,10 +20,27 @@ class StreamRelease:
     """The released rows (long format) and the public summary."""
 
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: StreamReport
 
 
-def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> dict[str, Any]:
+@dataclass
+class StreamFeed:
+    """A run of a stream kept in a ``--state`` file, as its task runs it (:meth:`.task.StreamTask.run`): the
+    stream as its state holds it (``stream``: its seed, trees, kept events; advanced in place by the run), the
+    run's public moment (``through``), the name the run's metadata gives the state (``state``), whether an earlier
+    run was fed this input (``fed_before``: its events were counted then, so it feeds none and only runs the
+    triggers due), the metadata of the bounds the stream chose (``chosen``, kept by its state), and, once run,
+    what it released before any margin (``released``: what the state keeps for a retry)."""
+
+    stream: StreamState
+    through: datetime
+    state: str
+    fed_before: bool = False
+    chosen: StreamReport = field(default_factory=lambda: StreamReport())
+    released: StreamRelease | None = None
+
+
+def _metadata(table: pl.DataFrame, plan: StreamPlan, through: datetime) -> StreamReport:
     """The public summary: the released row count (post-processing of noisy output), the public
     ``through`` time and the calibration. Nothing computed from the data without noise."""
     return {"releases": table.height, "through": utc_text(through), **plan.summary}

@@ -1,5 +1,6 @@
-"""``dpcli stream-replay`` as a :class:`dpcli.tasks.Task`: one whole replay of an input (a run against a
-``--state`` file is :mod:`dpcli.release.streams`, with the same query and plan)."""
+"""``dpcli stream-replay`` as a :class:`dpcli.tasks.Task`: one whole replay of an input, or one run of a stream kept
+in a ``--state`` file (fed the stream its state holds: :class:`dpcli.tasks.stream.run.StreamFeed`; the state file
+itself, its lock and its ledger steps are :mod:`dpcli.release.streams`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
-from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, free_replay
+from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, bound_elsewhere, free_replay
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run
@@ -24,7 +26,7 @@ from dpcli.tasks.stream.plan import (
     with_margins,
 )
 from dpcli.tasks.stream.query import StreamQuery
-from dpcli.tasks.stream.run import run_stream
+from dpcli.tasks.stream.run import StreamFeed, advance_stream, run_stream
 
 if TYPE_CHECKING:
     import polars as pl
@@ -45,6 +47,9 @@ class StreamTask(TaskDefaults):
     #: one seed whatever ``--through``: a later one only adds the rows of later triggers, each trigger's
     #: noise its own.
     chosen_through: int | None = None
+    #: A run against a ``--state`` file: the stream its state holds, fed this run's input (None: a whole replay).
+    feed: StreamFeed | None = bound_elsewhere("a stream state's seed (made once, at the stream's creation) and each "
+                                              "run's step digest in the ledger", default=None)
 
     def for_ledger(self, mode: str) -> StreamTask:
         """The task of one run, its moment fixed once (``through``, default now): the seed and the run then see
@@ -107,9 +112,13 @@ class StreamTask(TaskDefaults):
 
     def run(self, frames: Frames, plan: StreamPlan | PendingPlan, seed: bytes, engine: Engine | None) -> Result:
         """The replay; with ``auto`` bounds (or the bias report) first the choice on the same records, then the
-        replay at the chosen bounds (planned again: the same events)."""
+        replay at the chosen bounds (planned again: the same events). With a :attr:`feed`, one run of the stream
+        its state holds instead (:meth:`_advance`)."""
+        if self.feed is not None:
+            assert isinstance(plan, StreamPlan) and seed == self.feed.stream.seed  # (at the stream's kept bounds)
+            return self._advance(self.feed, frames, plan, engine)
         q, moment = self.query, self.through or datetime.now(UTC)
-        extra: dict[str, Any] = {}
+        extra: StreamReport = {}
         if self.chooses:
             if engine is not None:
                 raise UsageError("auto bounds and --report-bias are chosen by the polars engine only")
@@ -119,8 +128,20 @@ class StreamTask(TaskDefaults):
         assert isinstance(plan, StreamPlan)
         released = run_stream(frames.data, q, plan, seed, moment, name=frames.name,
                               engine=engine.stream_events if engine else None)
-        return Result(self.margins(released.table, plan, q), {"command": "stream-replay", **released.metadata,
-                                                               **extra}, times=TIME_COLUMNS)
+        report: StreamReport = {"command": "stream-replay", **released.metadata, **extra}
+        return Result(self.margins(released.table, plan, q), report, times=TIME_COLUMNS)
+
+    def _advance(self, feed: StreamFeed, frames: Frames, plan: StreamPlan, engine: Engine | None) -> Result:
+        """One run of a stream kept in a state file: the events of this run's input (none if fed before) and those
+        the state kept run in every trigger due by ``feed.through``, the later ones kept
+        (:func:`dpcli.tasks.stream.run.advance_stream`); what it released before margins stays in ``feed``."""
+        fed = feed.fed_before
+        released = advance_stream(frames.data.head(0) if fed else frames.data, feed.stream, feed.through, keep=True,
+                                  name=frames.name, engine=None if fed or engine is None else engine.stream_events)
+        released.metadata.update(feed.chosen)
+        feed.released = released
+        report: StreamReport = {"command": "stream-replay", "state": feed.state, **released.metadata}
+        return Result(self.margins(released.table, plan), report, times=TIME_COLUMNS)
 
     def margins(self, table: Any, plan: StreamPlan, query: StreamQuery | None = None) -> Any:
         """``table`` with its 95% margins when asked for (post-processing of released values); ``query``: the
@@ -128,12 +149,16 @@ class StreamTask(TaskDefaults):
         return with_margins(table, query or self.query, plan) if self.with_error else table
 
     def summary(self, name: str, result: Result) -> str:
-        return (f"stream-replay of {name}: {result.metadata['releases']} release row(s), "
-                f"triggers run through {result.metadata['through']}{chosen_line(result.metadata)}")
+        report = result.metadata
+        assert report["command"] == "stream-replay"
+        return (f"stream-replay of {name}: {report['releases']} release row(s), "
+                f"triggers run through {report['through']}{chosen_line(report)}")
 
     def notes(self, plan: StreamPlan | PendingPlan, result: Result) -> list[Any]:
         """Why nothing was released, when nothing was (public: the triggers run and the released row count)."""
-        if result.metadata["releases"]:
+        report = result.metadata
+        assert report["command"] == "stream-replay"
+        if report["releases"]:
             return []
-        through = trigger_through(datetime.fromisoformat(result.metadata["through"]), self.query.step)
+        through = trigger_through(datetime.fromisoformat(report["through"]), self.query.step)
         return [empty_run(through, None, self.query.step, kept=False)]

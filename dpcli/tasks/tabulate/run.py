@@ -19,6 +19,7 @@ from dpcli.core import mechanisms as mech
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import DataError, type_text, withheld
 from dpcli.frames import collect
+from dpcli.tasks.reports import TabulateReport
 from dpcli.tasks.tabulate.plan import TabulatePlan, noise_for, plan_tabulate
 from dpcli.tasks.tabulate.query import Iteration, Level, Spec
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 @dataclass
 class TabulateRelease:
     table: pl.DataFrame
-    metadata: dict[str, Any]
+    metadata: TabulateReport
 
 
 def _codes(expr: pl.Expr, dtype: pl.DataType | DataTypeClass) -> pl.Expr:

@@ -12,6 +12,7 @@ import polars as pl
 
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
+from dpcli.tasks.reports import TabulateReport
 from dpcli.tasks.tabulate.plan import TabulatePlan, plan_tabulate
 from dpcli.tasks.tabulate.query import Spec
 from dpcli.tasks.tabulate.run import block_columns, check_columns, run_tabulate
@@ -65,10 +66,13 @@ class TabulateTask(TaskDefaults):
                                 engine=engine.tabulate_counts if engine else None, plan=plan)
         # The summary holds public values (spec, levels, groups enumerated from the public block list,
         # noise scales) and functions of the noisy output (branches, rows): no count of records.
-        return Result(released.table, {"command": "tabulate", "noise": self.spec.noise, **released.metadata})
+        report: TabulateReport = {"command": "tabulate", "noise": self.spec.noise, **released.metadata}
+        return Result(released.table, report)
 
     def summary(self, name: str, result: Result) -> str:
-        return f"tabulate {name}: {result.metadata['rows']} cell(s) over {len(self.spec.levels)} level(s)"
+        report = result.metadata
+        assert report["command"] == "tabulate"
+        return f"tabulate {name}: {report['rows']} cell(s) over {len(self.spec.levels)} level(s)"
 
     def notes(self, plan: TabulatePlan, result: Result) -> list[Any]:
         return []

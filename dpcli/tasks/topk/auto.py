@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from dpcli.core.exact import fraction_text
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.tasks import Frames
+from dpcli.tasks.reports import TopKReport
 from dpcli.tasks.topk.plan import TopKPlan, plan_topk, whole_epsilon
 from dpcli.tasks.topk.query import TopKQuery
 
@@ -35,14 +35,14 @@ def _plannable(q: TopKQuery, plan: TopKPlan, chosen: Any) -> tuple[TopKQuery, To
 
 
 def bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedStream
-                   ) -> tuple[TopKQuery, TopKPlan, dict[str, Any]]:
+                   ) -> tuple[TopKQuery, TopKPlan, TopKReport]:
     """With ``--max-contributions auto``: τ chosen from the data (``stream.child("auto")``), the query and its
     plan at that τ (the same events as planned before any data was read); with ``--report-bias``: the noisy
     count of units with a group over τ (``stream.child("bias")``). Metadata for both (released values)."""
     from dpcli.tasks import auto_bounds as ab
     from dpcli.tasks import bias_report as br
 
-    extra: dict[str, Any] = {}
+    extra: TopKReport = {}
     if q.parts.release == 1:
         return q, plan, extra
     shape = ab.DataShape(q.unit, q.by)
@@ -53,7 +53,7 @@ def bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedStr
         chosen = ab.choose_bounds(frames.data, shape, auto, ab.ChosenBounds(None, 1, None), quantile_epsilon,
                                   stream.child("auto"), 0, frames.name)  # salt 0: topk's bounding salt
         q, plan, chosen = _plannable(q, plan, chosen)
-        extra["auto"] = {**chosen.to_json(), "epsilon": fraction_text(whole * auto.share)}
+        extra["auto"] = {**chosen.to_json(), **ab.budget_json(whole, None, auto.share)}  # ε = whole·share
     if q.bias_share is not None:
         bounds = ab.ChosenBounds(None, q.max_contributions, None)
         noise = br.bias_noise(whole, None, q.bias_share)

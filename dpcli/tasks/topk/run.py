@@ -5,7 +5,7 @@ selection and the ranking (:func:`run_topk`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -15,6 +15,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import UsageError
 from dpcli.frames import collect
+from dpcli.tasks.reports import TopKReport
 from dpcli.tasks.topk.plan import TopKPlan, br_units, stage_events
 from dpcli.tasks.topk.query import TopKQuery
 from dpcli.tasks.topk.threshold import select_groups
@@ -29,7 +30,7 @@ class TopKRelease:
     table: pl.DataFrame
     bottom: bool
     actual: list[PrivacyEvent]
-    metadata: dict[str, Any]
+    metadata: TopKReport
 
 
 def group_counts(frame: pl.LazyFrame, q: TopKQuery, *, name: str = "the input", rows: int | None = None,
@@ -74,7 +75,7 @@ def run_topk(
     if plan.selection is not None:  # stage 1: the groups the thresholding releases become the list
         domain = select_groups(frame, q, plan.selection, stream, name=name, rows=rows, engine=engine)
     counts = group_counts(frame, q, name=name, rows=rows, engine=engine, top=top)
-    meta: dict[str, Any] = {"tau": q.count_sensitivity, "selection": q.method}
+    meta: TopKReport = {"tau": q.count_sensitivity, "selection": q.method}
     if plan.selection is not None:
         assert domain is not None
         # stage 2: KnownGumb over the selected groups, at most k (all of them, ranked, when fewer pass)

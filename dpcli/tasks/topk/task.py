@@ -14,6 +14,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import StateError, UsageError
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
+from dpcli.tasks.reports import AutoReport, TopKReport
 from dpcli.tasks.topk.auto import bounds_chosen
 from dpcli.tasks.topk.plan import TopKPlan, describe_plan, epsilon_per_for, plan_topk
 from dpcli.tasks.topk.query import TopKQuery
@@ -75,7 +76,7 @@ class TopKTask(TaskDefaults):
         """Each run of a schedule is planned in :attr:`scheduled_mode` (pure: top-k's accounting per run)."""
         return self.scheduled_mode
 
-    def keeping(self, chosen: Mapping[str, Any]) -> TopKTask:
+    def keeping(self, chosen: AutoReport) -> TopKTask:
         """Top-k chooses no bounds from the data, so a schedule's state keeps none for it."""
         raise StateError("a top-k schedule's state holds chosen bounds, which top-k never chooses: a damaged state")
 
@@ -134,34 +135,38 @@ class TopKTask(TaskDefaults):
         query, plan, extra = bounds_chosen(frames, self.query, plan, stream)
         released = run_topk(frames.data, query, plan, stream, domain if isinstance(domain, pl.DataFrame) else None,
                             name=frames.name, rows=frames.rows, engine=engine.totals if engine else None)
-        metadata = {**released.metadata, "command": "topk", "guarantee": plan.guarantee, **extra}
+        metadata: TopKReport = {**released.metadata, "command": "topk", "guarantee": plan.guarantee, **extra}
         if self.chosen is not None:
             metadata["target"] = self.chosen.to_json()
         return Result(released.table, metadata, released.actual)
 
     def summary(self, name: str, result: Result) -> str:
-        found, k = result.metadata["found"], self.query.k
+        report = result.metadata
+        assert report["command"] == "topk"
+        found, k = report["found"], self.query.k
         line = f"top-{k} of {name}: {found} group(s)"
-        if result.metadata.get("bottom", False) and "selected" in result.metadata:
-            line += f", {result.metadata['selected']} group(s) passed the selection"
-        elif result.metadata.get("bottom", False):
+        if report.get("bottom", False) and "selected" in report:
+            line += f", {report['selected']} group(s) passed the selection"
+        elif report.get("bottom", False):
             line += f", ⊥ reached (only {found} of {k} could be released)"
-        if "auto" in result.metadata:
-            line += f"; chosen: max_contributions {result.metadata['auto']['max_contributions']}"
+        if "auto" in report:
+            line += f"; chosen: max_contributions {report['auto']['max_contributions']}"
         return line
 
     def notes(self, plan: TopKPlan, result: Result) -> list[Note]:
         from dpcli import advice
 
+        report = result.metadata
+        assert report["command"] == "topk"
         if self.query.auto is not None:  # the count noise of the τ chosen (a released value)
-            query = replace(self.query, max_contributions=int(result.metadata["tau"]))
+            query = replace(self.query, max_contributions=int(report["tau"]))
             plan = plan_topk(query, plan.ledger_mode, {})
         notes = advice.topk_notes(self.query, plan, result.table, self.defaulted, self.unit_label)
-        if result.metadata.get("bottom", False) and "selected" in result.metadata:
+        if report.get("bottom", False) and "selected" in report:
             notes.append(advice.Note(f"fewer than k = {self.query.k} groups reach the selection's threshold of "
-                                     f"{result.metadata['threshold']} noisy units: only {result.metadata['found']} "
+                                     f"{report['threshold']} noisy units: only {report['found']} "
                                      "released (a larger --selection-share or a smaller --max-partitions lowers it)"))
-        elif result.metadata.get("bottom", False):
+        elif report.get("bottom", False):
             notes.append(advice.Note(f"fewer than k = {self.query.k} groups pass the threshold (⊥): only "
-                                     f"{result.metadata['found']} released"))
+                                     f"{report['found']} released"))
         return notes

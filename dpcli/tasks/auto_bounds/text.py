@@ -1,15 +1,17 @@
 """How a release names the bounds :mod:`dpcli.tasks.auto_bounds` chose and the budget that chose them (text and
-metadata only: nothing here reads data). Split from that module (re-exported there, where callers import them)."""
+metadata only: nothing here reads data; re-exported by the package)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
 from dpcli.core.exact import fraction_text
+from dpcli.tasks.reports import AutoReport
 
 
-def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> dict[str, str]:
+def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> AutoReport:
     """A part's budget for metadata: ``{"epsilon": …}`` or ``{"rho": …}``."""
     if rho is not None:
         return {"rho": fraction_text(rho * share)}
@@ -17,7 +19,7 @@ def budget_json(epsilon: Fraction | None, rho: Fraction | None, share: Fraction)
     return {"epsilon": fraction_text(epsilon * share)}
 
 
-def chosen_text(chosen: dict[str, Any] | None) -> str:
+def chosen_text(chosen: Mapping[str, Any] | None) -> str:
     """The summary line's tail naming the chosen bounds (empty without): ``; chosen: max_partitions 3, …``."""
     if not chosen:
         return ""
