@@ -8,8 +8,10 @@ Every relation below the anonymized aggregation keeps each row owned by one user
   take that name);
 * **aggregation** in a sub-query over private rows groups by the privacy unit (per user);
 * **join** of two private relations matches their privacy units (``USING (uid)`` or
-  ``ON a.uid = b.uid``, other conditions allowed besides); a join with a public relation may
-  use any key, and rows left without a unit by an outer join are dropped (compile);
+  ``ON a.uid = b.uid``, other conditions allowed besides), or a key an owned table's link names
+  (``ON l.l_orderkey = o.o_orderkey``: the units' equality is added, :mod:`dpcli.tasks.sql.owners`); a
+  join with a public relation may use any key, and rows left without a unit by an outer join are
+  dropped (compile);
 * every join has an equality key, a column of each side (``join-key``: no cross join, ``ON TRUE``
   or condition on one side only), so one row meets a bounded number of rows of the other side
   (:mod:`dpcli.tasks.sql.fanout` caps the product over the public joins).
