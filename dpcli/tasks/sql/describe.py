@@ -203,9 +203,10 @@ def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
                           f"{task.unit_word}s' means (every {task.unit_word} weighs the same, whatever its rows): "
                           "not the per-row mean or variance of plain SQL"))
     if task.stability > 1:
+        others, s = (task.stability - 1) // 2, task.stability
         notes.append(advice.Note(f"owned tables: the noise covers one {task.unit_word} changing the rows of up to "
-                                 f"{(task.stability - 1) // 2} others through duplicated keys (×{task.stability} the noise of "
-                                 "a unit table's release; fewer keys per owner, less noise)"))
+                                 f"{others} others through duplicated keys (×{s} the noise of a unit table's release; "
+                                 "fewer keys per owner, less noise)"))
     defaulted = set(task.defaulted)
     counts_rows = any(a.function == "count" and a.cap == task.options.max_contributions
                       for a in task.query.aggregates)
