@@ -24,6 +24,17 @@ def _types(sdf: Any) -> dict[str, Any]:
     return {f.name: f.dataType for f in sdf.schema.fields}
 
 
+def _read(frame: Any, column: str) -> Any:
+    """:func:`dpcli.tasks.sql.owners._read`: text told apart by its first characters only."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
+
+    is_text = isinstance(_types(frame)[column], T.StringType)
+    return F.substring(col(column), 1, MAX_TEXT_LENGTH) if is_text else col(column)
+
+
 def _first(pairs: Any, over: str, fields: list[str], link: OwnerLink) -> Any:
     """:func:`dpcli.tasks.sql.owners._first`: a rank by "max" (a count over a range frame) of the public order."""
     from pyspark.sql import Window
@@ -42,7 +53,7 @@ def _lookup(frame: Any, column: str, owned: Any, key: str, how: str) -> Any:
     keys (:func:`dpcli.spark.sql.key_pair`)."""
     from dpcli.spark.sql import key_pair
 
-    lk, rk = key_pair(col(column), _types(frame)[column], col(key), _types(owned)[key])
+    lk, rk = key_pair(_read(frame, column), _types(frame)[column], col(key), _types(owned)[key])
     left = frame.withColumn(_MATCH, lk)
     right = owned.withColumn(key, rk)
     return left.join(right, on=col(_MATCH) == col(key), how=how).drop(_MATCH, key)
@@ -56,10 +67,12 @@ def owned_keys(tables: Mapping[str, TableDecl], frames: Mapping[str, Any], link:
     up = owner_of(parent)
     if up is None:
         assert parent.unit is not None
-        pairs = frame.select(col(parent.unit).alias(_OWNER), col(link.key).alias(_KEY)).dropna().dropDuplicates()
+        pairs = frame.select(_read(frame, parent.unit).alias(_OWNER), _read(frame, link.key).alias(_KEY))
+        pairs = pairs.dropna().dropDuplicates()
         claims = _first(pairs, _OWNER, [_OWNER, _KEY], link)
     else:
-        pairs = frame.select(col(up.column).alias(_PARENT), col(link.key).alias(_KEY)).dropna().dropDuplicates()
+        pairs = frame.select(_read(frame, up.column).alias(_PARENT), _read(frame, link.key).alias(_KEY))
+        pairs = pairs.dropna().dropDuplicates()
         firsts = _first(pairs, _PARENT, [_PARENT, _KEY], link)
         above = owned_keys(tables, frames, up).withColumnRenamed(_KEY, _UP)
         claims = _lookup(firsts, _PARENT, above, _UP, "inner").drop(_PARENT)

@@ -61,6 +61,7 @@ import polars as pl
 from dpcli.bounding.keyed_order import with_order_key
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks.sql.compile import key_pair
+from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
 from dpcli.tasks.sql.scope import OwnedTable, OwnerLink, TableDecl, owner_of
 from dpcli.tasks.sql.typed import schema_of
 
@@ -192,6 +193,11 @@ def _first(pairs: pl.LazyFrame, over: str, fields: list[tuple[str, pl.DataType]]
     return keyed.filter(pl.col(_ORDER).rank("max").over(over) <= link.max_keys).drop(_ORDER)
 
 
+def _read(column: str, schema: Mapping[str, pl.DataType]) -> pl.Expr:
+    """A unit or key as the query reads it: text told apart by its first characters only (:mod:`.lengths`)."""
+    return pl.col(column).str.slice(0, MAX_TEXT_LENGTH) if schema[column] == pl.String else pl.col(column)
+
+
 def owned_keys(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFrame], link: OwnerLink) -> pl.LazyFrame:
     """(``__dp_key``, ``__dp_owner``): every value of ``link``'s parent key claimed for exactly one unit (one row
     each), from the parent's rows as read (every row: no cap, no filter)."""
@@ -201,11 +207,14 @@ def owned_keys(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFram
     up = owner_of(parent)
     if up is None:
         assert parent.unit is not None
-        pairs = frame.select(pl.col(parent.unit).alias(_OWNER), pl.col(link.key).alias(_KEY)).drop_nulls().unique()
+        check_key(schema, parent.unit, link.parent)
+        pairs = frame.select(_read(parent.unit, schema).alias(_OWNER), _read(link.key, schema).alias(_KEY))
+        pairs = pairs.drop_nulls().unique()
         claims = _first(pairs, _OWNER, [(_OWNER, schema[parent.unit]), (_KEY, schema[link.key])], link)
     else:
         check_key(schema, up.column, link.parent)
-        pairs = frame.select(pl.col(up.column).alias(_PARENT), pl.col(link.key).alias(_KEY)).drop_nulls().unique()
+        pairs = frame.select(_read(up.column, schema).alias(_PARENT), _read(link.key, schema).alias(_KEY))
+        pairs = pairs.drop_nulls().unique()
         firsts = _first(pairs, _PARENT, [(_PARENT, schema[up.column]), (_KEY, schema[link.key])], link)
         above = owned_keys(tables, frames, up).rename({_KEY: _UP})
         claims = _lookup(firsts, _PARENT, above, _UP, "inner").drop(_PARENT)
@@ -216,7 +225,8 @@ def owned_keys(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFram
 def _lookup(frame: pl.LazyFrame, column: str, owned: pl.LazyFrame, key: str, how: str) -> pl.LazyFrame:
     """``frame`` joined with ``owned`` (one row per ``key``) on ``column`` = ``key``, compared as a join compares
     keys (:func:`dpcli.tasks.sql.compile.key_pair`): each row of ``frame`` meets at most one row."""
-    lk, rk = key_pair(pl.col(column), schema_of(frame)[column], pl.col(key), schema_of(owned)[key])
+    schema = schema_of(frame)
+    lk, rk = key_pair(_read(column, schema), schema[column], pl.col(key), schema_of(owned)[key])
     left = frame.with_columns(lk.alias(_MATCH))
     right = owned.with_columns(rk.alias(key))
     joined = left.join(right, left_on=_MATCH, right_on=key, how="left" if how == "left" else "inner")
