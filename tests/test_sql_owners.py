@@ -405,3 +405,20 @@ def test_the_seed_binds_the_chain(data, tmp_path):
     assert len(seeds) == 3
     again = seed(*base, "--table", f"orders={orders2}", "--owned-by", "lineitem.l_orderkey=orders.o_orderkey")
     assert again in seeds  # the same declaration again: the same release (a free replay)
+
+
+def test_a_chain_of_depth_three_on_the_command_line(tmp_path):
+    """t3 → t2 → t1 → t0 declared with three --owned-by: the released count per v is the count of t3's rows the
+    rule resolves (:func:`reference_owned`), each unit's rows clamped to 50 per group (none has more here)."""
+    d = _random_chain(random.Random(3), 8)
+    paths = write(tmp_path, **d)
+    args = ["--table", f"t0={paths['t0']}", "--privacy-unit", "t0.u"]
+    for name, link in (("t1", "t1.f1=t0.k0"), ("t2", "t2.f2=t1.k1"), ("t3", "t3.f3=t2.k2")):
+        args += ["--table", f"{name}={paths[name]}", "--owned-by", link]
+    r = exact_sql("SELECT ANON_COUNT(*, 50) AS n FROM t3", *args, "--max-keys-per-owner", "2", "--epsilon", "100000",
+                  "--json")
+    doc = json.loads(r.stdout)  # type: ignore[attr-defined]
+    assert doc["summary"]["stability"] == 33 and doc["summary"]["tables"] == ["t0", "t1", "t2", "t3"]
+    text = {n: f.select(pl.all().cast(pl.String)) for n, f in d.items()}  # (a CSV's columns are read as text)
+    owned = reference_owned(owners.settle(depth3()), text, depth3()["t3"].owner)  # type: ignore[attr-defined]
+    assert released(r)["n"].to_list() == [sum(1 for f in text["t3"]["f3"] if f in owned)]
