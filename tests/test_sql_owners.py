@@ -193,7 +193,7 @@ def _plus_u(rng: random.Random, d: dict[str, pl.DataFrame], tables: dict[str, Ta
 
 def test_the_resolution_is_the_rules_plain_python_reading():
     tables = owners.settle(depth3())
-    for trial in range(30):
+    for trial in range(15):
         d = _random_chain(random.Random(trial), 8)
         out = owners.resolve(tables, {n: f.lazy() for n, f in d.items()})
         for name in ("t1", "t2", "t3"):
@@ -236,8 +236,8 @@ def most_changed(trials: range) -> int:
 
 def test_one_more_unit_changes_at_most_a_other_units_rows():
     """The stability the release is calibrated to, on adversarial data: keys colliding with others' at every level,
-    dangling keys (40 datasets here; tests/audit/test_audit_sql_owners.py runs 2,000)."""
-    assert most_changed(range(40)) >= 2  # the data does collide: other units' rows do change
+    dangling keys (25 datasets here; tests/audit/test_audit_sql_owners.py runs 2,000)."""
+    assert most_changed(range(25)) >= 2  # the data does collide: other units' rows do change
 
 
 def test_adding_one_customer_with_a_duplicated_order_key_moves_one_other_customer():

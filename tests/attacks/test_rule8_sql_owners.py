@@ -42,6 +42,9 @@ def test_an_analyst_queries_a_dataset_owned_through_another_by_its_name(svc):
     plan = json.loads(r.stdout)
     assert plan["owned"] == {"lineitem": {"through": "orders", "max_keys_per_owner": 4}}
     assert "l_orderkey" not in r.stdout and "o_orderkey" not in r.stdout  # the dry run names no link column
+    r = svc.owner("--analyst", "ops", "sql", Q1, "--max-partitions", "3", "--epsilon", "1", "--delta", "1e-6", "--json")
+    assert r.exit_code == 0, r.stderr  # the operator (personal mode) reads the catalog's chain alike
+    assert json.loads(r.stdout)["summary"]["stability"] == 9
 
 
 @pytest.mark.parametrize("option", [["--owned-by", "lineitem.l_orderkey=orders.o_custkey"],
