@@ -9,6 +9,8 @@ made without dpcli fails its seal: exit 78). Sections::
     [datasets.visits]                       # private data: analysts name it, never read it
     location = "/srv/data/visits.parquet"   # an absolute path, a directory of Parquet files, or a URI
     privacy_unit = "user_id"                # the column that identifies a person: the operator's choice
+    # or, for rows owned through another dataset's key (sql only; the parent is another dataset):
+    # owned_by = { column = "l_orderkey", parent = "orders", key = "o_orderkey", max_keys = 16 }
     format = "parquet"                      # csv, parquet or ndjson (default: from the extension)
     delimiter = ","                         # CSV only
     compression = "gzip"                    # gzip, bzip2, xz or none (default: from the extension)
@@ -54,10 +56,25 @@ SECTIONS = ("datasets", "public", "spark")
 _FORMATS = ("csv", "parquet", "ndjson")
 _COMPRESSIONS = ("gzip", "bzip2", "xz", "none")
 _ENTRY_KEYS = {
-    "datasets": {"location", "privacy_unit", "format", "delimiter", "compression", "analysts", "description"},
+    "datasets": {"location", "privacy_unit", "owned_by", "format", "delimiter", "compression", "analysts",
+                 "description"},
     "public": {"location", "format", "delimiter", "compression", "analysts", "description"},
     "spark": {"master", "remote", "conf", "analysts", "description"},
 }
+
+
+class OwnedBy(TypedDict):
+    """A dataset's ``owned_by`` link: its rows belong to whoever owns the key their ``column`` names in dataset
+    ``parent``'s ``key`` column (``max_keys``: the most keys one owner passes ownership on through)."""
+
+    column: str
+    parent: str
+    key: str
+    max_keys: int
+
+
+#: ``owned_by``'s ``max_keys`` when the entry gives none, and its largest value (dpcli.tasks.sql.scope and owners).
+_MAX_KEYS_DEFAULT, _MAX_KEYS_MOST = 16, 1000
 
 
 class Entry(TypedDict, total=False):
@@ -66,7 +83,8 @@ class Entry(TypedDict, total=False):
     analysts: Required[list[str]]
     description: str
     location: str  # datasets, public
-    privacy_unit: str  # datasets
+    privacy_unit: str  # datasets: one of privacy_unit and owned_by
+    owned_by: OwnedBy
     format: str
     delimiter: str
     compression: str
@@ -208,8 +226,44 @@ def _file_entry(section: str, raw: dict[str, Any], where: str, out: Entry) -> No
         out["delimiter"] = _one_char(raw["delimiter"], f"{where}.delimiter")
     if "compression" in raw:
         out["compression"] = _choice(raw["compression"], _COMPRESSIONS, f"{where}.compression")
-    if section == "datasets":
+    if section == "datasets" and "owned_by" in raw:
+        if "privacy_unit" in raw:
+            raise _err(where, "give one of privacy_unit and owned_by (the rows' owner comes from one of them)")
+        out["owned_by"] = _owned_by(raw["owned_by"], f"{where}.owned_by")
+    elif section == "datasets":
         out["privacy_unit"] = _unit(raw.get("privacy_unit"), f"{where}.privacy_unit")
+
+
+def _owned_by(value: Any, where: str) -> OwnedBy:
+    """``owned_by = { column, parent, key[, max_keys] }``: the parent named here is checked by :func:`_check_links`."""
+    if not isinstance(value, dict):
+        raise _err(where, "must be a table: { column = …, parent = …, key = … }")
+    unknown = sorted(set(value) - {"column", "parent", "key", "max_keys"})
+    if unknown:
+        raise _err(where, f"unknown key {unknown[0]!r} (expected: column, parent, key, max_keys)")
+    for name in ("column", "parent", "key"):
+        if not isinstance(value.get(name), str) or not value[name]:
+            raise _err(f"{where}.{name}", "is required: a name")
+    keys = value.get("max_keys", _MAX_KEYS_DEFAULT)
+    if isinstance(keys, bool) or not isinstance(keys, int) or not 1 <= keys <= _MAX_KEYS_MOST:
+        raise _err(f"{where}.max_keys", f"must be a whole number in 1–{_MAX_KEYS_MOST}")
+    return OwnedBy(column=value["column"], parent=value["parent"], key=value["key"], max_keys=keys)
+
+
+def _check_links(datasets: dict[str, Entry]) -> None:
+    """Every ``owned_by`` names another dataset as its parent, and no chain of them goes round in a circle."""
+    for name in sorted(datasets):
+        seen = [name]
+        link = datasets[name].get("owned_by")
+        while link is not None:
+            parent = link["parent"]
+            if parent not in datasets:
+                raise _err(f"datasets.{seen[-1]}.owned_by.parent", f"{parent!r} is not a dataset of the catalog")
+            if parent in seen:
+                circle = " → ".join([*seen, parent])
+                raise _err(f"datasets.{name}.owned_by", f"the links go round in a circle ({circle})")
+            seen.append(parent)
+            link = datasets[parent].get("owned_by")
 
 
 def _unit(value: Any, where: str) -> str:
@@ -231,6 +285,7 @@ def parse_catalog(raw: dict[str, Any], sealed: bool = False) -> Catalog:
         raise _err(unknown[0], "unknown section (expected: operators, datasets, public, spark, outputs)")
     operators = tuple(_names(raw.get("operators", []), "operators", star=False))
     sections = {section: _section(section, raw.get(section, {}), sealed) for section in SECTIONS}
+    _check_links(sections["datasets"])
     outputs = raw.get("outputs", [])
     if not isinstance(outputs, list):
         raise _err("outputs", "must be an array of tables ([[outputs]])")

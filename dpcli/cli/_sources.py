@@ -26,6 +26,9 @@ def data_source(argument: str, privacy_unit: str | None, input_format: str | Non
         if not privacy_unit:
             raise UsageError("--privacy-unit is required: the column that identifies a person")
         return Source(source.name, source.location, input_format, delimiter, None, privacy_unit)
+    if "owned_by" in source.entry:
+        raise UsageError(f"dataset {source.name!r} is owned through another dataset's key (owned_by): only dpcli sql "
+                         "reads it")
     given = {"--privacy-unit": (privacy_unit, source.privacy_unit), "--input-format": (input_format, source.format),
              "--delimiter": (delimiter, source.delimiter)}
     for flag, (option, declared) in given.items():

@@ -81,6 +81,8 @@ def _entry_line(section: str, name: str, entry: dict[str, Any]) -> str:
     operator's view; an analyst's entries hold neither)."""
     where = entry.get("location") or entry.get("master") or entry.get("remote") or ""
     extra = f"  unit {entry['privacy_unit']}" if "privacy_unit" in entry else ""
+    if isinstance(link := entry.get("owned_by"), dict):
+        extra = f"  owned by {link['parent']}.{link['key']} through {link['column']}"
     return f"{section:<9} {name:<20} {where}{extra}".rstrip()
 
 

@@ -231,6 +231,11 @@ def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  threshold: groups need at least {plan['threshold']} noisy units")
     if plan.get("parts"):
         lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
+    if plan.get("owned"):  # sql's owned tables and the stability the noise covers
+        owned = ", ".join(f"{name} through {o['through']} ({o['max_keys_per_owner']} keys per owner)"
+                          for name, o in plan["owned"].items())
+        others = (plan["stability"] - 1) // 2
+        lines.append(f"  owned: {owned}; noise ×{plan['stability']}: one unit may change the rows of {others} others")
     if plan.get("largest_caps"):
         lines.append(_largest_caps_line(plan["largest_caps"]))
     return lines

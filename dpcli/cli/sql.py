@@ -56,6 +56,15 @@ def sql(
     privacy_unit: Annotated[list[str] | None, typer.Option("--privacy-unit", help="A private table's unit column, "
                                                            "TABLE.COLUMN (repeatable); a catalog dataset's is the "
                                                            "operator's.", show_default=False)] = None,
+    owned_by: Annotated[list[str] | None, typer.Option("--owned-by", metavar="TABLE.COLUMN=PARENT.KEY",
+                                                       help="A private table owned through another (repeatable): "
+                                                       "each row belongs to the owner of the PARENT row whose KEY "
+                                                       "its COLUMN names (personal mode; a catalog dataset's is the "
+                                                       "operator's).", show_default=False)] = None,
+    max_keys_per_owner: Annotated[
+        str | None, typer.Option("--max-keys-per-owner", metavar="N", help="With --owned-by: at most this many keys "
+                                 "of a parent carry each owner's ownership (the first by a public order); the noise "
+                                 "grows with it. [default: 16]", show_default=False)] = None,
     max_partitions: Annotated[
         str | None, typer.Option("--max-partitions", metavar="N|auto", help="At most this many groups per unit "
                                  "(chosen at random), or auto: chosen privately from the data. [default: auto with a "
@@ -107,7 +116,8 @@ def sql(
                        keys is not None, with_error, engine.engine, max_rows_per_table)
     defaulted = tuple(f for f, v in (("max_contributions", max_contributions), ("max_partitions", max_partitions))
                       if v is None)
-    task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or []),
+    links = (owned_by or [], _max_keys(max_keys_per_owner) if max_keys_per_owner is not None else None)
+    task, sources = _task(_query_text(query, file), (table or [], public_table or [], privacy_unit or [], *links),
                           delimiter, options, noise is not None, defaulted, engine.engine == "polars",
                           choice.report_bias is None and engine.engine == "polars")
     _check_fanout(task, sources)
@@ -144,7 +154,20 @@ def _max_rows(text: str) -> int:
     return value
 
 
-def _task(text: str, declarations: tuple[list[str], list[str], list[str]], delimiter: str | None,
+def _max_keys(text: str) -> int:
+    """``--max-keys-per-owner N`` (:func:`dpcli.cli._options.cap`); never chosen from the data."""
+    from dpcli.tasks.sql.owners import MOST_KEYS
+
+    value = cap("--max-keys-per-owner", text)
+    if not isinstance(value, int):
+        raise UsageError("--max-keys-per-owner takes a number, not auto: this bound is not chosen from the data")
+    if value > MOST_KEYS:
+        raise UsageError(f"--max-keys-per-owner must be between 1 and {MOST_KEYS}, got {value}")
+    return value
+
+
+def _task(text: str, declarations: tuple[list[str], list[str], list[str], list[str], int | None],
+          delimiter: str | None,
           options: SqlOptions, noise_given: bool, defaulted: tuple[str, ...],
           choose_left_out: bool, report_left_out: bool = False) -> tuple[SqlTask, dict[str, Source]]:
     """The query resolved over its tables (declared by option or in the catalog), and each table's source."""

@@ -63,10 +63,15 @@ def _read(session: Any, paths: list[str], table: InputTable) -> Any:
 
 
 def capped_tables(task: SqlTask, frames: Mapping[str, Any], salt: int) -> dict[str, Any]:
-    """:meth:`dpcli.tasks.sql.task.SqlTask.capped_tables` in Spark SQL: the same rows kept, bit for bit."""
-    columns, out = task.table_columns(), dict(frames)
+    """:meth:`dpcli.tasks.sql.task.SqlTask.capped_tables` in Spark SQL: the same rows kept, bit for bit (owned
+    tables' units resolved first: :mod:`dpcli.spark.sql_owners`)."""
+    from dpcli.spark.sql_owners import resolve
+    from dpcli.tasks.sql.ir import scans_of
+
+    columns, frames = task.table_columns(), resolve(task.table_map, frames)
+    scanned, out = {s.table for s in scans_of(task.query.relation)}, dict(frames)
     for t in task.tables:
-        if t.unit is None:
+        if t.unit is None or t.name not in scanned:
             continue
         names = set(frames[t.name].columns)
         for c in columns[t.name]:

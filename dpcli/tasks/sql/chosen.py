@@ -35,17 +35,18 @@ def bounds_chosen(task: SqlTask, plan: SqlPlan, tables: Mapping[str, pl.LazyFram
     bounds = ab.ChosenBounds(o.max_partitions if layout.groups else None, o.max_contributions, None)
     extra: dict[str, Any] = {}
     budget = o.budget
+    epsilon, rho = task.unit_budget()  # (the budget over the stability: each choice and count counts units)
     if o.auto is not None:
         at = stream.child("auto")
         each = choice_epsilon(task)
         model = error_model(task, frame, shape, listed, each, at, salt, name)
         if model is None:
-            each = ab.pure_epsilon(budget.epsilon, budget.rho, o.auto.share, o.auto.choices)
+            each = ab.pure_epsilon(epsilon, rho, o.auto.share, o.auto.choices)
         bounds = ab.choose_bounds(frame, shape, o.auto, bounds, each, at, salt, name, model)
         task, plan, bounds = _plannable(task, plan, bounds)
         extra["auto"] = {**bounds.to_json(), **_part(budget.epsilon, budget.rho, o.auto.share)}
     if o.bias_share is not None:
-        noise = br.bias_noise(budget.epsilon, budget.rho, o.bias_share)
+        noise = br.bias_noise(epsilon, rho, o.bias_share)
         extra["bias"] = br.report_bias(frame, shape, bounds, noise, stream.child("bias"), salt, name,
                                        rows=task.capped_by_default()).to_json()
     return task, plan, extra
@@ -53,11 +54,12 @@ def bounds_chosen(task: SqlTask, plan: SqlPlan, tables: Mapping[str, pl.LazyFram
 
 def choice_epsilon(task: SqlTask) -> Fraction:
     """The pure ε of each part of the bias–variance choice (:func:`dpcli.tasks.auto_bounds.model_parts`): without a
-    public list of groups (``--keys``, or no GROUP BY: one group) a noisy count of the groups is one more part."""
+    public list of groups (``--keys``, or no GROUP BY: one group) a noisy count of the groups is one more part (over
+    the stability of owned tables: :meth:`dpcli.tasks.sql.task.SqlTask.unit_budget`)."""
     o = task.options
     assert o.auto is not None
     parts = ab.model_parts(o.auto, task.domain != "threshold", power=1 if o.budget.rho is None else 2)
-    return ab.pure_epsilon(o.budget.epsilon, o.budget.rho, o.auto.share, parts)
+    return ab.pure_epsilon(*task.unit_budget(), o.auto.share, parts)
 
 
 def error_model(task: SqlTask, frame: pl.LazyFrame, shape: ab.DataShape, listed: int | None, epsilon: Fraction,

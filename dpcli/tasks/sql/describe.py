@@ -98,7 +98,20 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
         "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,
         "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events], "calibration": calibration,
     }
-    return {**described, **_auto_parts(task, chosen)}
+    return {**described, **_owned(task), **_auto_parts(task, chosen)}
+
+
+def _owned(task: SqlTask) -> dict[str, Any]:
+    """The owned tables (each with the table it is owned through and its keys per owner) and the stability the
+    release is calibrated to (:mod:`dpcli.tasks.sql.owners`); nothing without owned tables. No column is named."""
+    from dpcli.tasks.sql.scope import owner_of
+
+    links = {t.name: link for t in task.tables if (link := owner_of(t)) is not None}
+    if not links:
+        return {}
+    return {"owned": {name: {"through": link.parent, "max_keys_per_owner": link.max_keys}
+                      for name, link in sorted(links.items())},
+            "stability": task.stability}
 
 
 def _largest_cap_margins(task: SqlTask, plan: SqlPlan) -> dict[int, float]:
@@ -189,6 +202,11 @@ def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
         notes.append(advice.Note(f"{', '.join(averaged)}: each {task.unit_word}'s rows are averaged first, then the "
                           f"{task.unit_word}s' means (every {task.unit_word} weighs the same, whatever its rows): "
                           "not the per-row mean or variance of plain SQL"))
+    if task.stability > 1:
+        others, s = (task.stability - 1) // 2, task.stability
+        notes.append(advice.Note(f"owned tables: the noise covers one {task.unit_word} changing the rows of up to "
+                                 f"{others} others through duplicated keys (×{s} the noise of a unit table's release; "
+                                 "fewer keys per owner, less noise)"))
     defaulted = set(task.defaulted)
     counts_rows = any(a.function == "count" and a.cap == task.options.max_contributions
                       for a in task.query.aggregates)

@@ -169,8 +169,11 @@ class Budget:
 
 
 def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, max_partitions: int,
-                  mode: str, with_error: bool = False) -> SqlPlan:
-    """Calibrate every measurement from the query alone (no data)."""
+                  mode: str, with_error: bool = False, stability: int = 1) -> SqlPlan:
+    """Calibrate every measurement from the query alone (no data). ``stability``: how many units' rows one unit can
+    move, S = 1 + 2A (:mod:`dpcli.tasks.sql.owners`; 1 without owned tables): each noise is calibrated to S times
+    the bound's sensitivity (ℓ1 S·K·Δ, ℓ2² S²·K·Δ², an exponential mechanism's rate over S·K, or S²·K under ρ), and
+    the threshold is met by a partition of 1 + A units with probability δ over (1 + A)·K new partitions."""
     if mode == "br":
         raise UsageError("a br ledger pays for histogram counts and top-k only: run dpcli sql against a pure, "
                          "approx, zcdp or rdp ledger")
@@ -182,21 +185,24 @@ def plan_measures(measures: tuple[Measure, ...], budget: Budget, domain: str, ma
     if any(m.kind == "ntile" for m in measures):  # the sampler, in the seed: a release by another is another
         split += f"; {QUANTILE_SAMPLER}"
     if budget.noise == "laplace":
-        calibrated, events = _laplace(measures, budget, domain, k, with_error)
+        calibrated, events = _laplace(measures, budget, domain, (k, stability), with_error)
         selection_delta = budget.delta
     else:
-        calibrated, events, selection_delta = _gaussian(measures, budget, domain, k, with_error)
+        calibrated, events, selection_delta = _gaussian(measures, budget, domain, (k, stability), with_error)
     threshold = None
     if domain == "threshold":
         units = next(c.noise for c in calibrated if c.measure.key == "units")
         assert units is not None
-        threshold = mech.selection_threshold(units, k, float(selection_delta))
+        moved = (stability + 1) // 2  # the most units a partition found in only one of two neighbours holds
+        threshold = mech.selection_threshold(units, moved * k, float(selection_delta)) + moved - 1
     return SqlPlan(calibrated, events, domain, k, threshold, split)
 
 
-def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int, with_error: bool = False
-             ) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...]]:
-    """Pure ε split equally: discrete Laplace with ℓ1 = K·Δ; NTILEs by the exponential mechanism at ε_m/K."""
+def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, bound: tuple[int, int],
+             with_error: bool = False) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...]]:
+    """Pure ε split equally: discrete Laplace with ℓ1 = S·K·Δ; NTILEs by the exponential mechanism at ε_m/(S·K)
+    (``bound``: K and the stability S)."""
+    k = bound[0] * bound[1]  # (S·K: what one unit moves, in units of one partition's sensitivity)
     if budget.rho is not None:
         raise UsageError("calibrates Gaussian noise; Laplace noise needs an ε instead (or choose Gaussian noise)",
                          field="rho")
@@ -220,10 +226,11 @@ def _laplace(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int,
     return tuple(out), (PrivacyEvent("pure", "sql/laplace", epsilon=budget.epsilon),)
 
 
-def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, k: int, with_error: bool = False
-              ) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...], Fraction]:
-    """ρ split equally: discrete Gaussian with ℓ2² = K·Δ²; with a threshold, δ is split between the
-    (ε, δ) conversion and the selection. Returns the selection's δ too."""
+def _gaussian(measures: tuple[Measure, ...], budget: Budget, domain: str, bound: tuple[int, int],
+              with_error: bool = False) -> tuple[tuple[Calibrated, ...], tuple[PrivacyEvent, ...], Fraction]:
+    """ρ split equally: discrete Gaussian with ℓ2² = S²·K·Δ²; with a threshold, δ is split between the
+    (ε, δ) conversion and the selection. Returns the selection's δ too (``bound``: K and the stability S)."""
+    k = bound[0] * bound[1] ** 2  # (S²·K: a sum of S changes of √K·Δ each, squared)
     rho, conversion_delta, selection_delta = gaussian_budget(budget.epsilon, budget.rho, budget.delta,
                                                              domain == "threshold")
     rho_m = rho / len(measures)

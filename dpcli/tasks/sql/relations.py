@@ -8,8 +8,10 @@ Every relation below the anonymized aggregation keeps each row owned by one user
   take that name);
 * **aggregation** in a sub-query over private rows groups by the privacy unit (per user);
 * **join** of two private relations matches their privacy units (``USING (uid)`` or
-  ``ON a.uid = b.uid``, other conditions allowed besides); a join with a public relation may
-  use any key, and rows left without a unit by an outer join are dropped (compile);
+  ``ON a.uid = b.uid``, other conditions allowed besides), or a key an owned table's link names
+  (``ON l.l_orderkey = o.o_orderkey``: the units' equality is added, :mod:`dpcli.tasks.sql.owners`); a
+  join with a public relation may use any key, and rows left without a unit by an outer join are
+  dropped (compile);
 * every join has an equality key, a column of each side (``join-key``: no cross join, ``ON TRUE``
   or condition on one side only), so one row meets a bounded number of rows of the other side
   (:mod:`dpcli.tasks.sql.fanout` caps the product over the public joins).
@@ -40,11 +42,12 @@ from dpcli.tasks.sql.ir import (
     Project,
     Relation,
     Scan,
+    column_source,
     columns_of,
     unit_columns,
 )
 from dpcli.tasks.sql.rules import refuse
-from dpcli.tasks.sql.scope import Scope, TableDecl, Visible, identifier, match_name
+from dpcli.tasks.sql.scope import Scope, TableDecl, Visible, identifier, match_name, owner_of
 
 #: The most table reads a query may make (a CTE is read again wherever it is named, so CTEs that join
 #: earlier ones would double the plan at each step).
@@ -192,6 +195,8 @@ class Resolver:
         self._scans += 1
         unit = f"{prefix}.{decl.unit}" if decl.unit is not None else None
         columns = {c: f"{prefix}.{c}" for c in decl.columns} if decl.columns is not None else None
+        if columns is not None and owner_of(decl) is not None and decl.unit is not None:
+            columns[decl.unit] = f"{prefix}.{decl.unit}"  # an owned table's unit, resolved through its link
         return Scan(decl.name, prefix, unit), Visible((node.alias or decl.name,), columns, prefix, unit)
 
     def _cte(self, node: exp.Table, cte: str) -> tuple[Relation, Visible]:
@@ -263,7 +268,9 @@ class Resolver:
         if left.unit is None or right.unit is None:
             return left.unit or right.unit
         pairs = {(Col(a), Col(b)) for a in unit_columns(left) for b in unit_columns(right)}
-        if not pairs & set(plan.on):
+        if not pairs & set(plan.on) and self._linked(left, right, plan):
+            plan.on.append((Col(left.unit), Col(right.unit)))  # rows joined on an owning key: one owner's
+        elif not pairs & set(plan.on):
             raise refuse("ownership/join", "two private relations are joined only on their privacy units "
                          "(USING (unit) or ON a.unit = b.unit)", node)
         for merged, lcol, rcol in plan.merged:
@@ -275,6 +282,19 @@ class Resolver:
         if name is not None and name not in both.merged:
             plan.merged_names[name] = merged
         return merged
+
+    def _linked(self, left: Relation, right: Relation, plan: _JoinParts) -> bool:
+        """Whether the join matches a column of each side that names one owning key (``l_orderkey = o_orderkey``,
+        :func:`dpcli.tasks.sql.owners.owning_key`): the rows it pairs have one owner when their units are equal
+        too, which the join then also asks."""
+        from dpcli.tasks.sql.owners import owning_key
+
+        for a, b in plan.on:
+            found = [column_source(side, e.name) if isinstance(e, Col) else None for side, e in ((left, a), (right, b))]
+            keys = [owning_key(self.tables, *f) if f is not None else None for f in found]
+            if keys[0] is not None and keys[0] == keys[1]:
+                return True
+        return False
 
     # ---- sub-queries ------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Names in a query: the tables it may read, and the columns each clause can see.
 
 A table is declared before the query is resolved (:class:`TableDecl`: private with its privacy
-unit, or public; its column names from its header, or unknown for NDJSON). SQL's rules for
+unit, or public; its column names from its header, or unknown for NDJSON; :class:`OwnedTable`: private,
+its rows owned through a key of another private table, :mod:`dpcli.tasks.sql.owners`). SQL's rules for
 names: an unquoted name matches a declared name exactly, else the one name equal to it ignoring
 case; a quoted name matches exactly only.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlglot import exp
 
@@ -28,6 +30,48 @@ class TableDecl:
     @property
     def private(self) -> bool:
         return self.unit is not None
+
+
+#: The keys each owner passes its ownership on through, when the declaration gives no number
+#: (``--max-keys-per-owner``, a catalog link's ``max_keys``): :mod:`dpcli.tasks.sql.owners`.
+DEFAULT_MAX_KEYS = 16
+
+#: The version of the ownership rule of :mod:`dpcli.tasks.sql.owners` (in the seed with every owned table).
+OWNERS_RULE = "owners-v1"
+
+
+@dataclass(frozen=True)
+class OwnerLink:
+    """Rows of a table belong to whoever owns the key their ``column`` names in ``parent``'s ``key`` column
+    (``lineitem.l_orderkey → orders.o_orderkey``); ``max_keys``: the most keys one owner passes ownership on
+    through (a unit's first keys, or deeper in a chain each owned key's first keys, by a public order)."""
+
+    column: str
+    parent: str
+    key: str
+    max_keys: int = DEFAULT_MAX_KEYS
+
+    def text(self, child: str) -> str:
+        return f"{child}.{self.column} → {self.parent}.{self.key}"
+
+
+@dataclass(frozen=True)
+class OwnedTable(TableDecl):
+    """A private table whose rows are owned through ``owner``: ``unit`` is the name its resolved privacy unit
+    takes in the query (the unit column's name of the table the chain ends at; None until
+    :func:`dpcli.tasks.sql.owners.settle` sets it)."""
+
+    owner: OwnerLink
+    rule: str = OWNERS_RULE
+
+    @property
+    def private(self) -> bool:
+        return True
+
+
+def owner_of(decl: Any) -> OwnerLink | None:
+    """The link a declared table's rows are owned through (None: a unit table, or a public one)."""
+    return decl.owner if isinstance(decl, OwnedTable) else None
 
 
 def match_name(wanted: str, quoted: bool, names: Iterable[str]) -> str | None:

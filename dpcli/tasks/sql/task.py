@@ -23,6 +23,7 @@ from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults,
 from dpcli.tasks.auto_bounds import AUTO_SHARE, AutoBounds
 from dpcli.tasks.reports import SqlReport
 from dpcli.tasks.sql import auto as sql_auto
+from dpcli.tasks.sql import owners
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.fanout import check_fanout, check_private_work
 from dpcli.tasks.sql.ir import Col, ResolvedQuery, column_source, scans_of
@@ -37,7 +38,7 @@ from dpcli.tasks.sql.run import (
     per_user_frame,
     select_partitions,
 )
-from dpcli.tasks.sql.scope import TableDecl
+from dpcli.tasks.sql.scope import TableDecl, owner_of
 from dpcli.tasks.sql.typed import schema_of
 
 if TYPE_CHECKING:
@@ -107,8 +108,9 @@ class SqlTask(TaskDefaults):
         options.check()
         chosen = options.auto is not None and options.auto.contributions
         chosen = chosen or (choose_left_out and "max_contributions" in defaulted)
+        tables = owners.settle(tables)
         query = resolve_query(text, tables, sql_auto.DEFAULT_CAP_AUTO if chosen else options.max_contributions)
-        used = {s.table for s in scans_of(query.relation)}
+        used = owners.with_ancestors(tables, {s.table for s in scans_of(query.relation)})
         task = cls(query, tuple(tables[t] for t in sorted(used)), options, noise_given, defaulted, unit_label)
         task = task.with_defaults() if choose_left_out else task
         return task.with_report() if report_left_out else task
@@ -126,7 +128,7 @@ class SqlTask(TaskDefaults):
             return self
         try:
             sql_auto.check_auto(self.query, o.auto, BIAS_SHARE)
-            sql_auto.check_noise(o.auto, BIAS_SHARE, o.budget.epsilon, o.budget.rho)
+            sql_auto.check_noise(o.auto, BIAS_SHARE, *self.unit_budget())
         except UsageError:
             return self
         return replace(self, options=replace(o, bias_share=BIAS_SHARE), report_defaulted=True)
@@ -150,12 +152,24 @@ class SqlTask(TaskDefaults):
             return replace(fixed, left_out_stays="no ε or ρ")  # ε_per is no sql budget)
         try:
             sql_auto.check_auto(q, request, o.bias_share)
-            sql_auto.check_noise(request, o.bias_share, o.budget.epsilon, o.budget.rho)
+            sql_auto.check_noise(request, o.bias_share, *self.unit_budget())
         except UsageError:
             return replace(fixed, left_out_stays="an ε too small to spend a share on them")
         chosen = (*(["max_partitions"] * parts), *(["max_contributions"] * counts))
         return replace(self, query=q if request.contributions else fixed.query, options=replace(o, auto=request),
                        left_out_chosen=chosen, defaulted=tuple(f for f in self.defaulted if f not in chosen))
+
+    @property
+    def stability(self) -> int:
+        """How many units one unit's rows can move, as the release is calibrated: 1, or through the links of the
+        owned tables the query reads :func:`dpcli.tasks.sql.owners.stability`."""
+        return owners.stability({t.name: t for t in self.tables}, {s.table for s in scans_of(self.query.relation)})
+
+    def unit_budget(self) -> tuple[Fraction | None, Fraction | None]:
+        """(ε, ρ) at which a mechanism of sensitivity 1 per unit is as private as the budget at :attr:`stability`:
+        ε/S and ρ/S² (choosing bounds, the bias report: each counts units)."""
+        b, s = self.options.budget, self.stability
+        return (None if b.epsilon is None else b.epsilon / s), (None if b.rho is None else b.rho / s**2)
 
     @property
     def unit_word(self) -> str:
@@ -219,6 +233,10 @@ class SqlTask(TaskDefaults):
         out: dict[str, set[str]] = {t.name: {t.unit} if t.unit else set() for t in self.tables}
         for scan in scans_of(self.query.relation):
             out[scan.table] |= by_scan[scan.prefix]
+        for t in self.tables:  # an owned table's unit is resolved, not read: its link and its parent's key are
+            if (link := owner_of(t)) is not None:
+                out[t.name] = (out[t.name] - {t.unit}) | {link.column}
+                out[link.parent].add(link.key)
         return {t: tuple(sorted(cols)) for t, cols in out.items()}
 
     def check_lists(self, lists: Mapping[str, pl.DataFrame | pl.LazyFrame]) -> None:
@@ -253,7 +271,7 @@ class SqlTask(TaskDefaults):
             raise
 
     def _check_types(self, frames: Frames, plan: SqlPlan) -> None:
-        tables = self._frames(frames)
+        tables = owners.resolve(self.table_map, self._frames(frames))
         per_user_frame(self.query, plan, tables, self.query.group_names)  # builds lazily: reads no record
         roles = self.roles()
         for m in (c.measure for c in plan.calibrated):
@@ -270,7 +288,9 @@ class SqlTask(TaskDefaults):
 
     def needs(self) -> Needs:
         columns, data = self.table_columns(), self.data_table()
-        unit = next(t.unit for t in self.tables if t.name == data)
+        decl = self.table_map[data]
+        link = owner_of(decl)
+        unit = decl.unit if link is None else link.column  # (an owned table's unit is its link's key)
         lists = {TABLE_ROLE + t: PublicList(cols, cast_to_data=False, groups=False)
                  for t, cols in columns.items() if t != data}
         if self.options.keys:
@@ -286,9 +306,9 @@ class SqlTask(TaskDefaults):
         parts = sql_auto.parts_of(o.auto, o.bias_share)
         measures = measures_of(query.aggregates, o.max_contributions, self.domain == "threshold")
         planned = plan_measures(measures, sql_auto.release_budget(o.budget, parts), self.domain, o.max_partitions,
-                                mode, o.with_error)
+                                mode, o.with_error, self.stability)
         extra = parts.events("sql", o.budget.epsilon, o.budget.rho)
-        sql_auto.check_noise(o.auto, o.bias_share, o.budget.epsilon, o.budget.rho)
+        sql_auto.check_noise(o.auto, o.bias_share, *self.unit_budget())
         return replace(planned, events=planned.events + tuple(extra), ledger=(mode, dict(limits)))
 
     def at_bounds(self, max_partitions: int, max_contributions: int) -> SqlTask:
@@ -302,21 +322,24 @@ class SqlTask(TaskDefaults):
         return describe_plan(self, plan)
 
     def capped_tables(self, tables: Mapping[str, pl.LazyFrame], salt: int) -> dict[str, pl.LazyFrame]:
-        """Each private table with at most ``max_rows_per_table`` rows per unit (the first by the keyed order of
-        the columns the query reads from it, in name order: :func:`dpcli.bounding.keyed_order.cap_rows`), applied
-        right after the table is read, before its WHERE and any join; public tables as they are."""
+        """Each private table the query reads with at most ``max_rows_per_table`` rows per unit (the first by the
+        keyed order of the columns the query reads from it, in name order, after an owned table's unit:
+        :func:`dpcli.bounding.keyed_order.cap_rows`), applied right after the table is read (and an owned table's
+        unit resolved: :func:`dpcli.tasks.sql.owners.resolve`), before its WHERE and any join; public tables as
+        they are."""
         from dpcli.bounding.keyed_order import cap_rows
 
-        columns, out = self.table_columns(), dict(tables)
+        columns, resolved = self.table_columns(), owners.resolve(self.table_map, tables)
+        scanned, out = {s.table for s in scans_of(self.query.relation)}, dict(resolved)
         for t in self.tables:
-            if t.unit is None:
+            if t.unit is None or t.name not in scanned:
                 continue
-            schema = schema_of(tables[t.name])
+            schema = schema_of(resolved[t.name])
             for c in columns[t.name]:
                 if c not in schema:
                     raise DataError(f"column {c!r} not found in {t.name}")
             fields = [(t.unit, schema[t.unit]), *((c, schema[c]) for c in columns[t.name] if c != t.unit)]
-            out[t.name] = cap_rows(tables[t.name], t.unit, fields, salt, t.name, self.options.max_rows_per_table)
+            out[t.name] = cap_rows(resolved[t.name], t.unit, fields, salt, t.name, self.options.max_rows_per_table)
         return out
 
     def public_tables(self) -> dict[str, tuple[str, ...]]:
@@ -407,6 +430,10 @@ class SqlTask(TaskDefaults):
 
     # ---- helpers ----------------------------------------------------------------------------
 
+    @property
+    def table_map(self) -> dict[str, TableDecl]:
+        return {t.name: t for t in self.tables}
+
     def _frames(self, frames: Frames) -> dict[str, pl.LazyFrame]:
         out = {}
         for name, role in self.roles().items():
@@ -447,6 +474,8 @@ class SqlTask(TaskDefaults):
         }
         if self.options.budget.epsilon is not None:
             meta["epsilon"] = fraction_text(self.options.budget.epsilon)
+        if self.stability > 1:  # owned tables: the units one unit's rows can move, as calibrated
+            meta["stability"] = self.stability
         steps = [_step(c.measure) for c in plan.calibrated if c.measure.bounds is not None]
         if steps:  # the finest grid of the query: text outputs round floats to two of its digits
             meta["granularity"] = fraction_text(min(steps))
