@@ -271,6 +271,7 @@ class HistogramTask(TaskDefaults):
             "aggregations": list(q.aggregations),
             "max_partitions": release_q.max_partitions,
             "max_contributions": release_q.max_contributions,
+            "bounds": [release_q.grid.lo, release_q.grid.hi] if release_q.grid else None,  # (dpcli diff's means)
             "split": plan.summary.get("split"),
             "threshold": release_plan.threshold,
             **released.metadata,
