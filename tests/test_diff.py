@@ -395,8 +395,8 @@ def test_plot_draws_a_diff(tmp_path, state_dir):
 def test_diff_draws_a_picture(tmp_path, state_dir):
     pytest.importorskip("matplotlib")
     init_ledger("pure", "--epsilon", "10")
-    old = _written(tmp_path, "old", _rows(2000), "--agg", "count", "--epsilon", "1")
-    new = _written(tmp_path, "new", _rows(2000, boost=900), "--agg", "count", "--epsilon", "1")
+    old = _written(tmp_path, "old", _rows(2000), "--agg", "count,sum", "--epsilon", "1")
+    new = _written(tmp_path, "new", _rows(2000, boost=900), "--agg", "count,sum", "--epsilon", "1")
     picture = tmp_path / "d.svg"
     r = cli("diff", old, new, "--plot", picture, "-o", tmp_path / "d.csv")
     assert r.exit_code == 0, r.stderr

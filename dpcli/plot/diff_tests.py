@@ -112,17 +112,22 @@ def _shrunk(r: d.MeanRelease, rows: np.ndarray) -> d.MeanRelease:
 def normal_test(column: str, diffs: np.ndarray, variance: np.ndarray, step: float, integer: bool,
                 half: float) -> Tested:
     """Values whose difference is normal with ``variance`` (output units², the roundings included; 0: the same
-    noise): the margin z·√variance (rounded up to a whole number for counts) plus the values' rounding shown."""
+    noise): the margin z·√variance plus the values' rounding shown. A difference of whole counts takes whole
+    values, and its normal approximation the continuity correction: P[|E| ≤ m] ≈ P[|N| ≤ m + ½], so the margin is
+    the smallest whole m with z·√variance ≤ m + ½, and the p-value P[|N| ≥ |d| − ½]."""
     margin, p, one = out = _empty(diffs.size)
     live = ~np.isnan(diffs) & (variance > 0)
     sd = np.sqrt(np.where(live, variance, 0.0))
     z = NormalDist().inv_cdf(0.975)
     margin[live], one[live] = z * sd[live], Z_ONE_SIDED * sd[live]
+    correction = 0.5 * step if integer else 0.0
     if integer:
-        margin[live], one[live] = np.ceil(margin[live] / step) * step, np.ceil(one[live] / step) * step
+        margin[live] = np.maximum(np.ceil((margin[live] - correction) / step), 0.0) * step
+        one[live] = np.maximum(np.ceil((one[live] - correction) / step), 0.0) * step
     margin[live] += half
     one[live] += half
-    p[live] = [d.normal_p_value(v, max(0.0, abs(x) - half)) for v, x in zip(variance[live], diffs[live], strict=True)]
+    p[live] = [d.normal_p_value(v, max(0.0, abs(x) - half - correction) if x else 0.0)
+               for v, x in zip(variance[live], diffs[live], strict=True)]
     exact = ~np.isnan(diffs) & (variance <= 0)
     _exact_rows(diffs, exact, out)
     return Tested(column, margin, p, one, NORMAL, exact)
