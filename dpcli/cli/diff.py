@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dpcli.cli._common import emit_json, handles_errors, info, notice, settings
 from dpcli.cli._groups import OUTPUT_GIVEN, OutputOptions, output_options
 from dpcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from dpcli.plot.diff import Diff
 
 SummaryOpt = Annotated[str | None, typer.Option(help="The release's --json summary (not needed for a --json "
                                                      "document, or a file written with -o that your ledger "
@@ -55,9 +58,14 @@ def diff(
     target = output_target(out)
     check_output_path(target.path, settings(ctx).state_dir, (old, new, old_summary, new_summary))
     if plot is not None and plot != "-":
+        import os
+
         from dpcli.plot.figure import check_target
 
         check_target(plot, "plot")
+        if any(p and os.path.abspath(plot) == os.path.abspath(p) for p in (old, new, old_summary, new_summary,
+                                                                           target.path)):
+            raise UsageError("would overwrite a file diff reads or writes", field="plot")
     s = settings(ctx)
     analyst = g.analyst if g.restricted else s.analyst
     views = [read_with_report(path, summary, s.state_dir, analyst)
@@ -80,15 +88,13 @@ def diff(
                   f"{summary['fdr']:g}){left_out}")
 
 
-def _draw(plot: str | None, result: object) -> None:
+def _draw(plot: str | None, result: Diff) -> None:
     """``--plot``: a picture, or (``-``) the text chart on stdout."""
     if plot is None:
         return
-    from dpcli.plot.diff import Diff
     from dpcli.plot.diff_view import diff_figure, diff_text
     from dpcli.plot.release_view import recognise
 
-    assert isinstance(result, Diff)
     view = recognise(result.table, "diff", result.summary)
     if plot == "-":
         from dpcli.cli.plot import terminal_width

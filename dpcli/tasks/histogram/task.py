@@ -271,11 +271,12 @@ class HistogramTask(TaskDefaults):
             "aggregations": list(q.aggregations),
             "max_partitions": release_q.max_partitions,
             "max_contributions": release_q.max_contributions,
-            "bounds": [release_q.grid.lo, release_q.grid.hi] if release_q.grid else None,  # (dpcli diff's means)
             "split": plan.summary.get("split"),
             "threshold": release_plan.threshold,
             **released.metadata,
         }
+        if release_q.grid is not None and {"mean", "variance"} & set(q.aggregations):  # (dpcli diff's means)
+            metadata["bounds"] = [release_q.grid.lo, release_q.grid.hi]
         if q.epsilon is not None:
             metadata["epsilon"] = fraction_text(q.epsilon)
         if self.chosen is not None:
