@@ -69,24 +69,23 @@ def integer_test(column: str, diffs: np.ndarray, old: Sequence[Noise | None], ne
     independent unless ``exact[i]`` (the same noise: the same seed)."""
     margin, p, one = out = _empty(diffs.size)
     s = float(step)
-    pairs: dict[tuple[Noise, Noise], tuple[float, float]] = {}
-    tails: dict[tuple[Noise, Noise, int], float] = {}
-    for i, (a, b) in enumerate(zip(old, new, strict=True)):
-        if a is None or b is None or math.isnan(diffs[i]) or exact[i]:
-            continue
+    exact = exact & ~np.isnan(diffs)
+    groups: dict[tuple[int, int], tuple[Noise, Noise, list[int]]] = {}
+    for i, (a, b) in enumerate(zip(old, new, strict=True)):  # rows by their noises (the same objects: by identity)
+        if a is not None and b is not None and not math.isnan(diffs[i]) and not exact[i]:
+            groups.setdefault((id(a), id(b)), (a, b, []))[2].append(i)
+    for a, b, rows in groups.values():
+        idx = np.asarray(rows)
+        units = np.maximum(0, np.ceil((np.abs(diffs[idx]) - half) / s - 1e-9)).astype(np.int64)
         try:
-            if (a, b) not in pairs:
-                pairs[(a, b)] = (d.difference_margin(a, b) * s + half, d.one_sided_margin(a, b) * s + half)
-            units = max(0, math.ceil((abs(diffs[i]) - half) / s - 1e-9))  # the least noise difference it can be
-            if (a, b, units) not in tails:
-                tails[(a, b, units)] = d.difference_p_value(a, b, units)
+            margin[idx], one[idx] = d.difference_margin(a, b) * s + half, d.one_sided_margin(a, b) * s + half
+            seen, where = np.unique(units, return_inverse=True)  # the least noise difference each can be
+            p[idx] = np.array([d.difference_p_value(a, b, int(u)) for u in seen])[where]
         except ValueError:
             raise DataError(f"{column}: a Laplace and a Gaussian noise this large cannot be combined here (releases "
                             "of two ledger modes)") from None
-        margin[i], one[i] = pairs[(a, b)]
-        p[i] = tails[(a, b, units)]
-    _exact_rows(diffs, exact & ~np.isnan(diffs), out)
-    return Tested(column, margin, p, one, EXACT, exact & ~np.isnan(diffs))
+    _exact_rows(diffs, exact, out)
+    return Tested(column, margin, p, one, EXACT, exact)
 
 
 def mean_test(column: str, diffs: np.ndarray, old: d.MeanRelease, new: d.MeanRelease, exact: np.ndarray) -> Tested:
