@@ -110,7 +110,7 @@ def test_at_least_calls_small_differences_unchanged(tmp_path, state_dir):
     assert {r["changed"] for r in doc["result"]} == {"unchanged"}
 
 
-@pytest.mark.parametrize("case", ["csv without summary", "another query", "not a release"])
+@pytest.mark.parametrize("case", ["csv without summary", "another query", "not a release", "sql"])
 def test_what_cannot_be_matched_is_refused_65(case, tmp_path, state_dir):
     init_ledger("pure", "--epsilon", "10")
     old = _release(tmp_path, "old", _rows(500), "--epsilon", "1")
@@ -121,6 +121,11 @@ def test_what_cannot_be_matched_is_refused_65(case, tmp_path, state_dir):
         other = tmp_path / "q.json"
         doc = json.loads(old.read_text())
         doc["summary"]["command"] = "topk"
+        other.write_text(json.dumps(doc))
+    elif case == "sql":  # a release whose report diff cannot map to its columns
+        other = tmp_path / "s.json"
+        doc = json.loads(old.read_text())
+        doc["summary"]["command"] = "sql"
         other.write_text(json.dumps(doc))
     else:
         other = tmp_path / "n.json"

@@ -108,12 +108,13 @@ def _verdict(t: pl.DataFrame, tested: tuple[Tested, ...], i: int, flagged: bool,
     return "unchanged" if unchanged else "not shown to change"
 
 
-def _uniform(margins: np.ndarray) -> float | None:
+def _uniform(margins: np.ndarray) -> float | int | None:
     """A column's margin when every group's is the same (None when they vary: by group, level or trigger)."""
     finite = margins[~np.isnan(margins)]
-    if not finite.size or np.all(finite == finite[0]):
-        return float(finite[0]) if finite.size else None
-    return None
+    if not finite.size or not np.all(finite == finite[0]):
+        return None
+    first = float(finite[0])
+    return int(first) if first.is_integer() else first
 
 
 def _summary(old: ReleaseView, new: ReleaseView, table: pl.DataFrame, pairing: Pairing, fdr: float,

@@ -31,6 +31,9 @@ from dpcli.plot.release_view import ReleaseView
 
 #: A tabulation's cells: the group columns of every row.
 TABULATE_KEYS = ("level", "geo_id", "iteration", "sex", "age")
+#: The commands whose releases diff compares (sql's report names its measurements by their expressions, not by the
+#: columns they become).
+COMPARED_COMMANDS = ("histogram", "topk", "tabulate", "stream-replay")
 #: Why a released column is not compared.
 NOT_COMPARED = {
     "variance": "a variance's margin is a union bound over three measurements, not combined here",
@@ -91,6 +94,11 @@ def display_half(view: ReleaseView, column: str, step: float | None) -> float:
 
 def same_shape(old: ReleaseView, new: ReleaseView) -> str:
     """The two releases' kind, refused (65) unless both are releases of one query shape by one command."""
+    for v in (old, new):
+        command = rep.command(v.summary)
+        if command is not None and command not in COMPARED_COMMANDS:
+            raise DataError(f"{v.name!r} is a {command} release: dpcli diff compares {', '.join(COMPARED_COMMANDS)} "
+                            "releases")
     kinds = {rep.command(v.summary) or v.kind for v in (old, new)}
     if len(kinds) > 1 or old.kind != new.kind or kinds != {old.kind}:
         raise DataError(f"{old.name!r} and {new.name!r} are not releases of one command ({old.kind} / {new.kind})")
