@@ -55,6 +55,9 @@ def diff(
     if g.restricted and (old_summary or new_summary):
         raise UsageError("in service mode diff reads the releases only (their digests vouch for them, and your "
                          "ledger keeps their reports)", field="old_summary" if old_summary else "new_summary")
+    if plot == "-" and out.as_json:
+        raise UsageError("prints its chart on stdout, where --json prints the summary: draw to FILE.png or FILE.svg",
+                         field="plot")
     target = output_target(out)
     check_output_path(target.path, settings(ctx).state_dir, (old, new, old_summary, new_summary))
     if plot is not None and plot != "-":
@@ -79,7 +82,7 @@ def diff(
     if target.to_file or (not out.as_json and plot != "-"):
         write_output(result.table, target.path, target.format)
     if out.as_json:
-        emit_json(summary if target.to_file or plot == "-" else {"result": result.table.to_dicts(), "summary": summary})
+        emit_json(summary if target.to_file else {"result": result.table.to_dicts(), "summary": summary})
     else:
         groups = ", ".join(f"{n} {v}" for v, n in sorted(summary["groups"].items()))
         left_out = f"; not compared: {', '.join(summary['not_compared'])}" if summary["not_compared"] else ""
