@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,16 +10,20 @@ from dpcli.cli._common import emit_json, handles_errors, info, notice, settings
 from dpcli.cli._groups import OUTPUT_GIVEN, OutputOptions, output_options
 from dpcli.errors import UsageError
 
-SummaryOpt = Annotated[str | None, typer.Option(help="The release's --json summary (not needed when the release is "
-                                                     "a --json document itself).", show_default=False)]
+if TYPE_CHECKING:
+    from dpcli.plot.diff import Diff
+
+SummaryOpt = Annotated[str | None, typer.Option(help="The release's --json summary (not needed for a --json "
+                                                     "document, or a file written with -o that your ledger "
+                                                     "recorded).", show_default=False)]
 
 
 @handles_errors
 @output_options
 def diff(
     ctx: typer.Context,
-    old: Annotated[str, typer.Argument(help="The earlier release: a --json document, or a file with --old-summary.",
-                                       show_default=False, metavar="OLD")],
+    old: Annotated[str, typer.Argument(help="The earlier release: a --json document, a file written with -o, or a "
+                                            "file with --old-summary.", show_default=False, metavar="OLD")],
     new: Annotated[str, typer.Argument(help="The later release, of the same query.", show_default=False,
                                        metavar="NEW")],
     old_summary: SummaryOpt = None,
@@ -30,28 +34,52 @@ def diff(
         float | None, typer.Option("--at-least", min=0.0, help="Call a group unchanged when every difference is "
                                    "within ±D (two one-sided tests at 5%).", show_default=False, metavar="D")
     ] = None,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Draw the differences with their margins: FILE.png or FILE.svg (needs "
+                                 "'dpcli[plot]'), or - for a text chart on stdout instead of the table.",
+                                 show_default=False, metavar="FILE")
+    ] = None,
     out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
-    """Per group, the difference of two releases of one histogram query with its 95% margin, and whether it
-    changed beyond the noise: changes flagged across groups at a false-discovery rate (default 5%), groups released
-    in one file only listed as such. Pure post-processing: no data read, nothing charged."""
+    """Per group, the difference of two releases of one query (histogram, topk, tabulate, stream-replay) with its
+    95% margin, and whether it changed beyond the noise: changes flagged across groups at a false-discovery rate
+    (default 5%), groups released in one file only listed as such. Pure post-processing: no data read, nothing
+    charged."""
     from dpcli.access import gate
     from dpcli.cli.render import output_target
     from dpcli.io.outputs import check_output_path, write_output
     from dpcli.plot.diff import diff as differences
-    from dpcli.plot.release_view import read_release
+    from dpcli.plot.recorded import read_with_report
 
-    if gate().restricted:
-        raise UsageError("dpcli diff reads releases with their --json summaries, which service mode does not read "
-                         "(as dpcli plot): run it in personal mode")
+    g = gate()
+    if g.restricted and (old_summary or new_summary):
+        raise UsageError("in service mode diff reads the releases only (their digests vouch for them, and your "
+                         "ledger keeps their reports)", field="old_summary" if old_summary else "new_summary")
+    if plot == "-" and out.as_json:
+        raise UsageError("prints its chart on stdout, where --json prints the summary: draw to FILE.png or FILE.svg",
+                         field="plot")
     target = output_target(out)
     check_output_path(target.path, settings(ctx).state_dir, (old, new, old_summary, new_summary))
-    result = differences(read_release(old, old_summary), read_release(new, new_summary), fdr, at_least)
+    if plot is not None and plot != "-":
+        import os
+
+        from dpcli.plot.figure import check_target
+
+        check_target(plot, "plot")
+        if any(p and os.path.abspath(plot) == os.path.abspath(p) for p in (old, new, old_summary, new_summary,
+                                                                           target.path)):
+            raise UsageError("would overwrite a file diff reads or writes", field="plot")
+    s = settings(ctx)
+    analyst = g.analyst if g.restricted else s.analyst
+    views = [read_with_report(path, summary, s.state_dir, analyst)
+             for path, summary in ((old, old_summary), (new, new_summary))]
+    result = differences(views[0], views[1], fdr, at_least)
     summary = result.summary
     if summary["bounds_differ"]:
         notice(ctx, f"the two releases bounded contributions differently ({', '.join(summary['bounds_differ'])}): "
                     "what each counts differs, so a difference may be the bounds', not the data's")
-    if target.to_file or not out.as_json:
+    _draw(plot, result)
+    if target.to_file or (not out.as_json and plot != "-"):
         write_output(result.table, target.path, target.format)
     if out.as_json:
         emit_json(summary if target.to_file else {"result": result.table.to_dicts(), "summary": summary})
@@ -60,4 +88,22 @@ def diff(
         left_out = f"; not compared: {', '.join(summary['not_compared'])}" if summary["not_compared"] else ""
         shared = " (they share their noise: the differences are exact)" if summary["shared_noise"] else ""
         info(ctx, f"diff of {old} and {new}{shared}: {groups or 'no group'} (false-discovery rate "
-                    f"{summary['fdr']:g}){left_out}")
+                  f"{summary['fdr']:g}){left_out}")
+
+
+def _draw(plot: str | None, result: Diff) -> None:
+    """``--plot``: a picture, or (``-``) the text chart on stdout."""
+    if plot is None:
+        return
+    from dpcli.plot.diff_view import diff_figure, diff_text
+    from dpcli.plot.release_view import recognise
+
+    view = recognise(result.table, "diff", result.summary)
+    if plot == "-":
+        from dpcli.cli.plot import terminal_width
+
+        typer.echo(diff_text(view, terminal_width(None)))
+        return
+    from dpcli.plot.figure import save
+
+    save(diff_figure(view), plot)

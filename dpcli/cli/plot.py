@@ -89,26 +89,12 @@ def plot(
 def _written_by_dpcli(ctx: typer.Context, release: str, summary: str | None) -> Callable[[str], None] | None:
     """Service mode: a check that the file is a release dpcli wrote for this analyst (its digest is in
     their ledger), after refusing any path outside their output directories; None in personal mode
-    and for an operator."""
+    and for an operator (:func:`dpcli.plot.recorded.service_acceptor`, which ``diff`` shares)."""
     from dpcli.access import gate
-    from dpcli.access.walk import inside
-
-    g = gate()
-    if not g.restricted:
-        return None
-    if summary is not None:
-        raise UsageError("in service mode plot reads the release only (its digest vouches for it)", field="summary")
-    if not any(inside(release, d) for d in g.output_dirs()):
-        raise UsageError("plot: in service mode dpcli draws only releases in your output directories")
-    g.allow_read(release)
     from dpcli.cli._common import settings
-    from dpcli.state import ledger
+    from dpcli.plot.recorded import service_acceptor
 
-    led = ledger.read_ledger(settings(ctx).state_dir, g.analyst)
-
-    def accept(digest: str) -> None:
-        if not ledger.wrote(led, digest):
-            raise UsageError(f"{release!r} is not a release dpcli wrote for you (no entry of your ledger has its "
-                             "digest)")
-
-    return accept
+    if gate().restricted and summary is not None:
+        raise UsageError("in service mode plot reads the release only (its digest vouches for it)", field="summary")
+    checked = service_acceptor(release, settings(ctx).state_dir, "plot")
+    return checked[0] if checked else None

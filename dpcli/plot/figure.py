@@ -81,6 +81,10 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
     """The figure of a release: bars with margins, lines with bands, a sex × age pyramid, or a
     tabulate level's totals (``totals``)."""
     plt = _pyplot()
+    if view.kind == "diff" and not view.empty:
+        from dpcli.plot.diff_view import diff_figure
+
+        return diff_figure(view, value, top)
     with plt.rc_context(_STYLE):
         if view.empty:
             return _empty_figure(plt, view)

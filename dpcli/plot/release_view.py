@@ -7,7 +7,9 @@ dpcli's releases have fixed shapes (the column names are part of the interface):
   ``sum_<value>`` (+ ``*_moe95``);
 * ``topk``: ``rank``, the keys, ``count`` (+ ``count_moe95``);
 * ``histogram``: the keys, then ``count``, ``count_units``, ``sum_x``, ``mean_x``, ``variance_x``,
-  ``median_x``, ``pNN_x`` (+ ``*_moe95``).
+  ``median_x``, ``pNN_x`` (+ ``*_moe95``);
+* ``diff`` (``dpcli diff``'s output): the keys, then per compared statistic ``<stat>_old``, ``<stat>_new``,
+  ``<stat>_diff`` and ``<stat>_diff_moe95``, then ``p`` and ``changed``.
 
 A summary saved from ``--json`` (``--summary``) adds what the file lacks: ε, δ (or ρ) and the
 selection threshold. A release with no rows (nothing passed the threshold, no trigger due) is
@@ -22,7 +24,7 @@ import json
 import re
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, TypedDict
@@ -33,12 +35,14 @@ from dpcli.advice import TOPK_ORDER
 from dpcli.core.exact import fraction_text
 from dpcli.errors import DataError, InputMissingError, UsageError
 
-Kind = Literal["histogram", "topk", "stream-replay", "tabulate"]
+Kind = Literal["histogram", "topk", "stream-replay", "tabulate", "diff"]
 _AGGREGATE = re.compile(r"\A(count|count_units|(sum|mean|variance|median|p\d{1,2})_.+)\Z")
 _STREAM = ("window_start", "trigger", "trigger_time")
-_KINDS: dict[str, Kind] = {"histogram": "histogram", "topk": "topk", "stream-replay": "stream-replay",
+_KINDS: dict[str, Kind] = {"histogram": "histogram", "topk": "topk", "stream-replay": "stream-replay", "diff": "diff",
                            "tabulate": "tabulate"}
 _TABULATE = ("level", "geo_id", "iteration", "sex", "age", "count")
+_DIFF = "_diff_moe95"
+_DIFF_PARTS = ("old", "new", "diff", "diff_moe95")
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class ReleaseView:
     values: tuple[str, ...]  # the released aggregate columns, in file order
     name: str
     summary: dict[str, Any] = field(default_factory=dict)
+    shown: bool = True  # values as text outputs show them (CSV, JSON: rounded to their noise); False for Parquet
 
     def margin_of(self, value: str) -> str | None:
         """The 95% margin column of ``value``, if the file has one."""
@@ -132,7 +137,7 @@ def read_release(path: str, summary_path: str | None = None,
         raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
     if doc is not None and summary_path is None:
         summary = doc.get("summary") or {}
-    return recognise(table, path, summary)
+    return recognise(table, path, summary, shown=suffix not in (".parquet", ".pq"))
 
 
 def _parse_release(data: bytes, suffix: str, path: str) -> tuple[pl.DataFrame, dict[str, Any] | None]:
@@ -167,16 +172,26 @@ def read_summary(path: str) -> dict[str, Any]:
     return doc
 
 
-def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = None) -> ReleaseView:
-    """Which command wrote ``table`` (by its columns; see the module docstring)."""
+def recognise(table: pl.DataFrame, name: str, summary: dict[str, Any] | None = None,
+              shown: bool = True) -> ReleaseView:
+    """Which command wrote ``table`` (by its columns; see the module docstring); ``shown``: its values are rounded
+    as text outputs show them."""
+    view = _recognise(table, name, summary or {})
+    return view if shown else replace(view, shown=False)
+
+
+def _recognise(table: pl.DataFrame, name: str, summary: dict[str, Any]) -> ReleaseView:
     cols = table.columns
-    summary = summary or {}
     if not cols:  # JSON records with no record: only a --json document's summary tells which command wrote it
         wrote: Kind | None = _KINDS.get(str(summary.get("command")))
         if table.height == 0 and wrote is not None:
             return ReleaseView(wrote, table, (), (), name, summary)
         raise DataError(f"{name!r} holds no rows and no columns: an empty release written as JSON records cannot be "
                         "recognised (CSV and Parquet keep their columns, --json its summary)")
+    if "changed" in cols and (stats := tuple(c.removesuffix(_DIFF) for c in cols if c.endswith(_DIFF))):
+        keys = tuple(c for c in cols if c not in ("p", "changed", "trigger_old", "trigger_new")
+                     and not any(c.startswith(f"{st}_") and c.removeprefix(f"{st}_") in _DIFF_PARTS for st in stats))
+        return ReleaseView("diff", table, keys, stats, name, summary)
     if all(c in cols for c in _TABULATE):
         return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
     values = _released_values(cols)

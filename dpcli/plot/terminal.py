@@ -55,6 +55,10 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
 
     if view.empty:
         return view.empty_text()
+    if view.kind == "diff":
+        from dpcli.plot.diff_view import diff_text
+
+        return diff_text(view, width, value, top)
     if view.kind in ("histogram", "topk"):
         labels, values, margins = bars(view, value, top if top is not None else 20)
         has_margins = margins is not None

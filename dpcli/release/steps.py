@@ -10,6 +10,7 @@ runs them with the steps here: :func:`prepare` seeds a task and runs it (:meth:`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -252,7 +253,7 @@ def charge(
     receipt = ledger.charge(payer.state_dir, payer.analyst, command=command, query_id=prepared.seed.query_id,
                             seed_id=prepared.seed.id, reserve=prepared.events, actual=prepared.actual,
                             summary=summary_line, lock_timeout=payer.lock_timeout, step=step, output=output_digest,
-                            completes=completes)
+                            completes=completes, report=_as_json(prepared.metadata) if output_digest else None)
     if reserved:
         receipt = replace(receipt, reserved=tuple(reserved))
     if before_output is not None:
@@ -271,6 +272,13 @@ def charge(
     return Release(prepared.table, report,
                    f"{summary_line}; {_cost_line(receipt, step, charged)}; remaining {remaining}",
                    times=prepared.times)
+
+
+def _as_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    """``report`` as the ``--json`` summary prints it (numbers as JSON numbers, anything else as text), for the
+    ledger entry of a file written with ``-o`` (``dpcli diff`` reads a file's calibration there)."""
+    doc: dict[str, Any] = json.loads(json.dumps(report, default=str))
+    return doc
 
 
 def _cost_line(receipt: ledger.Receipt, step: ledger.Step | None, charged: list[PrivacyEvent]) -> str:

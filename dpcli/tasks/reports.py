@@ -67,6 +67,7 @@ class HistogramReport(ReportBase, total=False):
     epsilon: str  # the query's ε as given
     target: dict[str, Any]  # a margin target and the ε or ρ it chose
     bias: dict[str, Any]  # the bias report (:meth:`dpcli.tasks.bias_report.BiasReport.to_json`) and its budget
+    bounds: list[float]  # the value bounds of a released mean or variance (``dpcli diff`` bounds a mean's change)
 
 
 class TopKReport(ReportBase, total=False):

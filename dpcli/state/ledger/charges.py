@@ -79,6 +79,7 @@ def charge(
     step: Step | None = None,
     output: str | None = None,
     completes: int | None = None,
+    report: dict[str, Any] | None = None,
 ) -> Receipt:
     """Debit a release durably, before its output is written (the ledger is read and verified once).
 
@@ -96,7 +97,9 @@ def charge(
     debits the reservation itself in the same write.
 
     ``output`` is the digest of the release file about to be written (``-o``): recorded in the entry,
-    so ``dpcli plot`` can tell a release dpcli wrote from any other file.
+    so ``dpcli plot`` can tell a release dpcli wrote from any other file; ``report``, the release's public
+    report (its ``--json`` summary without the receipt), is recorded beside it, so ``dpcli diff`` can read a
+    file's calibration from the entry whose digest it has.
 
     ``completes``: the entry of this release's own :func:`debit`, made before it read any data: the
     entry appended now records its completion (output and summary) at no cost.
@@ -112,6 +115,8 @@ def charge(
             base["summary"] = summary
         if output:
             base["output"] = output
+            if report is not None:
+                base["report"] = report
         reserved: tuple[PrivacyEvent, ...] = ()
         covered: int | None = None
         if step is not None:

@@ -276,6 +276,8 @@ class HistogramTask(TaskDefaults):
             "threshold": release_plan.threshold,
             **released.metadata,
         }
+        if release_q.grid is not None and {"mean", "variance"} & set(q.aggregations):  # (dpcli diff's means)
+            metadata["bounds"] = [release_q.grid.lo, release_q.grid.hi]
         if q.epsilon is not None:
             metadata["epsilon"] = fraction_text(q.epsilon)
         if self.chosen is not None:
