@@ -245,8 +245,7 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             "step": e.get("step"),
             "events": e["events"],
             **({"cost": e["cost"]} if "cost" in e else {}),
-            **({"series": e["series"], "series_run": e.get("series_run")} if "series" in e or "series_run" in e
-               else {}),
+            **{k: e[k] for k in ("series", "series_run") if k in e},
             "summary": done[e["seq"]].get("summary", "") if e["seq"] in done else e.get("summary", ""),
             **({"completed_by": done[e["seq"]]["seq"] if e["seq"] in done else None}
                if ledger.debited_before_reading(e) else {}),

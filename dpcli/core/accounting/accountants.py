@@ -309,6 +309,8 @@ class PldAccountant(ApproxAccountant):
             return Spend()
         from dpcli.core.accounting import pld  # dp_accounting only when a pld ledger costs something
 
+        if not pld.available():  # refused before the release reads anything, even where no PLD is needed
+            raise pld.PldUnavailable()
         eps, dlt = pld.block_cost(events, count, delta)
         return Spend(epsilon=eps, delta=dlt)
 

@@ -94,9 +94,9 @@ def accounting_version() -> str:
 
     A ledger records it with every cost; another version recomputes (:mod:`dpcli.state.ledger.costs`).
     """
-    versions = {name: _version(name) for name in ("dp-accounting", "scipy", "numpy")}
-    if versions["dp-accounting"] is None:
+    if not available():
         raise PldUnavailable()
+    versions = {name: _version(name) for name in ("dp-accounting", "scipy", "numpy")}
     return RULES + "".join(f" {name}/{v}" for name, v in versions.items())
 
 
