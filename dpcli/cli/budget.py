@@ -114,7 +114,8 @@ def _check_limit_options(mode: str, wanted: tuple[str, ...], given: dict[str, Fr
 def _show_json(led: ledger.Ledger) -> dict[str, Any]:
     spend = led.spend()
     eps, dlt = led.guarantee()
-    charged = [e for e in led.current_entries() if e["events"]]
+    # releases charged: those with events (a pld series' own entry is not one) and the runs its series covered
+    charged = [e for e in led.current_entries() if (e["events"] and "series" not in e) or "series_run" in e]
     return {
         "analyst": led.analyst,
         "mode": led.limits.mode,

@@ -4,15 +4,15 @@ A pld ledger charges *blocks* (docs/accounting.md, "The pld mode"): one release,
 it reads a record, or a *series*, N releases of one cost reserved in advance. A block's PLD is the composition of
 its events' PLDs (N-fold for a series): the tight composition of mechanisms whose dominating pairs are fixed in
 advance, valid however each release's query is chosen from earlier outputs (Dong, Roth & Su 2022, Thm 3.2; Zhu,
-Dong & Wang 2022, Thm 10). Its cost is the ε of that PLD at the block's δ, never more than basic composition of
-the same events. Across blocks the ledger composes basically, the one rule here that is a privacy filter under
-full adaptivity (:class:`dpcli.core.accounting.accountants.PldAccountant`).
+Dong & Wang 2022, for dominating pairs). Its cost is the ε of that PLD at the block's δ, never more than basic
+composition of the same events. Across blocks the ledger composes basically, the one rule here that is a privacy
+filter under full adaptivity (:class:`dpcli.core.accounting.accountants.PldAccountant`).
 
 Each event's PLD dominates the mechanism as dpcli implements it:
 
 * ``pure`` ε (discrete Laplace counts, tabulate's geometric, exponential-mechanism and Gumbel selections,
   AboveThreshold in ``auto``): randomized response at ε, the pair that dominates every ε-DP mechanism (Kairouz,
-  Oh & Viswanath 2015, Thm 2.1). It *is* the discrete Laplace's own pair on a sensitivity-1 query: the privacy
+  Oh & Viswanath 2015). It *is* the discrete Laplace's own pair on a sensitivity-1 query: the privacy
   loss of DLap(0) against DLap(1) is +ε with probability 1/(1 + e^-ε) and −ε otherwise.
 * ``approx`` (ε, δ) (thresholded selections, the threshold's δ with ε = 0, stream tree nodes): the pair that
   dominates every (ε, δ)-DP mechanism, mass δ at +∞ (same theorem; dp_accounting's ``from_privacy_parameters``).
