@@ -20,9 +20,9 @@ Each event's PLD dominates the mechanism as dpcli implements it:
   with a δ, the (units·ε_per, δ) pair.
 * ``zcdp`` marked ``rdp_curve="discrete_gaussian"`` (a discrete Gaussian on a sensitivity-1 count): the pair
   (N_Z(0, σ²), N_Z(1, σ²)) itself at the σ² the sampler uses (Canonne, Kamath & Steinke 2020, §2.3), its
-  noise truncated beyond a tail of 10⁻³⁰ (added to δ). Any other ρ-zCDP event, of which only ρ is known, is taken
-  as its (ε, δ) at its own δ (the optimal conversion), never as a Gaussian: a ρ-zCDP mechanism need not be
-  dominated by the Gaussian of that ρ.
+  noise truncated beyond a tail of 10⁻³⁰ (10⁻²⁴ added to δ per draw). Any other ρ-zCDP event, of which only
+  ρ is known, is taken as its (ε, δ) at its own δ (the optimal conversion), never as a Gaussian: a ρ-zCDP
+  mechanism need not be dominated by the Gaussian of that ρ.
 
 PLDs are dp_accounting's pessimistic discretisations (Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022):
 losses rounded up to a grid, truncated tails moved to +∞, so every δ(ε) they give is an upper bound. The grid
@@ -56,8 +56,10 @@ MISSING = "pld accounting needs the optional dp_accounting package: pip install 
 #: The largest series a block composes (``budget plan``'s own cap on counts).
 MAX_COUNT = 100_000
 
-#: Mass of the discrete Gaussian's noise dp_accounting truncates (its default bound), added to the block's δ.
-_GAUSS_TAIL = 1e-28
+#: What a discrete Gaussian's truncation can hide, per draw, added to the block's δ: dp_accounting drops noise
+#: beyond a tail of 10⁻³⁰ (its default bound), which moves a hockey-stick divergence by at most (1 + e^ε)·10⁻³⁰,
+#: below 10⁻²⁴ for any ε ≤ 13.
+_GAUSS_TAIL = 1e-24
 
 #: Tail mass each composition may cut (moved to +∞: pessimistic).
 _TRUNCATION = 1e-15
