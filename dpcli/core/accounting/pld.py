@@ -224,8 +224,11 @@ def epsilon_for_delta(composed: Any, delta: float) -> float:
     """
     from scipy.signal import lfilter
 
-    pmfs = [composed._pmf_remove] if composed._symmetric else [composed._pmf_remove, composed._pmf_add]
-    return max(_epsilon_of_pmf(pmf.to_dense_pmf(), delta, lfilter) for pmf in pmfs)
+    try:  # dp_accounting 0.6's PMFs (pinned, and tested against its own loop); another layout: its own loop
+        pmfs = [composed._pmf_remove] if composed._symmetric else [composed._pmf_remove, composed._pmf_add]
+        return max(_epsilon_of_pmf(pmf.to_dense_pmf(), delta, lfilter) for pmf in pmfs)
+    except AttributeError:
+        return float(composed.get_epsilon_for_delta(delta))
 
 
 def _epsilon_of_pmf(dense: Any, delta: float, lfilter: Any) -> float:
