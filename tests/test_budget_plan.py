@@ -184,6 +184,8 @@ def test_a_pld_series_plan_n_reserve_charge_n_and_the_next_is_refused(tmp_path, 
     plan = _plan(*release, runs=runs)
     alone, series = Fraction(plan["runs"]["value"]), Fraction(plan["runs"]["series"]["value"])
     assert series > alone and history() == []  # planning reserves nothing
+    text = cli("budget", "plan", "--runs", str(runs), "--", *release).stdout
+    assert f"as one series of {runs} (--reserve, their N-fold PLD): --epsilon {plan['runs']['series']['value']}" in text
     r = cli("budget", "plan", "--json", "--runs", str(runs), "--reserve", "--", *release)
     assert r.exit_code == 0, r.stderr
     reserved = json.loads(r.stdout)["runs"]["series"]

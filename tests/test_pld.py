@@ -209,11 +209,16 @@ def test_the_block_costs_of_simple_cases():
 
 
 def test_what_cannot_be_charged_is_refused():
-    """A bare ρ with no δ to convert at, a discrete Gaussian with δ = 0 (never pure), an impossible series."""
+    """A bare ρ with no δ to convert at, a discrete Gaussian with δ = 0 (never pure), a series whose thresholds
+    alone need more δ than it has, an impossible series."""
     with pytest.raises(ChargeRefused, match="give --delta"):
         pld.block_cost([PrivacyEvent("zcdp", "auto", rho=F(1, 100))], 1, F(1, 10**6))
     with pytest.raises(ChargeRefused, match="needs a δ > 0"):
         pld.block_cost([gauss("0.01")])
+    threshold = PrivacyEvent("approx", "histogram/laplace+threshold", epsilon=F(1, 100), delta=F(1, 10**8))
+    with pytest.raises(ChargeRefused, match="365 runs of histogram/laplace.threshold need more δ than the series' "
+                                            "1e-06 .their thresholds' δ alone is 3.65e-06"):
+        pld.block_cost([threshold], 365, F(1, 10**6))
     with pytest.raises(ValueError):
         pld.block_cost([pure("0.1")], 0)
     with pytest.raises(ValueError):

@@ -44,6 +44,7 @@ from typing import Any
 from dpcli.core.accounting import composition as acc
 from dpcli.core.accounting.budget import ChargeRefused
 from dpcli.core.events import PrivacyEvent
+from dpcli.core.display import parameter_text
 from dpcli.core.exact import float_up, fraction_at_least, fraction_text
 
 #: The version of the rules above (which PLD an event gets, the grid, the rounding); part of every cost's
@@ -136,7 +137,10 @@ def _cached_cost(key: tuple[tuple[str, ...], int, Fraction | None]) -> tuple[Fra
         return Fraction(0), target
     if not candidates:
         names = ", ".join(sorted({ev.mechanism for ev in events}))
-        raise ChargeRefused(f"{names} needs a δ > 0 to be charged as (ε, δ) in a pld ledger: give --delta")
+        if target == 0 or delta is None:
+            raise ChargeRefused(f"{names} needs a δ > 0 to be charged as (ε, δ) in a pld ledger: give --delta")
+        raise ChargeRefused(f"{count:,} runs of {names} need more δ than the series' {parameter_text(target, 'down')} "
+                            f"(their thresholds' δ alone is {parameter_text(own, 'up')})")
     return min(candidates), target
 
 
