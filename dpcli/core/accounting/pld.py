@@ -19,7 +19,7 @@ Each event's PLD dominates the mechanism as dpcli implements it:
 * ``br`` units × ε_per-bounded-range (no δ): randomized response at ε_per per unit (bounded range ⇒ ε_per-DP);
   with a δ, the (units·ε_per, δ) pair.
 * ``zcdp`` marked ``rdp_curve="discrete_gaussian"`` (a discrete Gaussian on a sensitivity-1 count): the pair
-  (N_Z(0, σ²), N_Z(1, σ²)) itself at the σ² the sampler uses (Canonne, Kamath & Steinke 2020, §2.3), its
+  (N_Z(0, σ²), N_Z(1, σ²)) itself at the σ² the sampler uses (Canonne, Kamath & Steinke 2020), its
   noise truncated beyond a tail of 10⁻³⁰ (10⁻²⁴ added to δ per draw). Any other ρ-zCDP event, of which only
   ρ is known, is taken as its (ε, δ) at its own δ (the optimal conversion), never as a Gaussian: a ρ-zCDP
   mechanism need not be dominated by the Gaussian of that ρ.
@@ -43,8 +43,8 @@ from typing import Any
 
 from dpcli.core.accounting import composition as acc
 from dpcli.core.accounting.budget import ChargeRefused
-from dpcli.core.events import PrivacyEvent
 from dpcli.core.display import parameter_text
+from dpcli.core.events import PrivacyEvent
 from dpcli.core.exact import float_up, fraction_at_least, fraction_text
 
 #: The version of the rules above (which PLD an event gets, the grid, the rounding); part of every cost's
@@ -80,6 +80,7 @@ class PldUnavailable(ChargeRefused):
         super().__init__(MISSING)
 
 
+@functools.cache  # (read once per process: a charge asks at every write)
 def _version(package: str) -> str | None:
     try:
         return importlib.metadata.version(package)
