@@ -116,6 +116,7 @@ LIMITS = {
     "rdp": ("--epsilon", "50", "--delta", "1e-5"),
     "br": ("--epsilon-per", "0.5", "--delta", "1e-10", "--info-budget", "3000", "--call-budget", "30",
            "--delta-prime", "1e-9"),
+    "pld": ("--epsilon", "50", "--delta", "1e-5"),
 }
 
 

@@ -45,6 +45,8 @@ MODES = {
     "rdp": (("--epsilon", "2", "--delta", "1e-6"), ("--epsilon", "0.5"), "histogram"),
     "br": (("--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "100", "--call-budget", "3",
             "--delta-prime", "1e-9"), ("--epsilon-per", "0.5"), "topk"),
+    "pld": (("--epsilon", "1", "--delta", "1e-6"), ("--epsilon", "0.3", "--noise", "gaussian", "--delta", "1e-8"),
+            "histogram"),
 }
 
 
@@ -170,3 +172,41 @@ def test_runs_at_an_exact_boundary_and_when_no_budget_fits(tmp_path, state_dir):
     none = _plan(*release, runs=365)["runs"]
     assert none["value"] is None and none["fits_at_smallest"]["count"] == 100
     assert "δ left is 0" in none["fits_at_smallest"]["next_refused"]
+
+
+def test_a_pld_series_plan_n_reserve_charge_n_and_the_next_is_refused(tmp_path, keys, state_dir):
+    """On a pld ledger ``--runs N --reserve`` reserves N releases as one series at the largest ε that fits their
+    N-fold PLD (more than N releases charged one by one allow): the N releases at that ε are covered, the plan
+    counts them down, and the one after them is refused."""
+    init_ledger("pld", "--epsilon", "1", "--delta", "1e-6")
+    release = _release("histogram", _data(tmp_path / "d0.csv", 30), keys, ("--epsilon", "0.1"))
+    runs = 6
+    plan = _plan(*release, runs=runs)
+    alone, series = Fraction(plan["runs"]["value"]), Fraction(plan["runs"]["series"]["value"])
+    assert series > alone and history() == []  # planning reserves nothing
+    text = cli("budget", "plan", "--runs", str(runs), "--", *release).stdout
+    assert f"as one series of {runs} (--reserve, their N-fold PLD): --epsilon {plan['runs']['series']['value']}" in text
+    r = cli("budget", "plan", "--json", "--runs", str(runs), "--reserve", "--", *release)
+    assert r.exit_code == 0, r.stderr
+    reserved = json.loads(r.stdout)["runs"]["series"]
+    assert Fraction(reserved["value"]) == series and reserved["reserved"]["entry"] == 1
+    at = [a if a != "0.1" else str(series) for a in release]
+    assert _plan(*at)["fit"]["count"] == runs
+    for i in range(runs):
+        done = cli(*[a if a != "0.1" else str(series) for a in
+                     _release("histogram", _data(tmp_path / f"d{i + 1}.csv", 31 + i), keys, ("--epsilon", "0.1"))])
+        assert done.exit_code == 0, (i, done.stderr)
+        assert _plan(*at)["fit"]["count"] == runs - i - 1
+    refused = cli(*[a if a != "0.1" else str(series) for a in
+                    _release("histogram", _data(tmp_path / "last.csv", 99), keys, ("--epsilon", "0.1"))])
+    assert refused.exit_code == 77, refused.stderr
+    assert [e.get("series_run") for e in history()][1:] == list(range(1, runs + 1))
+
+
+def test_reserve_needs_runs_and_a_pld_ledger(tmp_path, keys, state_dir):
+    init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
+    release = _release("histogram", _data(tmp_path / "d.csv", 30), keys, ("--epsilon", "0.1"))
+    for extra in (["--reserve"], ["--runs", "3", "--reserve"]):
+        r = cli("budget", "plan", *extra, "--", *release)
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert history() == []

@@ -11,14 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from dpcli.access import gate
-from dpcli.cli import budget_plan
+from dpcli.cli import budget_plan, budget_pld
 from dpcli.cli._common import emit_json, handles_errors, info, resolve_analyst, settings
 from dpcli.cli._options import positive, probability
 from dpcli.core.accounting import budget as bud
 from dpcli.core.accounting import composition as acc
 from dpcli.core.display import figure_text, parameter_text, parameters_text
 from dpcli.core.exact import float_up, fraction_text
-from dpcli.errors import UsageError
+from dpcli.errors import BudgetError, UsageError
 from dpcli.state import keys, ledger
 from dpcli.state.ledger.format import utc_now
 from dpcli.state.paths import ensure_state_dir
@@ -35,9 +35,10 @@ AnalystArg = Annotated[str | None, typer.Argument(help="Analyst name (default: -
 def init(
     ctx: typer.Context,
     analyst: Annotated[str, typer.Argument(help="Analyst whose ledger to create.", metavar="ANALYST")],
-    mode: Annotated[str, typer.Option("--mode", help="Accounting mode: pure, approx, zcdp, rdp or br.")] = "pure",
-    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε limit (pure, approx, rdp).")] = None,
-    delta: Annotated[str | None, typer.Option("--delta", help="δ limit (approx, zcdp, rdp); per-call δ in br.")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="Accounting mode: pure, approx, zcdp, rdp, br or pld.")] = "pure",
+    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε limit (pure, approx, rdp, pld).")] = None,
+    delta: Annotated[str | None, typer.Option("--delta", help="δ limit (approx, zcdp, rdp, pld); per-call δ in "
+                                                               "br.")] = None,
     rho: Annotated[str | None, typer.Option("--rho", help="ρ limit (zcdp).")] = None,
     epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per of every release (br).")] = None,
     info_budget: Annotated[int | None, typer.Option("--info-budget", help="Information budget k* (br).")] = None,
@@ -73,11 +74,21 @@ def init(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     rd = probability("--report-delta", report_delta, allow_zero=False)
+    _check_extra(mode)
     led = ledger.init_ledger(s.state_dir, analyst, limits, refresh_days, float(rd), s.lock_timeout)
     if as_json:
         emit_json(_show_json(led))
     else:
         info(ctx, f"created {mode} ledger for {analyst!r} at {led.path}")
+
+
+def _check_extra(mode: str) -> None:
+    """A pld ledger needs the ``pld`` extra to cost its charges: refused at its creation without it (exit 77)."""
+    if mode == "pld":
+        from dpcli.core.accounting import pld
+
+        if not pld.available():
+            raise BudgetError(pld.MISSING)
 
 
 def _limit_values(mode: str, given: dict[str, Fraction | None]) -> dict[str, Fraction]:
@@ -103,7 +114,8 @@ def _check_limit_options(mode: str, wanted: tuple[str, ...], given: dict[str, Fr
 def _show_json(led: ledger.Ledger) -> dict[str, Any]:
     spend = led.spend()
     eps, dlt = led.guarantee()
-    charged = [e for e in led.current_entries() if e["events"]]
+    # releases charged: those with events (a pld series' own entry is not one) and the runs its series covered
+    charged = [e for e in led.current_entries() if (e["events"] and "series" not in e) or "series_run" in e]
     return {
         "analyst": led.analyst,
         "mode": led.limits.mode,
@@ -117,7 +129,14 @@ def _show_json(led: ledger.Ledger) -> dict[str, Any]:
         "entries": len(led.entries),
         "schedules": _schedule_summaries(led),
         "streams": ledger.stream_summaries(led),
+        **({"series": _series(led)} if led.limits.mode == "pld" else {}),
     }
+
+
+def _series(led: ledger.Ledger) -> list[dict[str, Any]]:
+    from dpcli.state.ledger import series
+
+    return series.summaries(led)
 
 
 @app.command("show")
@@ -195,6 +214,7 @@ def _show_lines(led: ledger.Ledger, data: dict[str, Any]) -> list[str]:
         retries = f", {st['retries']} retr{'y' if st['retries'] == 1 else 'ies'}" if st["retries"] else ""
         lines.append(f"stream       {st['name'] or 'reserved'} (entry #{st['entry']}): {st['runs']} run(s){retries}, "
                      f"{reserved} reserved")
+    lines += budget_pld.series_lines(data.get("series", []))
     if sys.stdout.isatty():  # on a terminal, the spending as a chart too (--plot - draws it anywhere)
         from dpcli.cli.plot import terminal_width
         from dpcli.plot.budget_view import timeline
@@ -225,6 +245,8 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
             "reservation": e.get("reservation"),
             "step": e.get("step"),
             "events": e["events"],
+            **({"cost": e["cost"]} if "cost" in e else {}),
+            **{k: e[k] for k in ("series", "series_run") if k in e},
             "summary": done[e["seq"]].get("summary", "") if e["seq"] in done else e.get("summary", ""),
             **({"completed_by": done[e["seq"]]["seq"] if e["seq"] in done else None}
                if ledger.debited_before_reading(e) else {}),
@@ -246,7 +268,7 @@ def history(ctx: typer.Context, analyst: AnalystArg = None, as_json: JsonOpt = F
         elif r["covered_by"]:
             tag = f"covered by reservation #{r['covered_by']}"
         else:
-            tag = cost or "free"
+            tag = (cost or "free") + budget_pld.cost_text(r.get("cost"))
         typer.echo(f"#{r['seq']:<4} {r['time']}  {r['command']:<10} {tag}  {r['summary']}".rstrip())
 
 
@@ -263,7 +285,7 @@ def verify(
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Check a ledger's keyed seal (header and entries) and high-water mark (exit 78 if tampered, rolled back or replaced)."""  # noqa: E501 (the command's help, one line)
+    """Check a ledger's keyed seal (header and entries) and high-water mark (exit 78 if tampered, rolled back or replaced); a pld ledger's costs are recomputed."""  # noqa: E501 (the command's help, one line)
     s = settings(ctx)
     name = resolve_analyst(analyst, ctx)
     reason = None
@@ -272,34 +294,41 @@ def verify(
         led, reason = ledger.reseal(s.state_dir, name, s.lock_timeout)
     else:
         led = ledger.read_ledger(s.state_dir, name, s.lock_timeout)
+    costs = budget_pld.verify_costs(led)
     if as_json:
-        emit_json({"analyst": led.analyst, "ok": True, "entries": len(led.entries), "resealed": reason})
+        emit_json({"analyst": led.analyst, "ok": True, "entries": len(led.entries), "resealed": reason,
+                   **({"costs": vars(costs)} if costs is not None else {})})
     elif reason:
         typer.echo(f"ledger {led.analyst!r}: resealed ({reason}); {len(led.entries)} entries, the last records this")
     else:
-        typer.echo(f"ledger {led.analyst!r}: OK ({len(led.entries)} entries, keyed seal and high-water mark verified)")
+        said = budget_pld.costs_text(costs) if costs is not None else ""
+        typer.echo(f"ledger {led.analyst!r}: OK ({len(led.entries)} entries, keyed seal and high-water mark verified"
+                   f"{said})")
 
 
 @app.command("compose")
 @handles_errors
 def compose(
-    mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx or rdp (geometric mechanisms).")],
-    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp).")] = None,
+    mode: Annotated[str, typer.Option("--mode", help="br, zcdp, pure, approx, rdp (geometric mechanisms) or pld.")],
+    epsilon: Annotated[str | None, typer.Option("--epsilon", help="ε of each mechanism (pure, approx, rdp, "
+                                                                  "pld).")] = None,
     epsilon_per: Annotated[str | None, typer.Option("--epsilon-per", help="ε_per (br).")] = None,
     count: Annotated[int, typer.Option("--count", help="How many mechanisms (k* in br).", min=1, max=10**12)] = 1,
     calls: Annotated[int, typer.Option("--call-budget", help="Call budget ℓ* (br).", min=0, max=10**12)] = 0,
     delta_per: Annotated[str | None, typer.Option("--delta-per", help="δ of each unknown-domain call (br) or "
-                                                                      "mechanism (approx).")] = None,
+                                                                      "mechanism (approx, pld).")] = None,
     delta_prime: Annotated[str | None, typer.Option("--delta-prime", help="δ′ of the composition bound (br, "
                                                                           "approx).")] = None,
-    rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp).")] = None,
-    delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp).")] = None,
+    rho: Annotated[str | None, typer.Option("--rho", help="Total ρ (zcdp); each discrete Gaussian count's ρ "
+                                                          "(pld).")] = None,
+    delta: Annotated[str | None, typer.Option("--delta", help="Target δ of the (ε, δ) statement (zcdp, rdp, "
+                                                              "pld).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compose privacy guarantees (a calculator; no ledger is touched)."""
     composer = _COMPOSERS.get(mode)
     if composer is None:
-        raise UsageError(f"--mode must be br, zcdp, pure, approx or rdp, got {mode!r}")
+        raise UsageError(f"--mode must be br, zcdp, pure, approx, rdp or pld, got {mode!r}")
     given = _Composition(epsilon, epsilon_per, count, calls, delta_per, delta_prime, rho, delta)
     given.refuse_unused(mode)
     out: dict[str, Any] = {"mode": mode, **composer(given)}
@@ -345,6 +374,7 @@ _COMPOSE_OPTIONS: dict[str, frozenset[str]] = {
     "pure": frozenset({"--epsilon"}),
     "approx": frozenset({"--epsilon", "--delta-per", "--delta-prime"}),
     "rdp": frozenset({"--epsilon", "--delta"}),
+    "pld": frozenset({"--epsilon", "--delta-per", "--rho", "--delta"}),
 }
 
 
@@ -391,13 +421,22 @@ def _compose_rdp(o: _Composition) -> dict[str, Any]:
     return {"epsilon": eps, "delta": d, "alpha": alpha, "pure_epsilon": acc.k_fold(e, o.count)}
 
 
+def _compose_pld(o: _Composition) -> dict[str, Any]:
+    """``count`` mechanisms by their privacy loss distributions (:func:`dpcli.cli.budget_pld.compose_pld`)."""
+    return budget_pld.compose_pld(o.epsilon, o.delta_per, o.rho, o.delta, o.count)
+
+
 _COMPOSERS: dict[str, Callable[[_Composition], dict[str, Any]]] = {
     "br": _compose_br, "zcdp": _compose_zcdp, "pure": _compose_pure, "approx": _compose_approx, "rdp": _compose_rdp,
+    "pld": _compose_pld,
 }
 
 
 #: ``budget plan -- COMMAND ARGS``: how many more such releases fit (:mod:`dpcli.cli.budget_plan`).
 app.command("plan")(budget_plan.plan)
+
+#: ``budget migrate ANALYST --to pld``: an approx ledger becomes a pld ledger (:mod:`dpcli.cli.budget_pld`).
+app.command("migrate")(budget_pld.migrate)
 
 
 @app.command("key")

@@ -17,7 +17,7 @@ import typer
 from dpcli.cli._common import emit_json, fail, handles_errors, one_line, resolve_analyst, settings
 from dpcli.core.display import parameter_text, quantity_text, utc_text
 from dpcli.core.exact import fraction_text
-from dpcli.errors import UsageError
+from dpcli.errors import BudgetError, UsageError
 from dpcli.state import ledger
 from dpcli.state.ledger.format import utc_now
 from dpcli.state.ledger.planning import (
@@ -53,11 +53,19 @@ def plan(
                                  "--epsilon (or --epsilon-per, --rho) of the command at which N fit, and its "
                                  "margins.", show_default=False)
     ] = None,
+    reserve: Annotated[
+        bool, typer.Option("--reserve", help="With --runs N, on a pld ledger: reserve the N releases now as one "
+                           "series at the largest budget that fits (their N-fold PLD, at all the δ left); each later "
+                           "release of that cost takes one of its runs.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
 ) -> None:
     """How many more releases like this one the ledger accepts (now, and in a fresh refresh period), or with
     --runs N what each may spend for N more. Plans with the command's own dry run: reads no record, charges
-    nothing. A free replay of an earlier identical release costs nothing; the counts are of new releases."""
+    nothing (but --reserve, which debits the series). A free replay of an earlier identical release costs
+    nothing; the counts are of new releases."""
+    if reserve and runs is None:
+        raise UsageError("--reserve reserves --runs N releases: give --runs")
     if not command or command[0] not in PLANNED:
         raise UsageError("give the release after --, e.g. dpcli budget plan -- histogram DATA --by COL ... "
                          f"(one of {', '.join(PLANNED)})")
@@ -80,19 +88,32 @@ def plan(
             fresh = Fit(0, refusal="a reservation does not carry over to the next period: a new --state file reserves "
                                    "again there")
         doc["period"] = {"ends": utc_text(period.ends), "fresh": _fit_json(fresh)}
+    if reserve and (led.limits.mode != "pld" or reserves or not planned.events):
+        raise UsageError("--reserve reserves a series of releases in a pld ledger (not of a stream's state, nor in "
+                         f"a {led.limits.mode} ledger)")
     if runs is not None:
-        fixed = bool(stream.get("state")) and bool(stream.get("runs_recorded"))  # the state fixes its budget
-        if planned.refusal is not None and (fixed or not planned.events):
-            doc["runs"] = {"runs": runs, "value": None, "refused": planned.refusal}
-        elif fixed or not planned.events:
-            doc["runs"] = _covered_runs(args, runs)
-        else:
-            doc["runs"] = _runs(ctx, led, spent, name, args, 1 if reserves else runs, as_json) | {"runs": runs}
+        doc["runs"] = _runs_part(ctx, led, spent, name, args, runs, planned, stream, as_json, reserve)
         doc["runs"]["within"] = "the current period" if period is not None else "the ledger"
     if as_json:
         emit_json(doc)
     else:
         typer.echo("\n".join(_lines(doc)))
+
+
+def _runs_part(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: list[str], runs: int,
+               planned: Planned, stream: dict[str, Any], as_json: bool, reserve: bool) -> dict[str, Any]:
+    """``--runs N``: the largest budget at which N more fit (a stream's state fixes its own), and on a pld ledger
+    the same as one series (reserved with ``reserve``)."""
+    fixed = bool(stream.get("state")) and bool(stream.get("runs_recorded"))  # the state fixes its budget
+    reserves = bool(stream.get("state")) and bool(planned.events)
+    if planned.refusal is not None and (fixed or not planned.events):
+        return {"runs": runs, "value": None, "refused": planned.refusal}
+    if fixed or not planned.events:
+        return _covered_runs(args, runs)
+    out = _runs(ctx, led, spent, name, args, 1 if reserves else runs, as_json) | {"runs": runs}
+    if led.limits.mode == "pld" and not reserves:
+        out["series"] = _series(ctx, led, spent, name, args, runs, as_json, reserve)
+    return out
 
 
 def _dry_run(ctx: typer.Context, name: str, args: list[str], as_json: bool) -> Planned:
@@ -130,9 +151,15 @@ def _commands(name: str) -> Any:
 
 
 def _fit_now(led: ledger.Ledger, planned: Planned, spent: Any) -> Fit:
-    """The count now; 0 when the dry run refuses for a reason the balance does not show (a stream's state from an
-    older backup, a schedule's reservation missing): the command's refusal is the plan's."""
-    fit = releases_that_fit(led, planned.events, spent)
+    """The count now (the runs a pld ledger's open series cover first); 0 when the dry run refuses for a reason the
+    balance does not show (a stream's state from an older backup, a schedule's reservation missing): the command's
+    refusal is the plan's."""
+    covered = 0
+    if led.limits.mode == "pld":
+        from dpcli.state.ledger import series
+
+        covered = series.runs_left(series.open_series(led, utc_now()), planned.events)
+    fit = releases_that_fit(led, planned.events, spent, covered=covered)
     if planned.refusal is not None and fit.count != 0:
         return Fit(0, refusal=planned.refusal)
     return fit
@@ -188,6 +215,36 @@ def _runs(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: l
     return out
 
 
+def _series(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: list[str], runs: int,
+            as_json: bool, reserve: bool) -> dict[str, Any]:
+    """A pld ledger's ``--runs N`` as one series: the largest budget at which the N-fold PLD fits, and with
+    ``reserve`` the series reserved at it (debited now)."""
+    from dpcli.state.ledger.planning import largest_series_budget
+
+    option, given = _budget_option(args)
+
+    def events_at(value: Fraction) -> list[PrivacyEvent]:
+        return _dry_run(ctx, name, _with_budget(args, option, value), as_json).events
+
+    best = largest_series_budget(led, spent, runs, given, events_at)
+    out: dict[str, Any] = {"option": option, "value": None if best is None else fraction_text(best)}
+    if best is None:
+        if reserve:
+            raise BudgetError(f"budget refused for analyst {led.analyst!r}: no {option} lets {runs:,} releases fit "
+                              "as a series")
+        return out
+    at = _dry_run(ctx, name, _with_budget(args, option, best), as_json)
+    out.update(cost=[e.to_json() for e in at.events], moe95=_margins(at.description))
+    if reserve:
+        s = settings(ctx)
+        receipt = ledger.reserve_series(
+            s.state_dir, led.analyst, at.events, runs, command=name, lock_timeout=s.lock_timeout,
+            summary=f"series of {runs:,} {name} releases at {option} {fraction_text(best)} each, reserved by budget "
+                    "plan")
+        out["reserved"] = {"entry": receipt.seq, "spent": led.accountant.spent_json(receipt.spent)}
+    return out
+
+
 def _covered_runs(args: list[str], runs: int) -> dict[str, Any]:
     """``--runs`` of a stream whose runs its state's reservation covers: any number, at the budget it has."""
     option, given = _budget_option(args)
@@ -235,8 +292,24 @@ def _lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"  the ledger refreshes: this period ends {doc['period']['ends']}; a fresh period fits {said}")
     if "runs" in doc:
         lines.append(_runs_line(doc["runs"], unit))
+        if "series" in doc["runs"]:
+            lines.append(_series_line(doc["runs"]["runs"], doc["runs"]["series"]))
     lines.append("  nothing read, nothing charged; a free replay of an earlier identical release costs nothing")
     return lines
+
+
+def _series_line(runs: int, s: dict[str, Any]) -> str:
+    """A pld ledger's ``--runs N`` as one series, in one line (and what ``--reserve`` did)."""
+    if s["value"] is None:
+        return f"  as one series of {runs:,} (--reserve): no {s['option']} lets them fit"
+    value = parameter_text(Fraction(s["value"]), "down")
+    shown = {c: m for c, m in s["moe95"].items() if isinstance(m, (int, float))}
+    margins = "; 95% margins: " + "; ".join(f"{c} ±{quantity_text(m)}" for c, m in shown.items()) if shown else ""
+    if "reserved" in s:
+        return (f"  reserved: series #{s['reserved']['entry']} of {runs:,} releases at {s['option']} {value} each "
+                f"(run the command with {s['option']} {value}: each new release takes one run, nothing more to pay)"
+                f"{margins}")
+    return (f"  as one series of {runs:,} (--reserve, their N-fold PLD): {s['option']} {value} each{margins}")
 
 
 def _runs_line(r: dict[str, Any], unit: str) -> str:

@@ -27,6 +27,10 @@ class PrivacyEvent:
       curve is tighter than the generic one.
     * ``zcdp``: ρ-zCDP (``rho``); ``delta`` is the δ the query asked for when its
       guarantee is stated as (ε, δ) (used by approx ledgers for the conversion).
+      ``rdp_curve="discrete_gaussian"`` marks the discrete Gaussian on a sensitivity-1
+      count with σ² = 1/(2ρ) (as the sampler rounds it), whose own privacy loss
+      distribution a pld ledger composes (:mod:`dpcli.core.accounting.pld`);
+      every other mode reads it as any ρ.
     * ``approx``: (ε, δ)-DP that is not zCDP (e.g. thresholded partition selection).
     * ``br``: LinkedIn's accounting: ``units`` ε_per-bounded-range mechanisms
       (information budget), ``calls`` unknown-domain calls, failure ``delta``.

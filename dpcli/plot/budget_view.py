@@ -34,7 +34,6 @@ class BudgetTimeline:
 
 def timeline(led: ledger.Ledger, schedules: list[dict[str, Any]] | None = None) -> BudgetTimeline:
     """The running spend of every entry of ``led`` (a new total at each refresh period)."""
-    acct = led.accountant
     times: list[datetime] = []
     spent: dict[str, list[float]] = {}
     periods: list[datetime] = []
@@ -45,13 +44,22 @@ def timeline(led: ledger.Ledger, schedules: list[dict[str, Any]] | None = None) 
             period = entry.get("period", 0)
             total = None
             periods.append(datetime.fromisoformat(entry["time"]))
-        total = acct.spend([PrivacyEvent.from_json(ev) for ev in entry["events"]], total)
+        total = _composed(led, entry, total)
         times.append(datetime.fromisoformat(entry["time"]))
         for key, value in _spent_values(led, total).items():
             spent.setdefault(key, []).append(value)
     named = {LIMIT_OF.get(k, k): _number(v) for k, v in led.limits.to_json().items() if k != "mode"}
     limits = {k: v for k, v in named.items() if k in spent}
     return BudgetTimeline(led.analyst, led.limits.mode, times, spent, limits, periods[1:], _reserved(schedules))
+
+
+def _composed(led: ledger.Ledger, entry: dict[str, Any], total: Spend | None) -> Spend:
+    """The running total after ``entry``: its events composed onto it, or a pld ledger's recorded cost added."""
+    if led.limits.mode == "pld":
+        cost = ledger.recorded_spend(led, [entry])
+        base = total or Spend()
+        return Spend(epsilon=base.epsilon + cost.epsilon, delta=base.delta + cost.delta)
+    return led.accountant.spend([PrivacyEvent.from_json(ev) for ev in entry["events"]], total)
 
 
 def _spent_values(led: ledger.Ledger, total: Spend) -> dict[str, float]:

@@ -186,6 +186,9 @@ def _total(led: ledger.Ledger, costs: list[list[PrivacyEvent]]) -> dict[str, Any
     """What the runs would spend together in the ledger's terms (None when its mode cannot pay them: the
     ledger's refusal says why)."""
     try:
-        return led.accountant.spent_json(led.accountant.spend([e for c in costs for e in c]))
+        total = None
+        for c in costs:  # charge by charge, as the ledger composes them (a pld ledger: one block each)
+            total = led.accountant.spend(c, total)
+        return led.accountant.spent_json(total or led.accountant.spend([]))
     except ChargeRefused:
         return None

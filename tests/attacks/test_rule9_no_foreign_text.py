@@ -51,6 +51,8 @@ ALLOWED = {
                                        "target's refusal adds the best reachable margin to it)",
     ("state/ledger/charges.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
     ("state/ledger/model.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
+    ("state/ledger/costs.py", "{exc}"): "bud.ChargeRefused, dpcli's own exception about public costs",
+    ("cli/budget_pld.py", "str(exc)"): "ChargeRefused from dpcli.core.accounting.pld: dpcli wrote its message",
     ("core/schedules.py", "str(exc)"): "check_cdp_total's ValueError about public parameters (ScheduleSpec)",
     ("cli/budget.py", "str(exc)"): "core.budget.Limits' ValueError about the limits given as options",
     ("tasks/tabulate/query.py", "str(exc)"): "only the digits of a TOML error's line and column are kept",

@@ -285,9 +285,49 @@ class BrAccountant(Accountant):
         return {"info_units": spend.units, "calls": spend.calls}
 
 
+class PldAccountant(ApproxAccountant):
+    """Privacy loss distributions within a block, basic composition across blocks (a privacy filter).
+
+    :meth:`spend` takes its ``events`` as *one block*: one release, composed by their PLDs
+    (:func:`dpcli.core.accounting.pld.block_cost`), at its own δ; :meth:`series` is N releases of one cost
+    reserved in advance. Blocks add up as (Σε_j, Σδ_j), the rule that stays valid when each block is chosen
+    after the outputs of the earlier ones and the ledger refuses past its limits (docs/accounting.md). So, unlike
+    the other modes, k charges of one release cost k times one charge, not the PLD of all k events at once.
+    """
+
+    mode = "pld"
+
+    def cost(self, ev: PrivacyEvent) -> Spend:
+        return self.spend([ev])
+
+    def spend(self, events: Iterable[PrivacyEvent], base: Spend | None = None) -> Spend:
+        return self._add(base, self.block(list(events)))
+
+    def block(self, events: list[PrivacyEvent], count: int = 1, delta: Fraction | None = None) -> Spend:
+        """The cost of one block (a release, or ``count`` of them at ``delta``)."""
+        if not events:
+            return Spend()
+        from dpcli.core.accounting import pld  # dp_accounting only when a pld ledger costs something
+
+        if not pld.available():  # refused before the release reads anything, even where no PLD is needed
+            raise pld.PldUnavailable()
+        eps, dlt = pld.block_cost(events, count, delta)
+        return Spend(epsilon=eps, delta=dlt)
+
+    def series(self, events: list[PrivacyEvent], count: int, delta: Fraction) -> Spend:
+        """``count`` releases costing ``events``, reserved in advance, stated at ``delta``: one block."""
+        return self.block(events, count, delta)
+
+    @staticmethod
+    def _add(base: Spend | None, extra: Spend) -> Spend:
+        base = base or Spend()
+        return Spend(epsilon=base.epsilon + extra.epsilon, delta=base.delta + extra.delta)
+
+
 #: The accountant class of each ledger mode.
 ACCOUNTANTS: dict[str, type[Accountant]] = {
-    cls.mode: cls for cls in (PureAccountant, ApproxAccountant, ZcdpAccountant, RdpAccountant, BrAccountant)
+    cls.mode: cls for cls in (PureAccountant, ApproxAccountant, ZcdpAccountant, RdpAccountant, BrAccountant,
+                              PldAccountant)
 }
 
 

@@ -14,6 +14,10 @@ rdp       ε at target δ                            RDP curves summed over α, 
                                                    SafeTab eq. 6; δ parts are added
 br        ε_per, δ, information budget k*,         ``br`` events only: units from k*, calls from ℓ*
           call budget ℓ*, δ′                       (LinkedIn Algorithm 5, Theorem 2)
+pld       ε, δ (a filter over blocks: Σε_j, Σδ_j)  a release is one block, costed (ε_j, δ_j) by the
+                                                   PLD composition of its events; a series of N
+                                                   releases reserved in advance is one block, its
+                                                   N-fold PLD (:mod:`dpcli.core.accounting.pld`)
 ========  ======================================  ==========================================
 
 Everything except the RDP total is exact ``Fraction`` arithmetic, so ten spends
@@ -29,8 +33,8 @@ from typing import Any, Literal
 
 from dpcli.core.exact import fraction_text, to_fraction
 
-Mode = Literal["pure", "approx", "zcdp", "rdp", "br"]
-MODES: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "br")
+Mode = Literal["pure", "approx", "zcdp", "rdp", "br", "pld"]
+MODES: tuple[str, ...] = ("pure", "approx", "zcdp", "rdp", "br", "pld")
 
 #: Which limit fields each mode requires (others must be absent).
 LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -39,6 +43,7 @@ LIMIT_FIELDS: dict[str, tuple[str, ...]] = {
     "zcdp": ("rho", "delta"),
     "rdp": ("epsilon", "delta"),
     "br": ("epsilon_per", "delta", "info_budget", "call_budget", "delta_prime"),
+    "pld": ("epsilon", "delta"),
 }
 _INTEGER_LIMITS = ("info_budget", "call_budget")
 _MAX_INTEGER_LIMIT = 10**15  # counts of units and calls (exact in a double)
@@ -103,9 +108,9 @@ def _checked_limit(name: str, value: Fraction) -> Fraction:
 
 
 def _check_nonzero_deltas(mode: str, values: dict[str, Fraction]) -> None:
-    """rdp and br state an (ε, δ) guarantee: their δ (and br's δ′) must be positive."""
-    if mode == "rdp" and values["delta"] == 0:
-        raise ValueError("rdp mode needs δ > 0 to state an (ε, δ) guarantee")
+    """rdp, pld and br state an (ε, δ) guarantee: their δ (and br's δ′) must be positive."""
+    if mode in ("rdp", "pld") and values["delta"] == 0:
+        raise ValueError(f"{mode} mode needs δ > 0 to state an (ε, δ) guarantee")
     if mode == "br" and (values["delta"] == 0 or values["delta_prime"] == 0):
         raise ValueError("br mode needs δ > 0 and δ′ > 0")
 

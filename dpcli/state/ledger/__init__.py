@@ -10,10 +10,19 @@ and moved ledgers are upgraded or resealed by the operator (:mod:`~dpcli.state.l
 Format, seal, crash safety and what is (not) detected: ``docs/ledger.md``.
 """
 
-from dpcli.state.ledger.charges import charge, check_payable, close_start, debit, refusal, reserve, start_step
+from dpcli.state.ledger.charges import (
+    charge,
+    check_payable,
+    close_start,
+    debit,
+    refusal,
+    reserve,
+    reserve_series,
+    start_step,
+)
 from dpcli.state.ledger.document import init_ledger, read_ledger, remaining_text, wrote
 from dpcli.state.ledger.format import dump_document, load_document, step_digest
-from dpcli.state.ledger.migrate import reseal
+from dpcli.state.ledger.migrate import migrate, reseal
 from dpcli.state.ledger.model import (
     DEBIT_SUMMARY,
     Ledger,
@@ -22,12 +31,14 @@ from dpcli.state.ledger.model import (
     Step,
     completions,
     debited_before_reading,
+    entry_cost,
+    recorded_spend,
 )
 from dpcli.state.ledger.steps import StreamSummary, check_recorded, stream_summaries
 
 __all__ = [
     "DEBIT_SUMMARY", "Ledger", "Receipt", "Reservation", "Step", "StreamSummary", "charge", "check_payable",
-    "check_recorded", "close_start", "completions", "debit", "debited_before_reading", "dump_document", "init_ledger",
-    "load_document", "read_ledger", "refusal", "remaining_text", "reseal", "reserve", "start_step", "step_digest",
-    "stream_summaries", "wrote",
+    "check_recorded", "close_start", "completions", "debit", "debited_before_reading", "dump_document", "entry_cost",
+    "init_ledger", "load_document", "migrate", "read_ledger", "recorded_spend", "refusal", "remaining_text", "reseal",
+    "reserve", "reserve_series", "start_step", "step_digest", "stream_summaries", "wrote",
 ]

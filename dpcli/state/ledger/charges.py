@@ -10,6 +10,7 @@ schedule's whole budget is reserved the same way, before its first run reads any
 from __future__ import annotations
 
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from dpcli.core.accounting import budget as bud
 from dpcli.core.events import PrivacyEvent
 from dpcli.errors import BudgetError
 from dpcli.state import progress
+from dpcli.state.ledger import costs, series
 from dpcli.state.ledger.document import (
     document_of,
     ledger_of,
@@ -34,7 +36,7 @@ from dpcli.state.ledger.format import (
     utc_now,
 )
 from dpcli.state.ledger.mark import MarkTotals, from_mark, write_mark
-from dpcli.state.ledger.model import Ledger, Receipt, Reservation, Step, refuse_unless_fits
+from dpcli.state.ledger.model import Ledger, Receipt, Reservation, Step, recorded_spend, refuse_unless_fits
 from dpcli.state.ledger.steps import reservation_entry, step_entries
 from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import ensure_state_dir, lock_path
@@ -55,8 +57,11 @@ def check_payable(led: Ledger, events: list[PrivacyEvent]) -> None:
 def refusal(led: Ledger, events: list[PrivacyEvent], when: datetime | None = None) -> str | None:
     """Why ``led`` would refuse a new release costing ``events`` now, or None if it would accept it.
 
-    Reads only (``--dry-run``): a replay of an earlier identical release would be free anyway.
+    Reads only (``--dry-run``): a replay of an earlier identical release would be free anyway. A release a pld
+    ledger's open series covers is accepted.
     """
+    if led.limits.mode == "pld" and series.slot_for(series.open_series(led, when or utc_now()), events):
+        return None
     try:
         refuse_unless_fits(led, led.analyst, led.spend(when), events, events)
     except BudgetError as exc:
@@ -127,8 +132,7 @@ def charge(
             replay_of = cache.replay_of(seed_id)
             entry = {**base, "seq": cache.count + 1}
             if replay_of is None:
-                refuse_unless_fits(led, analyst, cache.spent, reserve, actual)
-                entry["events"] = [ev.to_json() for ev in actual]
+                entry = _new_release(led, analyst, cache, entry, reserve, actual)
             else:
                 entry["replay_of"] = replay_of
             added = [entry]
@@ -170,11 +174,10 @@ def debit(
         led, cache = _open_for_charge(root, analyst, when, entries_needed=False)
         paid = cache.replay_of(seed_id)
         if paid is None:
-            refuse_unless_fits(led, analyst, cache.spent, events, events)
             entry = {"seq": cache.count + 1, "time": iso_time(when), "period": cache.period, "command": command,
-                     "query_id": query_id, "seed_id": seed_id, "events": [ev.to_json() for ev in events],
-                     "summary": summary, "before_reading": True}
-            cache = _record(root, led, cache, [entry])
+                     "query_id": query_id, "seed_id": seed_id, "events": [], "summary": summary,
+                     "before_reading": True}
+            cache = _record(root, led, cache, [_new_release(led, analyst, cache, entry, events, events)])
     return Receipt(analyst=analyst, replay=paid is not None, seq=paid if paid is not None else cache.count,
                    spent=cache.spent, guarantee=led.accountant.guarantee(cache.spent, led.report_delta),
                    limits=led.limits, remaining=remaining_text(led, when, cache.spent))
@@ -186,10 +189,9 @@ def reserve(root: Path, analyst: str, reservation: Reservation, lock_timeout: fl
     ensure_state_dir(root)
     when = utc_now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
-        led = load_ledger(root, analyst)
+        led, cache = _open_full(root, analyst, when)
         if led.reservation(reservation.id) is not None:
             return False
-        cache = MarkTotals.of(led, when)
         label = reservation.name or f"{reservation.kind} {reservation.key}"
         entry = reservation_entry(led, analyst, reservation, label, iso_time(when), when, cache.spent)
         _record(root, led, cache, [entry])
@@ -210,14 +212,13 @@ def start_step(root: Path, analyst: str, reservation: str, start: int, digest: s
     ensure_state_dir(root)
     when = utc_now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
-        led = load_ledger(root, analyst)
+        led, cache = _open_full(root, analyst, when)
         created = led.reservation(reservation)
         if created is None or len(led.steps(created["seq"])) != start:
             return  # the step's own record refuses a foreign or older state, or recognises the replay
         open_marks = led.open_starts(created["seq"], start)
         if any(same_mac(m["starts"]["input"], digest) for m in open_marks):
             return
-        cache = MarkTotals.of(led, when)
         events = cost if open_marks else []
         if events:
             refuse_unless_fits(led, analyst, cache.spent, events, events)
@@ -236,7 +237,7 @@ def close_start(root: Path, analyst: str, reservation: str, start: int, digest: 
     ensure_state_dir(root)
     when = utc_now()
     with exclusive_lock(lock_path(root, analyst), lock_timeout):
-        led = load_ledger(root, analyst)
+        led, cache = _open_full(root, analyst, when)
         created = led.reservation(reservation)
         if created is None:
             return
@@ -244,29 +245,88 @@ def close_start(root: Path, analyst: str, reservation: str, start: int, digest: 
                     None)
         if mark is None:
             return
-        cache = MarkTotals.of(led, when)
         entry = {"seq": cache.count + 1, "time": iso_time(when), "period": cache.period, "command": mark["command"],
                  "query_id": mark["query_id"], "seed_id": mark["seed_id"], "covered_by": created["seq"],
                  "closes": mark["seq"], "events": [], "summary": "answered with the schedule's earlier release"}
         _record(root, led, cache, [entry])
 
 
+def _new_release(led: Ledger, analyst: str, cache: MarkTotals, entry: dict[str, Any], reserve: list[PrivacyEvent],
+                 actual: list[PrivacyEvent]) -> dict[str, Any]:
+    """``entry`` for a new release (not a replay): the next run of a pld ledger's open series whose release costs
+    ``reserve`` (nothing more to pay), else ``actual`` charged once ``reserve`` fits (BudgetError if not)."""
+    slot = series.slot_for(cache.series, reserve)
+    if slot is not None:
+        return series.covered(entry, slot)
+    refuse_unless_fits(led, analyst, cache.spent, reserve, actual)
+    return {**entry, "events": [ev.to_json() for ev in actual]}
+
+
+def reserve_series(root: Path, analyst: str, events: list[PrivacyEvent], count: int, *, command: str, summary: str,
+                   lock_timeout: float = 30.0) -> Receipt:
+    """Reserve a series in a pld ledger: ``count`` releases costing ``events``, paid now as one block (their
+    ``count``-fold PLD at all the δ the ledger has left); later releases of that cost take its runs
+    (:mod:`dpcli.state.ledger.series`). BudgetError if it does not fit, or the ledger is not a pld ledger."""
+    ensure_state_dir(root)
+    when = utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led, cache = _open_full(root, analyst, when)
+        if led.limits.mode != "pld":
+            raise BudgetError(f"analyst {analyst!r} has a {led.limits.mode} ledger: a series is reserved in a pld "
+                              "ledger (dpcli budget migrate converts an approx one)")
+        delta = max(led.limits["delta"] - cache.spent.delta, Fraction(0))
+        try:
+            need = costs.pld_accountant(led).series(events, count, delta)
+        except bud.ChargeRefused as exc:
+            raise BudgetError(f"analyst {analyst!r} (pld ledger): {exc}") from None
+        short = led.accountant.fits(cache.spent, need)
+        if short is not None:
+            raise BudgetError(f"budget refused for analyst {analyst!r}: {short} (see: dpcli budget show {analyst})")
+        entry = series.series_entry(led, cache.count + 1, iso_time(when), cache.period, events, count, delta,
+                                    command, summary)
+        after = _record(root, led, cache, [entry])
+    return Receipt(analyst=analyst, replay=False, seq=entry["seq"], spent=after.spent,
+                   guarantee=led.accountant.guarantee(after.spent, led.report_delta), limits=led.limits,
+                   remaining=remaining_text(led, when, after.spent))
+
+
 def _open_for_charge(root: Path, analyst: str, when: datetime, entries_needed: bool) -> tuple[Ledger, MarkTotals]:
     """The ledger and its running totals for period ``when``: from the sealed mark if it vouches for the file
-    as it is (O(1) in the number of entries), else by reading and verifying everything (O(n))."""
+    as it is (O(1) in the number of entries), else by reading and verifying everything (O(n)). A pld ledger
+    whose latest costs are of another accounting than the installed one is recosted first."""
     if not entries_needed:
         fast = from_mark(root, analyst, when)
-        if fast is not None:
+        if fast is not None and not costs.needs_recost(fast[0], fast[1].accounting):
             return fast
+    return _open_full(root, analyst, when)
+
+
+def _open_full(root: Path, analyst: str, when: datetime) -> tuple[Ledger, MarkTotals]:
+    """The ledger read and verified whole, and its totals; a pld ledger of another accounting recosted first (an
+    entry of its own, written before the caller's)."""
     led = load_ledger(root, analyst)
-    return led, MarkTotals.of(led, when)
+    cache = MarkTotals.of(led, when)
+    if costs.needs_recost(led, cache.accounting):
+        _record(root, led, cache, [costs.recost_entry(led, when, cache.count + 1)])
+        led = load_ledger(root, analyst)
+        cache = MarkTotals.of(led, when)
+    return led, cache
+
+
+def _spent_after(led: Ledger, spent: bud.Spend, added: list[dict[str, Any]]) -> bud.Spend:
+    """The running total once ``added`` are recorded: a pld ledger adds the costs its entries record (one block
+    each), the other modes compose the entries' events onto it."""
+    if led.limits.mode == "pld":
+        extra = recorded_spend(led, added)
+        return bud.Spend(epsilon=spent.epsilon + extra.epsilon, delta=spent.delta + extra.delta)
+    return led.accountant.spend([PrivacyEvent.from_json(ev) for e in added for ev in e["events"]], base=spent)
 
 
 def _record(root: Path, led: Ledger, cache: MarkTotals, added: list[dict[str, Any]]) -> MarkTotals:
     """Write ``added`` durably (append, or rewrite a schema-2 or old-key file whole), then the mark; new totals."""
-    new_events = [PrivacyEvent.from_json(ev) for e in added for ev in e["events"]]
-    spent = led.accountant.spend(new_events, base=cache.spent)
-    if new_events:  # said before the first byte: an interruption from here on may leave it charged
+    costs.annotate(led, added)  # a pld ledger seals each block's cost in its entry
+    spent = _spent_after(led, cache.spent, added)
+    if any(e["events"] for e in added):  # said before the first byte: an interruption from here on may leave it charged
         progress.charged(led.analyst)
     tail = led.tail
     if tail is None or tail.version != SCHEMA_VERSION or not tail.current_key:
@@ -276,6 +336,6 @@ def _record(root: Path, led: Ledger, cache: MarkTotals, added: list[dict[str, An
     lines = sealed_lines(root, cache.head, added)
     write_mark(root, led, cache, tail.size, pending=lines)  # intent first: a crash mid-append is completed
     size = append_at(led.path, tail.size, lines)
-    after = MarkTotals(cache.period, spent, cache.with_seeds(added), cache.count + len(added), added[-1]["hash"])
+    after = cache.after(added, spent)
     write_mark(root, led, after, size)
     return after

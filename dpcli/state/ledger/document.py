@@ -31,7 +31,7 @@ from dpcli.state.ledger.format import (
     utc_now,
 )
 from dpcli.state.ledger.mark import MarkTotals, verify_mark, write_mark
-from dpcli.state.ledger.model import Ledger, Tail
+from dpcli.state.ledger.model import Ledger, Tail, entry_cost
 from dpcli.state.lock import exclusive_lock
 from dpcli.state.paths import ensure_state_dir, existing_state_dir, ledger_path, lock_path
 
@@ -66,10 +66,15 @@ def header_fields(path: Path, data: dict[str, Any]) -> tuple[bud.Limits, datetim
 
 
 def check_events(path: Path, entries: list[Any]) -> None:
+    """Every entry's events (and a pld ledger's recorded cost) must parse."""
     for i, entry in enumerate(entries, start=1):
         try:
             for ev in entry["events"]:
                 PrivacyEvent.from_json(ev)
+            if "cost" in entry:
+                cost = entry_cost(entry)
+                if cost is None or cost.epsilon < 0 or not 0 <= cost.delta < 1:
+                    raise ValueError("cost")
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"ledger {path} entry {i} has an invalid event ({type(exc).__name__})") from None
 

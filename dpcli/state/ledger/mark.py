@@ -15,6 +15,7 @@ from dpcli.core.accounting import budget as bud
 from dpcli.core.exact import fraction_text, to_fraction
 from dpcli.errors import StateError
 from dpcli.state.atomic import atomic_write_bytes
+from dpcli.state.ledger.costs import latest_accounting
 from dpcli.state.ledger.format import (
     GENESIS_DOMAIN,
     HEADER_FIELDS,
@@ -29,6 +30,8 @@ from dpcli.state.ledger.format import (
     seed_tag,
 )
 from dpcli.state.ledger.model import Ledger, Tail
+from dpcli.state.ledger.series import OpenSeries, open_series
+from dpcli.state.ledger.series import after as series_after
 from dpcli.state.paths import ledger_path
 
 
@@ -144,7 +147,9 @@ class MarkTotals:
     free replays: a plain ASCII blob is searched and sealed far faster than a 10,000-key mapping is
     parsed, sorted and encoded. It is trusted only while the ledger file is the one the mark was
     written for (same size and ctime); otherwise a charge re-reads and re-verifies the whole ledger
-    and recomputes it.
+    and recomputes it. A pld ledger's mark also carries the accounting of its latest costs (another
+    installed accounting takes the full path, which recosts: :mod:`dpcli.state.ledger.costs`) and its
+    open series (:mod:`dpcli.state.ledger.series`).
     """
 
     period: int
@@ -152,12 +157,21 @@ class MarkTotals:
     seeds: str
     count: int
     head: str
+    accounting: str = ""
+    series: tuple[OpenSeries, ...] = ()
 
     @classmethod
     def of(cls, led: Ledger, when: datetime) -> MarkTotals:
         head = led.entries[-1]["hash"] if led.entries else led.genesis
         cache = cls(led.period(when), led.spend(when), "", len(led.entries), head)
+        if led.limits.mode == "pld":
+            cache = replace(cache, accounting=latest_accounting(led.entries), series=open_series(led, when))
         return replace(cache, seeds=cache.with_seeds(led.current_entries(when)))
+
+    def after(self, added: list[dict[str, Any]], spent: bud.Spend) -> MarkTotals:
+        """The totals once ``added`` (sealed) are appended and ``spent`` is the new spend."""
+        return MarkTotals(self.period, spent, self.with_seeds(added), self.count + len(added), added[-1]["hash"],
+                          latest_accounting(added) or self.accounting, series_after(self.series, added))
 
     def replay_of(self, seed_id: str) -> int | None:
         """The entry that first charged ``seed_id`` in this period, if any."""
@@ -186,14 +200,20 @@ class MarkTotals:
         s = self.spent
         spent = {"epsilon": fraction_text(s.epsilon), "delta": fraction_text(s.delta), "rho": fraction_text(s.rho),
                  "units": s.units, "calls": s.calls, "rdp_curve": list(s.rdp_curve)}
-        return {"period": self.period, "spent": spent, "seeds": self.seeds}
+        out: dict[str, Any] = {"period": self.period, "spent": spent, "seeds": self.seeds}
+        if self.accounting:
+            out["accounting"] = self.accounting
+        if self.series:
+            out["series"] = [one.to_json() for one in self.series]
+        return out
 
     @classmethod
     def from_mark(cls, mark: dict[str, Any]) -> MarkTotals:
         c, s = mark["cache"], mark["cache"]["spent"]
         spent = bud.Spend(to_fraction(s["epsilon"]), to_fraction(s["delta"]), to_fraction(s["rho"]), int(s["units"]),
                           int(s["calls"]), tuple(float(x) for x in s["rdp_curve"]))
-        return cls(int(c["period"]), spent, str(c["seeds"]), int(mark["count"]), str(mark["hash"]))
+        return cls(int(c["period"]), spent, str(c["seeds"]), int(mark["count"]), str(mark["hash"]),
+                   str(c.get("accounting", "")), tuple(OpenSeries.from_json(x) for x in c.get("series", [])))
 
 
 def write_mark(root: Path, led: Ledger, cache: MarkTotals, size: int, pending: bytes | None = None) -> None:

@@ -1,4 +1,5 @@
-"""Old ledgers: the schema-1 upgrade and the operator's reseal of a moved or restored ledger."""
+"""Old ledgers: the schema-1 upgrade, the operator's reseal of a moved or restored ledger, and the migration of an
+approx ledger to a pld ledger."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from dpcli.core.accounting import budget as bud
-from dpcli.errors import StateError
+from dpcli.core.accounting import pld
+from dpcli.core.events import PrivacyEvent
+from dpcli.errors import StateError, UsageError
+from dpcli.state.ledger.costs import MIGRATED
 from dpcli.state.ledger.document import (
     check_events,
     document_of,
@@ -89,3 +93,42 @@ def reseal(root: Path, analyst: str, lock_timeout: float = 30.0,
                                "events": [], "summary": f"the operator accepted the ledger file as it was: {reason}"})
         write_ledger(root, path, doc)
         return load_ledger(root, analyst), reason
+
+
+def migrate(root: Path, analyst: str, to: str = "pld", lock_timeout: float = 30.0,
+            now: datetime | None = None) -> tuple[Ledger, int]:
+    """Turn an approx ledger into a pld ledger with the same limits (ε, δ): the operator's decision, recorded.
+
+    Sound because both are basic-composition filters: each earlier charge keeps its (ε, δ) as the approx ledger
+    composed it, now recorded as its cost (accounting ``approx``), and the pld ledger goes on composing blocks
+    the same way. The ledger keeps its id (streams and schedules reserved in it go on), is verified whole first
+    (a tampered or rolled-back ledger is refused, as by any read) and is resealed with an entry saying so.
+    Returns the ledger and the number of charges carried over.
+    """
+    if to != "pld":
+        raise UsageError(f"--to must be pld, got {to!r}")
+    when = now or utc_now()
+    with exclusive_lock(lock_path(root, analyst), lock_timeout):
+        led = load_ledger(root, analyst)
+        if led.limits.mode != "approx":
+            raise UsageError(f"analyst {analyst!r} has a {led.limits.mode} ledger: only an approx ledger becomes a pld "
+                             "ledger (its charges compose as their (ε, δ) there too)")
+        try:
+            limits = bud.Limits("pld", dict(led.limits.values))
+        except ValueError:  # δ = 0: a pld ledger states an (ε, δ) guarantee
+            raise UsageError(f"analyst {analyst!r}'s approx ledger has δ = 0: a pld ledger needs δ > 0") from None
+        doc = document_of(led, list(led.entries))
+        doc["limits"] = limits.to_json()
+        carried = 0
+        for e in doc["entries"]:
+            if e["events"]:
+                cost = led.accountant.spend(PrivacyEvent.from_json(ev) for ev in e["events"])
+                e["cost"] = pld.cost_json(cost.epsilon, cost.delta, MIGRATED)
+                carried += 1
+        doc["entries"].append({
+            "seq": len(doc["entries"]) + 1, "time": iso_time(when), "period": led.period(when),
+            "command": "budget migrate", "query_id": "", "seed_id": f"migrate:{secrets.token_hex(8)}", "events": [],
+            "summary": f"the operator turned this approx ledger into a pld ledger: its {carried} earlier charge(s) "
+                       "keep their (ε, δ)"})
+        write_ledger(root, ledger_path(root, analyst), doc)
+        return load_ledger(root, analyst), carried

@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 from dpcli.core.accounting import budget as bud
 from dpcli.core.accounting.accountants import Accountant, accountant_for
 from dpcli.core.events import PrivacyEvent
+from dpcli.core.exact import to_fraction
 from dpcli.errors import BudgetError
 from dpcli.state.ledger.format import (
     utc_now,
@@ -94,6 +96,10 @@ class Ledger:
         return [e for e in self.entries if e.get("period", 0) == p]
 
     def spend(self, when: datetime | None = None) -> bud.Spend:
+        """What the current period's entries spent: their events composed in the ledger's mode (a pld ledger:
+        the sum of the costs its entries recorded, one block each, docs/ledger.md)."""
+        if self.limits.mode == "pld":
+            return recorded_spend(self, self.current_entries(when))
         events = [PrivacyEvent.from_json(ev) for e in self.current_entries(when) for ev in e["events"]]
         return self.accountant.spend(events)
 
@@ -139,6 +145,27 @@ class Ledger:
         """The recorded (non-repeat) steps of a reservation, in order: element i started at step i."""
         return [e for e in self.entries
                 if e.get("covered_by") == reservation_seq and "step" in e and not e.get("replay_of")]
+
+
+def entry_cost(entry: dict[str, Any]) -> bud.Spend | None:
+    """The (ε, δ) a pld ledger recorded with an entry (its block's cost), or None if it recorded none."""
+    cost = entry.get("cost")
+    if cost is None:
+        return None
+    return bud.Spend(epsilon=to_fraction(cost["epsilon"]), delta=to_fraction(cost["delta"]))
+
+
+def recorded_spend(led: Ledger, entries: list[dict[str, Any]]) -> bud.Spend:
+    """A pld ledger's spend over ``entries``: the sum of their recorded costs (exact), an entry with events but no
+    recorded cost composed as one block."""
+    eps, delta = Fraction(0), Fraction(0)
+    for e in entries:
+        cost = entry_cost(e)
+        if cost is None and e["events"]:
+            cost = led.accountant.spend([PrivacyEvent.from_json(ev) for ev in e["events"]])
+        if cost is not None:
+            eps, delta = eps + cost.epsilon, delta + cost.delta
+    return bud.Spend(epsilon=eps, delta=delta)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ free replay of an earlier identical one costs nothing; these counts are of new r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -53,10 +53,17 @@ def _costs_nothing(need: Spend) -> bool:
 SEQUENTIAL_LIMIT = 1_000
 
 
-def releases_that_fit(led: Ledger, events: list[PrivacyEvent], spent: Spend, enough: int | None = None) -> Fit:
+def releases_that_fit(led: Ledger, events: list[PrivacyEvent], spent: Spend, enough: int | None = None,
+                      covered: int = 0) -> Fit:
     """How many more releases costing ``events`` the ledger ``led`` accepts after ``spent`` (its spend now, or a
     fresh period's ``Spend()``), and why the one after them would be refused; with ``enough``, counting stops there
-    (``Fit(enough, at_least=True)``: that many fit, perhaps more)."""
+    (``Fit(enough, at_least=True)``: that many fit, perhaps more). ``covered``: how many a pld ledger's open
+    series take first, at no cost (:func:`dpcli.state.ledger.series.runs_left`)."""
+    if covered:
+        if enough is not None and covered >= enough:
+            return Fit(enough, at_least=True)
+        rest = releases_that_fit(led, events, spent, None if enough is None else enough - covered)
+        return rest if rest.count is None else replace(rest, count=rest.count + covered)
     accountant = led.accountant
     try:
         need = accountant.spend(events)
@@ -164,6 +171,36 @@ def largest_budget(led: Ledger, spent: Spend, runs: int, start: Fraction,
         fit = releases_that_fit(led, events_at(b), spent, enough=runs)
         return fit.count is None or fit.count >= runs
 
+    return _largest_budget(fits, start, digits)
+
+
+def series_delta(led: Ledger, spent: Spend) -> Fraction:
+    """The δ a series reserved now is stated at: all the δ the pld ledger has left."""
+    return max(led.limits["delta"] - spent.delta, Fraction(0))
+
+
+def largest_series_budget(led: Ledger, spent: Spend, runs: int, start: Fraction,
+                          events_at: Callable[[Fraction], list[PrivacyEvent]], digits: int = 4) -> Fraction | None:
+    """:func:`largest_budget` for ``runs`` releases reserved as one series in a pld ledger: their ``runs``-fold
+    PLD at the δ left (:func:`series_delta`) must fit what is left of ε."""
+    from dpcli.state.ledger.costs import pld_accountant
+
+    accountant = pld_accountant(led)
+    delta = series_delta(led, spent)
+
+    def fits(b: Fraction) -> bool:
+        try:
+            need = accountant.series(events_at(b), runs, delta)
+        except ChargeRefused:
+            return False
+        return accountant.fits(spent, need) is None
+
+    return _largest_budget(fits, start, digits)
+
+
+def _largest_budget(fits: Callable[[Fraction], bool], start: Fraction, digits: int) -> Fraction | None:
+    """The largest budget of ``digits`` significant digits with ``fits``, searched from ``start`` (doubling or
+    halving, then bisection), never below :func:`smallest_searched`; None if not even that fits."""
     floor = max(smallest_searched(start), SMALLEST_BUDGET)
     if fits(start):
         lo, hi = start, start * 2

@@ -76,7 +76,8 @@ def plannable(q: HistogramQuery, plan: HistogramPlan,
 
 def _covers(planned: list[PrivacyEvent], actual: list[PrivacyEvent]) -> bool:
     """The release's events are the ones charged (planned before any data was read), but for an RDP curve the plan
-    left generic (``pure``): the discrete Laplace's own curve holds for K = 1 only, and K was chosen at run time."""
+    left generic (``pure``): the discrete Laplace's own curve (or the discrete Gaussian's PLD) holds for K = 1 only,
+    and K was chosen at run time."""
     return len(planned) == len(actual) and all(p in (a, replace(a, rdp_curve="pure"))
                                                for p, a in zip(planned, actual, strict=True))
 

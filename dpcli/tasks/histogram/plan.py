@@ -224,7 +224,10 @@ def _plan_gaussian(
                     _checked(mech.gaussian, k * c * c, rho_m * quantile_interval.COUNT_SHARE), share))
         else:
             measurements[name] = NoisyStatistic(name, s, _checked(mech.gaussian, k * s * s, rho_m), share=share)
-    events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0))]
+    lone = names == ["units"] and k == 1 and q.domain == "keys" and measurement_sensitivity("units", q) == 1
+    curve = "discrete_gaussian" if lone else "pure"  # a lone unit count: a pld ledger composes its own PLD
+    events = [PrivacyEvent("zcdp", "histogram/gaussian", rho=rho, delta=conv_delta if conv_delta else Fraction(0),
+                           rdp_curve=curve)]
     if q.domain == "threshold":
         events.append(PrivacyEvent("approx", "histogram/threshold", delta=sel_delta))
         q = replace(q, delta=sel_delta)
@@ -311,10 +314,12 @@ def choice_epsilon(q: HistogramQuery) -> Fraction:
 def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds | None) -> list[PrivacyEvent]:
     """The release's events when its partition bound is chosen at run time: a chosen K may exceed 1, so the plan
     made before the choice (at K = 1) cannot promise the discrete Laplace's tighter RDP curve of a lone unit
-    count with K = 1; the generic pure-ε curve holds whatever K is chosen (the events charged are these)."""
+    count with K = 1 (nor a pld ledger the discrete Gaussian's own PLD); the generic curve holds whatever K is
+    chosen (the events charged are these)."""
     if request is None or not request.partitions:
         return list(events)
-    return [replace(e, rdp_curve="pure") if e.rdp_curve == "discrete_laplace" else e for e in events]
+    return [replace(e, rdp_curve="pure") if e.rdp_curve in ("discrete_laplace", "discrete_gaussian") else e
+            for e in events]
 
 
 def unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any],

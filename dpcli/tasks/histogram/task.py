@@ -66,8 +66,8 @@ def _left_out_stays(task: HistogramTask, mode: str | None) -> str | None:
         return "a margin target"
     if q.epsilon is None and q.rho is None:
         return "no ε or ρ"
-    if mode == "approx" and q.rho is not None:  # the choice's part is zCDP with no δ to convert it at
-        return "ρ on an approx ledger"
+    if mode in ("approx", "pld") and q.rho is not None:  # the choice's part is zCDP with no δ to convert it at
+        return f"ρ on an {mode} ledger"
     return None
 
 

@@ -191,9 +191,9 @@ class SqlTask(TaskDefaults):
 
     def for_ledger(self, mode: str) -> SqlTask:
         task = self
-        if mode == "approx" and self.options.budget.rho is not None and self.left_out_chosen:
-            task = self._left_out_kept("ρ on an approx ledger")  # the choice's zCDP part has no δ to convert at
-        if mode == "approx" and self.options.budget.rho is not None and self.report_defaulted:  # nor the report's
+        if mode in ("approx", "pld") and self.options.budget.rho is not None and self.left_out_chosen:
+            task = self._left_out_kept(f"ρ on an {mode} ledger")  # the choice's zCDP part has no δ to convert at
+        if mode in ("approx", "pld") and self.options.budget.rho is not None and self.report_defaulted:  # nor its
             task = replace(task, options=replace(task.options, bias_share=None), report_defaulted=False)
         if task.noise_given or mode != "zcdp":
             return task
