@@ -227,7 +227,15 @@ class Gate:
         """Service mode: a :class:`Source` this gate resolved from the catalog, or a release let through."""
         if isinstance(path, Source):
             return path.entry is not None and path.location in self.readable
-        return path in self.releases
+        return self.typed(path) in self.releases
+
+    def typed(self, path: str) -> str:
+        """A path an analyst typed, as service mode takes it: made absolute and its ``..`` taken off by its text
+        before anything is asked of the file system (so ``PRIVATE/../out/x.csv`` never probes ``PRIVATE``, which
+        the service account could see and the analyst could not); as given otherwise and for ``-``."""
+        if not self.restricted or path in ("", "-") or "://" in path:
+            return path
+        return os.path.normpath(os.path.abspath(path))
 
     def open(self, path: str | Source, what: str, flags: int) -> int:
         """Open ``path`` for reading once :meth:`check_read` allows it; ``OSError`` as the OS raises it.
@@ -241,7 +249,7 @@ class Gate:
             return self._protected(self._open_location(path, what, flags))
         if not (self.restricted and isinstance(path, str)):
             return self._protected(os.open(path.location if isinstance(path, Source) else path, flags))
-        real = os.path.realpath(path)
+        real = os.path.realpath(self.typed(path))
         refusal = f"{what} {path!r}: in service mode dpcli reads only releases in your output directories"
         directory = self._output_dir_fd(os.path.dirname(real), refusal)
         try:
@@ -308,7 +316,7 @@ class Gate:
     def allow_read(self, path: str) -> None:
         """Let this run read ``path``, a file in the analyst's output directories (a release that
         ``plot`` then checks against the ledger by its digest)."""
-        self.releases.add(path)
+        self.releases.add(self.typed(path))
 
     # --- outputs ------------------------------------------------------------------------------
 
@@ -319,6 +327,7 @@ class Gate:
         :func:`dpcli.io.outputs.check_path_is_not_protected`."""
         if path in ("", "-"):
             return
+        path = self.typed(path)
         if self.restricted:
             roots = [o for o in self.require_catalog().output_entries(self.analyst) if inside(path, output_root(o))]
             if not roots:
@@ -342,7 +351,7 @@ class Gate:
         from dpcli.state.atomic import atomic_write_at, writes_in_place
 
         self.check_write(path, what)
-        target = Path(path)
+        target = Path(self.typed(path))
         try:
             if not self.restricted and writes_in_place(target):  # /dev/null, a pipe: written through, never replaced
                 write_through(target, data, what, self.state_dir, self.protected)

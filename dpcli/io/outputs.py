@@ -169,6 +169,8 @@ def check_output_path(
     if not path or path == "-":
         return
     gate().check_write(path)
+    path = gate().typed(path)  # (service mode: nothing is asked of a directory the analyst's path climbs out of)
+    inputs = [gate().typed(os.fspath(p)) if isinstance(p, str) else p for p in inputs]
     check_path_is_not_protected(path, state_dir, inputs)
     gate().protect(inputs)  # (checked again on the directory written, by device and inode: Gate.write)
     p = Path(path)

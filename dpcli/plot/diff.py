@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from dpcli.core.differences import benjamini_hochberg
+from dpcli.errors import DataError
 from dpcli.plot import diff_reports as rep
 from dpcli.plot.diff_pairs import Pairing, histogram_pairing, same_shape, tabulate_pairing
 from dpcli.plot.diff_stream import stream_pairing
@@ -58,7 +59,21 @@ def pairing_of(old: ReleaseView, new: ReleaseView) -> Pairing:
 
 
 def diff(old: ReleaseView, new: ReleaseView, fdr: float = 0.05, at_least: float | None = None) -> Diff:
-    """The differences of ``new`` from ``old`` per group (see the module docstring)."""
+    """The differences of ``new`` from ``old`` per group (see the module docstring). Releases or summaries no dpcli
+    wrote (values out of any range, a noise scale of 0 or below, a column of records): refused (exit 65) naming
+    the failure's type, never an internal error, and no library's warning reaches stderr."""
+    import warnings
+
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return _diff(old, new, fdr, at_least)
+    except (ArithmeticError, ValueError, TypeError, pl.exceptions.PolarsError) as exc:
+        raise DataError(f"cannot compare {old.name!r} and {new.name!r}: their values or summaries are not ones "
+                        f"dpcli releases ({type(exc).__name__})") from None
+
+
+def _diff(old: ReleaseView, new: ReleaseView, fdr: float, at_least: float | None) -> Diff:
     pairing = pairing_of(old, new)
     t, tested = pairing.table, pairing.tested
     p = np.column_stack([x.p for x in tested]) if tested else np.full((t.height, 0), np.nan)

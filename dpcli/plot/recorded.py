@@ -60,7 +60,7 @@ def service_acceptor(release: str, state_dir: Path, command: str) -> tuple[Calla
     if not g.restricted:
         return None
     verb = "draws" if command == "plot" else "reads"
-    if not any(inside(release, d) for d in g.output_dirs()):
+    if not any(inside(g.typed(release), d) for d in g.output_dirs()):
         raise UsageError(f"{command}: in service mode dpcli {verb} only releases in your output directories")
     g.allow_read(release)
     written = callers_ledger(state_dir, g.analyst, required=True)

@@ -132,11 +132,13 @@ def read_release(path: str, summary_path: str | None = None,
     summary = read_summary(summary_path) if summary_path else {}
     try:
         table, doc = _parse_release(gzip.decompress(data) if gzipped else data, suffix, path)
-    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError, EOFError,
-            zlib.error) as exc:
+    except (pl.exceptions.PolarsError, json.JSONDecodeError, UnicodeDecodeError, OSError, ValueError, TypeError,
+            EOFError, zlib.error) as exc:
         raise DataError(f"cannot read {path!r} as a release ({type(exc).__name__})") from None
     if doc is not None and summary_path is None:
         summary = doc.get("summary") or {}
+        if not isinstance(summary, dict):
+            raise DataError(f"{path!r} is not a dpcli --json document (its summary is not an object)")
     return recognise(table, path, summary, shown=suffix not in (".parquet", ".pq"))
 
 
