@@ -26,9 +26,7 @@ def data_source(argument: str, privacy_unit: str | None, input_format: str | Non
         if not privacy_unit:
             raise UsageError("--privacy-unit is required: the column that identifies a person")
         return Source(source.name, source.location, input_format, delimiter, None, privacy_unit)
-    if "owned_by" in source.entry:
-        raise UsageError(f"dataset {source.name!r} is owned through another dataset's key (owned_by): only dpcli sql "
-                         "reads it")
+    refuse_owned(source)
     given = {"--privacy-unit": (privacy_unit, source.privacy_unit), "--input-format": (input_format, source.format),
              "--delimiter": (delimiter, source.delimiter)}
     for flag, (option, declared) in given.items():
@@ -40,6 +38,14 @@ def data_source(argument: str, privacy_unit: str | None, input_format: str | Non
             raise UsageError(f"{flag} {option!r} differs from what the catalog declares for {source.name!r}")
     return Source(source.name, source.location, source.format or input_format, source.delimiter or delimiter,
                   source.compression, source.privacy_unit, source.entry)
+
+
+def refuse_owned(source: Source) -> None:
+    """A catalog dataset owned through another's key (``owned_by``) has no unit of its own: only ``dpcli sql``
+    resolves its rows' owners, and any other command would take each record for a person."""
+    if source.entry is not None and "owned_by" in source.entry:
+        raise UsageError(f"dataset {source.name!r} is owned through another dataset's key (owned_by): only dpcli sql "
+                         "reads it")
 
 
 @overload

@@ -142,9 +142,11 @@ def _add(found: _Found, table: str, declared_here: bool, declared: Declared, del
 
 
 def _same_parent(found: _Found, child: str, parent: str) -> None:
-    """A catalog link's parent is the catalog's dataset of that name, whatever else the query names so."""
+    """A catalog link's parent is the catalog's dataset of that name, whatever else the query names so (one the
+    caller may use: else refused as one they may not, whatever table the query names so)."""
     if child not in found.catalog_links:
         return
+    _usable_parent(child, parent)
     entry = found.sources[parent].entry
     if entry is None or entry.get("name") != parent:
         raise UsageError(f"table {parent!r} is declared as another input than the dataset {child!r} is owned through "
@@ -186,19 +188,22 @@ def catalog_link(source: Source) -> OwnerLink | None:
     return OwnerLink(str(raw["column"]), str(raw["parent"]), str(raw["key"]), keys)
 
 
+def _usable_parent(child: str, parent: str) -> Source:
+    """The catalog dataset ``child`` is owned through, resolved through the gate; one the caller may not use is
+    refused without its name (an analyst learns no name of the catalog they may not use)."""
+    try:
+        return gate().dataset(parent)
+    except UsageError:
+        raise UsageError(f"table {child!r} is owned through a dataset you may not use: ask the operator") from None
+
+
 def _from_catalog(name: str, child: str | None = None) -> tuple[Source, str | None, OwnerLink | None]:
     """A table named only in the query (or a link's parent: ``child`` is owned through it): a catalog dataset
     (private) or public entry, if there is one."""
     g = gate()
     catalog = g.catalog
     if catalog is not None and catalog.entry("datasets", name) is not None:
-        try:
-            source = g.dataset(name)
-        except UsageError:
-            if child is None:
-                raise
-            raise UsageError(f"table {child!r} is owned through a dataset you may not use ({name!r}): ask the "
-                             "operator") from None
+        source = g.dataset(name) if child is None else _usable_parent(child, name)
         return source, source.privacy_unit, catalog_link(source)
     if catalog is not None and catalog.entry("public", name) is not None:
         return g.public(name, "the query"), None, None

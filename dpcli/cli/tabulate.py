@@ -28,7 +28,7 @@ from dpcli.cli._groups import (
 from dpcli.cli._options import (
     probability,
 )
-from dpcli.cli._sources import block_list_source
+from dpcli.cli._sources import block_list_source, refuse_owned
 from dpcli.core.display import parameter_text
 from dpcli.errors import UsageError
 from dpcli.io.opening import hash_early
@@ -73,6 +73,8 @@ def tabulate(
     zCDP, without reading data or charging.
     """
     source = gate().dataset(input) if input is not None else None
+    if source is not None:
+        refuse_owned(source)  # (before its bytes are hashed: no record of it is a person)
     early = hash_early(source, read=not dry_run and engine.engine == "polars")
     from dpcli import release
     from dpcli.cli.render import output_target, write_release

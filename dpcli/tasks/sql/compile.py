@@ -115,7 +115,15 @@ def key_pair(left: pl.Expr, ltype: pl.DataType, right: pl.Expr, rtype: pl.DataTy
     """Join keys of one type: as they are when alike, 64-bit integers or floats when both are numbers,
     else both as text (decided by the schema alone). Every cast is non-strict, as Spark's ``try_cast``:
     a value the common type cannot hold (an unsigned 64-bit key past 2^63 against a signed one) is a
-    null key that matches nothing, never an error one record could raise (rule 4)."""
+    null key that matches nothing, never an error one record could raise (rule 4). A duration against another
+    type is its stored integer, in its own unit (what Spark reads: a Parquet duration is a bigint there): polars
+    cannot cast a duration to text, and would fail at the first value, not at the schema."""
+    if ltype == rtype:
+        return left, right
+    if isinstance(ltype, pl.Duration):
+        left, ltype = left.to_physical(), pl.Int64()
+    if isinstance(rtype, pl.Duration):
+        right, rtype = right.to_physical(), pl.Int64()
     if ltype == rtype:
         return left, right
     if ltype.is_integer() and rtype.is_integer():

@@ -62,7 +62,9 @@ def _widest(key: Typed) -> pl.Expr:
     """A public key as the coarsest type a join may give it (:func:`dpcli.tasks.sql.compile.key_pair`): a number
     as a 64-bit float, where distinct integers past 2^53 (or decimals) can become one value; text and other
     casts keep distinct values distinct. So the multiplicity counted is never below the join's, whatever the
-    other side's type."""
+    other side's type (a duration is its stored integer there, so it counts as a number)."""
+    if isinstance(key.dtype, pl.Duration):
+        return key.expr.to_physical().cast(pl.Float64(), strict=False)
     if key.dtype is not None and key.dtype.is_numeric():
         return key.expr.cast(pl.Float64(), strict=False)
     return key.expr

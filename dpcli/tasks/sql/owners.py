@@ -30,14 +30,22 @@ claims). With keys the data keeps unique, that is a customer, their orders and t
 orders, and adding u changes no one else's rows. A duplicated key is the danger: u's order with
 another customer v's order key makes v's lines of that order ambiguous, and no rule can attribute
 them right in every case (v's and u's copies can be identical), so some other unit's rows change.
-Under the rule above each value whose ownership u's rows change moves the rows of at most one
-other unit, and u changes at most:
+(Which rows are u's is the rule's answer: a row naming one of u's keys beyond its claims that another
+unit claims is that unit's; with unique keys those are all the records u brought.) Under the rule
+above a value whose ownership u's rows change moves the rows of its owner in each of the two
+datasets (one other unit at most in each), and only its first ``max_keys`` claims in a dataset where
+it has an owner can change a value one level down. u changes at most:
 
 * ``max_keys`` values of a unit table's key (its claims): each goes from one owner to
   contested, or from none to u, so its child rows leave one other unit at most;
 * through an owned parent, ``max_keys`` values per value changed one level up (one-sided changes
   above: those keys claim in one dataset only), or ``2·max_keys`` when the change above can be
-  from one owner to another (two levels from the unit table and deeper).
+  from one owner v to another w (two levels from the unit table and deeper), which moves both.
+
+(The count is conservative: a value that passes from v to w took a claim from a changed value above
+in each dataset, so counting each changed value once per dataset in which it has an owner, every
+level multiplies the count by ``max_keys`` only, and the product of the ``max_keys`` bounds the units
+moved: ``tests/attacks/test_review_fk_proof.py``.)
 
 So with A the sum of those counts over the owned tables a query reads, adding u changes u's rows
 and the rows of at most A other units, each of which may lose and gain rows, after the row cap
@@ -58,6 +66,7 @@ from dataclasses import replace
 
 import polars as pl
 
+from dpcli.bounding import RESERVED_PREFIX
 from dpcli.bounding.keyed_order import with_order_key
 from dpcli.errors import DataError, UsageError
 from dpcli.tasks.sql.compile import key_pair
@@ -186,6 +195,20 @@ def check_key(schema: Mapping[str, pl.DataType], column: str, table: str) -> Non
                         "a key holds text, integers, booleans, dates or times")
 
 
+def check_names(schema: Mapping[str, pl.DataType], table: str, unit: str) -> None:
+    """An owned table's columns must leave room for what its resolution adds: no column named like dpcli's own
+    (``__dp_…``: the owner joined in would be suffixed and the table's own column renamed to the unit) or like the
+    unit its rows are given (:func:`settle` sees a header; an NDJSON or a library frame has none). From the schema:
+    refused before any read."""
+    for column in schema:
+        if column.startswith(RESERVED_PREFIX):
+            raise DataError(f"column {column!r} of {table}: names starting with {RESERVED_PREFIX!r} are dpcli's own "
+                            "(an owned table's rows get their owner under one): rename it")
+        if column == unit:
+            raise DataError(f"column {column!r} of {table}: the name its privacy unit takes (owned through a link): "
+                            "rename that column")
+
+
 def _first(pairs: pl.LazyFrame, over: str, fields: list[tuple[str, pl.DataType]], link: OwnerLink) -> pl.LazyFrame:
     """The first ``max_keys`` rows of each ``over`` value by the public order of ``fields`` (equal keys: all
     dropped at the cap, as the bounds' ties are)."""
@@ -243,12 +266,14 @@ def resolve(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFrame])
         if link is None or name not in frames:
             continue
         assert decl.unit is not None
-        check_key(schema_of(frames[name]), link.column, name)
+        schema = schema_of(frames[name])
+        check_names(schema, name, decl.unit)
+        check_key(schema, link.column, name)
         owned = owned_keys(tables, frames, link)
         resolved = _lookup(frames[name], link.column, owned, _KEY, "left").rename({_OWNER: decl.unit})
         out[name] = resolved.filter(pl.col(decl.unit).is_not_null())
     return out
 
 
-__all__ = ["MAX_DEPTH", "MOST_KEYS", "PUBLIC_SALT", "check_key", "owned_keys", "owning_key", "purpose", "resolve",
-           "root_of", "settle", "stability", "with_ancestors"]
+__all__ = ["MAX_DEPTH", "MOST_KEYS", "PUBLIC_SALT", "check_key", "check_names", "owned_keys", "owning_key", "purpose",
+           "resolve", "root_of", "settle", "stability", "with_ancestors"]
