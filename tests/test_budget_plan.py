@@ -203,6 +203,17 @@ def test_a_pld_series_plan_n_reserve_charge_n_and_the_next_is_refused(tmp_path, 
     assert [e.get("series_run") for e in history()][1:] == list(range(1, runs + 1))
 
 
+def test_a_reserving_plan_does_not_say_nothing_was_charged(tmp_path, keys, state_dir):
+    """``--reserve`` debits the series: its text says so rather than the plan's usual "nothing charged"."""
+    init_ledger("pld", "--epsilon", "1", "--delta", "1e-6")
+    release = _release("histogram", _data(tmp_path / "d0.csv", 30), keys, ("--epsilon", "0.1"))
+    planned = cli("budget", "plan", "--runs", "3", "--", *release)
+    assert "nothing read, nothing charged" in planned.stdout
+    reserved = cli("budget", "plan", "--runs", "3", "--reserve", "--", *release)
+    assert reserved.exit_code == 0, reserved.stderr
+    assert "nothing charged" not in reserved.stdout and "the series reserved is charged" in reserved.stdout
+
+
 def test_reserve_needs_runs_and_a_pld_ledger(tmp_path, keys, state_dir):
     init_ledger("approx", "--epsilon", "1", "--delta", "1e-6")
     release = _release("histogram", _data(tmp_path / "d.csv", 30), keys, ("--epsilon", "0.1"))

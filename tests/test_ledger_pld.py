@@ -210,7 +210,7 @@ def test_show_and_history_say_what_a_series_and_a_block_cost(state_dir):
     ledger.charge(state_dir, "default", command="histogram", query_id="q", seed_id="s", reserve=lap())
     show = cli("budget", "show")
     assert show.exit_code == 0, show.stderr
-    assert "series       #1 (histogram): 1 of 10 run(s) taken, epsilon=0.05 each; the series costs ε" in show.stdout
+    assert "series       #1 (histogram): 1 of 10 run(s) taken, histogram/laplace (epsilon=0.05) each; the series costs ε" in show.stdout
     data = json.loads(cli("budget", "show", "--json").stdout)
     assert data["series"][0]["taken"] == 1 and data["mode"] == "pld"
     rows = history()

@@ -309,6 +309,8 @@ def test_q1_runs_over_lineitem_alone_close_to_the_truth(data):
     out = released(r).sort("l_returnflag")
     doc = json.loads(r.stdout)  # type: ignore[attr-defined]
     assert doc["summary"]["stability"] == 33 and doc["summary"]["tables"] == ["lineitem", "orders"]
+    # the note on the noise names the other side of fewer keys per owner: rows beyond them are dropped
+    assert "beyond --max-keys-per-owner are dropped" in r.stderr  # type: ignore[attr-defined]
     lines = pl.read_csv(data["lineitem"])
     truth = lines.group_by("l_returnflag").agg(pl.len().alias("n"), pl.col("l_extendedprice").sum().alias("s"))
     truth = truth.sort("l_returnflag")

@@ -294,7 +294,9 @@ def _lines(doc: dict[str, Any]) -> list[str]:
         lines.append(_runs_line(doc["runs"], unit))
         if "series" in doc["runs"]:
             lines.append(_series_line(doc["runs"]["runs"], doc["runs"]["series"]))
-    lines.append("  nothing read, nothing charged; a free replay of an earlier identical release costs nothing")
+    charged = ("the series reserved is charged" if "reserved" in doc.get("runs", {}).get("series", {})
+               else "nothing charged")
+    lines.append(f"  nothing read, {charged}; a free replay of an earlier identical release costs nothing")
     return lines
 
 

@@ -113,8 +113,9 @@ def series_lines(series: list[dict[str, Any]]) -> list[str]:
     lines = []
     for s in series:
         cost = s["cost"] or {}
-        each = "; ".join(parameters_text({k: v for k, v in ev.items() if k in ("epsilon", "delta", "rho")}, "up")
-                         for ev in s["each"])
+        each = " + ".join(f"{ev.get('mechanism', 'release')} ("
+                          + parameters_text({k: v for k, v in ev.items() if k in ("epsilon", "delta", "rho")}, "up")
+                          + ")" for ev in s["each"])
         lines.append(f"series       #{s['entry']} ({s['command']}): {s['taken']} of {s['runs']} run(s) taken, "
                      f"{each} each; the series costs ε {parameter_text(cost.get('epsilon', '0'), 'up')} "
                      f"at δ {parameter_text(cost.get('delta', '0'), 'up')}")

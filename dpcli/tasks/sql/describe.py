@@ -206,7 +206,8 @@ def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
         others, s = (task.stability - 1) // 2, task.stability
         notes.append(advice.Note(f"owned tables: the noise covers one {task.unit_word} changing the rows of up to "
                                  f"{others} others through duplicated keys (×{s} the noise of a unit table's release; "
-                                 "fewer keys per owner, less noise)"))
+                                 "fewer keys per owner, less noise, but the rows of an owner's keys beyond "
+                                 "--max-keys-per-owner are dropped, uncounted by any note)"))
     defaulted = set(task.defaulted)
     counts_rows = any(a.function == "count" and a.cap == task.options.max_contributions
                       for a in task.query.aggregates)
