@@ -49,7 +49,7 @@ from dpcli.core.exact import float_up, fraction_at_least, fraction_text
 
 #: The version of the rules above (which PLD an event gets, the grid, the rounding); part of every cost's
 #: accounting, with the versions of the libraries that compute it.
-RULES = "pld/1"
+RULES = "pld/2"
 
 #: What a pld ledger says when dp_accounting is missing (one line; exit 77 where a charge needs it).
 MISSING = "pld accounting needs the optional dp_accounting package: pip install 'dpcli[pld]'"
@@ -67,6 +67,14 @@ _TRUNCATION = 1e-15
 
 #: The rounding of a block's ε up to a decimal (a float's last bits never decide a charge).
 _DIGITS = 10
+
+#: The largest privacy loss a PLD is built with: beyond, randomized response's e^ε overflows a float (709.78), and
+#: the block is charged by basic composition alone (an upper bound; at such losses a PLD gains next to nothing).
+_MAX_LOSS = 700.0
+
+#: The most grid points a block's composed PLD may be expected to span (about 400 MB of float64 and its FFT):
+#: beyond, basic composition alone (a tiny σ or a huge ε on a fine grid would otherwise exhaust the machine).
+_MAX_STEPS = 5 * 10**7
 
 #: Relative slack added to a PLD's ε before that rounding: far above the float error of the composition's
 #: sums (the lattice's spacing and the FFT), far below any figure shown.
@@ -203,7 +211,7 @@ def _pld_epsilon(events: Sequence[PrivacyEvent], count: int, target: float) -> f
     """The ε at δ = ``target`` of the events' PLDs composed (``count``-fold), or ∞."""
     grid, lattice = _grid(events)
     slack = _GAUSS_TAIL * count if any(_is_gaussian(ev) for ev in events) else 0.0
-    if target <= slack:
+    if target <= slack or not _tractable(events, count, grid):
         return math.inf
     composed: Any = None
     for ev in events:
@@ -217,6 +225,28 @@ def _pld_epsilon(events: Sequence[PrivacyEvent], count: int, target: float) -> f
         composed = composed.self_compose(count, tail_mass_truncation=_TRUNCATION)
     eps = epsilon_for_delta(composed, target - slack)
     return eps * (1 + _FLOAT_PAD) if math.isfinite(eps) else eps
+
+
+def _loss_span(ev: PrivacyEvent) -> float:
+    """The largest |privacy loss| of an event's PLD (:func:`event_pld`): ε (units·ε for br), a converted zCDP ρ's
+    ε, a discrete Gaussian's (2T + 1)/(2σ²) at its truncation bound T = ⌈11.6σ⌉ (dp_accounting's)."""
+    if ev.kind == "zcdp":
+        if ev.rho == 0:
+            return 0.0
+        if _is_gaussian(ev):
+            sigma2 = float(gaussian_sigma2(ev.rho))
+            return (2 * math.ceil(11.6 * math.sqrt(sigma2)) + 1) / (2 * sigma2)
+        return acc.zcdp_to_approx(float(ev.rho), float(ev.delta)) if ev.delta else 0.0
+    return float(ev.epsilon * max(ev.units, 1)) if ev.kind == "br" else float(ev.epsilon)
+
+
+def _tractable(events: Sequence[PrivacyEvent], count: int, grid: float) -> bool:
+    """Whether a block's PLD stays within :data:`_MAX_LOSS` and :data:`_MAX_STEPS` (the N-fold composition's span
+    estimated as its truncated window: at most 2 + 16√N times one run's, and never more than N times)."""
+    spans = [_loss_span(ev) for ev in events]
+    if not spans or max(spans) > _MAX_LOSS:
+        return not spans
+    return sum(spans) / grid * min(count, 2 + 16 * math.sqrt(count)) <= _MAX_STEPS
 
 
 def epsilon_for_delta(composed: Any, delta: float) -> float:
