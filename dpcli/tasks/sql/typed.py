@@ -137,8 +137,18 @@ def comparable(a: Typed, b: Typed) -> tuple[pl.Expr, pl.Expr]:
     if kinds == {"temporal", "text"}:
         target = a.dtype if a.kind == "temporal" else b.dtype
         assert target is not None  # a column's kind comes with its type
-        return a.expr.cast(target, strict=False), b.expr.cast(target, strict=False)
+        return _as_temporal(a, target), _as_temporal(b, target)
     return as_text(a), as_text(b)
+
+
+def _as_temporal(t: Typed, target: pl.DataType) -> pl.Expr:
+    """A temporal value as it is, or text read as the other side's temporal type: a date as ``CAST(… AS DATE)``
+    reads it (polars 2 casts no text to a date); other types by a non-strict cast."""
+    if t.kind == "temporal":
+        return t.expr
+    if target == pl.Date:
+        return _cast_date(t).expr
+    return t.expr.cast(target, strict=False)
 
 
 _COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
