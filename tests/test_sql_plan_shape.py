@@ -123,3 +123,33 @@ def test_a_date_column_compared_with_text(tmp_path):
                        ("not a date", [None, None, None, None])):
         a, b = comparable(column, Typed(pl.lit(text, dtype=pl.String), "text", pl.String()))
         assert frame.select(a <= b).to_series().to_list() == kept
+
+
+def test_every_table_is_hashed_early_and_taken_by_the_release(tmp_path, state_dir, monkeypatch):
+    """Each file ``--table`` and ``--public-table`` name is opened and hashed on a thread of its own while dpcli
+    loads and resolves the query, and the release takes it (the same open file, its digest): no table is hashed
+    again on the main thread. A dry run hashes nothing."""
+    from dpcli.io import opening
+
+    _scans(tmp_path)
+    pl.DataFrame({"l_returnflag": ["A", "N", "R"], "label": ["a", "n", "r"]}).write_parquet(tmp_path / "flags.parquet")
+    taken: list[str] = []
+    take = opening.EarlyInput.take
+
+    def spy(self: opening.EarlyInput):  # type: ignore[no-untyped-def]
+        taken.append(Path(self.path).name)
+        return take(self)
+
+    monkeypatch.setattr(opening.EarlyInput, "take", spy)
+    init_ledger("approx", "--epsilon", "100", "--delta", "1e-3")
+    args = ["sql", "SELECT f.label, ANON_COUNT(*, 9) AS n FROM lineitem l JOIN flags f USING (l_returnflag) "
+            "GROUP BY f.label", "--table", f"lineitem={tmp_path / 'lineitem.parquet'}", "--table",
+            f"orders={tmp_path / 'orders.parquet'}", "--privacy-unit", "orders.o_custkey", "--owned-by",
+            "lineitem.l_orderkey=orders.o_orderkey", "--public-table", f"flags={tmp_path / 'flags.parquet'}",
+            "--max-partitions", "2", "--epsilon", "1", "--delta", "1e-7", "--no-report-bias"]
+    r = cli(*args, "--dry-run")
+    assert r.exit_code == 0, r.stderr
+    assert taken == []
+    r = cli(*args)
+    assert r.exit_code == 0, r.stderr
+    assert sorted(taken) == ["flags.parquet", "lineitem.parquet", "orders.parquet"]
