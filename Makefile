@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # Reinstalled (and the noise extension rebuilt) when the package metadata or the C source changes.
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml setup.py dpcli/core/_noise.c | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-series bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy bench-tabulate accuracy-data clean
+.PHONY: demo test lint test-spark test-service audit man docs-images install install-man bench bench-samplers bench-ledger bench-series bench-startup bench-fig3 bench-growing bench-dpsqlp bench-peers bench-sql bench-auto bench-accuracy bench-tabulate bench-tpch accuracy-data clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -184,6 +184,24 @@ TABULATE_DATA ?= .bench-tabulate-data
 bench-tabulate: $(STAMP)
 	$(BIN)/python bench/bench_tabulate.py --persons $(TABULATE_PERSONS) --data $(TABULATE_DATA) --collects
 
+# Issue 41 item 5: dpcli sql on TPC-H (Q1, Q5, Q6, Q14, Q19, the customer the privacy unit) against the plain query
+# in DuckDB and in polars and the bounded per-customer pipeline by hand (section 20 of bench/results.md); data from
+# tpchgen-cli at SF1 and SF10 into TPCH_DATA (~4 GB), generated once; tpchgen-cli and duckdb in a venv of their own.
+# ~40 min on 2 cores (SF10 most of it); TPCH_SCALE=1 TPCH_RUNS=5 for a quick round; CHECK=1 holds the hand pipelines
+# equal to dpcli's per-user stage first.
+TPCH := .venv-tpch/bin/python
+TPCH_DATA ?= .bench-tpch-data
+TPCH_SCALE ?= 1,10
+TPCH_RUNS ?= 5
+
+$(TPCH): bench/tpch/requirements.txt
+	$(PYTHON) -m venv .venv-tpch
+	.venv-tpch/bin/python -m pip install --quiet -r bench/tpch/requirements.txt
+	touch $(TPCH)
+
+bench-tpch: $(STAMP) $(TPCH)
+	$(BIN)/python bench/bench_tpch.py --scale $(TPCH_SCALE) --runs $(TPCH_RUNS) --data $(TPCH_DATA) $(if $(CHECK),--check)
+
 # Exact noise samplers, compiled and reference, against issue 20's targets (section 12 of bench/results.md).
 bench-samplers: $(STAMP)
 	OPENBLAS_NUM_THREADS=1 $(BIN)/python bench/bench_samplers.py --write
@@ -207,4 +225,4 @@ bench-dpsqlp: $(STAMP)
 	$(BIN)/python bench/dpsqlp_table1.py --users 1000000  # last figures: bench/dpsqlp_table1.md
 
 clean:
-	rm -rf $(VENV) .venv-peers .venv-snsql .venv-accuracy .bench-tabulate-data .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-peers .venv-snsql .venv-accuracy .venv-tpch .bench-tabulate-data .bench-tpch-data .demo-state .demo-out .pytest_cache .mypy_cache .ruff_cache

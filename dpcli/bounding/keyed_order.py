@@ -404,7 +404,10 @@ def cap_rows(lf: pl.LazyFrame, unit: str, fields: Sequence[tuple[str, pl.DataTyp
     size, occ, key = "__dp_tsize", "__dp_tocc", "__dp_torder"
     hashed = [(c, t) for c, t in fields if has_row_word(t)]
     words = [f"__dp_tw{i}" for i in range(len(hashed))]
-    sized = lf.with_columns(pl.len().over(unit).alias(size))
+    # Cached: both sides read one computation of the table (and of whatever built it: an owned table's join with its
+    # owners). Without it the sides differ in the columns they read (the over-cap side hashes every column), polars
+    # cannot tell they share a plan, and the table, its owners and the window are computed twice.
+    sized = lf.with_columns(pl.len().over(unit).alias(size)).cache()
     within = sized.filter(pl.col(size) <= cap).drop(size)
     over = sized.filter(pl.col(size) > cap).drop(size)
     # a decimal's word is its unscaled integer's (an Int128's), so "1.5" at scale 1 is 15

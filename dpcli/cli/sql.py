@@ -32,6 +32,7 @@ from dpcli.errors import UsageError
 
 if TYPE_CHECKING:
     from dpcli.access import Source
+    from dpcli.io.opening import EarlyInputs
     from dpcli.release import Sources
     from dpcli.spark.engine import EngineRequest
     from dpcli.tasks.sql import Budget, SqlOptions, SqlTask
@@ -106,6 +107,7 @@ def sql(
     by one unit (joins of private tables on their units only), contributions are bounded per unit,
     and rules it breaks are refused before any data is read.
     """
+    early = _hash_declared(table or [], public_table or [], read=not dry_run and engine.engine == "polars")
     from dpcli import release
     from dpcli.cli.render import output_target, show_plan, write_release
     from dpcli.tasks.sql import Budget
@@ -127,9 +129,24 @@ def sql(
         return
     target = output_target(out)
     done = release.run(task, _sources(task, sources, keys), ledger, output=target,
-                       engine=engine if engine.engine != "polars" else None,
+                       engine=engine if engine.engine != "polars" else None, early=early,
                        busy=busy(ctx))
     write_release(settings(ctx), done, target, out.as_json)
+
+
+def _hash_declared(private: list[str], public: list[str], read: bool) -> EarlyInputs | None:
+    """Every file a ``--table`` or ``--public-table`` names, opened and hashed each on a thread of its own while
+    dpcli loads and resolves the query (:func:`dpcli.io.opening.hash_early`; the release takes those it opens, by
+    path). Personal mode only (in service mode FILE is a catalog name, resolved later); nothing for a dry run or
+    another engine (``read``). Only early: a file not opened here is opened, and reported, in its usual order."""
+    from dpcli.access import gate
+    from dpcli.io.opening import EarlyInputs, hash_early
+
+    if not read or gate().service:
+        return None
+    files = dict.fromkeys(text.partition("=")[2] for text in [*private, *public])
+    found = [e for e in (hash_early(f) for f in files if f) if e is not None]
+    return EarlyInputs(found) if found else None
 
 
 def _options(budget: Budget, caps: tuple[str | None, str | None], choice: ChoiceOptions, keys: bool, with_error: bool,

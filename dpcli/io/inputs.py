@@ -44,6 +44,7 @@ from dpcli.io.datasets import open_dataset
 from dpcli.io.ndjson import NDJSON_NEEDS_COLUMNS, scan_ndjson
 from dpcli.io.opening import (
     EarlyInput,
+    EarlyInputs,
     fingerprint_fileobj,
     is_pipe,
     open_binary,
@@ -164,7 +165,7 @@ def open_input(
     stdin: IO[bytes] | None = None,
     text_columns: tuple[str, ...] = (),
     delimiter: str | None = None,
-    early: EarlyInput | None = None,
+    early: EarlyInput | EarlyInputs | None = None,
 ) -> InputTable:
     """Open ``path`` (or ``-`` for stdin) lazily and fingerprint it.
 
@@ -221,8 +222,10 @@ def open_input(
     return _open_file(source, reading, _same_file(early, path))
 
 
-def _same_file(early: EarlyInput | None, path: str) -> EarlyInput | None:
-    """``early`` if it is ``path`` opened early (else the path is opened now)."""
+def _same_file(early: EarlyInput | EarlyInputs | None, path: str) -> EarlyInput | None:
+    """``early`` if it is ``path`` opened early, or the one of ``early`` that is (else the path is opened now)."""
+    if isinstance(early, EarlyInputs):
+        return early.get(path)
     return early if early is not None and early.path == path else None
 
 

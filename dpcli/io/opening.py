@@ -207,6 +207,19 @@ class EarlyInput:
         return self.fh, self.identity, self._digest
 
 
+class EarlyInputs:
+    """Several inputs opened by :func:`hash_early`, each hashed on a thread of its own (``sql``'s tables, hashed
+    side by side while dpcli loads and resolves the query): :func:`dpcli.io.inputs.open_input` takes each by its
+    path, once; one never taken is closed when collected."""
+
+    def __init__(self, inputs: list[EarlyInput]) -> None:
+        self._by_path = {e.path: e for e in inputs}
+
+    def get(self, path: str) -> EarlyInput | None:
+        """The input opened early at ``path`` (given once; None after, or for a path not opened early)."""
+        return self._by_path.pop(path, None)
+
+
 def hash_early(path: str | Source | None, read: bool = True) -> EarlyInput | None:
     """Open ``path`` (a resolved :class:`dpcli.access.Source`, or a path) and start hashing it in the
     background, or None when that is not for now.

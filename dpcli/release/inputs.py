@@ -22,7 +22,7 @@ from dpcli.access import Source
 from dpcli.errors import DataError
 from dpcli.frames import cheap_row_count, collect
 from dpcli.io.inputs import open_input
-from dpcli.io.opening import EarlyInput
+from dpcli.io.opening import EarlyInput, EarlyInputs
 from dpcli.io.schemas import TYPED_FORMATS, read_group_list, require_columns
 from dpcli.io.tables import InputTable
 from dpcli.release.seeds import Reads
@@ -94,11 +94,12 @@ class Opened:
                       {role: frame for role, (_, frame) in self.lists.items()}, frozenset(typed))
 
 
-def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | None = None,
+def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | EarlyInputs | None = None,
                  data: InputTable | None = None) -> Opened:
     """Open ``sources`` as ``needs`` says: the data (``data`` if another engine listed it already: a URI
     Spark reads), its columns checked, then each public list; ``early``: the data file already opened
-    and being hashed (:func:`dpcli.io.opening.hash_early`)."""
+    and being hashed (:func:`dpcli.io.opening.hash_early`), or several inputs so (any of the data and the
+    lists: ``sql``'s tables)."""
     table = data or open_input(sources.data, text_columns=tuple(needs.columns), early=early)
     schema = require_columns(table, dict(needs.columns)) if needs.check_columns else table.frame.collect_schema()
     lists: dict[str, tuple[InputTable, pl.DataFrame | pl.LazyFrame]] = {}
@@ -108,7 +109,8 @@ def open_sources(needs: Needs, sources: Sources, *, early: EarlyInput | None = N
             if wanted.missing is not None:
                 raise DataError(wanted.missing)
             continue
-        listed = open_input(source, text_columns=wanted.columns)
+        several = early if isinstance(early, EarlyInputs) else None  # (one early input is the data's)
+        listed = open_input(source, text_columns=wanted.columns, early=several)
         frame = read_group_list(listed, wanted.columns, schema) if wanted.cast_to_data else listed.frame
         lists[role] = (listed, frame)
     return Opened(table, schema, lists, dict(needs.documents), needs)

@@ -23,7 +23,7 @@ from dpcli.state import ledger
 from dpcli.state.paths import existing_state_dir
 
 if TYPE_CHECKING:
-    from dpcli.io.opening import EarlyInput
+    from dpcli.io.opening import EarlyInput, EarlyInputs
     from dpcli.release.inputs import Opened, Sources
     from dpcli.release.steps import Busy, Continuation, LedgerRef, Output, Planned, Release
     from dpcli.spark.engine import EngineRequest
@@ -47,7 +47,7 @@ def run(
     *,
     output: Output | None = None,
     engine: EngineRequest | None = None,
-    early: EarlyInput | None = None,
+    early: EarlyInput | EarlyInputs | None = None,
     busy: Busy = lambda what: nullcontext(),
     continuation: Continuation | None = None,
 ) -> Release:
@@ -63,7 +63,7 @@ def run(
 
 
 def _open(task: Task[P], sources: Sources, payer: LedgerRef, request: EngineRequest | None,
-          early: EarlyInput | None) -> tuple[Opened, Engine | None]:
+          early: EarlyInput | EarlyInputs | None) -> tuple[Opened, Engine | None]:
     """The engine checked (before anything is read), the inputs opened, and the engine that bounds them."""
     if request is None:
         return open_sources(task.needs(), sources, early=early), None

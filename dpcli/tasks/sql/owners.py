@@ -211,9 +211,14 @@ def check_names(schema: Mapping[str, pl.DataType], table: str, unit: str) -> Non
 
 def _first(pairs: pl.LazyFrame, over: str, fields: list[tuple[str, pl.DataType]], link: OwnerLink) -> pl.LazyFrame:
     """The first ``max_keys`` rows of each ``over`` value by the public order of ``fields`` (equal keys: all
-    dropped at the cap, as the bounds' ties are)."""
-    keyed = with_order_key(pairs, fields, PUBLIC_SALT, purpose(link), _ORDER)
-    return keyed.filter(pl.col(_ORDER).rank("max").over(over) <= link.max_keys).drop(_ORDER)
+    dropped at the cap, as the bounds' ties are). A value with at most ``max_keys`` rows keeps them all, so the order
+    is computed for the values over it only, as :func:`dpcli.bounding.keyed_order.keep_first` does (both sides read
+    one cached computation of ``pairs``)."""
+    sized = pairs.with_columns(pl.len().over(over).alias(_N)).cache()
+    within = sized.filter(pl.col(_N) <= link.max_keys).drop(_N)
+    keyed = with_order_key(sized.filter(pl.col(_N) > link.max_keys).drop(_N), fields, PUBLIC_SALT, purpose(link),
+                           _ORDER)
+    return pl.concat([within, keyed.filter(pl.col(_ORDER).rank("max").over(over) <= link.max_keys).drop(_ORDER)])
 
 
 def _read(column: str, schema: Mapping[str, pl.DataType]) -> pl.Expr:
@@ -240,19 +245,20 @@ def owned_keys(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFram
         pairs = pairs.drop_nulls().unique()
         firsts = _first(pairs, _PARENT, [(_PARENT, schema[up.column]), (_KEY, schema[link.key])], link)
         above = owned_keys(tables, frames, up).rename({_KEY: _UP})
-        claims = _lookup(firsts, _PARENT, above, _UP, "inner").drop(_PARENT)
-    counted = claims.group_by(_KEY).agg(pl.col(_OWNER).n_unique().alias(_N), pl.col(_OWNER).first())
-    return counted.filter(pl.col(_N) == 1).select(_KEY, _OWNER)
+        claims = _lookup(firsts, _PARENT, above, _UP).drop(_PARENT)
+    # claimed for one unit: its least and greatest claimant are one (cheaper than counting them)
+    counted = claims.group_by(_KEY).agg(pl.col(_OWNER).min(), pl.col(_OWNER).max().alias(_N))
+    return counted.filter(pl.col(_OWNER) == pl.col(_N)).select(_KEY, _OWNER)
 
 
-def _lookup(frame: pl.LazyFrame, column: str, owned: pl.LazyFrame, key: str, how: str) -> pl.LazyFrame:
-    """``frame`` joined with ``owned`` (one row per ``key``) on ``column`` = ``key``, compared as a join compares
+def _lookup(frame: pl.LazyFrame, column: str, owned: pl.LazyFrame, key: str) -> pl.LazyFrame:
+    """``frame`` inner-joined with ``owned`` (one row per ``key``) on ``column`` = ``key``, compared as a join compares
     keys (:func:`dpcli.tasks.sql.compile.key_pair`): each row of ``frame`` meets at most one row."""
     schema = schema_of(frame)
     lk, rk = key_pair(_read(column, schema), schema[column], pl.col(key), schema_of(owned)[key])
     left = frame.with_columns(lk.alias(_MATCH))
     right = owned.with_columns(rk.alias(key))
-    joined = left.join(right, left_on=_MATCH, right_on=key, how="left" if how == "left" else "inner")
+    joined = left.join(right, left_on=_MATCH, right_on=key, how="inner")
     return joined.drop(_MATCH, key, strict=False)
 
 
@@ -270,8 +276,8 @@ def resolve(tables: Mapping[str, TableDecl], frames: Mapping[str, pl.LazyFrame])
         check_names(schema, name, decl.unit)
         check_key(schema, link.column, name)
         owned = owned_keys(tables, frames, link)
-        resolved = _lookup(frames[name], link.column, owned, _KEY, "left").rename({_OWNER: decl.unit})
-        out[name] = resolved.filter(pl.col(decl.unit).is_not_null())
+        # an inner join: a row whose key no one owns meets no row (the owners are never null)
+        out[name] = _lookup(frames[name], link.column, owned, _KEY).rename({_OWNER: decl.unit})
     return out
 
 

@@ -113,7 +113,7 @@ def basics(m: Measure, v: str | None) -> Basics:
         return {"__dp_len": pl.len().cast(pl.Int64)}
     assert v is not None
     found: Basics = {}
-    if m.kind in ("count", "sum"):
+    if m.kind == "count" or (m.kind == "sum" and not _zero_inside(m)):
         found[f"__dp_cnt{v}"] = pl.col(v).count().cast(pl.Int64)
     if m.kind == "sum":
         found[f"__dp_sum{v}"] = pl.col(v).sum()
@@ -143,6 +143,8 @@ def partial_expr(m: Measure, v: str | None) -> pl.Expr:
         # The user's sum clamped to [L, U] on the grid; no contribution (0) from a user without values, or
         # whose sum is undefined (+∞ and −∞ together): still within the sensitivity max(|L|, |U|).
         units = (pl.col(f"__dp_sum{v}") / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
+        if _zero_inside(m):  # a user without values sums to 0, which the clamp keeps: no count needed to say so
+            return units.cast(pl.Int64, strict=False).fill_null(0)
         return pl.when(pl.col(f"__dp_cnt{v}") > 0).then(units).cast(pl.Int64, strict=False).fill_null(0)
     if m.kind == "csum":
         units = (mean / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units)) - g.mid_units
@@ -151,6 +153,12 @@ def partial_expr(m: Measure, v: str | None) -> pl.Expr:
         top = float(max(g.half_width_units, 1) ** 2)
         units = pl.col(f"__dp_sq{_grid_distance(m, v)}").round(0).clip(0.0, top)
     return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
+
+
+def _zero_inside(m: Measure) -> bool:
+    """Whether a sum's clamp keeps 0 (L ≤ 0 ≤ U on the grid): then a user without values, whose sum is 0, gets the
+    partial 0 from the clamp alone, and the sum needs no count of the user's values."""
+    return m.grid.lo_units <= 0 <= m.grid.hi_units
 
 
 def _valid(x: pl.Expr) -> pl.Expr:

@@ -79,6 +79,8 @@ def as_text(t: Typed) -> pl.Expr:
 
 
 def as_bool(t: Typed, what: str) -> pl.Expr:
+    if t.kind == "bool" and t.dtype == pl.Boolean:  # already one: a cast would hide a conjunction's parts from
+        return t.expr  # polars' predicate pushdown (a WHERE on one table of a join filters that table first)
     if t.kind in ("bool", "null"):
         return t.expr.cast(pl.Boolean)
     raise DataError(f"{what} needs a condition (a comparison), not a {t.kind} value: compare it")
@@ -137,8 +139,18 @@ def comparable(a: Typed, b: Typed) -> tuple[pl.Expr, pl.Expr]:
     if kinds == {"temporal", "text"}:
         target = a.dtype if a.kind == "temporal" else b.dtype
         assert target is not None  # a column's kind comes with its type
-        return a.expr.cast(target, strict=False), b.expr.cast(target, strict=False)
+        return _as_temporal(a, target), _as_temporal(b, target)
     return as_text(a), as_text(b)
+
+
+def _as_temporal(t: Typed, target: pl.DataType) -> pl.Expr:
+    """A temporal value as it is, or text read as the other side's temporal type: a date as ``CAST(… AS DATE)``
+    reads it (polars 2 casts no text to a date); other types by a non-strict cast."""
+    if t.kind == "temporal":
+        return t.expr
+    if target == pl.Date:
+        return _cast_date(t).expr
+    return t.expr.cast(target, strict=False)
 
 
 _COMPARE: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
@@ -297,7 +309,10 @@ def _cast_bool(t: Typed) -> Typed:
 def _cast_date(t: Typed) -> Typed:
     if t.kind == "temporal":
         return Typed(t.expr.cast(pl.Date, strict=False), "temporal", pl.Date())
-    return Typed(as_text(t).str.strip_chars(" ").str.to_date("%Y-%m-%d", strict=False), "temporal", pl.Date())
+    parsed = as_text(t).str.strip_chars(" ").str.to_date("%Y-%m-%d", strict=False)
+    if t.expr.meta.is_literal():  # a date literal (DATE '1994-01-01'), parsed once by the same function: a plain
+        parsed = pl.lit(pl.select(parsed).item(), dtype=pl.Date)  # date lets polars push a WHERE on it down
+    return Typed(parsed, "temporal", pl.Date())
 
 
 _CASTS: dict[str, Callable[[Typed], Typed]] = {
