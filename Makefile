@@ -185,7 +185,7 @@ bench-tabulate: $(STAMP)
 	$(BIN)/python bench/bench_tabulate.py --persons $(TABULATE_PERSONS) --data $(TABULATE_DATA) --collects
 
 # Issue 41 item 5: dpcli sql on TPC-H (Q1, Q5, Q6, Q14, Q19, the customer the privacy unit) against the plain query
-# in DuckDB and in polars and the bounded per-customer pipeline by hand (section 20 of bench/results.md); data from
+# in DuckDB and in polars and the bounded per-customer pipeline by hand (section 21 of bench/results.md); data from
 # tpchgen-cli at SF1 and SF10 into TPCH_DATA (~4 GB), generated once; tpchgen-cli and duckdb in a venv of their own.
 # ~40 min on 2 cores (SF10 most of it); TPCH_SCALE=1 TPCH_RUNS=5 for a quick round; CHECK=1 holds the hand pipelines
 # equal to dpcli's per-user stage first.
