@@ -26,12 +26,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "tpch"))
+sys.path.insert(0, str(HERE))
+from bench_sql import run_once  # noqa: E402  (wall, CPU and peak RSS of one child, as bench-sql measures)
 from queries import QUERIES, dpcli_args  # noqa: E402
 
 TPCH_PYTHON = ROOT / ".venv-tpch" / "bin" / "python"
@@ -48,17 +49,6 @@ def make_data(tpch_python: Path, directory: Path, scale: int) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     cli = tpch_python.with_name("tpchgen-cli")
     subprocess.run([str(cli), "parquet", "-s", str(scale), "--output-dir", str(directory)], check=True)
-
-
-def run_once(cmd: list[str], env: dict[str, str]) -> Run:
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        raise SystemExit(f"failed: {' '.join(cmd)[:300]}\n{err[-2000:]}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def commands(query: str, data: Path, tpch_python: Path, eps: str, out: Path) -> dict[str, list[str]]:
