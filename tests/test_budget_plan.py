@@ -88,6 +88,24 @@ def test_runs_gives_the_largest_budget_at_which_n_more_fit(tmp_path, keys, state
     assert plan["runs"]["moe95"]  # the margins at that ε, as its dry run states them
 
 
+@pytest.mark.parametrize(("mode", "limits", "option", "value"), [
+    ("pure", ("--epsilon", "1"), "--epsilon", "3333/10000"),
+    ("zcdp", ("--rho", "0.05", "--delta", "1e-6"), "--rho", "1666/100000"),
+])
+def test_runs_without_a_budget_in_the_command_starts_from_what_is_left(mode, limits, option, value, tmp_path, keys,
+                                                                        state_dir):
+    """``--runs N`` asks for the budget, so the command line need not give one: the plan starts from the ledger's
+    ε (or ρ) left over N, says so, and finds the same largest budget as a command line that gives any."""
+    init_ledger(mode, *limits)
+    release = _release("histogram", _data(tmp_path / "d.csv", 30), keys, ())
+    plan = _plan(*release, runs=3)
+    assert plan["assumed"]["option"] == option
+    assert plan["runs"]["option"] == option and Fraction(plan["runs"]["value"]) == Fraction(value)
+    text = cli("budget", "plan", "--runs", "3", "--", *release)
+    assert text.exit_code == 0 and f"the command gives no budget: planned at {option}" in text.stdout
+    assert cli("budget", "plan", "--", *release).exit_code == 2  # without --runs the release's budget is needed
+
+
 def test_the_plan_reads_no_record(tmp_path, keys, state_dir):
     """A differential check: one more person in the data changes nothing the plan prints (the plan is a function
     of the command line and the ledger's balances); and the data need not exist."""

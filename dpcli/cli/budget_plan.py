@@ -26,6 +26,7 @@ from dpcli.state.ledger.planning import (
     largest_budget,
     refresh_period,
     releases_that_fit,
+    round_down,
     smallest_searched,
 )
 
@@ -51,7 +52,7 @@ def plan(
     runs: Annotated[
         int | None, typer.Option("--runs", min=1, max=MAX_COUNTED, help="Plan N more releases: the largest "
                                  "--epsilon (or --epsilon-per, --rho) of the command at which N fit, and its "
-                                 "margins.", show_default=False)
+                                 "margins (the command may leave its budget out).", show_default=False)
     ] = None,
     reserve: Annotated[
         bool, typer.Option("--reserve", help="With --runs N, on a pld ledger: reserve the N releases now as one "
@@ -70,17 +71,23 @@ def plan(
         raise UsageError("give the release after --, e.g. dpcli budget plan -- histogram DATA --by COL ... "
                          f"(one of {', '.join(PLANNED)})")
     name, args = command[0], list(command[1:])
-    planned = _dry_run(ctx, name, args, as_json)
     s = settings(ctx)
     analyst = resolve_analyst(None, ctx)
     led = ledger.read_ledger(s.state_dir, analyst, s.lock_timeout)
     now = utc_now()
     spent = led.spend(now)
+    assumed = None
+    if runs is not None and name != "tabulate" and _given_budget(args) is None:
+        assumed = _share_of_what_is_left(led, spent, runs)
+        args += [assumed[0], fraction_text(assumed[1])]
+    planned = _dry_run(ctx, name, args, as_json)
     stream = (planned.description.get("stream") or {}) if name == "stream-replay" else {}
     reserves = bool(stream.get("state")) and bool(planned.events)  # a new state: its first run reserves them all
     doc: dict[str, Any] = {"analyst": analyst, "mode": led.limits.mode, "command": name,
                            "cost": [e.to_json() for e in planned.events], "unit": "stream" if reserves else "release",
                            "fit": _fit_json(_fit_now(led, planned, spent))}
+    if assumed is not None:
+        doc["assumed"] = {"option": assumed[0], "value": fraction_text(assumed[1])}
     period = refresh_period(led, planned.events, now)
     if period is not None:
         fresh = period.fresh
@@ -165,8 +172,8 @@ def _fit_now(led: ledger.Ledger, planned: Planned, spent: Any) -> Fit:
     return fit
 
 
-def _budget_option(args: list[str]) -> tuple[str, Fraction]:
-    """The command line's budget option and its value (the first of :data:`BUDGET_OPTIONS` it gives)."""
+def _given_budget(args: list[str]) -> tuple[str, Fraction] | None:
+    """The command line's budget option and its value (the first of :data:`BUDGET_OPTIONS` it gives), if any."""
     from dpcli.cli._options import positive
 
     for option in BUDGET_OPTIONS:
@@ -175,7 +182,27 @@ def _budget_option(args: list[str]) -> tuple[str, Fraction]:
                 return option, positive(option, args[i + 1], required=True)
             if arg.startswith(option + "="):
                 return option, positive(option, arg.split("=", 1)[1], required=True)
-    raise UsageError(f"--runs scales the release's budget: give the command's {' or '.join(BUDGET_OPTIONS)}")
+    return None
+
+
+def _budget_option(args: list[str]) -> tuple[str, Fraction]:
+    """The command line's budget option and its value; a usage error when it gives none."""
+    found = _given_budget(args)
+    if found is None:
+        raise UsageError(f"--runs scales the release's budget: give the command's {' or '.join(BUDGET_OPTIONS)}")
+    return found
+
+
+def _share_of_what_is_left(led: ledger.Ledger, spent: Any, runs: int) -> tuple[str, Fraction]:
+    """A command line without a budget, planned with ``--runs N``: the search starts at the ledger's ρ (zcdp) or ε
+    left over N (public: the ledger's own figures), or at 1 when the ledger states none."""
+    option, key = ("--rho", "rho") if led.limits.mode == "zcdp" else ("--epsilon", "epsilon")
+    try:
+        left = Fraction(led.accountant.remaining(spent).get(key, "1"))
+    except (ValueError, ZeroDivisionError):
+        left = Fraction(1)
+    start = left / runs if left > 0 else Fraction(1)
+    return option, max(round_down(start, 4), Fraction(1, 10**12))
 
 
 def _with_budget(args: list[str], option: str, value: Fraction) -> list[str]:
@@ -284,6 +311,11 @@ def _lines(doc: dict[str, Any]) -> list[str]:
     lines = [f"budget plan for analyst {doc['analyst']!r} ({doc['mode']} ledger): one {doc['command']} {what} "
              f"costs {cost}",
              f"  fits now: {_count_text(doc['fit'], unit)}"]
+    if "assumed" in doc:
+        a = doc["assumed"]
+        value = parameter_text(Fraction(a["value"]), "down")
+        lines[0] += (f" (the command gives no budget: planned at {a['option']} {value}, what the ledger has left "
+                     f"over {doc['runs']['runs']:,})")
     if doc["fit"]["next_refused"]:
         lines.append(f"  the next would be refused: {doc['fit']['next_refused']}")
     if "period" in doc:

@@ -211,13 +211,13 @@ def _largest_budget(fits: Callable[[Fraction], bool], start: Fraction, digits: i
             return None
         lo, hi = start, start
         while not fits(lo):
-            lo, hi = max(_round_down(lo / 2, 9), floor), lo
+            lo, hi = max(round_down(lo / 2, 9), floor), lo
     while hi / lo > Fraction(100001, 100000):  # fits(lo), not fits(hi)
-        mid = _round_down((lo + hi) / 2, 9)  # short texts for the command line (it takes decimals)
+        mid = round_down((lo + hi) / 2, 9)  # short texts for the command line (it takes decimals)
         if mid <= lo:
             break
         lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    for best in (_round_down(hi, digits), _round_down(lo, digits)):  # the boundary itself may fit (50 × 0.02 = 1)
+    for best in (round_down(hi, digits), round_down(lo, digits)):  # the boundary itself may fit (50 × 0.02 = 1)
         if fits(best):
             return best
     return None
@@ -225,10 +225,10 @@ def _largest_budget(fits: Callable[[Fraction], bool], start: Fraction, digits: i
 
 def smallest_searched(start: Fraction) -> Fraction:
     """The smallest budget ``--runs`` tries from ``start``."""
-    return max(_round_down(start / SEARCH_DEPTH, 4), SMALLEST_BUDGET)
+    return max(round_down(start / SEARCH_DEPTH, 4), SMALLEST_BUDGET)
 
 
-def _round_down(x: Fraction, digits: int) -> Fraction:
+def round_down(x: Fraction, digits: int) -> Fraction:
     """``x`` to ``digits`` significant digits, rounded down (never above ``x``)."""
     exponent = 0
     while x >= 10 ** (exponent + 1):
