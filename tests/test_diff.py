@@ -93,6 +93,20 @@ def test_a_real_change_is_flagged_and_the_rest_is_not(tmp_path, state_dir):
     assert history() == before  # the diff is charged nothing and writes nothing to the ledger
 
 
+def test_json_shows_the_differences_as_the_csv_does(tmp_path, state_dir):
+    """``--json`` rows are the CSV's numbers: a difference to its margin's digits (never 1.3099999999999987), a
+    margin rounded up."""
+    init_ledger("pure", "--epsilon", "10")
+    old = _release(tmp_path, "old", _rows(8000), "--epsilon", "1")
+    new = _release(tmp_path, "new", _rows(8000, boost=300), "--epsilon", "1")
+    rows = json.loads(cli("diff", old, new, "--json").stdout)["result"]
+    csv = tmp_path / "d.csv"
+    assert cli("diff", old, new, "-o", csv).exit_code == 0
+    assert pl.DataFrame(rows).select(pl.col("mean_v_diff", "mean_v_diff_moe95").cast(pl.String)).rows() == \
+        pl.read_csv(csv).select(pl.col("mean_v_diff", "mean_v_diff_moe95").cast(pl.String)).rows()
+    assert all(len(repr(r["mean_v_diff_moe95"])) <= 8 for r in rows if r["mean_v_diff_moe95"] is not None)
+
+
 def test_a_replay_differs_by_exactly_zero(tmp_path, state_dir):
     init_ledger("pure", "--epsilon", "10")
     old = _release(tmp_path, "old", _rows(2000), "--epsilon", "1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -82,7 +83,10 @@ def diff(
     if target.to_file or (not out.as_json and plot != "-"):
         write_output(result.table, target.path, target.format)
     if out.as_json:
-        emit_json(summary if target.to_file else {"result": result.table.to_dicts(), "summary": summary})
+        from dpcli.io.outputs import shown  # as the CSV shows it: differences to their margins' digits
+
+        emit_json(summary if target.to_file else {"result": json.loads(shown(result.table).write_json()),
+                                                  "summary": summary})
     else:
         groups = ", ".join(f"{n} {v}" for v, n in sorted(summary["groups"].items()))
         left_out = f"; not compared: {', '.join(summary['not_compared'])}" if summary["not_compared"] else ""
