@@ -208,6 +208,15 @@ def test_no_import_circle_inside_release_even_in_functions():
     assert "dpcli.release.stream_runs" not in inside["dpcli.release.path"]
 
 
+def test_access_never_imports_io_even_in_functions():
+    """The gate decides what dpcli may open; ``io/`` opens it through the gate: ``access/`` names no ``io``
+    module, not even inside a function (the last such import, the catalog's of the dataset walk's hidden names, and
+    the output check's of the private files' heads, live in ``access/`` now)."""
+    for path in sorted((PACKAGE / "access").glob("*.py")):
+        wanted = module_level_imports(path, in_functions=True)
+        assert not {m for m in wanted if m.startswith("dpcli.io")}, path
+
+
 def test_the_circle_check_sees_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert import_circles(graph) == [["a", "b", "c"]]

@@ -428,9 +428,8 @@ def _sealed_below(where: str, resolved: str, trusted: frozenset[int]) -> None:
     """A dataset directory's contents checked as they will be at every use (:func:`dpcli.access.walk.files_below`:
     no symlink below it, every sub-directory and file owned and writable by ``trusted`` only); names below it
     are data and never quoted: the refusal gives a ``find`` that lists them. A file location passes."""
-    from dpcli.access.walk import Below, files_below
+    from dpcli.access.walk import HIDDEN_PREFIXES, Below, files_below
     from dpcli.errors import os_reason
-    from dpcli.io.datasets import HIDDEN_PREFIXES
 
     try:
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC | os.O_NOFOLLOW)

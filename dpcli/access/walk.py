@@ -20,6 +20,9 @@ from pathlib import Path, PurePosixPath
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
 #: What ``open`` says when ``O_NOFOLLOW`` met a symlink, or a name on the way is no directory.
 SWAPPED = (errno.ELOOP, errno.ENOTDIR)
+#: Names below a dataset directory that hold no data, and are not looked into (Hadoop's rule: ``_SUCCESS``,
+#: ``.crc``, ``_temporary/``).
+HIDDEN_PREFIXES = (".", "_")
 
 
 class Escape(Exception):

@@ -16,6 +16,15 @@ from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
 _UP_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0) | os.O_CLOEXEC
+#: How dpcli's own private files begin: the secret key, a ledger and its mark, and every checked
+#: state document (stream states, schedules, the catalog). None is ever read as an input, nor replaced by an output.
+_PRIVATE_HEADS = (b"dpcli-secret-key", b'{"schema_version": ', b'{"ledger_id": ', b'{"format": "dpcli-',
+                  b'{\n "format": "dpcli-')
+
+
+def is_private_file(head: bytes) -> bool:
+    """Do these first bytes of a file look like one of dpcli's private files (key, ledger, state)?"""
+    return head.lstrip(b"\xef\xbb\xbf").startswith(_PRIVATE_HEADS)
 
 def checked_parent(target: Path, what: str, state_dir: Path | None, protected: set[tuple[int, int]]) -> int:
     """The directory of ``target`` opened once and checked on that descriptor (the module docstring): not in
@@ -73,7 +82,6 @@ def refuse_protected_entry(fd: int, name: str, path: str, what: str, protected: 
     """Refuse when the entry ``name`` of the open directory ``fd`` (not followed: it is what is replaced)
     is one of the run's inputs, or a key, ledger or state file."""
     from dpcli.errors import OutputError
-    from dpcli.io.opening import is_private_file
 
     try:
         st = os.stat(name, dir_fd=fd, follow_symlinks=False)

@@ -17,7 +17,7 @@ from typing import IO
 import polars as pl
 
 from dpcli.access import Source, gate
-from dpcli.access.walk import Below, Found, files_below
+from dpcli.access.walk import HIDDEN_PREFIXES, Below, Found, files_below
 from dpcli.errors import (
     DataError,
     InputMissingError,
@@ -29,11 +29,6 @@ from dpcli.io.opening import (
     FileIdentity,
 )
 from dpcli.io.tables import InputTable, Reading
-
-#: Names below a dataset directory that hold no data, and are not looked into (Hadoop's rule: ``_SUCCESS``,
-#: ``.crc``, ``_temporary/``).
-HIDDEN_PREFIXES = (".", "_")
-
 
 #: Descriptors a process may hold open, raised towards this (or its hard limit) before a dataset is walked:
 #: each of its files is held open twice (dpcli's descriptor and polars' duplicate).

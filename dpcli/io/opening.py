@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from dpcli.access import Source
+from dpcli.access.writes import is_private_file
 from dpcli.errors import DpcliError, InputMissingError, UsageError, os_reason
 
 
@@ -38,17 +39,6 @@ class FileIdentity:
     @classmethod
     def of(cls, st: os.stat_result) -> FileIdentity:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-#: How dpcli's own private files begin: the secret key, a ledger and its mark, and every checked
-#: state document (stream states, schedules, the catalog). None is ever read as an input.
-_PRIVATE_HEADS = (b"dpcli-secret-key", b'{"schema_version": ', b'{"ledger_id": ', b'{"format": "dpcli-',
-                  b'{\n "format": "dpcli-')
-
-
-def is_private_file(head: bytes) -> bool:
-    """Do these first bytes of a file look like one of dpcli's private files (key, ledger, state)?"""
-    return head.lstrip(b"\xef\xbb\xbf").startswith(_PRIVATE_HEADS)
 
 
 def refuse_private(head: bytes, what: str, path: str) -> None:

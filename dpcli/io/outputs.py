@@ -26,13 +26,11 @@ import polars as pl
 
 from dpcli.access import gate
 from dpcli.access.walk import inside
+from dpcli.access.writes import is_private_file
 from dpcli.core.display import UTC_FORMAT
 from dpcli.errors import (
     OutputError,
     UsageError,
-)
-from dpcli.io.opening import (
-    is_private_file,
 )
 from dpcli.state import progress
 from dpcli.state.atomic import writes_in_place
