@@ -65,6 +65,16 @@ def distance_bound(grid: bounding.ValueGrid) -> int:
     return max(grid.half_width_units, 1) << (FRACTION_BITS + VAR_SLACK_BITS)
 
 
+def fixed_column(v: str, grid: bounding.ValueGrid) -> str:
+    """The name of value column ``v``'s per-row fixed-point integer on ``grid`` (:func:`row_units`)."""
+    return f"__dp_r{v}_{grid_exponent(grid)}"
+
+
+def square_column(v: str, grid: bounding.ValueGrid) -> str:
+    """The name of ``v``'s per-row squared distance to ``grid``'s centre (:func:`row_square`)."""
+    return f"__dp_d{v}_{grid_exponent(grid)}_{grid.mid_units}_{grid.half_width_units}"
+
+
 def row_units(x: pl.Expr, grid: bounding.ValueGrid) -> pl.Expr:
     """A value's fixed-point integer r (Int64; null for null)."""
     s1, s2 = row_scales(grid)

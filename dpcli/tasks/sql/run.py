@@ -93,17 +93,6 @@ def _value_id(value: Expr, numeric: bool) -> str:
 Basics = dict[str, pl.Expr]
 
 
-def _fixed_column(m: Measure, v: str) -> str:
-    """The per-row fixed-point integer of value column ``v`` on ``m``'s grid (:func:`.fixed.row_units`)."""
-    return f"__dp_r{v}_{fixed.grid_exponent(m.grid)}"
-
-
-def _square_column(m: Measure, v: str) -> str:
-    """The per-row exact squared distance of ``v`` to ``m``'s centre (:func:`.fixed.row_square`)."""
-    g = m.grid
-    return f"__dp_d{v}_{fixed.grid_exponent(g)}_{g.mid_units}_{g.half_width_units}"
-
-
 def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, pl.Expr]:
     """Per-row columns the partials need besides the values: each SUM's, AVG's and VAR's fixed-point integer,
     and each VAR's squared distance to the centre from it, in 2^−2F grid units² (:mod:`.fixed`)."""
@@ -113,9 +102,9 @@ def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, pl.Expr]:
         if m.kind in ("sum", "csum", "csq"):
             v = layout.values[m.key]
             r = fixed.row_units(pl.col(v), m.grid)
-            out[_fixed_column(m, v)] = r
+            out[fixed.fixed_column(v, m.grid)] = r
             if m.kind == "csq":
-                out[_square_column(m, v)] = fixed.row_square(r, m.grid)
+                out[fixed.square_column(v, m.grid)] = fixed.row_square(r, m.grid)
     return out
 
 
@@ -128,10 +117,10 @@ def basics(m: Measure, v: str | None) -> Basics:
     if m.kind in ("count", "n", "csum", "csq") or (m.kind == "sum" and not _zero_inside(m)):
         found[f"__dp_cnt{v}"] = pl.col(v).count().cast(pl.Int64)
     if m.kind in ("sum", "csum"):
-        r = _fixed_column(m, v)
+        r = fixed.fixed_column(v, m.grid)
         found[f"__dp_sum{r}"] = pl.col(r).cast(pl.Int128).sum()
     if m.kind == "csq":
-        d = _square_column(m, v)
+        d = fixed.square_column(v, m.grid)
         found[f"__dp_sum{d}"] = pl.col(d).sum()
     if m.kind == "ntile":
         assert m.p is not None
@@ -155,18 +144,18 @@ def partial_expr(m: Measure, v: str | None) -> pl.Expr:
     if m.kind == "sum":
         # The user's exact sum clamped to [L, U] on the grid; no contribution (0) from a user without values: still
         # within the sensitivity max(|L|, |U|).
-        total = pl.col(f"__dp_sum{_fixed_column(m, v)}").fill_null(0)
+        total = pl.col(f"__dp_sum{fixed.fixed_column(v, m.grid)}").fill_null(0)
         units = fixed.round_div(total, fixed.int128(1 << fixed.FRACTION_BITS)).clip(g.lo_units, g.hi_units)
         if _zero_inside(m):  # a user without values sums to 0, which the clamp keeps: no count needed to say so
             return units.cast(pl.Int64)
         return pl.when(count > 0).then(units).otherwise(0).cast(pl.Int64)
     if m.kind == "csum":
-        total = pl.col(f"__dp_sum{_fixed_column(m, v)}").fill_null(0)
+        total = pl.col(f"__dp_sum{fixed.fixed_column(v, m.grid)}").fill_null(0)
         mean = fixed.round_div(total, fixed.scaled_count(count, fixed.FRACTION_BITS))
         units = mean.clip(g.lo_units, g.hi_units) - g.mid_units
     else:
         top = max(g.half_width_units, 1) ** 2
-        total = pl.col(f"__dp_sum{_square_column(m, v)}").fill_null(0)
+        total = pl.col(f"__dp_sum{fixed.square_column(v, m.grid)}").fill_null(0)
         units = fixed.round_div(total, fixed.scaled_count(count, 2 * fixed.FRACTION_BITS)).clip(0, top)
     return pl.when(count > 0).then(units).otherwise(0).cast(pl.Int64)
 
