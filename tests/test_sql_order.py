@@ -176,7 +176,7 @@ def test_values_beyond_every_bound_saturate_and_infinities_clamp():
     to U, +∞ with −∞ cancel, and a sum of 1e300 and −1e300 with 0.5 is 0.5 in any order."""
     table = pl.DataFrame({"u": [1, 2, 2, 2, 3, 3, 3], "k": ["a"] * 7,
                           "x": [float("inf"), float("inf"), float("-inf"), 1.0, 1e300, 0.5, -1e300]})
-    task, plan, partial, names = _partials(table, "SELECT ANON_SUM(x, 0, 1000) s FROM t")
+    _, plan, partial, names = _partials(table, "SELECT ANON_SUM(x, 0, 1000) s FROM t")
     (m,) = [c.measure for c in plan.calibrated if c.measure.key in names]  # type: ignore[attr-defined]
     assert partial[names[m.key]].to_list() == [m.grid.hi_units, 8, 4]
     for order in _orders(table):
