@@ -203,3 +203,25 @@ def test_text_is_read_as_its_first_characters_on_spark(spark):
     theirs = relation(rel, {"t": spark.createDataFrame(rows, "user string, g string")}, needed)
     spark_rows = sorted((r["c0"], len(r["c1"]), len(r["c2"]), r["c3"]) for r in theirs.collect())
     assert mine == spark_rows == [("u1", MAX_TEXT_LENGTH, MAX_TEXT_LENGTH, MAX_TEXT_LENGTH), ("u2", 2, 2, 2)]
+
+
+def test_spark_partials_are_polars_bit_for_bit_in_any_order_and_partitioning(spark, tmp_path):
+    """Sums, means and variances of rows chosen so that double sums round by order (tests/test_sql_order.py): Spark,
+    over the rows shuffled and split into several partitions, gives polars' totals exactly, for several bounds."""
+    from test_sql_order import _orders, _table
+
+    from dpcli.spark.sql import sql_engine
+
+    table = _table()
+    for lo, hi in ((0, 1000), (-10, 10), (-3.5, 100.25)):
+        query = (f"SELECT k, ANON_SUM(x, {lo}, {hi}) s, ANON_AVG(x, {lo}, {hi}) a, ANON_VAR(x, {lo}, {hi}) v "
+                 "FROM t GROUP BY k")
+        task = SqlTask.from_text(query, {"t": TableDecl("t", "u", ("u", "k", "x"))},
+                                 SqlOptions(Budget(epsilon=Fraction(1), delta=Fraction(1, 10**6)), max_partitions=2))
+        plan = task.plan("approx", {})
+        frame, layout = per_user_frame(task.query, plan, {"t": table.lazy()}, task.query.group_names)
+        totals, _ = compute_totals(frame, layout, plan, SALT, "test")
+        for i, order in enumerate(_orders(table)[:3]):
+            data = spark.createDataFrame(order.to_arrow()).repartition(3 + i)
+            spark_totals, _ = sql_engine(spark, data, {})(task, plan, layout, SALT, schema_of(frame))
+            assert spark_totals.equals(totals), (lo, hi, i, spark_totals, totals)

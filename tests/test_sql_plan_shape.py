@@ -105,9 +105,12 @@ def test_a_sum_counts_values_only_when_its_bounds_leave_out_zero():
     inside = Measure("s", "sum", None, bounds=(Fraction(0), Fraction(500)))
     above = Measure("t", "sum", None, bounds=(Fraction(10), Fraction(500)))
     below = Measure("u", "sum", None, bounds=(Fraction(-500), Fraction(-10)))
-    assert sorted(basics(inside, "v")) == ["__dp_sumv"]
-    assert sorted(basics(above, "v")) == ["__dp_cntv", "__dp_sumv"]
-    assert sorted(basics(below, "v")) == ["__dp_cntv", "__dp_sumv"]
+    def kinds(m: Measure) -> list[str]:  # the sum's name carries its fixed-point column's (dpcli.tasks.sql.fixed)
+        return sorted(name[:8] for name in basics(m, "v"))
+
+    assert kinds(inside) == ["__dp_sum"]
+    assert kinds(above) == ["__dp_cnt", "__dp_sum"]
+    assert kinds(below) == ["__dp_cnt", "__dp_sum"]
     assert sorted(basics(Measure("c", "count", None, cap=3), "v")) == ["__dp_cntv"]
 
 

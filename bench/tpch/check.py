@@ -1,7 +1,7 @@
 """The hand pipelines compute what dpcli bounds: ``python check.py DIR [Q…]`` runs dpcli's per-user stage (the
 release's own functions, at one salt) and :mod:`bench.tpch.hand`'s pipeline at that salt, and compares their
-per-partition totals (every column of dpcli's totals is one of the hand pipeline's, row for row: exactly, or within
-the few grid units by which the order of a float sum can move a unit's partial)."""
+per-partition totals (every column of dpcli's totals is one of the hand pipeline's, row for row: exactly, as both
+sum the values' fixed-point integers exactly, :mod:`dpcli.tasks.sql.fixed`)."""
 
 from __future__ import annotations
 
@@ -59,11 +59,10 @@ def main() -> None:
         for c in ours.columns:
             mine = ours[c].cast(pl.Int128).to_list()
             worst = max(worst, min(max(abs(a - b) for a, b in zip(mine, t, strict=True)) for t in theirs))
-        # a sum or mean of doubles (decimals are read as doubles) depends on the order polars adds a unit's values
-        # in, which neither plan fixes: a unit whose exact partial lies half a grid step from two points may round
-        # either way, so a total can differ by a few grid units between two plans (or two runs of one)
+        # both sum each unit's fixed-point integers exactly (dpcli.tasks.sql.fixed): no order of a float sum moves a
+        # partial any more, so anything but "the same" is a difference between the two pipelines
         print(f"{query}: {len(ours.columns)} totals of {ours.height} partition(s): "
-              f"{'the same' if worst == 0 else f'within {worst} grid unit(s) (the order of float sums)'}")
+              f"{'the same' if worst == 0 else f'DIFFERENT: up to {worst} grid unit(s)'}")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ the same rows kept, not a cheaper one) and dpcli's grids for the clamps:
 4. at most 400 rows per customer of each private table read, before its WHERE and joins (the keyed order of the
    columns read, with each row's occurrence among the customer's identical rows; ordered only past the cap);
 5. the query's joins (private relations also on the unit) and WHERE;
-6. one row per (customer, partition): each aggregate's partial, clamped on its grid (sums and means to their
+6. one row per (customer, partition): each aggregate's partial from exact sums of the values' fixed-point integers
+   (:mod:`dpcli.tasks.sql.fixed`), clamped on its grid (sums and means to their
    bounds, counts to their cap); at most K partitions per customer by the keyed order (ordered only past K);
 7. per partition: the number of customers and the sums of the partials (128-bit).
 
@@ -31,6 +32,7 @@ import polars as pl
 
 from dpcli.bounding import ValueGrid, default_granularity
 from dpcli.bounding.keyed_order import row_word, with_order_key
+from dpcli.tasks.sql import fixed
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from queries import MAX_KEYS, MAX_ROWS, SHAPE
@@ -92,20 +94,24 @@ def _grid(lo: float, hi: float) -> ValueGrid:
 
 
 def _sum(value: pl.Expr, lo: float, hi: float, name: str) -> tuple[pl.Expr, pl.Expr]:
-    """(the aggregate, the partial) of ``ANON_SUM(value, lo, hi)`` (0 inside the bounds: no count needed)."""
+    """(the aggregate, the partial) of ``ANON_SUM(value, lo, hi)`` (0 inside the bounds: no count needed): the exact
+    Int128 sum of the values' fixed-point integers (:mod:`dpcli.tasks.sql.fixed`), rounded half to even, clamped."""
     g = _grid(lo, hi)
-    part = (pl.col(name) / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
-    return value.sum().alias(name), part.cast(pl.Int64, strict=False).fill_null(0).alias(name)
+    one = fixed.int128(1 << fixed.FRACTION_BITS)
+    part = fixed.round_div(pl.col(name).fill_null(0), one).clip(g.lo_units, g.hi_units)
+    return fixed.row_units(value, g).cast(pl.Int128).sum().alias(name), part.cast(pl.Int64).alias(name)
 
 
-def _mean(value: pl.Expr, lo: float, hi: float, name: str) -> tuple[pl.Expr, list[pl.Expr]]:
-    """(the aggregate, the partials n and the centred sum) of ``ANON_AVG(value, lo, hi)``."""
+def _mean(value: pl.Expr, lo: float, hi: float, name: str) -> tuple[list[pl.Expr], list[pl.Expr]]:
+    """(the aggregates, the partials n and the centred sum) of ``ANON_AVG(value, lo, hi)``: the exact sum of the
+    values' fixed-point integers over n · 2^F, rounded half to even, clamped, minus the centre."""
     g = _grid(lo, hi)
-    mean = pl.col(name)
-    valid = mean.is_not_null() & mean.is_not_nan()
-    units = (mean / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units)) - g.mid_units
-    return value.mean().alias(name), [valid.cast(pl.Int64).alias(f"{name}_n"),
-                                      pl.when(valid).then(units).otherwise(0).cast(pl.Int64).alias(name)]
+    n = pl.col(f"{name}_cnt")
+    mean = fixed.round_div(pl.col(name).fill_null(0), fixed.scaled_count(n, fixed.FRACTION_BITS))
+    units = mean.clip(g.lo_units, g.hi_units) - g.mid_units
+    aggs = [value.count().alias(f"{name}_cnt"), fixed.row_units(value, g).cast(pl.Int128).sum().alias(name)]
+    return aggs, [(n > 0).cast(pl.Int64).alias(f"{name}_n"),
+                  pl.when(n > 0).then(units).otherwise(0).cast(pl.Int64).alias(name)]
 
 
 def bounded_totals(rel: pl.LazyFrame, groups: list[str], sums: dict[str, tuple[pl.Expr, float, float]],
@@ -118,8 +124,8 @@ def bounded_totals(rel: pl.LazyFrame, groups: list[str], sums: dict[str, tuple[p
         aggs.append(agg)
         parts.append(part)
     for name, (value, lo, hi) in means.items():
-        agg, ps = _mean(value, lo, hi, name)
-        aggs.append(agg)
+        more, ps = _mean(value, lo, hi, name)
+        aggs += more
         parts += ps
     if count_cap is not None:
         aggs.append(pl.len().alias("rows"))

@@ -164,7 +164,7 @@ RULE_MODULES: dict[str, tuple[str, ...]] = {
     "histogram": (*_SHARED, "histogram.query", "histogram.plan", "histogram.run", "histogram.auto",
                   "quantile_interval"),
     "topk": (*_SHARED, "topk.query", "topk.plan", "topk.run", "topk.auto", "topk.threshold", "topk.target"),
-    "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.plan"),
+    "sql": (*_SHARED, "sql.auto", "sql.chosen", "sql.fixed", "sql.plan"),
     "stream-replay": (*_SHARED, "stream.auto", "stream.plan"),
     "tabulate": ("tabulate.query", "tabulate.plan", "tabulate.run"),
 }

@@ -6,9 +6,11 @@ polars: the relation (scans, filters, projections, joins, per-user aggregations)
 partials per partition (the same clamps, ``bround`` as polars' half-to-even rounding, NTILE's
 nearest value at index ⌊(n − 1)·p + ½⌋), at most K partitions per user by the keyed order of
 :mod:`dpcli.spark.bounding`, and the totals per partition, returned through Arrow as the polars
-tables :func:`dpcli.tasks.sql.run.compute_totals` returns. Per-user means of doubles are summed in
-Spark's order, so a mean exactly half a grid step from two grid points may round the other way
-than on polars (either way within its bounds: the guarantee does not depend on it).
+tables :func:`dpcli.tasks.sql.run.compute_totals` returns. Sums, means and VAR's mean squares are
+computed as polars computes them (:mod:`dpcli.tasks.sql.fixed`): each value's fixed-point integer
+from the same IEEE-754 products and half-to-even rounding (``rint``), exact decimal(38,0) sums, and
+an exact division rounded half to even, so the partials are polars', bit for bit, in any row order
+and over any partitioning.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import polars as pl
 from dpcli.errors import DataError, UsageError
 from dpcli.spark.bounding import _keep_first, order_key, read_input
 from dpcli.spark.sql_exprs import Compiler, as_number, col, numeric_value_column
+from dpcli.tasks.sql import fixed
 from dpcli.tasks.sql.compile import needed_columns
 from dpcli.tasks.sql.ir import AggCall, Aggregate, Col, Filter, Join, Project, Relation, Scan
 from dpcli.tasks.sql.lengths import MAX_TEXT_LENGTH
@@ -252,9 +255,60 @@ def per_user_frame(task: SqlTask, plan: SqlPlan, layout: Layout, frames: Mapping
     return rel.select(*selected, *[e.alias(n) for n, e in values.items()])
 
 
-def partial_expr(m: Measure, value: str | None) -> Any:
-    """As :func:`dpcli.tasks.sql.run.partial_expr`, in Spark SQL."""
+def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, Any]:
+    """As :func:`dpcli.tasks.sql.run.row_columns`: each value's fixed-point integer r (a long, from the same two
+    products of doubles, clamped, and ``rint``: half to even) and each VAR's exact square (decimal(38,0))."""
     from pyspark.sql import functions as F
+
+
+    out: dict[str, Any] = {}
+    bound = float(fixed.ROW_BOUND)
+    for c in plan.calibrated:
+        m = c.measure
+        if m.kind not in ("sum", "csum", "csq"):
+            continue
+        v = layout.values[m.key]
+        s1, s2 = fixed.row_scales(m.grid)
+        y = (col(v) * F.lit(s1)) * F.lit(s2)
+        clamped = F.when(y > F.lit(bound), F.lit(bound)).when(y < F.lit(-bound), F.lit(-bound)).otherwise(y)
+        r = F.rint(clamped).cast("bigint")
+        out[fixed.fixed_column(v, m.grid)] = r
+        if m.kind == "csq":
+            limit = fixed.distance_bound(m.grid)
+            d = r - F.lit(m.grid.mid_units << fixed.FRACTION_BITS).cast("bigint")
+            d = F.when(d > F.lit(limit), F.lit(limit)).when(d < F.lit(-limit), F.lit(-limit)).otherwise(d)
+            out[fixed.square_column(v, m.grid)] = d.cast(_DEC) * d.cast(_DEC)
+    return out
+
+
+def _dec(value: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.lit(str(value)).cast(_DEC)
+
+
+def _round_div(num: Any, den: Any) -> Any:
+    """:func:`dpcli.tasks.sql.fixed.round_div` on decimal(38,0): num / den (den > 0) rounded half to even, a long."""
+    from pyspark.sql import functions as F
+
+    rem = F.pmod(num, den)  # in [0, den): num − rem is a multiple of den, its quotient exact
+    q = ((num - rem) / den).cast("bigint")
+    twice = rem * _dec(2)
+    up = (twice > den) | ((twice == den) & (F.pmod(q, F.lit(2).cast("bigint")) == 1))
+    return q + up.cast("bigint")
+
+
+def _scaled_count(n: Any, bits: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.greatest(n, F.lit(1)).cast(_DEC) * _dec(1 << bits)
+
+
+def partial_expr(m: Measure, value: str | None) -> Any:
+    """As :func:`dpcli.tasks.sql.run.partial_expr`, in Spark SQL: exact decimal(38,0) sums of the rows' fixed-point
+    integers (:func:`row_columns`), the same partials as polars', bit for bit."""
+    from pyspark.sql import functions as F
+
 
     v = col(value) if value is not None else F.lit(None)
     if m.kind in ("rows", "count"):
@@ -262,21 +316,29 @@ def partial_expr(m: Measure, value: str | None) -> Any:
         return F.least(n, F.lit(m.cap)).cast("bigint")
     if m.kind == "ntile":
         return _ntile(m, v)
-    mean = F.avg(v)
-    valid = mean.isNotNull() & ~F.isnan(mean)
+    assert value is not None
+    count = F.count(v)
     if m.kind == "n":
-        return valid.cast("bigint")
+        return (count > 0).cast("bigint")
     g = m.grid
-    if m.kind == "sum":
-        total = F.sum(v)
-        units = _clamped(F.bround(total / float(g.granularity), 0), g.lo_units, g.hi_units)
-        return F.when((F.count(v) > 0) & ~F.isnan(total), units).otherwise(0).cast("bigint")
-    if m.kind == "csum":
-        units = _clamped(F.bround(mean / float(g.granularity), 0), g.lo_units, g.hi_units) - g.mid_units
-        return F.when(valid, units).otherwise(0).cast("bigint")
-    distance = v / float(g.granularity) - g.mid_units
-    top = max(g.half_width_units, 1) ** 2
-    return F.when(valid, _clamped(F.bround(F.avg(distance * distance), 0), 0, top)).otherwise(0).cast("bigint")
+    if m.kind in ("sum", "csum"):
+        total = F.coalesce(F.try_sum(col(fixed.fixed_column(value, m.grid)).cast(_DEC)), _dec(0))
+        bits = fixed.FRACTION_BITS
+        den = _dec(1 << bits) if m.kind == "sum" else _scaled_count(count, bits)
+        units = _clamped_int(_round_div(total, den), g.lo_units, g.hi_units)
+        if m.kind == "csum":
+            units = units - F.lit(g.mid_units).cast("bigint")
+    else:
+        top = max(g.half_width_units, 1) ** 2
+        total = F.coalesce(F.try_sum(col(fixed.square_column(value, m.grid))), _dec(0))
+        units = _clamped_int(_round_div(total, _scaled_count(count, 2 * fixed.FRACTION_BITS)), 0, top)
+    return F.when(count > 0, units).otherwise(0).cast("bigint")
+
+
+def _clamped_int(x: Any, lo: int, hi: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.least(F.greatest(x, F.lit(lo).cast("bigint")), F.lit(hi).cast("bigint"))
 
 
 def _clamped(x: Any, lo: float, hi: float) -> Any:
@@ -308,7 +370,9 @@ def bounded_partials(frame: Any, layout: Layout, plan: SqlPlan, salt: int) -> An
     keys = [layout.unit, *layout.groups]
     aggs = [partial_expr(c.measure, layout.values.get(c.measure.key)).alias(layout.partials[c.measure.key])
             for c in plan.calibrated if c.measure.key in layout.partials]
-    partial = frame.groupBy(*[col(k) for k in keys]).agg(*(aggs or [F.count(F.lit(1)).alias("__dp_rows")]))
+    rows = row_columns(plan, layout)
+    source = frame.withColumns(rows) if rows else frame
+    partial = source.groupBy(*[col(k) for k in keys]).agg(*(aggs or [F.count(F.lit(1)).alias("__dp_rows")]))
     if not layout.groups:
         return partial
     key = order_key(partial, keys, salt, "groups")

@@ -27,6 +27,7 @@ from dpcli.bounding.keyed_order import keep_first
 from dpcli.core.prf import KeyedStream
 from dpcli.frames import collect
 from dpcli.tasks import quantile_gaps, quantile_interval
+from dpcli.tasks.sql import fixed
 from dpcli.tasks.sql.compile import compile_relation, group_key_check, needed_columns
 from dpcli.tasks.sql.ir import Expr, ResolvedQuery, expr_canonical
 from dpcli.tasks.sql.plan import Measure, SqlPlan
@@ -86,24 +87,24 @@ def _value_id(value: Expr, numeric: bool) -> str:
 
 
 #: A measurement's partial is computed in two steps: plain aggregates of the user's rows in the group-by
-#: (count, sum, mean, mean of squares, nearest quantile: each once, whatever shares it), then the clamps
-#: on those columns, one row per (user, partition), vectorised.
+#: (count, exact integer sums of the values' fixed-point integers and of VAR's squares, nearest quantile: each
+#: once, whatever shares it), then the clamps on those columns, one row per (user, partition), vectorised.
+#: Nothing is added in floating point, so a partial does not depend on the order of the rows (:mod:`.fixed`).
 Basics = dict[str, pl.Expr]
 
 
-def _grid_distance(m: Measure, v: str) -> str:
-    return f"__dp_d{v}_{m.grid.granularity}_{m.grid.mid_units}"
-
-
 def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, pl.Expr]:
-    """Per-row columns the partials need besides the values: each VAR's squared distance to the centre,
-    in grid units² (``(x/g − mid)²``)."""
+    """Per-row columns the partials need besides the values: each SUM's, AVG's and VAR's fixed-point integer,
+    and each VAR's squared distance to the centre from it, in 2^−2F grid units² (:mod:`.fixed`)."""
     out = {}
     for c in plan.calibrated:
         m = c.measure
-        if m.kind == "csq":
-            distance = pl.col(layout.values[m.key]) / float(m.grid.granularity) - m.grid.mid_units
-            out[_grid_distance(m, layout.values[m.key])] = distance * distance
+        if m.kind in ("sum", "csum", "csq"):
+            v = layout.values[m.key]
+            r = fixed.row_units(pl.col(v), m.grid)
+            out[fixed.fixed_column(v, m.grid)] = r
+            if m.kind == "csq":
+                out[fixed.square_column(v, m.grid)] = fixed.row_square(r, m.grid)
     return out
 
 
@@ -113,14 +114,14 @@ def basics(m: Measure, v: str | None) -> Basics:
         return {"__dp_len": pl.len().cast(pl.Int64)}
     assert v is not None
     found: Basics = {}
-    if m.kind == "count" or (m.kind == "sum" and not _zero_inside(m)):
+    if m.kind in ("count", "n", "csum", "csq") or (m.kind == "sum" and not _zero_inside(m)):
         found[f"__dp_cnt{v}"] = pl.col(v).count().cast(pl.Int64)
-    if m.kind == "sum":
-        found[f"__dp_sum{v}"] = pl.col(v).sum()
-    if m.kind in ("n", "csum", "csq"):
-        found[f"__dp_mean{v}"] = pl.col(v).mean()
+    if m.kind in ("sum", "csum"):
+        r = fixed.fixed_column(v, m.grid)
+        found[f"__dp_sum{r}"] = pl.col(r).cast(pl.Int128).sum()
     if m.kind == "csq":
-        found[f"__dp_sq{_grid_distance(m, v)}"] = pl.col(_grid_distance(m, v)).mean()
+        d = fixed.square_column(v, m.grid)
+        found[f"__dp_sum{d}"] = pl.col(d).sum()
     if m.kind == "ntile":
         assert m.p is not None
         found[f"__dp_q{v}_{m.p}"] = pl.col(v).quantile(float(m.p), "nearest")
@@ -135,24 +136,28 @@ def partial_expr(m: Measure, v: str | None) -> pl.Expr:
         return n.clip(upper_bound=m.cap)
     if m.kind == "ntile":
         return _ntile(m, pl.col(f"__dp_q{v}_{m.p}"))
-    mean = pl.col(f"__dp_mean{v}")
+    assert v is not None
+    count = pl.col(f"__dp_cnt{v}")
     if m.kind == "n":
-        return _valid(mean).cast(pl.Int64)
+        return (count > 0).cast(pl.Int64)
     g = m.grid
     if m.kind == "sum":
-        # The user's sum clamped to [L, U] on the grid; no contribution (0) from a user without values, or
-        # whose sum is undefined (+∞ and −∞ together): still within the sensitivity max(|L|, |U|).
-        units = (pl.col(f"__dp_sum{v}") / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units))
+        # The user's exact sum clamped to [L, U] on the grid; no contribution (0) from a user without values: still
+        # within the sensitivity max(|L|, |U|).
+        total = pl.col(f"__dp_sum{fixed.fixed_column(v, m.grid)}").fill_null(0)
+        units = fixed.round_div(total, fixed.int128(1 << fixed.FRACTION_BITS)).clip(g.lo_units, g.hi_units)
         if _zero_inside(m):  # a user without values sums to 0, which the clamp keeps: no count needed to say so
-            return units.cast(pl.Int64, strict=False).fill_null(0)
-        return pl.when(pl.col(f"__dp_cnt{v}") > 0).then(units).cast(pl.Int64, strict=False).fill_null(0)
+            return units.cast(pl.Int64)
+        return pl.when(count > 0).then(units).otherwise(0).cast(pl.Int64)
     if m.kind == "csum":
-        units = (mean / float(g.granularity)).round(0).clip(float(g.lo_units), float(g.hi_units)) - g.mid_units
+        total = pl.col(f"__dp_sum{fixed.fixed_column(v, m.grid)}").fill_null(0)
+        mean = fixed.round_div(total, fixed.scaled_count(count, fixed.FRACTION_BITS))
+        units = mean.clip(g.lo_units, g.hi_units) - g.mid_units
     else:
-        assert v is not None
-        top = float(max(g.half_width_units, 1) ** 2)
-        units = pl.col(f"__dp_sq{_grid_distance(m, v)}").round(0).clip(0.0, top)
-    return pl.when(_valid(mean)).then(units).otherwise(0).cast(pl.Int64, strict=False).fill_null(0)
+        top = max(g.half_width_units, 1) ** 2
+        total = pl.col(f"__dp_sum{fixed.square_column(v, m.grid)}").fill_null(0)
+        units = fixed.round_div(total, fixed.scaled_count(count, 2 * fixed.FRACTION_BITS)).clip(0, top)
+    return pl.when(count > 0).then(units).otherwise(0).cast(pl.Int64)
 
 
 def _zero_inside(m: Measure) -> bool:
