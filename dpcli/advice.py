@@ -247,13 +247,18 @@ def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
 
 
 def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
-    """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy average shares of each unit's rows
-    that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they were used
-    (``max_partitions``, ``max_contributions``, ``bounds``). A report of an older kind (counts of units, as
-    a stream state may keep) is shown as it is."""
-    if not bias:
+    """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy shares of the units' rows (each unit's
+    counted up to W) that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they
+    were used (``max_partitions``, ``max_contributions``, ``bounds``). A report of the first kind (average shares
+    over units, with their number, as a stream state may keep) is said as such; one older still (counts of units)
+    is shown as it is."""
+    if not bias or "moe95" not in bias:
         return []
-    if "moe95" not in bias or "units" not in bias:
+    if "rows_counted_up_to" in bias:
+        heading = f"noisy shares of the {unit}s' rows, each {unit}'s counted up to {int(bias['rows_counted_up_to']):,}"
+    elif "units" in bias:
+        heading = f"noisy average shares of each {unit}'s rows, over about {bias['units']:,} {unit}s"
+    else:
         return []
     from dpcli.tasks.bias_report import margin_text, percent_text
 
@@ -266,8 +271,7 @@ def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, A
         return [Note(f"bounds cut: too few {unit}s for the bias report to tell (its margin exceeds 100%); "
                      "--no-report-bias leaves its share to the release")]
     parts = [f"{percent_text(float(bias[name]))} {what}" for name, what in said.items() if name in bias]
-    return [Note(f"bounds cut (noisy average shares of each {unit}'s rows, {margin_text(float(bias['moe95']))} at "
-                 f"95%, over about {bias['units']:,} {unit}s): " + "; ".join(parts))]
+    return [Note(f"bounds cut ({heading}, {margin_text(float(bias['moe95']))} at 95%): " + "; ".join(parts))]
 
 
 def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mapping[str, Any] | None,
@@ -282,9 +286,9 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
     margin count (a share within it is not told from no cut). Quantiles: a share of values
     clamped below LO (above HI) that reaches the quantile's level p (1 − p) puts the quantile at the bound.
     Means: clamped values on 5% or more of the rows pull the means towards the bounds. All of it from the
-    released report, the released table and the public plan. The shares are averages over units, which
-    under caps usually understate the share of all rows cut (:mod:`dpcli.tasks.bias_report`): a note is a
-    floor, never a bound."""
+    released report, the released table and the public plan. The shares are of rows counted up to W per unit,
+    which understate the share of all rows cut where units hold more (:mod:`dpcli.tasks.bias_report`): a note is
+    a floor, never a bound."""
     if not bias or "moe95" not in bias:
         return []
     from dpcli.tasks.bias_report import percent_text
@@ -313,7 +317,7 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
                 raise_ += " (chosen from the data: a larger one cuts less and adds noise)"
             by = f"about {quantity_text(short)}" if math.isfinite(short) else "most"
             notes.append(Note(
-                f"{column}: the caps cut about {percent_text(cut)} of each {unit}'s rows, so a typical {column} "
+                f"{column}: the caps cut about {percent_text(cut)} of the {unit}s' rows, so a typical {column} "
                 f"({quantity_text(typical)}) may be short by {by} of the raw total, beyond its margin "
                 f"(±{quantity_text(margin)}): raise {raise_}"))
     below = float(bias.get("share_clamped_below", 0))

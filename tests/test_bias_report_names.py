@@ -39,8 +39,8 @@ def test_a_release_over_columns_named_like_the_reports_own_runs_and_reports(tmp_
             "--delta", "1e-6", "--json")
     assert r.exit_code == 0, r.stderr
     bias = json.loads(r.stdout)["summary"]["bias"]
-    # K = 1 cuts half of each unit's rows, C = 1 three of the four kept: shares 0.5 and 0.375 (noise: ε 5·0.05,
-    # scale 2000‰/0.25 = 8000‰ over 300 units, ±0.027 per share: 0.15 is over five scales)
+    # K = 1 cuts half of each unit's rows, C = 1 three of the four kept: shares 0.5 and 0.375 (W = 1: every unit
+    # alike; noise: ε 5/40, scale 8 units over 300, ±0.027 per share: 0.15 is over five scales)
     assert abs(bias["share_cut_by_max_partitions"] - 0.5) < 0.15
     assert abs(bias["share_cut_by_max_contributions"] - 0.375) < 0.15
 

@@ -9,21 +9,26 @@ What it measures. Each unit's usable rows (the rows the release reads: a unit, a
 when there is a value column) fall into five disjoint parts: rows in groups beyond the partition cap K,
 rows beyond the row cap C in the groups kept, kept rows with a value below the low limit, kept rows with
 a value above the high limit, and the rest. "Kept" is the expectation under the release's uniform row
-sample: a group of r rows of which C are kept holds min(r, C)/r of each of its kinds of rows. The report
-releases, summed over units, each unit's *share* of its rows in each of the first four parts (in
-thousandths, rounded down, :data:`SCALE`), and the number of units (also in thousandths), each with one
-noise. One unit's shares add up to at most 1, so adding or removing a unit moves the four sums by at
-most :data:`SCALE` together and the unit count by :data:`SCALE`: the vector's ℓ1 sensitivity is
-2·SCALE and its ℓ2 sensitivity at most √2·SCALE; independent discrete Laplace (or Gaussian) noise on each
-coordinate at that sensitivity is ε-DP (ρ-zCDP) at the report's share. Shares of units, not counts of
-rows: a count of rows cut is unbounded per unit (a plane with 1,000 flights under a cap of 5 loses 995),
-so it would need its own cap; a share is at most 1 whatever a unit holds.
+sample: a group of r rows of which C are kept holds min(r, C)/r of each of its kinds of rows.
 
-What it reports (post-processing of the noisy sums): the average over units of each share, clipped to
-[0, 1], with a 95% margin, and the noisy number of units. The average over units weighs every unit
-alike; under caps, units with many rows lose the largest shares, so the share of all *rows* cut is
-usually larger than the share reported. :mod:`dpcli.advice` turns the report into a note when the cut may
-exceed a released count's or sum's margin.
+Shares of rows, weighted up to W. A reader compares the cut with a released count or sum, which adds up
+*rows*: the share of all rows cut is what matters, and under caps the units with many rows lose the largest
+shares, so an average over units understates it. A count of rows cut, though, is unbounded per unit (a
+plane with 1,000 flights under a cap of 5 loses 995). So each unit gets a weight, min(r, W)/W of a full one
+for its r rows, where W (:func:`weight_cap`) is the most rows the release can take from one unit (K·C; C
+without groups; 1, every unit alike, when the release counts units rather than rows), and the report
+releases, summed over units, each part's share of the unit's weight and the rest of the weight, in
+millionths (rounded down, :data:`SCALE`), each with one noise. A unit's five coordinates are non-negative
+and add up to its weight, at most SCALE: adding or removing a unit moves the vector by at most SCALE in ℓ1
+and in ℓ2, and independent discrete Laplace (or Gaussian) noise on each coordinate at that sensitivity is
+ε-DP (ρ-zCDP) at the report's share. The shares it reports are then the shares of the rows with every unit's
+rows counted up to W: the share of all rows (up to the rounding) where no unit holds more than W, and nearer it than an
+average over units where some do (a unit beyond W is counted as W rows, of which it loses at least r − W).
+
+What it reports (post-processing of the noisy sums): each part over the noisy total weight (the sum of all
+the coordinates), clipped to [0, 1], with a 95% margin, W (``rows_counted_up_to``) and the noisy total weight
+in units of W rows (``weight``). :mod:`dpcli.advice` turns the report into a note when the cut may exceed a
+released count's or sum's margin.
 """
 
 from __future__ import annotations
@@ -43,13 +48,16 @@ from dpcli.errors import UsageError
 from dpcli.frames import collect
 from dpcli.tasks.auto_bounds import ChosenBounds, DataShape, sampleable
 
-#: The default share of the query's ε (or ρ) spent on the bias report.
-BIAS_SHARE = Fraction(1, 20)
-#: Each unit's shares are counted in thousandths (rounded down): the report's resolution.
-SCALE = 1000
+#: The default share of the query's ε (or ρ) spent on the bias report (a fortieth: the noise of each coordinate is
+#: that of report 1 at a twentieth, whose vector had twice the sensitivity).
+BIAS_SHARE = Fraction(1, 40)
+#: A unit's full weight, and the resolution of its parts: millionths, rounded down (a unit of r rows weighs r/W of
+#: a full one: with W up to 10⁵, ten steps per row).
+SCALE = 1_000_000
 #: The report's version, bound into every seed (:func:`dpcli.release.seeds.rule_versions`: its sums and noise shape
-#: the output). Change it with the report.
-RULE = "unit shares 1"
+#: the output). Change it with the report. 1: average shares over units, and the number of units (issue 38's first
+#: report); 2: shares of rows, each unit's rows weighted up to W, with the rest of each weight as a coordinate.
+RULE = "row shares 2"
 #: The shares, in the order they are counted, by the bound that made them: rows in groups beyond K, rows
 #: beyond C, kept values below the low limit, kept values above the high limit.
 SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": "share_cut_by_max_contributions",
@@ -57,12 +65,12 @@ SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": 
 
 
 def bias_noise(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> mech.Noise:
-    """The noise of each coordinate of the report (ℓ1 sensitivity 2·SCALE, squared ℓ2 at most 2·SCALE²) at
-    ``share`` of the query's ε or ρ."""
+    """The noise of each coordinate of the report (ℓ1 sensitivity SCALE, squared ℓ2 at most SCALE²) at ``share`` of
+    the query's ε or ρ."""
     if rho is not None:
-        return mech.gaussian(2 * SCALE * SCALE, rho * share)
+        return mech.gaussian(SCALE * SCALE, rho * share)
     assert epsilon is not None
-    return mech.laplace(2 * SCALE, epsilon * share)
+    return mech.laplace(SCALE, epsilon * share)
 
 
 def can_report(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> bool:
@@ -91,15 +99,18 @@ def bias_parts(shape: DataShape, bounds: ChosenBounds, rows: bool = True) -> lis
 
 @dataclass(frozen=True)
 class BiasReport:
-    """The noisy average shares (by :data:`SHARES` name), the noisy number of units, the shares' 95% margin."""
+    """The noisy shares (by :data:`SHARES` name), W (:func:`weight_cap`), the noisy weight they are shares of (in
+    units of W rows), the shares' 95% margin."""
 
     shares: dict[str, float]
-    units: int
+    rows_counted_up_to: int
+    weight: int
     moe95: float
     noise: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.shares, "units": self.units, "moe95": self.moe95, "noise": self.noise}
+        return {**self.shares, "rows_counted_up_to": self.rows_counted_up_to, "weight": self.weight,
+                "moe95": self.moe95, "noise": self.noise}
 
 
 def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noise: mech.Noise,
@@ -107,20 +118,31 @@ def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noi
     """The report of ``bounds`` (in force) on ``frame`` (:func:`bias_parts`, ``rows`` as there): one pass, one
     collect; ``salt`` is the release's bounding salt (the groups K keeps are the release's own)."""
     parts = bias_parts(shape, bounds, rows)
-    sums = _true_sums(frame, shape, bounds, parts, salt, name)
-    noisy = {p: int(sums[p]) + int(noise.sample(stream.child(p), 1)[0]) for p in [*parts, "units"]}
+    cap = weight_cap(bounds, shape, rows)
+    sums = _true_sums(frame, shape, bounds, parts, salt, name, cap)
+    noisy = {p: int(sums[p]) + int(noise.sample(stream.child(p), 1)[0]) for p in [*parts, "rest"]}
     margin = noise.margin95()
-    units = noisy["units"]
-    # The shares' margin: the numerator's noise over the smallest unit count the denominator's margin allows.
-    floor = max(units - margin, SCALE)
-    shares = {SHARES[p]: round(min(max(noisy[p] / max(units, SCALE), 0.0), 1.0), 4) for p in parts}
-    return BiasReport(shares, max(round(units / SCALE), 0), round(margin / floor, 4), noise.describe())
+    weight = sum(noisy.values())  # the noisy total weight: every coordinate's noise in it
+    # The shares' margin: a numerator's noise over the smallest weight the denominator's noise plausibly allows
+    # (a sum of n independent noises spreads about √n times one: the floor is a rough one, never below one unit).
+    floor = max(weight - math.sqrt(len(noisy)) * margin, SCALE)
+    shares = {SHARES[p]: round(min(max(noisy[p] / max(weight, SCALE), 0.0), 1.0), 4) for p in parts}
+    return BiasReport(shares, cap, max(round(weight / SCALE), 0), round(margin / floor, 4), noise.describe())
+
+
+def weight_cap(bounds: ChosenBounds, shape: DataShape, rows: bool = True) -> int:
+    """W, the rows of a unit that count in full towards the report's weights: the most rows the release can take
+    from one unit (K·C, or C without groups) when it counts rows; 1 (every unit alike) when it counts units."""
+    if not rows:
+        return 1
+    k = bounds.max_partitions if bounds.max_partitions is not None and shape.by else 1
+    return max(1, k * bounds.max_contributions)
 
 
 def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, parts: list[str], salt: int,
-               name: str) -> dict[str, int]:
-    """The exact sums over units of each share (in thousandths, rounded down, at most SCALE per unit in all)
-    and SCALE × the number of units."""
+               name: str, cap: int) -> dict[str, int]:
+    """The exact sums over units of each unit's weighted parts (in millionths of a full weight, rounded down) and
+    of the rest of its weight (``rest``): each unit adds exactly its weight, floor(SCALE·min(r, W)/W), in all."""
     # The input's columns copied under the report's own names first: a unit, group or value column may be called
     # anything (``total``, ``__r``, ``below``…), and the same column may be both a group and the value.
     unit, value = "__bias_unit", "__bias_value"
@@ -155,18 +177,25 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
         per_pair += [(kept_rows * pl.col(col) / pl.col("__r")).alias(part) for part, col in (("below", "__lo"),
                                                                                                 ("above", "__hi"))]
     per_unit = pairs.select(unit, *per_pair).group_by(unit).agg(pl.exclude(unit).sum())
-    # Each unit's shares in thousandths, rounded down, then each capped by what the ones before it left: the
-    # unit's four sum to at most SCALE exactly, whatever the float rounding of the ratios (the sensitivity).
-    left = pl.lit(SCALE, dtype=pl.Int64)
+    # Each unit's weight min(r, W)/W in millionths, rounded down (integer arithmetic: exact), then each part's share
+    # of it, rounded down and capped by what the parts before it left; the rest of the weight is the last
+    # coordinate. A unit's coordinates are non-negative and add up to its weight, at most SCALE, exactly: the
+    # sensitivity, whatever the float rounding of the ratios.
+    total = pl.col("total").cast(pl.Float64)
+    cap = min(cap, 10**12)  # no unit holds more rows: min(r, W)·SCALE stays within Int64
+    weight = (pl.min_horizontal(pl.col("total"), pl.lit(cap, dtype=pl.Int64)) * SCALE) // cap
+    left = weight
     shares = []
     for part in parts:
-        share = (pl.col(part).cast(pl.Float64) * SCALE / pl.col("total").cast(pl.Float64)).floor().cast(pl.Int64)
+        share = (pl.col(part).cast(pl.Float64) * weight.cast(pl.Float64) / total).floor().cast(pl.Int64)
         share = pl.min_horizontal(pl.max_horizontal(share, pl.lit(0)), left)
         shares.append(share.alias(part))
         left = left - share
-    out = collect(per_unit.select(shares).select([pl.col(p).sum() for p in parts] + [pl.len().alias("units")]),
+    shares.append(left.alias("rest"))
+    columns = [*parts, "rest"]
+    out = collect(per_unit.select(shares).select([pl.col(p).sum() for p in columns]),
                   f"cannot read {name}").row(0, named=True)
-    return {p: int(out[p] or 0) for p in parts} | {"units": SCALE * int(out["units"])}
+    return {p: int(out[p] or 0) for p in columns}
 
 
 def margin_text(moe95: float) -> str:
@@ -184,4 +213,4 @@ def percent_text(share: float) -> str:
 
 
 __all__ = ["BIAS_SHARE", "RULE", "SCALE", "SHARES", "BiasReport", "bias_noise", "bias_parts", "can_report",
-           "check_bias", "margin_text", "percent_text", "report_bias"]
+           "check_bias", "margin_text", "percent_text", "report_bias", "weight_cap"]
