@@ -42,7 +42,7 @@ def diff(
     ] = None,
     out: OutputOptions = OUTPUT_GIVEN,  # -o, --format, --json (output_options)
 ) -> None:
-    """Per group, the difference of two releases of one query (histogram, topk, tabulate, stream-replay) with its
+    """Per group, the difference of two releases of one query (histogram, topk, tabulate, stream-replay, sql) with its
     95% margin, and whether it changed beyond the noise: changes flagged across groups at a false-discovery rate
     (default 5%), groups released in one file only listed as such. Pure post-processing: no data read, nothing
     charged."""

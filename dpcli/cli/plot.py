@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -63,9 +62,13 @@ def plot(
     Only released values are drawn (dpcli keeps no true values). Without -o the
     chart is text; with -o FILE.png or FILE.svg it is a picture.
     """
-    from dpcli.plot.release_view import read_release
+    from dpcli.access import gate
+    from dpcli.cli._common import settings
+    from dpcli.plot.recorded import read_with_report
 
-    accept = _written_by_dpcli(ctx, release, summary)
+    g = gate()
+    if g.restricted and summary is not None:
+        raise UsageError("in service mode plot reads the release only (its digest vouches for it)", field="summary")
     target = None
     if output is not None:
         from dpcli.plot.figure import check_target
@@ -73,7 +76,8 @@ def plot(
         target = check_target(output)
         if os.path.abspath(output) == os.path.abspath(release):
             raise UsageError("would overwrite the release it draws", field="output")
-    view = read_release(release, summary, accept)
+    s = settings(ctx)
+    view = read_with_report(release, summary, s.state_dir, g.analyst if g.restricted else s.analyst, "plot")
     key_list = list(columns("--keys", keys)) if keys else None
     if target is None:
         from dpcli.plot.terminal import release_text
@@ -84,17 +88,3 @@ def plot(
 
     assert output is not None
     save(release_figure(view, value, top, key_list, group, level, totals), output)
-
-
-def _written_by_dpcli(ctx: typer.Context, release: str, summary: str | None) -> Callable[[str], None] | None:
-    """Service mode: a check that the file is a release dpcli wrote for this analyst (its digest is in
-    their ledger), after refusing any path outside their output directories; None in personal mode
-    and for an operator (:func:`dpcli.plot.recorded.service_acceptor`, which ``diff`` shares)."""
-    from dpcli.access import gate
-    from dpcli.cli._common import settings
-    from dpcli.plot.recorded import service_acceptor
-
-    if gate().restricted and summary is not None:
-        raise UsageError("in service mode plot reads the release only (its digest vouches for it)", field="summary")
-    checked = service_acceptor(release, settings(ctx).state_dir, "plot")
-    return checked[0] if checked else None

@@ -55,6 +55,10 @@ def pairing_of(old: ReleaseView, new: ReleaseView) -> Pairing:
         return stream_pairing(old, new)
     if kind == "tabulate":
         return tabulate_pairing(old, new)
+    if kind == "sql":
+        from dpcli.plot.diff_sql import sql_pairing
+
+        return sql_pairing(old, new)
     return histogram_pairing(old, new)
 
 
@@ -135,11 +139,11 @@ def _uniform(margins: np.ndarray) -> float | int | None:
 def _summary(old: ReleaseView, new: ReleaseView, table: pl.DataFrame, pairing: Pairing, fdr: float,
              at_least: float | None) -> dict[str, Any]:
     verdicts = table["changed"].value_counts().to_dicts() if table.height else []
-    a, b = rep.bounds_in_force(old.summary), rep.bounds_in_force(new.summary)
+    a, b = rep.bounds_in_force(old.summary, old.kind), rep.bounds_in_force(new.summary, new.kind)
     return {
         "command": "diff", "kind": old.kind, "old": old.name, "new": new.name,
         "shared_noise": pairing.shared == "seed", "shared_trees": pairing.shared == "stream", "fdr": fdr,
-        "bounds_differ": [k for k in rep.BOUNDS_FIELDS if a[k] != b[k]] if old.kind in ("histogram", "topk") else [],
+        "bounds_differ": [k for k in a if a[k] != b.get(k)],
         "at_least": at_least, "columns": [x.column for x in pairing.tested],
         "not_compared": list(pairing.not_compared), "not_compared_why": pairing.not_compared,
         "diff_moe95": {x.column: _uniform(x.margin) for x in pairing.tested},

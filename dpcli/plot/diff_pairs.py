@@ -5,7 +5,8 @@
   centred sum it is the ratio of (it needs the count released beside it: the n of the mean);
 * ``tabulate``: per cell (level, geo_id, iteration, sex, age), ``count`` with its level's noise: the cells' and
   chosen totals' own, or a TotalOnly group's;
-* ``stream-replay``: per window and key, the values at each release's last trigger (:mod:`dpcli.plot.diff_stream`).
+* ``stream-replay``: per window and key, the values at each release's last trigger (:mod:`dpcli.plot.diff_stream`);
+* ``sql``: per group, the counts and sums the report names (:mod:`dpcli.plot.diff_sql`).
 
 A release is checked against its report where the file can tell (its number of rows; the margins a file written
 with ``--with-error`` shows, which must be the ones its noise gives): a report of another run is refused (exit 65).
@@ -31,9 +32,8 @@ from dpcli.plot.release_view import ReleaseView
 
 #: A tabulation's cells: the group columns of every row.
 TABULATE_KEYS = ("level", "geo_id", "iteration", "sex", "age")
-#: The commands whose releases diff compares (sql's report names its measurements by their expressions, not by the
-#: columns they become).
-COMPARED_COMMANDS = ("histogram", "topk", "tabulate", "stream-replay")
+#: The commands whose releases diff compares.
+COMPARED_COMMANDS = ("histogram", "topk", "tabulate", "stream-replay", "sql")
 #: Why a released column is not compared.
 NOT_COMPARED = {
     "variance": "a variance's margin is a union bound over three measurements, not combined here",
@@ -137,12 +137,12 @@ def check_margin(view: ReleaseView, column: str, margins: set[float], step: Frac
                         "summary's noise gives: not its summary")
 
 
-def _noise_json(n: Noise, step: Fraction) -> dict[str, str]:
+def noise_json(n: Noise, step: Fraction) -> dict[str, str]:
     key = "scale" if n.kind == "laplace" else "sigma2"
     return {"noise": f"discrete_{n.kind}", key: f"{float(n.param):.6g}", "step": str(step)}
 
 
-def _require_report(view: ReleaseView) -> None:
+def require_report(view: ReleaseView) -> None:
     if not view.summary:
         raise DataError(f"{view.name!r} has no summary: give it with --old-summary/--new-summary FILE (the --json "
                         "output of the run that wrote it), diff the runs' --json documents, or a file written with -o "
@@ -208,7 +208,7 @@ def _histogram_margins(view: ReleaseView, cols: _Columns) -> None:
 def histogram_pairing(old: ReleaseView, new: ReleaseView) -> Pairing:
     """Histogram and topk releases (see the module docstring)."""
     for v in (old, new):
-        _require_report(v)
+        require_report(v)
     a, b = _histogram_columns(old), _histogram_columns(new)
     for view, cols in ((old, a), (new, b)):
         _histogram_margins(view, cols)
@@ -223,7 +223,7 @@ def histogram_pairing(old: ReleaseView, new: ReleaseView) -> Pairing:
                            a.integer[c][1], display_half(old, c, None) + display_half(new, c, None), exact)
               for c in columns if c in a.integer]
     tested += [_mean(c, table, old, new, a.means[c], b.means[c], exact) for c in columns if c in a.means]
-    noise = {c: {"old": _noise_json(*a.integer[c]), "new": _noise_json(*b.integer[c])} for c in a.integer}
+    noise = {c: {"old": noise_json(*a.integer[c]), "new": noise_json(*b.integer[c])} for c in a.integer}
     return Pairing(table, old.keys, (), tuple(sorted(tested, key=lambda t: columns.index(t.column))), a.left_out,
                    "seed" if exact.any() else "none", noise)
 
@@ -263,7 +263,7 @@ def tabulate_pairing(old: ReleaseView, new: ReleaseView) -> Pairing:
     """Tabulations (see the module docstring)."""
     levels = []
     for view in (old, new):
-        _require_report(view)
+        require_report(view)
         check_rows(view)
         lv = rep.tabulate_levels(view.name, view.summary)
         check_margin(view, "count", {float(rep.unslacked(n).margin95()) for x in lv.values()
@@ -273,7 +273,7 @@ def tabulate_pairing(old: ReleaseView, new: ReleaseView) -> Pairing:
     exact = np.full(table.height, shared_seed(old, new))
     tested = integer_test("count", diffs_of(table, "count"), _row_noises(old, levels[0], table, "old"),
                           _row_noises(new, levels[1], table, "new"), Fraction(1), 0.0, exact)
-    noise = {"count": {side: {name: {"cells": _noise_json(x.cells, Fraction(1)),
-                                     "total_only": _noise_json(x.total_only, Fraction(1))} for name, x in lv.items()}
+    noise = {"count": {side: {name: {"cells": noise_json(x.cells, Fraction(1)),
+                                     "total_only": noise_json(x.total_only, Fraction(1))} for name, x in lv.items()}
                        for side, lv in zip(("old", "new"), levels, strict=True)}}
     return Pairing(table, TABULATE_KEYS, (), (tested,), {}, "seed" if exact.any() else "none", noise)

@@ -25,6 +25,8 @@ SCALE_SLACK = Fraction(100001, 100000)
 HISTOGRAM_COLUMNS = {"rows": "count", "units": "count_units", "sum": "sum_"}
 #: What a release chose to bound contributions with (when two releases differ here, so do their bounded truths).
 BOUNDS_FIELDS = ("max_partitions", "max_contributions", "bounds", "auto")
+#: The same for an sql release (its value bounds are the query's, the same in both).
+SQL_BOUNDS_FIELDS = ("max_partitions", "max_rows_per_table", "auto")
 
 
 def command(report: dict[str, Any]) -> str | None:
@@ -53,14 +55,16 @@ def from_state_file(report: dict[str, Any]) -> bool:
 
 def released_rows(report: dict[str, Any], kind: str) -> int | None:
     """How many rows (histogram: groups) the report says its release holds, if it says."""
-    field = {"histogram": "groups", "tabulate": "rows", "stream-replay": "releases"}.get(kind)
+    field = {"histogram": "groups", "sql": "groups", "tabulate": "rows", "stream-replay": "releases"}.get(kind)
     n = report.get(field) if field else None
     return n if isinstance(n, int) and not isinstance(n, bool) else None
 
 
-def bounds_in_force(report: dict[str, Any]) -> dict[str, Any]:
-    """The contribution and value bounds the release was computed under."""
-    return {k: report.get(k) for k in BOUNDS_FIELDS}
+def bounds_in_force(report: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The contribution and value bounds a release of ``kind`` was computed under ({} for a kind whose are fixed by
+    its spec or state: tabulate, stream-replay)."""
+    fields = SQL_BOUNDS_FIELDS if kind == "sql" else BOUNDS_FIELDS if kind in ("histogram", "topk") else ()
+    return {k: report.get(k) for k in fields}
 
 
 def thresholded(report: dict[str, Any]) -> bool:

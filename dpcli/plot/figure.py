@@ -88,7 +88,7 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
     with plt.rc_context(_STYLE):
         if view.empty:
             return _empty_figure(plt, view)
-        if view.kind in ("histogram", "topk"):
+        if view.kind in ("histogram", "topk", "sql"):
             fig = _bars_figure(plt, view, value, top)
         elif view.kind == "tabulate" and totals:
             chosen, labels, values, margins = level_totals(view, level, top if top is not None else 20)
@@ -108,7 +108,7 @@ def release_figure(view: ReleaseView, value: str | None = None, top: int | None 
 def _marks(view: ReleaseView, value: str | None, top: int | None, keys: list[str] | None, totals: bool,
            level: str | None) -> str | None:
     """What the figure draws around its values (error bars, a stream's bands), None when it draws nothing."""
-    if view.kind in ("histogram", "topk"):
+    if view.kind in ("histogram", "topk", "sql"):
         return "error bars" if bars(view, value, top)[2] is not None else None
     if view.kind == "stream-replay":
         lines = stream_lines(view, value, keys, top if top is not None else 5)["lines"].values()

@@ -10,7 +10,7 @@ its report (:class:`Written`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -75,12 +75,13 @@ def service_acceptor(release: str, state_dir: Path, command: str) -> tuple[Calla
 
 def read_with_report(path: str, summary_path: str | None, state_dir: Path, analyst: str,
                      command: str = "diff") -> ReleaseView:
-    """A release and its report, for ``dpcli diff``: the summary given (``summary_path``), the ``--json``
-    document's own, or the report kept by the caller's ledger entry that wrote the file (found by the digest of
-    the bytes read). In service mode only the last, for a file :func:`service_acceptor` lets through (as plot's);
-    the caller refuses a summary path there."""
+    """A release and its report, for ``dpcli diff`` and ``dpcli plot``: the summary given (``summary_path``), the
+    ``--json`` document's own, or the report kept by the caller's ledger entry that wrote the file (found by the
+    digest of the bytes read). In service mode only the last, for a file :func:`service_acceptor` lets through; the
+    caller refuses a summary path there, and ``diff`` (not ``plot``, which draws without one) an entry that keeps
+    no report."""
     from dpcli.plot.diff_reports import report_of_entry
-    from dpcli.plot.release_view import read_release
+    from dpcli.plot.release_view import read_table, recognise
 
     checked = service_acceptor(path, state_dir, command)
     digests: list[str] = []
@@ -90,14 +91,14 @@ def read_with_report(path: str, summary_path: str | None, state_dir: Path, analy
             checked[0](digest)
         digests.append(digest)
 
-    view = read_release(path, summary_path if checked is None else None, accept)
-    if view.summary and checked is None:
-        return view
+    read = read_table(path, summary_path if checked is None else None, accept)
+    if read.summary and checked is None:
+        return recognise(read.table, path, read.summary, read.shown)
     written = checked[1] if checked is not None else (
         callers_ledger(state_dir, analyst, required=False) if state_dir.is_dir() else Written(()))
     entry = written.entry(digests[0]) if digests else None
     report = report_of_entry(entry) if entry is not None else {}
-    if checked is not None and not report:
+    if checked is not None and not report and command == "diff":
         raise DataError(f"{path!r}: the entry of your ledger that wrote it keeps no report of its noise (written by "
                         "an older dpcli), so it cannot be compared")
-    return replace(view, summary=report) if report else view
+    return recognise(read.table, path, report or read.summary, read.shown)

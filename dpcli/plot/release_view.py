@@ -8,6 +8,8 @@ dpcli's releases have fixed shapes (the column names are part of the interface):
 * ``topk``: ``rank``, the keys, ``count`` (+ ``count_moe95``);
 * ``histogram``: the keys, then ``count``, ``count_units``, ``sum_x``, ``mean_x``, ``variance_x``,
   ``median_x``, ``pNN_x`` (+ ``*_moe95``);
+* ``sql``: the query's own columns, told apart by its report (``columns``: its aggregates), so only with a
+  summary (a ``--json`` document's, ``--summary``, or the ledger entry that wrote the file);
 * ``diff`` (``dpcli diff``'s output): the keys, then per compared statistic ``<stat>_old``, ``<stat>_new``,
   ``<stat>_diff`` and ``<stat>_diff_moe95``, then ``p`` and ``changed``.
 
@@ -35,11 +37,11 @@ from dpcli.advice import TOPK_ORDER
 from dpcli.core.exact import fraction_text
 from dpcli.errors import DataError, InputMissingError, UsageError
 
-Kind = Literal["histogram", "topk", "stream-replay", "tabulate", "diff"]
+Kind = Literal["histogram", "topk", "stream-replay", "tabulate", "diff", "sql"]
 _AGGREGATE = re.compile(r"\A(count|count_units|(sum|mean|variance|median|p\d{1,2})_.+)\Z")
 _STREAM = ("window_start", "trigger", "trigger_time")
 _KINDS: dict[str, Kind] = {"histogram": "histogram", "topk": "topk", "stream-replay": "stream-replay", "diff": "diff",
-                           "tabulate": "tabulate"}
+                           "tabulate": "tabulate", "sql": "sql"}
 _TABULATE = ("level", "geo_id", "iteration", "sex", "age", "count")
 _DIFF = "_diff_moe95"
 _DIFF_PARTS = ("old", "new", "diff", "diff_moe95")
@@ -113,6 +115,24 @@ def read_release(path: str, summary_path: str | None = None,
     there) and parsed from the bytes read; ``accept``, if given, is called with their fingerprint
     first and may refuse them (service mode: only releases a ledger recorded).
     """
+    read = read_table(path, summary_path, accept)
+    return recognise(read.table, path, read.summary, read.shown)
+
+
+@dataclass(frozen=True)
+class ReadTable:
+    """A release file's table as read, with the summary that came with it (given, or a ``--json`` document's own;
+    {} without one) and whether its values are rounded as text outputs show them."""
+
+    table: pl.DataFrame
+    summary: dict[str, Any]
+    shown: bool
+
+
+def read_table(path: str, summary_path: str | None = None,
+               accept: Callable[[str], None] | None = None) -> ReadTable:
+    """:func:`read_release` before it recognises the table (a caller that finds the report elsewhere, by the
+    bytes' digest, recognises it with that report: an ``sql`` release is told by its report, not its columns)."""
     from dpcli.io.opening import open_binary
     from dpcli.io.tables import fingerprint_bytes
 
@@ -139,7 +159,7 @@ def read_release(path: str, summary_path: str | None = None,
         summary = doc.get("summary") or {}
         if not isinstance(summary, dict):
             raise DataError(f"{path!r} is not a dpcli --json document (its summary is not an object)")
-    return recognise(table, path, summary, shown=suffix not in (".parquet", ".pq"))
+    return ReadTable(table, summary, suffix not in (".parquet", ".pq"))
 
 
 def _parse_release(data: bytes, suffix: str, path: str) -> tuple[pl.DataFrame, dict[str, Any] | None]:
@@ -196,10 +216,17 @@ def _recognise(table: pl.DataFrame, name: str, summary: dict[str, Any]) -> Relea
         return ReleaseView("diff", table, keys, stats, name, summary)
     if all(c in cols for c in _TABULATE):
         return ReleaseView("tabulate", table, ("geo_id", "iteration"), ("count",), name, summary)
+    if summary.get("command") == "sql":  # the query names its columns: its report says which are aggregates
+        named = summary.get("columns")
+        if not isinstance(named, dict):
+            raise DataError(f"{name!r}: its sql summary does not name its aggregate columns (written by an older "
+                            "dpcli)")
+        values = tuple(c for c in cols if c in named)
+        return ReleaseView("sql", table, _keys(cols, values, ()), values, name, summary)
     values = _released_values(cols)
     if not values:
         raise DataError(f"{name!r} has no column dpcli releases (count, count_units, sum_…, mean_…): "
-                        "is it a dpcli release?")
+                        "is it a dpcli release? (an sql release is told by its summary: its run's --json output)")
     if all(c in cols for c in _STREAM):
         return ReleaseView("stream-replay", table, _keys(cols, values, _STREAM), values, name, summary)
     kind: Kind = "topk" if "rank" in cols else "histogram"

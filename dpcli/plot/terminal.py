@@ -59,7 +59,7 @@ def release_text(view: ReleaseView, width: int, value: str | None = None, top: i
         from dpcli.plot.diff_view import diff_text
 
         return diff_text(view, width, value, top)
-    if view.kind in ("histogram", "topk"):
+    if view.kind in ("histogram", "topk", "sql"):
         labels, values, margins = bars(view, value, top if top is not None else 20)
         has_margins = margins is not None
         column = value or view.values[0]

@@ -116,6 +116,7 @@ class SqlReport(ReportBase, total=False):
     epsilon: str
     margins: dict[str, str]
     per_unit_means: list[str]  # the columns that average each unit's own mean (ANON_AVG, ANON_VAR, ANON_STDDEV)
+    columns: dict[str, dict[str, str]]  # each aggregate column: its aggregate, a count's or sum's measurement
     bias: dict[str, Any]
 
 

@@ -12,7 +12,7 @@ import polars as pl
 
 from dpcli.core.exact import fraction_text
 from dpcli.tasks.auto_bounds import AT_RUN_TIME
-from dpcli.tasks.sql.ir import AnonAgg
+from dpcli.tasks.sql.ir import AnonAgg, ResolvedQuery
 from dpcli.tasks.sql.plan import Measure, SqlPlan, measures_for
 
 if TYPE_CHECKING:
@@ -223,3 +223,22 @@ def _margin(agg: AnonAgg, task: SqlTask, plan: SqlPlan) -> float | None:
     noise = plan.get(m.key).noise
     assert noise is not None
     return noise.margin95() * (float(m.grid.granularity) if m.kind == "sum" else 1.0)
+
+
+def released_columns(query: ResolvedQuery, default_cap: int) -> dict[str, dict[str, str]]:
+    """Each aggregate column of the released table: its aggregate and, for a count or a sum (one noisy measurement
+    each), that measurement's key in the report's ``measurements`` and (a sum) its grid's step: what ``dpcli diff``
+    needs to combine two releases' noises. Public: a function of the query."""
+    out: dict[str, dict[str, str]] = {}
+    for o in query.outputs:
+        if o.aggregate is None:
+            continue
+        agg = query.aggregates[o.aggregate]
+        entry: dict[str, str] = {"aggregate": agg.function}
+        if agg.function in ("count", "count_units", "sum"):
+            (m,) = measures_for(agg, default_cap)
+            entry["measurement"] = m.key
+            if m.bounds is not None:
+                entry["granularity"] = fraction_text(m.grid.granularity)
+        out[o.name] = entry
+    return out

@@ -484,6 +484,9 @@ class SqlTask(TaskDefaults):
         averaged = self.per_unit_means()
         if averaged:  # what ANON_AVG, ANON_VAR and ANON_STDDEV average (the query's, not the data's)
             meta["per_unit_means"] = averaged
+        from dpcli.tasks.sql.describe import released_columns
+
+        meta["columns"] = released_columns(self.query, self.options.max_contributions)
         return meta
 
 
