@@ -12,6 +12,8 @@ noise draws of the other groups stay aligned.
 from __future__ import annotations
 
 import polars as pl
+import pytest
+from dptest import ledger_argv
 from report_diff import APPROX, PURE, csv_text, differential
 
 #: 300 units, 3 rows each over the groups a, b, c, values 0…36 (text: the column is read as text in D and D′).
@@ -29,15 +31,19 @@ def _same(diff: list[str]) -> None:
     assert diff == [], "D and D′ are told apart by:\n" + "\n".join(diff)
 
 
-def test_histogram_with_given_caps_and_bounds(tmp_path):
+@pytest.mark.parametrize("budget", [("pure", "--epsilon", "2"), ("zcdp", "--rho", "0.5")], ids=["laplace", "gaussian"])
+def test_histogram_with_given_caps_and_bounds(tmp_path, budget):
     data, keys = tmp_path / "events.csv", tmp_path / "keys.csv"
     keys.write_text("g\na\nb\nc\n")
+    mode, *spend = budget
     args = ["histogram", data, "--by", "g", "--privacy-unit", "user", "--agg", "count,sum,mean", "--value", "v",
             "--bounds", "0:10", "--max-partitions", "2", "--max-contributions", "2", "--keys", keys,
-            "--report-bias", "--epsilon", "2", "--json"]
-    a, _, diff = differential(args, data, D, D2, tmp_path, setup=[PURE])
+            "--report-bias", *spend, "--json"]
+    setup = [PURE] if mode == "pure" else [ledger_argv("zcdp", "--rho", "10", "--delta", "1e-5")]
+    a, _, diff = differential(args, data, D, D2, tmp_path, setup=setup)
     assert a.exit_code == 0, a.stderr
     assert a.json["summary"]["bias"]["rows_counted_up_to"] == 4  # W = K·C, public: compared above
+    assert a.json["summary"]["bias"]["noise"]["noise"] == ("discrete_laplace" if mode == "pure" else "discrete_gaussian")
     _same(diff)
 
 
