@@ -287,9 +287,9 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
     data, by field name, which the note does not ask to leave out).
 
     Counts and sums: rows cut by the caps (a share s of the units' rows, each unit's counted up to W) leave a
-    released total v of the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that exceeds the column's
-    95% margin for its typical (median) released value, the note says so. Only shares beyond the report's own
-    margin count (a share within it is not told from no cut). Quantiles: a share of values
+    released total v of the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that
+    exceeds the column's 95% margin for its typical (median) released value, the note says so. Only shares
+    beyond the report's own margin count (a share within it is not told from no cut). Quantiles: a share of values
     clamped below LO (above HI) that reaches the quantile's level p (1 − p) puts the quantile at the bound.
     Means: clamped values on 5% or more of the rows pull the means towards the bounds. All of it from the
     released report, the released table and the public plan. The shares are of rows counted up to W per unit,

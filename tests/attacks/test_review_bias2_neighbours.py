@@ -43,7 +43,8 @@ def test_histogram_with_given_caps_and_bounds(tmp_path, budget):
     a, _, diff = differential(args, data, D, D2, tmp_path, setup=setup)
     assert a.exit_code == 0, a.stderr
     assert a.json["summary"]["bias"]["rows_counted_up_to"] == 4  # W = K·C, public: compared above
-    assert a.json["summary"]["bias"]["noise"]["noise"] == ("discrete_laplace" if mode == "pure" else "discrete_gaussian")
+    noise = "discrete_laplace" if mode == "pure" else "discrete_gaussian"
+    assert a.json["summary"]["bias"]["noise"]["noise"] == noise
     _same(diff)
 
 
