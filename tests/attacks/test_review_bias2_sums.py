@@ -95,3 +95,17 @@ def test_the_weight_stays_exact_at_the_largest_w():
     beyond = ab.ChosenBounds(10**6, 10**9, None)  # K·C = 10¹⁵ (a library caller): W is 10¹², as released
     assert br.weight_cap(beyond, shape) == br._MOST_ROWS == 10**12
     assert _sums(frame, shape, beyond) == {"max_partitions": 0, "max_contributions": 0, "rest": 3}
+
+
+def test_a_changed_unit_moves_the_vector_by_at_most_twice_scale():
+    """sql's owned tables (dpcli.tasks.sql.owners): one more unit can change the rows of A others, and the report runs
+    at ε/S, S = 1 + 2A, so each changed unit may move the vector by 2·SCALE in ℓ1 (√2·SCALE in ℓ2), no more. And it
+    can come near it: a unit with W rows kept whole (all its weight the rest) that gains 10⁴ rows in groups beyond
+    K (K = 1, C = 2: W = 2) moves almost all of its weight from the rest to the K part."""
+    shape, bounds = ab.DataShape("user", ("g",)), ab.ChosenBounds(1, 2, None)
+    before = pl.DataFrame({"user": [0, 0], "g": ["a", "a"]})
+    extra = pl.DataFrame({"user": [0] * 10_000, "g": [f"b{i}" for i in range(10_000)]})
+    a, b = _sums(before, shape, bounds), _sums(pl.concat([before, extra]), shape, bounds)
+    diff = [abs(a[k] - b[k]) for k in a]
+    assert a == {"max_partitions": 0, "max_contributions": 0, "rest": br.SCALE}
+    assert 1.99 * br.SCALE < sum(diff) <= 2 * br.SCALE and math.hypot(*diff) <= math.sqrt(2) * br.SCALE
