@@ -268,6 +268,12 @@ def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, A
             "share_clamped_below": f"kept but clamped below {bounds[0]:g}" if bounds else "",
             "share_clamped_above": f"kept but clamped above {bounds[1]:g}" if bounds else ""}
     if float(bias["moe95"]) >= 1:  # a margin of more than every row: the shares say nothing
+        if "rows_counted_up_to" in bias:  # its precision is the rows counted, in units of W, not the units
+            w = int(bias["rows_counted_up_to"])
+            return [Note(f"bounds cut: too few rows for the bias report to tell (its margin exceeds 100%: it counts "
+                         f"each {unit}'s rows up to {w:,}, and all of them together weigh about "
+                         f"{max(int(bias.get('weight', 0)), 0):,} times {w:,} rows); --no-report-bias leaves its "
+                         "share to the release")]
         return [Note(f"bounds cut: too few {unit}s for the bias report to tell (its margin exceeds 100%); "
                      "--no-report-bias leaves its share to the release")]
     parts = [f"{percent_text(float(bias[name]))} {what}" for name, what in said.items() if name in bias]
@@ -280,10 +286,10 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
     (``quantiles``: the level of each quantile aggregation, by name; ``chosen``: the bounds dpcli chose from the
     data, by field name, which the note does not ask to leave out).
 
-    Counts and sums: rows cut by the caps (a share s of a unit's rows, on average) leave a released total v of
-    the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that exceeds the column's
-    95% margin for its typical (median) released value, the note says so. Only shares beyond the report's own
-    margin count (a share within it is not told from no cut). Quantiles: a share of values
+    Counts and sums: rows cut by the caps (a share s of the units' rows, each unit's counted up to W) leave a
+    released total v of the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that
+    exceeds the column's 95% margin for its typical (median) released value, the note says so. Only shares
+    beyond the report's own margin count (a share within it is not told from no cut). Quantiles: a share of values
     clamped below LO (above HI) that reaches the quantile's level p (1 − p) puts the quantile at the bound.
     Means: clamped values on 5% or more of the rows pull the means towards the bounds. All of it from the
     released report, the released table and the public plan. The shares are of rows counted up to W per unit,

@@ -58,6 +58,9 @@ SCALE = 1_000_000
 #: the output). Change it with the report. 1: average shares over units, and the number of units (issue 38's first
 #: report); 2: shares of rows, each unit's rows weighted up to W, with the rest of each weight as a coordinate.
 RULE = "row shares 2"
+#: The largest W (:func:`weight_cap`): 10⁶ · 10⁶, the options' largest K·C, so it shapes no release and enters
+#: no seed (:func:`dpcli.release.seeds.rule_versions` reads public names); min(r, W)·SCALE stays within Int64.
+_MOST_ROWS = 10**12
 #: The shares, in the order they are counted, by the bound that made them: rows in groups beyond K, rows
 #: beyond C, kept values below the low limit, kept values above the high limit.
 SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": "share_cut_by_max_contributions",
@@ -132,11 +135,12 @@ def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noi
 
 def weight_cap(bounds: ChosenBounds, shape: DataShape, rows: bool = True) -> int:
     """W, the rows of a unit that count in full towards the report's weights: the most rows the release can take
-    from one unit (K·C, or C without groups) when it counts rows; 1 (every unit alike) when it counts units."""
+    from one unit (K·C, or C without groups) when it counts rows, at most :data:`_MOST_ROWS` (the options' largest
+    K·C); 1 (every unit alike) when it counts units. The W released (``rows_counted_up_to``) is the W weighed at."""
     if not rows:
         return 1
     k = bounds.max_partitions if bounds.max_partitions is not None and shape.by else 1
-    return max(1, k * bounds.max_contributions)
+    return min(max(1, k * bounds.max_contributions), _MOST_ROWS)
 
 
 def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, parts: list[str], salt: int,
@@ -182,7 +186,7 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
     # coordinate. A unit's coordinates are non-negative and add up to its weight, at most SCALE, exactly: the
     # sensitivity, whatever the float rounding of the ratios.
     total = pl.col("total").cast(pl.Float64)
-    cap = min(cap, 10**12)  # no unit holds more rows: min(r, W)·SCALE stays within Int64
+    cap = min(cap, _MOST_ROWS)  # min(r, W)·SCALE stays within Int64 (weight_cap never gives more)
     weight = (pl.min_horizontal(pl.col("total"), pl.lit(cap, dtype=pl.Int64)) * SCALE) // cap
     left = weight
     shares = []
