@@ -247,18 +247,13 @@ def topk_notes(query: Any, plan: Any, table: Any, defaulted: Iterable[str] = (),
 
 
 def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, Any]) -> list[Note]:
-    """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy shares of the units' rows (each unit's
-    counted up to W) that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they
-    were used (``max_partitions``, ``max_contributions``, ``bounds``). A report of the first kind (average shares
-    over units, with their number, as a stream state may keep) is said as such; one older still (counts of units)
-    is shown as it is."""
-    if not bias or "moe95" not in bias:
+    """The bias report in words (:mod:`dpcli.tasks.bias_report`): the noisy average shares of each unit's rows
+    that each bound cut or clamped, with their 95% margin. ``in_force`` holds the bounds as they were used
+    (``max_partitions``, ``max_contributions``, ``bounds``). A report of an older kind (counts of units, as
+    a stream state may keep) is shown as it is."""
+    if not bias:
         return []
-    if "rows_counted_up_to" in bias:
-        heading = f"noisy shares of the {unit}s' rows, each {unit}'s counted up to {int(bias['rows_counted_up_to']):,}"
-    elif "units" in bias:
-        heading = f"noisy average shares of each {unit}'s rows, over about {bias['units']:,} {unit}s"
-    else:
+    if "moe95" not in bias or "units" not in bias:
         return []
     from dpcli.tasks.bias_report import margin_text, percent_text
 
@@ -268,16 +263,11 @@ def bias_report(unit: str, bias: Mapping[str, Any] | None, in_force: dict[str, A
             "share_clamped_below": f"kept but clamped below {bounds[0]:g}" if bounds else "",
             "share_clamped_above": f"kept but clamped above {bounds[1]:g}" if bounds else ""}
     if float(bias["moe95"]) >= 1:  # a margin of more than every row: the shares say nothing
-        if "rows_counted_up_to" in bias:  # its precision is the rows counted, in units of W, not the units
-            w = int(bias["rows_counted_up_to"])
-            return [Note(f"bounds cut: too few rows for the bias report to tell (its margin exceeds 100%: it counts "
-                         f"each {unit}'s rows up to {w:,}, and all of them together weigh about "
-                         f"{max(int(bias.get('weight', 0)), 0):,} times {w:,} rows); --no-report-bias leaves its "
-                         "share to the release")]
         return [Note(f"bounds cut: too few {unit}s for the bias report to tell (its margin exceeds 100%); "
                      "--no-report-bias leaves its share to the release")]
     parts = [f"{percent_text(float(bias[name]))} {what}" for name, what in said.items() if name in bias]
-    return [Note(f"bounds cut ({heading}, {margin_text(float(bias['moe95']))} at 95%): " + "; ".join(parts))]
+    return [Note(f"bounds cut (noisy average shares of each {unit}'s rows, {margin_text(float(bias['moe95']))} at "
+                 f"95%, over about {bias['units']:,} {unit}s): " + "; ".join(parts))]
 
 
 def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mapping[str, Any] | None,
@@ -286,15 +276,15 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
     (``quantiles``: the level of each quantile aggregation, by name; ``chosen``: the bounds dpcli chose from the
     data, by field name, which the note does not ask to leave out).
 
-    Counts and sums: rows cut by the caps (a share s of the units' rows, each unit's counted up to W) leave a
-    released total v of the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that
-    exceeds the column's 95% margin for its typical (median) released value, the note says so. Only shares
-    beyond the report's own margin count (a share within it is not told from no cut). Quantiles: a share of values
+    Counts and sums: rows cut by the caps (a share s of a unit's rows, on average) leave a released total v of
+    the rows kept, so the raw total is about v / (1 − s): short by v·s/(1 − s). When that exceeds the column's
+    95% margin for its typical (median) released value, the note says so. Only shares beyond the report's own
+    margin count (a share within it is not told from no cut). Quantiles: a share of values
     clamped below LO (above HI) that reaches the quantile's level p (1 − p) puts the quantile at the bound.
     Means: clamped values on 5% or more of the rows pull the means towards the bounds. All of it from the
-    released report, the released table and the public plan. The shares are of rows counted up to W per unit,
-    which understate the share of all rows cut where units hold more (:mod:`dpcli.tasks.bias_report`): a note is
-    a floor, never a bound."""
+    released report, the released table and the public plan. The shares are averages over units, which
+    under caps usually understate the share of all rows cut (:mod:`dpcli.tasks.bias_report`): a note is a
+    floor, never a bound."""
     if not bias or "moe95" not in bias:
         return []
     from dpcli.tasks.bias_report import percent_text
@@ -323,7 +313,7 @@ def bias_beyond_margin(query: Any, plan: Any, table: Any, unit: str, bias: Mappi
                 raise_ += " (chosen from the data: a larger one cuts less and adds noise)"
             by = f"about {quantity_text(short)}" if math.isfinite(short) else "most"
             notes.append(Note(
-                f"{column}: the caps cut about {percent_text(cut)} of the {unit}s' rows, so a typical {column} "
+                f"{column}: the caps cut about {percent_text(cut)} of each {unit}'s rows, so a typical {column} "
                 f"({quantity_text(typical)}) may be short by {by} of the raw total, beyond its margin "
                 f"(±{quantity_text(margin)}): raise {raise_}"))
     below = float(bias.get("share_clamped_below", 0))

@@ -1,5 +1,5 @@
-"""The bias report (dpcli.tasks.bias_report): noisy shares of the units' rows (each unit's counted up to W) that the
-bounds cut or clamped, on by default in ``histogram`` wherever the release can pay for it (issue 38)."""
+"""The bias report (dpcli.tasks.bias_report): noisy average shares of each unit's rows that the bounds cut or
+clamped, on by default in ``histogram`` wherever the release can pay for it (issue 38)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,7 @@ def stream(label: str) -> KeyedStream:
 
 
 def true_sums(frame: pl.DataFrame, bounds: ab.ChosenBounds = BOUNDS, shape: ab.DataShape = SHAPE) -> dict[str, int]:
-    parts = br.bias_parts(shape, bounds)
-    return br._true_sums(frame.lazy(), shape, bounds, parts, SALT, "x", br.weight_cap(bounds, shape))
+    return br._true_sums(frame.lazy(), shape, bounds, br.bias_parts(shape, bounds), SALT, "x")
 
 
 def base_frame() -> pl.DataFrame:
@@ -39,23 +38,13 @@ def base_frame() -> pl.DataFrame:
                          "x": [1.0, 2.0, 3.0, 20.0, 1.0, 1.0, 1.0, -5.0, 1.0, 1.0, 1.0]})
 
 
-def test_each_units_parts_of_its_weight_in_millionths():
-    # K = 2, C = 3, bounds 0:10: W = K·C = 6, and a unit of r rows weighs min(r, 6)/6 (in millionths, rounded down).
-    # Unit 1: 3 rows (500,000), in 3 groups of 1 row, one dropped by K: a third of its weight (166,666). Unit 2: 4
-    # rows (666,666) in one group, C keeps 3: a quarter cut (166,666); one of its 4 values (20) is above 10 and the
-    # sample keeps 3/4 of each kind, so 0.75 of its 4 rows are kept and clamped above (124,999). Unit 3: 1 row
-    # (166,666), its value −5 clamped below. Unit 4: 3 rows (500,000), nothing cut. The rest: what each weight
-    # keeps, 333,334 + 375,001 + 0 + 500,000.
-    assert true_sums(base_frame()) == {"max_partitions": 166_666, "max_contributions": 166_666, "below": 166_666,
-                                       "above": 124_999, "rest": 1_208_335}
-
-
-def test_the_weight_is_the_rows_counted_up_to_the_most_the_release_takes_from_a_unit():
-    shape = ab.DataShape("user", ("g",), "x")
-    assert br.weight_cap(ab.ChosenBounds(2, 3, None), shape) == 6
-    assert br.weight_cap(ab.ChosenBounds(None, 3, None), shape) == 3
-    assert br.weight_cap(ab.ChosenBounds(4, 3, None), ab.DataShape("user", (), "x")) == 3  # no groups: C
-    assert br.weight_cap(ab.ChosenBounds(4, 3, None), shape, rows=False) == 1  # a count of units: every unit alike
+def test_each_units_shares_of_its_rows_in_thousandths():
+    # K = 2, C = 3, bounds 0:10. Unit 1: 3 groups of 1 row, one dropped by K: 1/3 of its rows (333‰). Unit 2: 4
+    # rows in one group, C keeps 3: 1/4 cut (250‰); one of its 4 values (20) is above 10, and the sample keeps 3/4
+    # of each kind, so 0.75 of its 4 rows are kept and clamped above (187‰, rounded down). Unit 3: its one value
+    # −5 is clamped below (1000‰). Unit 4: nothing cut. The rest of each unit's share: 667 + 563 + 0 + 1000.
+    assert true_sums(base_frame()) == {"max_partitions": 333, "max_contributions": 250, "below": 1000,
+                                       "above": 187, "rest": 2230}
 
 
 def giant(rows: int = 10_000) -> pl.DataFrame:
@@ -64,33 +53,33 @@ def giant(rows: int = 10_000) -> pl.DataFrame:
     return pl.DataFrame({"user": np.full(rows, 99), "g": (i % 50).astype(str), "x": np.where(i % 2, 1e12, -1e12)})
 
 
-def neighbours() -> Iterator[tuple[pl.DataFrame, pl.DataFrame, int]]:
-    """Neighbouring inputs and the weight (in millionths) of the unit in which they differ."""
+def neighbours() -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     base = base_frame()
-    yield base, pl.concat([base, giant()]), br.SCALE
-    for u, weight in ((1, 500_000), (2, 666_666), (3, 166_666), (4, 500_000)):  # each unit removed in turn
-        yield base, base.filter(pl.col("user") != u), weight
-    yield base.clear(), giant(), br.SCALE
+    yield base, pl.concat([base, giant()])
+    for u in (1, 2, 3, 4):  # each unit removed in turn
+        yield base, base.filter(pl.col("user") != u)
+    yield base.clear(), giant()
 
 
-def test_one_unit_moves_the_vector_by_its_weight_at_most_scale():
-    """Neighbouring inputs (one unit added or removed, the added one with 10,000 rows over every bound): the five
-    sums (four parts and the rest) move by exactly the unit's weight in ℓ1, at most SCALE: the ℓ1 (and ℓ2)
-    sensitivity SCALE of the noise's calibration (bias_noise)."""
-    for a, b, weight in neighbours():
+def test_one_unit_moves_the_five_sums_by_scale_in_all():
+    """Neighbouring inputs (one unit added or removed, the added one with 10,000 rows over every bound): the four
+    share sums and the rest move by exactly SCALE together (ℓ1), every one the same way: ℓ1 sensitivity SCALE (and
+    ℓ2 at most SCALE), the noise's calibration (bias_noise)."""
+    for a, b in neighbours():
         sa, sb = true_sums(a), true_sums(b)
         assert sa.keys() == sb.keys()
-        assert sum(abs(sa[k] - sb[k]) for k in sa) == weight <= br.SCALE, (sa, sb)
-    # the giant weighs a full unit: 9,600 of 10,000 rows in groups beyond K (960,000), 394 beyond C (39,400), its 6
-    # kept rows ±1e12 clamped, 3 each side in expectation (300 each), nothing left
-    assert true_sums(giant()) == {"max_partitions": 960_000, "max_contributions": 39_400, "below": 300,
-                                  "above": 300, "rest": 0}
+        assert sum(abs(sa[k] - sb[k]) for k in sa) == br.SCALE, (sa, sb)
+        assert all(sa[k] <= sb[k] for k in sa) or all(sa[k] >= sb[k] for k in sa)
+    # the giant: 9,600 of 10,000 rows in groups beyond K (960‰), 394 beyond C (39‰), its 6 kept rows ±1e12
+    # clamped, 3 each side in expectation (0.3‰ each, rounded down to 0), the rest 1‰: SCALE in all
+    assert true_sums(giant()) == {"max_partitions": 960, "max_contributions": 39, "below": 0, "above": 0,
+                                  "rest": 1}
 
 
-def test_a_units_coordinates_are_never_negative_and_add_up_to_its_weight():
-    """Whatever a unit holds (random shapes: groups, rows, values on both sides), its parts, each rounded down and
-    capped by what the ones before it left, and the rest are ≥ 0 and add up to its weight floor(SCALE·min(r, W)/W):
-    the sensitivity's premise."""
+def test_a_units_five_coordinates_add_up_to_scale():
+    """Whatever a unit holds (random shapes: groups, rows, values on both sides), its four shares, each rounded
+    down and each capped by what the ones before it left, and the rest are ≥ 0 and add up to exactly SCALE: the
+    sensitivity's premise."""
     rng = np.random.default_rng(38)
     for _ in range(60):
         rows = int(rng.integers(1, 400))
@@ -98,8 +87,7 @@ def test_a_units_coordinates_are_never_negative_and_add_up_to_its_weight():
                               "x": rng.normal(5, 20, rows)})
         bounds = ab.ChosenBounds(int(rng.integers(1, 4)), int(rng.integers(1, 20)), (0.0, 10.0))
         sums = true_sums(frame, bounds)
-        w = br.weight_cap(bounds, SHAPE)
-        assert min(sums.values()) >= 0 and sum(sums.values()) == br.SCALE * min(rows, w) // w
+        assert min(sums.values()) >= 0 and sum(sums.values()) == br.SCALE
 
 
 def test_the_parts_follow_the_bounds_in_force_and_what_is_counted():
@@ -109,24 +97,8 @@ def test_the_parts_follow_the_bounds_in_force_and_what_is_counted():
     assert br.bias_parts(ab.DataShape("user", ("g",)), BOUNDS, rows=False) == ["max_partitions"]  # count-units
     report = br.report_bias(base_frame().lazy(), SHAPE, ab.ChosenBounds(None, 3, None), EXACT, stream("p"), SALT)
     assert list(report.shares) == ["share_cut_by_max_contributions"]
-    # W = 3: units 1, 2 and 4 weigh 1, unit 3 (one row) a third; unit 2 lost 1 of its 4 rows: 0.25 of 3⅓
-    assert report.shares == {"share_cut_by_max_contributions": 0.075} and report.weight == 3
-    assert report.rows_counted_up_to == 3
-
-
-def test_rows_not_units_a_heavy_units_cut_weighs_by_its_rows():
-    """Nine units of 1 row and one of 9 rows in one group. Under C = 3, K = 3 (W = 9: no unit holds more) the cut is
-    the share of all rows, 6 of 18; an average over units said (6/9) / 10. With W = K·C = 1 (C = 1, K = 1) every unit
-    weighs alike: the average over units of their shares, 8/9 / 10, as the release takes one row of each."""
-    frame = pl.DataFrame({"user": [*range(9), *[9] * 9], "g": ["a"] * 18, "x": np.ones(18)})
-
-    def cut(k: int, c: int) -> float:
-        report = br.report_bias(frame.lazy(), SHAPE, ab.ChosenBounds(k, c, None), EXACT, stream("r"), SALT)
-        return report.shares["share_cut_by_max_contributions"]
-
-    assert cut(3, 3) == pytest.approx(6 / 18, abs=1e-4)
-    assert cut(1, 1) == pytest.approx(8 / 9 / 10, abs=1e-4)
-    assert cut(1, 9) == 0.0
+    # unit 2 lost 1 of its 4 rows: 250‰ over 4 units = 0.0625
+    assert report.shares == {"share_cut_by_max_contributions": 0.0625} and report.units == 4
 
 
 def test_the_noise_is_calibrated_to_the_vectors_sensitivity():
@@ -134,24 +106,24 @@ def test_the_noise_is_calibrated_to_the_vectors_sensitivity():
     assert br.bias_noise(None, Fraction(1, 2), Fraction(1, 10)) == mech.gaussian(br.SCALE ** 2, Fraction(1, 20))
     noisy = br.report_bias(base_frame().lazy(), SHAPE, BOUNDS, br.bias_noise(Fraction(1), None, Fraction(1, 40)),
                            stream("n"), SALT)
-    assert noisy.noise == {"noise": "discrete_laplace", "scale": "4e+07"}  # 10⁶ / (1 · 1/40)
-    assert set(noisy.to_json()) == {*noisy.shares, "rows_counted_up_to", "weight", "moe95", "noise"}
+    assert noisy.noise == {"noise": "discrete_laplace", "scale": "40000"}  # 1000 / (1 · 1/40)
+    assert set(noisy.to_json()) == {*noisy.shares, "units", "moe95", "noise"}
     assert all(0 <= v <= 1 for v in noisy.shares.values())  # post-processing clips the noisy shares
     assert not br.can_report(Fraction(1, 10**30), None, br.BIAS_SHARE)
     assert br.can_report(Fraction(1), None, br.BIAS_SHARE)
 
 
 def test_the_shares_are_within_their_margin_on_a_large_input():
-    # 20,000 units, each with 10 rows in one group: C = 5 cuts half of every unit's rows, and W = 5 gives each a full
-    # weight. At ε = 1/40 the noise has scale 40 units per coordinate: a share's 95% margin is about 3·40/20,000 =
-    # 0.6%; the check allows 10 scales (2%: fails with probability ~e^-10 per coordinate), the weight (five noises,
-    # standard deviation √10·40 ≈ 126) eight standard deviations.
+    # 20,000 units, each with 10 rows in one group: C = 5 cuts half of every unit's rows. At ε = 1/40 the noise
+    # has scale 40,000‰ per coordinate: the share's 95% margin is ~3·40,000/(1000·20,000) = 0.6%; the check allows
+    # 10 scales (2%: fails with probability ~e^-10 per coordinate), the unit count (five noises, standard deviation
+    # √10·40) eight standard deviations.
     n = 20_000
     frame = pl.DataFrame({"user": np.repeat(np.arange(n), 10), "g": ["a"] * (10 * n), "x": np.ones(10 * n)})
     report = br.report_bias(frame.lazy(), SHAPE, ab.ChosenBounds(1, 5, (0.0, 10.0)),
                             br.bias_noise(Fraction(1), None, Fraction(1, 40)), stream("large"), SALT)
     assert abs(report.shares["share_cut_by_max_contributions"] - 0.5) <= 0.02
-    assert report.shares["share_cut_by_max_partitions"] <= 0.02 and abs(report.weight - n) <= 1000
+    assert report.shares["share_cut_by_max_partitions"] <= 0.02 and abs(report.units - n) <= 1000
     assert 0.004 <= report.moe95 <= 0.008
 
 
@@ -184,12 +156,12 @@ def test_a_default_histogram_reports_its_bias_and_says_when_it_exceeds_the_margi
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)["summary"]
     bias = summary["bias"]
-    # 35/40 = 87.5% of each unit's rows cut (W = 5: every unit weighs alike); 2,000 units: the share's noise has
-    # scale 40/2000 = 2%, and the check allows 10 scales (fails with probability ~e^-10)
+    # 35/40 = 87.5% of each unit's rows cut; 2,000 units: the share's noise has scale 40,000/(1000·2000) = 2%, and
+    # the check allows 10 scales (fails with probability ~e^-10)
     assert abs(bias["share_cut_by_max_contributions"] - 0.875) <= 0.2 and bias["epsilon"] == "0.025"
     assert [e["mechanism"] for e in summary["cost"]] == ["histogram/laplace+threshold", "histogram/bias-shares"]
     assert sum(Fraction(e["epsilon"]) for e in entries()[0]["events"]) == 1  # one charge, the query's ε
-    assert "bounds cut (noisy shares of the us' rows, each u's counted up to 5" in r.stderr
+    assert "bounds cut (noisy average shares of each u's rows" in r.stderr
     assert "count: the caps cut about" in r.stderr and "beyond its margin" in r.stderr
     assert "raise --max-contributions, or leave it out" in r.stderr
     # caps that keep every row: the report says so, and no note of a cut beyond the margin

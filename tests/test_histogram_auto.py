@@ -101,9 +101,9 @@ def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
     # two of the 3 kept (1/3); 5% hold 5 groups × 40 rows: K cuts 4/5, C 39 of the 40 kept (0.195). Values are
     # uniform in [10, 20]: half of the kept row is clamped above 15, 1/12 of a small unit's rows, 1/400 of a big
     # one's. Averages: K 0.95·0.5 + 0.05·0.8 = 0.515; C 0.95/3 + 0.05·0.195 ≈ 0.326; above ≈ 0.95/12 ≈ 0.079,
-    # give or take the sample (each unit's one kept value is above 15 or not: ±0.01 at 3,000 units). W = K·C = 1:
-    # every unit weighs alike, so these are averages over units. Noise: ε 8/40 = 0.2, scale 5 units per number,
-    # 1/600 of a share over 3,000 units: ±0.03 is 18 scales, with room for the sample.
+    # give or take the sample (each unit's one kept value is above 15 or not: ±0.01 at 3,000 units). Noise: ε
+    # 8/40 = 0.2, scale 1000‰/0.2 = 5000‰ per number, 1/600 of a share over 3,000 units: ±0.03 is 18 scales,
+    # with room for the rounding down to thousandths (≤ 0.001) and the sample.
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     r = cli("histogram", shaped, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
             "--bounds", "0:15", "--max-partitions", "1", "--max-contributions", "1", "--delta", "1e-6", "--epsilon", "8",
@@ -114,8 +114,8 @@ def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
              "share_clamped_below": 0.0, "share_clamped_above": 0.079}
     for name, true in truth.items():
         assert abs(bias[name] - true) <= 0.03, (name, bias[name], true)
-    assert abs(bias["weight"] - UNITS) <= 100 and bias["rows_counted_up_to"] == 1  # five noises of scale 5
-    assert bias["epsilon"] == "0.2" and bias["noise"] == {"noise": "discrete_laplace", "scale": "5e+06"}
+    assert abs(bias["units"] - UNITS) <= 100  # five noises of scale 5
+    assert bias["epsilon"] == "0.2" and bias["noise"] == {"noise": "discrete_laplace", "scale": "5000"}
     no_report = cli(*_auto(shaped, "--epsilon", "1", "--no-report-bias", "--json")).stdout
     assert "bias" not in json.loads(no_report)["summary"]
 

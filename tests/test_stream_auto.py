@@ -47,8 +47,7 @@ def test_auto_picks_the_90th_percentile_of_records_and_99th_of_magnitudes():
     assert choice.max_records == 4
     assert choice.clamp in (64.0, 2.0 ** 6.5)
     assert choice.bias is not None and set(choice.bias) == {"share_cut_by_max_contributions", "share_clamped_below",
-                                                            "share_clamped_above", "rows_counted_up_to", "weight",
-                                                            "moe95", "noise"}
+                                                            "share_clamped_above", "units", "moe95", "noise"}
     # the same seed and records: the same choice (a replay); the resolved query plans to the same cost
     assert choose(_events().lazy(), q, b"s" * 32, None, "the input") == choice
     pending = plan_pending(q)
@@ -96,7 +95,7 @@ def test_one_release_charges_its_parts_together_and_replays_free(tmp_path):
     assert summary["auto"]["max_contributions"] == 4 and summary["auto"]["epsilon"] == "1"
     assert summary["auto"]["bounds"][0] == -summary["auto"]["bounds"][1]
     assert set(summary["bias"]) == {"share_cut_by_max_contributions", "share_clamped_below", "share_clamped_above",
-                                    "rows_counted_up_to", "weight", "moe95", "noise"}
+                                    "units", "moe95", "noise"}
     (entry,) = history()
     assert [(e["mechanism"], e["epsilon"]) for e in entry["events"]] == [
         ("stream-replay/dp-sqlp", "8.75"), ("stream-replay/auto-bounds", "1"), ("stream-replay/bias-shares", "0.25")]

@@ -128,5 +128,5 @@ def test_a_schedule_reports_bias_from_each_runs_epsilon(data, tmp_path):
             "--max-contributions", "3", "--report-bias", "--schedule", "s", "--total-epsilon", "10",
             "--scheduler", "fixed", "--epsilon", "1", "--json")
     assert r.exit_code == 0, r.stderr
-    assert set(json.loads(r.stdout)["summary"]["bias"]) == {"share_cut_by_max_contributions", "rows_counted_up_to",
-                                                            "weight", "moe95", "noise"}
+    assert set(json.loads(r.stdout)["summary"]["bias"]) == {"share_cut_by_max_contributions", "units", "moe95",
+                                                            "noise"}

@@ -11,24 +11,24 @@ rows beyond the row cap C in the groups kept, kept rows with a value below the l
 a value above the high limit, and the rest. "Kept" is the expectation under the release's uniform row
 sample: a group of r rows of which C are kept holds min(r, C)/r of each of its kinds of rows.
 
-Shares of rows, weighted up to W. A reader compares the cut with a released count or sum, which adds up
-*rows*: the share of all rows cut is what matters, and under caps the units with many rows lose the largest
-shares, so an average over units understates it. A count of rows cut, though, is unbounded per unit (a
-plane with 1,000 flights under a cap of 5 loses 995). So each unit gets a weight, min(r, W)/W of a full one
-for its r rows, where W (:func:`weight_cap`) is the most rows the release can take from one unit (K·C; C
-without groups; 1, every unit alike, when the release counts units rather than rows), and the report
-releases, summed over units, each part's share of the unit's weight and the rest of the weight, in
-millionths (rounded down, :data:`SCALE`), each with one noise. A unit's five coordinates are non-negative
-and add up to its weight, at most SCALE: adding or removing a unit moves the vector by at most SCALE in ℓ1
-and in ℓ2, and independent discrete Laplace (or Gaussian) noise on each coordinate at that sensitivity is
-ε-DP (ρ-zCDP) at the report's share. The shares it reports are then the shares of the rows with every unit's
-rows counted up to W: the share of all rows (up to the rounding) where no unit holds more than W, and nearer it than an
-average over units where some do (a unit beyond W is counted as W rows, of which it loses at least r − W).
+What it releases: summed over units, each unit's *share* of its rows in each of the first four parts and
+the rest of its share (1 less the four), in thousandths (rounded down, :data:`SCALE`), each with one noise.
+A unit's five coordinates are non-negative and add up to exactly SCALE whatever it holds, so adding or
+removing a unit moves the vector by exactly SCALE in ℓ1 (at most SCALE in ℓ2): independent discrete Laplace
+(or Gaussian) noise on each coordinate at that sensitivity is ε-DP (ρ-zCDP) at the report's share, and the
+number of units is the sum of the five, with no coordinate of its own. (Report 1 released the four shares
+and the number of units: one unit moved them by up to 2·SCALE, twice the noise for the same precision.)
+Shares of units, not counts of rows: a count of rows cut is unbounded per unit (a plane with 1,000
+flights under a cap of 5 loses 995), so it would need its own cap; a share is at most 1 whatever a unit
+holds. (Shares of rows with each unit's rows counted up to K·C were tried and left: where units hold far
+fewer rows than K·C, as generous caps make them, the rows counted weigh a few units' worth and the margin
+grows by K·C over the rows a unit holds; the review measured ±19% to ±12,000% where shares of units gave ±6%.)
 
-What it reports (post-processing of the noisy sums): each part over the noisy total weight (the sum of all
-the coordinates), clipped to [0, 1], with a 95% margin, W (``rows_counted_up_to``) and the noisy total weight
-in units of W rows (``weight``). :mod:`dpcli.advice` turns the report into a note when the cut may exceed a
-released count's or sum's margin.
+What it reports (post-processing of the noisy sums): the average over units of each share, clipped to
+[0, 1], with a 95% margin, and the noisy number of units. The average over units weighs every unit
+alike; under caps, units with many rows lose the largest shares, so the share of all *rows* cut is
+usually larger than the share reported. :mod:`dpcli.advice` turns the report into a note when the cut may
+exceed a released count's or sum's margin.
 """
 
 from __future__ import annotations
@@ -51,16 +51,12 @@ from dpcli.tasks.auto_bounds import ChosenBounds, DataShape, sampleable
 #: The default share of the query's ε (or ρ) spent on the bias report (a fortieth: the noise of each coordinate is
 #: that of report 1 at a twentieth, whose vector had twice the sensitivity).
 BIAS_SHARE = Fraction(1, 40)
-#: A unit's full weight, and the resolution of its parts: millionths, rounded down (a unit of r rows weighs r/W of
-#: a full one: with W up to 10⁵, ten steps per row).
-SCALE = 1_000_000
+#: Each unit's shares are counted in thousandths (rounded down): the report's resolution.
+SCALE = 1000
 #: The report's version, bound into every seed (:func:`dpcli.release.seeds.rule_versions`: its sums and noise shape
-#: the output). Change it with the report. 1: average shares over units, and the number of units (issue 38's first
-#: report); 2: shares of rows, each unit's rows weighted up to W, with the rest of each weight as a coordinate.
-RULE = "row shares 2"
-#: The largest W (:func:`weight_cap`): 10⁶ · 10⁶, the options' largest K·C, so it shapes no release and enters
-#: no seed (:func:`dpcli.release.seeds.rule_versions` reads public names); min(r, W)·SCALE stays within Int64.
-_MOST_ROWS = 10**12
+#: the output). Change it with the report. 1: the four shares and the number of units (ℓ1 sensitivity 2·SCALE);
+#: 2: the four shares and the rest of each unit's share, whose sum is the number of units (ℓ1 sensitivity SCALE).
+RULE = "unit shares 2"
 #: The shares, in the order they are counted, by the bound that made them: rows in groups beyond K, rows
 #: beyond C, kept values below the low limit, kept values above the high limit.
 SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": "share_cut_by_max_contributions",
@@ -102,18 +98,15 @@ def bias_parts(shape: DataShape, bounds: ChosenBounds, rows: bool = True) -> lis
 
 @dataclass(frozen=True)
 class BiasReport:
-    """The noisy shares (by :data:`SHARES` name), W (:func:`weight_cap`), the noisy weight they are shares of (in
-    units of W rows), the shares' 95% margin."""
+    """The noisy average shares (by :data:`SHARES` name), the noisy number of units, the shares' 95% margin."""
 
     shares: dict[str, float]
-    rows_counted_up_to: int
-    weight: int
+    units: int
     moe95: float
     noise: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.shares, "rows_counted_up_to": self.rows_counted_up_to, "weight": self.weight,
-                "moe95": self.moe95, "noise": self.noise}
+        return {**self.shares, "units": self.units, "moe95": self.moe95, "noise": self.noise}
 
 
 def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noise: mech.Noise,
@@ -121,32 +114,21 @@ def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noi
     """The report of ``bounds`` (in force) on ``frame`` (:func:`bias_parts`, ``rows`` as there): one pass, one
     collect; ``salt`` is the release's bounding salt (the groups K keeps are the release's own)."""
     parts = bias_parts(shape, bounds, rows)
-    cap = weight_cap(bounds, shape, rows)
-    sums = _true_sums(frame, shape, bounds, parts, salt, name, cap)
+    sums = _true_sums(frame, shape, bounds, parts, salt, name)
     noisy = {p: int(sums[p]) + int(noise.sample(stream.child(p), 1)[0]) for p in [*parts, "rest"]}
     margin = noise.margin95()
-    weight = sum(noisy.values())  # the noisy total weight: every coordinate's noise in it
-    # The shares' margin: a numerator's noise over the smallest weight the denominator's noise plausibly allows
-    # (a sum of n independent noises spreads about √n times one: the floor is a rough one, never below one unit).
-    floor = max(weight - math.sqrt(len(noisy)) * margin, SCALE)
-    shares = {SHARES[p]: round(min(max(noisy[p] / max(weight, SCALE), 0.0), 1.0), 4) for p in parts}
-    return BiasReport(shares, cap, max(round(weight / SCALE), 0), round(margin / floor, 4), noise.describe())
-
-
-def weight_cap(bounds: ChosenBounds, shape: DataShape, rows: bool = True) -> int:
-    """W, the rows of a unit that count in full towards the report's weights: the most rows the release can take
-    from one unit (K·C, or C without groups) when it counts rows, at most :data:`_MOST_ROWS` (the options' largest
-    K·C); 1 (every unit alike) when it counts units. The W released (``rows_counted_up_to``) is the W weighed at."""
-    if not rows:
-        return 1
-    k = bounds.max_partitions if bounds.max_partitions is not None and shape.by else 1
-    return min(max(1, k * bounds.max_contributions), _MOST_ROWS)
+    units = sum(noisy.values())  # SCALE × the noisy number of units: every coordinate's noise in it
+    # The shares' margin: a numerator's noise over the smallest unit count the denominator's noise plausibly allows
+    # (a sum of n independent noises spreads about √n times one: a rough floor, never below one unit).
+    floor = max(units - math.sqrt(len(noisy)) * margin, SCALE)
+    shares = {SHARES[p]: round(min(max(noisy[p] / max(units, SCALE), 0.0), 1.0), 4) for p in parts}
+    return BiasReport(shares, max(round(units / SCALE), 0), round(margin / floor, 4), noise.describe())
 
 
 def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, parts: list[str], salt: int,
-               name: str, cap: int) -> dict[str, int]:
-    """The exact sums over units of each unit's weighted parts (in millionths of a full weight, rounded down) and
-    of the rest of its weight (``rest``): each unit adds exactly its weight, floor(SCALE·min(r, W)/W), in all."""
+               name: str) -> dict[str, int]:
+    """The exact sums over units of each share (in thousandths, rounded down) and of the rest of each unit's
+    (``rest``): each unit adds exactly SCALE in all."""
     # The input's columns copied under the report's own names first: a unit, group or value column may be called
     # anything (``total``, ``__r``, ``below``…), and the same column may be both a group and the value.
     unit, value = "__bias_unit", "__bias_value"
@@ -181,17 +163,14 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
         per_pair += [(kept_rows * pl.col(col) / pl.col("__r")).alias(part) for part, col in (("below", "__lo"),
                                                                                                 ("above", "__hi"))]
     per_unit = pairs.select(unit, *per_pair).group_by(unit).agg(pl.exclude(unit).sum())
-    # Each unit's weight min(r, W)/W in millionths, rounded down (integer arithmetic: exact), then each part's share
-    # of it, rounded down and capped by what the parts before it left; the rest of the weight is the last
-    # coordinate. A unit's coordinates are non-negative and add up to its weight, at most SCALE, exactly: the
-    # sensitivity, whatever the float rounding of the ratios.
-    total = pl.col("total").cast(pl.Float64)
-    cap = min(cap, _MOST_ROWS)  # min(r, W)·SCALE stays within Int64 (weight_cap never gives more)
-    weight = (pl.min_horizontal(pl.col("total"), pl.lit(cap, dtype=pl.Int64)) * SCALE) // cap
-    left = weight
+    # Each unit's shares in thousandths, rounded down, then each capped by what the ones before it left, and the
+    # rest last: the unit's five are non-negative and add up to SCALE exactly, whatever the float rounding of the
+    # ratios (the sensitivity).
+    # (a column expression, one value per unit: a literal alone would select one row where no share is measured)
+    left = pl.when(pl.col("total") > 0).then(pl.lit(SCALE, dtype=pl.Int64)).otherwise(pl.lit(0, dtype=pl.Int64))
     shares = []
     for part in parts:
-        share = (pl.col(part).cast(pl.Float64) * weight.cast(pl.Float64) / total).floor().cast(pl.Int64)
+        share = (pl.col(part).cast(pl.Float64) * SCALE / pl.col("total").cast(pl.Float64)).floor().cast(pl.Int64)
         share = pl.min_horizontal(pl.max_horizontal(share, pl.lit(0)), left)
         shares.append(share.alias(part))
         left = left - share
@@ -217,4 +196,4 @@ def percent_text(share: float) -> str:
 
 
 __all__ = ["BIAS_SHARE", "RULE", "SCALE", "SHARES", "BiasReport", "bias_noise", "bias_parts", "can_report",
-           "check_bias", "margin_text", "percent_text", "report_bias", "weight_cap"]
+           "check_bias", "margin_text", "percent_text", "report_bias"]

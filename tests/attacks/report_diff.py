@@ -50,11 +50,9 @@ VOLATILE_LEDGER_FIELDS = ("time", "hash", "prev", "seq")
 #: A stream's or schedule's run marked as begun carries a keyed digest of its input's bytes, which differ
 #: between any two inputs (as a step's ``step.input`` does).
 NOISY_LEDGER_FIELDS = ("ledger.*.output", "ledger.*.starts.input")
-#: The bias report's released values (dpcli.tasks.bias_report): noisy shares and weight, and the margin derived
-#: from the noisy weight (``units`` in reports of the first kind). Its budget, noise and W (K·C: public where the
-#: caps are given, noisy with them where they are chosen) are compared.
-NOISY_BIAS_FIELDS = ("json.summary.bias.share_*", "json.summary.bias.units", "json.summary.bias.weight",
-                     "json.summary.bias.moe95")
+#: The bias report's released values (dpcli.tasks.bias_report): noisy shares and units, and the margin derived
+#: from the noisy units. Its budget and noise are compared.
+NOISY_BIAS_FIELDS = ("json.summary.bias.share_*", "json.summary.bias.units", "json.summary.bias.moe95")
 #: Notes whose text is a function of released values only: the bias report's statement (compared with its
 #: numbers masked) and the notes it leads to (whether one is shown depends on the noisy shares: dropped).
 BIAS_STATEMENT = re.compile(r"^dpcli: note: bounds cut\b.*$", re.M)

@@ -1,11 +1,10 @@
-"""Review of the bias report 2 (``row shares 2``), its exact sums (``_true_sums``) under adversarial inputs.
+"""Review of the bias report 2 (``unit shares 2``), its exact sums (``_true_sums``) under adversarial inputs.
 
 The report's privacy rests on three facts checked here: (1) the sums are a sum over units of a vector that depends
 on that unit's rows alone (the kept groups are a keyed sample of *its* groups: no other unit moves them), (2) each
-unit's vector is non-negative and adds up to its weight floor(SCALE·min(r, W)/W) ≤ SCALE (ℓ1 and ℓ2 sensitivity
-SCALE), whatever it holds (null units and groups, NaN, ±inf, text no number parses from, values exactly at the
-limits, duplicate rows), and (3) the integer arithmetic of the weight stays within Int64 at the largest W the
-options allow (K·C = 10¹²) and beyond it (the library's callers). The kept groups are also the release's own.
+unit's vector is non-negative and adds up to exactly SCALE (ℓ1 and ℓ2 sensitivity SCALE), whatever it holds (null
+units and groups, NaN, ±inf, text no number parses from, values exactly at the limits, duplicate rows), and (3) the
+arithmetic stays exact at the largest caps the options allow. The kept groups are also the release's own.
 """
 
 from __future__ import annotations
@@ -25,20 +24,21 @@ _VALUES = [None, math.nan, math.inf, -math.inf, 0.0, 10.0, -0.0, 5.0, 1e308, -1e
 def _sums(frame: pl.DataFrame, shape: ab.DataShape, bounds: ab.ChosenBounds, rows: bool = True,
           salt: int = 7) -> dict[str, int]:
     parts = br.bias_parts(shape, bounds, rows)
-    return br._true_sums(frame.lazy(), shape, bounds, parts, salt, "x", br.weight_cap(bounds, shape, rows))
+    return br._true_sums(frame.lazy(), shape, bounds, parts, salt, "x")
 
 
-def _weight(frame: pl.DataFrame, unit: object, shape: ab.DataShape, cap: int) -> int:
+def _weight(frame: pl.DataFrame, unit: object, shape: ab.DataShape) -> int:
+    """SCALE for a unit with a usable row (a readable value where there is a value column), else 0."""
     own = frame.filter(pl.col("user").eq_missing(unit))
     if shape.value is not None:
         x = own["x"].cast(pl.Float64, strict=False) if own["x"].dtype == pl.String else own["x"]
         own = own.filter(x.is_not_null() & ~x.is_nan())
-    return br.SCALE * min(own.height, cap) // cap
+    return br.SCALE if own.height else 0
 
 
-def test_the_sums_add_up_unit_by_unit_never_negative_each_at_most_its_weight():
+def test_the_sums_add_up_unit_by_unit_never_negative_each_scale():
     """Random adversarial inputs (30, seeded): the whole input's sums equal the sum of each unit's alone (no unit's
-    presence changes another's kept groups or weight), and each unit's alone are ≥ 0 and add up to its weight."""
+    presence changes another's kept groups or shares), and each unit's alone are ≥ 0 and add up to SCALE."""
     rng = np.random.default_rng(2026)
     for _ in range(30):
         n = int(rng.integers(1, 60))
@@ -57,51 +57,45 @@ def test_the_sums_add_up_unit_by_unit_never_negative_each_at_most_its_weight():
         bounds = ab.ChosenBounds(k, int(rng.integers(1, 5)), None if rng.random() < 0.3 else (0.0, 10.0))
         shape = ab.DataShape("user", () if rng.random() < 0.2 else ("g",), "x" if rng.random() < 0.8 else None)
         rows = bool(rng.random() < 0.8)
-        cap = br.weight_cap(bounds, shape, rows)
         whole = _sums(frame, shape, bounds, rows)
         added = dict.fromkeys(whole, 0)
         for unit in frame["user"].drop_nulls().unique().to_list():
             alone = _sums(frame.filter(pl.col("user") == unit), shape, bounds, rows)
-            assert min(alone.values()) >= 0 and sum(alone.values()) == _weight(frame, unit, shape, cap) <= br.SCALE
+            assert min(alone.values()) >= 0 and sum(alone.values()) == _weight(frame, unit, shape)
             added = {p: added[p] + alone[p] for p in added}
         assert added == whole, (shape, bounds, rows)
 
 
 def test_the_kept_groups_are_the_releases_own():
-    """Five units, each with 10 groups of 1…10 rows, K = 4, C = 250 (W = 1000, no row cap reached: a unit's 55 rows
-    weigh 55,000 millionths, a row 1,000 exactly): the rows the report counts as beyond K are the rows the release's
-    bounding (dpcli.bounding.bound_contributions, the same salt) drops, salt by salt."""
+    """Five units, each with 10 groups of 1…10 rows, K = 4, C = 250 (no row cap reached): the rows the report counts as
+    beyond K are the rows the release's bounding (dpcli.bounding.bound_contributions, the same salt) drops, unit by
+    unit and salt by salt (each unit's share of its 55 rows, in thousandths rounded down)."""
     frame = pl.DataFrame([(u, f"g{g}") for u in range(5) for g in range(10) for _ in range(g + 1)],
                          schema=["user", "g"], orient="row")
     shape, bounds = ab.DataShape("user", ("g",)), ab.ChosenBounds(4, 250, None)
     for salt in (1, 2, 3, 2**127 + 5):
         spec = bounding.BoundingSpec("user", ("g",), max_partitions=4, max_contributions=250)
-        kept = int(bounding.bound_contributions(frame.lazy(), spec, salt).collect()[bounding.N_ROWS].sum())
+        kept = bounding.bound_contributions(frame.lazy(), spec, salt).collect()
+        per_unit = kept.group_by("user").agg(pl.col(bounding.N_ROWS).sum())[bounding.N_ROWS].to_list()
+        cut = sum((55 - k) * br.SCALE // 55 for k in per_unit)
         sums = _sums(frame, shape, bounds, salt=salt)
-        assert sums["max_partitions"] == (frame.height - kept) * 1000 and sums["rest"] == kept * 1000
+        assert sums["max_partitions"] == cut and sums["rest"] == 5 * br.SCALE - cut
 
 
-def test_the_weight_stays_exact_at_the_largest_w():
-    """W = K·C = 10¹² (both caps at the options' 10⁶) and K·C = 10¹⁵ (a library caller; W is then 10¹², and the W
-    released is the W weighed at): min(r, W)·SCALE stays within Int64, a unit of 3·10⁶ rows in one group (2·10⁶ of
-    them beyond C = 10⁶) weighs 3 millionths, of which floor(2·3/3) = 2 are cut by C; nothing negative, nothing
-    above SCALE."""
+def test_the_sums_stay_exact_at_the_largest_caps():
+    """K = C = 10⁶ (the options' largest): a unit of 3·10⁶ rows in one group, 2·10⁶ of them beyond C, loses 666‰."""
     rows = 3_000_000
     frame = pl.DataFrame({"user": np.zeros(rows, dtype=np.int64), "g": np.zeros(rows, dtype=np.int64)})
     shape = ab.DataShape("user", ("g",))
-    big = ab.ChosenBounds(10**6, 10**6, None)
-    assert br.weight_cap(big, shape) == 10**12
-    assert _sums(frame, shape, big) == {"max_partitions": 0, "max_contributions": 2, "rest": 1}
-    beyond = ab.ChosenBounds(10**6, 10**9, None)  # K·C = 10¹⁵ (a library caller): W is 10¹², as released
-    assert br.weight_cap(beyond, shape) == br._MOST_ROWS == 10**12
-    assert _sums(frame, shape, beyond) == {"max_partitions": 0, "max_contributions": 0, "rest": 3}
+    assert _sums(frame, shape, ab.ChosenBounds(10**6, 10**6, None)) == {"max_partitions": 0,
+                                                                          "max_contributions": 666, "rest": 334}
 
 
 def test_a_changed_unit_moves_the_vector_by_at_most_twice_scale():
     """sql's owned tables (dpcli.tasks.sql.owners): one more unit can change the rows of A others, and the report runs
     at ε/S, S = 1 + 2A, so each changed unit may move the vector by 2·SCALE in ℓ1 (√2·SCALE in ℓ2), no more. And it
-    can come near it: a unit with W rows kept whole (all its weight the rest) that gains 10⁴ rows in groups beyond
-    K (K = 1, C = 2: W = 2) moves almost all of its weight from the rest to the K part."""
+    can come near it: a unit with 2 rows kept whole (all its share the rest) that gains 10⁴ rows in groups beyond
+    K (K = 1, C = 2) moves almost all of its share from the rest to the K part."""
     shape, bounds = ab.DataShape("user", ("g",)), ab.ChosenBounds(1, 2, None)
     before = pl.DataFrame({"user": [0, 0], "g": ["a", "a"]})
     extra = pl.DataFrame({"user": [0] * 10_000, "g": [f"b{i}" for i in range(10_000)]})

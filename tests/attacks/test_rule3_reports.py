@@ -129,13 +129,13 @@ def test_histogram_auto_bounds_and_bias_report_reveal_nothing(tmp_path):
             "--max-partitions", "auto", "--max-contributions", "auto", "--bounds", "auto", "--report-bias",
             "--epsilon", "1", "--delta", "1e-6", "--json"]
     noisy = {"json.summary.auto.*", "json.summary.max_*", "json.summary.groups", "json.summary.margins*",
-             "json.summary.threshold", "json.summary.bias.rows_counted_up_to"}  # W = K·C, of the chosen caps
+             "json.summary.threshold"}
     a, b, diff = differential(args, data, d_without, d, tmp_path, setup=[APPROX], noisy=noisy)
     assert a.exit_code == 0, a.stderr
     _assert_same([line for line in diff if not line.startswith("stderr:")])
     # the bias report's note carries its noisy shares, units and margin, and the bounds chosen: equal once masked
     masked = [re.sub(r"-?\d[\d,.e+]*", "N", r.stderr) for r in (a, b)]
-    assert masked[0] == masked[1] and "bounds cut (noisy shares of the users' rows" in masked[0]
+    assert masked[0] == masked[1] and "bounds cut (noisy average shares" in masked[0]
 
 
 def test_histogram_bias_variance_internal_sizes_are_never_printed(tmp_path, state_dir):

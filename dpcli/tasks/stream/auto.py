@@ -10,8 +10,8 @@ missing or non-finite values; and for a whole replay, triggers after ``through``
   each unit's first kept record is one entry: sensitivity 1 (:func:`dpcli.tasks.auto_bounds.choose_limit`).
 
 The choice spends ``--auto-share`` of the stream's ε, split equally between the quantiles chosen (one or two).
-The bias report (``--report-bias``, :mod:`dpcli.tasks.bias_report`) gives the noisy shares of the units' records
-(each unit's counted up to C) beyond C and kept with a value outside [−L, L], at ``--bias-share`` of ε. Both draw
+The bias report (``--report-bias``, :mod:`dpcli.tasks.bias_report`) gives the noisy average shares of each unit's
+records beyond C and kept with a value outside [−L, L], at ``--bias-share`` of ε. Both draw
 their noise from the stream's keyed stream (children ``auto`` and ``bias``, apart from the windows' ``window/…``).
 """
 
