@@ -42,9 +42,9 @@ def test_each_units_shares_of_its_rows_in_thousandths():
     # K = 2, C = 3, bounds 0:10. Unit 1: 3 groups of 1 row, one dropped by K: 1/3 of its rows (333‰). Unit 2: 4
     # rows in one group, C keeps 3: 1/4 cut (250‰); one of its 4 values (20) is above 10, and the sample keeps 3/4
     # of each kind, so 0.75 of its 4 rows are kept and clamped above (187‰, rounded down). Unit 3: its one value
-    # −5 is clamped below (1000‰). Unit 4: nothing cut. Four units (4000‰).
+    # −5 is clamped below (1000‰). Unit 4: nothing cut. The rest of each unit's share: 667 + 563 + 0 + 1000.
     assert true_sums(base_frame()) == {"max_partitions": 333, "max_contributions": 250, "below": 1000,
-                                       "above": 187, "units": 4000}
+                                       "above": 187, "rest": 2230}
 
 
 def giant(rows: int = 10_000) -> pl.DataFrame:
@@ -61,24 +61,25 @@ def neighbours() -> Iterator[tuple[pl.DataFrame, pl.DataFrame]]:
     yield base.clear(), giant()
 
 
-def test_one_unit_moves_the_shares_by_scale_together_and_the_units_by_scale():
+def test_one_unit_moves_the_five_sums_by_scale_in_all():
     """Neighbouring inputs (one unit added or removed, the added one with 10,000 rows over every bound): the four
-    share sums move by at most SCALE together (ℓ1), the unit count by exactly SCALE: ℓ1 sensitivity 2·SCALE, the
-    noise's calibration (bias_noise)."""
+    share sums and the rest move by exactly SCALE together (ℓ1), every one the same way: ℓ1 sensitivity SCALE (and
+    ℓ2 at most SCALE), the noise's calibration (bias_noise)."""
     for a, b in neighbours():
         sa, sb = true_sums(a), true_sums(b)
         assert sa.keys() == sb.keys()
-        assert sum(abs(sa[k] - sb[k]) for k in sa if k != "units") <= br.SCALE, (sa, sb)
-        assert abs(sa["units"] - sb["units"]) == br.SCALE
+        assert sum(abs(sa[k] - sb[k]) for k in sa) == br.SCALE, (sa, sb)
+        assert all(sa[k] <= sb[k] for k in sa) or all(sa[k] >= sb[k] for k in sa)
     # the giant: 9,600 of 10,000 rows in groups beyond K (960‰), 394 beyond C (39‰), its 6 kept rows ±1e12
-    # clamped, 3 each side in expectation (0.3‰ each, rounded down to 0): at most SCALE in all
+    # clamped, 3 each side in expectation (0.3‰ each, rounded down to 0), the rest 1‰: SCALE in all
     assert true_sums(giant()) == {"max_partitions": 960, "max_contributions": 39, "below": 0, "above": 0,
-                                  "units": 1000}
+                                  "rest": 1}
 
 
-def test_a_units_shares_never_add_up_to_more_than_scale():
+def test_a_units_five_coordinates_add_up_to_scale():
     """Whatever a unit holds (random shapes: groups, rows, values on both sides), its four shares, each rounded
-    down and each capped by what the ones before it left, add up to at most SCALE: the sensitivity's premise."""
+    down and each capped by what the ones before it left, and the rest are ≥ 0 and add up to exactly SCALE: the
+    sensitivity's premise."""
     rng = np.random.default_rng(38)
     for _ in range(60):
         rows = int(rng.integers(1, 400))
@@ -86,7 +87,7 @@ def test_a_units_shares_never_add_up_to_more_than_scale():
                               "x": rng.normal(5, 20, rows)})
         bounds = ab.ChosenBounds(int(rng.integers(1, 4)), int(rng.integers(1, 20)), (0.0, 10.0))
         sums = true_sums(frame, bounds)
-        assert sum(v for k, v in sums.items() if k != "units") <= br.SCALE and sums["units"] == br.SCALE
+        assert min(sums.values()) >= 0 and sum(sums.values()) == br.SCALE
 
 
 def test_the_parts_follow_the_bounds_in_force_and_what_is_counted():
@@ -101,11 +102,11 @@ def test_the_parts_follow_the_bounds_in_force_and_what_is_counted():
 
 
 def test_the_noise_is_calibrated_to_the_vectors_sensitivity():
-    assert br.bias_noise(Fraction(1), None, Fraction(1, 20)) == mech.laplace(2 * br.SCALE, Fraction(1, 20))
-    assert br.bias_noise(None, Fraction(1, 2), Fraction(1, 10)) == mech.gaussian(2 * br.SCALE ** 2, Fraction(1, 20))
-    noisy = br.report_bias(base_frame().lazy(), SHAPE, BOUNDS, br.bias_noise(Fraction(1), None, Fraction(1, 20)),
+    assert br.bias_noise(Fraction(1), None, Fraction(1, 40)) == mech.laplace(br.SCALE, Fraction(1, 40))
+    assert br.bias_noise(None, Fraction(1, 2), Fraction(1, 10)) == mech.gaussian(br.SCALE ** 2, Fraction(1, 20))
+    noisy = br.report_bias(base_frame().lazy(), SHAPE, BOUNDS, br.bias_noise(Fraction(1), None, Fraction(1, 40)),
                            stream("n"), SALT)
-    assert noisy.noise == {"noise": "discrete_laplace", "scale": "40000"}  # 2000 / (1 · 1/20)
+    assert noisy.noise == {"noise": "discrete_laplace", "scale": "40000"}  # 1000 / (1 · 1/40)
     assert set(noisy.to_json()) == {*noisy.shares, "units", "moe95", "noise"}
     assert all(0 <= v <= 1 for v in noisy.shares.values())  # post-processing clips the noisy shares
     assert not br.can_report(Fraction(1, 10**30), None, br.BIAS_SHARE)
@@ -113,15 +114,16 @@ def test_the_noise_is_calibrated_to_the_vectors_sensitivity():
 
 
 def test_the_shares_are_within_their_margin_on_a_large_input():
-    # 20,000 units, each with 10 rows in one group: C = 5 cuts half of every unit's rows. At ε = 0.05 the noise
+    # 20,000 units, each with 10 rows in one group: C = 5 cuts half of every unit's rows. At ε = 1/40 the noise
     # has scale 40,000‰ per coordinate: the share's 95% margin is ~3·40,000/(1000·20,000) = 0.6%; the check allows
-    # 10 scales (2%: fails with probability ~e^-10 per coordinate).
+    # 10 scales (2%: fails with probability ~e^-10 per coordinate), the unit count (five noises, standard deviation
+    # √10·40) eight standard deviations.
     n = 20_000
     frame = pl.DataFrame({"user": np.repeat(np.arange(n), 10), "g": ["a"] * (10 * n), "x": np.ones(10 * n)})
     report = br.report_bias(frame.lazy(), SHAPE, ab.ChosenBounds(1, 5, (0.0, 10.0)),
-                            br.bias_noise(Fraction(1), None, Fraction(1, 20)), stream("large"), SALT)
+                            br.bias_noise(Fraction(1), None, Fraction(1, 40)), stream("large"), SALT)
     assert abs(report.shares["share_cut_by_max_contributions"] - 0.5) <= 0.02
-    assert report.shares["share_cut_by_max_partitions"] <= 0.02 and abs(report.units - n) <= 400
+    assert report.shares["share_cut_by_max_partitions"] <= 0.02 and abs(report.units - n) <= 1000
     assert 0.004 <= report.moe95 <= 0.008
 
 
@@ -156,7 +158,7 @@ def test_a_default_histogram_reports_its_bias_and_says_when_it_exceeds_the_margi
     bias = summary["bias"]
     # 35/40 = 87.5% of each unit's rows cut; 2,000 units: the share's noise has scale 40,000/(1000·2000) = 2%, and
     # the check allows 10 scales (fails with probability ~e^-10)
-    assert abs(bias["share_cut_by_max_contributions"] - 0.875) <= 0.2 and bias["epsilon"] == "0.05"
+    assert abs(bias["share_cut_by_max_contributions"] - 0.875) <= 0.2 and bias["epsilon"] == "0.025"
     assert [e["mechanism"] for e in summary["cost"]] == ["histogram/laplace+threshold", "histogram/bias-shares"]
     assert sum(Fraction(e["epsilon"]) for e in entries()[0]["events"]) == 1  # one charge, the query's ε
     assert "bounds cut (noisy average shares of each u's rows" in r.stderr
@@ -211,6 +213,6 @@ def test_the_dry_run_shows_the_default_reports_part():
     base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6",
             "--max-contributions", "3", "--max-partitions", "1", "--dry-run", "--json"]
     doc = json.loads(cli(*base).stdout)
-    assert doc["parts"] == {"bias": "ε=0.05", "release": "ε=0.95"}
+    assert doc["parts"] == {"bias": "ε=0.025", "release": "ε=0.975"}
     assert "parts" not in json.loads(cli(*base, "--no-report-bias").stdout)
     assert entries() == []

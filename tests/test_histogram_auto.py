@@ -69,8 +69,8 @@ def test_auto_chooses_each_bound_by_bias_and_noise_and_charges_the_parts_togethe
                                                                           chosen["max_contributions"])
     costs = {e["mechanism"]: e for e in summary["cost"]}
     assert costs["histogram/auto-bounds"] == {"kind": "pure", "mechanism": "histogram/auto-bounds", "epsilon": "0.8"}
-    assert costs["histogram/bias-shares"]["epsilon"] == "0.4"  # the bias report, on by default
-    assert costs["histogram/laplace+threshold"]["epsilon"] == "6.8"
+    assert costs["histogram/bias-shares"]["epsilon"] == "0.2"  # the bias report, on by default
+    assert costs["histogram/laplace+threshold"]["epsilon"] == "7"
     [entry] = entries()
     assert sum(Fraction(e["epsilon"]) for e in entry["events"]) == 8  # both parts in one entry, one debit
     # the same command on the same data: the same seed, the same choice, free
@@ -102,7 +102,7 @@ def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
     # uniform in [10, 20]: half of the kept row is clamped above 15, 1/12 of a small unit's rows, 1/400 of a big
     # one's. Averages: K 0.95·0.5 + 0.05·0.8 = 0.515; C 0.95/3 + 0.05·0.195 ≈ 0.326; above ≈ 0.95/12 ≈ 0.079,
     # give or take the sample (each unit's one kept value is above 15 or not: ±0.01 at 3,000 units). Noise: ε
-    # 8·0.05 = 0.4, scale 2000‰/0.4 = 5000‰ per number, 1/600 of a share over 3,000 units: ±0.03 is 18 scales,
+    # 8/40 = 0.2, scale 1000‰/0.2 = 5000‰ per number, 1/600 of a share over 3,000 units: ±0.03 is 18 scales,
     # with room for the rounding down to thousandths (≤ 0.001) and the sample.
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     r = cli("histogram", shaped, "--by", "g", "--privacy-unit", "u", "--agg", "count,sum", "--value", "v",
@@ -114,8 +114,8 @@ def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
              "share_clamped_below": 0.0, "share_clamped_above": 0.079}
     for name, true in truth.items():
         assert abs(bias[name] - true) <= 0.03, (name, bias[name], true)
-    assert abs(bias["units"] - UNITS) <= 100
-    assert bias["epsilon"] == "0.4" and bias["noise"] == {"noise": "discrete_laplace", "scale": "5000"}
+    assert abs(bias["units"] - UNITS) <= 100  # five noises of scale 5
+    assert bias["epsilon"] == "0.2" and bias["noise"] == {"noise": "discrete_laplace", "scale": "5000"}
     no_report = cli(*_auto(shaped, "--epsilon", "1", "--no-report-bias", "--json")).stdout
     assert "bias" not in json.loads(no_report)["summary"]
 
@@ -135,7 +135,7 @@ def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
     text = cli(*base[:-1], "--bounds", "auto").stdout
     assert "95% margin chosen at run time (±10 at caps of 1, more at the caps chosen)" in text
     text = cli(*base[:-1], "--bounds", "auto", "--max-partitions", "auto", "--report-bias").stdout
-    assert "threshold: chosen at run time" in text and "parts: bounds ε=0.1, bias ε=0.05, release ε=0.85" in text
+    assert "threshold: chosen at run time" in text and "parts: bounds ε=0.1, bias ε=0.025, release ε=0.875" in text
     assert entries() == []
 
 
@@ -241,14 +241,14 @@ def test_a_left_out_cap_is_chosen_by_the_cli_and_a_br_ledger_keeps_one_and_says_
 def test_dry_run_shows_the_margins_at_the_largest_caps_auto_can_choose():
     """Beside "chosen at run time" and the margin at caps of 1 (the least), the margin at the largest K and C the
     choice can return (the most; public: the grids, K capped by the listed groups): the same margin as a dry run
-    that gives those caps at the release's share of ε (0.85: 0.1 chooses, 0.05 is the bias report's) and no bias
+    that gives those caps at the release's share of ε (0.875: 0.1 chooses, 0.025 is the bias report's) and no bias
     report. A quantile's rank margin too."""
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     keys = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,median",
             "--value", "duration_s", "--bounds", "0:600", "--dry-run", "--json"]
     doc = json.loads(cli(*keys, "--epsilon", "1").stdout)
     assert doc["largest_caps"] == {"max_partitions": 50, "max_contributions": 65536, "sampleable": True}
-    given = json.loads(cli(*keys, "--epsilon", "0.85", "--max-partitions", "50", "--max-contributions",
+    given = json.loads(cli(*keys, "--epsilon", "0.875", "--max-partitions", "50", "--max-contributions",
                            "65536", "--no-report-bias").stdout)["calibration"]
     rows, rank = doc["calibration"]["rows"], doc["calibration"]["q0.5"]
     assert rows["moe95"] == "chosen at run time" and rows["moe95_at_largest_caps"] == given["rows"]["moe95"]

@@ -53,13 +53,13 @@ def test_k_and_c_are_chosen_charged_as_their_own_part_and_replayed_free(data):
     assert 6 <= k <= 8 and 53 <= c <= 107 and summary["auto"] == {"max_partitions": k, "max_contributions": c,
                                                                      "epsilon": "1"}
     assert summary["max_partitions"] == k
-    # the bias report's shares: nothing is cut (K ≥ 6, C ≥ 40). Noise: ε 10·0.05 = 0.5, scale 2000‰/0.5 = 4000‰,
+    # the bias report's shares: nothing is cut (K ≥ 6, C ≥ 40). Noise: ε 10/40 = 0.25, scale 4 units per number,
     # 0.001 of a share over 4,000 units: ±0.01 is 10 scales (fails with probability ~e^-10 per number)
     assert abs(summary["bias"]["share_cut_by_max_partitions"]) <= 0.01
     assert abs(summary["bias"]["share_cut_by_max_contributions"]) <= 0.01
     events = history()[0]["events"]
     assert [e["mechanism"] for e in events] == ["sql/laplace+threshold", "sql/auto-bounds", "sql/bias-shares"]
-    assert [e["epsilon"] for e in events] == ["8.5", "1", "0.5"]
+    assert [e["epsilon"] for e in events] == ["8.75", "1", "0.25"]
     assert history()[0]["summary"].endswith(f"chosen: max_partitions {k}, max_contributions {c}")
     b = sql(data, QUERY, *args)
     assert json.loads(b.stdout)["result"] == json.loads(a.stdout)["result"] and history()[1]["replay_of"] == 1
@@ -72,8 +72,8 @@ def test_a_rho_budget_splits_rho(data):
     auto = json.loads(r.stdout)["summary"]["auto"]  # K as in the test above (the same walk under ρ's ε)
     assert 6 <= auto["max_partitions"] <= 8 and auto == {"max_partitions": auto["max_partitions"], "rho": "0.2"}
     events = history()[0]["events"]
-    assert events[0]["rho"] == "1.7" and events[-2:] == [{"kind": "zcdp", "mechanism": "sql/auto-bounds", "rho": "0.2"},
-                                                          {"kind": "zcdp", "mechanism": "sql/bias-shares", "rho": "0.1"}]
+    assert events[0]["rho"] == "1.75" and events[-2:] == [{"kind": "zcdp", "mechanism": "sql/auto-bounds", "rho": "0.2"},
+                                                           {"kind": "zcdp", "mechanism": "sql/bias-shares", "rho": "0.05"}]
 
 
 def test_a_join_chooses_on_the_joined_rows():
@@ -159,5 +159,5 @@ def test_the_dry_run_shows_the_margins_at_caps_of_1_and_at_the_largest_caps_as_h
     assert ranges == {"n": want["rows"], "threshold": want["units"]} and want["rows"][0] < want["rows"][1]
     text = cli("sql", "SELECT country, ANON_COUNT(*) AS n FROM pv GROUP BY country", "--table", f"pv={PV}",
                "--privacy-unit", "pv.user_id", *common[:-1]).stdout
-    assert "95% margin chosen at run time (±7 at caps of 1, at most ±30,274,287,394 at the largest caps)" in text
+    assert "95% margin chosen at run time (±7 at caps of 1, at most ±29,409,307,754 at the largest caps)" in text
     assert "each user_id's count clamped to [0, C]" in text  # C chosen with K too (it read [0, 1])

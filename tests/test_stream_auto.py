@@ -87,7 +87,7 @@ def test_one_release_charges_its_parts_together_and_replays_free(tmp_path):
     args = _args(f, *AUTO, "--through", "2026-11-02")
     plan = cli(*args, "--dry-run")
     assert plan.exit_code == 0 and "count: 95% margin chosen at run time" in plan.stdout
-    assert "parts: release ε=8.5, δ=0.000001, auto-bounds ε=1, bias ε=0.5" in plan.stdout
+    assert "parts: release ε=8.75, δ=0.000001, auto-bounds ε=1, bias ε=0.25" in plan.stdout
     assert history() == []
     r = cli(*args, "--json")
     assert r.exit_code == 0, r.stderr
@@ -98,7 +98,7 @@ def test_one_release_charges_its_parts_together_and_replays_free(tmp_path):
                                     "units", "moe95", "noise"}
     (entry,) = history()
     assert [(e["mechanism"], e["epsilon"]) for e in entry["events"]] == [
-        ("stream-replay/dp-sqlp", "8.5"), ("stream-replay/auto-bounds", "1"), ("stream-replay/bias-shares", "0.5")]
+        ("stream-replay/dp-sqlp", "8.75"), ("stream-replay/auto-bounds", "1"), ("stream-replay/bias-shares", "0.25")]
     assert sum(Fraction(e["epsilon"]) for e in entry["events"]) == 10
     assert "; chosen: max_contributions 4, bounds" in entry["summary"]
     again = cli(*args, "--json")

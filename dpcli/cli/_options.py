@@ -375,7 +375,7 @@ ReportBiasOpt = Annotated[
 BiasShareOpt = Annotated[
     str | None,
     typer.Option("--bias-share", help="Share of the budget the --report-bias counts spend, in (0, 0.5] "
-                                      "(default 0.05).", show_default=False),
+                                      "(default 0.025).", show_default=False),
 ]
 
 

@@ -9,15 +9,20 @@ What it measures. Each unit's usable rows (the rows the release reads: a unit, a
 when there is a value column) fall into five disjoint parts: rows in groups beyond the partition cap K,
 rows beyond the row cap C in the groups kept, kept rows with a value below the low limit, kept rows with
 a value above the high limit, and the rest. "Kept" is the expectation under the release's uniform row
-sample: a group of r rows of which C are kept holds min(r, C)/r of each of its kinds of rows. The report
-releases, summed over units, each unit's *share* of its rows in each of the first four parts (in
-thousandths, rounded down, :data:`SCALE`), and the number of units (also in thousandths), each with one
-noise. One unit's shares add up to at most 1, so adding or removing a unit moves the four sums by at
-most :data:`SCALE` together and the unit count by :data:`SCALE`: the vector's ℓ1 sensitivity is
-2·SCALE and its ℓ2 sensitivity at most √2·SCALE; independent discrete Laplace (or Gaussian) noise on each
-coordinate at that sensitivity is ε-DP (ρ-zCDP) at the report's share. Shares of units, not counts of
-rows: a count of rows cut is unbounded per unit (a plane with 1,000 flights under a cap of 5 loses 995),
-so it would need its own cap; a share is at most 1 whatever a unit holds.
+sample: a group of r rows of which C are kept holds min(r, C)/r of each of its kinds of rows.
+
+What it releases: summed over units, each unit's *share* of its rows in each of the first four parts and
+the rest of its share (1 less the four), in thousandths (rounded down, :data:`SCALE`), each with one noise.
+A unit's five coordinates are non-negative and add up to exactly SCALE whatever it holds, so adding or
+removing a unit moves the vector by exactly SCALE in ℓ1 (at most SCALE in ℓ2): independent discrete Laplace
+(or Gaussian) noise on each coordinate at that sensitivity is ε-DP (ρ-zCDP) at the report's share, and the
+number of units is the sum of the five, with no coordinate of its own. (Report 1 released the four shares
+and the number of units: one unit moved them by up to 2·SCALE, twice the noise for the same precision.)
+Shares of units, not counts of rows: a count of rows cut is unbounded per unit (a plane with 1,000
+flights under a cap of 5 loses 995), so it would need its own cap; a share is at most 1 whatever a unit
+holds. (Shares of rows with each unit's rows counted up to K·C were tried and left: where units hold far
+fewer rows than K·C, as generous caps make them, the rows counted weigh a few units' worth and the margin
+grows by K·C over the rows a unit holds; the review measured ±19% to ±12,000% where shares of units gave ±6%.)
 
 What it reports (post-processing of the noisy sums): the average over units of each share, clipped to
 [0, 1], with a 95% margin, and the noisy number of units. The average over units weighs every unit
@@ -43,13 +48,15 @@ from dpcli.errors import UsageError
 from dpcli.frames import collect
 from dpcli.tasks.auto_bounds import ChosenBounds, DataShape, sampleable
 
-#: The default share of the query's ε (or ρ) spent on the bias report.
-BIAS_SHARE = Fraction(1, 20)
+#: The default share of the query's ε (or ρ) spent on the bias report (a fortieth: the noise of each coordinate is
+#: that of report 1 at a twentieth, whose vector had twice the sensitivity).
+BIAS_SHARE = Fraction(1, 40)
 #: Each unit's shares are counted in thousandths (rounded down): the report's resolution.
 SCALE = 1000
 #: The report's version, bound into every seed (:func:`dpcli.release.seeds.rule_versions`: its sums and noise shape
-#: the output). Change it with the report.
-RULE = "unit shares 1"
+#: the output). Change it with the report. 1: the four shares and the number of units (ℓ1 sensitivity 2·SCALE);
+#: 2: the four shares and the rest of each unit's share, whose sum is the number of units (ℓ1 sensitivity SCALE).
+RULE = "unit shares 2"
 #: The shares, in the order they are counted, by the bound that made them: rows in groups beyond K, rows
 #: beyond C, kept values below the low limit, kept values above the high limit.
 SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": "share_cut_by_max_contributions",
@@ -57,12 +64,12 @@ SHARES = {"max_partitions": "share_cut_by_max_partitions", "max_contributions": 
 
 
 def bias_noise(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> mech.Noise:
-    """The noise of each coordinate of the report (ℓ1 sensitivity 2·SCALE, squared ℓ2 at most 2·SCALE²) at
-    ``share`` of the query's ε or ρ."""
+    """The noise of each coordinate of the report (ℓ1 sensitivity SCALE, squared ℓ2 at most SCALE²) at ``share`` of
+    the query's ε or ρ."""
     if rho is not None:
-        return mech.gaussian(2 * SCALE * SCALE, rho * share)
+        return mech.gaussian(SCALE * SCALE, rho * share)
     assert epsilon is not None
-    return mech.laplace(2 * SCALE, epsilon * share)
+    return mech.laplace(SCALE, epsilon * share)
 
 
 def can_report(epsilon: Fraction | None, rho: Fraction | None, share: Fraction) -> bool:
@@ -108,19 +115,20 @@ def report_bias(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, noi
     collect; ``salt`` is the release's bounding salt (the groups K keeps are the release's own)."""
     parts = bias_parts(shape, bounds, rows)
     sums = _true_sums(frame, shape, bounds, parts, salt, name)
-    noisy = {p: int(sums[p]) + int(noise.sample(stream.child(p), 1)[0]) for p in [*parts, "units"]}
+    noisy = {p: int(sums[p]) + int(noise.sample(stream.child(p), 1)[0]) for p in [*parts, "rest"]}
     margin = noise.margin95()
-    units = noisy["units"]
-    # The shares' margin: the numerator's noise over the smallest unit count the denominator's margin allows.
-    floor = max(units - margin, SCALE)
+    units = sum(noisy.values())  # SCALE × the noisy number of units: every coordinate's noise in it
+    # The shares' margin: a numerator's noise over the smallest unit count the denominator's noise plausibly allows
+    # (a sum of n independent noises spreads about √n times one: a rough floor, never below one unit).
+    floor = max(units - math.sqrt(len(noisy)) * margin, SCALE)
     shares = {SHARES[p]: round(min(max(noisy[p] / max(units, SCALE), 0.0), 1.0), 4) for p in parts}
     return BiasReport(shares, max(round(units / SCALE), 0), round(margin / floor, 4), noise.describe())
 
 
 def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, parts: list[str], salt: int,
                name: str) -> dict[str, int]:
-    """The exact sums over units of each share (in thousandths, rounded down, at most SCALE per unit in all)
-    and SCALE × the number of units."""
+    """The exact sums over units of each share (in thousandths, rounded down) and of the rest of each unit's
+    (``rest``): each unit adds exactly SCALE in all."""
     # The input's columns copied under the report's own names first: a unit, group or value column may be called
     # anything (``total``, ``__r``, ``below``…), and the same column may be both a group and the value.
     unit, value = "__bias_unit", "__bias_value"
@@ -155,18 +163,22 @@ def _true_sums(frame: pl.LazyFrame, shape: DataShape, bounds: ChosenBounds, part
         per_pair += [(kept_rows * pl.col(col) / pl.col("__r")).alias(part) for part, col in (("below", "__lo"),
                                                                                                 ("above", "__hi"))]
     per_unit = pairs.select(unit, *per_pair).group_by(unit).agg(pl.exclude(unit).sum())
-    # Each unit's shares in thousandths, rounded down, then each capped by what the ones before it left: the
-    # unit's four sum to at most SCALE exactly, whatever the float rounding of the ratios (the sensitivity).
-    left = pl.lit(SCALE, dtype=pl.Int64)
+    # Each unit's shares in thousandths, rounded down, then each capped by what the ones before it left, and the
+    # rest last: the unit's five are non-negative and add up to SCALE exactly, whatever the float rounding of the
+    # ratios (the sensitivity).
+    # (a column expression, one value per unit: a literal alone would select one row where no share is measured)
+    left = pl.when(pl.col("total") > 0).then(pl.lit(SCALE, dtype=pl.Int64)).otherwise(pl.lit(0, dtype=pl.Int64))
     shares = []
     for part in parts:
         share = (pl.col(part).cast(pl.Float64) * SCALE / pl.col("total").cast(pl.Float64)).floor().cast(pl.Int64)
         share = pl.min_horizontal(pl.max_horizontal(share, pl.lit(0)), left)
         shares.append(share.alias(part))
         left = left - share
-    out = collect(per_unit.select(shares).select([pl.col(p).sum() for p in parts] + [pl.len().alias("units")]),
+    shares.append(left.alias("rest"))
+    columns = [*parts, "rest"]
+    out = collect(per_unit.select(shares).select([pl.col(p).sum() for p in columns]),
                   f"cannot read {name}").row(0, named=True)
-    return {p: int(out[p] or 0) for p in parts} | {"units": SCALE * int(out["units"])}
+    return {p: int(out[p] or 0) for p in columns}
 
 
 def margin_text(moe95: float) -> str:

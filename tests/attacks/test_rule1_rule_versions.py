@@ -25,7 +25,7 @@ DEFAULT = ("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--e
 
 
 @pytest.mark.parametrize(("module", "name", "other"), [
-    (bias_report, "RULE", "unit shares 2"),
+    (bias_report, "RULE", "unit shares 3"),
     (auto_bounds, "BIAS_VARIANCE_RULE", "bias-variance 6"),
     (auto_bounds, "AUTO_VERSION", 3),
 ])

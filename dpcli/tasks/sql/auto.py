@@ -73,7 +73,7 @@ def release_budget(budget: Budget, parts: BudgetParts) -> Budget:
 def check_noise(request: AutoBounds | None, bias_share: Fraction | None, epsilon: Fraction | None,
                 rho: Fraction | None) -> None:
     """Refuse, before any data is read, a choice of bounds or a bias report whose noise cannot be drawn (the
-    bias report's two counts: units over K, units over C)."""
+    bias report's sums: :func:`dpcli.tasks.bias_report.check_bias`)."""
     if request is not None:
         ab.check_choice(ab.pure_epsilon(epsilon, rho, request.share, request.choices), scale=ab.QUANTILE_SCALE)
     if bias_share is not None:

@@ -54,8 +54,9 @@ statistic at most twice as far as an added one (remove, then add), so the releas
 to the stability S = 1 + 2A (:func:`stability`): noise for S·K·Δ in ℓ1, (S·√K·Δ)² in ℓ2²,
 exponential mechanisms at rates divided by S (S² under ρ), and a threshold τ that a partition of
 at most 1 + A units, among (1 + A)·K new ones, passes with probability δ in all
-(:mod:`dpcli.tasks.sql.plan`). Choosing bounds and the bias report run at ε/S (ρ/S²): each counts
-units, which S moves by at most 1 + A. With unique keys nothing is lost but the keys beyond the
+(:mod:`dpcli.tasks.sql.plan`). Choosing bounds and the bias report run at ε/S (ρ/S²): each moves by
+at most 1 per unit added and 2 per unit changed (the bias report's vector of a changed unit: ℓ1 2·SCALE,
+ℓ2 √2·SCALE, :mod:`dpcli.tasks.bias_report`), S in all. With unique keys nothing is lost but the keys beyond the
 claims (their rows are dropped), and the price of covering duplicates is S.
 """
 

@@ -10,9 +10,9 @@ missing or non-finite values; and for a whole replay, triggers after ``through``
   each unit's first kept record is one entry: sensitivity 1 (:func:`dpcli.tasks.auto_bounds.choose_limit`).
 
 The choice spends ``--auto-share`` of the stream's ε, split equally between the quantiles chosen (one or two).
-The bias report (``--report-bias``) counts the units with more than C records and the units with a value
-outside [−L, L], one noisy count each (sensitivity 1), at ``--bias-share`` of ε. Both draw their noise from
-the stream's keyed stream (children ``auto`` and ``bias``, apart from the windows' ``window/…``).
+The bias report (``--report-bias``, :mod:`dpcli.tasks.bias_report`) gives the noisy average shares of each unit's
+records beyond C and kept with a value outside [−L, L], at ``--bias-share`` of ε. Both draw
+their noise from the stream's keyed stream (children ``auto`` and ``bias``, apart from the windows' ``window/…``).
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def _plannable(q: StreamQuery, choice: StreamChoice) -> StreamChoice:
 
 
 def _bias(records: pl.LazyFrame, q: StreamQuery, stream: KeyedStream, name: str) -> dict[str, Any]:
-    """The bias report at the bounds in force: units over C, units with a value outside [−L, L]."""
+    """The bias report at the bounds in force: records beyond C, records kept with a value outside [−L, L]."""
     assert q.report_bias is not None
     shape = ab.DataShape("__unit", (), "__x" if q.value is not None else None)
     bounds = ab.ChosenBounds(None, q.max_records, (-q.clamp, q.clamp) if q.clamp is not None else None)

@@ -38,7 +38,8 @@ def bounds_chosen(frames: Frames, q: TopKQuery, plan: TopKPlan, stream: KeyedStr
                    ) -> tuple[TopKQuery, TopKPlan, TopKReport]:
     """With ``--max-contributions auto``: τ chosen from the data (``stream.child("auto")``), the query and its
     plan at that τ (the same events as planned before any data was read); with ``--report-bias``: the noisy
-    count of units with a group over τ (``stream.child("bias")``). Metadata for both (released values)."""
+    average share of each unit's rows beyond τ in a group (``stream.child("bias")``).
+    Metadata for both (released values)."""
     from dpcli.tasks import auto_bounds as ab
     from dpcli.tasks import bias_report as br
 
