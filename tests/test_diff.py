@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 from scipy.signal import fftconvolve
-from dptest import cli, history, init_ledger
+from dptest import PERSONS_SMALL, cli, history, init_ledger
 
 from dpcli.core import differences as d
 from dpcli.core.mechanisms import Noise
@@ -299,7 +299,7 @@ def test_tabulate_cells_are_compared_with_their_levels_noise(tmp_path, state_dir
     from dpcli.plot import diff_reports as rep
 
     init_ledger("pure", "--epsilon", "40")
-    persons = pl.read_parquet("sample_data/persons.parquet").head(20_000)  # a tenth: the margins do not depend on it
+    persons = pl.read_parquet(PERSONS_SMALL)  # (the margins compared do not depend on the data's size)
     old = _tabulate(tmp_path, "old", persons)
     new = _tabulate(tmp_path, "new", persons.sample(fraction=1.0, shuffle=True, seed=1))
     r = cli("diff", old, new, "--json", "-o", tmp_path / "d.parquet")

@@ -27,9 +27,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
-from dptest import PV_SMALL, cli, init_ledger, runner
+from dptest import PERSONS_SMALL, PV_SMALL, cli, init_ledger, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 from service_checks import QUERY
 
@@ -224,9 +223,7 @@ def test_every_command_binds_each_input_with_its_reading_and_the_calibration(tmp
         for size in sizes:  # bbscheduler's noisy size: the snapshot with its reading, and the schedule's spec
             assert set(size["inputs"]) == {"data"} and size["calibration"]["mode"] == "schedule"
 
-    persons = tmp_path / "persons.parquet"  # a tenth of the sample persons: what is bound does not depend on it
-    pl.read_parquet(SAMPLE / "persons.parquet").head(20_000).write_parquet(persons)
-    r = cli("tabulate", persons, "--spec", SAMPLE / "safetab_spec.toml", "--json")
+    r = cli("tabulate", PERSONS_SMALL, "--spec", SAMPLE / "safetab_spec.toml", "--json")
     assert r.exit_code == 0, r.stderr
     tab = materials[-1]
     assert tab["inputs"]["spec"] == {"fingerprint": tab["inputs"]["spec"]["fingerprint"],
