@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import polars as pl
-from dptest import PAGES, PV, cli, init_ledger
+from dptest import PAGES, PV, PV_SMALL, cli, init_ledger
 
 
 def notes(stderr: str) -> list[str]:
@@ -20,13 +20,13 @@ def test_left_out_caps_are_chosen_and_say_so_in_plain_words_even_in_a_pipe():
     them (unklap here; a br ledger, Spark, a schedule, a margin target) they stay at 1 and the notes say so and
     why. CliRunner's stderr is not a terminal: the notes must appear anyway, and -q silences them."""
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
-    chosen = notes(cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon",
+    chosen = notes(cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon",
                        "1").stderr)
     assert any(n.startswith("dpcli: note: left out, so chosen from the data with ε = 0.1 of the budget: "
                             "--max-partitions ") and "--max-contributions " in n for n in chosen), chosen
     assert not any("at most 1 row" in n for n in chosen)
-    args = ("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--delta", "1e-6",
-            "--epsilon", "1")
+    args = ("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap", "--delta",
+            "1e-6", "--epsilon", "1")
     said = notes(cli(*args).stderr)
     assert ("dpcli: note: counts are per user_id-group pair, at most 1 row per user_id: raise --max-contributions "
             "to count more rows") in said
@@ -42,11 +42,11 @@ def test_left_out_caps_are_chosen_and_say_so_in_plain_words_even_in_a_pipe():
 
 def test_mostly_noise_is_said_and_follows_the_released_values():
     init_ledger("pure", "--epsilon", "10")
-    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.001",
+    r = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "0.001",
             "--max-contributions", "1", "--max-partitions", "1")
     assert r.exit_code == 0
     assert any("count is mostly noise" in n for n in notes(r.stderr)), r.stderr
-    big = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "5",
+    big = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "5",
               "--max-contributions", "1", "--max-partitions", "1")
     assert not any("mostly noise" in n for n in notes(big.stderr)), big.stderr
 
@@ -61,11 +61,11 @@ def test_advice_mostly_noise_uses_the_median_released_value():
 
 def test_bottom_and_empty_releases_are_noted_in_a_pipe():
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
-    r = cli("topk", PV, "--by", "page", "-k", "60", "--privacy-unit", "user_id", "--epsilon-per", "0.05",
+    r = cli("topk", PV_SMALL, "--by", "page", "-k", "60", "--privacy-unit", "user_id", "--epsilon-per", "0.05",
             "--delta", "1e-9", "--max-groups", "100")
     assert r.exit_code == 0, r.stderr
     assert any("(⊥)" in n for n in notes(r.stderr)), r.stderr
-    r = cli("histogram", PV, "--by", "ts", "--privacy-unit", "user_id", "--epsilon", "0.1", "--delta", "1e-9",
+    r = cli("histogram", PV_SMALL, "--by", "ts", "--privacy-unit", "user_id", "--epsilon", "0.1", "--delta", "1e-9",
             "--max-contributions", "1", "--max-partitions", "1")
     assert r.exit_code == 0 and r.stdout.strip() == "ts,count", r.stderr
     assert any("0 groups released" in n for n in notes(r.stderr)), r.stderr

@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, init_ledger, use_fixed_key
+from dptest import PAGES, PV_SMALL, cli, init_ledger, use_fixed_key
 from dptest import history as entries
 
 from dpcli.core import mechanisms as mech
@@ -186,7 +186,7 @@ def test_clamped_values_are_said_for_quantiles_and_means(heavy, fixed):
 ])
 def test_no_default_report_where_the_release_cannot_have_one(extra, why):
     init_ledger("approx", "--epsilon", "100", "--delta", "1e-5")
-    args = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-6", "--json", *extra]
+    args = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-6", "--json", *extra]
     if "--target-moe" not in extra and "--rho" not in extra:
         args += ["--epsilon", "1"]
     r = cli(*args)
@@ -198,11 +198,11 @@ def test_no_default_report_where_the_release_cannot_have_one(extra, why):
 def test_no_default_report_on_a_br_ledger_nor_with_a_schedule():
     init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
                 "--delta-prime", "1e-9")
-    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--json")
+    r = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--json")
     assert r.exit_code == 0, r.stderr
     assert "bias" not in json.loads(r.stdout)["summary"]
     init_ledger("pure", "--epsilon", "10", analyst="sched")
-    r = cli("--analyst", "sched", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES,
+    r = cli("--analyst", "sched", "histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES,
             "--max-contributions", "3", "--schedule", "daily", "--total-epsilon", "5", "--json")
     assert r.exit_code == 0, r.stderr
     assert "bias" not in r.stdout
@@ -210,7 +210,7 @@ def test_no_default_report_on_a_br_ledger_nor_with_a_schedule():
 
 def test_the_dry_run_shows_the_default_reports_part():
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6",
+    base = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6",
             "--max-contributions", "3", "--max-partitions", "1", "--dry-run", "--json"]
     doc = json.loads(cli(*base).stdout)
     assert doc["parts"] == {"bias": "ε=0.025", "release": "ε=0.975"}

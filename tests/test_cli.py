@@ -15,7 +15,7 @@ import tomllib
 
 import polars as pl
 import pytest
-from dptest import PAGES, PV, ROOT, cli, console, init_ledger
+from dptest import PAGES, PV_SMALL, ROOT, cli, console, init_ledger
 
 import dpcli
 from dpcli.cli._aliases import expand_aliases
@@ -39,10 +39,10 @@ def test_usage_error_exit_2():
 
 def test_verbose_prints_the_traceback_and_the_error_line(state_dir):
     state_dir.mkdir()  # no ledger in it: exit 77
-    r = cli("-v", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
+    r = cli("-v", "histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
     assert r.exit_code == 77
     assert "Traceback (most recent call last)" in r.stderr and r.stderr.rstrip().splitlines()[-1].startswith("dpcli: error:")
-    plain = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
+    plain = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1")
     assert plain.exit_code == 77 and "Traceback" not in plain.stderr and plain.stderr.count("\n") == 1
 
 
@@ -71,7 +71,7 @@ def test_an_old_spelling_gives_the_same_release_and_a_deprecation_note(tmp_path)
     env = {**{k: None for k in os.environ if k.startswith("DPCLI_")}, "DPCLI_STATE_DIR": str(tmp_path / "state")}
     run = lambda *a: console(*a, env=env)  # noqa: E731 (as the console script runs it, in this process)
     assert run("budget", "init", "default", "--epsilon", "5").returncode == 0
-    common = ["topk", PV, "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--epsilon-per", "0.1"]
+    common = ["topk", PV_SMALL, "--by", "page", "-k", "3", "--privacy-unit", "user_id", "--epsilon-per", "0.1"]
     new, old = run(*common, "--keys", PAGES), run(*common, "--domain", PAGES)
     assert new.returncode == old.returncode == 0, old.stderr
     assert old.stdout == new.stdout  # same query, same release: a free replay
@@ -114,7 +114,7 @@ def test_floats_are_rounded_to_their_margin_and_grid_and_margins_upwards():
 
 def test_table_format_is_readable_and_only_for_terminals(tmp_path):
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
-    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
+    args = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
     r = cli(*args, "--format", "table")
     assert r.exit_code == 0 and "┃" in r.stdout and "/p/000" in r.stdout
     r = cli(*args, "--format", "table", "-o", tmp_path / "t.txt")
@@ -222,8 +222,9 @@ def test_usage_lines_name_arguments_as_their_help_does(command, usage):
 @pytest.mark.parametrize("argv", [
     ["histogram", "--help"], ["topk", "--help"], ["sql", "--help"], ["tabulate", "--help"], ["plot", "--help"],
     ["stream-replay", "--help"], ["budget", "--help"], ["budget", "show", "--help"], ["catalog", "set", "--help"],
-    ["histogram", "--bogus"], ["histogram"], ["budget", "shw"], ["histogram", PV, "--by", "page", "--epsilon", "x"],
-    ["histogram", PV, "--json", "--by"]])
+    ["histogram", "--bogus"], ["histogram"], ["budget", "shw"], ["histogram", PV_SMALL, "--by", "page", "--epsilon",
+                                                                 "x"],
+    ["histogram", PV_SMALL, "--json", "--by"]])
 def test_a_run_of_one_command_parses_prints_and_refuses_as_the_whole_app(argv):
     """Issue 41 item 4: a run builds only the command it names (dpcli.cli.app.build_app); its help, usage errors
     and exit codes must be those of the app with every command (the CLI runner's, the man pages')."""
@@ -252,7 +253,7 @@ def test_engine_spark_without_pyspark_is_one_line_before_any_charge(monkeypatch)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyspark" else real(name, *a))
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-4")
     for extra, install in (((), "dpcli[spark]"), (("--remote", "sc://localhost:15002"), "dpcli[spark-connect]")):
-        r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-partitions", "1",
+        r = cli("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--max-partitions", "1",
                 "--max-contributions", "1", "--epsilon", "1", "--delta", "1e-6", "--engine", "spark", *extra)
         assert r.exit_code == 2 and r.stderr == f"dpcli: error: --engine spark needs pyspark: pip install '{install}'\n"
     from dptest import history

@@ -12,13 +12,13 @@ import json
 
 import polars as pl
 import pytest
-from dptest import PV, cli, init_ledger
+from dptest import PV_SMALL, cli, init_ledger
 
 import dpcli
 from dpcli.errors import UsageError
 from dpcli.io.outputs import GZIP_LEVEL, compressed, output_compression, output_format_for
 
-ARGS = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "1",
+ARGS = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "1",
         "--max-partitions", "1", "--epsilon", "1", "--delta", "1e-7"]
 
 

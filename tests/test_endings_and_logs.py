@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from dptest import PV, cli, history, init_ledger
+from dptest import PV_SMALL, cli, history, init_ledger
 
-HIST = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6"]
+HIST = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6"]
 
 
 def _dpcli(env: dict[str, str], *args: object, before: str = "") -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, SAMPLE, cli, init_ledger, runner, table, without_output_notes
+from dptest import PAGES, PV_SMALL, SAMPLE, cli, init_ledger, runner, table, without_output_notes
 from dptest import history as entries
 
 from dpcli import bounding
@@ -378,7 +378,7 @@ def test_quantiles_with_rho_release(mode, extra):
 
 def test_dry_run_shows_margins_in_output_units_and_whether_the_ledger_accepts():
     init_ledger("pure", "--epsilon", "1")
-    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,sum",
+    args = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,sum",
             "--value", "duration_s", "--bounds", "0:600", "--granularity", "0.5", "--max-partitions", "1",
             "--max-contributions", "1", "--epsilon", "0.5", "--dry-run"]
     doc = json.loads(cli(*args, "--json").stdout)
@@ -408,7 +408,7 @@ def test_a_parquet_text_column_given_to_value_is_refused_before_any_charge(tmp_p
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
     args = ["--by", "country", "--privacy-unit", "user_id", "--agg", "mean", "--value", "country", "--bounds",
             "0:100", "--epsilon", "0.5", "--delta", "1e-7"]
-    r = cli("histogram", PV, *args)
+    r = cli("histogram", PV_SMALL, *args)
     assert r.exit_code == 65 and "column 'country' must be numeric but is String" in r.stderr, r.stderr
     assert entries() == []
     csv = cli("histogram", str(SAMPLE / "page_views.csv"), *args)
@@ -423,11 +423,11 @@ def test_a_dry_run_refuses_a_list_without_the_grouped_column(tmp_path):
     keys = tmp_path / "airports.csv"
     keys.write_text("faa,name\nJFK,Kennedy\n")
     args = ["--by", "country", "--privacy-unit", "user_id", "--keys", str(keys), "--epsilon", "1"]
-    dry = cli("histogram", PV, *args, "--dry-run")
-    real = cli("histogram", PV, *args)
+    dry = cli("histogram", PV_SMALL, *args, "--dry-run")
+    real = cli("histogram", PV_SMALL, *args)
     assert dry.exit_code == real.exit_code == 65, (dry.stderr, real.stderr)
     assert dry.stderr == real.stderr and "lacks column 'country'" in dry.stderr
     assert entries() == []
-    good = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1",
+    good = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1",
                "--dry-run")
     assert good.exit_code == 0, good.stderr

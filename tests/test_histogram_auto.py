@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, init_ledger, use_fixed_key
+from dptest import PAGES, PV_SMALL, cli, init_ledger, use_fixed_key
 from dptest import history as entries
 
 from dpcli.core.display import quantity_text
@@ -122,7 +122,7 @@ def test_the_bias_report_gives_each_units_shares_of_its_rows(shaped):
 
 def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    base = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,sum",
+    base = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--agg", "count,sum",
             "--value", "duration_s", "--epsilon", "1", "--delta", "1e-6", "--no-report-bias", "--dry-run", "--json"]
     doc = json.loads(cli(*base, "--bounds", "auto", "--max-partitions", "1", "--max-contributions", "1").stdout)
     assert doc["calibration"]["rows"]["moe95"] == 10  # a count's margin does not depend on the value bounds
@@ -154,7 +154,7 @@ def test_dry_run_shows_the_parts_and_no_margin_that_depends_on_a_chosen_bound():
 ])
 def test_refused_with_one_usage_line_and_no_debit(extra, message):
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-6", *extra)
+    r = cli("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-6", *extra)
     assert r.exit_code == 2, r.stderr
     assert message in r.stderr and r.stderr.count("\n") == 1 and r.stdout == ""
     assert entries() == []
@@ -164,12 +164,12 @@ def test_a_br_ledger_refuses_auto_and_a_schedule_refuses_the_bias_report():
     """A schedule keeps the bounds its first run chose (tests/test_schedule_auto.py) but offers no bias report."""
     init_ledger("br", "--epsilon-per", "0.5", "--delta", "1e-9", "--info-budget", "10", "--call-budget", "3",
                 "--delta-prime", "1e-9")
-    r = cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "auto",
+    r = cli("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "auto",
             "--selection", "unklap")
     assert r.exit_code == 2 and ("br ledger" in r.stderr or "unklap" in r.stderr)
     init_ledger("pure", "--epsilon", "10", analyst="sched")
-    r = cli("--analyst", "sched", "histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys",
-            str(PV).replace("page_views.parquet", "pages_public.csv"), "--max-contributions", "auto",
+    r = cli("--analyst", "sched", "histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys",
+            str(PV_SMALL).replace("page_views.parquet", "pages_public.csv"), "--max-contributions", "auto",
             "--report-bias", "--schedule", "daily", "--total-epsilon", "5")
     assert r.exit_code == 2 and "--report-bias is not offered with --schedule" in r.stderr, r.stderr
     assert entries("sched") == []
@@ -180,7 +180,7 @@ def test_an_auto_partition_bound_is_charged_the_generic_curve_whatever_it_choose
     may exceed 1, so the charge (planned before the choice) carries the generic pure-ε curve, and a run that
     chooses K > 1 (13 on the sample pages, with this key) is no internal error."""
     init_ledger("zcdp", "--rho", "1")
-    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
+    r = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
             "--max-partitions", "auto", "--noise", "laplace", "--epsilon", "0.5", "--no-report-bias", "--json", "-o", "-")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["summary"]["auto"]["max_partitions"] > 1
@@ -222,7 +222,7 @@ def test_left_out_bounds_become_auto_only_for_public_reasons():
 
 def test_a_left_out_cap_is_chosen_by_the_cli_and_a_br_ledger_keeps_one_and_says_why(tmp_path):
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    args = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
+    args = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--epsilon", "1"]
     r = cli(*args, "--json")
     summary = json.loads(r.stdout)["summary"]
     assert set(summary["auto"]) == {"max_partitions", "max_contributions", "epsilon"} and summary["auto"]["epsilon"] == "0.1"
@@ -244,8 +244,8 @@ def test_dry_run_shows_the_margins_at_the_largest_caps_auto_can_choose():
     that gives those caps at the release's share of ε (0.875: 0.1 chooses, 0.025 is the bias report's) and no bias
     report. A quantile's rank margin too."""
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
-    keys = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg", "count,median",
-            "--value", "duration_s", "--bounds", "0:600", "--dry-run", "--json"]
+    keys = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg",
+            "count,median", "--value", "duration_s", "--bounds", "0:600", "--dry-run", "--json"]
     doc = json.loads(cli(*keys, "--epsilon", "1").stdout)
     assert doc["largest_caps"] == {"max_partitions": 50, "max_contributions": 65536, "sampleable": True}
     given = json.loads(cli(*keys, "--epsilon", "0.875", "--max-partitions", "50", "--max-contributions",
@@ -260,7 +260,8 @@ def test_dry_run_shows_the_margins_at_the_largest_caps_auto_can_choose():
     assert f"(±{quantity_text(low)} at caps of 1, at most ±{quantity_text(high)} at the largest caps)" in text
     assert "largest caps auto can choose: --max-partitions 50, --max-contributions 65,536\n" in text
     # without a list K runs to the grid's end; only C chosen: K stays as given
-    found = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-7", "--dry-run", "--json"]
+    found = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--delta", "1e-7", "--dry-run",
+             "--json"]
     assert json.loads(cli(*found, "--epsilon", "1").stdout)["largest_caps"]["max_partitions"] == 65536
     only_c = json.loads(cli(*found, "--epsilon", "1", "--max-partitions", "3").stdout)["largest_caps"]
     assert only_c == {"max_partitions": 3, "max_contributions": 65536, "sampleable": True}

@@ -39,10 +39,22 @@ def layer_of(module: str, table: dict[str, int]) -> int:
     raise AssertionError(f"{module} is in no layer of ARCHITECTURE.md")
 
 
+@functools.lru_cache(maxsize=None)  # every check walks the same files: each is parsed once (nothing edits a tree)
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of the package file ``path``."""
+    return ast.parse(path.read_text())
+
+
+@functools.lru_cache(maxsize=None)
+def package_modules() -> frozenset[str]:
+    """The dotted names of every module of the package."""
+    return frozenset(module_name(p) for p in PACKAGE.rglob("*.py"))
+
+
 @functools.lru_cache(maxsize=None)  # the two contract tests walk the same files
 def runtime_imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every ``dpcli`` import in ``path`` outside ``if TYPE_CHECKING:`` blocks."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     typing_only = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
@@ -135,8 +147,8 @@ def module_level_imports(path: Path, text: str | None = None, in_functions: bool
     ``P`` only when it also takes a name ``P`` defines or re-exports (the packages Python loads on the way are not
     named: a package ``__init__`` that imports its own modules is no circle unless one of them imports from it).
     ``in_functions``: the imports inside function bodies too (those that run later)."""
-    tree = ast.parse(path.read_text() if text is None else text)
-    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    tree = parsed(path) if text is None else ast.parse(text)
+    modules = package_modules()
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -300,8 +312,12 @@ LONG_FUNCTIONS = {("tasks/histogram/run.py", "run_histogram"): "the algorithm ke
 def long_functions(text: str) -> list[tuple[str, int]]:
     """(name, lines) of every function of ``text`` whose code, from the first statement below its docstring to its
     end, is over 60 lines (a command's signature, where its options are declared, is not code)."""
+    return _long_functions_in(ast.parse(text))
+
+
+def _long_functions_in(tree: ast.Module) -> list[tuple[str, int]]:
     found = []
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
@@ -313,7 +329,7 @@ def long_functions(text: str) -> list[tuple[str, int]]:
 
 def test_no_function_over_60_lines_but_the_kernels_that_say_why():
     """Issue 40: no function's code over 60 lines (``wc -l`` of its body) outside the kernels listed with a reason."""
-    over = {(str(p.relative_to(PACKAGE)), name) for p in PACKAGE.rglob("*.py") for name, _ in long_functions(p.read_text())}
+    over = {(str(p.relative_to(PACKAGE)), name) for p in PACKAGE.rglob("*.py") for name, _ in _long_functions_in(parsed(p))}
     assert over <= set(LONG_FUNCTIONS), sorted(over - set(LONG_FUNCTIONS))
 
 

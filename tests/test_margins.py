@@ -15,15 +15,15 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, init_ledger, stream
+from dptest import PAGES, PV, PV_SMALL, cli, init_ledger, stream
 from tabulate_specs import write_spec
 from test_advice import notes
 
 from dpcli.core import intervals
 from dpcli.core import mechanisms as mech
 
-HIST = ("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--value", "duration_s", "--bounds", "0:600",
-        "--max-contributions", "5", "--epsilon", "1", "--delta", "1e-7")
+HIST = ("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--value", "duration_s", "--bounds",
+        "0:600", "--max-contributions", "5", "--epsilon", "1", "--delta", "1e-7")
 
 
 def _released(r) -> pl.DataFrame:
@@ -61,10 +61,10 @@ def test_every_histogram_statistic_has_a_finite_positive_margin_or_a_note(noise)
 
 def test_unklap_and_known_groups_counts_have_margins():
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
-    unklap = _released(cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap",
+    unklap = _released(cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--selection", "unklap",
                            "--max-groups", "20", "--epsilon", "0.5", "--delta", "1e-8", "--with-error", "--json"))
     _finite_positive(unklap, "count")
-    keys = _released(cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg",
+    keys = _released(cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--agg",
                          "count-units,mean", "--value", "duration_s", "--bounds", "0:600", "--epsilon", "1",
                          "--with-error", "--json"))
     _finite_positive(keys, "count_units")
@@ -75,7 +75,7 @@ def test_unklap_and_known_groups_counts_have_margins():
 def test_topk_counts_have_margins():
     init_ledger("approx", "--epsilon", "20", "--delta", "1e-5")
     for extra in ((), ("--keys", PAGES)):
-        df = _released(cli("topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--epsilon-per",
+        df = _released(cli("topk", PV_SMALL, "--by", "page", "-k", "5", "--privacy-unit", "user_id", "--epsilon-per",
                            "0.2", "--delta", "1e-8", *extra, "--with-error", "--json"))
         _finite_positive(df, "count")
 

@@ -14,7 +14,7 @@ from fractions import Fraction
 
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, init_ledger
+from dptest import PAGES, PV_SMALL, cli, init_ledger
 
 from dpcli.core.display import parameter_text, quantity_text, utc_text
 from dpcli.io.outputs import shown
@@ -25,7 +25,7 @@ COUNT_SQL = "SELECT WITH ANONYMIZATION country, ANON_COUNT(*, 5) AS c FROM v GRO
 
 
 def _sql(*extra: str) -> object:
-    return cli("-q", "sql", COUNT_SQL, "--table", f"v={PV}", "--privacy-unit", "v.user_id", "--epsilon", "1",
+    return cli("-q", "sql", COUNT_SQL, "--table", f"v={PV_SMALL}", "--privacy-unit", "v.user_id", "--epsilon", "1",
                "--delta", "1e-7", "--max-partitions", "1", "--with-error", *extra)
 
 
@@ -38,7 +38,7 @@ def test_sql_count_margins_print_as_integers_as_histograms_do():
     assert all(cell.lstrip("-").isdigit() for cell in first.split(",")[1:]), first  # "1704", never "1704.0"
     doc = json.loads(_sql("--json").stdout)
     assert all(isinstance(row["c"], int) and isinstance(row["c_moe95"], int) for row in doc["result"])
-    hist = cli("-q", "histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-partitions", "1",
+    hist = cli("-q", "histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--max-partitions", "1",
                "--max-contributions", "5", "--epsilon", "1", "--delta", "1e-7", "--with-error")
     assert hist.stdout.splitlines()[1].split(",")[2].isdigit()  # the same format in both commands
 
@@ -57,7 +57,8 @@ def test_a_mean_that_rounds_to_zero_prints_0_never_minus_0(monkeypatch):
 
     monkeypatch.setattr(HistogramTask, "run", run)
     init_ledger("approx")
-    args = ["-q", "histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--agg", "mean", "--value", "duration_s",
+    args = ["-q", "histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--agg", "mean", "--value",
+            "duration_s",
             "--bounds", "0:600", "--max-partitions", "1", "--max-contributions", "5", "--epsilon", "1", "--delta",
             "1e-7", "--with-error"]
     csv = cli(*args)
@@ -134,8 +135,8 @@ def test_parameters_have_4_significant_digits_rounded_the_safe_way(value, up, do
 
 
 LONG = "0.112341863388128"  # an ε with more digits than anyone reads
-PAGES_RELEASE = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES, "--max-partitions",
-                 "1", "--max-contributions", "1", "-o", "/dev/null"]
+PAGES_RELEASE = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES,
+                 "--max-partitions", "1", "--max-contributions", "1", "-o", "/dev/null"]
 
 
 def test_budget_show_rounds_spent_up_and_remaining_down_to_4_digits_while_json_is_exact():
@@ -164,7 +165,7 @@ def test_the_summary_line_and_a_refusal_round_what_is_left_down():
 
 def test_a_schedules_spend_is_rounded_up_in_budget_show():
     init_ledger("approx")
-    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
+    r = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--agg", "count-units", "--keys", PAGES,
             "--schedule", "daily", "--total-epsilon", "1", "-o", "/dev/null")
     assert r.exit_code == 0, r.stderr
     (sc,) = json.loads(cli("budget", "show", "--json").stdout)["schedules"]

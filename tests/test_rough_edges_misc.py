@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from dptest import PAGES, PV, SAMPLE, Service, cli
+from dptest import PAGES, PV_SMALL, SAMPLE, Service, cli
 
 # --- 2. a service whose Python lies in root's home ---------------------------------------------------------------
 
@@ -126,7 +126,7 @@ def test_the_rank_order_note_follows_the_released_counts(tmp_path, epsilon):
 
     state = tmp_path / "state"
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-5", state_dir=state)
-    r = cli("--state-dir", state, "topk", PV, "--by", "page", "-k", "10", "--privacy-unit", "user_id",
+    r = cli("--state-dir", state, "topk", PV_SMALL, "--by", "page", "-k", "10", "--privacy-unit", "user_id",
             "--epsilon-per", epsilon, "--delta", "1e-8", "--count", "rows", "--max-contributions", "3", "--keys",
             SAMPLE / "pages_public.csv")
     assert r.exit_code == 0, r.stderr
@@ -193,7 +193,7 @@ def _bash(state: Path, script: str) -> subprocess.CompletedProcess[str]:
                           timeout=300, cwd=str(SAMPLE.parent))
 
 
-QUERY = (f"topk {PV} --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 --delta 1e-8 --count rows "
+QUERY = (f"topk {PV_SMALL} --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 --delta 1e-8 --count rows "
          "--max-contributions 3")
 
 
@@ -214,7 +214,7 @@ def test_a_public_list_given_as_a_pipe_is_read_as_its_file_would_be(tmp_path):
     assert plan.returncode == 65 and "page" in plan.stderr and plan.stderr.count("\n") == 1, plan.stderr
     packed = _bash(state, f"DPCLI {QUERY} --keys <(gzip -c {PAGES})")
     assert packed.returncode == 2 and "decompress them in the pipe" in packed.stderr, packed.stderr
-    data = _bash(state, f"DPCLI topk <(cat {PV}) --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 "
+    data = _bash(state, f"DPCLI topk <(cat {PV_SMALL}) --by page -k 5 --privacy-unit user_id --epsilon-per 0.1 "
                         "--delta 1e-8")
     assert data.returncode == 66 and "pipe data in with '-'" in data.stderr, data.stderr  # never sniffed
     history = json.loads(_bash(state, "DPCLI budget history --json").stdout)

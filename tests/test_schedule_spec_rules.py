@@ -7,7 +7,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from dptest import PV, cli
+from dptest import PV_SMALL, cli
 
 from dpcli.errors import UsageError
 from dpcli.core.schedules import ScheduleSpec
@@ -38,7 +38,7 @@ RULES = [
 def test_a_library_spec_is_refused_as_the_cli_refuses_it(options, fields):
     with pytest.raises(UsageError) as refused:
         ScheduleSpec(**{**BASE, **fields})
-    r = cli("histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--max-partitions", "1",
+    r = cli("histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--max-partitions", "1",
             "--max-contributions", "1", "--schedule", "s", *options)
     assert r.exit_code == 2 and r.stderr == f"dpcli: error: {refused.value}\n", (r.stderr, str(refused.value))
 

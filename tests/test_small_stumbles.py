@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 import typer
-from dptest import PV, SAMPLE, Service, cli, console
+from dptest import PV_SMALL, SAMPLE, Service, cli, console
 
 from dpcli.cli._aliases import ROOT_FLAGS, ROOT_VALUE_OPTIONS, hoist_root_options
 from dpcli.cli.app import app
 from dpcli.io.outputs import output_format_for
 from dpcli.state.atomic import writes_in_place
 
-HIST = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "0.5", "--delta", "1e-7"]
+HIST = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "0.5", "--delta", "1e-7"]
 
 
 @pytest.fixture
@@ -143,7 +143,7 @@ def test_a_value_without_bounds_names_bounds_where_they_cannot_be_chosen(ledger)
     assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: --bounds is needed by median: LO:HI"), r.stderr
     r = cli(*HIST, "--agg", "count,p50")
     assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: --value is needed by p50"), r.stderr
-    stream = ["stream-replay", PV, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
+    stream = ["stream-replay", PV_SMALL, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
               "--trigger-every", "1d", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9"]
     r = cli(*stream, "--value", "duration_s")
     assert r.exit_code == 2 and r.stderr.startswith("dpcli: error: --bounds is needed by a sum"), r.stderr
@@ -196,9 +196,10 @@ def test_a_service_mode_analyst_learns_no_column_name_from_a_typo(tmp_path, monk
 def test_a_state_directory_that_does_not_exist_is_refused_and_not_created(ledger, tmp_path):
     """Issue 31's review added the dry runs of a schedule and of a stream, which created it (then exit 77)."""
     typo = tmp_path / "stat"
-    schedule = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", SAMPLE / "pages_public.csv",
+    schedule = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id",
+                "--keys", SAMPLE / "pages_public.csv",
                 "--schedule", "daily", "--total-epsilon", "1", "--dry-run", "--units", "1000"]
-    stream = ["stream-replay", PV, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
+    stream = ["stream-replay", PV_SMALL, "--time", "ts", "--by", "page", "--privacy-unit", "user_id", "--window", "7d",
               "--trigger-every", "1d", "--max-contributions", "2", "--epsilon", "1", "--delta", "1e-9", "--dry-run"]
     for args in (HIST, [*HIST, "--dry-run"], ["budget", "show"], ["budget", "history"], ["budget", "verify"],
                  schedule, stream, [*stream, "--state", tmp_path / "s.stream"]):

@@ -146,18 +146,18 @@ def test_the_dry_run_shows_the_margins_at_caps_of_1_and_at_the_largest_caps_as_h
     """Issue 38: with caps left out, sql's dry run said only "margin chosen at run time"; it now gives the range
     histogram gives (the least, at caps of 1, and the most, at the largest caps ``auto`` can choose), the same
     figures for the same count (both plan the release again at those caps, from public grids only)."""
-    from dptest import PV
+    from dptest import PV_SMALL
 
     init_ledger("approx", "--epsilon", "10", "--delta", "1e-4")
     common = ("--epsilon", "1", "--delta", "1e-6", "--dry-run", "--json")
     doc = json.loads(cli("sql", "SELECT country, ANON_COUNT(*) AS n FROM pv GROUP BY country", "--table",
-                         f"pv={PV}", "--privacy-unit", "pv.user_id", *common).stdout)
-    hist = json.loads(cli("histogram", PV, "--by", "country", "--privacy-unit", "user_id", *common).stdout)
+                         f"pv={PV_SMALL}", "--privacy-unit", "pv.user_id", *common).stdout)
+    hist = json.loads(cli("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", *common).stdout)
     ranges = {m["column"].split(":")[0]: (m["moe95_at_caps_of_1"], m["moe95_at_largest_caps"])
               for m in doc["calibration"].values()}
     want = {k: (m["moe95_at_caps_of_1"], m["moe95_at_largest_caps"]) for k, m in hist["calibration"].items()}
     assert ranges == {"n": want["rows"], "threshold": want["units"]} and want["rows"][0] < want["rows"][1]
-    text = cli("sql", "SELECT country, ANON_COUNT(*) AS n FROM pv GROUP BY country", "--table", f"pv={PV}",
+    text = cli("sql", "SELECT country, ANON_COUNT(*) AS n FROM pv GROUP BY country", "--table", f"pv={PV_SMALL}",
                "--privacy-unit", "pv.user_id", *common[:-1]).stdout
     assert "95% margin chosen at run time (±7 at caps of 1, at most ±29,409,307,754 at the largest caps)" in text
     assert "each user_id's count clamped to [0, C]" in text  # C chosen with K too (it read [0, 1])

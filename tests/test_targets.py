@@ -8,7 +8,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 import pytest
-from dptest import PAGES, PV, cli, init_ledger
+from dptest import PAGES, PV_SMALL, cli, init_ledger
 from dptest import history as entries
 
 from dpcli.errors import UsageError
@@ -16,8 +16,8 @@ from dpcli.tasks import targets
 from dpcli.tasks.histogram import HistogramQuery
 from dpcli.tasks.histogram.target import choose, margins_of
 
-KEYS = ["histogram", PV, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES]
-FOUND = ["histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "5",
+KEYS = ["histogram", PV_SMALL, "--by", "page", "--privacy-unit", "user_id", "--keys", PAGES]
+FOUND = ["histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--max-contributions", "5",
          "--delta", "1e-7"]
 
 
@@ -131,7 +131,7 @@ def test_a_br_ledger_fixes_epsilon():
         choose(q, targets.parse_target("5"), "br")
 
 
-TOPK = ["topk", PV, "--by", "page", "-k", "10", "--privacy-unit", "user_id", "--keys", PAGES]
+TOPK = ["topk", PV_SMALL, "--by", "page", "-k", "10", "--privacy-unit", "user_id", "--keys", PAGES]
 
 
 def test_topk_chooses_the_least_release_epsilon_for_its_count_margin():

@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import polars as pl
 import pytest
-from dptest import PAGES, PV, cli, history, init_ledger, runner, stream
+from dptest import PAGES, PV_SMALL, cli, history, init_ledger, runner, stream
 from scipy import stats
 
 from dpcli.cli.app import app
@@ -191,7 +191,7 @@ def test_cli_known_domain_json_and_approx_charge(data, tmp_path):
 def test_topk_epsilon_is_what_a_pure_ledger_is_charged(known, counts):
     init_ledger("approx", "--epsilon", "5", "--delta", "1e-5")
     domain = ["--keys", PAGES] if known else ["--delta", "1e-9"]
-    r = cli("topk", PV, "--by", "page", "-k", "4", "--privacy-unit", "user_id", "--epsilon", "0.6", *domain,
+    r = cli("topk", PV_SMALL, "--by", "page", "-k", "4", "--privacy-unit", "user_id", "--epsilon", "0.6", *domain,
             *([] if counts else ["--no-counts"]), "--json")
     assert r.exit_code == 0, r.stderr
     cost = json.loads(r.stdout)["summary"]["cost"]

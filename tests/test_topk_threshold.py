@@ -9,14 +9,14 @@ from fractions import Fraction
 
 import polars as pl
 import pytest
-from dptest import PV, cli, history, init_ledger
+from dptest import PV_SMALL, cli, history, init_ledger
 
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import topk as tk
 
 
 def _topk(*args: str):
-    return cli("topk", PV, "--by", "page", "-k", "5", "--privacy-unit", "user_id", *args)
+    return cli("topk", PV_SMALL, "--by", "page", "-k", "5", "--privacy-unit", "user_id", *args)
 
 
 def test_dry_run_prints_the_threshold_and_its_calibration():

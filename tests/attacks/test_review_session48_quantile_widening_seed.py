@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 
-from dptest import PV, cli, history, init_ledger
+from dptest import PV_SMALL, cli, history, init_ledger
 
 from dpcli.tasks.histogram import auto as histogram  # where the widening is used
 
-QUANTILES = ("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--value", "duration_s", "--agg",
+QUANTILES = ("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--value", "duration_s", "--agg",
              "median", "--bounds", "auto", "--epsilon", "1", "--delta", "1e-6", "--json")
 
 

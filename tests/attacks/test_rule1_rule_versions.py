@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from dptest import PV, cli, history, init_ledger
+from dptest import PV_SMALL, cli, history, init_ledger
 
 from dpcli.release import seeds
 from dpcli.tasks import auto_bounds, bias_report
 
 #: A default histogram: caps left out (chosen by the bias–variance rule) and the bias report on.
-DEFAULT = ("histogram", PV, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6",
+DEFAULT = ("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id", "--epsilon", "1", "--delta", "1e-6",
            "--json")
 
 

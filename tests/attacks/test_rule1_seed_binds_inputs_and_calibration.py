@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dptest import cli, init_ledger, runner
+from dptest import PERSONS_SMALL, PV_SMALL, cli, init_ledger, runner
 from polyglots import N, comma_and_semicolon, csv_and_ndjson, hard_link, write
 from service_checks import QUERY
 
@@ -198,7 +198,7 @@ SAMPLE = Path(__file__).resolve().parent.parent.parent / "sample_data"
 
 def test_every_command_binds_each_input_with_its_reading_and_the_calibration(tmp_path, materials):
     init_ledger("approx")
-    pv, pages = SAMPLE / "page_views.parquet", SAMPLE / "pages_public.csv"
+    pv, pages = PV_SMALL, SAMPLE / "pages_public.csv"  # (what is bound does not depend on the data's size)
     common = ["--privacy-unit", "user_id", "--json"]
     runs: list[tuple[list[Any], set[str]]] = [
         (["histogram", pv, "--by", "page", "--keys", pages, "--epsilon", "0.5", *common], {"data", "keys"}),
@@ -223,7 +223,7 @@ def test_every_command_binds_each_input_with_its_reading_and_the_calibration(tmp
         for size in sizes:  # bbscheduler's noisy size: the snapshot with its reading, and the schedule's spec
             assert set(size["inputs"]) == {"data"} and size["calibration"]["mode"] == "schedule"
 
-    r = cli("tabulate", SAMPLE / "persons.parquet", "--spec", SAMPLE / "safetab_spec.toml", "--json")
+    r = cli("tabulate", PERSONS_SMALL, "--spec", SAMPLE / "safetab_spec.toml", "--json")
     assert r.exit_code == 0, r.stderr
     tab = materials[-1]
     assert tab["inputs"]["spec"] == {"fingerprint": tab["inputs"]["spec"]["fingerprint"],

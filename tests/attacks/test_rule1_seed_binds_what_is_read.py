@@ -22,7 +22,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from dptest import SAMPLE, init_ledger, runner
+from dptest import PERSONS_SMALL, SAMPLE, init_ledger, runner
 
 from dpcli.cli.app import app
 
@@ -198,7 +198,7 @@ def test_a_tabulation_spec_moved_with_its_block_list_is_a_free_replay(tmp_path):
         d.mkdir()
         for name in ("safetab_spec.toml", "blocks.csv"):
             shutil.copy(SAMPLE / name, d / name)
-        r = runner.invoke(app, ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(d / "safetab_spec.toml")])
+        r = runner.invoke(app, ["tabulate", PERSONS_SMALL, "--spec", str(d / "safetab_spec.toml")])
         assert r.exit_code == 0, r.stderr
         runs.append(r.stdout)
     history = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
@@ -206,7 +206,7 @@ def test_a_tabulation_spec_moved_with_its_block_list_is_a_free_replay(tmp_path):
     blocks = tmp_path / "b" / "blocks.csv"
     lines = blocks.read_text().splitlines()
     blocks.write_text("\n".join(lines[:-1]) + "\n")  # one block fewer
-    r = runner.invoke(app, ["tabulate", str(SAMPLE / "persons.parquet"), "--spec", str(tmp_path / "b" / "safetab_spec.toml")])
+    r = runner.invoke(app, ["tabulate", PERSONS_SMALL, "--spec", str(tmp_path / "b" / "safetab_spec.toml")])
     assert r.exit_code == 0, r.stderr
     history = json.loads(runner.invoke(app, ["budget", "history", "--json"]).stdout)
     assert [bool(e["events"]) for e in history] == [True, False, True]
