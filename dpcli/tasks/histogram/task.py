@@ -38,6 +38,7 @@ from dpcli.tasks.histogram.plan import (
 )
 from dpcli.tasks.histogram.query import HistogramQuery, parse_quantile
 from dpcli.tasks.histogram.run import run_histogram
+from dpcli.tasks.dry_runs import HistogramDryRun
 from dpcli.tasks.reports import AutoReport, HistogramReport
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ class HistogramTask(TaskDefaults):
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> HistogramPlan:
         return plan_histogram(self.query, mode, dict(limits))
 
-    def describe(self, plan: HistogramPlan) -> dict[str, Any]:
+    def describe(self, plan: HistogramPlan) -> HistogramDryRun:
         described = describe_plan(self.query, plan)
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()
