@@ -170,9 +170,18 @@ class TabulateDryRun(DryRunBase, total=False):
     ledger: dict[str, Any]
 
 
-class RunPlan(TypedDict, total=False):
+class RunMargins(TypedDict, total=False):
+    """A planned release's 95% margins by column (a number, or "chosen at run time"), the parts of its ε when it
+    chooses the ``auto`` bounds, and the count margins relative to a group of average size."""
+
+    moe95: dict[str, float | str]
+    parts: dict[str, str]
+    moe95_relative: dict[str, float]
+
+
+class RunPlan(RunMargins, total=False):
     """One planned run of a schedule: its stated size (``rows`` or ``units``), what it releases (new, cached or
-    refused), its ε (ρ in a zcdp ledger) and 95% margins, and the ε used of the reservation after it."""
+    refused), its ε (ρ in a zcdp ledger) and margins, and the ε used of the reservation after it."""
 
     run: int
     rows: int | None
@@ -182,20 +191,14 @@ class RunPlan(TypedDict, total=False):
     epsilon: str
     epoch: int
     rho: str
-    moe95: dict[str, float | str]
-    parts: dict[str, str]  # the run that chooses the ``auto`` bounds: the parts of its ε
-    moe95_relative: dict[str, float]
     epsilon_used: float
 
 
-class FixedAlternative(TypedDict, total=False):
+class FixedAlternative(RunMargins, total=False):
     """``--scheduler fixed --epsilon E`` over the same runs, and its margins."""
 
     epsilon: str
     runs: int
-    moe95: dict[str, float | str]
-    parts: dict[str, str]
-    moe95_relative: dict[str, float]
 
 
 @final
@@ -217,5 +220,5 @@ class ScheduleDryRun(TypedDict, total=False):
 
 #: What :meth:`dpcli.tasks.Task.describe` gives.
 TaskDryRun = HistogramDryRun | TopKDryRun | SqlDryRun | StreamDryRun | TabulateDryRun
-#: Any dry run.
-DryRun = TaskDryRun | ScheduleDryRun
+#: Any dry run (spelt out: mypy narrows a flat union by ``"key" in plan``, not a union of unions).
+DryRun = HistogramDryRun | TopKDryRun | SqlDryRun | StreamDryRun | TabulateDryRun | ScheduleDryRun

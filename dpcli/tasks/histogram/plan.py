@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from dpcli import bounding
 from dpcli.core import intervals
@@ -376,18 +376,24 @@ def unknown_margins(request: auto_bounds.AutoBounds, described: HistogramDryRun,
             continue
         valued = name in ("sum", "csum", "csumsq")
         if m.get("mechanism") != "exponential" and (every or valued):
-            low = m.get("moe95")
-            if not (request.values and valued) and isinstance(low, int | float):
-                # the plan's placeholders are caps of 1: a lower bound on the margin, which grows with the caps
-                m["moe95_at_caps_of_1"] = low
-                if name in high:
-                    m["moe95_at_largest_caps"] = high[name]
-            if "scale" in m:
-                m["scale"] = auto_bounds.AT_RUN_TIME
-            if "moe95" in m:
-                m["moe95"] = auto_bounds.AT_RUN_TIME
+            _noise_at_run_time(m, high.get(name), at_caps_of_1=not (request.values and valued))
     if request.partitions and described.get("threshold") is not None:
         described["threshold"] = auto_bounds.AT_RUN_TIME
+
+
+def _noise_at_run_time(m: MeasurementPlan, high: float | None, at_caps_of_1: bool) -> None:
+    """A noisy measurement whose scale and margin are chosen at run time: its margin at the plan's placeholders
+    (caps of 1: a lower bound on the margin, which grows with the caps) and ``high`` at the largest caps beside it,
+    unless the value limits it depends on are chosen too (``at_caps_of_1`` false)."""
+    low = m.get("moe95")
+    if at_caps_of_1 and isinstance(low, int | float):
+        m["moe95_at_caps_of_1"] = low
+        if high is not None:
+            m["moe95_at_largest_caps"] = high
+    if "scale" in m:
+        m["scale"] = auto_bounds.AT_RUN_TIME
+    if "moe95" in m:
+        m["moe95"] = auto_bounds.AT_RUN_TIME
 
 
 def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction]],

@@ -27,6 +27,7 @@ from dpcli.tasks import (
     bound_elsewhere,
     free_replay,
 )
+from dpcli.tasks.dry_runs import HistogramDryRun
 from dpcli.tasks.histogram.auto import check_target_bounds, parts_metadata, resolve_bounds
 from dpcli.tasks.histogram.plan import (
     HistogramPlan,
@@ -38,7 +39,6 @@ from dpcli.tasks.histogram.plan import (
 )
 from dpcli.tasks.histogram.query import HistogramQuery, parse_quantile
 from dpcli.tasks.histogram.run import run_histogram
-from dpcli.tasks.dry_runs import HistogramDryRun
 from dpcli.tasks.reports import AutoReport, HistogramReport
 
 if TYPE_CHECKING:

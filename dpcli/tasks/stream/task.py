@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, bound_elsewhere, free_replay
-from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.dry_runs import StreamDryRun
+from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
 from dpcli.tasks.stream.notes import empty_run

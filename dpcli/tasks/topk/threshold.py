@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -55,8 +55,9 @@ class SelectionPlan:
 
     def describe(self) -> SelectionJSON:
         """The step for ``--dry-run``."""
-        shown: SelectionJSON = {"method": "threshold", "threshold": self.threshold, "max_partitions": self.max_partitions,
-                                "epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta)}
+        shown: SelectionJSON = {"method": "threshold", "threshold": self.threshold,
+                                "max_partitions": self.max_partitions, "epsilon": fraction_text(self.epsilon),
+                                "delta": fraction_text(self.delta)}
         self.noise.described_in(shown)
         shown["counts"] = "distinct units, each counted in at most max_partitions groups"
         return shown
