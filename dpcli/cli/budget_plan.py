@@ -33,6 +33,7 @@ from dpcli.state.ledger.planning import (
 if TYPE_CHECKING:
     from dpcli.core.events import PrivacyEvent
     from dpcli.release.steps import Planned
+    from dpcli.tasks.dry_runs import DryRun, StreamStanding
 
 #: The commands a plan can count (those that release).
 PLANNED = ("histogram", "topk", "tabulate", "sql", "stream-replay")
@@ -81,7 +82,8 @@ def plan(
         assumed = _share_of_what_is_left(led, spent, runs)
         args += [assumed[0], fraction_text(assumed[1])]
     planned = _dry_run(ctx, name, args, as_json)
-    stream = (planned.description.get("stream") or {}) if name == "stream-replay" else {}
+    description = planned.description
+    stream: StreamStanding = (description["stream"] or {}) if "stream" in description else {}
     reserves = bool(stream.get("state")) and bool(planned.events)  # a new state: its first run reserves them all
     doc: dict[str, Any] = {"analyst": analyst, "mode": led.limits.mode, "command": name,
                            "cost": [e.to_json() for e in planned.events], "unit": "stream" if reserves else "release",
@@ -108,7 +110,7 @@ def plan(
 
 
 def _runs_part(ctx: typer.Context, led: ledger.Ledger, spent: Any, name: str, args: list[str], runs: int,
-               planned: Planned, stream: dict[str, Any], as_json: bool, reserve: bool) -> dict[str, Any]:
+               planned: Planned, stream: StreamStanding, as_json: bool, reserve: bool) -> dict[str, Any]:
     """``--runs N``: the largest budget at which N more fit (a stream's state fixes its own), and on a pld ledger
     the same as one series (reserved with ``reserve``)."""
     fixed = bool(stream.get("state")) and bool(stream.get("runs_recorded"))  # the state fixes its budget
@@ -278,13 +280,15 @@ def _covered_runs(args: list[str], runs: int) -> dict[str, Any]:
     return {"runs": runs, "option": option, "value": fraction_text(given), "covered": True}
 
 
-def _margins(description: dict[str, Any]) -> dict[str, Any]:
+def _margins(description: DryRun) -> dict[str, Any]:
     """The 95% margins a dry run states, by column (where the command states them in output units)."""
     found: dict[str, Any] = {}
-    for key, m in (description.get("calibration") or {}).items():
-        if isinstance(m, dict) and "moe95" in m:
-            found[m.get("column", key)] = m["moe95"]
-    found.update(description.get("moe95") or {})
+    if "calibration" in description:
+        for key, m in (description["calibration"] or {}).items():
+            if "moe95" in m:
+                found[m.get("column", key)] = m["moe95"]
+    if "moe95" in description:  # a stream's
+        found.update(description["moe95"] or {})
     return found
 
 

@@ -102,7 +102,7 @@ def _draw(plot: str | None, result: Diff) -> None:
     from dpcli.plot.diff_view import diff_figure, diff_text
     from dpcli.plot.release_view import recognise
 
-    view = recognise(result.table, "diff", result.summary)
+    view = recognise(result.table, "diff", {**result.summary})
     if plot == "-":
         from dpcli.cli.plot import terminal_width
 

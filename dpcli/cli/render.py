@@ -22,6 +22,15 @@ from dpcli.state import progress
 
 if TYPE_CHECKING:
     from dpcli.cli._groups import OutputOptions
+    from dpcli.tasks.dry_runs import (
+        DryRun,
+        LargestCaps,
+        MeasurementPlan,
+        RunMargins,
+        RunPlan,
+        ScheduleDryRun,
+        StreamDryRun,
+    )
 
 
 def output_target(out: OutputOptions) -> Output:
@@ -73,28 +82,15 @@ def show_plan(planned: Planned, analyst: str, as_json: bool) -> None:
 def _print_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     plan = planned.description
     refused = planned.refusal
-    doc = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}
+    doc: dict[str, Any] = {**plan, "ledger": {"analyst": analyst, "accepts": refused is None, "refusal": refused}}
     if as_json:
         emit_json(doc)
         return
     if "schedule" in plan:
         typer.echo("\n".join(schedule_plan_lines(plan, analyst, refused)))
         return
-    lines = ["dry run: no data read, nothing charged"]
-    if plan.get("target"):
-        lines.append(target_line(plan["target"]))
-    for name, m in (plan.get("calibration") or {}).items():
-        lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
-    for column, margin in (plan.get("moe95") or {}).items():
-        lines.append(f"  {column}: 95% margin ±{quantity_text(margin)} (normal approximation, worst trigger)")
-    if plan.get("count_noise"):
-        lines.append("  count: " + _noise_text({**plan["count_noise"], "moe95": plan.get("count_moe95")}))
-    if plan.get("selection"):  # topk without a list: its threshold, or UnkGumb's ⊥ offset
-        from dpcli.tasks.topk.threshold import selection_lines
-
-        lines += selection_lines(plan["selection"])
-    lines += _threshold_and_parts(plan)
-    if plan.get("stream"):
+    lines = ["dry run: no data read, nothing charged", *_measurement_lines(plan), *_threshold_and_parts(plan)]
+    if "stream" in plan and plan.get("stream"):
         lines += _stream_plan_lines(plan)
     lines.append("  cost: " + (cost_text(planned.events) or "nothing"))
     if refused is None:
@@ -104,7 +100,30 @@ def _print_plan(planned: Planned, analyst: str, as_json: bool) -> None:
     typer.echo("\n".join(lines))
 
 
-def _stream_plan_lines(plan: dict[str, Any]) -> list[str]:
+def _measurement_lines(plan: DryRun) -> list[str]:
+    """A task's dry run in words: a margin target's choice, each measurement's noise and 95% margin, a stream's margins
+    and a top-k's count noise and selection. (A key that only some dry runs have is read after ``"key" in plan``,
+    which tells mypy which dry run it is: :mod:`dpcli.tasks.dry_runs`.)"""
+    lines = []
+    if "target" in plan and (target := plan.get("target")):
+        lines.append(target_line(target))
+    if "calibration" in plan:
+        for name, m in (plan.get("calibration") or {}).items():
+            lines.append(f"  {m.get('column', name)}: " + _noise_text(m))
+    if "moe95" in plan:  # a stream's, by column
+        for column, margin in (plan.get("moe95") or {}).items():
+            lines.append(f"  {column}: 95% margin ±{quantity_text(margin)} (normal approximation, worst trigger)")
+    if "count_noise" in plan and (noise := plan.get("count_noise")):
+        count: MeasurementPlan = {"moe95": plan.get("count_moe95")}
+        lines.append("  count: " + _noise_text({**noise, **count}))
+    if "selection" in plan and (selection := plan.get("selection")):  # topk without a list: its threshold, or ⊥
+        from dpcli.tasks.topk.threshold import selection_lines
+
+        lines += selection_lines(selection)
+    return lines
+
+
+def _stream_plan_lines(plan: StreamDryRun) -> list[str]:
     """A stream-replay dry run (:meth:`dpcli.release.stream_runs.StreamRuns.plan`): margins over a window's triggers,
     the state, the triggers the next run executes and the runs' costs."""
     stream = plan["stream"]
@@ -155,7 +174,7 @@ def _cost_of(events: list[dict[str, Any]]) -> str:
 SHOWN_RUNS = 7
 
 
-def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None) -> list[str]:
+def schedule_plan_lines(plan: ScheduleDryRun, analyst: str, refused: str | None) -> list[str]:
     """A schedule's dry run in words: the schedule, the stated sizes, a table of its next runs (ε, margins),
     the ε they use of the reservation, the fixed alternative, and the ledger's answer."""
     sc, spend = plan["schedule"], plan["spend"]
@@ -166,8 +185,8 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
              f"schedule {sc['name']!r} ({sc['scheduler']}, {standing}): {budget} for all its runs, reserved once"
              + (f"; γ = {sc['gamma']}" if sc.get("gamma") else "")]
     counts = "units" if plan.get("units") else "rows"
-    if plan.get(counts):
-        r = plan[counts]
+    r = plan.get("units") if counts == "units" else plan.get("rows")
+    if r:
         if r.get("each"):
             grown = "; the later runs as stated, run by run"
         elif r["last"] != r["first"]:
@@ -195,17 +214,17 @@ def schedule_plan_lines(plan: dict[str, Any], analyst: str, refused: str | None)
     return lines
 
 
-def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
+def _runs_table(runs: list[RunPlan], counts: str = "rows") -> list[str]:
     """One line per planned run (the first :data:`SHOWN_RUNS` and the last): size (``counts``: rows or units),
     release, ε, margins."""
-    shown = runs if len(runs) <= SHOWN_RUNS + 1 else [*runs[:SHOWN_RUNS], None, runs[-1]]
-    sized = any(r.get(counts) is not None for r in runs)
+    shown: list[RunPlan | None] = list(runs) if len(runs) <= SHOWN_RUNS + 1 else [*runs[:SHOWN_RUNS], None, runs[-1]]
+    sized = any(_size(r, counts) is not None for r in runs)
     lines = ["     run" + (f"{counts:>12}" if sized else "") + "  release (95% margins)"]
     for r in shown:
         if r is None:
             lines.append("    …")
             continue
-        size = f"{r[counts]:>12,}" if sized else ""
+        size = f"{_size(r, counts):>12,}" if sized else ""
         if r["release"] == "new":
             step = f"epoch {r['epoch']}" if "epoch" in r else "new release"
             what = f"{step}, ε = {parameter_text(r['epsilon'], 'up')}" + (
@@ -221,27 +240,33 @@ def _runs_table(runs: list[dict[str, Any]], counts: str = "rows") -> list[str]:
     return lines
 
 
-def _threshold_and_parts(plan: dict[str, Any]) -> list[str]:
+def _size(run: RunPlan, counts: str) -> int | None:
+    """A planned run's stated size (``counts``: rows or units)."""
+    return run.get("units") if counts == "units" else run.get("rows")
+
+
+def _threshold_and_parts(plan: DryRun) -> list[str]:
     """A dry run's threshold (a number, or chosen at run time with the partition bound), the budget's parts and the
     largest caps ``auto`` can choose."""
     lines = []
-    if isinstance(plan.get("threshold"), str):
-        lines.append(f"  threshold: {plan['threshold']} (it grows with the partition bound)")
-    elif plan.get("threshold") is not None:
-        lines.append(f"  threshold: groups need at least {plan['threshold']} noisy units")
-    if plan.get("parts"):
-        lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in plan["parts"].items()))
-    if plan.get("owned"):  # sql's owned tables and the stability the noise covers
+    threshold = plan.get("threshold") if "threshold" in plan else None
+    if isinstance(threshold, str):
+        lines.append(f"  threshold: {threshold} (it grows with the partition bound)")
+    elif threshold is not None:
+        lines.append(f"  threshold: groups need at least {threshold} noisy units")
+    if "parts" in plan and (parts := plan.get("parts")):
+        lines.append("  parts: " + ", ".join(f"{part} {budget}" for part, budget in parts.items()))
+    if "owned" in plan and (tables := plan.get("owned")):  # sql's owned tables and the stability the noise covers
         owned = ", ".join(f"{name} through {o['through']} ({o['max_keys_per_owner']} keys per owner)"
-                          for name, o in plan["owned"].items())
+                          for name, o in tables.items())
         others = (plan["stability"] - 1) // 2
         lines.append(f"  owned: {owned}; noise ×{plan['stability']}: one unit may change the rows of {others} others")
-    if plan.get("largest_caps"):
-        lines.append(_largest_caps_line(plan["largest_caps"]))
+    if "largest_caps" in plan and (caps := plan.get("largest_caps")):
+        lines.append(_largest_caps_line(caps))
     return lines
 
 
-def _margins_text(doc: dict[str, Any]) -> str:
+def _margins_text(doc: RunMargins) -> str:
     """``count ±4,204 (×1.2 an average group's count)``: a release's 95% margins."""
     relative = doc.get("moe95_relative") or {}
     bits = []
@@ -256,7 +281,7 @@ def _margins_text(doc: dict[str, Any]) -> str:
     return ", ".join(bits) or "no margin"
 
 
-def _largest_caps_line(caps: dict[str, Any]) -> str:
+def _largest_caps_line(caps: LargestCaps) -> str:
     """``largest caps auto can choose: K 50, C 65,536``: where a dry run's "at the largest caps" margins are."""
     line = (f"  largest caps auto can choose: --max-partitions {caps['max_partitions']:,}, --max-contributions "
             f"{caps['max_contributions']:,}")
@@ -265,19 +290,23 @@ def _largest_caps_line(caps: dict[str, Any]) -> str:
     return line
 
 
-def _rank_text(m: dict[str, Any]) -> str:
+def _rank_text(m: MeasurementPlan) -> str:
     """``, 95% rank margin ±87.3 rows``: a quantile's error in rank (bounded rows), when the dry run knows it."""
     rank = m.get("rank_moe95")
     if rank is None:
         return ""
     if isinstance(rank, str):  # it depends on a bound chosen at run time
-        return "".join([f", 95% rank margin {rank}", *_caps_text(m, "rank_", " rows")])
+        return "".join([f", 95% rank margin {rank}", *_caps_text(m, True, " rows")])
     return f", 95% rank margin ±{quantity_text(rank)} rows"
 
 
-def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]:
-    """`` (±60 at caps of 1, at most ±3,900,000 at the largest caps)``: a run-time margin's range."""
-    low, high = m.get(f"{prefix}moe95_at_caps_of_1"), m.get(f"{prefix}moe95_at_largest_caps")
+def _caps_text(m: MeasurementPlan, rank: bool = False, unit: str = "") -> list[str]:
+    """`` (±60 at caps of 1, at most ±3,900,000 at the largest caps)``: a run-time margin's range (``rank``: of a
+    quantile's rank margin)."""
+    if rank:
+        low, high = m.get("rank_moe95_at_caps_of_1"), m.get("rank_moe95_at_largest_caps")
+    else:
+        low, high = m.get("moe95_at_caps_of_1"), m.get("moe95_at_largest_caps")
     shown = [f"±{quantity_text(low)}{unit} at caps of 1"] if low is not None else []
     if isinstance(high, float | int):
         shown.append(f"at most ±{quantity_text(high)}{unit} at the largest caps")
@@ -286,17 +315,18 @@ def _caps_text(m: dict[str, Any], prefix: str = "", unit: str = "") -> list[str]
     return [f" ({', '.join(shown)})"] if shown else []
 
 
-def _noise_text(m: dict[str, Any]) -> str:
+def _noise_text(m: MeasurementPlan) -> str:
     """``discrete_laplace, scale 20, 95% margin ±60`` from a noise description."""
     if "noise" not in m:
         return str(m.get("mechanism", "exponential")) + " mechanism" + _rank_text(m)
-    bits = [str(m["noise"]).replace("_", " ")]
+    bits = [m["noise"].replace("_", " ")]
     bits += [f"{k.replace('_', ' ')} {v}" for k, v in m.items()
              if k not in ("noise", "moe95", "column", "moe95_at_caps_of_1", "moe95_at_largest_caps")]
-    if isinstance(m.get("moe95"), str):  # a margin that depends on a bound chosen at run time
-        bits.append(f"95% margin {m['moe95']}" + "".join(_caps_text(m)))
-    elif m.get("moe95") is not None:
-        bits.append(f"95% margin ±{quantity_text(m['moe95'])}")
+    margin = m.get("moe95")
+    if isinstance(margin, str):  # a margin that depends on a bound chosen at run time
+        bits.append(f"95% margin {margin}" + "".join(_caps_text(m)))
+    elif margin is not None:
+        bits.append(f"95% margin ±{quantity_text(margin)}")
     return ", ".join(bits)
 
 

@@ -35,6 +35,7 @@ from dpcli.io.opening import hash_early
 
 if TYPE_CHECKING:
     from dpcli.spark.engine import EngineRequest
+    from dpcli.tasks.dry_runs import TabulateDryRun
     from dpcli.tasks.tabulate import GaussianLevel, GaussianTotals, GeometricLevel, GeometricTotals, PlanDocument
 
 # The library (polars, numpy) is imported inside the command: `dpcli --help` stays fast.
@@ -124,12 +125,25 @@ def _show_plan(ctx: typer.Context, spec: Any, delta: str, as_json: bool) -> None
     if captured is not None:  # inside budget plan
         from dpcli.release.steps import Planned
 
-        captured.append(Planned(dict(result), list(tab.events(spec)), result["ledger"]["refusal"]))
+        captured.append(Planned(_as_dry_run(result), list(tab.events(spec)), result["ledger"]["refusal"]))
         return
     if as_json:
         emit_json(result)
     else:
         typer.echo(_plan_text(result))
+
+
+def _as_dry_run(result: PlanDocument) -> TabulateDryRun:
+    """The spec's plan document as a dry run (``dpcli budget plan`` reads its cost and the ledger's answer)."""
+    described: TabulateDryRun = {"noise": result["noise"], "gamma": result["gamma"], "delta": result["delta"],
+                                 "moe_calibration": result["moe_calibration"]}
+    if "geometric" in result:
+        described["geometric"] = result["geometric"]
+    if "discrete_gaussian" in result:
+        described["discrete_gaussian"] = result["discrete_gaussian"]
+    if "ledger" in result:
+        described["ledger"] = result["ledger"]
+    return described
 
 
 def _would_accept(ctx: typer.Context, events: list[Any]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
-from typing import Literal
+from typing import Literal, TypedDict, TypeVar
 
 import numpy as np
 
@@ -40,6 +40,19 @@ NoiseKind = Literal["laplace", "gaussian"]
 #: Exact tail sums of the discrete Gaussian are used up to this σ; beyond it the
 #: (indistinguishable at 1e-9) continuous normal quantile is used for margins.
 _EXACT_GAUSS_SIGMA = 20_000.0
+
+
+class NoiseJSON(TypedDict, total=False):
+    """A :class:`Noise` as JSON (:meth:`Noise.to_json`): ``discrete_laplace`` with its scale, or ``discrete_gaussian``
+    with its σ (each a number as text, to 6 significant digits; a plan may say in words what it depends on)."""
+
+    noise: str
+    scale: str
+    sigma: str
+
+
+#: A typed part that holds a noise's keys (:meth:`Noise.described_in`).
+Described = TypeVar("Described", bound=NoiseJSON)
 
 
 @dataclass(frozen=True)
@@ -101,10 +114,26 @@ class Noise:
             m += 1
         return m
 
-    def describe(self) -> dict[str, str]:
+    def to_json(self) -> NoiseJSON:
+        """The noise as a plan and a report show it: its distribution and its scale (Laplace) or σ (Gaussian)."""
         if self.kind == "laplace":
             return {"noise": "discrete_laplace", "scale": f"{float(self.param):.6g}"}
         return {"noise": "discrete_gaussian", "sigma": f"{math.sqrt(float(self.param)):.6g}"}
+
+    def described_in(self, entry: Described) -> Described:
+        """``entry`` (a plan's or a report's part that holds a noise's keys) with :meth:`to_json`'s keys set, after
+        those it has."""
+        shown = self.to_json()
+        entry["noise"] = shown["noise"]
+        if "scale" in shown:
+            entry["scale"] = shown["scale"]
+        if "sigma" in shown:
+            entry["sigma"] = shown["sigma"]
+        return entry
+
+    def describe(self) -> dict[str, str]:
+        """:meth:`to_json` as a plain mapping (for the reports whose parts are not typed)."""
+        return {key: str(value) for key, value in self.to_json().items()}
 
 
 def _gauss_upper_tail(sigma2: float, m: int) -> float:

@@ -22,7 +22,7 @@ differently (caps or value bounds chosen from the data each time), their bounded
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import polars as pl
@@ -39,13 +39,38 @@ from dpcli.plot.release_view import ReleaseView
 VERDICTS = ("changed", "not shown to change", "unchanged", "released in new only", "released in old only")
 
 
+class DiffSummary(TypedDict):
+    """What ``dpcli diff`` says of the comparison (its ``--json`` summary; :mod:`dpcli.cli.diff` reads it by name):
+    the releases and their kind, whether they share their noise (the same seed) or a stream's trees, the false
+    discovery rate, the bounds that differ between them, ``--at-least``, the columns tested with each one's margin
+    of the difference (None where it varies by group) and how it was computed, those not compared and why, the groups
+    by verdict and the noise each release had."""
+
+    command: str
+    kind: str
+    old: str
+    new: str
+    shared_noise: bool
+    shared_trees: bool
+    fdr: float
+    bounds_differ: list[str]
+    at_least: float | None
+    columns: list[str]
+    not_compared: list[str]
+    not_compared_why: dict[str, str]
+    diff_moe95: dict[str, float | int | None]
+    margins: dict[str, str]
+    groups: dict[str, int]
+    noise: dict[str, Any]
+
+
 @dataclass(frozen=True)
 class Diff:
     """The per-group table of differences and what a reader needs to interpret it (public: released values,
     the reports' calibrations and the options)."""
 
     table: pl.DataFrame
-    summary: dict[str, Any]
+    summary: DiffSummary
 
 
 def pairing_of(old: ReleaseView, new: ReleaseView) -> Pairing:
@@ -137,7 +162,7 @@ def _uniform(margins: np.ndarray) -> float | int | None:
 
 
 def _summary(old: ReleaseView, new: ReleaseView, table: pl.DataFrame, pairing: Pairing, fdr: float,
-             at_least: float | None) -> dict[str, Any]:
+             at_least: float | None) -> DiffSummary:
     verdicts = table["changed"].value_counts().to_dicts() if table.height else []
     a, b = rep.bounds_in_force(old.summary, old.kind), rep.bounds_in_force(new.summary, new.kind)
     return {

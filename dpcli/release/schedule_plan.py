@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import polars as pl
 
@@ -34,17 +34,21 @@ from dpcli.release.steps import LedgerRef, Planned, check_dry_run_inputs
 from dpcli.state import ledger
 from dpcli.state import schedules as store
 from dpcli.state.paths import existing_state_dir
+from dpcli.tasks.dry_runs import RunMargins
 
 if TYPE_CHECKING:
     from dpcli.core.accounting.budget import Limits
     from dpcli.state.ledger.model import Ledger
     from dpcli.tasks import ExpectedSize, P, SchedulableTask, Task
+    from dpcli.tasks.dry_runs import FixedAlternative, RunPlan, ScheduleDryRun
     from dpcli.tasks.reports import AutoReport
 
 #: Runs a dry run plans when ``--runs`` is left out: a month of daily runs.
 DEFAULT_RUNS = 30
 #: Columns whose margin is also given relative to an average group's count.
 COUNT_COLUMNS = ("count", "count_units")
+#: A planned run's part that holds its margins (:func:`_margins_doc`).
+M = TypeVar("M", bound=RunMargins)
 
 
 @dataclass(frozen=True)
@@ -88,14 +92,15 @@ def plan_schedule(task: Task[P], sources: Sources, payer: LedgerRef, spec: Sched
                    size.counts if size is not None else "rows")
     progress = _progress(spec, state, size)
     planned = _planned_runs(spec, progress, size, runs)
-    description = {"query": query, **_describe(ctx, spec, state, progress, planned, size)}
+    description = _describe(ctx, spec, state, progress, planned, size, query)
     if state is None:
         events = [reservation_event(spec)]
         return Planned(description, events, ledger.refusal(led, events))
     seq = led.find_reservation("schedule", key)
     refusal = None if seq is not None else (f"schedule {spec.name!r} has a state but its reservation is not in this "
                                             "ledger (or not in its current period)")
-    return Planned({**description, "reservation": seq}, [], refusal)
+    description["reservation"] = seq
+    return Planned(description, [], refusal)
 
 
 def _open_lists(task: SchedulableTask[Any], sources: Sources) -> tuple[dict[str, str], int | None]:
@@ -155,8 +160,8 @@ def _planned_runs(spec: ScheduleSpec, progress: sch.Progress, size: ExpectedSize
 
 
 def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, progress: sch.Progress,
-              planned: list[sch.PlannedRun], size: ExpectedSize | None) -> dict[str, Any]:
-    """The plan as a public document (``--json``; the text form is drawn from it)."""
+              planned: list[sch.PlannedRun], size: ExpectedSize | None, query: dict[str, Any]) -> ScheduleDryRun:
+    """The plan as a public document (``--json``; the text form is drawn from it), after ``query``."""
     used = sch.Used(float(spec.total_delta))
     for eps in progress.releases:
         used.add(eps)
@@ -168,9 +173,11 @@ def _describe(ctx: _Context, spec: ScheduleSpec, state: dict[str, Any] | None, p
         doc = _run_doc(ctx, r, kept)
         if "parts" in doc:  # this run chooses the auto bounds; the runs after it keep them (not known yet)
             kept = {}
-        runs.append({**doc, "epsilon_used": round(used.total, 6)})
+        doc["epsilon_used"] = round(used.total, 6)
+        runs.append(doc)
     total = float(spec.total_epsilon)
     return {
+        "query": query,
         "schedule": {**spec.to_json(), "new": state is None, "runs_so_far": progress.runs,
                      **_scheduler_doc(spec, state, progress)},
         "rows": None if size is None or size.counts != "rows" else _stated(size),
@@ -201,30 +208,36 @@ def _scheduler_doc(spec: ScheduleSpec, state: dict[str, Any] | None, progress: s
     return {}
 
 
-def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: AutoReport | None) -> dict[str, Any]:
+def _run_doc(ctx: _Context, r: sch.PlannedRun, kept: AutoReport | None) -> RunPlan:
     """One planned run: its stated size, what it releases, its ε (ρ in a zcdp ledger) and margins; with
     ``auto`` bounds not chosen yet (``kept`` None), the parts of its ε (choosing them, the release)."""
-    doc: dict[str, Any] = {"run": r.run, ctx.counts: r.size}
+    doc: RunPlan = {"run": r.run}
+    if ctx.counts == "units":
+        doc["units"] = r.size
+    else:
+        doc["rows"] = r.size
     if r.refused is not None:
-        return {**doc, "release": "refused", "refused": r.refused}
+        doc.update({"release": "refused", "refused": r.refused})
+        return doc
     if r.epsilon is None:
-        return {**doc, "release": "cached"}
+        doc["release"] = "cached"
+        return doc
     doc.update({"release": "new", "epsilon": fraction_text(r.epsilon)})
     if r.epoch is not None:
         doc["epoch"] = r.epoch
     if ctx.led.limits.mode == "zcdp":
         doc["rho"] = fraction_text(ctx.led.accountant.cost(PrivacyEvent("pure", "schedule run", epsilon=r.epsilon)).rho)
-    return {**doc, **_margins_doc(ctx, r.epsilon, r.size, kept)}
+    return _margins_doc(ctx, r.epsilon, r.size, kept, doc)
 
 
-def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: AutoReport | None) -> dict[str, Any]:
+def _margins_doc(ctx: _Context, epsilon: Fraction, size: int | None, kept: AutoReport | None, doc: M) -> M:
     """The 95% margins of a release at ``epsilon``, and for counts, each relative to a group of average size
     (``size`` spread evenly over the listed groups): a margin of 2 means ± twice such a group's count. Stated
     units (bbscheduler's ``--units``) are spread over the groups for ``count_units`` only (a count of rows
     has no stated size then). A margin that depends on an ``auto`` bound not chosen yet is "chosen at run
-    time" (no number)."""
+    time" (no number). Added to ``doc``, after what it holds."""
     margins, parts = margins_at(ctx.task, ctx.mode, ctx.limits, epsilon, kept)
-    doc: dict[str, Any] = {"moe95": margins}
+    doc["moe95"] = margins
     if parts:
         doc["parts"] = parts
     if size is not None and ctx.groups:
@@ -244,15 +257,17 @@ def margins_at(task: SchedulableTask[Any], mode: str, limits: Limits, epsilon: F
     description = run_task.describe(run_task.plan(mode, limits.values))
     margins: dict[str, float | str] = {}
     for name, m in (description.get("calibration") or {}).items():
-        if m.get("moe95") is not None:
-            margins[str(m.get("column", name)).split(" ")[0].rstrip(":")] = m["moe95"]
-    if description.get("count_moe95") is not None:
-        margins["count"] = description["count_moe95"]
+        margin = m.get("moe95")
+        if margin is not None:
+            margins[m.get("column", name).split(" ")[0].rstrip(":")] = margin
+    count = description.get("count_moe95") if "count_moe95" in description else None  # topk's counts
+    if count is not None:
+        margins["count"] = count
     return margins, description.get("parts")
 
 
 def _fixed_alternative(ctx: _Context, spec: ScheduleSpec, planned: list[sch.PlannedRun],
-                       size: ExpectedSize | None) -> dict[str, Any] | None:
+                       size: ExpectedSize | None) -> FixedAlternative | None:
     """When the number of runs is known: ``--scheduler fixed --epsilon E`` with E = ε/runs (rounded down to 4
     significant digits) spends the whole total evenly over the planned runs. None for a fixed schedule."""
     if spec.scheduler == "fixed":
@@ -263,5 +278,5 @@ def _fixed_alternative(ctx: _Context, spec: ScheduleSpec, planned: list[sch.Plan
     epsilon = Fraction(math.floor(exact * 10**digits), 10**digits) if digits > 0 else Fraction(math.floor(exact))
     if epsilon <= 0:
         return None
-    return {"epsilon": fraction_text(epsilon), "runs": n,
-            **_margins_doc(ctx, epsilon, size.first if size is not None else None, ctx.kept)}
+    alternative: FixedAlternative = {"epsilon": fraction_text(epsilon), "runs": n}
+    return _margins_doc(ctx, epsilon, size.first if size is not None else None, ctx.kept, alternative)

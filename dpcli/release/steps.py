@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dpcli.advice import Note
     from dpcli.core.accounting.budget import Limits
     from dpcli.tasks import Engine, P, Result, Task
+    from dpcli.tasks.dry_runs import DryRun
     from dpcli.tasks.reports import Report
 
 #: ``busy(what)``: a context to run long work in (the CLI's spinner on a terminal; nothing in the library).
@@ -123,9 +124,10 @@ class Release:
 
 @dataclass(frozen=True)
 class Planned:
-    """A dry run: the plan described (public inputs only), its cost, and whether the ledger would accept it."""
+    """A dry run: the plan described (public inputs only; typed, :mod:`dpcli.tasks.dry_runs`), its cost, and
+    whether the ledger would accept it."""
 
-    description: dict[str, Any]
+    description: DryRun
     events: list[PrivacyEvent]
     refusal: str | None = None
 

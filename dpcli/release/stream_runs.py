@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dpcli.release.inputs import Opened, Sources
     from dpcli.release.steps import Busy, LedgerRef, Output, Release
     from dpcli.tasks import Engine, Task
+    from dpcli.tasks.dry_runs import StreamStanding
 
 
 @dataclass(frozen=True)
@@ -131,20 +132,22 @@ class StreamRuns:
         body: dict[str, Any] = {}
         if state is None:
             costs, refusal = [events] * runs, ledger.refusal(led, events * runs)
-            standing: dict[str, Any] = {"state": None, "triggers": {"through": utc_text(naive_utc(through * q.step))}}
+            standing: StreamStanding = {"state": None, "triggers": {"through": utc_text(naive_utc(through * q.step))}}
         else:
             body, _ = open_body(state, q, payer.analyst, None, payer.state_dir, payer.lock_timeout, None)
             covered, refusal = _covered(led, body, events, f"state file {state}")
             costs = [[] if covered is not None else events] + [[] for _ in range(runs - 1)]
             standing = {"state": str(state), "runs_recorded": body["step"], "covered_by": covered,
                         "triggers": _next_triggers(body, moment, q)}
-        standing.update(runs=[{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)],
-                        spend=_total(led, costs))
+        standing["runs"] = [{"run": i + 1, "cost": [e.to_json() for e in c]} for i, c in enumerate(costs)]
+        standing["spend"] = _total(led, costs)
         described = task.describe(planned)
         if "auto" in body:  # the stream's bounds were chosen: its margins are known
             run_q, run_plan = resolve(q, planned.events, StreamChoice.from_json(body["auto"]))
-            described = {**replace(task, query=run_q).describe(run_plan), "auto": body["auto"]}
-        return Planned({**described, "stream": standing}, costs[0], refusal)
+            described = replace(task, query=run_q).describe(run_plan)
+            described["auto"] = body["auto"]
+        described["stream"] = standing
+        return Planned(described, costs[0], refusal)
 
 
 def _covered(led: ledger.Ledger, body: dict[str, Any], events: list[PrivacyEvent],

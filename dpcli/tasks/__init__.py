@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dpcli.bounding import BoundingSpec, TotalsEngine
     from dpcli.core.events import PrivacyEvent
     from dpcli.io.schemas import ColumnKind
+    from dpcli.tasks.dry_runs import TaskDryRun
     from dpcli.tasks.reports import AutoReport, Report
     from dpcli.tasks.sql.plan import SqlPlan
     from dpcli.tasks.sql.run import Layout
@@ -240,8 +241,9 @@ class Task(Protocol[P]):
 
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> P: ...
 
-    def describe(self, plan: P) -> dict[str, Any]:
-        """The plan for ``--dry-run``: each measurement's noise and margin (public inputs only)."""
+    def describe(self, plan: P) -> TaskDryRun:
+        """The plan for ``--dry-run``: each measurement's noise and margin (public inputs only), typed
+        (:mod:`dpcli.tasks.dry_runs`)."""
         ...
 
     def run(self, frames: Frames, plan: P, seed: bytes, engine: Engine | None) -> Result: ...

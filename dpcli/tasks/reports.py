@@ -120,18 +120,23 @@ class SqlReport(ReportBase, total=False):
     bias: dict[str, Any]
 
 
-class StreamReport(ReportBase, total=False):
-    """``dpcli stream-replay``'s report (its calibration part, ``key_selection`` to ``parts``, is also its plan's
-    summary: :attr:`dpcli.tasks.stream.plan.StreamPlan.summary`)."""
+class StreamCalibration(TypedDict, total=False):
+    """A stream's calibration, its plan's summary (:attr:`dpcli.tasks.stream.plan.StreamPlan.summary`): part of its
+    report and of its dry run (:class:`dpcli.tasks.dry_runs.StreamDryRun`)."""
+
+    key_selection: dict[str, Any]
+    perturbation: dict[str, Any]
+    levels: int
+    parts: dict[str, str]  # the budget's parts (with ``auto`` bounds or the bias report)
+
+
+class StreamReport(ReportBase, StreamCalibration, total=False):
+    """``dpcli stream-replay``'s report (with its calibration, :class:`StreamCalibration`)."""
 
     command: Literal["stream-replay"]
     state: str  # the state file a ``--state`` run fed
     releases: int  # rows released
     through: str  # the end of the last trigger run (UTC)
-    key_selection: dict[str, Any]
-    perturbation: dict[str, Any]
-    levels: int
-    parts: dict[str, str]  # the budget's parts (with ``auto`` bounds or the bias report)
     bias: dict[str, Any]
     retry: bool  # the last run's input again: its rows again, free
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from dpcli import bounding
 from dpcli.core import intervals
@@ -25,10 +25,11 @@ from dpcli.tasks import (
     quantile_interval,
 )
 from dpcli.tasks.budgets import gaussian_budget
+from dpcli.tasks.dry_runs import LargestCaps
 from dpcli.tasks.histogram.query import HistogramQuery, measurement_names, parse_quantile
 
 if TYPE_CHECKING:
-    pass
+    from dpcli.tasks.dry_runs import HistogramDryRun, MeasurementPlan
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,22 @@ class NoisyStatistic:
     share: str = ""  # the budget share, for display
 
 
+class PlanSummary(TypedDict, total=False):
+    """How a plan splits its budget, as its dry run shows it: the split, the measurements by name, the quantiles'
+    sampler (in the seed: a release by another sampler is another release), the budget's parts."""
+
+    split: str
+    measurements: list[str]
+    quantiles: str
+    parts: dict[str, str]
+
+
+class LargestCapMargins(LargestCaps):
+    """The largest caps ``auto`` can choose and the 95% margins there, by measurement (:func:`largest_cap_margins`)."""
+
+    moe95: dict[str, float]
+
+
 @dataclass(frozen=True)
 class HistogramPlan:
     """What a query costs and how it is calibrated (decided without the data)."""
@@ -50,7 +67,7 @@ class HistogramPlan:
     events: list[PrivacyEvent]
     threshold: int | None = None  # minimum noisy unit count (thresholding)
     unklap_offset: int | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: PlanSummary = field(default_factory=lambda: PlanSummary())
     #: With bounds chosen from the data or a bias report: the budget's parts and the ledger's (mode, limits)
     #: the release is planned again with, at the chosen bounds (this plan's calibration is then provisional).
     #: Not compared, so not seed material of their own: the query's canonical form carries the parts, and the
@@ -62,7 +79,7 @@ class HistogramPlan:
     grid: tuple[float, float, Fraction] | None = None
 
 
-def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
+def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> HistogramDryRun:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved."""
     scale = float(q.grid.granularity) if q.grid is not None else 1.0
     v = q.value
@@ -70,17 +87,23 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
     what = {"rows": "count (also the n of means and variances)", "units": "count_units (and the threshold)",
             "sum": f"sum_{v}", "csum": f"mean_{v}: centred sum, in grid units",
             "csumsq": f"variance_{v}: centred sum of squares, in grid units²"}
-    measurements: dict[str, Any] = {}
+    measurements: dict[str, MeasurementPlan] = {}
     for n, m in plan.measurements.items():
         if n.startswith("i"):  # a quantile's interval: its count and its two ends
             part = {"n": "row count", "lo": "low end", "hi": "high end"}[n.rsplit(":", 1)[1]]
-            measurements[n] = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95", "part": f"interval {part}",
-                               **(m.noise.describe() if m.noise else {"mechanism": "exponential"})}
+            entry: MeasurementPlan = {"column": f"{quantiles[n[1:].rsplit(':', 1)[0]]}_{v}_moe95",
+                                      "part": f"interval {part}"}
+            if m.noise is not None:
+                m.noise.described_in(entry)
+            else:
+                entry["mechanism"] = "exponential"
+            measurements[n] = entry
             continue
         if m.noise is None:  # a quantile: its error is a rank, in bounded rows (public: ε, C and the grid)
             rank = quantile_rank_margin(m, q.grid) if q.grid is not None and m.em_rate is not None else None
-            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential",
-                               **({"rank_moe95": rank} if rank is not None else {})}
+            measurements[n] = {"column": f"{quantiles.get(n, n)}_{v}", "mechanism": "exponential"}
+            if rank is not None:
+                measurements[n]["rank_moe95"] = rank
             continue
         # The 95% margin in the units of the output column (sums are released in --value's units).
         margin: float | None = None
@@ -88,9 +111,19 @@ def describe_plan(q: HistogramQuery, plan: HistogramPlan) -> dict[str, Any]:
             margin = m.noise.margin95()
         elif n == "sum":
             margin = m.noise.margin95() * scale
-        measurements[n] = {"column": what.get(n, n), **m.noise.describe(), "moe95": margin}
-    return {"query": q.canonical(), "measurements": measurements, "threshold": plan.threshold,
-            "cost": [e.to_json() for e in plan.events], **plan.summary, "calibration": measurements}
+        entry = {"column": what.get(n, n)}
+        measurements[n] = m.noise.described_in(entry)
+        entry["moe95"] = margin
+    summary = plan.summary
+    described: HistogramDryRun = {"query": q.canonical(), "measurements": summary["measurements"],
+                                  "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events],
+                                  "split": summary["split"]}
+    if "quantiles" in summary:
+        described["quantiles"] = summary["quantiles"]
+    if "parts" in summary:
+        described["parts"] = summary["parts"]
+    described["calibration"] = measurements
+    return described
 
 
 def measurement_sensitivity(name: str, q: HistogramQuery) -> int:
@@ -120,7 +153,7 @@ def _calibrate(q: HistogramQuery, ledger_mode: str, ledger_limits: dict[str, Fra
             "or give the public list of groups with --keys"
         )
     names = measurement_names(q)
-    summary: dict[str, Any] = {"split": f"equal, 1/{len(names)} of the budget per measurement", "measurements": names}
+    summary: PlanSummary = {"split": f"equal, 1/{len(names)} of the budget per measurement", "measurements": names}
     if q.quantiles:  # the sampler, in the seed (the plan is): a release by another sampler is another release
         summary["quantiles"] = quantile_gaps.QUANTILE_SAMPLER
     if q.domain == "unklap":
@@ -158,7 +191,7 @@ def _plan_parts(q: HistogramQuery, parts: auto_bounds.BudgetParts, ledger_mode: 
                    ledger=(ledger_mode, dict(ledger_limits)))
 
 
-def _plan_unklap(q: HistogramQuery, names: list[str], summary: dict[str, Any]) -> HistogramPlan:
+def _plan_unklap(q: HistogramQuery, names: list[str], summary: PlanSummary) -> HistogramPlan:
     """UnkLap (LinkedIn Alg. 3): one Laplace count, its threshold offset, (ε, δ) for the release."""
     if q.epsilon is None:
         raise UsageError("is required", field="epsilon")
@@ -266,7 +299,7 @@ def _plan_br(q: HistogramQuery, limits: dict[str, Fraction]) -> HistogramPlan:
     name = "rows" if q.aggregations[0] == "count" else "units"
     sensitivity = measurement_sensitivity(name, q)
     k = q.max_partitions
-    summary = {"split": "all of ε_per", "measurements": [name]}
+    summary: PlanSummary = {"split": "all of ε_per", "measurements": [name]}
     if q.domain == "keys":
         # KnownLap: Lap(2τ/ε_per) per count; Δ·ε_per-BR → Δ information units.
         noise = _checked(mech.laplace, 2 * sensitivity, eps_per)
@@ -322,15 +355,17 @@ def _generic_curve(events: list[PrivacyEvent], request: auto_bounds.AutoBounds |
             for e in events]
 
 
-def unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any],
-                     largest: dict[str, Any] | None = None) -> None:
+def unknown_margins(request: auto_bounds.AutoBounds, described: HistogramDryRun,
+                     largest: LargestCapMargins | None = None) -> None:
     """A dry run's margins that depend on a bound chosen at run time: the partition and row bounds scale every
     noise and the threshold; the value limits scale the sums. Beside each, its margin at caps of 1 (the least)
     and, with ``largest`` (:func:`largest_cap_margins`), at the largest caps the choice can make (the most)."""
     every = request.partitions or request.contributions
     high = largest["moe95"] if largest is not None else {}
     if largest is not None:
-        described["largest_caps"] = {k: v for k, v in largest.items() if k != "moe95"}
+        described["largest_caps"] = {"max_partitions": largest["max_partitions"],
+                                     "max_contributions": largest["max_contributions"],
+                                     "sampleable": largest["sampleable"]}
     for name, m in described["calibration"].items():
         if "rank_moe95" in m and (every or request.values):  # a quantile's: K·C and the grid's points
             if not request.values:
@@ -341,18 +376,28 @@ def unknown_margins(request: auto_bounds.AutoBounds, described: dict[str, Any],
             continue
         valued = name in ("sum", "csum", "csumsq")
         if m.get("mechanism") != "exponential" and (every or valued):
-            if not (request.values and valued) and isinstance(m.get("moe95"), (int, float)):
-                # the plan's placeholders are caps of 1: a lower bound on the margin, which grows with the caps
-                m["moe95_at_caps_of_1"] = m["moe95"]
-                if name in high:
-                    m["moe95_at_largest_caps"] = high[name]
-            m.update({k: auto_bounds.AT_RUN_TIME for k in ("scale", "moe95") if k in m})
+            _noise_at_run_time(m, high.get(name), at_caps_of_1=not (request.values and valued))
     if request.partitions and described.get("threshold") is not None:
         described["threshold"] = auto_bounds.AT_RUN_TIME
 
 
+def _noise_at_run_time(m: MeasurementPlan, high: float | None, at_caps_of_1: bool) -> None:
+    """A noisy measurement whose scale and margin are chosen at run time: its margin at the plan's placeholders
+    (caps of 1: a lower bound on the margin, which grows with the caps) and ``high`` at the largest caps beside it,
+    unless the value limits it depends on are chosen too (``at_caps_of_1`` false)."""
+    low = m.get("moe95")
+    if at_caps_of_1 and isinstance(low, int | float):
+        m["moe95_at_caps_of_1"] = low
+        if high is not None:
+            m["moe95_at_largest_caps"] = high
+    if "scale" in m:
+        m["scale"] = auto_bounds.AT_RUN_TIME
+    if "moe95" in m:
+        m["moe95"] = auto_bounds.AT_RUN_TIME
+
+
 def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction]],
-                        listed: int | None) -> dict[str, Any] | None:
+                        listed: int | None) -> LargestCapMargins | None:
     """The 95% margins at the largest caps ``auto`` can choose (:func:`auto_bounds.cap_candidates`: public), for
     a dry run: ``{"max_partitions": K, "max_contributions": C, "sampleable": …, "moe95": {measurement: margin}}``
     (a quantile's: its rank margin, rows). Every margin grows with K and C, so these are the largest the release
@@ -383,8 +428,8 @@ def largest_cap_margins(q: HistogramQuery, ledger: tuple[str, dict[str, Fraction
         return out
 
     top = margins(ks[-1], cs[-1])
-    doc: dict[str, Any] = {"max_partitions": ks[-1], "max_contributions": cs[-1], "sampleable": top is not None}
-    return {**doc, "moe95": top if top is not None else _staircase_most(ks, cs, margins)}
+    return {"max_partitions": ks[-1], "max_contributions": cs[-1], "sampleable": top is not None,
+            "moe95": top if top is not None else _staircase_most(ks, cs, margins)}
 
 
 def _staircase_most(ks: tuple[int, ...], cs: tuple[int, ...],

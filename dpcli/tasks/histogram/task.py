@@ -27,6 +27,7 @@ from dpcli.tasks import (
     bound_elsewhere,
     free_replay,
 )
+from dpcli.tasks.dry_runs import HistogramDryRun
 from dpcli.tasks.histogram.auto import check_target_bounds, parts_metadata, resolve_bounds
 from dpcli.tasks.histogram.plan import (
     HistogramPlan,
@@ -243,7 +244,7 @@ class HistogramTask(TaskDefaults):
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> HistogramPlan:
         return plan_histogram(self.query, mode, dict(limits))
 
-    def describe(self, plan: HistogramPlan) -> dict[str, Any]:
+    def describe(self, plan: HistogramPlan) -> HistogramDryRun:
         described = describe_plan(self.query, plan)
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()

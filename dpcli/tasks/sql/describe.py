@@ -17,6 +17,7 @@ from dpcli.tasks.sql.plan import Measure, SqlPlan, measures_for
 
 if TYPE_CHECKING:
     from dpcli.advice import Note
+    from dpcli.tasks.dry_runs import MeasurementPlan, OwnedTable, SqlDryRun
     from dpcli.tasks.sql.task import SqlTask
 
 _WHAT = {
@@ -55,7 +56,7 @@ def _users_of(task: SqlTask) -> dict[str, list[str]]:
     return out
 
 
-def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
+def describe_plan(task: SqlTask, plan: SqlPlan) -> SqlDryRun:
     """The dry run's document: each measurement's columns, noise and 95% margin, the bound shared by
     all aggregates, the split, the threshold and the cost (no data involved). The resolved plan itself is
     not shown: for ``SELECT *`` it lists every column of a table, names that in service mode are the
@@ -66,30 +67,30 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
     largest = _largest_cap_margins(task, plan) if chosen is not None else {}
     task = task.at_bounds(task.options.max_partitions, task.options.max_contributions)  # auto: the placeholders
     serves = _users_of(task)
-    calibration: dict[str, Any] = {}
+    calibration: dict[str, MeasurementPlan] = {}
     for i, c in enumerate(plan.calibrated):
         m = c.measure
         columns = ", ".join(serves.get(m.key, [])) or "threshold"
         what = _what(m, task.unit_word)
         if m.key in capped_by_c:  # a count at the default cap, C chosen from the data
             what = what.replace(f"[0, {m.cap}]", "[0, C]")
-        entry: dict[str, Any] = {"column": f"{columns}: {what}", "share": c.share}
+        entry: MeasurementPlan = {"column": f"{columns}: {what}", "share": c.share}
         if c.noise is None:
             entry["mechanism"] = "exponential"
         else:
             scale = float(m.grid.granularity) if m.kind == "sum" else 1.0
-            entry.update(c.noise.describe())
+            c.noise.described_in(entry)
             entry["moe95"] = c.noise.margin95() * scale if m.kind in ("units", "rows", "count", "sum") else None
         if chosen is not None and (not chosen or m.key in chosen):
             entry.pop("scale", None)
             low = entry.get("moe95")
-            entry.update(moe95=AT_RUN_TIME)
+            entry["moe95"] = AT_RUN_TIME
             if isinstance(low, float | int):  # at the placeholders: caps of 1 where they are chosen
                 entry["moe95_at_caps_of_1"] = low
                 if isinstance(high := largest.get(i), float | int):
                     entry["moe95_at_largest_caps"] = high
         calibration[f"m{i}"] = entry
-    described = {
+    described: SqlDryRun = {
         "tables": {t.name: "private" if t.private else "public" for t in task.tables},
         "bound": {"max_partitions": "auto" if chosen == set() else plan.max_partitions,
                   "max_rows_per_table": task.options.max_rows_per_table,
@@ -98,20 +99,24 @@ def describe_plan(task: SqlTask, plan: SqlPlan) -> dict[str, Any]:
         "measurements": [c.measure.key for c in plan.calibrated], "split": plan.split, "domain": plan.domain,
         "threshold": plan.threshold, "cost": [e.to_json() for e in plan.events], "calibration": calibration,
     }
-    return {**described, **_owned(task), **_auto_parts(task, chosen)}
+    _owned(task, described)
+    _auto_parts(task, chosen, described)
+    return described
 
 
-def _owned(task: SqlTask) -> dict[str, Any]:
+def _owned(task: SqlTask, described: SqlDryRun) -> None:
     """The owned tables (each with the table it is owned through and its keys per owner) and the stability the
-    release is calibrated to (:mod:`dpcli.tasks.sql.owners`); nothing without owned tables. No column is named."""
+    release is calibrated to (:mod:`dpcli.tasks.sql.owners`), added to ``described``; nothing without owned tables.
+    No column is named."""
     from dpcli.tasks.sql.scope import owner_of
 
     links = {t.name: link for t in task.tables if (link := owner_of(t)) is not None}
     if not links:
-        return {}
-    return {"owned": {name: {"through": link.parent, "max_keys_per_owner": link.max_keys}
-                      for name, link in sorted(links.items())},
-            "stability": task.stability}
+        return
+    owned: dict[str, OwnedTable] = {name: {"through": link.parent, "max_keys_per_owner": link.max_keys}
+                                    for name, link in sorted(links.items())}
+    described["owned"] = owned
+    described["stability"] = task.stability
 
 
 def _largest_cap_margins(task: SqlTask, plan: SqlPlan) -> dict[int, float]:
@@ -162,25 +167,24 @@ def _capped_by_c(task: SqlTask) -> set[str]:
             for m in measures_for(replace(a, cap=cap), cap)}
 
 
-def _auto_parts(task: SqlTask, chosen: set[str] | None) -> dict[str, Any]:
-    """The budget's parts (choosing the bounds, the bias report, the release) and what is chosen at run time."""
+def _auto_parts(task: SqlTask, chosen: set[str] | None, described: SqlDryRun) -> None:
+    """The budget's parts (choosing the bounds, the bias report, the release) and what is chosen at run time, added
+    to ``described``."""
     from dpcli.tasks.sql.auto import parts_of
 
     o = task.options
     parts = parts_of(o.auto, o.bias_share)
     if parts.release == 1:
-        return {}
+        return
     budget = o.budget
     whole, name = (budget.rho, "rho") if budget.rho is not None else (budget.epsilon, "epsilon")
     assert whole is not None
-    out: dict[str, Any] = {"parts": {part: f"{name}={fraction_text(whole * share)}" for part, share in
-                                     (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release))
-                                     if share}}
+    described["parts"] = {part: f"{name}={fraction_text(whole * share)}" for part, share in
+                          (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release)) if share}
     if o.auto is not None:
-        out["auto"] = {"chosen at run time": o.auto.canonical()["chosen"]}
+        described["auto"] = {"chosen at run time": o.auto.canonical()["chosen"]}
         if o.auto.partitions:  # the threshold depends on K: shown once K is chosen
-            out["threshold"] = None
-    return out
+            described["threshold"] = None
 
 
 def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from sqlglot import exp
 
     from dpcli.advice import Note
+    from dpcli.tasks.dry_runs import SqlDryRun
 
 #: ``--max-rows-per-table``'s default: at most this many rows per unit of each private table, before any join
 #: (chosen so that it binds on none of the demo's and the tests' data: their largest is 1,140 rows).
@@ -316,7 +317,7 @@ class SqlTask(TaskDefaults):
         options = replace(self.options, max_partitions=max_partitions, max_contributions=max_contributions)
         return replace(self, query=sql_auto.with_caps(self.query, max_contributions), options=options)
 
-    def describe(self, plan: SqlPlan) -> dict[str, Any]:
+    def describe(self, plan: SqlPlan) -> SqlDryRun:
         from dpcli.tasks.sql.describe import describe_plan
 
         return describe_plan(self, plan)

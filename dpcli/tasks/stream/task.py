@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpcli.errors import UsageError
 from dpcli.tasks import Engine, Frames, Needs, Result, TaskDefaults, bound_elsewhere, free_replay
+from dpcli.tasks.dry_runs import StreamDryRun
 from dpcli.tasks.reports import StreamReport
 from dpcli.tasks.stream.algorithm import TIME_COLUMNS, trigger_through
 from dpcli.tasks.stream.auto import choose, chosen_line, resolve
@@ -100,15 +101,21 @@ class StreamTask(TaskDefaults):
                              "one mechanism per release)")
         return plan_pending(self.query) if self.query.pending else plan_stream(self.query)
 
-    def describe(self, plan: StreamPlan | PendingPlan) -> dict[str, Any]:
-        cost = [e.to_json() for e in plan.events]
+    def describe(self, plan: StreamPlan | PendingPlan) -> StreamDryRun:
+        calibration = plan.summary
+        described: StreamDryRun = {"query": self.query.canonical(), "key_selection": calibration["key_selection"],
+                                   "perturbation": calibration["perturbation"], "levels": calibration["levels"]}
+        if "parts" in calibration:
+            described["parts"] = calibration["parts"]
         if isinstance(plan, PendingPlan):
             by_trigger = plan.moe95_by_trigger
-            return {"query": self.query.canonical(), **plan.summary, "moe95": {c: m[-1] for c, m in by_trigger.items()},
-                    "moe95_by_trigger": by_trigger, "moe95_chosen_at_run_time": list(plan.chosen_at_run_time),
-                    "cost": cost}
-        return {"query": self.query.canonical(), **plan.summary, "moe95": margins95(self.query, plan),
-                "moe95_by_trigger": margins95_by_trigger(self.query, plan), "cost": cost}
+            described.update({"moe95": {c: m[-1] for c, m in by_trigger.items()}, "moe95_by_trigger": by_trigger,
+                              "moe95_chosen_at_run_time": list(plan.chosen_at_run_time)})
+        else:
+            described.update({"moe95": margins95(self.query, plan),
+                              "moe95_by_trigger": margins95_by_trigger(self.query, plan)})
+        described["cost"] = [e.to_json() for e in plan.events]
+        return described
 
     def run(self, frames: Frames, plan: StreamPlan | PendingPlan, seed: bytes, engine: Engine | None) -> Result:
         """The replay; with ``auto`` bounds (or the bias report) first the choice on the same records, then the

@@ -12,6 +12,7 @@ import polars as pl
 
 from dpcli.core.prf import KeyedStream
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
+from dpcli.tasks.dry_runs import TabulateDryRun
 from dpcli.tasks.reports import TabulateReport
 from dpcli.tasks.tabulate.plan import TabulatePlan, plan_tabulate
 from dpcli.tasks.tabulate.query import Spec
@@ -56,7 +57,7 @@ class TabulateTask(TaskDefaults):
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TabulatePlan:
         return plan_tabulate(self.spec)
 
-    def describe(self, plan: TabulatePlan) -> dict[str, Any]:
+    def describe(self, plan: TabulatePlan) -> TabulateDryRun:
         return {"noise": plan.noise, "levels": [lv.name for lv in plan.levels]}
 
     def run(self, frames: Frames, plan: TabulatePlan, seed: bytes, engine: Engine | None) -> Result:

@@ -19,8 +19,7 @@ from dpcli.tasks.topk.query import TopKQuery
 from dpcli.tasks.topk.threshold import SelectionPlan, plan_selection, unkgumb_offsets
 
 if TYPE_CHECKING:
-
-    pass
+    from dpcli.tasks.dry_runs import TopKDryRun
 
 
 @dataclass(frozen=True)
@@ -92,12 +91,12 @@ def _ranking_epsilon(q: TopKQuery, eps: Fraction) -> Fraction:
     return Fraction(3 * q.k, 2) * eps if q.with_counts else q.k * eps
 
 
-def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
+def describe_plan(q: TopKQuery, plan: TopKPlan) -> TopKDryRun:
     """The public calibration and cost of a planned query (``--dry-run``): no data involved. With τ ``auto``
     the count noise's scale and margin depend on τ: "chosen at run time", no number."""
-    described = {"query": q.canonical(), "guarantee": plan.guarantee,
+    described: TopKDryRun = {"query": q.canonical(), "guarantee": plan.guarantee,
                  "reserve": [e.to_json() for e in plan.reserve],
-                 "count_noise": plan.count_noise.describe() if plan.count_noise else None,
+                 "count_noise": plan.count_noise.to_json() if plan.count_noise else None,
                  "count_moe95": plan.count_noise.margin95() if plan.count_noise else None}
     q = q.resolved(plan.ledger_mode)
     if plan.selection is not None:
@@ -111,7 +110,7 @@ def describe_plan(q: TopKQuery, plan: TopKPlan) -> dict[str, Any]:
                               (("auto-bounds", parts.auto), ("bias", parts.bias), ("release", parts.release))
                               if share}
     if q.auto is not None and plan.count_noise is not None:
-        described["count_noise"] = {"noise": plan.count_noise.describe()["noise"],
+        described["count_noise"] = {"noise": plan.count_noise.to_json()["noise"],
                                     "scale": "2τ/ε_per, τ chosen at run time"}
         described["count_moe95"] = None
     return described

@@ -14,6 +14,7 @@ from dpcli.core.events import PrivacyEvent
 from dpcli.core.prf import KeyedStream
 from dpcli.errors import StateError, UsageError
 from dpcli.tasks import Engine, Frames, Needs, PublicList, Result, TaskDefaults, free_replay
+from dpcli.tasks.dry_runs import TopKDryRun
 from dpcli.tasks.reports import AutoReport, TopKReport
 from dpcli.tasks.topk.auto import bounds_chosen
 from dpcli.tasks.topk.plan import TopKPlan, describe_plan, epsilon_per_for, plan_topk
@@ -123,7 +124,7 @@ class TopKTask(TaskDefaults):
     def plan(self, mode: str, limits: Mapping[str, Fraction]) -> TopKPlan:
         return plan_topk(self.query, mode, dict(limits))
 
-    def describe(self, plan: TopKPlan) -> dict[str, Any]:
+    def describe(self, plan: TopKPlan) -> TopKDryRun:
         described = describe_plan(self.query, plan)
         if self.chosen is not None:
             described["target"] = self.chosen.to_json()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -39,6 +39,7 @@ from dpcli.errors import UsageError
 from dpcli.tasks.auto_bounds import sampleable
 
 if TYPE_CHECKING:
+    from dpcli.tasks.dry_runs import SelectionJSON
     from dpcli.tasks.topk.query import TopKQuery
 
 
@@ -52,11 +53,14 @@ class SelectionPlan:
     noise: mech.Noise  # discrete Laplace(K̄/ε_sel)
     threshold: int  # T: a group is selected when its noisy distinct-unit count is ≥ T
 
-    def describe(self) -> dict[str, Any]:
-        """The step for ``--dry-run`` and the release's metadata."""
-        return {"method": "threshold", "threshold": self.threshold, "max_partitions": self.max_partitions,
-                "epsilon": fraction_text(self.epsilon), "delta": fraction_text(self.delta), **self.noise.describe(),
-                "counts": "distinct units, each counted in at most max_partitions groups"}
+    def describe(self) -> SelectionJSON:
+        """The step for ``--dry-run``."""
+        shown: SelectionJSON = {"method": "threshold", "threshold": self.threshold,
+                                "max_partitions": self.max_partitions, "epsilon": fraction_text(self.epsilon),
+                                "delta": fraction_text(self.delta)}
+        self.noise.described_in(shown)
+        shown["counts"] = "distinct units, each counted in at most max_partitions groups"
+        return shown
 
 
 def plan_selection(q: TopKQuery, epsilon: Fraction, delta: Fraction) -> SelectionPlan:
@@ -95,7 +99,7 @@ def select_groups(frame: pl.LazyFrame, q: TopKQuery, plan: SelectionPlan, stream
     return totals.filter(pl.Series(noisy >= plan.threshold)).select(by)
 
 
-def unkgumb_offsets(q: TopKQuery, epsilon_per: Fraction, delta: Fraction) -> dict[str, Any]:
+def unkgumb_offsets(q: TopKQuery, epsilon_per: Fraction, delta: Fraction) -> SelectionJSON:
     """UnkGumb's ⊥ for ``--dry-run``: h_(k̄+1) + τ(1 + ln(m/δ)/ε_per) with m = min(k̄, d̄ − k̄) ≥ 1, and k̄ chosen
     at run time in k … d̄: the offset's smallest (m = 1) and largest (m = ⌊d̄/2⌋) values (public)."""
     from dpcli.core import selection as sel
@@ -108,7 +112,7 @@ def unkgumb_offsets(q: TopKQuery, epsilon_per: Fraction, delta: Fraction) -> dic
             "counts": "distinct units" if q.count == "units" else f"rows, at most {tau} per unit and group"}
 
 
-def selection_lines(selection: dict[str, Any]) -> list[str]:
+def selection_lines(selection: SelectionJSON) -> list[str]:
     """The dry run's lines for the selection (:func:`dpcli.cli.render.show_plan`)."""
     if selection.get("method") == "threshold":
         return [f"  selection: a group needs a noisy count of at least {selection['threshold']:,} distinct units, "
