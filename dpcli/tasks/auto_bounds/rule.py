@@ -65,8 +65,9 @@ BIAS_VARIANCE_RULE = "bias-variance 6"
 
 
 #: How many noise scales below the noisy count of groups the allowance takes
-#: (:func:`dpcli.tasks.auto_bounds.noisy_groups`): a count too high lets the bounds cut more (no margin shows it), one too low adds noise (the margin shows it),
-#: so the allowance errs low: the lower bound exceeds the true count with probability e^−3/2 ≈ 2.5%.
+#: (:func:`dpcli.tasks.auto_bounds.noisy_groups`): a count too high lets the bounds cut more (no margin shows it),
+#: one too low adds noise (the margin shows it), so the allowance errs low: the lower bound exceeds the true count
+#: with probability e^−3/2 ≈ 2.5%.
 GROUPS_LOWER_SCALES = 3
 
 
