@@ -71,7 +71,8 @@ def check_schema(schema: pl.Schema, columns: dict[str, ColumnKind], of: SchemaOf
     a numeric type, since the type is schema and :func:`dpcli.bounding.numeric_value` aggregates no other:
     text, booleans, dates, times, durations, binary, categorical and nested columns are refused; in CSV
     and NDJSON, whose columns are read as text, text parsed per record), ``temporal`` (timestamps, numbers
-    or text), ``key`` (anything but nested types), ``any``. The same rule for a release (the opened input's
+    or text), ``key`` (a privacy-unit or group column: a type the keyed order samples, :func:`keyable`),
+    ``any``. The same rule for a release (the opened input's
     schema) and a dry run (the schema read without the records: :func:`dpcli.io.columns.declared_schema`).
     In service mode the message names neither the column's type nor any other column.
     """
@@ -93,8 +94,19 @@ _COLUMN_KINDS: dict[str, tuple[Callable[[pl.DataType], bool], str]] = {
               "column {col!r} must be numeric (or text holding numbers) but is {type} in {name}"),
     "temporal": (lambda t: t.is_temporal() or t.is_numeric() or t == pl.String,
                  "column {col!r} must hold timestamps but is {type} in {name}"),
-    "key": (lambda t: not t.is_nested(), "column {col!r} is a nested {type} and cannot be grouped by in {name}"),
+    "key": (lambda t: keyable(t), "column {col!r} has type {type} in {name}: a privacy-unit or group column must "
+            "hold text, integers, booleans, dates or times (cast it), so that rows can be sampled the same on every "
+            "engine"),
 }
+
+
+def keyable(dtype: pl.DataType) -> bool:
+    """Whether a privacy-unit or group column of this type can be sampled by the keyed order
+    (:func:`dpcli.bounding.keyed_order.field_word` hashes exactly these: text, categoricals, integers, booleans,
+    dates, datetimes, durations): checked on the schema, before anything is charged, where the bounding would
+    otherwise refuse the column after the debit."""
+    return (dtype == pl.String or isinstance(dtype, (pl.Categorical, pl.Enum)) or dtype.is_integer()
+            or dtype == pl.Boolean or dtype == pl.Date or isinstance(dtype, (pl.Datetime, pl.Duration)))
 
 
 def _missing_column(of: SchemaOf, names: list[str], col: str) -> DataError:
