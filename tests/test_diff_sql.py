@@ -114,3 +114,25 @@ def test_plot_draws_an_sql_release_from_its_ledger_entry(tmp_path, state_dir):
     r = cli("plot", out, "--value", "total")
     assert r.exit_code == 0, r.stderr
     assert r.stdout.startswith("total by g") and "sql · ε = 1" in r.stdout
+
+
+def test_text_mode_says_which_columns_are_not_compared_and_caps_chosen_alike_do_not_differ(tmp_path, state_dir):
+    """The new-user trial: in text mode the left-out mean was only in --json, and two releases whose caps were chosen
+    from the data (the same K and C) at two ε were said to have "bounded contributions differently (auto)": what
+    was chosen is compared, not the budget that chose it."""
+    init_ledger("pure", "--epsilon", "20")
+    keys, data = _keys(tmp_path), _data(tmp_path, 5000)
+    files = []
+    for i, eps in enumerate(("1", "2")):
+        target = tmp_path / f"a{i}.csv"
+        r = cli("sql", QUERY, "--table", f"t={data}", "--privacy-unit", "t.user", "--max-partitions", "auto",
+                "--max-contributions", "auto", "--epsilon", eps, "--keys", str(keys), "-o", target)
+        assert r.exit_code == 0, r.stderr
+        files.append(target)
+    chosen = [h["summary"].rsplit("chosen: ", 1)[-1] for h in history() if "chosen: " in h.get("summary", "")]
+    r = cli("diff", *files)
+    assert r.exit_code == 0, r.stderr
+    assert "avg_v: not compared (" in r.stderr and "med: not compared (" in r.stderr
+    if len(set(chosen)) == 1:  # one row per unit: both choose caps of 1 (the one-row check), so the caps are equal
+        assert "bounded contributions differently" not in r.stderr, (chosen, r.stderr)
+    assert len(chosen) == 2 and len(set(chosen)) == 1, chosen

@@ -90,6 +90,8 @@ def diff(
     else:
         groups = ", ".join(f"{n} {v}" for v, n in sorted(summary["groups"].items()))
         left_out = f"; not compared: {', '.join(summary['not_compared'])}" if summary["not_compared"] else ""
+        for column, why in summary["not_compared_why"].items():
+            notice(ctx, f"{column}: not compared ({why})")
         shared = " (they share their noise: the differences are exact)" if summary["shared_noise"] else ""
         info(ctx, f"diff of {old} and {new}{shared}: {groups or 'no group'} (false-discovery rate "
                   f"{summary['fdr']:g}){left_out}")

@@ -64,7 +64,11 @@ def bounds_in_force(report: dict[str, Any], kind: str) -> dict[str, Any]:
     """The contribution and value bounds a release of ``kind`` was computed under ({} for a kind whose are fixed by
     its spec or state: tabulate, stream-replay)."""
     fields = SQL_BOUNDS_FIELDS if kind == "sql" else BOUNDS_FIELDS if kind in ("histogram", "topk") else ()
-    return {k: report.get(k) for k in fields}
+    found = {k: report.get(k) for k in fields}
+    auto = found.get("auto")
+    if isinstance(auto, dict):  # what was chosen, not the budget that chose it (the same caps at two ε are the same)
+        found["auto"] = {k: v for k, v in auto.items() if k not in ("epsilon", "rho")}
+    return found
 
 
 def thresholded(report: dict[str, Any]) -> bool:
