@@ -376,6 +376,11 @@ def test_avg_var_and_stddev_say_they_average_per_person_means_and_have_margins()
     plain = cli("sql", "SELECT dept, ANON_SUM(amount, 0, 1000) AS s FROM Employee JOIN Order USING (uid) "
                 "GROUP BY dept", *TABLES, "--epsilon", "1", "--delta", "1e-6", "--json")
     assert "per_unit_means" not in json.loads(plain.stdout)["summary"] and "averaged first" not in plain.stderr
+    # ANON_SUM's bounds clamp each person's total, not each row (the new-user trial read them per row): said
+    assert "s: the bounds clamp each uid's total in a group" in plain.stderr and "s: the bounds" in r.stderr
+    counts = cli("sql", "SELECT dept, ANON_COUNT(*) AS n FROM Employee JOIN Order USING (uid) GROUP BY dept", *TABLES,
+                 "--epsilon", "1", "--delta", "1e-6")
+    assert counts.exit_code == 0 and "the bounds clamp" not in counts.stderr
 
 
 def test_the_query_is_parsed_once(monkeypatch):

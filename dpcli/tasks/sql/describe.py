@@ -206,6 +206,12 @@ def sql_notes(task: SqlTask, plan: SqlPlan, table: pl.DataFrame) -> list[Note]:
         notes.append(advice.Note(f"{', '.join(averaged)}: each {task.unit_word}'s rows are averaged first, then the "
                           f"{task.unit_word}s' means (every {task.unit_word} weighs the same, whatever its rows): "
                           "not the per-row mean or variance of plain SQL"))
+    summed = [o.name for o in task.query.outputs
+              if o.aggregate is not None and task.query.aggregates[o.aggregate].function == "sum"]
+    if summed:  # the new-user trial read ANON_SUM(distance, 0, 5000) as a per-row clamp: off by 93%, no warning
+        u = task.unit_word
+        notes.append(advice.Note(f"{', '.join(summed)}: the bounds clamp each {u}'s total in a group (the sum of its "
+                                 f"rows), not each row's value: give the range of one {u}'s total"))
     if task.stability > 1:
         others, s = (task.stability - 1) // 2, task.stability
         notes.append(advice.Note(f"owned tables: the noise covers one {task.unit_word} changing the rows of up to "
