@@ -91,7 +91,10 @@ def test_state_refuses_unstorable_types_from_the_schema_alone(tmp_path, dtype):
                                 "--state", str(tmp_path / f"s{n}.state")])
         results.append((r.exit_code, r.stdout, r.stderr.replace(f"d{n}", "D").replace(f"s{n}", "S")))
         assert not (tmp_path / f"s{n}.state").exists()
-    assert results[0] == results[1] and results[0][0] == 2, results
+    # decimal, time and binary units cannot be sampled by the keyed order at all: the schema check of unit and key
+    # columns refuses them first (65); the others the state's check of what it can store (2). Both from the schema.
+    expected = 65 if dtype in ("decimal", "time", "binary") else 2
+    assert results[0] == results[1] and results[0][0] == expected, results
     q = _query(keys=("user",), unit="key")
     with pytest.raises(UsageError, match="cannot store column 'user'"):  # as a key column too
         sr.key_schema_of(pl.Schema({"ts": pl.Int64, "key": pl.String, "user": users.dtype}), q)
