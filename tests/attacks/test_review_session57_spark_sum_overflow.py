@@ -61,3 +61,24 @@ def test_one_persons_huge_sum_does_not_fail_spark(spark, tmp_path, value):
     others = {roles["p"]: ([str(p)], open_input(str(p), text_columns=columns["p"]))}
     spark_totals, _ = sql_engine(spark, data, others)(task, plan, layout, SALT, schema_of(frame))
     assert spark_totals.equals(totals), (spark_totals, totals)
+
+
+@pytest.mark.parametrize("uri", [False, True], ids=["path", "file-uri"])
+@pytest.mark.parametrize("dtype", [pl.Float64, pl.Decimal(10, 2), pl.Binary])
+def test_spark_refuses_a_key_column_of_an_unkeyable_type_before_the_debit(tmp_path, dtype, uri):
+    """Item 3 of the review on ``--engine spark``: the Parquet schema Spark reads (:func:`dpcli.spark.inputs
+    .polars_type`) goes through the same :func:`dpcli.io.schemas.keyable`, so the refusal comes before the debit
+    (found sound)."""
+    from dptest import cli, history, init_ledger
+
+    init_ledger("approx", "--epsilon", "10", "--delta", "1e-5")
+    path = tmp_path / "f.parquet"
+    raw = [str(i % 17) for i in range(200)]
+    column = pl.Series(raw).cast(pl.Binary) if dtype == pl.Binary else pl.Series(raw).cast(pl.Float64).cast(dtype)
+    pl.DataFrame({"plane": [f"N{i % 40}" for i in range(200)], "delay": column}).write_parquet(path)  # (file:// URI:
+    # a URI Spark lists and reads, the schema Spark's)
+    r = cli("histogram", path.as_uri() if uri else path, "--by", "delay", "--privacy-unit", "plane", "--epsilon", "0.3",
+            "--delta", "1e-7", "--engine", "spark", "--master", "local[1]")
+    assert r.exit_code == 65, r.stderr
+    assert "column 'delay' has type" in r.stderr and "charged" not in r.stderr
+    assert history() == []
