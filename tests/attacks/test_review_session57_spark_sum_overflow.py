@@ -18,10 +18,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from dpcli.io.inputs import open_input  # noqa: E402
-from dpcli.tasks.sql import Budget, SqlOptions, SqlTask, TableDecl  # noqa: E402
-from dpcli.tasks.sql.run import compute_totals, per_user_frame  # noqa: E402
-from dpcli.tasks.sql.typed import schema_of  # noqa: E402
+from dpcli.io.inputs import open_input
+from dpcli.tasks.sql import Budget, SqlOptions, SqlTask, TableDecl
+from dpcli.tasks.sql.run import compute_totals, per_user_frame
+from dpcli.tasks.sql.typed import schema_of
 
 pytestmark = pytest.mark.spark
 SALT = 0x5E55_1057
