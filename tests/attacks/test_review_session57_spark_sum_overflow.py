@@ -41,7 +41,8 @@ def test_one_persons_huge_sum_does_not_fail_spark(spark, tmp_path, value):
     from dpcli.spark.bounding import read_input
     from dpcli.spark.sql import sql_engine
 
-    rows = 2200  # × the public fan-out 1000: 2.2M rows > 2^21, so Σ r ≥ 2.2M · 2^62 > 2^83 (for "-1e12": 1e12 ≫ 2^42 g)
+    # × the public fan-out 1000: 2.2M rows > 2^21, so |Σ r| ≥ 2.2M · 2^62 > 2^83 (for "-1e12" too: 1e12 ≫ 2^42 g)
+    rows = 2200
     t = tmp_path / "t.csv"
     pl.DataFrame({"uid": ["a"] * rows + ["b", "c"], "k": [1] * (rows + 2),
                   "x": [value] * rows + ["0.5", "0.25"]}).write_csv(t)
@@ -78,7 +79,7 @@ def test_spark_refuses_a_key_column_of_an_unkeyable_type_before_the_debit(tmp_pa
     pl.DataFrame({"plane": [f"N{i % 40}" for i in range(200)], "delay": column}).write_parquet(path)  # (file:// URI:
     # a URI Spark lists and reads, the schema Spark's)
     r = cli("histogram", path.as_uri() if uri else path, "--by", "delay", "--privacy-unit", "plane", "--epsilon", "0.3",
-            "--delta", "1e-7", "--engine", "spark", "--master", "local[1]")
+            "--delta", "1e-7", "--engine", "spark", "--master", "local[2]")  # (the fixture's master)
     assert r.exit_code == 65, r.stderr
     assert "column 'delay' has type" in r.stderr and "charged" not in r.stderr
     assert history() == []
