@@ -3,8 +3,8 @@
 D and D′ = D plus one person are released under one forced seed (``report_diff.differential``): exit code, stderr,
 the ``--json`` summary and the ledger must be identical. The newcomer's values are the fixed-point path's edge
 cases: ±inf and ±1e308 (r clamped to ±2^62, +inf with −inf cancelling), NaN (dropped), −0.0, values exactly
-half a 2^−F step between two fixed-point integers (half to even), values far past VAR's per-row distance clamp, text no
-number parses from, and thousands of rows (the Int128 sums). Found sound: each partial is a function of the
+half a 2^−F step between two fixed-point integers (half to even), values far past VAR's per-row distance clamp, text
+no number parses from, and thousands of rows (the Int128 sums). Found sound: each partial is a function of the
 newcomer's rows alone, clamped to its range, and no cast or sum on the path can fail on a value.
 """
 
