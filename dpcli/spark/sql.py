@@ -292,7 +292,11 @@ def _round_div(num: Any, den: Any) -> Any:
     from pyspark.sql import functions as F
 
     rem = F.pmod(num, den)  # in [0, den): num − rem is a multiple of den, its quotient exact
-    q = ((num - rem) / den).cast("bigint")
+    # One person's exact total can pass 2^63 · den (more than 2^21 rows of r = ±2^62 after the joins): the quotient
+    # is clamped to ±2^62 before the cast, which ANSI mode would refuse (a failure after the debit that only that
+    # person's rows cause). Every caller clamps the result to its grid's ±2^31 range next, so nothing else changes.
+    limit = _dec(fixed.ROW_BOUND)
+    q = F.least(F.greatest((num - rem) / den, -limit), limit).cast("bigint")
     twice = rem * _dec(2)
     up = (twice > den) | ((twice == den) & (F.pmod(q, F.lit(2).cast("bigint")) == 1))
     return q + up.cast("bigint")
