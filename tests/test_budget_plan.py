@@ -239,3 +239,13 @@ def test_reserve_needs_runs_and_a_pld_ledger(tmp_path, keys, state_dir):
         r = cli("budget", "plan", *extra, "--", *release)
         assert r.exit_code == 2 and r.stderr.count("\n") == 1, r.stderr
     assert history() == []
+
+
+def test_the_text_says_which_release_would_be_refused(tmp_path, keys, state_dir):
+    """The new-user trial read "the next would be refused: ε left is 0" after "fits now: 6 more" as the next one: the
+    refusal is the ledger's answer to the release after those that fit."""
+    init_ledger("pure", "--epsilon", "1")
+    release = _release("histogram", _data(tmp_path / "d.csv", 30), keys, ("--epsilon", "0.3"))
+    r = cli("budget", "plan", "--", *release)
+    assert r.exit_code == 0, r.stderr
+    assert "  one more after those would be refused: " in r.stdout and "the next would be refused" not in r.stdout

@@ -320,8 +320,9 @@ def _lines(doc: dict[str, Any]) -> list[str]:
         value = parameter_text(Fraction(a["value"]), "down")
         lines[0] += (f" (the command gives no budget: planned at {a['option']} {value}, what the ledger has left "
                      f"over {doc['runs']['runs']:,})")
-    if doc["fit"]["next_refused"]:
-        lines.append(f"  the next would be refused: {doc['fit']['next_refused']}")
+    if doc["fit"]["next_refused"]:  # the ledger's answer to the release after those that fit (new-user trial)
+        after = "one more after those" if doc["fit"]["count"] else "the next"
+        lines.append(f"  {after} would be refused: {doc['fit']['next_refused']}")
     if "period" in doc:
         fresh = doc["period"]["fresh"]
         said = _count_text(fresh, unit) if fresh["count"] else f"none: {fresh['next_refused']}"

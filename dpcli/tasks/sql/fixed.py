@@ -15,7 +15,9 @@ release another number under the same seed. Here nothing is added in floating po
    sum made them NaN: no contribution).
 2. a user's sum is the Int128 sum of the r (exact: it holds 2^65 rows of 2^62), its mean that sum over
    n · 2^F, and VAR's mean square the Int128 sum of (r − mid · 2^F)² over n · 2^(2F), each divided exactly
-   and rounded half to even (:data:`ROUNDING`) to whole grid units, then clamped as before.
+   and rounded half to even (:data:`ROUNDING`) to whole grid units, then clamped as before. A mean square's sum
+   holds 2^33 rows at its largest term (2^94: a half-width of at most 4096 grid steps, clamped as in 3.), far
+   beyond the 10^8 rows a person may hold.
 3. VAR's per-row distance |r − mid · 2^F| is clamped to :func:`distance_bound`, 2^:data:`VAR_SLACK_BITS`
    half-widths of the grid, so that its square fits with room: a clamped row adds 2^30 · ((U − L)/2)² in
    grid units², so a user with at most 2^30 values in the partition (every real one) has a mean square
