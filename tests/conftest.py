@@ -43,3 +43,15 @@ def seeded_keys(request, monkeypatch):
         return digest[: n or 32]
 
     monkeypatch.setattr(keys, "secrets", types.SimpleNamespace(token_bytes=token_bytes, token_hex=secrets.token_hex))
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """A local Spark session for the module's ``--engine spark`` tests (stopped at the module's end: a test of
+    session settings elsewhere starts its own)."""
+    pytest.importorskip("pyspark")
+    from dpcli.spark.session import spark_session
+
+    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
+    yield session
+    session.stop()

@@ -34,15 +34,6 @@ SALT = 0x1234_5678_9ABC_DEF0_0FED_CBA9_8765_4321
 SPARK = ["--engine", "spark", "--master", "local[2]"]
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from dpcli.spark.session import spark_session
-
-    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
-    yield session
-    session.stop()
-
-
 @pytest.mark.parametrize("path", [PV, PVC])
 @pytest.mark.parametrize("value, rows_cap, groups_cap", [(None, 1, 1), ("duration_s", 3, 2), (None, 5, None),
                                                          ("duration_s", 1, 8)])

@@ -45,15 +45,6 @@ QUERIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from dpcli.spark.session import spark_session
-
-    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
-    yield session
-    session.stop()
-
-
 def _task(query: str) -> SqlTask:
     decls = {name: TableDecl(name, unit, tuple(pl.read_csv(path, n_rows=0).columns if path.suffix == ".csv"
                                                else pl.read_parquet_schema(path)))

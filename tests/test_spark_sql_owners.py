@@ -32,15 +32,6 @@ pytestmark = pytest.mark.spark
 SALT = 0x0F0F_1234_5678_9ABC_DEF0_0FED_CBA9_8765
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from dpcli.spark.session import spark_session
-
-    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
-    yield session
-    session.stop()
-
-
 def _data(tmp: Path, parquet_parent: bool = False) -> dict[str, Path]:
     """orders (keys duplicated across customers, some customers with more orders than their claims), lineitem
     (dangling and null keys), t2 below lineitem (its key ``l_id``) and t3 below t2."""

@@ -27,15 +27,6 @@ pytestmark = pytest.mark.spark
 SALT = 0x5E55_1057
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from dpcli.spark.session import spark_session
-
-    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
-    yield session
-    session.stop()
-
-
 @pytest.mark.parametrize("value", ["1e300", "inf", "-1e12"])
 def test_one_persons_huge_sum_does_not_fail_spark(spark, tmp_path, value):
     from dpcli.spark.bounding import read_input

@@ -184,16 +184,6 @@ def test_resisted_unit_buckets_and_row_order_give_the_same_totals():
 # --- Spark: the same keys and the same kept sets -------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    pytest.importorskip("pyspark")
-    from dpcli.spark.session import spark_session
-
-    session = spark_session("local[2]", [], tmp_path_factory.mktemp("spark-state"))
-    yield session
-    session.stop()
-
-
 def _spark_totals(spark, path, spec, parts: int):
     from dpcli.spark.bounding import bounded_totals, read_input
 
