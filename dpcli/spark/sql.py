@@ -260,7 +260,6 @@ def row_columns(plan: SqlPlan, layout: Layout) -> dict[str, Any]:
     products of doubles, clamped, and ``rint``: half to even) and each VAR's exact square (decimal(38,0))."""
     from pyspark.sql import functions as F
 
-
     out: dict[str, Any] = {}
     bound = float(fixed.ROW_BOUND)
     for c in plan.calibrated:
@@ -312,7 +311,6 @@ def partial_expr(m: Measure, value: str | None) -> Any:
     """As :func:`dpcli.tasks.sql.run.partial_expr`, in Spark SQL: exact decimal(38,0) sums of the rows' fixed-point
     integers (:func:`row_columns`), the same partials as polars', bit for bit."""
     from pyspark.sql import functions as F
-
 
     v = col(value) if value is not None else F.lit(None)
     if m.kind in ("rows", "count"):
