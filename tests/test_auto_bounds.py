@@ -370,20 +370,3 @@ def test_without_a_list_the_noisy_group_count_does_not_cap_k():
     assert ab.ErrorModel(groups=1, noise=2.0, listed=False).partition_candidates() == ab.COUNT_CANDIDATES
     assert ab.ErrorModel(groups=12, noise=2.0).partition_candidates()[-1] == 12
     assert max(ab.ErrorModel(groups=12, noise=2.0).partition_candidates()) == 12
-
-
-def test_the_groups_the_allowance_scales_with_are_a_noisy_lower_bound():
-    """Without a public list the bias–variance allowance scales with a noisy count of groups; a count too high lets
-    K cut more, so the count is taken GROUPS_LOWER_SCALES noise scales low (over owned tables at ε/S its noise was
-    ±thousands against 4 groups, and K came out 1 in 5 of 12 draws). 4 groups of 50 units at ε = 0.5 (scale 2, the
-    bound 6 below the noisy count): above 4 only when the noise exceeds 6, probability e^−3/2 ≈ 2.5% a draw; over 60
-    draws (fixed keys) at most 6 (binomial(60, 0.025): P[X ≥ 7] < 1e-3). The noisy count alone exceeds 4 with
-    probability ≈ 0.38 (the discrete Laplace's mass above 0): at least 10 of 60 (P[X ≤ 9] < 1e-3)."""
-    frame = pl.DataFrame({"user": list(range(200)), "g": [str(u % 4) for u in range(200)]}).lazy()
-    shape, epsilon = ab.DataShape("user", ("g",)), Fraction(1, 2)
-    streams = [KeyedStream(bytes([i]) * 32, "g") for i in range(60)]
-    found = [ab.noisy_groups(frame, shape, 1, epsilon, s, 7) for s in streams]
-    assert sum(g > 4 for g in found) <= 6 and min(found) >= 1
-    raw = [4 + int(mech.laplace(1, epsilon).sample(s.child("groups"), 1)[0]) for s in streams]  # the same draws
-    assert sum(r > 4 for r in raw) >= 10
-    assert all(g == max(1, r - 6) for g, r in zip(found, raw, strict=True))

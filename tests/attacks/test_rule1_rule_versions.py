@@ -26,7 +26,7 @@ DEFAULT = ("histogram", PV_SMALL, "--by", "country", "--privacy-unit", "user_id"
 
 @pytest.mark.parametrize(("module", "name", "other"), [
     (bias_report, "RULE", "unit shares 3"),
-    (auto_bounds, "BIAS_VARIANCE_RULE", "bias-variance 7"),
+    (auto_bounds, "BIAS_VARIANCE_RULE", "bias-variance 6"),
     (auto_bounds, "AUTO_VERSION", 3),
 ])
 def test_a_new_rule_version_is_another_release_never_a_free_replay(monkeypatch, module, name, other):

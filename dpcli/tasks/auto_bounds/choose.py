@@ -25,7 +25,6 @@ from dpcli.tasks.auto_bounds.rule import (
     CONTRIBUTIONS_WEIGHT,
     COUNT_THRESHOLD_SHARE,
     GROUP_CHECK_WEIGHT,
-    GROUPS_LOWER_SCALES,
     VALUE_WEIGHT,
     WALK_WEIGHT,
     ErrorModel,
@@ -49,15 +48,13 @@ from dpcli.tasks.auto_bounds.walks import (
 
 def noisy_groups(frame: pl.LazyFrame, shape: DataShape, at_least: int, epsilon: Fraction, stream: KeyedStream,
                  salt: int, name: str = "the input") -> int:
-    """A noisy lower bound (at least 1) of the groups with at least ``at_least`` units, each unit counted in one of
-    its groups (its first in the keyed order): one unit moves the count by at most 1 (discrete Laplace 1/ε), and
-    the bound is that noisy count less :data:`GROUPS_LOWER_SCALES` scales (a post-processing)."""
+    """A noisy count (at least 1) of the groups with at least ``at_least`` units, each unit counted in one of its
+    groups (its first in the keyed order): one unit moves the count by at most 1 (discrete Laplace 1/ε)."""
     lf = _units(frame, shape)
     pairs = _one_per_unit(lf.select(shape.unit, *shape.by).unique(), shape, [], salt)
     big = pairs.group_by(list(shape.by)).len().filter(pl.col("len") >= at_least)
     true = _count(big, name)
-    noisy = true + int(mech.laplace(1, epsilon).sample(stream.child("groups"), 1)[0])
-    return max(1, noisy - math.ceil(GROUPS_LOWER_SCALES / epsilon))
+    return max(1, true + int(mech.laplace(1, epsilon).sample(stream.child("groups"), 1)[0]))
 
 
 def _bins(column: pl.Expr, candidates: tuple[float, ...] | tuple[int, ...], side: str) -> pl.Expr:

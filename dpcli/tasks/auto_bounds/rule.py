@@ -58,17 +58,8 @@ class ErrorModel:
 #: with more than one row are noisily few, value walks from 0, C and the limits leaning outward. 4: K uncapped
 #: without a public list; under ρ the weighted parts split ρ by their squares. 5: K = 1 when the units in more than
 #: one group are noisily few (:func:`one_group_each`, a part of its own); C's walk at twice K's weight, each value
-#: limit's at 12. 6: without a public list, the groups the allowance scales with are a noisy count's lower bound
-#: (:data:`GROUPS_LOWER_SCALES` noise scales below it), not the noisy count (at ε/S over owned tables its noise,
-#: ±thousands, made the allowance exceed the units and K = 1 in 5 of 12 draws over 4 groups).
-BIAS_VARIANCE_RULE = "bias-variance 6"
-
-
-#: How many noise scales below the noisy count of groups the allowance takes
-#: (:func:`dpcli.tasks.auto_bounds.noisy_groups`): a count too high lets the bounds cut more (no margin shows it),
-#: one too low adds noise (the margin shows it), so the allowance errs low: the lower bound exceeds the true count
-#: with probability e^−3/2 ≈ 2.5%.
-GROUPS_LOWER_SCALES = 3
+#: limit's at 12.
+BIAS_VARIANCE_RULE = "bias-variance 5"
 
 
 #: The weight of each walk (a bound; the value limits two) in the bias–variance choice's share, against 1 for each
